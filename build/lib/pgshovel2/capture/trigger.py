@@ -1,0 +1,99 @@
+"""The ``trigger`` backend: install and remove PgQ queues and capture triggers.
+
+Functions take a cursor inside the caller's transaction and never commit, so
+the caller decides atomicity. Triggers run ``pgshovel2.capture`` (our C
+trigger, sql/capture), one ROW trigger for INSERT/UPDATE/DELETE and one
+STATEMENT trigger for TRUNCATE per table.
+"""
+
+import hashlib
+
+from psycopg2 import sql
+
+from pgshovel2.catalog import Table
+from pgshovel2.errors import CaptureError
+
+CONSUMER = "pgshovel2_relay"
+TICKER_MAX_LAG = "50 milliseconds"
+
+
+def queue_name(cluster: str, set_name: str) -> str:
+    """PgQ queue of a set: ``pgshovel2.<cluster>.<set>``."""
+    return f"pgshovel2.{cluster}.{set_name}"
+
+
+def trigger_name(cluster: str, set_name: str) -> str:
+    """Name of a set's capture triggers (<= 63 bytes; the TRUNCATE one adds ``_t``)."""
+    digest = hashlib.sha1(cluster.encode()).hexdigest()[:6]
+    return f"pgshovel2_{set_name}_{digest}"
+
+
+def install(cur, queue: str, trigger: str, tables: tuple[Table, ...], all_columns: dict) -> None:
+    """Create pgq + pgshovel2 extensions, the queue, its consumer and the triggers.
+
+    all_columns: qualified table name -> number of live columns (to tell a
+    column subset). Raises CaptureError when the queue already exists.
+    """
+    cur.execute("CREATE EXTENSION IF NOT EXISTS pgq")
+    cur.execute("CREATE EXTENSION IF NOT EXISTS pgshovel2")
+    cur.execute("SELECT pgq.create_queue(%s)", (queue,))
+    if cur.fetchone()[0] == 0:
+        raise CaptureError(f"PgQ queue {queue!r} already exists in the database: a set of "
+                           "this name was not dropped cleanly; drop the queue or the set first")
+    cur.execute("SELECT pgq.set_queue_config(%s, 'ticker_max_lag', %s)", (queue, TICKER_MAX_LAG))
+    cur.execute("SELECT pgq.register_consumer(%s, %s)", (queue, CONSUMER))
+    for table in tables:
+        attnums = ",".join(str(c.attnum) for c in table.columns)
+        by_name = {c.name: c.attnum for c in table.columns}
+        keys = ",".join(str(by_name[k]) for k in table.key)
+        mode = "subset" if len(table.columns) < all_columns[table.qualified] else "all"
+        target = sql.Identifier(table.schema, table.name)
+        cur.execute(sql.SQL(
+            "CREATE TRIGGER {} AFTER INSERT OR UPDATE OR DELETE ON {} FOR EACH ROW "
+            "EXECUTE FUNCTION pgshovel2.capture({}, {}, {}, {}, {})").format(
+                sql.Identifier(trigger), target, sql.Literal(queue),
+                sql.Literal(table.qualified), sql.Literal(attnums), sql.Literal(keys),
+                sql.Literal(mode)))
+        cur.execute(sql.SQL(
+            "CREATE TRIGGER {} AFTER TRUNCATE ON {} FOR EACH STATEMENT "
+            "EXECUTE FUNCTION pgshovel2.capture({}, {}, '', '', 'all')").format(
+                sql.Identifier(trigger + "_t"), target, sql.Literal(queue),
+                sql.Literal(table.qualified)))
+
+
+def column_counts(cur, tables: tuple[Table, ...]) -> dict[str, int]:
+    """Qualified table name -> number of live (not dropped) columns."""
+    counts = {}
+    for t in tables:
+        cur.execute("SELECT count(*) FROM pg_attribute WHERE attrelid = %s::regclass "
+                    "AND attnum > 0 AND NOT attisdropped", (t.qualified,))
+        counts[t.qualified] = cur.fetchone()[0]
+    return counts
+
+
+def uninstall(cur, queue: str, trigger: str, tables: tuple[Table, ...]) -> list[str]:
+    """Drop the set's triggers, unregister its consumer and drop its queue.
+
+    Tolerates objects that are already gone; returns what it removed.
+    """
+    done = []
+    for table in tables:
+        cur.execute("SELECT to_regclass(%s)", (table.qualified,))
+        if cur.fetchone()[0] is None:
+            continue
+        for name in (trigger, trigger + "_t"):
+            cur.execute(sql.SQL("DROP TRIGGER IF EXISTS {} ON {}").format(
+                sql.Identifier(name), sql.Identifier(table.schema, table.name)))
+        done.append(f"triggers on {table.qualified}")
+    cur.execute("SELECT 1 FROM pg_namespace WHERE nspname = 'pgq'")
+    if cur.fetchone() is None:
+        return done
+    cur.execute("SELECT consumer_name FROM pgq.get_consumer_info() WHERE queue_name = %s", (queue,))
+    for (consumer,) in cur.fetchall():
+        cur.execute("SELECT pgq.unregister_consumer(%s, %s)", (queue, consumer))
+        done.append(f"consumer {consumer}")
+    cur.execute("SELECT 1 FROM pgq.queue WHERE queue_name = %s", (queue,))
+    if cur.fetchone():
+        cur.execute("SELECT pgq.drop_queue(%s)", (queue,))
+        done.append(f"queue {queue}")
+    return done

@@ -1,0 +1,179 @@
+"""PostgreSQL catalog introspection: resolve a set's tables, columns and keys.
+
+Every lookup runs against the live database before anything is written, so a
+bad config fails with a ConfigError naming the file, field and value.
+"""
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from pgshovel2 import names
+from pgshovel2.config import SetConfig, TableConfig
+from pgshovel2.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Column:
+    """A captured column.
+
+    kind: the base type's name after stripping domains (``int4``, ``numeric``,
+    ``timestamptz``; ``enum`` for enum types); for arrays, the element's kind.
+    precision/scale: numeric type modifier, None when unconstrained.
+    """
+
+    name: str
+    attnum: int
+    pg_type: str
+    kind: str
+    is_array: bool
+    nullable: bool
+    precision: int | None = None
+    scale: int | None = None
+
+
+@dataclass(frozen=True)
+class Table:
+    """A table of a set, resolved against the catalog.
+
+    columns: captured columns in attnum order; key: names of the key columns
+    (empty for an unkeyed table); key_source: where the key came from.
+    """
+
+    schema: str
+    name: str
+    columns: tuple[Column, ...]
+    key: tuple[str, ...]
+    key_source: str
+
+    @property
+    def qualified(self) -> str:
+        """Quoted, schema-qualified name; also the capture trigger's table tag."""
+        return names.qualified(self.schema, self.name)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able form, as stored in ZooKeeper."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Table":
+        """Inverse of :meth:`to_dict`."""
+        cols = tuple(Column(**c) for c in data["columns"])
+        return cls(data["schema"], data["name"], cols, tuple(data["key"]), data["key_source"])
+
+
+_TABLE_SQL = """
+SELECT c.oid, c.relkind FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE n.nspname = %s AND c.relname = %s
+"""
+
+_COLUMNS_SQL = """
+WITH RECURSIVE base(attnum, typid, typmod, depth) AS (
+    SELECT a.attnum, a.atttypid, a.atttypmod, 0 FROM pg_attribute a
+    WHERE a.attrelid = %(oid)s AND a.attnum > 0 AND NOT a.attisdropped
+  UNION ALL
+    SELECT b.attnum, t.typbasetype, t.typtypmod, b.depth + 1
+    FROM base b JOIN pg_type t ON t.oid = b.typid WHERE t.typtype = 'd'
+), resolved AS (
+    SELECT DISTINCT ON (attnum) attnum, typid, typmod FROM base ORDER BY attnum, depth DESC
+)
+SELECT a.attname, a.attnum, format_type(a.atttypid, a.atttypmod), NOT a.attnotnull,
+       t.typname, t.typtype, t.typcategory = 'A', e.typname, e.typtype, r.typmod
+FROM resolved r
+JOIN pg_attribute a ON a.attrelid = %(oid)s AND a.attnum = r.attnum
+JOIN pg_type t ON t.oid = r.typid
+LEFT JOIN pg_type e ON t.typcategory = 'A' AND e.oid = t.typelem
+ORDER BY a.attnum
+"""
+
+_KEY_SQL = """
+SELECT i.indisprimary, i.indkey::int2[] FROM pg_index i
+WHERE i.indrelid = %s AND (i.indisprimary OR i.indisreplident)
+ORDER BY i.indisprimary DESC LIMIT 1
+"""
+
+
+def _numeric_modifier(typmod: int) -> tuple[int | None, int | None]:
+    if typmod < 4:
+        return None, None
+    raw = typmod - 4
+    return (raw >> 16) & 0xFFFF, ((raw & 0x7FF) ^ 1024) - 1024
+
+
+def _column(row: tuple) -> Column:
+    name, attnum, pg_type, nullable, typname, typtype, is_array, elem, elemtype, typmod = row
+    kind = "enum" if (elemtype if is_array else typtype) == "e" else (elem if is_array else typname)
+    precision, scale = _numeric_modifier(typmod) if kind == "numeric" and not is_array else (None, None)
+    return Column(name, attnum, pg_type, kind, bool(is_array), nullable, precision, scale)
+
+
+def resolve_table(cur, tc: TableConfig, where: str, source: str) -> Table:
+    """Resolve one configured table with cursor cur; where: e.g. ``tables[0]``.
+
+    Raises ConfigError for a missing table or column, or an unkeyed table
+    without ``allow_unkeyed``. Key columns are always captured.
+    """
+    cur.execute(_TABLE_SQL, (tc.schema, tc.name))
+    found = cur.fetchone()
+    if found is None or found[1] not in ("r", "p"):
+        raise ConfigError(source, f"{where}.name", tc.name,
+                          f"no table {names.qualified(tc.schema, tc.name)} in the database")
+    oid = found[0]
+    cur.execute(_COLUMNS_SQL, {"oid": oid})
+    all_columns = [_column(r) for r in cur.fetchall()]
+    by_name = {c.name: c for c in all_columns}
+    for field_name, wanted in (("columns", tc.columns), ("key", tc.key)):
+        for i, col in enumerate(wanted or ()):
+            if col not in by_name:
+                raise ConfigError(source, f"{where}.{field_name}[{i}]", col,
+                                  f"no column {names.quote_ident(col)} in table "
+                                  f"{names.qualified(tc.schema, tc.name)}")
+    key, key_source = _key(cur, oid, tc, all_columns)
+    if not key and not tc.allow_unkeyed:
+        raise ConfigError(source, f"{where}.name", tc.name,
+                          f"table {names.qualified(tc.schema, tc.name)} has no primary key or "
+                          "replica identity index; declare 'key' or set 'allow_unkeyed: true'")
+    wanted_cols = set(tc.columns or by_name) | set(key)
+    columns = tuple(c for c in all_columns if c.name in wanted_cols)
+    return Table(tc.schema, tc.name, columns, key, key_source)
+
+
+def _key(cur, oid: int, tc: TableConfig, columns: list[Column]) -> tuple[tuple[str, ...], str]:
+    if tc.key:
+        return tc.key, "config"
+    cur.execute(_KEY_SQL, (oid,))
+    row = cur.fetchone()
+    if row is None:
+        return (), "none"
+    by_attnum = {c.attnum: c.name for c in columns}
+    source = "primary key" if row[0] else "replica identity index"
+    return tuple(by_attnum[a] for a in row[1]), source
+
+
+def resolve_set(conn, set_name: str, config: SetConfig, source: str) -> tuple[Table, ...]:
+    """Resolve every table of a set config against the database of conn.
+
+    Also checks that escaped topic and Avro field names do not collide and fit
+    Kafka's limits. Raises ConfigError; reads only.
+    """
+    with conn.cursor() as cur:
+        tables = tuple(resolve_table(cur, tc, f"tables[{i}]", source)
+                       for i, tc in enumerate(config.tables))
+    prefix = config.topic_prefix or set_name
+    topics: dict[str, str] = {names.transactions_topic(prefix): "the transactions topic"}
+    for i, table in enumerate(tables):
+        topic = names.table_topic(prefix, table.schema, table.name)
+        if len(topic) > names.MAX_TOPIC_LENGTH:
+            raise ConfigError(source, f"tables[{i}].name", table.name,
+                              f"topic name {topic!r} is longer than {names.MAX_TOPIC_LENGTH}")
+        if topic in topics:
+            raise ConfigError(source, f"tables[{i}].name", table.name,
+                              f"topic {topic!r} collides with {topics[topic]}")
+        topics[topic] = table.qualified
+        fields: dict[str, str] = {}
+        for col in table.columns:
+            avro = names.avro_name(col.name)
+            if avro in fields:
+                raise ConfigError(source, f"tables[{i}].columns", col.name,
+                                  f"Avro field name {avro!r} collides with column {fields[avro]!r}")
+            fields[avro] = col.name
+    return tables

@@ -1,0 +1,138 @@
+"""``pgshovel``: administer clusters and replication sets in ZooKeeper."""
+
+import json
+
+import click
+
+from pgshovel2 import admin, verify
+from pgshovel2.catalog import Table
+from pgshovel2.cli.common import env_option, log_level_option, reports_errors, setup_logging, zookeeper_options
+from pgshovel2.cluster import ClusterStore
+from pgshovel2.config import SetConfig
+from pgshovel2.relay.pgq_source import wait_caught_up
+
+
+@click.group()
+@zookeeper_options
+@log_level_option
+@click.pass_context
+def main(ctx: click.Context, zookeeper_hosts: str, cluster: str, log_level: str) -> None:
+    """Change data capture from PostgreSQL to Kafka: cluster and set administration."""
+    setup_logging(log_level)
+    ctx.obj = {"hosts": zookeeper_hosts, "cluster": cluster}
+
+
+def _store(ctx: click.Context) -> ClusterStore:
+    return ClusterStore(ctx.obj["hosts"], ctx.obj["cluster"])
+
+
+@main.group("cluster")
+def cluster_group() -> None:
+    """Cluster commands."""
+
+
+@cluster_group.command("initialize")
+@click.pass_context
+@reports_errors
+def cluster_initialize(ctx: click.Context) -> None:
+    """Create the cluster's znodes (idempotent)."""
+    with _store(ctx) as store:
+        created = store.initialize()
+    state = "initialized" if created else "already initialized"
+    click.echo(f"cluster {ctx.obj['cluster']!r} {state} at {ctx.obj['hosts']}")
+
+
+@main.group("set")
+def set_group() -> None:
+    """Replication set commands."""
+
+
+@set_group.command("create")
+@click.argument("name")
+@click.argument("config", type=click.Path(dir_okay=False))
+@click.pass_context
+@reports_errors
+def set_create(ctx: click.Context, name: str, config: str) -> None:
+    """Create set NAME from the YAML file CONFIG and install its capture."""
+    with _store(ctx) as store:
+        record = admin.create_set(store, name, config)
+    tables = ", ".join(f"{t['schema']}.{t['name']}" for t in record["tables"])
+    click.echo(f"created set {name!r} (version {record['version']}, queue {record['queue']}): {tables}")
+
+
+@set_group.command("list")
+@click.pass_context
+@reports_errors
+def set_list(ctx: click.Context) -> None:
+    """List the cluster's sets with version and tables."""
+    with _store(ctx) as store:
+        for name in store.list_sets():
+            record, _ = store.get_set(name)
+            click.echo(f"{name}\tversion {record['version']}\t{len(record['tables'])} table(s)\t"
+                       f"{record['config']['encoding']}")
+
+
+@set_group.command("inspect")
+@click.argument("name")
+@click.option("--json", "as_json", is_flag=True, help="Print the full record as JSON.")
+@click.pass_context
+@reports_errors
+def set_inspect(ctx: click.Context, name: str, as_json: bool) -> None:
+    """Show set NAME: config, tables, columns, keys, snapshot state."""
+    with _store(ctx) as store:
+        info = admin.inspect_set(store, name)
+    if as_json:
+        click.echo(json.dumps(info, indent=2, sort_keys=True))
+        return
+    cfg = info["config"]
+    click.echo(f"set {name} (version {info['version']}, cluster {info['cluster']})")
+    click.echo(f"  backend {cfg['backend']}, encoding {cfg['encoding']}, envelope {cfg['envelope']}, "
+               f"topic prefix {cfg['topic_prefix'] or name}")
+    click.echo(f"  queue {info['queue']}, triggers {info['trigger']}")
+    snap = info["snapshot"]
+    click.echo(f"  snapshot: {json.dumps(snap) if snap else 'not taken yet'}")
+    for t in info["tables"]:
+        key = ", ".join(t["key"]) or "(unkeyed)"
+        click.echo(f"  table {t['schema']}.{t['name']}  key: {key} ({t['key_source']})")
+        for c in t["columns"]:
+            click.echo(f"    {c['name']}: {c['pg_type']}{'' if c['nullable'] else ' not null'}")
+
+
+@set_group.command("drop")
+@click.argument("name")
+@click.pass_context
+@reports_errors
+def set_drop(ctx: click.Context, name: str) -> None:
+    """Drop set NAME: triggers, consumer, queue, then its znodes."""
+    with _store(ctx) as store:
+        done = admin.drop_set(store, name)
+    click.echo(f"dropped set {name!r}: " + "; ".join(done))
+
+
+@set_group.command("verify")
+@click.argument("name")
+@env_option("--bootstrap-servers", default="127.0.0.1:9092", help="Kafka bootstrap servers.")
+@env_option("--schema-registry", default=None, help="Schema registry URL (Avro sets).")
+@click.option("--wait/--no-wait", default=True, show_default=True,
+              help="First wait until the relay has relayed every committed change.")
+@click.pass_context
+@reports_errors
+def set_verify(ctx: click.Context, name: str, bootstrap_servers: str, schema_registry: str | None,
+               wait: bool) -> None:
+    """Check that the state rebuilt from the set's topics equals its tables.
+
+    Run it while nothing writes to the tables. Exits 1 on any difference.
+    """
+    with _store(ctx) as store:
+        record, _ = store.get_set(name)
+    config = SetConfig.from_dict(record["config"])
+    tables = tuple(Table.from_dict(t) for t in record["tables"])
+    if wait:
+        wait_caught_up(config.dsn, record["queue"], record["consumer"])
+    reports = verify.verify_set(name, config, tables, bootstrap_servers, schema_registry)
+    for r in reports:
+        state = "ok" if r.ok else f"DIFFERENT: {r.first_difference}"
+        click.echo(f"{r.topic}: {r.messages} messages, {r.rebuilt_rows} rows rebuilt, "
+                   f"{r.source_rows} rows in {r.table}: {state}")
+    if not all(r.ok for r in reports):
+        raise SystemExit(1)

@@ -1,0 +1,37 @@
+"""Errors pgshovel2 raises for bad input and unavailable services.
+
+Every error names the thing that is wrong and where it was found, so the CLI
+can print it as is and exit non-zero.
+"""
+
+
+class PgshovelError(Exception):
+    """Base class of all errors pgshovel2 reports to the operator."""
+
+
+class ConfigError(PgshovelError):
+    """A replication-set configuration is invalid.
+
+    source: the config file path (or other origin); field: dotted path of the
+    offending field, e.g. ``tables[2].columns``; value: the offending value.
+    """
+
+    def __init__(self, source: str, field: str, value: object, message: str):
+        self.source, self.field, self.value = source, field, value
+        super().__init__(f"{source}: {field}: {message} (got {value!r})")
+
+
+class ClusterError(PgshovelError):
+    """The ZooKeeper state is missing, conflicting or unreachable."""
+
+
+class CaptureError(PgshovelError):
+    """Installing or removing capture objects in the database failed."""
+
+
+class RelayError(PgshovelError):
+    """The relay cannot continue without risking loss or corruption."""
+
+
+class EncodeError(PgshovelError):
+    """A captured value cannot be represented in the configured encoding."""

@@ -1,0 +1,49 @@
+"""Schema registry access (Confluent protocol): register schemas, with retries.
+
+The relay never writes a message without a schema id: while the registry is
+unreachable, :meth:`SchemaRegistry.register` waits and retries.
+"""
+
+import json
+import logging
+import time
+from typing import Any
+
+from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+from confluent_kafka.schema_registry.error import SchemaRegistryError
+
+from pgshovel2.errors import RelayError
+
+log = logging.getLogger(__name__)
+
+
+class SchemaRegistry:
+    """url: the registry's Confluent-compatible base URL."""
+
+    def __init__(self, url: str, retry_seconds: float = 2.0, max_wait: float | None = None):
+        self.url = url
+        self._client = SchemaRegistryClient({"url": url})
+        self._retry, self._max_wait = retry_seconds, max_wait
+
+    def register(self, subject: str, schema: dict[str, Any]) -> int:
+        """Register an Avro schema under subject; returns its schema id.
+
+        Retries while the registry is unreachable (up to max_wait s, forever
+        when None). Raises RelayError when the registry rejects the schema.
+        """
+        started = time.monotonic()
+        while True:
+            try:
+                return self._client.register_schema(subject, Schema(json.dumps(schema), "AVRO"))
+            except SchemaRegistryError as exc:
+                if exc.http_status_code and 400 <= exc.http_status_code < 500:
+                    raise RelayError(f"schema registry {self.url} rejected the schema of "
+                                     f"{subject!r}: {exc.error_message}") from exc
+                error: Exception = exc
+            except Exception as exc:  # connection errors come from httpx
+                error = exc
+            if self._max_wait is not None and time.monotonic() - started > self._max_wait:
+                raise RelayError(f"schema registry {self.url} unreachable: {error}")
+            log.warning("schema registry %s unreachable (%s); retrying in %.0fs",
+                        self.url, error, self._retry)
+            time.sleep(self._retry)

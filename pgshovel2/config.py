@@ -1,0 +1,222 @@
+"""Replication-set configuration: the YAML model, loading and validation.
+
+A set config is a YAML mapping (see configs/pgbench.yaml)::
+
+    database: {dsn: "host=... dbname=..."}
+    backend: trigger            # only backend so far
+    encoding: avro              # avro | json
+    envelope: row               # row (Bottled Water compatible)
+    topic_prefix: pgbench       # default: the set name
+    topics: {create: true, partitions: 1, replication_factor: 1}
+    tables:
+      - name: pgbench_accounts  # exact identifier, no quoting
+        schema: public          # default public
+        columns: [aid, abalance]   # optional subset; key columns are always captured
+        key: [aid]              # optional key override
+        allow_unkeyed: false
+
+This module checks structure only; checks against the live catalog are in
+:mod:`pgshovel2.catalog`. Every failure is a :class:`ConfigError` naming the
+file, the field and the value.
+"""
+
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from pgshovel2.errors import ConfigError
+
+SET_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,39}")
+ENCODINGS = ("avro", "json")
+BACKENDS = ("trigger",)
+ENVELOPES = ("row",)
+_TOP_KEYS = {"database", "backend", "encoding", "envelope", "topic_prefix", "topics", "tables"}
+_TABLE_KEYS = {"name", "schema", "columns", "key", "allow_unkeyed"}
+_TOPIC_KEYS = {"create", "partitions", "replication_factor"}
+
+
+@dataclass(frozen=True)
+class TableConfig:
+    """One table of a set, as configured (names are exact identifiers)."""
+
+    schema: str
+    name: str
+    columns: tuple[str, ...] | None = None
+    key: tuple[str, ...] | None = None
+    allow_unkeyed: bool = False
+
+
+@dataclass(frozen=True)
+class TopicsConfig:
+    """How the relay creates missing topics."""
+
+    create: bool = True
+    partitions: int = 1
+    replication_factor: int = 1
+
+
+@dataclass(frozen=True)
+class SetConfig:
+    """A replication set's configuration, validated for structure."""
+
+    dsn: str
+    tables: tuple[TableConfig, ...]
+    backend: str = "trigger"
+    encoding: str = "avro"
+    envelope: str = "row"
+    topic_prefix: str | None = None
+    topics: TopicsConfig = field(default_factory=TopicsConfig)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able form, as stored in ZooKeeper."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "SetConfig":
+        """Inverse of :meth:`to_dict` (data from ZooKeeper, already valid)."""
+        tables = tuple(
+            TableConfig(
+                schema=t["schema"], name=t["name"],
+                columns=tuple(t["columns"]) if t["columns"] is not None else None,
+                key=tuple(t["key"]) if t["key"] is not None else None,
+                allow_unkeyed=t["allow_unkeyed"],
+            )
+            for t in data["tables"]
+        )
+        return cls(
+            dsn=data["dsn"], tables=tables, backend=data["backend"],
+            encoding=data["encoding"], envelope=data["envelope"],
+            topic_prefix=data["topic_prefix"], topics=TopicsConfig(**data["topics"]),
+        )
+
+
+def validate_set_name(name: str) -> str:
+    """Return name if it is a valid set name, else raise ConfigError.
+
+    Set names become ZooKeeper nodes, PgQ queue and trigger names: a letter,
+    then up to 39 letters, digits or underscores.
+    """
+    if not SET_NAME.fullmatch(name):
+        raise ConfigError("command line", "set name", name,
+                          "must be a letter followed by up to 39 letters, digits or '_'")
+    return name
+
+
+def load_config(path: str | Path) -> SetConfig:
+    """Read and validate a YAML set config file.
+
+    Raises ConfigError (file missing, malformed YAML, bad field) naming the file.
+    """
+    source = str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(source, "file", source, f"cannot read: {exc.strerror}") from exc
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "document"
+        raise ConfigError(source, where, text[:0], f"malformed YAML: {exc}") from exc
+    return parse_config(data, source)
+
+
+def parse_config(data: Any, source: str) -> SetConfig:
+    """Validate a parsed YAML document; source names it in errors."""
+    if not isinstance(data, dict):
+        raise ConfigError(source, "(document)", data, "must be a mapping")
+    _no_unknown(data, _TOP_KEYS, "", source)
+    db = data.get("database")
+    if not isinstance(db, dict) or not isinstance(db.get("dsn"), str) or not db["dsn"].strip():
+        raise ConfigError(source, "database.dsn", db, "must be a non-empty libpq DSN string")
+    backend = _choice(data, "backend", BACKENDS, source)
+    encoding = _choice(data, "encoding", ENCODINGS, source)
+    envelope = _choice(data, "envelope", ENVELOPES, source)
+    prefix = data.get("topic_prefix")
+    if prefix is not None and (not isinstance(prefix, str) or not prefix):
+        raise ConfigError(source, "topic_prefix", prefix, "must be a non-empty string")
+    tables = data.get("tables")
+    if not isinstance(tables, list) or not tables:
+        raise ConfigError(source, "tables", tables, "must be a non-empty list")
+    parsed = tuple(_parse_table(t, f"tables[{i}]", source) for i, t in enumerate(tables))
+    seen: dict[tuple[str, str], int] = {}
+    for i, t in enumerate(parsed):
+        if (t.schema, t.name) in seen:
+            raise ConfigError(source, f"tables[{i}]", f"{t.schema}.{t.name}",
+                              f"duplicate of tables[{seen[(t.schema, t.name)]}]")
+        seen[(t.schema, t.name)] = i
+    return SetConfig(dsn=db["dsn"], tables=parsed, backend=backend, encoding=encoding,
+                     envelope=envelope, topic_prefix=prefix,
+                     topics=_parse_topics(data.get("topics", {}), source))
+
+
+def _no_unknown(data: dict, allowed: set[str], where: str, source: str) -> None:
+    for key in data:
+        if key not in allowed:
+            raise ConfigError(source, f"{where}{key}", key,
+                              f"unknown field; allowed: {', '.join(sorted(allowed))}")
+
+
+def _choice(data: dict, key: str, choices: tuple[str, ...], source: str) -> str:
+    value = data.get(key, choices[0])
+    if value not in choices:
+        raise ConfigError(source, key, value, f"must be one of {', '.join(choices)}")
+    return value
+
+
+def _ident(value: Any, field_name: str, source: str) -> str:
+    if not isinstance(value, str) or not value:
+        raise ConfigError(source, field_name, value, "must be a non-empty identifier string")
+    if len(value.encode("utf-8")) > 63:
+        raise ConfigError(source, field_name, value, "identifiers are at most 63 bytes")
+    if "\x00" in value:
+        raise ConfigError(source, field_name, value, "identifiers cannot contain NUL")
+    return value
+
+
+def _ident_list(value: Any, field_name: str, source: str) -> tuple[str, ...] | None:
+    if value is None:
+        return None
+    if not isinstance(value, list) or not value:
+        raise ConfigError(source, field_name, value, "must be a non-empty list of column names")
+    names = tuple(_ident(v, f"{field_name}[{i}]", source) for i, v in enumerate(value))
+    if len(set(names)) != len(names):
+        raise ConfigError(source, field_name, value, "lists a column twice")
+    return names
+
+
+def _parse_table(entry: Any, where: str, source: str) -> TableConfig:
+    if isinstance(entry, str):
+        entry = {"name": entry}
+    if not isinstance(entry, dict):
+        raise ConfigError(source, where, entry, "must be a table name or a mapping")
+    _no_unknown(entry, _TABLE_KEYS, f"{where}.", source)
+    unkeyed = entry.get("allow_unkeyed", False)
+    if not isinstance(unkeyed, bool):
+        raise ConfigError(source, f"{where}.allow_unkeyed", unkeyed, "must be true or false")
+    return TableConfig(
+        schema=_ident(entry.get("schema", "public"), f"{where}.schema", source),
+        name=_ident(entry.get("name"), f"{where}.name", source),
+        columns=_ident_list(entry.get("columns"), f"{where}.columns", source),
+        key=_ident_list(entry.get("key"), f"{where}.key", source),
+        allow_unkeyed=unkeyed,
+    )
+
+
+def _parse_topics(data: Any, source: str) -> TopicsConfig:
+    if not isinstance(data, dict):
+        raise ConfigError(source, "topics", data, "must be a mapping")
+    _no_unknown(data, _TOPIC_KEYS, "topics.", source)
+    create = data.get("create", True)
+    if not isinstance(create, bool):
+        raise ConfigError(source, "topics.create", create, "must be true or false")
+    ints = {}
+    for key in ("partitions", "replication_factor"):
+        value = data.get(key, 1)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ConfigError(source, f"topics.{key}", value, "must be a positive integer")
+        ints[key] = value
+    return TopicsConfig(create=create, **ints)

@@ -1,0 +1,140 @@
+"""PgQ source: batches of a set's queue, streamed grouped by transaction.
+
+Position of a batch: its tick range (prev_tick_id, cur_tick_id]; batch ids are
+not stable across retries (next_batch draws them from a sequence).
+"""
+
+import json
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import psycopg2
+
+from pgshovel2.errors import RelayError
+
+
+@dataclass(frozen=True)
+class Batch:
+    """An open PgQ batch; from pgq.next_batch_info."""
+
+    batch_id: int
+    prev_tick_id: int
+    cur_tick_id: int
+
+
+@dataclass(frozen=True)
+class Event:
+    """One captured change.
+
+    txid: 64-bit epoch txid; ts_ms: capture time, ms since epoch; op: I/U/D/T;
+    row, before: decoded trigger rows (lists) or None; table: table tag.
+    """
+
+    txid: int
+    ts_ms: int
+    op: str
+    row: list | None
+    table: str
+    before: list | None
+
+
+# Events grouped by transaction, transactions in commit order: a transaction
+# that waited for another's row lock inserted its events after the other's
+# last one, so ordering transactions by their last ev_id keeps per-key order.
+_EVENTS_SQL = """
+SELECT ev_txid, (extract(epoch FROM ev_time) * 1000)::int8, ev_type, ev_data, ev_extra1, ev_extra2
+FROM (SELECT e.*, max(ev_id) OVER (PARTITION BY ev_txid) AS tx_last
+      FROM pgq.get_batch_events(%(batch)s) e) e
+WHERE %(snapshot)s::txid_snapshot IS NULL
+   OR NOT txid_visible_in_snapshot(ev_txid, %(snapshot)s::txid_snapshot)
+ORDER BY tx_last, ev_id
+"""
+
+
+class PgqSource:
+    """Reads a set's queue as consumer. dsn: libpq DSN of the set's database."""
+
+    def __init__(self, dsn: str, queue: str, consumer: str, fetch_size: int = 5000):
+        self.queue, self.consumer, self.fetch_size = queue, consumer, fetch_size
+        try:
+            self._ctl = psycopg2.connect(dsn)
+            self._read = psycopg2.connect(dsn)
+        except psycopg2.OperationalError as exc:
+            raise RelayError(f"cannot connect to the set's database: {exc}".strip()) from exc
+        self._ctl.autocommit = True
+
+    def next_batch(self) -> Batch | None:
+        """The consumer's open batch, or a new one; None when no tick is ahead."""
+        with self._ctl.cursor() as cur:
+            cur.execute("SELECT batch_id, prev_tick_id, cur_tick_id FROM pgq.next_batch_info(%s, %s)",
+                        (self.queue, self.consumer))
+            row = cur.fetchone()
+        return Batch(*row) if row and row[0] is not None else None
+
+    def tick(self) -> None:
+        """Ask PgQ for a tick now (it ticks only past the queue's thresholds)."""
+        with self._ctl.cursor() as cur:
+            cur.execute("SELECT pgq.ticker(%s)", (self.queue,))
+
+    def events(self, batch: Batch, snapshot: str | None) -> Iterator[Event]:
+        """Stream a batch's events, skipping transactions visible in snapshot.
+
+        snapshot: txid_snapshot text of the relay's initial snapshot, or None.
+        Memory is bounded by fetch_size rows (server-side cursor).
+        """
+        try:
+            with self._read.cursor(name=f"batch_{batch.batch_id}") as cur:
+                cur.itersize = self.fetch_size
+                cur.execute(_EVENTS_SQL, {"batch": batch.batch_id, "snapshot": snapshot})
+                for txid, ts_ms, op, data, table, before in cur:
+                    yield Event(txid, ts_ms, op, json.loads(data) if data else None, table,
+                                json.loads(before) if before else None)
+        finally:
+            self._read.rollback()
+
+    def finish(self, batch: Batch) -> None:
+        """Acknowledge a batch (pgq.finish_batch): its events are never read again."""
+        with self._ctl.cursor() as cur:
+            cur.execute("SELECT pgq.finish_batch(%s)", (batch.batch_id,))
+
+    def lag(self) -> tuple[float, int]:
+        """(seconds, events) the consumer is behind, from pgq.get_consumer_info."""
+        with self._ctl.cursor() as cur:
+            cur.execute("SELECT extract(epoch FROM lag), pending_events "
+                        "FROM pgq.get_consumer_info(%s, %s)", (self.queue, self.consumer))
+            row = cur.fetchone()
+        return (float(row[0] or 0), int(row[1] or 0)) if row else (0.0, 0)
+
+    def close(self) -> None:
+        """Close both connections."""
+        self._ctl.close()
+        self._read.close()
+
+
+def wait_caught_up(dsn: str, queue: str, consumer: str, timeout: float = 120.0) -> int:
+    """Wait until consumer has finished every event committed before the call.
+
+    Forces a tick after the last committed event, then waits until the
+    consumer's last finished tick reaches it; returns that tick id. Raises
+    RelayError after timeout seconds.
+    """
+    conn = psycopg2.connect(dsn)
+    conn.autocommit = True
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT pgq.force_tick(%s)", (queue,))
+            cur.execute("SELECT pgq.ticker(%s)", (queue,))
+            cur.execute("SELECT last_tick_id FROM pgq.get_queue_info(%s)", (queue,))
+            target = cur.fetchone()[0]
+            deadline = time.monotonic() + timeout
+            while True:
+                cur.execute("SELECT last_tick FROM pgq.get_consumer_info(%s, %s)", (queue, consumer))
+                if cur.fetchone()[0] >= target:
+                    return target
+                if time.monotonic() > deadline:
+                    raise RelayError(f"consumer {consumer} of queue {queue} did not reach tick "
+                                     f"{target} within {timeout:g}s: is the relay running?")
+                time.sleep(0.1)
+    finally:
+        conn.close()

@@ -1,0 +1,23 @@
+# Shared settings of the local stack; sourced by the other scripts.
+# Every value can be overridden from the environment.
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+STACK_DIR="${STACK_DIR:-$REPO/.stack}"
+PG_BIN="${PG_BIN:-/usr/lib/postgresql/15/bin}"
+PG_PORT="${PG_PORT:-55432}"
+PG_DB="${PG_DB:-pgshovel}"
+ZK_PORT="${ZK_PORT:-22181}"
+KAFKA_PORT="${KAFKA_PORT:-29092}"
+KAFKA_CONTROLLER_PORT="${KAFKA_CONTROLLER_PORT:-29093}"
+REGISTRY_PORT="${REGISTRY_PORT:-28081}"
+VENV="${VENV:-$REPO/.venv}"
+KAFKA_LIBS="${KAFKA_LIBS:-$REPO/.cache/kafka-libs}"
+REGISTRY_HOME="${REGISTRY_HOME:-$REPO/.cache/registry}"
+export STACK_DIR PG_PORT PG_DB ZK_PORT KAFKA_PORT KAFKA_CONTROLLER_PORT REGISTRY_PORT
+
+PG_DSN="host=127.0.0.1 port=$PG_PORT dbname=$PG_DB user=postgres"
+ZK_HOSTS="127.0.0.1:$ZK_PORT"
+KAFKA_BOOTSTRAP="127.0.0.1:$KAFKA_PORT"
+REGISTRY_URL="http://127.0.0.1:$REGISTRY_PORT/apis/ccompat/v7"
+
+log() { echo "[stack] $*" >&2; }
+die() { echo "[stack] error: $*" >&2; exit 1; }

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Installs everything pgshovel2 needs on a fresh Debian 12 machine, idempotently:
+# Debian packages, the pgshovel2 PostgreSQL extension, the Python venv, the
+# Kafka broker jars (Maven Central) and the schema registry.
+set -euo pipefail
+source "$(dirname "$0")/env.sh"
+
+APT_PACKAGES="postgresql-15 postgresql-15-pgq3 pgqd postgresql-server-dev-15 libpq-dev
+  postgresql-contrib zookeeper kcat netcat-openbsd maven openjdk-17-jre-headless"
+
+missing=""
+for p in $APT_PACKAGES; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
+done
+if [ -n "$missing" ]; then
+  log "installing Debian packages:$missing"
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
+  $SUDO apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q $missing
+fi
+
+log "building the pgshovel2 PostgreSQL extension"
+make -s -C "$REPO/sql/capture" PG_CONFIG="$PG_BIN/pg_config" with_llvm=no >/dev/null
+make -s -C "$REPO/sql/capture" PG_CONFIG="$PG_BIN/pg_config" with_llvm=no install >/dev/null
+
+if [ ! -x "$VENV/bin/python" ]; then
+  log "creating $VENV"
+  python3 -m venv "$VENV"
+fi
+if ! cmp -s "$REPO/requirements.txt" "$VENV/.installed-requirements" 2>/dev/null; then
+  log "installing Python requirements"
+  "$VENV/bin/pip" install -q --upgrade pip
+  "$VENV/bin/pip" install -q -r "$REPO/requirements.txt"
+  cp "$REPO/requirements.txt" "$VENV/.installed-requirements"
+fi
+"$VENV/bin/pip" install -q --no-deps -e "$REPO"
+
+if [ ! -f "$KAFKA_LIBS/.complete" ]; then
+  log "fetching Apache Kafka jars from Maven Central"
+  mkdir -p "$KAFKA_LIBS"
+  mvn -q -B -f "$REPO/scripts/kafka/pom.xml" dependency:copy-dependencies \
+      -DoutputDirectory="$KAFKA_LIBS"
+  touch "$KAFKA_LIBS/.complete"
+fi
+
+if [ -x "$REPO/scripts/registry/install.sh" ]; then
+  "$REPO/scripts/registry/install.sh" "$REGISTRY_HOME"
+fi
+log "install complete"

@@ -1,0 +1,31 @@
+"""pgshovel2: change data capture from PostgreSQL to Kafka."""
+
+from setuptools import find_packages, setup
+
+setup(
+    name="pgshovel2",
+    version="0.1.0",
+    description="Change data capture for PostgreSQL (PgQ triggers, logical decoding) into Kafka",
+    long_description=open("README.rst", encoding="utf-8").read(),
+    license="Apache-2.0",
+    python_requires=">=3.11",
+    packages=find_packages(include=["pgshovel2", "pgshovel2.*"]),
+    install_requires=[
+        "click>=8.1,<9",
+        "kazoo>=2.9,<3",
+        "psycopg2-binary>=2.9,<3",
+        "confluent-kafka[schemaregistry]>=2.4,<3",
+        "fastavro>=1.9,<2",
+        "PyYAML>=6,<7",
+    ],
+    extras_require={
+        "test": ["pytest>=8,<10", "ruff>=0.5"],
+        "sentry": ["sentry-sdk>=2,<3"],
+    },
+    entry_points={
+        "console_scripts": [
+            "pgshovel=pgshovel2.cli.admin:main",
+            "pgshovel-kafka-relay=pgshovel2.cli.relay:main",
+        ],
+    },
+)

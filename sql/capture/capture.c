@@ -1,0 +1,254 @@
+/*
+ * capture.c - the pgshovel2 capture trigger and the snapshot row encoder.
+ *
+ * pgshovel2.capture(queue, table_tag, captured_attnums, key_attnums, mode)
+ * appends one PgQ event per row change:
+ *   ev_type   'I' | 'U' | 'D' | 'T' (TRUNCATE, statement level)
+ *   ev_data   JSON array of the captured columns (after-image; before-image
+ *             for 'D'; NULL for 'T')
+ *   ev_extra1 table tag (the quoted, qualified table name)
+ *   ev_extra2 on 'U' only when a key column changed: the before-image
+ * With mode 'subset', an UPDATE that changes no captured column is skipped.
+ */
+#include "postgres.h"
+
+#include "access/htup_details.h"
+#include "commands/trigger.h"
+#include "executor/spi.h"
+#include "fmgr.h"
+#include "funcapi.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/datum.h"
+#include "utils/lsyscache.h"
+#include "utils/rel.h"
+#include "utils/typcache.h"
+
+#include "encode.h"
+#include "queue.h"
+
+PG_MODULE_MAGIC;
+
+PG_FUNCTION_INFO_V1(pgshovel2_capture);
+PG_FUNCTION_INFO_V1(pgshovel2_encode_row);
+
+/* Parsed trigger arguments, cached for the life of the trigger's FmgrInfo. */
+typedef struct CaptureArgs
+{
+	Oid			tgoid;
+	const char *queue;
+	const char *table_tag;
+	int			ncols;
+	int16	   *attnums;
+	ColumnCodec *codecs;
+	int			nkeys;
+	int16	   *keys;
+	bool		subset;
+} CaptureArgs;
+
+static int
+parse_attnums(const char *list, int16 **out, TupleDesc desc, MemoryContext mcxt)
+{
+	int			n = 0;
+	int			cap = 8;
+	const char *p = list;
+
+	*out = MemoryContextAlloc(mcxt, cap * sizeof(int16));
+	while (*p)
+	{
+		char	   *end;
+		long		attnum = strtol(p, &end, 10);
+
+		if (end == p || attnum < 1 || attnum > desc->natts ||
+			TupleDescAttr(desc, attnum - 1)->attisdropped)
+			ereport(ERROR,
+					(errmsg("pgshovel2: bad column list \"%s\" in capture trigger", list),
+					 errhint("Recreate the trigger with \"pgshovel set upgrade\".")));
+		if (n == cap)
+		{
+			cap *= 2;
+			*out = repalloc(*out, cap * sizeof(int16));
+		}
+		(*out)[n++] = (int16) attnum;
+		p = (*end == ',') ? end + 1 : end;
+	}
+	return n;
+}
+
+static CaptureArgs *
+capture_args(FunctionCallInfo fcinfo, TriggerData *tg)
+{
+	CaptureArgs *args = fcinfo->flinfo->fn_extra;
+	Trigger    *trigger = tg->tg_trigger;
+	TupleDesc	desc = RelationGetDescr(tg->tg_relation);
+	MemoryContext mcxt = fcinfo->flinfo->fn_mcxt;
+	int			i;
+
+	if (args && args->tgoid == trigger->tgoid)
+		return args;
+	if (trigger->tgnargs != 5)
+		elog(ERROR, "pgshovel2.capture() takes 5 trigger arguments, got %d",
+			 trigger->tgnargs);
+	args = MemoryContextAllocZero(mcxt, sizeof(CaptureArgs));
+	args->tgoid = trigger->tgoid;
+	args->queue = MemoryContextStrdup(mcxt, trigger->tgargs[0]);
+	args->table_tag = MemoryContextStrdup(mcxt, trigger->tgargs[1]);
+	args->ncols = parse_attnums(trigger->tgargs[2], &args->attnums, desc, mcxt);
+	args->nkeys = parse_attnums(trigger->tgargs[3], &args->keys, desc, mcxt);
+	args->subset = strcmp(trigger->tgargs[4], "subset") == 0;
+	args->codecs = MemoryContextAlloc(mcxt, args->ncols * sizeof(ColumnCodec));
+	for (i = 0; i < args->ncols; i++)
+		pgshovel2_codec_init(&args->codecs[i],
+							 TupleDescAttr(desc, args->attnums[i] - 1)->atttypid,
+							 mcxt);
+	fcinfo->flinfo->fn_extra = args;
+	return args;
+}
+
+/* True when any of the given columns differs (binary) between the tuples. */
+static bool
+columns_differ(HeapTuple a, HeapTuple b, TupleDesc desc, const int16 *attnums, int n)
+{
+	int			i;
+
+	for (i = 0; i < n; i++)
+	{
+		Form_pg_attribute att = TupleDescAttr(desc, attnums[i] - 1);
+		bool		null_a;
+		bool		null_b;
+		Datum		va = heap_getattr(a, attnums[i], desc, &null_a);
+		Datum		vb = heap_getattr(b, attnums[i], desc, &null_b);
+
+		if (null_a != null_b)
+			return true;
+		if (!null_a && !datumIsEqual(va, vb, att->attbyval, att->attlen))
+			return true;
+	}
+	return false;
+}
+
+static char *
+encode(CaptureArgs *args, HeapTuple tuple, TupleDesc desc)
+{
+	StringInfoData buf;
+
+	initStringInfo(&buf);
+	pgshovel2_encode_tuple(&buf, tuple, desc, args->attnums, args->ncols, args->codecs);
+	return buf.data;
+}
+
+Datum
+pgshovel2_capture(PG_FUNCTION_ARGS)
+{
+	TriggerData *tg;
+	CaptureArgs *args;
+	TupleDesc	desc;
+	const char *op;
+	char	   *data = NULL;
+	char	   *before = NULL;
+
+	if (!CALLED_AS_TRIGGER(fcinfo))
+		elog(ERROR, "pgshovel2.capture() must be called as a trigger");
+	tg = (TriggerData *) fcinfo->context;
+	if (!TRIGGER_FIRED_AFTER(tg->tg_event))
+		elog(ERROR, "pgshovel2.capture() must be an AFTER trigger");
+	args = capture_args(fcinfo, tg);
+	desc = RelationGetDescr(tg->tg_relation);
+
+	if (TRIGGER_FIRED_BY_TRUNCATE(tg->tg_event))
+		op = "T";
+	else if (!TRIGGER_FIRED_FOR_ROW(tg->tg_event))
+		elog(ERROR, "pgshovel2.capture() must fire FOR EACH ROW for INSERT/UPDATE/DELETE");
+	else if (TRIGGER_FIRED_BY_INSERT(tg->tg_event))
+	{
+		op = "I";
+		data = encode(args, tg->tg_trigtuple, desc);
+	}
+	else if (TRIGGER_FIRED_BY_DELETE(tg->tg_event))
+	{
+		op = "D";
+		data = encode(args, tg->tg_trigtuple, desc);
+	}
+	else
+	{
+		HeapTuple	old = tg->tg_trigtuple;
+		HeapTuple	new = tg->tg_newtuple;
+
+		if (args->subset &&
+			!columns_differ(old, new, desc, args->attnums, args->ncols))
+			return PointerGetDatum(NULL);
+		op = "U";
+		data = encode(args, new, desc);
+		if (columns_differ(old, new, desc, args->keys, args->nkeys))
+			before = encode(args, old, desc);
+	}
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "pgshovel2: SPI_connect failed");
+	pgshovel2_queue_insert(args->queue, op, data, args->table_tag, before);
+	SPI_finish();
+	return PointerGetDatum(NULL);
+}
+
+/* Per-call-site cache for encode_row(). */
+typedef struct RowCodec
+{
+	Oid			type_id;
+	int			ncols;
+	int16	   *attnums;
+	ColumnCodec *codecs;
+} RowCodec;
+
+static RowCodec *
+row_codec(FunctionCallInfo fcinfo, Oid type_id, TupleDesc desc, ArrayType *arr)
+{
+	RowCodec   *rc = fcinfo->flinfo->fn_extra;
+	MemoryContext mcxt = fcinfo->flinfo->fn_mcxt;
+	Datum	   *elems;
+	bool	   *nulls;
+	int			n;
+	int			i;
+
+	if (rc && rc->type_id == type_id)
+		return rc;
+	deconstruct_array(arr, INT2OID, 2, true, TYPALIGN_SHORT, &elems, &nulls, &n);
+	rc = MemoryContextAllocZero(mcxt, sizeof(RowCodec));
+	rc->type_id = type_id;
+	rc->ncols = n;
+	rc->attnums = MemoryContextAlloc(mcxt, Max(n, 1) * sizeof(int16));
+	rc->codecs = MemoryContextAlloc(mcxt, Max(n, 1) * sizeof(ColumnCodec));
+	for (i = 0; i < n; i++)
+	{
+		int16		attnum = DatumGetInt16(elems[i]);
+
+		if (nulls[i] || attnum < 1 || attnum > desc->natts ||
+			TupleDescAttr(desc, attnum - 1)->attisdropped)
+			elog(ERROR, "pgshovel2.encode_row(): no column with attnum %d", attnum);
+		rc->attnums[i] = attnum;
+		pgshovel2_codec_init(&rc->codecs[i], TupleDescAttr(desc, attnum - 1)->atttypid, mcxt);
+	}
+	fcinfo->flinfo->fn_extra = rc;
+	return rc;
+}
+
+Datum
+pgshovel2_encode_row(PG_FUNCTION_ARGS)
+{
+	HeapTupleHeader th = PG_GETARG_HEAPTUPLEHEADER(0);
+	ArrayType  *arr = PG_GETARG_ARRAYTYPE_P(1);
+	Oid			type_id = HeapTupleHeaderGetTypeId(th);
+	TupleDesc	desc = lookup_rowtype_tupdesc(type_id, HeapTupleHeaderGetTypMod(th));
+	HeapTupleData tuple;
+	RowCodec   *rc;
+	StringInfoData buf;
+
+	tuple.t_len = HeapTupleHeaderGetDatumLength(th);
+	ItemPointerSetInvalid(&tuple.t_self);
+	tuple.t_tableOid = InvalidOid;
+	tuple.t_data = th;
+	rc = row_codec(fcinfo, type_id, desc, arr);
+	initStringInfo(&buf);
+	pgshovel2_encode_tuple(&buf, &tuple, desc, rc->attnums, rc->ncols, rc->codecs);
+	ReleaseTupleDesc(desc);
+	PG_RETURN_TEXT_P(cstring_to_text_with_len(buf.data, buf.len));
+}

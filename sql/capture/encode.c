@@ -1,0 +1,184 @@
+/*
+ * encode.c - JSON array encoding of captured column values.
+ *
+ * Value forms are independent of session settings (DateStyle, IntervalStyle,
+ * bytea_output, extra_float_digits), so the relay decodes every event the same
+ * way whichever session wrote it.
+ */
+#include "postgres.h"
+
+#include "access/htup_details.h"
+#include "catalog/pg_type.h"
+#include "common/shortest_dec.h"
+#include "fmgr.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/date.h"
+#include "utils/lsyscache.h"
+#include "utils/timestamp.h"
+
+#include <math.h>
+
+#include "encode.h"
+
+void
+pgshovel2_json_string(StringInfo buf, const char *s)
+{
+	const unsigned char *p;
+
+	appendStringInfoCharMacro(buf, '"');
+	for (p = (const unsigned char *) s; *p; p++)
+	{
+		switch (*p)
+		{
+			case '"':
+				appendBinaryStringInfo(buf, "\\\"", 2);
+				break;
+			case '\\':
+				appendBinaryStringInfo(buf, "\\\\", 2);
+				break;
+			case '\n':
+				appendBinaryStringInfo(buf, "\\n", 2);
+				break;
+			case '\t':
+				appendBinaryStringInfo(buf, "\\t", 2);
+				break;
+			case '\r':
+				appendBinaryStringInfo(buf, "\\r", 2);
+				break;
+			default:
+				if (*p < 0x20)
+					appendStringInfo(buf, "\\u%04x", *p);
+				else
+					appendStringInfoCharMacro(buf, (char) *p);
+		}
+	}
+	appendStringInfoCharMacro(buf, '"');
+}
+
+void
+pgshovel2_codec_init(ColumnCodec *codec, Oid type_oid, MemoryContext mcxt)
+{
+	Oid			out_func;
+	bool		is_varlena;
+
+	codec->base_type = getBaseType(type_oid);
+	getTypeOutputInfo(type_oid, &out_func, &is_varlena);
+	fmgr_info_cxt(out_func, &codec->out, mcxt);
+}
+
+static void
+encode_float(StringInfo buf, double value, bool is_float4)
+{
+	char		digits[64];
+
+	if (isnan(value))
+		appendStringInfoString(buf, "\"NaN\"");
+	else if (isinf(value))
+		appendStringInfoString(buf, value > 0 ? "\"Infinity\"" : "\"-Infinity\"");
+	else
+	{
+		if (is_float4)
+			float_to_shortest_decimal_buf((float) value, digits);
+		else
+			double_to_shortest_decimal_buf(value, digits);
+		appendStringInfoString(buf, digits);
+	}
+}
+
+static void
+encode_bytea(StringInfo buf, Datum value)
+{
+	static const char hex[] = "0123456789abcdef";
+	bytea	   *data = DatumGetByteaPP(value);
+	const unsigned char *p = (const unsigned char *) VARDATA_ANY(data);
+	int			len = VARSIZE_ANY_EXHDR(data);
+	int			i;
+
+	enlargeStringInfo(buf, len * 2 + 2);
+	buf->data[buf->len++] = '"';
+	for (i = 0; i < len; i++)
+	{
+		buf->data[buf->len++] = hex[p[i] >> 4];
+		buf->data[buf->len++] = hex[p[i] & 0xf];
+	}
+	buf->data[buf->len++] = '"';
+	buf->data[buf->len] = '\0';
+}
+
+void
+pgshovel2_encode_value(StringInfo buf, ColumnCodec *codec, Datum value,
+					   bool isnull)
+{
+	if (isnull)
+	{
+		appendBinaryStringInfo(buf, "null", 4);
+		return;
+	}
+	switch (codec->base_type)
+	{
+		case BOOLOID:
+			appendStringInfoString(buf, DatumGetBool(value) ? "true" : "false");
+			break;
+		case INT2OID:
+			appendStringInfo(buf, "%d", (int) DatumGetInt16(value));
+			break;
+		case INT4OID:
+			appendStringInfo(buf, "%d", DatumGetInt32(value));
+			break;
+		case INT8OID:
+			appendStringInfo(buf, INT64_FORMAT, DatumGetInt64(value));
+			break;
+		case OIDOID:
+			appendStringInfo(buf, "%u", DatumGetObjectId(value));
+			break;
+		case FLOAT4OID:
+			encode_float(buf, DatumGetFloat4(value), true);
+			break;
+		case FLOAT8OID:
+			encode_float(buf, DatumGetFloat8(value), false);
+			break;
+		case DATEOID:			/* days since 2000-01-01 */
+			appendStringInfo(buf, "%d", (int) DatumGetDateADT(value));
+			break;
+		case TIMEOID:			/* microseconds since midnight */
+			appendStringInfo(buf, INT64_FORMAT, (int64) DatumGetTimeADT(value));
+			break;
+		case TIMESTAMPOID:		/* microseconds since 2000-01-01 00:00 */
+		case TIMESTAMPTZOID:
+			appendStringInfo(buf, INT64_FORMAT, DatumGetInt64(value));
+			break;
+		case INTERVALOID:
+			{
+				Interval   *iv = DatumGetIntervalP(value);
+
+				appendStringInfo(buf, "[%d,%d," INT64_FORMAT "]",
+								 iv->month, iv->day, iv->time);
+				break;
+			}
+		case BYTEAOID:
+			encode_bytea(buf, value);
+			break;
+		default:
+			pgshovel2_json_string(buf, OutputFunctionCall(&codec->out, value));
+	}
+}
+
+void
+pgshovel2_encode_tuple(StringInfo buf, HeapTuple tuple, TupleDesc desc,
+					 const int16 *attnums, int natts, ColumnCodec *codecs)
+{
+	int			i;
+
+	appendStringInfoCharMacro(buf, '[');
+	for (i = 0; i < natts; i++)
+	{
+		bool		isnull;
+		Datum		value = heap_getattr(tuple, attnums[i], desc, &isnull);
+
+		if (i > 0)
+			appendStringInfoCharMacro(buf, ',');
+		pgshovel2_encode_value(buf, &codecs[i], value, isnull);
+	}
+	appendStringInfoCharMacro(buf, ']');
+}

@@ -1,0 +1,31 @@
+/*
+ * encode.h - the row encoding shared by the capture trigger and encode_row().
+ *
+ * A row is a JSON array of the captured columns' values, in the order of the
+ * attnum list. See sql/capture/README for the value forms.
+ */
+#ifndef PGSHOVEL2_ENCODE_H
+#define PGSHOVEL2_ENCODE_H
+
+#include "postgres.h"
+#include "access/htup.h"
+#include "access/tupdesc.h"
+#include "lib/stringinfo.h"
+
+/* Output functions of a tuple descriptor's columns, looked up once. */
+typedef struct ColumnCodec
+{
+	Oid			base_type;		/* type after stripping domains */
+	FmgrInfo	out;			/* the type's output function */
+} ColumnCodec;
+
+extern void pgshovel2_codec_init(ColumnCodec *codec, Oid type_oid,
+								 MemoryContext mcxt);
+extern void pgshovel2_encode_value(StringInfo buf, ColumnCodec *codec,
+								   Datum value, bool isnull);
+extern void pgshovel2_encode_tuple(StringInfo buf, HeapTuple tuple,
+								 TupleDesc desc, const int16 *attnums,
+								 int natts, ColumnCodec *codecs);
+extern void pgshovel2_json_string(StringInfo buf, const char *s);
+
+#endif

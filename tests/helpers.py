@@ -1,0 +1,92 @@
+"""Test helpers: write set configs, run the CLIs, run relays, read topics."""
+
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import fastavro
+import yaml
+from confluent_kafka.schema_registry import SchemaRegistryClient
+
+from pgshovel2.relay.pgq_source import wait_caught_up
+from pgshovel2.verify import read_topics
+
+BIN = Path(sys.executable).parent
+
+
+def write_config(tmp_path: Path, stack, tables: list, encoding: str = "avro", **extra) -> Path:
+    """A set config file for tables (list of table entries) on the test database."""
+    data = {"database": {"dsn": stack.dsn}, "encoding": encoding, "tables": tables, **extra}
+    path = tmp_path / f"set-{time.monotonic_ns()}.yaml"
+    path.write_text(yaml.safe_dump(data, allow_unicode=True), encoding="utf-8")
+    return path
+
+
+def cli_env(stack, cluster: str) -> dict:
+    return {**os.environ, "PGSHOVEL_ZOOKEEPER_HOSTS": stack.zk, "PGSHOVEL_CLUSTER": cluster,
+            "PGSHOVEL_BOOTSTRAP_SERVERS": stack.bootstrap, "PGSHOVEL_SCHEMA_REGISTRY": stack.registry}
+
+
+def pgshovel(stack, cluster: str, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    """Run the admin CLI; returns the completed process (stdout/stderr captured)."""
+    proc = subprocess.run([str(BIN / "pgshovel"), *args], env=cli_env(stack, cluster),
+                          capture_output=True, text=True, timeout=120)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"pgshovel {' '.join(args)} failed: {proc.stderr}")
+    return proc
+
+
+class RelayProcess:
+    """A pgshovel-kafka-relay subprocess for a set."""
+
+    def __init__(self, stack, cluster: str, set_name: str, *args: str, log_path: Path):
+        self.log_path = log_path
+        self._log = open(log_path, "a")
+        self.proc = subprocess.Popen(
+            [str(BIN / "pgshovel-kafka-relay"), set_name, "--progress-interval", "1", *args],
+            env=cli_env(stack, cluster), stdout=self._log, stderr=subprocess.STDOUT)
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 60) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        code = self.proc.wait(timeout)
+        self._log.close()
+        return code
+
+    def log(self) -> str:
+        return self.log_path.read_text()
+
+
+def caught_up(stack, cluster: str, set_name: str, timeout: float = 60) -> None:
+    """Wait until the set's relay relayed every committed change."""
+    wait_caught_up(stack.dsn, f"pgshovel2.{cluster}.{set_name}", "pgshovel2_relay", timeout)
+
+
+class Decoder:
+    """Decodes Avro (Confluent framing, schema from the registry) or JSON."""
+
+    def __init__(self, registry_url: str):
+        self._client = SchemaRegistryClient({"url": registry_url})
+        self._schemas: dict[int, object] = {}
+
+    def __call__(self, data: bytes | None):
+        if data is None:
+            return None
+        if data[:1] != b"\x00":
+            return json.loads(data)
+        schema_id = int.from_bytes(data[1:5], "big")
+        if schema_id not in self._schemas:
+            text = self._client.get_schema(schema_id).schema_str
+            self._schemas[schema_id] = fastavro.parse_schema(json.loads(text))
+        return fastavro.schemaless_reader(io.BytesIO(data[5:]), self._schemas[schema_id])
+
+
+def messages(stack, topic: str) -> list[tuple]:
+    """[(decoded key, decoded value, headers)] of a topic, in offset order."""
+    decode = Decoder(stack.registry)
+    return [(decode(k), decode(v), h) for k, v, h in read_topics(stack.bootstrap, [topic])[topic]]

@@ -1,0 +1,56 @@
+"""Config validation: every error names file, field and value."""
+
+import pytest
+
+from pgshovel2.config import SetConfig, load_config, parse_config, validate_set_name
+from pgshovel2.errors import ConfigError
+
+GOOD = {"database": {"dsn": "dbname=x"}, "tables": ["t1", {"schema": "S p", "name": "T.2",
+                                                           "columns": ["a"], "key": ["a"]}]}
+
+
+def test_parses_tables_with_defaults():
+    cfg = parse_config(GOOD, "f.yaml")
+    assert [(t.schema, t.name) for t in cfg.tables] == [("public", "t1"), ("S p", "T.2")]
+    assert cfg.tables[1].columns == ("a",) and cfg.tables[1].key == ("a",)
+    assert (cfg.encoding, cfg.backend, cfg.envelope) == ("avro", "trigger", "row")
+    assert SetConfig.from_dict(cfg.to_dict()) == cfg
+
+
+@pytest.mark.parametrize("patch, field", [
+    ({"encoding": "xml"}, "encoding"),
+    ({"database": {}}, "database.dsn"),
+    ({"tables": []}, "tables"),
+    ({"tables": [{"name": ""}]}, "tables[0].name"),
+    ({"tables": [{"name": "t", "colums": ["a"]}]}, "tables[0].colums"),
+    ({"tables": [{"name": "t", "columns": ["a", "a"]}]}, "tables[0].columns"),
+    ({"tables": ["t", "t"]}, "tables[1]"),
+    ({"tables": [{"name": "x" * 64}]}, "tables[0].name"),
+    ({"topics": {"partitions": 0}}, "topics.partitions"),
+    ({"unknown": 1}, "unknown"),
+])
+def test_bad_fields_are_named(patch, field):
+    with pytest.raises(ConfigError) as err:
+        parse_config({**GOOD, **patch}, "f.yaml")
+    assert err.value.field == field
+    assert str(err.value).startswith(f"f.yaml: {field}: ")
+
+
+def test_malformed_yaml_names_file_and_line(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text("database:\n  dsn: 'x'\ntables: [a, b\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    assert str(path) in str(err.value) and "malformed YAML" in str(err.value)
+    assert err.value.field.startswith("line ")
+
+
+def test_missing_file():
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_config("/nonexistent/set.yaml")
+
+
+@pytest.mark.parametrize("name", ["", "1abc", "a-b", "a" * 41, "a b"])
+def test_bad_set_names(name):
+    with pytest.raises(ConfigError):
+        validate_set_name(name)
