@@ -61,6 +61,14 @@ class RelayProcess:
     def log(self) -> str:
         return self.log_path.read_text()
 
+    def wait_for(self, text: str, timeout: float = 60) -> None:
+        """Wait until the relay's log contains text; fail if it exits first."""
+        deadline = time.monotonic() + timeout
+        while text not in self.log():
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise AssertionError(f"relay never logged {text!r}:\n{self.log()}")
+            time.sleep(0.05)
+
 
 def caught_up(stack, cluster: str, set_name: str, timeout: float = 60) -> None:
     """Wait until the set's relay relayed every committed change."""
