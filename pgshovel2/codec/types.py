@@ -141,7 +141,10 @@ def _array(col: Column) -> FieldType:
 
 
 def _elements(elem: FieldType, convert: Convert | None) -> Convert:
-    def apply(items: list) -> list:
+    """Element-wise converter. The trigger writes arrays of types with their own
+    forms (dates, times, floats, bytea, bool) as JSON arrays of those forms,
+    and every other array as its text literal."""
+    def apply(items: list, parse: Convert | None) -> list:
         out = []
         for item in items:
             if item is None:
@@ -149,11 +152,18 @@ def _elements(elem: FieldType, convert: Convert | None) -> Convert:
             elif isinstance(item, list):
                 raise EncodeError("multi-dimensional arrays are not supported")
             else:
-                value = elem.from_text(item)
+                value = parse(item) if parse else item
                 out.append(convert(value) if convert else value)
         return out
 
-    return lambda text: apply(parse_array(text))
+    def convert_array(value: str | list) -> list:
+        if isinstance(value, list):
+            return apply(value, None)
+        if value.startswith("{{") or value.startswith("[") and "={{" in value:
+            raise EncodeError("multi-dimensional arrays are not supported")
+        return apply(parse_array(value), elem.from_text)
+
+    return convert_array
 
 
 def field_type(col: Column) -> FieldType:

@@ -56,15 +56,73 @@ pgshovel2_json_string(StringInfo buf, const char *s)
 	appendStringInfoCharMacro(buf, '"');
 }
 
+/* Types whose output text depends on session settings (or is costly to parse). */
+static bool
+has_own_form(Oid base_type)
+{
+	switch (base_type)
+	{
+		case BOOLOID:
+		case FLOAT4OID:
+		case FLOAT8OID:
+		case DATEOID:
+		case TIMEOID:
+		case TIMESTAMPOID:
+		case TIMESTAMPTZOID:
+		case INTERVALOID:
+		case BYTEAOID:
+			return true;
+		default:
+			return false;
+	}
+}
+
 void
 pgshovel2_codec_init(ColumnCodec *codec, Oid type_oid, MemoryContext mcxt)
 {
 	Oid			out_func;
 	bool		is_varlena;
+	Oid			elem_type;
 
 	codec->base_type = getBaseType(type_oid);
+	codec->elem = NULL;
 	getTypeOutputInfo(type_oid, &out_func, &is_varlena);
 	fmgr_info_cxt(out_func, &codec->out, mcxt);
+	elem_type = get_element_type(codec->base_type);
+	if (OidIsValid(elem_type) && has_own_form(getBaseType(elem_type)))
+	{
+		codec->elem = MemoryContextAlloc(mcxt, sizeof(ColumnCodec));
+		pgshovel2_codec_init(codec->elem, elem_type, mcxt);
+		codec->elem_type = elem_type;
+		get_typlenbyvalalign(elem_type, &codec->elem_len, &codec->elem_byval, &codec->elem_align);
+	}
+}
+
+/* A one-dimensional array as a JSON array of element forms. */
+static void
+encode_array(StringInfo buf, ColumnCodec *codec, Datum value)
+{
+	ArrayType  *arr = DatumGetArrayTypeP(value);
+	Datum	   *elems;
+	bool	   *nulls;
+	int			n;
+	int			i;
+
+	if (ARR_NDIM(arr) > 1)
+	{
+		pgshovel2_json_string(buf, OutputFunctionCall(&codec->out, value));
+		return;
+	}
+	deconstruct_array(arr, codec->elem_type, codec->elem_len, codec->elem_byval,
+					  codec->elem_align, &elems, &nulls, &n);
+	appendStringInfoCharMacro(buf, '[');
+	for (i = 0; i < n; i++)
+	{
+		if (i > 0)
+			appendStringInfoCharMacro(buf, ',');
+		pgshovel2_encode_value(buf, codec->elem, elems[i], nulls[i]);
+	}
+	appendStringInfoCharMacro(buf, ']');
 }
 
 static void
@@ -160,7 +218,10 @@ pgshovel2_encode_value(StringInfo buf, ColumnCodec *codec, Datum value,
 			encode_bytea(buf, value);
 			break;
 		default:
-			pgshovel2_json_string(buf, OutputFunctionCall(&codec->out, value));
+			if (codec->elem)
+				encode_array(buf, codec, value);
+			else
+				pgshovel2_json_string(buf, OutputFunctionCall(&codec->out, value));
 	}
 }
 

@@ -17,6 +17,12 @@ typedef struct ColumnCodec
 {
 	Oid			base_type;		/* type after stripping domains */
 	FmgrInfo	out;			/* the type's output function */
+	/* arrays of session-dependent types are encoded element by element */
+	struct ColumnCodec *elem;
+	Oid			elem_type;
+	int16		elem_len;
+	bool		elem_byval;
+	char		elem_align;
 } ColumnCodec;
 
 extern void pgshovel2_codec_init(ColumnCodec *codec, Oid type_oid,

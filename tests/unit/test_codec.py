@@ -75,6 +75,7 @@ def test_arrays_map_elementwise():
     assert ints.to_avro("{1,NULL,3}") == [1, None, 3]
     ts = field_type(col("timestamptz", is_array=True))
     assert ts.to_json('{"2000-01-01 00:00:00+00"}') == ["2000-01-01T00:00:00.000000Z"]
+    assert ts.to_json([0, None]) == ["2000-01-01T00:00:00.000000Z", None]  # trigger's own form
     with pytest.raises(EncodeError):
         ints.to_avro("{{1},{2}}")
 
