@@ -54,12 +54,12 @@ class RowEncoder:
         """Key bytes of a converted row, None for an unkeyed table."""
         if not self._key_idx:
             return None
-        datum = {n: converted[i] for n, i in zip(self._key_names, self._key_idx)}
+        datum = {n: converted[i] for n, i in zip(self._key_names, self._key_idx, strict=True)}
         return self._encode(datum, self._key_writer)
 
     def value(self, converted: list) -> bytes:
         """Value bytes (after-image) of a converted row."""
-        return self._encode(dict(zip(self._names, converted)), self._value_writer)
+        return self._encode(dict(zip(self._names, converted, strict=True)), self._value_writer)
 
     def _encode(self, datum: dict, writer: AvroWriter | None) -> bytes:
         if self._avro:

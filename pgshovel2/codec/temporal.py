@@ -7,7 +7,7 @@ interval: [months, days, microseconds]. Infinities are the int32/int64 limits.
 """
 
 import re
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from pgshovel2.errors import EncodeError
 
@@ -147,7 +147,7 @@ def timestamp_from_text(text: str) -> int:
         dt = datetime.fromisoformat(text)
     except ValueError as exc:
         raise EncodeError(f"cannot parse timestamp {text!r} (DateStyle ISO expected)") from exc
-    naive = dt.astimezone(timezone.utc).replace(tzinfo=None) if dt.tzinfo else dt
+    naive = dt.astimezone(UTC).replace(tzinfo=None) if dt.tzinfo else dt
     days = days_from_civil(naive.year, naive.month, naive.day)
     us = ((naive.hour * 60 + naive.minute) * 60 + naive.second) * 1_000_000 + naive.microsecond
     return days * _US_DAY + us - MICROS_2000

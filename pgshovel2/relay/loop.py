@@ -38,7 +38,7 @@ class RelayOptions:
     progress_interval: float = 10.0
 
 
-class _Stopped(Exception):
+class _StopRequestedError(Exception):
     """Raised inside the snapshot when a stop was requested."""
 
 
@@ -76,7 +76,7 @@ class Relay:
         try:
             try:
                 txid_snapshot = self._handoff(stop)
-            except _Stopped:
+            except _StopRequestedError:
                 log.info("stopped during the snapshot; it restarts on the next start")
                 return
             while not stop.is_set():
@@ -111,7 +111,7 @@ class Relay:
         def emit(table: Table, row: list, ordinal: int) -> None:
             nonlocal rows
             if stop.is_set():
-                raise _Stopped()
+                raise _StopRequestedError()
             self.emitter.snapshot_row(table, row, _position(0, ordinal), now_ms)
             rows += 1
 
