@@ -115,13 +115,21 @@ def start_writers(stack, table: str, count: int = 2):
     return stop, threads
 
 
-def test_snapshot_and_stream_equal_source_with_writers(stack, cluster, db, schema, tmp_path, relay_factory):
-    table = f'"{schema}".w'
+def filled_set(stack, cluster, db, schema, tmp_path, set_name: str, rows: int) -> str:
+    """Create table <schema>.<set_name> with rows rows and a set on it; returns the table."""
+    table = f'"{schema}".{set_name}'
     with db.cursor() as cur:
         cur.execute(f"CREATE TABLE {table} (id int PRIMARY KEY, n int, s text)")
-        cur.execute(f"INSERT INTO {table} SELECT g, 0, repeat('x', 200) FROM generate_series(1, 60000) g")
-    cfg = write_config(tmp_path, stack, [{"schema": schema, "name": "w"}], topic_prefix=f"snap{cluster}")
-    pgshovel(stack, cluster, "set", "create", "snap", str(cfg))
+        cur.execute(f"INSERT INTO {table} SELECT g, 0, repeat('x', 200) FROM generate_series(1, %s) g",
+                    (rows,))
+    cfg = write_config(tmp_path, stack, [{"schema": schema, "name": set_name}],
+                       topic_prefix=f"{set_name}{cluster}")
+    pgshovel(stack, cluster, "set", "create", set_name, str(cfg))
+    return table
+
+
+def test_snapshot_and_stream_equal_source_with_writers(stack, cluster, db, schema, tmp_path, relay_factory):
+    table = filled_set(stack, cluster, db, schema, tmp_path, "snap", 60000)
     stop, threads = start_writers(stack, table)
     time.sleep(0.5)
     relay = relay_factory("snap")
@@ -137,12 +145,7 @@ def test_snapshot_and_stream_equal_source_with_writers(stack, cluster, db, schem
 
 
 def test_sigkill_mid_batch_loses_nothing(stack, cluster, db, schema, tmp_path, relay_factory):
-    table = f'"{schema}".k'
-    with db.cursor() as cur:
-        cur.execute(f"CREATE TABLE {table} (id int PRIMARY KEY, n int, s text)")
-        cur.execute(f"INSERT INTO {table} SELECT g, 0, 'k' FROM generate_series(1, 30000) g")
-    cfg = write_config(tmp_path, stack, [{"schema": schema, "name": "k"}], topic_prefix=f"kill{cluster}")
-    pgshovel(stack, cluster, "set", "create", "kill", str(cfg))
+    table = filled_set(stack, cluster, db, schema, tmp_path, "kill", 30000)
     stop, threads = start_writers(stack, table)
     kills = 0
     for _ in range(3):
