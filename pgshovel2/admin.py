@@ -18,7 +18,7 @@ from pgshovel2.capture import trigger
 from pgshovel2.catalog import Table
 from pgshovel2.cluster import ClusterStore
 from pgshovel2.config import SetConfig, load_config, validate_set_name
-from pgshovel2.errors import CaptureError, ClusterError, PgshovelError
+from pgshovel2.errors import CaptureError, ClusterError
 
 log = logging.getLogger(__name__)
 
@@ -107,5 +107,3 @@ def inspect_set(store: ClusterStore, name: str) -> dict[str, Any]:
     return {**record, "znode_version": version,
             "snapshot": store.get_relay_record(name, "snapshot")}
 
-
-__all__ = ["PgshovelError", "create_set", "drop_set", "inspect_set"]
