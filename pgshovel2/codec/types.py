@@ -127,8 +127,8 @@ def _scalar(col: Column) -> FieldType:
 
 
 # Element kinds whose array text cannot be mapped element-wise keep the whole
-# array as its text (e.g. box[] uses ';' as delimiter, interval text is style-bound).
-_ARRAY_AS_TEXT = {"box", "interval", "timetz"}
+# array as its text (box[] uses ';' as its delimiter).
+_ARRAY_AS_TEXT = {"box"}
 
 
 def _array(col: Column) -> FieldType:
@@ -141,27 +141,20 @@ def _array(col: Column) -> FieldType:
 
 
 def _elements(elem: FieldType, convert: Convert | None) -> Convert:
-    """Element-wise converter. The trigger writes arrays of types with their own
-    forms (dates, times, floats, bytea, bool) as JSON arrays of those forms,
-    and every other array as its text literal."""
-    def apply(items: list, parse: Convert | None) -> list:
-        out = []
-        for item in items:
-            if item is None:
-                out.append(None)
-            elif isinstance(item, list):
-                raise EncodeError("multi-dimensional arrays are not supported")
-            else:
-                value = parse(item) if parse else item
-                out.append(convert(value) if convert else value)
-        return out
-
+    """Element-wise converter. The trigger writes one-dimensional arrays of types
+    with their own forms (dates, times, intervals, floats, bytea, bool) as JSON
+    arrays of those forms, and every other array as its text literal."""
     def convert_array(value: str | list) -> list:
-        if isinstance(value, list):
-            return apply(value, None)
-        if value.startswith("{{") or value.startswith("[") and "={{" in value:
-            raise EncodeError("multi-dimensional arrays are not supported")
-        return apply(parse_array(value), elem.from_text)
+        if isinstance(value, list):  # element forms, from the trigger
+            forms = value
+        else:
+            items = parse_array(value)
+            if any(isinstance(item, list) for item in items):
+                raise EncodeError("multi-dimensional arrays are not supported")
+            forms = [None if item is None else elem.from_text(item) for item in items]
+        if convert is None:
+            return forms
+        return [None if form is None else convert(form) for form in forms]
 
     return convert_array
 

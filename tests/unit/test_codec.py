@@ -78,6 +78,8 @@ def test_arrays_map_elementwise():
     assert ts.to_json([0, None]) == ["2000-01-01T00:00:00.000000Z", None]  # trigger's own form
     with pytest.raises(EncodeError):
         ints.to_avro("{{1},{2}}")
+    intervals = field_type(col("interval", is_array=True))
+    assert intervals.to_json([[14, 3, 0], None]) == ["P1Y2M3D", None]
 
 
 def test_money_and_bytea():
