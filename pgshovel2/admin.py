@@ -18,17 +18,10 @@ from pgshovel2.capture import trigger
 from pgshovel2.catalog import Table
 from pgshovel2.cluster import ClusterStore
 from pgshovel2.config import SetConfig, load_config, validate_set_name
+from pgshovel2.db import connect
 from pgshovel2.errors import CaptureError, ClusterError
 
 log = logging.getLogger(__name__)
-
-
-def connect(dsn: str, what: str):
-    """psycopg2 connection to dsn; CaptureError naming what (e.g. set 'x') on failure."""
-    try:
-        return psycopg2.connect(dsn)
-    except psycopg2.OperationalError as exc:
-        raise CaptureError(f"cannot connect to the database of {what}: {str(exc).strip()}") from exc
 
 
 def create_set(store: ClusterStore, name: str, config_path: str) -> dict[str, Any]:

@@ -9,8 +9,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-import psycopg2
-
+from pgshovel2.db import connect
 from pgshovel2.errors import RelayError
 
 
@@ -57,11 +56,8 @@ class PgqSource:
 
     def __init__(self, dsn: str, queue: str, consumer: str, fetch_size: int = 5000):
         self.queue, self.consumer, self.fetch_size = queue, consumer, fetch_size
-        try:
-            self._ctl = psycopg2.connect(dsn)
-            self._read = psycopg2.connect(dsn)
-        except psycopg2.OperationalError as exc:
-            raise RelayError(f"cannot connect to the set's database: {exc}".strip()) from exc
+        self._ctl = connect(dsn, f"queue {queue}", RelayError)
+        self._read = connect(dsn, f"queue {queue}", RelayError)
         self._ctl.autocommit = True
 
     def next_batch(self) -> Batch | None:
@@ -119,7 +115,7 @@ def wait_caught_up(dsn: str, queue: str, consumer: str, timeout: float = 120.0) 
     consumer's last finished tick reaches it; returns that tick id. Raises
     RelayError after timeout seconds.
     """
-    conn = psycopg2.connect(dsn)
+    conn = connect(dsn, f"queue {queue}", RelayError)
     conn.autocommit = True
     try:
         with conn.cursor() as cur:

@@ -10,10 +10,10 @@ import json
 import time
 from collections.abc import Callable, Iterator
 
-import psycopg2
 from psycopg2 import sql
 
 from pgshovel2.catalog import Table
+from pgshovel2.db import connect
 from pgshovel2.errors import RelayError
 
 
@@ -24,10 +24,7 @@ class Snapshot:
     """
 
     def __init__(self, dsn: str):
-        try:
-            self._conn = psycopg2.connect(dsn)
-        except psycopg2.OperationalError as exc:
-            raise RelayError(f"cannot connect to the set's database: {exc}".strip()) from exc
+        self._conn = connect(dsn, "the snapshot", RelayError)
         self._conn.set_session(isolation_level="REPEATABLE READ", readonly=True)
         with self._conn.cursor() as cur:
             cur.execute("SELECT txid_current_snapshot()::text")
