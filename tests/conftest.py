@@ -32,7 +32,7 @@ class Stack:
 @pytest.fixture(scope="session")
 def stack():
     """The running test stack; fresh state every session."""
-    env = {**os.environ, **PORTS, "STACK_DIR": str(REPO / ".stack-test")}
+    env = {**os.environ, **PORTS, "STACK_DIR": os.environ.get("TEST_STACK_DIR", str(REPO / ".stack-test"))}
     for key in PORTS:
         env[key] = os.environ.get(f"TEST_{key}", env[key])
     s = Stack(env)
