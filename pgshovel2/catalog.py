@@ -159,7 +159,8 @@ def resolve_set(conn, set_name: str, config: SetConfig, source: str) -> tuple[Ta
         tables = tuple(resolve_table(cur, tc, f"tables[{i}]", source)
                        for i, tc in enumerate(config.tables))
     prefix = config.topic_prefix or set_name
-    topics: dict[str, str] = {names.transactions_topic(prefix): "the transactions topic"}
+    topics: dict[str, str] = {names.transactions_topic(prefix): "the transactions topic",
+                              names.positions_topic(prefix): "the positions topic"}
     for i, table in enumerate(tables):
         topic = names.table_topic(prefix, table.schema, table.name)
         if len(topic) > names.MAX_TOPIC_LENGTH:

@@ -33,5 +33,17 @@ class RelayError(PgshovelError):
     """The relay cannot continue without risking loss or corruption."""
 
 
+class UnavailableError(RelayError):
+    """A service the relay needs (PostgreSQL, Kafka, the registry) is down or went away.
+
+    Nothing was acknowledged that is not in Kafka, so the relay can be rebuilt
+    and retried from its committed position.
+    """
+
+
+class FencedError(RelayError):
+    """Another relay of the same set took over its Kafka transactional id."""
+
+
 class EncodeError(PgshovelError):
     """A captured value cannot be represented in the configured encoding."""

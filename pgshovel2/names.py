@@ -43,6 +43,11 @@ def transactions_topic(prefix: str) -> str:
     return f"{topic_part(prefix)}.transactions"
 
 
+def positions_topic(prefix: str) -> str:
+    """Internal topic of the relay's committed positions (one partition, compacted)."""
+    return f"{topic_part(prefix)}.positions"
+
+
 def avro_name(identifier: str) -> str:
     """A valid Avro name for an identifier (record, field or namespace part)."""
     name = _escape(identifier, _AVRO_SAFE)

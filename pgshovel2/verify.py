@@ -14,7 +14,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 import fastavro
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
 from pgshovel2 import names
 from pgshovel2.catalog import Table
@@ -53,31 +53,32 @@ class TableReport:
 
 
 def read_topics(bootstrap: str, topics: list[str], timeout: float = 60.0) -> dict[str, list]:
-    """Every committed message (read_committed) of topics, up to their end offsets.
+    """Every committed message (read_committed) of topics, up to the end of each partition.
 
-    Returns topic -> [(key, value, headers dict)] in offset order per partition.
+    The end is the last stable offset (read_committed partition EOF): Kafka
+    transaction markers occupy offsets but are never delivered. Returns
+    topic -> [(key, value, headers dict)] in offset order per partition.
+    Raises TimeoutError when no message arrives within timeout (s).
     """
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"pgshovel-verify-{uuid.uuid4()}",
                          "isolation.level": "read_committed", "enable.auto.commit": False,
-                         "auto.offset.reset": "earliest"})
+                         "auto.offset.reset": "earliest", "enable.partition.eof": True})
     try:
         meta = consumer.list_topics(timeout=timeout)
-        parts = [TopicPartition(t, p, 0) for t in topics for p in meta.topics[t].partitions]
-        ends = {(tp.topic, tp.partition): consumer.get_watermark_offsets(tp, timeout=timeout)[1]
-                for tp in parts}
+        parts = [TopicPartition(t, p, OFFSET_BEGINNING) for t in topics for p in meta.topics[t].partitions]
         consumer.assign(parts)
         out: dict[str, list] = {t: [] for t in topics}
-        pending = {tp for tp, end in ends.items() if end > 0}
+        pending = {(tp.topic, tp.partition) for tp in parts}
         while pending:
             msg = consumer.poll(timeout)
             if msg is None:
                 raise TimeoutError(f"no message within {timeout}s; still reading {sorted(pending)}")
             if msg.error():
+                if msg.error().code() == KafkaError._PARTITION_EOF:
+                    pending.discard((msg.topic(), msg.partition()))
                 continue
             headers = {k: v.decode() for k, v in (msg.headers() or [])}
             out[msg.topic()].append((msg.key(), msg.value(), headers))
-            if msg.offset() + 1 >= ends[(msg.topic(), msg.partition())]:
-                pending.discard((msg.topic(), msg.partition()))
         return out
     finally:
         consumer.close()

@@ -8,7 +8,8 @@ import click
 
 from pgshovel2.cli.common import env_option, log_level_option, reports_errors, setup_logging, zookeeper_options
 from pgshovel2.cluster import ClusterStore
-from pgshovel2.relay.loop import Relay, RelayOptions
+from pgshovel2.relay.loop import RelayOptions
+from pgshovel2.relay.supervisor import supervise
 
 log = logging.getLogger("pgshovel2.relay")
 
@@ -23,11 +24,15 @@ log = logging.getLogger("pgshovel2.relay")
             help="Force a new initial snapshot, or skip it; default: snapshot on the first start.")
 @env_option("--progress-interval", default=10.0, type=float, help="Seconds between progress lines.")
 @env_option("--poll-interval", default=0.05, type=float, help="Seconds between polls when idle.")
+@env_option("--transactions/--no-transactions", "transactions", default=True,
+            help="Exactly-once Kafka transactions, or the idempotent-only producer (at-least-once).")
+@env_option("--max-transaction-messages", default=20000, type=click.IntRange(100),
+            help="Split a PgQ batch into Kafka transactions of about this many messages.")
 @log_level_option
 @reports_errors
 def main(set_name: str, zookeeper_hosts: str, cluster: str, bootstrap_servers: str,
          schema_registry: str | None, snapshot: bool | None, progress_interval: float,
-         poll_interval: float, log_level: str) -> None:
+         poll_interval: float, transactions: bool, max_transaction_messages: int, log_level: str) -> None:
     """Relay the changes of replication set SET to Kafka until SIGTERM or SIGINT."""
     setup_logging(log_level)
     stop = threading.Event()
@@ -39,10 +44,9 @@ def main(set_name: str, zookeeper_hosts: str, cluster: str, bootstrap_servers: s
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     mode = {None: "auto", True: "force", False: "skip"}[snapshot]
-    options = RelayOptions(bootstrap_servers, schema_registry, mode, poll_interval, progress_interval)
+    options = RelayOptions(bootstrap_servers, schema_registry, mode, poll_interval, progress_interval,
+                           transactions, max_transaction_messages)
     with ClusterStore(zookeeper_hosts, cluster) as store:
-        relay = Relay(store, set_name, options)
-        log.info("relaying set %r (version %d) from queue %s to %s", set_name, relay.set_version,
-                 relay.queue, bootstrap_servers)
-        relay.run(stop)
-    log.info("stopped after %d changes in %d batches", relay.changes, relay.batches)
+        totals = supervise(store, set_name, options, stop)
+    log.info("stopped after %d changes in %d batches (%d restarts after interruptions)",
+             totals.changes, totals.batches, totals.restarts)

@@ -1,8 +1,16 @@
-"""The relay loop: PgQ batches -> messages -> Kafka -> pgq.finish_batch.
+"""The relay loop: PgQ batches -> one Kafka transaction -> pgq.finish_batch.
 
-A batch is acknowledged only after every one of its messages is acknowledged
-by Kafka (acks=all), so a crash at any point loses nothing; until the
-exactly-once work lands, a crash may repeat the messages of one batch.
+Exactly-once: the messages of a batch and a position record (see
+pgshovel2.relay.positions) are committed in one Kafka transaction, and the
+batch is acknowledged in PgQ only after that commit. A relay restarted after
+a crash fences its predecessor (same transactional id), reads the committed
+position and skips what is already in Kafka: a batch that was committed but
+not acknowledged is only acknowledged, a batch split over several Kafka
+transactions resumes after the last committed event.
+
+A batch is split when it grows past ``max_transaction_messages``: at the next
+source-transaction boundary, or, inside one huge source transaction, at ten
+times that size, so Kafka transactions stay bounded.
 """
 
 import logging
@@ -10,14 +18,15 @@ import threading
 import time
 from dataclasses import dataclass
 
-from pgshovel2 import names
+from pgshovel2 import failpoints, names
 from pgshovel2.capture.trigger import CONSUMER
 from pgshovel2.catalog import Table
 from pgshovel2.cluster import ClusterStore
 from pgshovel2.config import SetConfig
 from pgshovel2.relay import setup, snapshot
 from pgshovel2.relay.emitter import Emitter
-from pgshovel2.relay.pgq_source import Batch, PgqSource
+from pgshovel2.relay.pgq_source import Batch, Event, PgqSource
+from pgshovel2.relay.positions import Position, read_position
 from pgshovel2.sinks.kafka import KafkaSink
 from pgshovel2.sinks.registry import SchemaRegistry
 
@@ -26,9 +35,12 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class RelayOptions:
-    """Relay settings. snapshot: 'auto' (first start only), 'force' or 'skip'.
+    """Relay settings.
 
-    poll_interval / progress_interval: seconds.
+    snapshot: 'auto' (first start only), 'force' or 'skip'. poll_interval,
+    progress_interval: seconds. transactional: Kafka transactions
+    (exactly-once) or the idempotent-only producer (at-least-once).
+    max_transaction_messages: soft size bound of one Kafka transaction.
     """
 
     bootstrap: str
@@ -36,19 +48,43 @@ class RelayOptions:
     snapshot: str = "auto"
     poll_interval: float = 0.05
     progress_interval: float = 10.0
+    transactional: bool = True
+    max_transaction_messages: int = 20000
 
 
 class _StopRequestedError(Exception):
     """Raised inside the snapshot when a stop was requested."""
 
 
+class _Discard:
+    """A sink that drops messages: replays already-committed events to rebuild counts."""
+
+    def produce(self, *args: object) -> None:
+        pass
+
+
 def _position(tick: int, ordinal: int) -> str:
-    """Sortable position of a message: ``<cur tick id>:<ordinal in batch>``, zero-padded."""
+    """Sortable position of a change: ``<cur tick id>:<ordinal in batch>``, zero-padded."""
     return f"{tick:020d}:{ordinal:010d}"
 
 
+def _snapshot_position(tick: int, ordinal: int) -> str:
+    """Position of a snapshot row: after every change up to tick, before the next batch."""
+    return f"{tick:020d}:s{ordinal:010d}"
+
+
+def transactional_id(cluster: str, set_name: str) -> str:
+    """The Kafka transactional id of a set's relay (the same for every instance)."""
+    return f"pgshovel2.{cluster}.{set_name}"
+
+
 class Relay:
-    """Relays one set until stop is set. Raises RelayError/EncodeError when it cannot go on."""
+    """Relays one set until stop is set.
+
+    Raises UnavailableError when a service goes away (retrying is safe),
+    FencedError when another relay took over, RelayError/EncodeError when it
+    cannot go on without losing or garbling a change.
+    """
 
     def __init__(self, store: ClusterStore, set_name: str, options: RelayOptions):
         self.store, self.set_name, self.options = store, set_name, options
@@ -57,27 +93,37 @@ class Relay:
         self.config = SetConfig.from_dict(record["config"])
         self.tables = tuple(Table.from_dict(t) for t in record["tables"])
         self.queue = record["queue"]
-        self.sink = KafkaSink(options.bootstrap)
-        registry = SchemaRegistry(options.registry_url) if options.registry_url else None
-        created = self.sink.ensure_topics(setup.topics(set_name, self.config, self.tables),
-                                          self.config.topics)
-        for topic in created:
-            log.info("created topic %s", topic)
-        routes, txn_writer = setup.routes(set_name, self.config, self.tables, registry)
         prefix = self.config.topic_prefix or set_name
+        self.positions_topic = names.positions_topic(prefix)
+        self.position_key = f"{store.cluster}/{set_name}".encode()
+        tx_id = transactional_id(store.cluster, set_name) if options.transactional else None
+        self.sink = KafkaSink(options.bootstrap, tx_id)
+        self._create_topics(prefix)
+        registry = SchemaRegistry(options.registry_url) if options.registry_url else None
+        routes, txn_writer = setup.routes(set_name, self.config, self.tables, registry)
         self.emitter = Emitter(set_name, routes, names.transactions_topic(prefix), txn_writer, self.sink)
         self.source = PgqSource(self.config.dsn, self.queue, CONSUMER)
+        self.position: Position | None = None
         self.changes = self.batches = 0
+        self._committed_produced = 0
         self._started = time.monotonic()
         self._last_progress = self._started
 
+    def _create_topics(self, prefix: str) -> None:
+        topics = setup.topics(self.set_name, self.config, self.tables)
+        topics[self.positions_topic] = "compact"
+        single = frozenset({names.transactions_topic(prefix), self.positions_topic})
+        for topic in self.sink.ensure_topics(topics, self.config.topics, single):
+            log.info("created topic %s", topic)
+
     def run(self, stop: threading.Event) -> None:
-        """Snapshot if needed, then relay batches until stop is set."""
+        """Fence older relays, snapshot if needed, then relay batches until stop is set."""
         try:
+            self.sink.start()
             try:
-                txid_snapshot = self._handoff(stop)
+                self.position = self._handoff(stop)
             except _StopRequestedError:
-                log.info("stopped during the snapshot; it restarts on the next start")
+                log.info("stopped during the snapshot; nothing of it is visible, it restarts on the next start")
                 return
             while not stop.is_set():
                 batch = self.source.next_batch()
@@ -85,68 +131,121 @@ class Relay:
                     self.source.tick()
                     stop.wait(self.options.poll_interval)
                 else:
-                    self._relay_batch(batch, txid_snapshot)
+                    self._relay_batch(batch)
                 self._progress()
         finally:
             self.source.close()
             self.sink.close()
 
-    def _handoff(self, stop: threading.Event) -> str | None:
-        record = self.store.get_relay_record(self.set_name, "snapshot")
+    def _handoff(self, stop: threading.Event) -> Position:
+        position = read_position(self.options.bootstrap, self.positions_topic, self.position_key.decode())
         mode = self.options.snapshot
-        if mode == "force" or (record is None and mode == "auto"):
+        if mode == "force" or (position is None and mode == "auto"):
             return self._snapshot(stop)
-        if record is None:
+        if position is None:
             log.info("skipping the initial snapshot: relaying queued changes only")
+            position = self._commit(Position(self.source.last_tick(), 0, True, None))
             self.store.put_relay_record(self.set_name, "snapshot", {"txid_snapshot": None, "skipped": True})
-            return None
-        return record["txid_snapshot"]
+            return position
+        log.info("resuming after tick %d (event %d, batch %s), handoff txid snapshot %s", position.tick,
+                 position.ordinal, "complete" if position.complete else "partial", position.txid_snapshot)
+        return position
 
-    def _snapshot(self, stop: threading.Event) -> str:
+    def _snapshot(self, stop: threading.Event) -> Position:
         log.info("taking the initial snapshot of %d table(s)", len(self.tables))
         now_ms = int(time.time() * 1000)
         started = time.monotonic()
+        tick = self.source.last_tick()
         rows = 0
 
         def emit(table: Table, row: list, ordinal: int) -> None:
             nonlocal rows
             if stop.is_set():
                 raise _StopRequestedError()
-            self.emitter.snapshot_row(table, row, _position(0, ordinal), now_ms)
+            self.emitter.snapshot_row(table, row, _snapshot_position(tick, ordinal), now_ms)
             rows += 1
 
         def progress(table: Table, done: int, total: int) -> None:
             log.info("snapshot %s: %d/%d rows (%.0f rows/s)", table.qualified, done, total,
                      rows / max(time.monotonic() - started, 1e-6))
 
-        txid_snapshot = snapshot.take(self.config.dsn, self.tables, emit, progress)
-        self.sink.flush()
+        try:
+            txid_snapshot = snapshot.take(self.config.dsn, self.tables, emit, progress)
+        except BaseException:
+            self.sink.abort()
+            raise
+        position = self._commit(Position(tick, 0, True, txid_snapshot))
         self.store.put_relay_record(self.set_name, "snapshot", {
-            "txid_snapshot": txid_snapshot, "rows": rows, "taken_at_ms": now_ms})
+            "txid_snapshot": txid_snapshot, "rows": rows, "taken_at_ms": now_ms, "tick": tick})
         log.info("snapshot done: %d rows in %.1fs, handoff at txid snapshot %s",
                  rows, time.monotonic() - started, txid_snapshot)
-        return txid_snapshot
+        return position
 
-    def _relay_batch(self, batch: Batch, txid_snapshot: str | None) -> None:
+    def _commit(self, position: Position) -> Position:
+        """Commit the open Kafka transaction with position as its last record."""
+        position = Position(position.tick, position.ordinal, position.complete, position.txid_snapshot,
+                            set_version=self.set_version)
+        self.sink.produce(self.positions_topic, self.position_key, position.encode(), [])
+        failpoints.hit("before_commit")
+        self.sink.commit()
+        failpoints.hit("after_commit")
+        self._committed_produced = self.sink.produced
+        self.position = position
+        return position
+
+    def _relay_batch(self, batch: Batch) -> None:
+        assert self.position is not None
+        if self.position.covers(batch.cur_tick_id):
+            log.info("batch of ticks %d..%d is already in Kafka (committed before a restart): "
+                     "acknowledging it", batch.prev_tick_id, batch.cur_tick_id)
+            self.source.finish(batch)
+            return
+        skip = self.position.skip(batch.cur_tick_id)
+        if skip:
+            log.info("resuming batch of ticks %d..%d after its first %d events (already in Kafka)",
+                     batch.prev_tick_id, batch.cur_tick_id, skip)
+        events = self._emit_batch(batch, skip)
+        if self.sink.in_transaction or (not self.options.transactional and events > skip):
+            self._commit(Position(batch.cur_tick_id, events, True, self.position.txid_snapshot))
+        failpoints.hit("before_finish")
+        self.source.finish(batch)
+        self.changes += events - skip
+        self.batches += 1
+        log.debug("batch %d (ticks %d..%d): %d changes", batch.batch_id,
+                  batch.prev_tick_id, batch.cur_tick_id, events - skip)
+
+    def _emit_batch(self, batch: Batch, skip: int) -> int:
+        """Produce a batch's messages from event skip on; returns its event count."""
+        soft = self.options.max_transaction_messages
         current, ordinal, last = None, 0, ("", 0)
-        for ev in self.source.events(batch, txid_snapshot):
+        discard = _Discard()
+        ev: Event
+        for ev in self.source.events(batch, self.position.txid_snapshot):
             position = _position(batch.cur_tick_id, ordinal)
             if ev.txid != current:
                 if current is not None:
+                    self.emitter.sink = discard if ordinal <= skip else self.sink
                     self.emitter.end(current, *last)
+                if ordinal > skip and self._pending() >= soft:
+                    self._commit(Position(batch.cur_tick_id, ordinal, False, self.position.txid_snapshot))
+                self.emitter.sink = discard if ordinal < skip else self.sink
                 self.emitter.begin(ev.txid, position, ev.ts_ms)
                 current = ev.txid
+            elif ordinal > skip and self._pending() >= 10 * soft:
+                self._commit(Position(batch.cur_tick_id, ordinal, False, self.position.txid_snapshot))
+            self.emitter.sink = discard if ordinal < skip else self.sink
             self.emitter.change(ev, position)
             ordinal += 1
             last = (position, ev.ts_ms)
         if current is not None:
+            self.emitter.sink = discard if ordinal <= skip else self.sink
             self.emitter.end(current, *last)
-        self.sink.flush()
-        self.source.finish(batch)
-        self.changes += ordinal
-        self.batches += 1
-        log.debug("batch %d (ticks %d..%d): %d changes", batch.batch_id,
-                  batch.prev_tick_id, batch.cur_tick_id, ordinal)
+        self.emitter.sink = self.sink
+        return ordinal
+
+    def _pending(self) -> int:
+        """Messages produced since the last commit."""
+        return self.sink.produced - self._committed_produced
 
     def _progress(self) -> None:
         now = time.monotonic()

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from pgshovel2.db import connect
-from pgshovel2.errors import RelayError
+from pgshovel2.errors import RelayError, UnavailableError
 
 
 @dataclass(frozen=True)
@@ -56,8 +56,8 @@ class PgqSource:
 
     def __init__(self, dsn: str, queue: str, consumer: str, fetch_size: int = 5000):
         self.queue, self.consumer, self.fetch_size = queue, consumer, fetch_size
-        self._ctl = connect(dsn, f"queue {queue}", RelayError)
-        self._read = connect(dsn, f"queue {queue}", RelayError)
+        self._ctl = connect(dsn, f"queue {queue}", UnavailableError)
+        self._read = connect(dsn, f"queue {queue}", UnavailableError)
         self._ctl.autocommit = True
 
     def next_batch(self) -> Batch | None:
@@ -67,6 +67,19 @@ class PgqSource:
                         (self.queue, self.consumer))
             row = cur.fetchone()
         return Batch(*row) if row and row[0] is not None else None
+
+    def last_tick(self) -> int:
+        """The consumer's last finished tick id (pgq.get_consumer_info last_tick).
+
+        Raises RelayError when the consumer is not registered on the queue.
+        """
+        with self._ctl.cursor() as cur:
+            cur.execute("SELECT last_tick FROM pgq.get_consumer_info(%s, %s)", (self.queue, self.consumer))
+            row = cur.fetchone()
+        if row is None:
+            raise RelayError(f"consumer {self.consumer} is not registered on queue {self.queue}: "
+                             "was the set dropped?")
+        return int(row[0])
 
     def tick(self) -> None:
         """Ask PgQ for a tick now (it ticks only past the queue's thresholds)."""

@@ -1,8 +1,11 @@
-"""Kafka sink: topic creation and an idempotent producer (acks=all).
+"""Kafka sink: topic creation and a transactional (or idempotent-only) producer.
 
-The sink knows nothing of PgQ: the relay produces messages and calls
-:meth:`KafkaSink.flush`, which returns only when every message is
-acknowledged by the broker, or raises RelayError.
+The sink knows nothing of PgQ. In transactional mode the relay produces a
+batch's messages and calls :meth:`KafkaSink.commit`, which commits one Kafka
+transaction (the first produce after a commit begins the next one); a relay
+started later with the same transactional id fences this one. In
+idempotent-only mode commit waits until every message is acknowledged
+(acks=all): at-least-once, kept to measure what transactions cost.
 """
 
 import logging
@@ -11,10 +14,14 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from pgshovel2.config import TopicsConfig
-from pgshovel2.errors import RelayError
+from pgshovel2.errors import FencedError, RelayError, UnavailableError
 
 log = logging.getLogger(__name__)
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+# A long transaction timeout lets one Kafka transaction hold a whole initial
+# snapshot; a crashed relay's open transaction is aborted as soon as its
+# successor calls init_transactions, not after the timeout.
+TRANSACTION_TIMEOUT_MS = 900_000
 
 PRODUCER_DEFAULTS = {
     "enable.idempotence": True,
@@ -30,31 +37,67 @@ PRODUCER_DEFAULTS = {
 Headers = list[tuple[str, str]]
 
 
-class KafkaSink:
-    """Produces to Kafka. bootstrap: ``host:port[,host:port]``; config: librdkafka overrides."""
+def _error(exc: KafkaException, what: str) -> RelayError:
+    """The relay error for a librdkafka error: fenced, retryable, or fatal."""
+    err: KafkaError = exc.args[0]
+    if err.code() in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH):
+        return FencedError(f"{what}: another relay of this set took over ({err.str()}); this one stops")
+    if err.fatal():
+        return RelayError(f"{what}: fatal Kafka error: {err.str()}")
+    return UnavailableError(f"{what}: {err.str()}")
 
-    def __init__(self, bootstrap: str, config: dict | None = None):
-        self.bootstrap = bootstrap
-        self._producer = Producer({"bootstrap.servers": bootstrap, **PRODUCER_DEFAULTS, **(config or {})})
+
+class KafkaSink:
+    """Produces to Kafka.
+
+    bootstrap: ``host:port[,host:port]``; transactional_id: the set's Kafka
+    transactional id, or None for the idempotent-only producer; config:
+    librdkafka overrides.
+    """
+
+    def __init__(self, bootstrap: str, transactional_id: str | None = None, config: dict | None = None):
+        self.bootstrap, self.transactional_id = bootstrap, transactional_id
+        settings = {"bootstrap.servers": bootstrap, **PRODUCER_DEFAULTS, **(config or {})}
+        if transactional_id:
+            settings.update({"transactional.id": transactional_id,
+                             "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS})
+        self._producer = Producer(settings)
         self._admin = AdminClient({"bootstrap.servers": bootstrap})
         self._failed: list[str] = []
+        self._in_txn = False
         self.produced = 0
 
-    def ensure_topics(self, topics: dict[str, str], settings: TopicsConfig) -> list[str]:
+    def start(self, timeout: float = 60.0) -> None:
+        """Register the transactional id (fences older relays, aborts their open transaction).
+
+        No-op for the idempotent-only producer. Raises UnavailableError when
+        Kafka cannot be reached within timeout (s), FencedError or RelayError.
+        """
+        if not self.transactional_id:
+            return
+        try:
+            self._producer.init_transactions(timeout)
+        except KafkaException as exc:
+            raise _error(exc, f"cannot register transactional id {self.transactional_id!r} "
+                              f"at {self.bootstrap}") from exc
+
+    def ensure_topics(self, topics: dict[str, str], settings: TopicsConfig,
+                      single_partition: frozenset[str] = frozenset()) -> list[str]:
         """Create missing topics; topics maps name -> cleanup.policy.
 
-        Returns the names created. Raises RelayError naming a missing topic
-        when creation is disabled, or when Kafka cannot be reached.
+        Topics in single_partition get one partition (ordered records). Returns
+        the names created. Raises RelayError naming a missing topic when
+        creation is disabled, UnavailableError when Kafka cannot be reached.
         """
         try:
             existing = set(self._admin.list_topics(timeout=15).topics)
         except KafkaException as exc:
-            raise RelayError(f"cannot reach Kafka at {self.bootstrap}: {exc}") from exc
+            raise UnavailableError(f"cannot reach Kafka at {self.bootstrap}: {exc}") from exc
         missing = [t for t in topics if t not in existing]
         if missing and not settings.create:
             raise RelayError(f"topic {missing[0]!r} does not exist and topic creation is "
                              "disabled (topics.create: false): create it first")
-        new = [NewTopic(t, num_partitions=1 if t.endswith(".transactions") else settings.partitions,
+        new = [NewTopic(t, num_partitions=1 if t in single_partition else settings.partitions,
                         replication_factor=settings.replication_factor,
                         config={"cleanup.policy": topics[t],
                                 "max.message.bytes": str(MAX_MESSAGE_BYTES)})
@@ -68,7 +111,12 @@ class KafkaSink:
         return missing
 
     def produce(self, topic: str, key: bytes | None, value: bytes | None, headers: Headers) -> None:
-        """Enqueue one message; blocks (serving delivery reports) while the queue is full."""
+        """Enqueue one message (beginning a Kafka transaction if none is open).
+
+        Blocks, serving delivery reports, while the producer queue is full.
+        """
+        if self.transactional_id and not self._in_txn:
+            self._begin()
         while True:
             try:
                 self._producer.produce(topic, value, key, headers=headers, on_delivery=self._delivered)
@@ -76,28 +124,72 @@ class KafkaSink:
             except BufferError:
                 self._producer.poll(0.05)
             except KafkaException as exc:
-                raise RelayError(f"cannot produce to {topic!r}: {exc}") from exc
+                raise _error(exc, f"cannot produce to {topic!r}") from exc
         self.produced += 1
         self._producer.poll(0)
+
+    def _begin(self) -> None:
+        try:
+            self._producer.begin_transaction()
+        except KafkaException as exc:
+            raise _error(exc, "cannot begin a Kafka transaction") from exc
+        self._in_txn = True
 
     def _delivered(self, err: KafkaError | None, msg) -> None:
         if err is not None:
             self._failed.append(f"topic {msg.topic()!r}, key {msg.key()!r:.80}: {err.str()}")
 
-    def flush(self, timeout: float = 300.0) -> None:
-        """Wait until every produced message is acknowledged (acks=all).
+    @property
+    def in_transaction(self) -> bool:
+        """True while a Kafka transaction is open (something produced, not committed)."""
+        return self._in_txn
 
-        Raises RelayError on any failed delivery or when timeout (s) passes.
+    def commit(self, timeout: float = 300.0) -> None:
+        """Commit the open Kafka transaction (or, idempotent-only, flush everything).
+
+        Returns once everything produced since the last commit is durable in
+        Kafka and visible to read_committed consumers. On failure the open
+        transaction is aborted and UnavailableError, FencedError or RelayError
+        is raised: nothing of it becomes visible.
         """
+        if not self.transactional_id:
+            self._flush(timeout)
+            return
+        if not self._in_txn:
+            return
+        try:
+            self._producer.commit_transaction(timeout)
+        except KafkaException as exc:
+            error = _error(exc, "cannot commit the Kafka transaction")
+            self.abort()
+            raise error from exc
+        finally:
+            self._failed.clear()
+        self._in_txn = False
+
+    def abort(self, timeout: float = 30.0) -> None:
+        """Abort the open Kafka transaction, if any (best effort)."""
+        if not self._in_txn:
+            return
+        self._in_txn = False
+        try:
+            self._producer.abort_transaction(timeout)
+        except KafkaException as exc:
+            log.warning("could not abort the Kafka transaction: %s", exc)
+
+    def _flush(self, timeout: float) -> None:
         remaining = self._producer.flush(timeout)
         if self._failed:
             first, count = self._failed[0], len(self._failed)
             self._failed.clear()
-            raise RelayError(f"{count} message(s) not delivered to Kafka; first: {first}")
+            raise UnavailableError(f"{count} message(s) not delivered to Kafka; first: {first}")
         if remaining:
-            raise RelayError(f"{remaining} message(s) still unacknowledged by Kafka at "
-                             f"{self.bootstrap} after {timeout:g}s")
+            raise UnavailableError(f"{remaining} message(s) still unacknowledged by Kafka at "
+                                   f"{self.bootstrap} after {timeout:g}s")
 
     def close(self) -> None:
-        """Flush what is pending (best effort)."""
-        self._producer.flush(10)
+        """Abort an open transaction, or flush pending messages (best effort)."""
+        if self._in_txn:
+            self.abort(5)
+        else:
+            self._producer.flush(10)
