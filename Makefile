@@ -2,7 +2,7 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: install stack-up stack-down stack-status demo test unit lint bench clean
+.PHONY: install stack-up stack-down stack-status demo test chaos unit lint bench clean
 
 install:
 	scripts/install.sh
@@ -22,6 +22,12 @@ demo: stack-up
 # The test suite starts its own stack (ports +1000, state in .stack-test) and stops it.
 test: install
 	$(PY) -m pytest -ra tests
+
+# The fault-injection run at full length (100 relay kills); report in bench/results/.
+chaos: install
+	mkdir -p bench/results
+	PGSHOVEL2_CHAOS_KILLS=$${KILLS:-100} PGSHOVEL2_CHAOS_REPORT=bench/results/chaos-$$(date -u +%Y%m%dT%H%M%SZ).json \
+		$(PY) -m pytest -ra -s tests/integration/test_chaos.py
 
 unit: install
 	$(PY) -m pytest -ra tests/unit

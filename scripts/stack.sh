@@ -3,6 +3,7 @@
 # when installed, the schema registry. All state lives under $STACK_DIR; every
 # service listens on 127.0.0.1 only.
 #   scripts/stack.sh up|down|status|env
+#   scripts/stack.sh start|stop postgres|pgqd|zookeeper|kafka|registry   (one service)
 set -euo pipefail
 source "$(dirname "$0")/env.sh"
 
@@ -202,6 +203,21 @@ case "${1:-}" in
     java_down "$STACK_DIR/zookeeper/zk.pid"
     pg_down
     log "stack stopped" ;;
+  start)
+    mkdir -p "$STACK_DIR"
+    case "${2:-}" in
+      postgres) pg_up ;; pgqd) pgqd_up ;; zookeeper) zk_up ;; kafka) kafka_up ;; registry) registry_up ;;
+      *) die "start what? postgres|pgqd|zookeeper|kafka|registry" ;;
+    esac ;;
+  stop)
+    case "${2:-}" in
+      postgres) pg_down ;; pgqd) pgqd_down ;;
+      zookeeper) java_down "$STACK_DIR/zookeeper/zk.pid" ;;
+      kafka) java_down "$STACK_DIR/kafka/kafka.pid" ;;
+      registry) java_down "$STACK_DIR/registry/registry.pid" ;;
+      *) die "stop what? postgres|pgqd|zookeeper|kafka|registry" ;;
+    esac
+    log "${2} stopped" ;;
   status)
     for f in pg/data/postmaster.pid.copy pgqd/pgqd.pid zookeeper/zk.pid kafka/kafka.pid registry/registry.pid; do
       if alive "$STACK_DIR/$f"; then echo "up    $f"; else echo "down  $f"; fi
@@ -211,5 +227,5 @@ case "${1:-}" in
     echo "export PGSHOVEL_TEST_DSN='$PG_DSN'"
     echo "export PGSHOVEL_KAFKA_BOOTSTRAP=$KAFKA_BOOTSTRAP"
     echo "export PGSHOVEL_SCHEMA_REGISTRY=$REGISTRY_URL" ;;
-  *) echo "usage: $0 up|down|status|env" >&2; exit 2 ;;
+  *) echo "usage: $0 up|down|status|env | start|stop SERVICE" >&2; exit 2 ;;
 esac

@@ -64,11 +64,15 @@ def cluster(stack):
 
 
 @pytest.fixture
-def schema(db):
-    """A fresh schema for the test's tables; dropped afterwards."""
+def schema(stack, db):
+    """A fresh schema for the test's tables; dropped afterwards (on a new
+    connection: the test may have restarted PostgreSQL)."""
     name = f"s_{uuid.uuid4().hex[:8]}"
     with db.cursor() as cur:
         cur.execute(f'CREATE SCHEMA "{name}"')
     yield name
-    with db.cursor() as cur:
+    conn = psycopg2.connect(stack.dsn)
+    conn.autocommit = True
+    with conn.cursor() as cur:
         cur.execute(f'DROP SCHEMA "{name}" CASCADE')
+    conn.close()

@@ -44,16 +44,19 @@ def pgshovel(stack, cluster: str, *args: str, check: bool = True) -> subprocess.
 class RelayProcess:
     """A pgshovel-kafka-relay subprocess for a set."""
 
-    def __init__(self, stack, cluster: str, set_name: str, *args: str, log_path: Path):
+    def __init__(self, stack, cluster: str, set_name: str, *args: str, log_path: Path,
+                 extra_env: dict | None = None):
         self.log_path = log_path
         self._log = open(log_path, "a")
         self.proc = subprocess.Popen(
             [str(BIN / "pgshovel-kafka-relay"), set_name, "--progress-interval", "1", *args],
-            env=cli_env(stack, cluster), stdout=self._log, stderr=subprocess.STDOUT)
+            env={**cli_env(stack, cluster), **(extra_env or {})}, stdout=self._log, stderr=subprocess.STDOUT)
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 60) -> int:
         if self.proc.poll() is None:
             self.proc.send_signal(sig)
+            if sig != signal.SIGKILL:
+                self.proc.send_signal(signal.SIGCONT)
         code = self.proc.wait(timeout)
         self._log.close()
         return code

@@ -1,0 +1,306 @@
+"""Fault-injection harness: a steady pgbench load on a set, the relay SIGKILLed
+again and again (at random moments and at failpoints around the Kafka commit),
+each service restarted once, a SIGSTOPped zombie relay fenced by its
+successor; then every change captured in the source is compared with what
+reached Kafka.
+
+Ground truth is a second PgQ consumer (``chaos_audit``) registered on the
+set's queue before the load starts: it sees exactly the events the relay
+must deliver. Expected messages follow the row envelope: I -> c, U -> u (a
+key change: d of the old key + c of the new), D -> d. Kafka is read
+``read_committed``; lost = expected - relayed, duplicated = relayed -
+expected, as multisets of (topic, txid, key, op).
+"""
+
+import json
+import random
+import signal
+import subprocess
+import threading
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import psycopg2
+
+from pgshovel2 import names
+from pgshovel2.catalog import Table
+from pgshovel2.cluster import ClusterStore
+from pgshovel2.config import SetConfig
+from pgshovel2.verify import read_topics, verify_set
+from tests.helpers import Decoder, RelayProcess, caught_up, pgshovel, write_config
+
+AUDIT = "chaos_audit"
+FAILPOINTS = "before_commit=0.03,after_commit=0.08,before_finish=0.03"
+SCRIPT = """\\set id random(1, 1000)
+\\set amt random(-100, 100)
+\\set a random(1, 40)
+\\set b random(1, 40)
+BEGIN;
+INSERT INTO {s}.accounts (id, balance, note) VALUES (:id, :amt, 'n')
+  ON CONFLICT (id) DO UPDATE SET balance = {s}.accounts.balance + EXCLUDED.balance;
+INSERT INTO {s}.ledger (account, amount) VALUES (:id, :amt);
+INSERT INTO {s}.tags (a, b, v) VALUES (:a, :b, 'x') ON CONFLICT (a, b) DO UPDATE SET v = left({s}.tags.v || 'y', 50);
+END;
+"""
+SCRIPT_CHURN = """\\set id random(1, 1000)
+\\set a random(1, 40)
+BEGIN;
+UPDATE {s}.accounts SET id = nextval('{s}.moved') WHERE id = :id;
+DELETE FROM {s}.tags WHERE a = :a AND b < 5;
+DELETE FROM {s}.ledger WHERE id = (SELECT max(id) - 10 FROM {s}.ledger);
+END;
+"""
+
+
+@dataclass
+class ChaosReport:
+    """What a chaos run did and found."""
+
+    kills: int = 0
+    failpoint_kills: int = 0
+    zombies_fenced: int = 0
+    service_restarts: dict = field(default_factory=dict)
+    source_transactions: int = 0
+    expected_messages: int = 0
+    relayed_messages: int = 0
+    lost: int = 0
+    duplicated: int = 0
+    first_lost: str | None = None
+    first_duplicated: str | None = None
+    transactions_lost: int = 0
+    transactions_duplicated: int = 0
+    state_equal: bool = False
+    seconds: float = 0.0
+
+    def dump(self, path: Path) -> None:
+        path.write_text(json.dumps(asdict(self), indent=2))
+
+
+class Load:
+    """pgbench at a steady rate on the chaos tables, restarted whenever it exits."""
+
+    def __init__(self, stack, schema: str, workdir: Path, rate: int = 150):
+        self.stack, self.rate = stack, rate
+        self.scripts = []
+        for name, text, weight in (("main", SCRIPT, 4), ("churn", SCRIPT_CHURN, 1)):
+            path = workdir / f"chaos-{name}.sql"
+            path.write_text(text.format(s=schema))
+            self.scripts.append(f"{path}@{weight}")
+        self.log = open(workdir / "pgbench.log", "a")
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _run(self) -> None:
+        port = self.stack.env["PG_PORT"]
+        while not self._stop.is_set():
+            args = ["pgbench", "-n", "-c", "2", "-j", "1", "--rate", str(self.rate), "-T", "3600",
+                    "--max-tries", "20", "-h", "127.0.0.1", "-p", port, "-U", "postgres"]
+            for script in self.scripts:
+                args += ["-f", script]
+            self.proc = subprocess.Popen([*args, "pgshovel"], stdout=self.log, stderr=subprocess.STDOUT)
+            while self.proc.poll() is None and not self._stop.is_set():
+                time.sleep(0.2)
+            if self.proc.poll() is None:
+                self.proc.terminate()
+                self.proc.wait(30)
+            self._stop.wait(0.5)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(60)
+        self.log.close()
+
+
+class ChaosRun:
+    """One chaos run on a fresh set in schema (tables created here)."""
+
+    def __init__(self, stack, cluster: str, db, schema: str, workdir: Path, kills: int, seed: int = 1):
+        self.stack, self.cluster, self.db, self.schema = stack, cluster, db, schema
+        self.workdir, self.kill_target = workdir, kills
+        self.rnd = random.Random(seed)
+        self.set_name = "chaos"
+        self.queue = f"pgshovel2.{cluster}.{self.set_name}"
+        self.report = ChaosReport()
+        self.relay: RelayProcess | None = None
+        self._relays = 0
+
+    # -- set-up -------------------------------------------------------------
+    def create_set(self) -> None:
+        s = f'"{self.schema}"'
+        with self.db.cursor() as cur:
+            cur.execute(f"CREATE TABLE {s}.accounts (id bigint PRIMARY KEY, balance int, note text)")
+            cur.execute(f"CREATE TABLE {s}.ledger (id bigserial PRIMARY KEY, account bigint, amount int)")
+            cur.execute(f"CREATE TABLE {s}.tags (a int, b int, v text, PRIMARY KEY (a, b))")
+            cur.execute(f"CREATE SEQUENCE {s}.moved START 1000000")
+        tables = [{"schema": self.schema, "name": n} for n in ("accounts", "ledger", "tags")]
+        cfg = write_config(self.workdir, self.stack, tables, topic_prefix=f"chaos{self.cluster}")
+        pgshovel(self.stack, self.cluster, "set", "create", self.set_name, str(cfg))
+
+    def start_relay(self, failpoints: bool = False) -> RelayProcess:
+        self._relays += 1
+        env = {"PGSHOVEL2_FAILPOINTS": FAILPOINTS} if failpoints else {}
+        relay = RelayProcess(self.stack, self.cluster, self.set_name, "--max-transaction-messages", "500",
+                             log_path=self.workdir / f"relay-{self._relays:03d}.log", extra_env=env)
+        relay.wait_for("relaying set")
+        return relay
+
+    # -- faults -------------------------------------------------------------
+    def kill_once(self, failpoints: bool) -> None:
+        self.relay = self.start_relay(failpoints)
+        if failpoints:
+            deadline = time.monotonic() + 20
+            while self.relay.proc.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.05)
+        else:
+            time.sleep(self.rnd.uniform(0.3, 3.0))
+        self_killed = self.relay.proc.poll() is not None
+        code = self.relay.stop(signal.SIGKILL)
+        assert code == -signal.SIGKILL, f"relay exited with {code}, not killed:\n{self.relay.log()}"
+        self.report.kills += 1
+        self.report.failpoint_kills += self_killed
+        self.relay = None
+
+    def restart_service(self, service: str, down_seconds: float) -> None:
+        self.relay = self.relay or self.start_relay()
+        time.sleep(1)
+        self.stack.script("stop", service)
+        time.sleep(down_seconds)
+        self.stack.script("start", service)
+        if service == "postgres":
+            self.stack.script("start", "pgqd")
+        self.report.service_restarts[service] = self.report.service_restarts.get(service, 0) + 1
+        time.sleep(3)
+
+    def zombie(self) -> None:
+        """SIGSTOP the active relay, start a successor, resume the old one: it must be fenced."""
+        old = self.relay or self.start_relay()
+        time.sleep(self.rnd.uniform(0.5, 1.5))
+        old.proc.send_signal(signal.SIGSTOP)
+        self.relay = self.start_relay()
+        time.sleep(3)
+        old.proc.send_signal(signal.SIGCONT)
+        deadline = time.monotonic() + 30
+        while old.proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        code = old.stop(signal.SIGKILL)
+        assert code == 1 and "took over" in old.log(), f"zombie not fenced (exit {code}):\n{old.log()}"
+        self.report.zombies_fenced += 1
+
+    def faults(self) -> None:
+        services = [("kafka", 3.0), ("postgres", 2.0), ("zookeeper", 12.0), ("zombie", 0.0)]
+        every = max(1, self.kill_target // (len(services) + 1))
+        for i in range(self.kill_target):
+            if i and i % every == 0 and services:
+                service, down = services.pop(0)
+                if service == "zombie":
+                    self.zombie()
+                else:
+                    self.restart_service(service, down)
+                if self.relay is not None:
+                    self.relay.stop(signal.SIGKILL)
+                    self.report.kills += 1
+                    self.relay = None
+                    continue
+            self.kill_once(failpoints=i % 2 == 1)
+        for service, down in services:
+            self.zombie() if service == "zombie" else self.restart_service(service, down)
+
+    # -- the run --------------------------------------------------------------
+    def run(self) -> ChaosReport:
+        started = time.monotonic()
+        self.create_set()
+        first = self.start_relay()
+        first.wait_for("snapshot done")
+        first.stop(signal.SIGKILL)
+        self._register_audit()
+        load = Load(self.stack, f'"{self.schema}"', self.workdir)
+        load.start()
+        try:
+            self.faults()
+        finally:
+            load.stop()
+        final = self.relay or self.start_relay()
+        caught_up(self.stack, self.cluster, self.set_name, timeout=300)
+        assert final.stop() == 0, final.log()
+        self._compare()
+        self.report.seconds = round(time.monotonic() - started, 1)
+        return self.report
+
+    def _register_audit(self) -> None:
+        with self.db.cursor() as cur:
+            cur.execute("SELECT pgq.register_consumer(%s, %s)", (self.queue, AUDIT))
+
+    # -- comparison -------------------------------------------------------------
+    def _set(self) -> tuple[SetConfig, tuple[Table, ...]]:
+        with ClusterStore(self.stack.zk, self.cluster) as store:
+            record, _ = store.get_set(self.set_name)
+        return SetConfig.from_dict(record["config"]), tuple(Table.from_dict(t) for t in record["tables"])
+
+    def _compare(self) -> None:
+        config, tables = self._set()
+        prefix = config.topic_prefix
+        topics = {t.qualified: names.table_topic(prefix, t.schema, t.name) for t in tables}
+        expected, txids = self._expected(tables, topics)
+        relayed, begins = self._relayed(list(topics.values()), names.transactions_topic(prefix))
+        lost, dup = expected - relayed, relayed - expected
+        r = self.report
+        r.source_transactions, r.expected_messages = len(txids), sum(expected.values())
+        r.relayed_messages, r.lost, r.duplicated = sum(relayed.values()), sum(lost.values()), sum(dup.values())
+        r.first_lost = repr(min(lost)) if lost else None
+        r.first_duplicated = repr(min(dup)) if dup else None
+        r.transactions_lost = len(txids - set(begins))
+        r.transactions_duplicated = sum(n - 1 for n in begins.values() if n > 1)
+        reports = verify_set(self.set_name, config, tables, self.stack.bootstrap, self.stack.registry)
+        r.state_equal = all(rep.ok for rep in reports)
+
+    def _expected(self, tables: tuple[Table, ...], topics: dict) -> tuple[Counter, set]:
+        key_idx = {t.qualified: [[c.name for c in t.columns].index(k) for k in t.key] for t in tables}
+        out: Counter = Counter()
+        txids = set()
+        for txid, op, data, table, before in _drain(self.stack.dsn, self.queue, AUDIT):
+            row, idx, topic = json.loads(data), key_idx[table], topics[table]
+            key = tuple(row[i] for i in idx)
+            txids.add(txid)
+            if op == "U" and before is not None:
+                old = tuple(json.loads(before)[i] for i in idx)
+                if old != key:
+                    out[(topic, txid, old, "d")] += 1
+                    out[(topic, txid, key, "c")] += 1
+                    continue
+            out[(topic, txid, key, {"I": "c", "U": "u", "D": "d"}[op])] += 1
+        return out, txids
+
+    def _relayed(self, topics: list[str], txn_topic: str) -> tuple[Counter, Counter]:
+        decode = Decoder(self.stack.registry)
+        data = read_topics(self.stack.bootstrap, [*topics, txn_topic])
+        out: Counter = Counter()
+        for topic in topics:
+            for key, _value, h in data[topic]:
+                if h["pgshovel.op"] != "r":
+                    out[(topic, int(h["pgshovel.txid"]), tuple(decode(key).values()), h["pgshovel.op"])] += 1
+        begins = Counter(decode(v)["txid"] for _, v, _ in data[txn_topic] if decode(v)["type"] == "BEGIN")
+        return out, begins
+
+
+def _drain(dsn: str, queue: str, consumer: str):
+    """Every event the consumer has not read yet: (txid, op, data, table tag, before)."""
+    conn = psycopg2.connect(dsn)
+    conn.autocommit = True
+    try:
+        with conn.cursor() as cur:
+            while True:
+                cur.execute("SELECT pgq.next_batch(%s, %s)", (queue, consumer))
+                batch = cur.fetchone()[0]
+                if batch is None:
+                    return
+                cur.execute("SELECT ev_txid, ev_type, ev_data, ev_extra1, ev_extra2 "
+                            "FROM pgq.get_batch_events(%s)", (batch,))
+                yield from cur.fetchall()
+                cur.execute("SELECT pgq.finish_batch(%s)", (batch,))
+    finally:
+        conn.close()

@@ -1,0 +1,31 @@
+"""The fault-injection run (see tests/chaos.py): >= 20 relay kills, one restart
+of Kafka, PostgreSQL and ZooKeeper (down longer than the session timeout) and
+a fenced zombie relay, under steady pgbench load; 0 lost, 0 duplicated.
+
+``make chaos`` runs the same with PGSHOVEL2_CHAOS_KILLS=100 and keeps the report.
+"""
+
+import os
+from pathlib import Path
+
+from tests.chaos import ChaosRun
+
+
+def test_chaos_exactly_once(stack, cluster, db, schema, tmp_path):
+    kills = int(os.environ.get("PGSHOVEL2_CHAOS_KILLS", "20"))
+    run = ChaosRun(stack, cluster, db, schema, tmp_path, kills=kills, seed=kills)
+    try:
+        report = run.run()
+    finally:
+        stack.script("up")  # whatever a failed run left stopped
+    if os.environ.get("PGSHOVEL2_CHAOS_REPORT"):
+        report.dump(Path(os.environ["PGSHOVEL2_CHAOS_REPORT"]))
+    print(f"\nchaos report: {report}")
+    assert report.kills >= kills and report.failpoint_kills > 0
+    assert report.service_restarts == {"kafka": 1, "postgres": 1, "zookeeper": 1}
+    assert report.zombies_fenced == 1
+    assert report.expected_messages > 1000
+    assert report.lost == 0, f"lost {report.lost}, first {report.first_lost}"
+    assert report.duplicated == 0, f"duplicated {report.duplicated}, first {report.first_duplicated}"
+    assert report.transactions_lost == report.transactions_duplicated == 0
+    assert report.state_equal

@@ -1,0 +1,93 @@
+"""Exactly-once at the dangerous moments: killed between the Kafka commit and
+pgq.finish_batch, a huge source transaction split over Kafka transactions
+and killed between them, and the idempotent-only mode kept for comparison."""
+
+import signal
+from collections import Counter
+
+import pytest
+
+from pgshovel2 import names
+from pgshovel2.errors import RelayError
+from tests.helpers import RelayProcess, caught_up, messages, pgshovel, write_config
+from tests.integration.test_relay import assert_verified, verify
+
+
+@pytest.fixture
+def keyed_set(stack, cluster, db, schema, tmp_path):
+    """A set "eo" on <schema>.t (id int PRIMARY KEY, n int), snapshot taken; returns its topics."""
+    with db.cursor() as cur:
+        cur.execute(f'CREATE TABLE "{schema}".t (id int PRIMARY KEY, n int)')
+    prefix = f"eo{cluster}"
+    cfg = write_config(tmp_path, stack, [{"schema": schema, "name": "t"}], topic_prefix=prefix)
+    pgshovel(stack, cluster, "set", "create", "eo", str(cfg))
+    return names.table_topic(prefix, schema, "t"), names.transactions_topic(prefix)
+
+
+def run_relay(stack, cluster, tmp_path, *args: str, failpoints: str = "") -> RelayProcess:
+    log = tmp_path / f"relay-{len(list(tmp_path.glob('relay-*')))}.log"
+    return RelayProcess(stack, cluster, "eo", *args, log_path=log,
+                        extra_env={"PGSHOVEL2_FAILPOINTS": failpoints} if failpoints else None)
+
+
+def test_killed_between_kafka_commit_and_finish_batch(stack, cluster, db, schema, tmp_path, keyed_set):
+    topic, _ = keyed_set
+    first = run_relay(stack, cluster, tmp_path)
+    first.wait_for("snapshot done")
+    assert first.stop() == 0
+    with db.cursor() as cur:
+        cur.execute(f'INSERT INTO "{schema}".t SELECT g, 0 FROM generate_series(1, 500) g')
+    dying = run_relay(stack, cluster, tmp_path, failpoints="after_commit=1")
+    assert dying.proc.wait(60) == -signal.SIGKILL, dying.log()
+    relay = run_relay(stack, cluster, tmp_path)
+    caught_up(stack, cluster, "eo")
+    assert "already in Kafka (committed before a restart): acknowledging it" in relay.log()
+    keys = Counter(k["id"] for k, _, h in messages(stack, topic))
+    assert set(keys) == set(range(1, 501)) and set(keys.values()) == {1}
+    assert relay.stop() == 0
+
+
+def test_huge_transaction_split_over_kafka_transactions_and_killed(stack, cluster, db, schema, tmp_path,
+                                                                  keyed_set):
+    topic, txn_topic = keyed_set
+    first = run_relay(stack, cluster, tmp_path)
+    first.wait_for("snapshot done")
+    assert first.stop() == 0
+    rows = 60_000
+    with db.cursor() as cur:
+        cur.execute(f'INSERT INTO "{schema}".t SELECT g, 0 FROM generate_series(1, {rows}) g')
+    kills = 0
+    while True:  # hard split every 10 x 500 messages; each run dies after a commit or two
+        relay = run_relay(stack, cluster, tmp_path, "--max-transaction-messages", "500",
+                          failpoints="before_commit=0.2,after_commit=0.3")
+        try:
+            caught_up(stack, cluster, "eo", timeout=20)
+            break
+        except RelayError:
+            assert relay.proc.wait(30) == -signal.SIGKILL, relay.log()
+            kills += 1
+        assert kills < 60
+    relay.stop()
+    assert kills >= 3
+    got = messages(stack, topic)
+    assert Counter(k["id"] for k, _, _ in got) == Counter(range(1, rows + 1))
+    positions = [h["pgshovel.position"] for _, _, h in got]
+    assert positions == sorted(positions)
+    records = [v for _, v, _ in messages(stack, txn_topic)]
+    assert [r["type"] for r in records] == ["BEGIN", "END"]
+    assert records[1]["event_count"] == rows
+    assert_verified(verify(stack, cluster, "eo"))
+
+
+def test_idempotent_only_mode(stack, cluster, db, schema, tmp_path, keyed_set):
+    topic, _ = keyed_set
+    relay = run_relay(stack, cluster, tmp_path, "--no-transactions")
+    relay.wait_for("snapshot done")
+    with db.cursor() as cur:
+        cur.execute(f'INSERT INTO "{schema}".t SELECT g, 0 FROM generate_series(1, 100) g')
+        cur.execute(f'UPDATE "{schema}".t SET n = 1 WHERE id <= 10')
+    caught_up(stack, cluster, "eo")
+    ops = Counter(h["pgshovel.op"] for _, _, h in messages(stack, topic))
+    assert ops == {"c": 100, "u": 10}
+    assert relay.stop() == 0
+    assert_verified(verify(stack, cluster, "eo"))
