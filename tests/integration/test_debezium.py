@@ -2,10 +2,14 @@
 an unkeyed delete and snapshot rows, checked field by field against Debezium's
 PostgreSQL change-event structure (before/after/source/op/ts_ms/transaction,
 https://debezium.io/documentation/reference/stable/connectors/postgresql.html
-"Data change events"), and the registered Avro value schema."""
+"Data change events"), and the registered Avro value schema; optionally read
+by Apache Flink's debezium-json format (PGSHOVEL_TEST_PYFLINK)."""
 
 import json
+import os
+import subprocess
 import time
+from pathlib import Path
 
 import pytest
 from confluent_kafka.schema_registry import SchemaRegistryClient
@@ -14,6 +18,7 @@ from pgshovel2 import __version__, names
 from pgshovel2.catalog import Table
 from pgshovel2.cluster import ClusterStore
 from pgshovel2.codec import avro
+from pgshovel2.verify import read_topics
 from tests.helpers import assert_verified, caught_up, messages, pgshovel, verify, write_config
 
 ENVELOPE_FIELDS = ["before", "after", "source", "op", "ts_ms", "transaction"]
@@ -156,3 +161,64 @@ def check_registered_schemas(stack, cluster: str, t_topic: str, u_topic: str) ->
         key = client.get_latest_version(f"{topic}-key").schema if name == "t" else None
         if key is not None:
             assert json.loads(key.schema_str) == avro.key_schema(SET, tables[name])
+
+
+PYFLINK = os.environ.get("PGSHOVEL_TEST_PYFLINK")  # a Python with apache-flink installed
+FLINK_COLUMNS = [["id", "INT"], ["v", "STRING"], ["n", "DECIMAL(10, 2)"], ["ts", "TIMESTAMP_LTZ(6)"]]
+
+
+def flink_changelog(stack, topic: str, path: Path) -> subprocess.CompletedProcess:
+    """Run Flink's debezium-json format over the topic's events (tombstones left out, as
+    the format skips them); stdout: one {"kind", "row"} JSON line per changelog row."""
+    values = [v for _, v, _ in read_topics(stack.bootstrap, [topic])[topic] if v is not None]
+    path.write_bytes(b"".join(v + b"\n" for v in values))
+    script = Path(__file__).with_name("pyflink_changelog.py")
+    return subprocess.run([PYFLINK, str(script), str(path), json.dumps(FLINK_COLUMNS)],
+                          capture_output=True, text=True, timeout=300, cwd=path.parent)
+
+
+@pytest.mark.skipif(not PYFLINK, reason="PGSHOVEL_TEST_PYFLINK: path of a Python with apache-flink")
+def test_flink_debezium_json_reads_the_topic(stack, cluster, db, schema, tmp_path, relay_factory):
+    """Flink's own Debezium consumer rebuilds the table from inserts, deletes, key
+    updates and snapshot rows; plain updates (no before image, as Debezium's
+    REPLICA IDENTITY DEFAULT) it refuses, as it does for Debezium's events."""
+    prefix = f"flink{cluster}"
+    table = f'"{schema}".t'
+    with db.cursor() as cur:
+        cur.execute(f"CREATE TABLE {table} (id int PRIMARY KEY, v text, n numeric(10,2), ts timestamptz)")
+        cur.execute(f"INSERT INTO {table} VALUES (1, 'one', 1.5, '2024-02-29 12:34:56.789012+03'), "
+                    "(2, 'two', 2.5, NULL)")
+    cfg = write_config(tmp_path, stack, [{"schema": schema, "name": "t"}], encoding="json",
+                       envelope="debezium", topic_prefix=prefix)
+    pgshovel(stack, cluster, "set", "create", SET, str(cfg))
+    relay = relay_factory(SET)
+    relay.wait_for("snapshot done")
+    with db.cursor() as cur:
+        cur.execute(f"INSERT INTO {table} VALUES (3, 'thrée ✓', -0.01, now())")
+        cur.execute(f"DELETE FROM {table} WHERE id = 2")
+        cur.execute(f"UPDATE {table} SET id = 30 WHERE id = 3")
+    caught_up(stack, cluster, SET)
+    topic = names.table_topic(prefix, schema, "t")
+    proc = flink_changelog(stack, topic, tmp_path / "events.json")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    changelog = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    assert [c["kind"] for c in changelog] == ["+I", "+I", "+I", "-D", "-D", "+I"]
+    state: dict = {}
+    for change in changelog:
+        row = tuple(change["row"])
+        if change["kind"] in ("+I", "+U"):
+            state[row[0]] = row
+        else:
+            assert state.pop(row[0]) == row
+    with db.cursor() as cur:
+        cur.execute(f"SELECT id::text, v, n::text, to_char(ts AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.US') "
+                    f"FROM {table}")
+        assert state == {r[0]: r for r in cur.fetchall()}
+
+    with db.cursor() as cur:
+        cur.execute(f"UPDATE {table} SET v = 'ONE' WHERE id = 1")
+    caught_up(stack, cluster, SET)
+    proc = flink_changelog(stack, topic, tmp_path / "events.json")
+    assert proc.returncode != 0
+    assert 'The "before" field of UPDATE message is null' in proc.stdout + proc.stderr
+    assert relay.stop() == 0
