@@ -235,8 +235,9 @@ class DebeziumEnvelope:
             event = json.loads(value)
         else:
             event = fastavro.schemaless_reader(io.BytesIO(value[5:]), self._raw_envelope)
-        return tuple(self._image(event[f]) if event[f] is not None else None  # type: ignore[return-value]
-                     for f in ("before", "after"))
+        before, after = event["before"], event["after"]
+        return (self._image(before) if before is not None else None,
+                self._image(after) if after is not None else None)
 
     def _image(self, datum: dict[str, Any]) -> bytes:
         if self._writer is None:
