@@ -44,7 +44,8 @@ def create_set(store: ClusterStore, name: str, config_path: str) -> dict[str, An
         with conn.cursor() as cur:
             counts = trigger.column_counts(cur, tables)
             try:
-                trigger.install(cur, record["queue"], record["trigger"], tables, counts)
+                trigger.install(cur, record["queue"], record["trigger"], tables, counts,
+                                before_images=config.envelope == "debezium")
             except psycopg2.Error as exc:
                 raise CaptureError(f"installing capture for set {name!r} failed: "
                                    f"{str(exc).strip()}") from exc

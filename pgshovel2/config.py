@@ -5,7 +5,7 @@ A set config is a YAML mapping (see configs/pgbench.yaml)::
     database: {dsn: "host=... dbname=..."}
     backend: trigger            # only backend so far
     encoding: avro              # avro | json
-    envelope: row               # row (Bottled Water compatible)
+    envelope: row               # row (Bottled Water compatible) | debezium
     topic_prefix: pgbench       # default: the set name
     topics: {create: true, partitions: 1, replication_factor: 1}
     tables:
@@ -32,7 +32,7 @@ from pgshovel2.errors import ConfigError
 SET_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,39}")
 ENCODINGS = ("avro", "json")
 BACKENDS = ("trigger",)
-ENVELOPES = ("row",)
+ENVELOPES = ("row", "debezium")
 _TOP_KEYS = {"database", "backend", "encoding", "envelope", "topic_prefix", "topics", "tables"}
 _TABLE_KEYS = {"name", "schema", "columns", "key", "allow_unkeyed"}
 _TOPIC_KEYS = {"create", "partitions", "replication_factor"}

@@ -1,10 +1,12 @@
 """Verify a set end to end: the state rebuilt from its Kafka topics equals the
 source tables, row for row (keyed tables), or as a multiset (unkeyed ones).
 
-Rebuild rule: per key the last message by offset wins, a tombstone removes
-the key, and a TRUNCATE record removes every row whose position precedes it.
-Rows are compared as encoded bytes: the source rows are encoded by the same
-codec, so equal bytes mean equal values.
+Rebuild rule: per key the last message by offset wins, a tombstone (or a
+Debezium delete event) removes the key, and a TRUNCATE record removes every
+row whose position precedes it. Unkeyed tables: every after-image adds a row,
+a Debezium delete event's before-image removes one. Rows are compared as
+encoded bytes (the envelope's row images): the source rows are encoded by the
+same codec, so equal bytes mean equal values.
 """
 
 import io
@@ -19,9 +21,9 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartiti
 from pgshovel2 import names
 from pgshovel2.catalog import Table
 from pgshovel2.codec.avro import TRANSACTION_SCHEMA
-from pgshovel2.codec.rows import RowEncoder
 from pgshovel2.config import SetConfig
 from pgshovel2.relay import setup
+from pgshovel2.relay.envelopes import Envelope
 from pgshovel2.relay.snapshot import Snapshot
 from pgshovel2.sinks.registry import SchemaRegistry
 
@@ -31,8 +33,9 @@ class TopicState:
     """Rebuilt state of one table topic."""
 
     messages: int = 0
-    keyed: dict = field(default_factory=dict)       # key bytes -> (position, value bytes|None)
-    unkeyed: list = field(default_factory=list)     # (position, value bytes)
+    keyed: dict = field(default_factory=dict)       # key bytes -> (position, row image|None)
+    unkeyed: list = field(default_factory=list)     # (position, row image) added
+    removed: list = field(default_factory=list)     # (position, row image) deleted (unkeyed)
     truncated_at: str = ""                          # position of the last TRUNCATE
 
 
@@ -93,15 +96,21 @@ def _truncates(records: list, txn_decode) -> dict[str, str]:
     return out
 
 
-def rebuild(messages: list, truncated_at: str) -> TopicState:
-    """Rebuild one topic's state from its messages (key, value, headers)."""
+def rebuild(messages: list, truncated_at: str, envelope: Envelope) -> TopicState:
+    """Rebuild one topic's state from its messages (key, value, headers).
+
+    envelope: the table's envelope, which turns values into row images.
+    """
     state = TopicState(messages=len(messages), truncated_at=truncated_at)
     for key, value, headers in messages:
         position = headers.get("pgshovel.position", "")
-        if key is None:
-            state.unkeyed.append((position, value))
-        else:
-            state.keyed[key] = (position, value)
+        before, after = envelope.images(value)
+        if key is not None:
+            state.keyed[key] = (position, after)
+        elif after is not None:
+            state.unkeyed.append((position, after))
+        elif before is not None:
+            state.removed.append((position, before))
     return state
 
 
@@ -109,17 +118,19 @@ def _rows(state: TopicState) -> tuple[dict, Counter]:
     live = lambda pos: pos > state.truncated_at  # noqa: E731
     keyed = {k: v for k, (pos, v) in state.keyed.items() if v is not None and live(pos)}
     unkeyed = Counter(v for pos, v in state.unkeyed if live(pos))
-    return keyed, unkeyed
+    unkeyed.subtract(v for pos, v in state.removed if live(pos))
+    return keyed, unkeyed  # a negative count: a delete of a row never added
 
 
-def compare(table: Table, topic: str, state: TopicState, encoder: RowEncoder, snap: Snapshot) -> TableReport:
+def compare(table: Table, topic: str, state: TopicState, envelope: Envelope, snap: Snapshot) -> TableReport:
     """Compare a rebuilt topic with the table's rows in snap."""
     keyed, unkeyed = _rows(state)
     source_keyed: dict = {}
     source_unkeyed: Counter = Counter()
+    encoder = envelope.encoder
     for row in snap.rows(table):
         conv = encoder.convert(row)
-        key, value = encoder.key(conv), encoder.value(conv)
+        key, value = encoder.key(conv), envelope.row_image(conv)
         if key is None:
             source_unkeyed[value] += 1
         else:
@@ -167,6 +178,6 @@ def verify_set(set_name: str, config: SetConfig, tables: tuple[Table, ...], boot
     reports = []
     with Snapshot(config.dsn) as snap:
         for route in routes.values():
-            state = rebuild(messages[route.topic], truncates.get(route.topic, ""))
-            reports.append(compare(route.table, route.topic, state, route.encoder, snap))
+            state = rebuild(messages[route.topic], truncates.get(route.topic, ""), route.envelope)
+            reports.append(compare(route.table, route.topic, state, route.envelope, snap))
     return reports

@@ -3,6 +3,7 @@ schema registry) on test ports under .stack-test, started once and stopped
 at the end. Unit tests under tests/unit do not request it."""
 
 import os
+import signal
 import subprocess
 import uuid
 from pathlib import Path
@@ -76,3 +77,20 @@ def schema(stack, db):
     with conn.cursor() as cur:
         cur.execute(f'DROP SCHEMA "{name}" CASCADE')
     conn.close()
+
+
+@pytest.fixture
+def relay_factory(stack, cluster, tmp_path):
+    """start(set_name, *args) -> a RelayProcess of the cluster; all are killed afterwards."""
+    from tests.helpers import RelayProcess
+
+    relays = []
+
+    def start(set_name: str, *args: str) -> "RelayProcess":
+        relay = RelayProcess(stack, cluster, set_name, *args, log_path=tmp_path / f"{set_name}.log")
+        relays.append(relay)
+        return relay
+
+    yield start
+    for relay in relays:
+        relay.stop(signal.SIGKILL)

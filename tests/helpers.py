@@ -13,8 +13,11 @@ import fastavro
 import yaml
 from confluent_kafka.schema_registry import SchemaRegistryClient
 
+from pgshovel2.catalog import Table
+from pgshovel2.cluster import ClusterStore
+from pgshovel2.config import SetConfig
 from pgshovel2.relay.pgq_source import wait_caught_up
-from pgshovel2.verify import read_topics
+from pgshovel2.verify import read_topics, verify_set
 
 BIN = Path(sys.executable).parent
 
@@ -101,3 +104,18 @@ def messages(stack, topic: str) -> list[tuple]:
     """[(decoded key, decoded value, headers)] of a topic, in offset order."""
     decode = Decoder(stack.registry)
     return [(decode(k), decode(v), h) for k, v, h in read_topics(stack.bootstrap, [topic])[topic]]
+
+
+def verify(stack, cluster: str, set_name: str):
+    """pgshovel2.verify.verify_set for a set of the cluster (the relay must be caught up)."""
+    with ClusterStore(stack.zk, cluster) as store:
+        record, _ = store.get_set(set_name)
+    tables = tuple(Table.from_dict(t) for t in record["tables"])
+    return verify_set(set_name, SetConfig.from_dict(record["config"]), tables,
+                      stack.bootstrap, stack.registry)
+
+
+def assert_verified(reports) -> None:
+    """Fail with the first difference of any table."""
+    bad = [r for r in reports if not r.ok]
+    assert not bad, bad[0].first_difference

@@ -28,11 +28,13 @@ def trigger_name(cluster: str, set_name: str) -> str:
     return f"pgshovel2_{set_name}_{digest}"
 
 
-def install(cur, queue: str, trigger: str, tables: tuple[Table, ...], all_columns: dict) -> None:
+def install(cur, queue: str, trigger: str, tables: tuple[Table, ...], all_columns: dict,
+            before_images: bool = False) -> None:
     """Create pgq + pgshovel2 extensions, the queue, its consumer and the triggers.
 
     all_columns: qualified table name -> number of live columns (to tell a
-    column subset). Raises CaptureError when the queue already exists.
+    column subset). before_images: capture the old row of every UPDATE (not
+    only of key changes). Raises CaptureError when the queue already exists.
     """
     cur.execute("CREATE EXTENSION IF NOT EXISTS pgq")
     cur.execute("CREATE EXTENSION IF NOT EXISTS pgshovel2")
@@ -47,6 +49,7 @@ def install(cur, queue: str, trigger: str, tables: tuple[Table, ...], all_column
         by_name = {c.name: c.attnum for c in table.columns}
         keys = ",".join(str(by_name[k]) for k in table.key)
         mode = "subset" if len(table.columns) < all_columns[table.qualified] else "all"
+        mode += ",before" if before_images else ""
         target = sql.Identifier(table.schema, table.name)
         cur.execute(sql.SQL(
             "CREATE TRIGGER {} AFTER INSERT OR UPDATE OR DELETE ON {} FOR EACH ROW "

@@ -70,10 +70,84 @@ TRANSACTION_SCHEMA: dict[str, Any] = {
 }
 
 
+# The ``source`` block of the debezium envelope: the fields of Debezium's
+# io.debezium.connector.postgresql.Source (optional ones nullable, snapshot
+# defaulting to "false" as there), plus pgshovel's position.
+SOURCE_SCHEMA: dict[str, Any] = {
+    "type": "record", "name": "Source", "namespace": "pgshovel",
+    "fields": [
+        {"name": "version", "type": "string"},
+        {"name": "connector", "type": "string"},
+        {"name": "name", "type": "string"},
+        {"name": "ts_ms", "type": "long"},
+        {"name": "snapshot", "type": ["string", "null"], "default": "false"},
+        {"name": "db", "type": "string"},
+        {"name": "schema", "type": "string"},
+        {"name": "table", "type": "string"},
+        {"name": "txId", "type": ["null", "long"], "default": None},
+        {"name": "lsn", "type": ["null", "long"], "default": None},
+        {"name": "position", "type": "string"},
+    ],
+}
+
+# The ``transaction`` block of the debezium envelope (Debezium's event.block).
+TRANSACTION_BLOCK_SCHEMA: dict[str, Any] = {
+    "type": "record", "name": "TransactionBlock", "namespace": "pgshovel",
+    "fields": [
+        {"name": "id", "type": "string"},
+        {"name": "total_order", "type": "long"},
+        {"name": "data_collection_order", "type": "long"},
+    ],
+}
+
+
+def debezium_value_schema(set_name: str, table: Table) -> dict[str, Any]:
+    """Avro schema of the debezium envelope of a table.
+
+    Record ``Envelope`` in namespace ``pgshovel.{set}.{schema}.{table}``:
+    before/after ``["null", <value_schema record>]``, source
+    (:data:`SOURCE_SCHEMA`), op, ts_ms, transaction (``["null",``
+    :data:`TRANSACTION_BLOCK_SCHEMA` ``]``).
+    """
+    value = value_schema(set_name, table)
+    value_name = f"{value['namespace']}.{value['name']}"
+    return {
+        "type": "record", "name": "Envelope",
+        "namespace": f"{_namespace(set_name, table.schema)}.{names.avro_name(table.name)}",
+        "pgshovel.table": f"{table.schema}.{table.name}",
+        "fields": [
+            {"name": "before", "type": ["null", value], "default": None},
+            {"name": "after", "type": ["null", value_name], "default": None},
+            {"name": "source", "type": SOURCE_SCHEMA},
+            {"name": "op", "type": "string"},
+            {"name": "ts_ms", "type": ["null", "long"], "default": None},
+            {"name": "transaction", "type": ["null", TRANSACTION_BLOCK_SCHEMA], "default": None},
+        ],
+    }
+
+
+def envelope_row_schema(envelope: dict[str, Any]) -> dict[str, Any]:
+    """The row record (value_schema) inside a :func:`debezium_value_schema`."""
+    before = next(f for f in envelope["fields"] if f["name"] == "before")
+    return before["type"][1]
+
+
+def raw_schema(schema: Any) -> Any:
+    """A copy of schema without logicalType annotations: datums are then the plain
+    Avro values (decimal bytes, date/timestamp numbers), which decode and
+    re-encode to the same bytes."""
+    if isinstance(schema, list):
+        return [raw_schema(s) for s in schema]
+    if isinstance(schema, dict):
+        return {k: raw_schema(v) for k, v in schema.items() if k != "logicalType"}
+    return schema
+
+
 class AvroWriter:
-    """Encodes datums of one registered schema: header + schemaless body."""
+    """Encodes datums of one registered schema: header + schemaless body. schema: as given."""
 
     def __init__(self, schema: dict[str, Any], schema_id: int):
+        self.schema = schema
         self._parsed = fastavro.parse_schema(schema)
         self._header = struct.pack(">bI", 0, schema_id)
 

@@ -57,14 +57,26 @@ class RowEncoder:
         datum = {n: converted[i] for n, i in zip(self._key_names, self._key_idx, strict=True)}
         return self._encode(datum, self._key_writer)
 
+    def value_datum(self, converted: list) -> dict[str, Any]:
+        """The row as a datum: {field name: converted value} in column order.
+
+        Field names are the escaped Avro names with Avro, the column names with JSON.
+        """
+        return dict(zip(self._names, converted, strict=True))
+
     def value(self, converted: list) -> bytes:
         """Value bytes (after-image) of a converted row."""
-        return self._encode(dict(zip(self._names, converted, strict=True)), self._value_writer)
+        return self._encode(self.value_datum(converted), self._value_writer)
 
     def _encode(self, datum: dict, writer: AvroWriter | None) -> bytes:
         if self._avro:
             return writer.encode(datum)
-        return json.dumps(datum, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+        return encode_json(datum)
+
+
+def encode_json(datum: Any) -> bytes:
+    """Compact UTF-8 JSON of a datum (non-ASCII kept as is), the JSON encoding's message form."""
+    return json.dumps(datum, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
 
 
 def encode_record(datum: dict, writer: AvroWriter | None) -> bytes:

@@ -1,30 +1,37 @@
-"""Turns captured changes into Kafka messages of the ``row`` envelope (WIRE.md).
+"""Frames a set's data messages into transactions and produces them.
 
-INSERT -> op c, UPDATE -> op u (a key change: tombstone of the old key, op d,
-then the new key, op c), DELETE -> tombstone (op d; not emitted for unkeyed
-tables), TRUNCATE -> a record on the transactions topic, snapshot row -> op r.
-Every source transaction is framed by BEGIN and END records on the
-transactions topic; END carries per-topic event counts.
+The table's envelope (:mod:`pgshovel2.relay.envelopes`) turns each change into
+data messages; the emitter adds the ``pgshovel.*`` headers, produces them and
+counts them. Every source transaction is framed by BEGIN and END records on
+the transactions topic; END carries per-topic counts of every data message
+written for the transaction (tombstones included). TRUNCATE is a record on
+the transactions topic in every envelope. Snapshot rows are not framed.
 """
 
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from pgshovel2.catalog import Table
 from pgshovel2.codec.avro import AvroWriter
 from pgshovel2.codec.rows import RowEncoder, encode_record
 from pgshovel2.errors import RelayError
+from pgshovel2.relay.envelopes import SNAPSHOT_LAST, SNAPSHOT_TRUE, Context, Envelope, Message, RowEnvelope, TxnOrder
 from pgshovel2.relay.pgq_source import Event
 from pgshovel2.sinks.kafka import KafkaSink
 
 
 @dataclass
 class TableRoute:
-    """Where a table's changes go and how they are encoded."""
+    """Where a table's changes go and how they are encoded (envelope default: row)."""
 
     table: Table
     topic: str
     encoder: RowEncoder
+    envelope: Envelope = field(default=None)  # type: ignore[assignment]
+
+    def __post_init__(self) -> None:
+        if self.envelope is None:
+            self.envelope = RowEnvelope(self.encoder)
 
 
 class Emitter:
@@ -35,26 +42,31 @@ class Emitter:
         self.set_name, self.routes, self.sink = set_name, routes, sink
         self.txn_topic, self._txn_writer = txn_topic, txn_writer
         self._counts: Counter[str] = Counter()
+        self._order = TxnOrder()
         self.skipped_unkeyed_deletes = 0
 
     def _headers(self, op: str, txid: int, position: str, ts_ms: int) -> list[tuple[str, str]]:
         return [("pgshovel.op", op), ("pgshovel.txid", str(txid)), ("pgshovel.position", position),
                 ("pgshovel.ts_ms", str(ts_ms)), ("pgshovel.set", self.set_name)]
 
-    def _send(self, route: TableRoute, key: bytes | None, value: bytes | None, headers: list) -> None:
-        self.sink.produce(route.topic, key, value, headers)
-        self._counts[route.topic] += 1
+    def _send(self, route: TableRoute, msg: Message, ctx: Context) -> None:
+        self.sink.produce(route.topic, msg.key, msg.value,
+                          self._headers(msg.op, ctx.txid, ctx.position, ctx.ts_ms))
 
-    def snapshot_row(self, table: Table, row: list, position: str, ts_ms: int) -> None:
-        """Emit one snapshot row as op r (txid 0: no source transaction)."""
+    def snapshot_row(self, table: Table, row: list, position: str, ts_ms: int, last: bool = False) -> None:
+        """Emit one snapshot row as op r (txid 0: no source transaction; not counted).
+
+        last: this is the snapshot's last row (Debezium's ``snapshot: "last"``).
+        """
         route = self.routes[table.qualified]
-        conv = route.encoder.convert(row)
-        self.sink.produce(route.topic, route.encoder.key(conv), route.encoder.value(conv),
-                          self._headers("r", 0, position, ts_ms))
+        ctx = Context(0, position, ts_ms, SNAPSHOT_LAST if last else SNAPSHOT_TRUE)
+        for msg in route.envelope.read(row, ctx):
+            self._send(route, msg, ctx)
 
     def begin(self, txid: int, position: str, ts_ms: int) -> None:
         """Start a source transaction (BEGIN record)."""
         self._counts.clear()
+        self._order = TxnOrder()
         self._record({"type": "BEGIN", "txid": txid, "position": position, "ts_ms": ts_ms,
                       "event_count": None, "data_collections": None, "table": None})
 
@@ -71,7 +83,7 @@ class Emitter:
                           [("pgshovel.set", self.set_name)])
 
     def change(self, ev: Event, position: str) -> None:
-        """Emit the messages of one captured change."""
+        """Emit the messages of one captured change (between begin and end of its txid)."""
         route = self.routes.get(ev.table)
         if route is None:
             raise RelayError(f"event for table {ev.table} which is not in set {self.set_name!r}; "
@@ -81,19 +93,10 @@ class Emitter:
                           "ts_ms": ev.ts_ms, "event_count": None, "data_collections": None,
                           "table": route.topic})
             return
-        enc = route.encoder
-        conv = enc.convert(ev.row)
-        key = enc.key(conv)
-        if ev.op == "D":
-            if key is None:
-                self.skipped_unkeyed_deletes += 1
-                return
-            self._send(route, key, None, self._headers("d", ev.txid, position, ev.ts_ms))
-            return
-        op = "c" if ev.op == "I" else "u"
-        if ev.before is not None:
-            old_key = enc.key(enc.convert(ev.before))
-            if old_key != key:
-                self._send(route, old_key, None, self._headers("d", ev.txid, position, ev.ts_ms))
-                op = "c"
-        self._send(route, key, enc.value(conv), self._headers(op, ev.txid, position, ev.ts_ms))
+        ctx = Context(ev.txid, position, ev.ts_ms, order=self._order)
+        msgs = route.envelope.change(ev.op, ev.row, ev.before, ctx)
+        if not msgs:
+            self.skipped_unkeyed_deletes += 1
+        for msg in msgs:
+            self._send(route, msg, ctx)
+            self._counts[route.topic] += 1

@@ -7,8 +7,11 @@
  *   ev_data   JSON array of the captured columns (after-image; before-image
  *             for 'D'; NULL for 'T')
  *   ev_extra1 table tag (the quoted, qualified table name)
- *   ev_extra2 on 'U' only when a key column changed: the before-image
- * With mode 'subset', an UPDATE that changes no captured column is skipped.
+ *   ev_extra2 on 'U' when a key column changed, or always when mode has
+ *             'before': the before-image
+ * mode: 'all' or 'subset', optionally followed by ',before'. With 'subset',
+ * an UPDATE that changes no captured column is skipped; with 'before', every
+ * UPDATE carries its before-image (the Debezium envelope needs it).
  */
 #include "postgres.h"
 
@@ -44,6 +47,7 @@ typedef struct CaptureArgs
 	int			nkeys;
 	int16	   *keys;
 	bool		subset;
+	bool		before_always;
 } CaptureArgs;
 
 static int
@@ -95,7 +99,8 @@ capture_args(FunctionCallInfo fcinfo, TriggerData *tg)
 	args->table_tag = MemoryContextStrdup(mcxt, trigger->tgargs[1]);
 	args->ncols = parse_attnums(trigger->tgargs[2], &args->attnums, desc, mcxt);
 	args->nkeys = parse_attnums(trigger->tgargs[3], &args->keys, desc, mcxt);
-	args->subset = strcmp(trigger->tgargs[4], "subset") == 0;
+	args->subset = strncmp(trigger->tgargs[4], "subset", 6) == 0;
+	args->before_always = strstr(trigger->tgargs[4], ",before") != NULL;
 	args->codecs = MemoryContextAlloc(mcxt, args->ncols * sizeof(ColumnCodec));
 	for (i = 0; i < args->ncols; i++)
 		pgshovel2_codec_init(&args->codecs[i],
@@ -179,7 +184,8 @@ pgshovel2_capture(PG_FUNCTION_ARGS)
 			return PointerGetDatum(NULL);
 		op = "U";
 		data = encode(args, new, desc);
-		if (columns_differ(old, new, desc, args->keys, args->nkeys))
+		if (args->before_always ||
+			columns_differ(old, new, desc, args->keys, args->nkeys))
 			before = encode(args, old, desc);
 	}
 

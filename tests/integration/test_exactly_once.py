@@ -9,8 +9,7 @@ import pytest
 
 from pgshovel2 import names
 from pgshovel2.errors import RelayError
-from tests.helpers import RelayProcess, caught_up, messages, pgshovel, write_config
-from tests.integration.test_relay import assert_verified, verify
+from tests.helpers import RelayProcess, assert_verified, caught_up, messages, pgshovel, verify, write_config
 
 
 @pytest.fixture

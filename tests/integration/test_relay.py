@@ -11,38 +11,7 @@ import psycopg2
 import pytest
 
 from pgshovel2 import names
-from pgshovel2.catalog import Table
-from pgshovel2.cluster import ClusterStore
-from pgshovel2.config import SetConfig
-from pgshovel2.verify import verify_set
-from tests.helpers import RelayProcess, caught_up, messages, pgshovel, write_config
-
-
-def verify(stack, cluster: str, set_name: str):
-    with ClusterStore(stack.zk, cluster) as store:
-        record, _ = store.get_set(set_name)
-    tables = tuple(Table.from_dict(t) for t in record["tables"])
-    return verify_set(set_name, SetConfig.from_dict(record["config"]), tables,
-                      stack.bootstrap, stack.registry)
-
-
-def assert_verified(reports) -> None:
-    bad = [r for r in reports if not r.ok]
-    assert not bad, bad[0].first_difference
-
-
-@pytest.fixture
-def relay_factory(stack, cluster, tmp_path):
-    relays = []
-
-    def start(set_name: str, *args: str) -> RelayProcess:
-        relay = RelayProcess(stack, cluster, set_name, *args, log_path=tmp_path / f"{set_name}.log")
-        relays.append(relay)
-        return relay
-
-    yield start
-    for relay in relays:
-        relay.stop(signal.SIGKILL)
+from tests.helpers import assert_verified, caught_up, messages, pgshovel, verify, write_config
 
 
 @pytest.mark.parametrize("encoding", ["avro", "json"])

@@ -17,8 +17,15 @@ def test_parses_tables_with_defaults():
     assert SetConfig.from_dict(cfg.to_dict()) == cfg
 
 
+def test_debezium_envelope_accepted():
+    cfg = parse_config({**GOOD, "envelope": "debezium"}, "f.yaml")
+    assert cfg.envelope == "debezium"
+    assert SetConfig.from_dict(cfg.to_dict()) == cfg
+
+
 @pytest.mark.parametrize("patch, field", [
     ({"encoding": "xml"}, "encoding"),
+    ({"envelope": "cloudevents"}, "envelope"),
     ({"database": {}}, "database.dsn"),
     ({"tables": []}, "tables"),
     ({"tables": [{"name": ""}]}, "tables[0].name"),

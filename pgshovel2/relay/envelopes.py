@@ -1,0 +1,248 @@
+"""Envelopes: how one captured change of a table becomes data messages (WIRE.md "Values").
+
+A set's envelope is chosen at relay setup (:mod:`pgshovel2.relay.setup`), one
+instance per table. An envelope only builds messages; the
+:class:`~pgshovel2.relay.emitter.Emitter` frames transactions, adds the
+``pgshovel.*`` headers, produces and counts.
+
+``row`` (:class:`RowEnvelope`), value = the after-image::
+
+    INSERT            -> (key, row, c)
+    UPDATE            -> (key, row, u)
+    UPDATE of the key -> (old key, None, d), (key, row, c)
+    DELETE            -> (key, None, d); nothing for an unkeyed table
+    snapshot row      -> (key, row, r)
+
+``debezium`` (:class:`DebeziumEnvelope`), value = a Debezium change event
+``{before, after, source, op, ts_ms, transaction}``::
+
+    INSERT            -> (key, {before: null, after: row, op: c})
+    UPDATE            -> (key, {before: old row, after: row, op: u})
+                         (sets with this envelope capture every UPDATE's old row)
+    UPDATE of the key -> (old key, {before: old row, after: null, op: d}),
+                         (old key, None) tombstone, (key, {before: null, after: row, op: c})
+    DELETE            -> (key, {before: old row, after: null, op: d}), (key, None) tombstone;
+                         an unkeyed table: (None, {... op: d}) and no tombstone
+    snapshot row      -> (key, {before: null, after: row, op: r, transaction: null})
+
+TRUNCATE is not an envelope matter: the emitter writes it to the transactions topic.
+"""
+
+import io
+import json
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import fastavro
+
+from pgshovel2 import __version__
+from pgshovel2.codec.avro import AvroWriter, envelope_row_schema, raw_schema
+from pgshovel2.codec.rows import RowEncoder, encode_json
+
+CONNECTOR = "pgshovel"
+SNAPSHOT_FALSE, SNAPSHOT_TRUE, SNAPSHOT_LAST = "false", "true", "last"
+
+
+@dataclass(frozen=True)
+class Message:
+    """One data message: key and value bytes (None: Kafka null) and its ``pgshovel.op`` header."""
+
+    key: bytes | None
+    value: bytes | None
+    op: str
+
+
+class TxnOrder:
+    """1-based order of the events of one source transaction, overall and per data collection.
+
+    Tombstones are not events (Debezium does not number them either).
+    """
+
+    def __init__(self) -> None:
+        self.total = 0
+        self._per: Counter[str] = Counter()
+
+    def next(self, collection: str) -> tuple[int, int]:
+        """Number the next event of collection: (total_order, data_collection_order)."""
+        self.total += 1
+        self._per[collection] += 1
+        return self.total, self._per[collection]
+
+
+@dataclass(frozen=True)
+class Context:
+    """Where a change sits in the stream.
+
+    txid: source txid (0 for snapshot rows); position: ``pgshovel.position``;
+    ts_ms: capture time (the snapshot's time for snapshot rows); snapshot:
+    ``"false"`` for changes, ``"true"``/``"last"`` for snapshot rows; order:
+    the source transaction's event numbering, None for snapshot rows.
+    """
+
+    txid: int
+    position: str
+    ts_ms: int
+    snapshot: str = SNAPSHOT_FALSE
+    order: TxnOrder | None = field(default=None, compare=False)
+
+
+class Envelope(Protocol):
+    """Builds the data messages of one table's changes; ops are the trigger's I/U/D."""
+
+    encoder: RowEncoder
+
+    def read(self, row: list, ctx: Context) -> list[Message]:
+        """Messages of one snapshot row (trigger form)."""
+
+    def change(self, op: str, row: list, before: list | None, ctx: Context) -> list[Message]:
+        """Messages of one I/U/D change; row: new row (old row for D), before: old row or None."""
+
+    def row_image(self, converted: list) -> bytes:
+        """A converted source row in the form :meth:`images` returns (for verification)."""
+
+    def images(self, value: bytes | None) -> tuple[bytes | None, bytes | None]:
+        """(before, after) images of a message value, comparable with :meth:`row_image`."""
+
+
+class RowEnvelope:
+    """The ``row`` envelope: value = the after-image; deletes are tombstones (keyed tables only)."""
+
+    def __init__(self, encoder: RowEncoder):
+        self.encoder = encoder
+
+    def read(self, row: list, ctx: Context) -> list[Message]:
+        """(key, row, r)."""
+        conv = self.encoder.convert(row)
+        return [Message(self.encoder.key(conv), self.encoder.value(conv), "r")]
+
+    def change(self, op: str, row: list, before: list | None, ctx: Context) -> list[Message]:
+        """See the module docstring; an unkeyed DELETE yields no message."""
+        enc = self.encoder
+        conv = enc.convert(row)
+        key = enc.key(conv)
+        if op == "D":
+            return [Message(key, None, "d")] if key is not None else []
+        out = []
+        new_op = "c" if op == "I" else "u"
+        if before is not None:
+            old_key = enc.key(enc.convert(before))
+            if old_key != key:
+                out.append(Message(old_key, None, "d"))
+                new_op = "c"
+        out.append(Message(key, enc.value(conv), new_op))
+        return out
+
+    def row_image(self, converted: list) -> bytes:
+        """The value bytes of the row."""
+        return self.encoder.value(converted)
+
+    def images(self, value: bytes | None) -> tuple[bytes | None, bytes | None]:
+        """(None, value): the value is the after-image, a tombstone has none."""
+        return None, value
+
+
+@dataclass(frozen=True)
+class SourceInfo:
+    """The fixed part of a table's Debezium ``source`` block (exact, unescaped names).
+
+    name: the set name; db: the database name.
+    """
+
+    name: str
+    db: str
+    schema: str
+    table: str
+
+
+class DebeziumEnvelope:
+    """The ``debezium`` envelope: Debezium PostgreSQL connector change events.
+
+    writer: the registered Envelope schema's writer (Avro), None for JSON.
+    collection: the data collection events are numbered in (the table's topic).
+    clock: seconds since the epoch, for the envelope's ``ts_ms`` (processing time).
+    """
+
+    def __init__(self, encoder: RowEncoder, source: SourceInfo, collection: str,
+                 writer: AvroWriter | None = None, clock: Callable[[], float] = time.time):
+        self.encoder, self.source, self.collection = encoder, source, collection
+        self._writer, self._clock = writer, clock
+        self._raw_envelope = self._raw_value = None
+        if writer is not None:
+            self._raw_envelope = fastavro.parse_schema(raw_schema(writer.schema))
+            self._raw_value = fastavro.parse_schema(raw_schema(envelope_row_schema(writer.schema)))
+
+    def read(self, row: list, ctx: Context) -> list[Message]:
+        """(key, op r event with after = row, transaction null)."""
+        conv = self.encoder.convert(row)
+        return [self._event(self.encoder.key(conv), "r", None, conv, ctx)]
+
+    def change(self, op: str, row: list, before: list | None, ctx: Context) -> list[Message]:
+        """See the module docstring."""
+        enc = self.encoder
+        conv = enc.convert(row)
+        key = enc.key(conv)
+        if op == "I":
+            return [self._event(key, "c", None, conv, ctx)]
+        if op == "D":
+            deleted = [self._event(key, "d", conv, None, ctx)]
+            return deleted + [Message(key, None, "d")] if key is not None else deleted
+        old = enc.convert(before) if before is not None else None
+        old_key = enc.key(old) if old is not None else key
+        if old_key == key:
+            return [self._event(key, "u", old, conv, ctx)]
+        return [self._event(old_key, "d", old, None, ctx), Message(old_key, None, "d"),
+                self._event(key, "c", None, conv, ctx)]
+
+    def _event(self, key: bytes | None, op: str, before: list | None, after: list | None,
+               ctx: Context) -> Message:
+        enc = self.encoder
+        datum = {
+            "before": enc.value_datum(before) if before is not None else None,
+            "after": enc.value_datum(after) if after is not None else None,
+            "source": self._source(ctx),
+            "op": op,
+            "ts_ms": int(self._clock() * 1000),
+            "transaction": self._transaction(ctx),
+        }
+        value = self._writer.encode(datum) if self._writer is not None else encode_json(datum)
+        return Message(key, value, op)
+
+    def _source(self, ctx: Context) -> dict[str, Any]:
+        s = self.source
+        return {"version": __version__, "connector": CONNECTOR, "name": s.name, "ts_ms": ctx.ts_ms,
+                "snapshot": ctx.snapshot, "db": s.db, "schema": s.schema, "table": s.table,
+                "txId": ctx.txid if ctx.snapshot == SNAPSHOT_FALSE else None, "lsn": None,
+                "position": ctx.position}
+
+    def _transaction(self, ctx: Context) -> dict[str, Any] | None:
+        if ctx.order is None:
+            return None
+        total, in_collection = ctx.order.next(self.collection)
+        return {"id": str(ctx.txid), "total_order": total, "data_collection_order": in_collection}
+
+    def row_image(self, converted: list) -> bytes:
+        """The row's value datum, encoded without logical types (Avro) or as JSON."""
+        return self._image(self.encoder.value_datum(converted))
+
+    def images(self, value: bytes | None) -> tuple[bytes | None, bytes | None]:
+        """(before, after) of an event, each as :meth:`row_image` encodes it; a tombstone: (None, None)."""
+        if value is None:
+            return None, None
+        if self._writer is None:
+            event = json.loads(value)
+        else:
+            event = fastavro.schemaless_reader(io.BytesIO(value[5:]), self._raw_envelope)
+        before, after = event["before"], event["after"]
+        return (self._image(before) if before is not None else None,
+                self._image(after) if after is not None else None)
+
+    def _image(self, datum: dict[str, Any]) -> bytes:
+        if self._writer is None:
+            return encode_json(datum)
+        buf = io.BytesIO()
+        fastavro.schemaless_writer(buf, self._raw_value, datum)
+        return buf.getvalue()
+

@@ -1,0 +1,247 @@
+"""Envelope construction without I/O: the row and debezium envelopes' message
+sequences, the Debezium event structure in both encodings, its Avro schema,
+transaction numbering, and the emitter's framing and counts."""
+
+import io
+import json
+
+import fastavro
+import pytest
+
+from pgshovel2 import __version__
+from pgshovel2.catalog import Column, Table
+from pgshovel2.codec import avro
+from pgshovel2.codec.avro import AvroWriter
+from pgshovel2.codec.rows import RowEncoder
+from pgshovel2.relay.emitter import Emitter, TableRoute
+from pgshovel2.relay.envelopes import Context, DebeziumEnvelope, RowEnvelope, SourceInfo, TxnOrder
+from pgshovel2.relay.pgq_source import Event
+from pgshovel2.relay.setup import database_name
+
+# Trigger forms: ints as numbers, numeric as text, timestamptz as µs since 2000-01-01 UTC.
+TABLE = Table("S p", "T.1", (
+    Column("id", 1, "integer", "int4", False, False),
+    Column("amount", 2, "numeric(10,2)", "numeric", False, True, 10, 2),
+    Column("at", 3, "timestamp with time zone", "timestamptz", False, True),
+    Column("u", 4, "uuid", "uuid", False, True),
+), ("id",), "primary key")
+UNKEYED = Table("public", "log", (Column("msg", 1, "text", "text", False, True),), (), "none")
+ROW1 = [1, "12.50", 0, "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11"]
+ROW1B = [1, "99.99", None, None]
+ROW2 = [2, "12.50", 0, None]
+NOW = 1_700_000_000.123
+
+
+def clock() -> float:
+    return NOW
+
+
+def envelope(table: Table = TABLE, use_avro: bool = False) -> DebeziumEnvelope:
+    key_w = env_w = None
+    if use_avro:
+        env_w = AvroWriter(avro.debezium_value_schema("myset", table), 7)
+        key_schema = avro.key_schema("myset", table)
+        key_w = AvroWriter(key_schema, 8) if key_schema else None
+    enc = RowEncoder(table, use_avro, key_w, None)
+    return DebeziumEnvelope(enc, SourceInfo("myset", "mydb", table.schema, table.name), "topic.x", env_w, clock)
+
+
+def ctx(order: TxnOrder | None = None) -> Context:
+    return Context(4242, "00000000000000000009:0000000003", 1_699_999_999_000, "false", order or TxnOrder())
+
+
+def decode_json(messages):
+    return [(m.key and json.loads(m.key), m.value and json.loads(m.value), m.op) for m in messages]
+
+
+SOURCE = {"version": __version__, "connector": "pgshovel", "name": "myset", "ts_ms": 1_699_999_999_000,
+          "snapshot": "false", "db": "mydb", "schema": "S p", "table": "T.1", "txId": 4242, "lsn": None,
+          "position": "00000000000000000009:0000000003"}
+AFTER1 = {"id": 1, "amount": "12.50", "at": "2000-01-01T00:00:00.000000Z",
+          "u": "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11"}
+
+
+def event(before, after, op, total=1, in_collection=1, **source):
+    return {"before": before, "after": after, "source": {**SOURCE, **source}, "op": op,
+            "ts_ms": 1_700_000_000_123,
+            "transaction": {"id": "4242", "total_order": total, "data_collection_order": in_collection}}
+
+
+def test_debezium_insert_json():
+    got = decode_json(envelope().change("I", ROW1, None, ctx()))
+    assert got == [({"id": 1}, event(None, AFTER1, "c"), "c")]
+
+
+def test_debezium_update_without_old_image_has_null_before():
+    got = decode_json(envelope().change("U", ROW1B, None, ctx()))
+    after = {"id": 1, "amount": "99.99", "at": None, "u": None}
+    assert got == [({"id": 1}, event(None, after, "u"), "u")]
+
+
+def test_debezium_update_with_old_image_of_same_key_keeps_before():
+    got = decode_json(envelope().change("U", ROW1B, ROW1, ctx()))
+    assert got[0][1]["before"] == AFTER1 and got[0][1]["op"] == "u" and len(got) == 1
+
+
+def test_debezium_key_update_is_delete_tombstone_create():
+    order = TxnOrder()
+    got = decode_json(envelope().change("U", ROW2, ROW1, ctx(order)))
+    after2 = {"id": 2, "amount": "12.50", "at": "2000-01-01T00:00:00.000000Z", "u": None}
+    assert got == [({"id": 1}, event(AFTER1, None, "d", 1, 1), "d"),
+                   ({"id": 1}, None, "d"),
+                   ({"id": 2}, event(None, after2, "c", 2, 2), "c")]
+    assert order.total == 2
+
+
+def test_debezium_delete_then_tombstone():
+    got = decode_json(envelope().change("D", ROW1, None, ctx()))
+    assert got == [({"id": 1}, event(AFTER1, None, "d"), "d"), ({"id": 1}, None, "d")]
+
+
+def test_debezium_unkeyed_delete_is_emitted_without_tombstone():
+    got = decode_json(envelope(UNKEYED).change("D", ["bye"], None, ctx()))
+    assert len(got) == 1
+    key, value, op = got[0]
+    assert key is None and op == "d"
+    assert value["before"] == {"msg": "bye"} and value["after"] is None
+    assert (value["source"]["schema"], value["source"]["table"]) == ("public", "log")
+
+
+@pytest.mark.parametrize("snapshot", ["true", "last"])
+def test_debezium_snapshot_read(snapshot):
+    got = decode_json(envelope().read(ROW1, Context(0, "00000000000000000000:0000000000", 5, snapshot)))
+    assert got == [({"id": 1}, {"before": None, "after": AFTER1, "op": "r", "ts_ms": 1_700_000_000_123,
+                                "transaction": None,
+                                "source": {**SOURCE, "ts_ms": 5, "snapshot": snapshot, "txId": None,
+                                           "position": "00000000000000000000:0000000000"}}, "r")]
+
+
+def test_transaction_order_per_collection():
+    order = TxnOrder()
+    assert [order.next(t) for t in ("a", "b", "a", "a", "b")] == [(1, 1), (2, 1), (3, 2), (4, 3), (5, 2)]
+
+
+def test_debezium_avro_schema_structure():
+    schema = avro.debezium_value_schema("myset", TABLE)
+    value = avro.value_schema("myset", TABLE)
+    assert (schema["name"], schema["namespace"]) == ("Envelope", "pgshovel.myset.S_x20p.T_x2e1")
+    fields = {f["name"]: f for f in schema["fields"]}
+    assert list(fields) == ["before", "after", "source", "op", "ts_ms", "transaction"]
+    assert fields["before"]["type"] == ["null", value] and fields["before"]["default"] is None
+    assert fields["after"]["type"] == ["null", "pgshovel.myset.S_x20p.T_x2e1"]
+    assert fields["after"]["default"] is None
+    assert fields["op"]["type"] == "string"
+    assert fields["ts_ms"]["type"] == ["null", "long"]
+    source = fields["source"]["type"]
+    assert (source["namespace"], source["name"]) == ("pgshovel", "Source")
+    assert [f["name"] for f in source["fields"]] == list(SOURCE)
+    optional = {f["name"] for f in source["fields"] if isinstance(f["type"], list)}
+    assert optional == {"snapshot", "txId", "lsn"}
+    block = fields["transaction"]["type"]
+    assert block[0] == "null" and (block[1]["namespace"], block[1]["name"]) == ("pgshovel", "TransactionBlock")
+    assert [(f["name"], f["type"]) for f in block[1]["fields"]] == [
+        ("id", "string"), ("total_order", "long"), ("data_collection_order", "long")]
+    assert avro.envelope_row_schema(schema) == value
+    fastavro.parse_schema(schema)
+
+
+def test_debezium_avro_encodes_the_same_event():
+    env = envelope(use_avro=True)
+    msgs = env.change("U", ROW2, ROW1, ctx())
+    assert [m.value is None for m in msgs] == [False, True, False]
+    assert msgs[0].value[:5] == b"\x00\x00\x00\x00\x07" and msgs[0].key[:5] == b"\x00\x00\x00\x00\x08"
+    parsed = fastavro.parse_schema(avro.debezium_value_schema("myset", TABLE))
+    deleted = fastavro.schemaless_reader(io.BytesIO(msgs[0].value[5:]), parsed)
+    assert deleted["op"] == "d" and deleted["after"] is None
+    assert deleted["before"]["id"] == 1 and str(deleted["before"]["amount"]) == "12.50"
+    assert deleted["source"] == SOURCE
+    assert deleted["transaction"] == {"id": "4242", "total_order": 1, "data_collection_order": 1}
+    created = fastavro.schemaless_reader(io.BytesIO(msgs[2].value[5:]), parsed)
+    assert created["op"] == "c" and created["before"] is None and created["after"]["id"] == 2
+
+
+@pytest.mark.parametrize("use_avro", [True, False])
+def test_images_match_row_image(use_avro):
+    env = envelope(use_avro=use_avro)
+    conv1, conv2 = env.encoder.convert(ROW1), env.encoder.convert(ROW2)
+    msgs = env.change("U", ROW2, ROW1, ctx())
+    assert env.images(msgs[0].value) == (env.row_image(conv1), None)
+    assert env.images(msgs[1].value) == (None, None)
+    assert env.images(msgs[2].value) == (None, env.row_image(conv2))
+
+
+def test_row_envelope_sequences():
+    enc = RowEncoder(TABLE, False)
+    env = RowEnvelope(enc)
+    c = ctx()
+    ops = lambda msgs: [(m.key and json.loads(m.key)["id"], m.value is not None, m.op) for m in msgs]  # noqa: E731
+    assert ops(env.change("I", ROW1, None, c)) == [(1, True, "c")]
+    assert ops(env.change("U", ROW1B, None, c)) == [(1, True, "u")]
+    assert ops(env.change("U", ROW2, ROW1, c)) == [(1, False, "d"), (2, True, "c")]
+    assert ops(env.change("D", ROW1, None, c)) == [(1, False, "d")]
+    assert ops(env.read(ROW1, c)) == [(1, True, "r")]
+    assert RowEnvelope(RowEncoder(UNKEYED, False)).change("D", ["x"], None, c) == []
+
+
+class RecordingSink:
+    """Collects produced messages (the emitter's only use of the sink)."""
+
+    def __init__(self):
+        self.produced = []
+
+    def produce(self, topic, key, value, headers):
+        self.produced.append((topic, key, value, dict(headers)))
+
+
+def test_emitter_frames_orders_and_counts_debezium():
+    sink = RecordingSink()
+    t_env, u_env = envelope(), envelope(UNKEYED)
+    u_env.collection = "topic.u"
+    routes = {TABLE.qualified: TableRoute(TABLE, "topic.x", t_env.encoder, t_env),
+              UNKEYED.qualified: TableRoute(UNKEYED, "topic.u", u_env.encoder, u_env)}
+    em = Emitter("myset", routes, "txns", None, sink)
+    em.snapshot_row(TABLE, ROW1, "p0", 5, last=True)
+    em.begin(4242, "p1", 10)
+    em.change(Event(4242, 10, "U", ROW2, TABLE.qualified, ROW1), "p1")
+    em.change(Event(4242, 10, "D", ["bye"], UNKEYED.qualified, None), "p2")
+    em.change(Event(4242, 10, "T", None, UNKEYED.qualified, None), "p3")
+    em.change(Event(4242, 10, "D", ROW2, TABLE.qualified, None), "p4")
+    em.end(4242, "p4", 10)
+    snap = json.loads(sink.produced[0][2])
+    assert snap["source"]["snapshot"] == "last" and sink.produced[0][3]["pgshovel.op"] == "r"
+    data = [(t, v and json.loads(v), h["pgshovel.op"]) for t, _, v, h in sink.produced[2:] if t != "txns"]
+    assert [(t, op, v and (v["transaction"]["total_order"], v["transaction"]["data_collection_order"]))
+            for t, v, op in data] == [
+        ("topic.x", "d", (1, 1)), ("topic.x", "d", None), ("topic.x", "c", (2, 2)),
+        ("topic.u", "d", (3, 1)), ("topic.x", "d", (4, 3)), ("topic.x", "d", None)]
+    txn = [json.loads(v) for t, _, v, _ in sink.produced if t == "txns"]
+    assert [r["type"] for r in txn] == ["BEGIN", "TRUNCATE", "END"]
+    assert txn[1]["table"] == "topic.u"
+    assert txn[2]["event_count"] == 6
+    assert txn[2]["data_collections"] == [{"data_collection": "topic.u", "event_count": 1},
+                                          {"data_collection": "topic.x", "event_count": 5}]
+    assert all(h["pgshovel.txid"] == "4242" for t, _, _, h in sink.produced[2:] if t != "txns")
+
+
+def test_emitter_restarts_order_per_transaction():
+    sink = RecordingSink()
+    env = envelope()
+    em = Emitter("myset", {TABLE.qualified: TableRoute(TABLE, "topic.x", env.encoder, env)}, "txns", None, sink)
+    for txid in (1, 2):
+        em.begin(txid, "p", 10)
+        em.change(Event(txid, 10, "I", ROW1, TABLE.qualified, None), "p")
+        em.end(txid, "p", 10)
+    blocks = [json.loads(v)["transaction"] for t, _, v, _ in sink.produced if t == "topic.x"]
+    assert blocks == [{"id": "1", "total_order": 1, "data_collection_order": 1},
+                      {"id": "2", "total_order": 1, "data_collection_order": 1}]
+
+
+def test_table_route_defaults_to_row_envelope():
+    enc = RowEncoder(TABLE, False)
+    assert isinstance(TableRoute(TABLE, "t", enc).envelope, RowEnvelope)
+
+
+@pytest.mark.parametrize("dsn, name", [("host=h dbname=shop user=u", "shop"),
+                                       ("postgresql://u@h:5432/shop?sslmode=disable", "shop")])
+def test_database_name_from_dsn(dsn, name):
+    assert database_name(dsn) == name
