@@ -248,7 +248,7 @@ class Reassembler:
             return ORPHAN
         done = self._done
         if done is not None and msg.position <= done.position:
-            what = "beyond its END count" if msg.txid == done.txid else "in no transaction"
+            what = f"beyond the END count of txid {done.txid}" if msg.txid == done.txid else "in no transaction"
             raise _error(f"data message {what}: at or before the END of completed txid {done.txid} "
                          f"(position {done.position})", msg)
         cur = self._current
@@ -260,7 +260,7 @@ class Reassembler:
         if msg.txid == cur.begin.txid:
             if cur.end is not None and cur.taken[msg.topic] >= (cur.end.counts or {}).get(msg.topic, 0):
                 raise _error(f"data message beyond the END count {(cur.end.counts or {}).get(msg.topic, 0)} "
-                             f"of its transaction in this topic", msg)
+                             f"of txid {msg.txid} in this topic", msg)
             return TAKE
         if cur.end is not None and msg.position <= cur.end.position:
             raise _error(f"data message in no open transaction: inside txid {cur.begin.txid} "

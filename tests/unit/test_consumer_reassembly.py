@@ -130,7 +130,7 @@ def test_message_beyond_end_count_is_an_order_error():
     r, log = strict(), Log()
     feed(r, log.begin(4, pos(1, 0)), log.data(A, 0, "c", 4, pos(1, 0), 1), log.end(4, pos(1, 1), {A: 1}))
     extra = log.data(A, 0, "c", 4, pos(1, 1), 2)
-    with pytest.raises(OrderError, match="beyond its END count") as err:
+    with pytest.raises(OrderError, match="beyond the END count of txid 4") as err:
         feed(r, extra)
     assert (err.value.topic, err.value.partition, err.value.offset, err.value.txid) == (A, 0, 1, 4)
     assert err.value.position == pos(1, 1)
@@ -267,3 +267,9 @@ def test_pending_before():
     assert r.pending_before(1) and not r.pending_before(0)
     feed(r, log.data(A, 0, "c", 1, pos(1, 0), 1))
     assert not r.pending_before(2)
+
+
+def test_orphans_of_an_end_read_before_any_begin_are_dropped_without_waiting_for_a_begin():
+    r, log = Reassembler(TOPICS, PARTS, drop_orphans=True), Log()
+    assert feed(r, log.end(3, pos(1, 5), {A: 1}), log.data(A, 0, "c", 3, pos(1, 5), 1)) == []
+    assert r.orphans_dropped == 1 and r.buffered(A, 0) == 0 and r.idle
