@@ -1,5 +1,6 @@
 """``pgshovel tail SET``: print a set's source transactions as read from Kafka."""
 
+import logging
 import os
 import sys
 
@@ -9,6 +10,8 @@ from pgshovel2.cli.common import env_option, reports_errors
 from pgshovel2.cluster import ClusterStore
 from pgshovel2.consumer import SetReader
 from pgshovel2.consumer.render import change_json, pretty
+
+log = logging.getLogger("pgshovel2.tail")
 
 
 @click.command("tail")
@@ -39,6 +42,9 @@ def tail(ctx: click.Context, set_name: str, bootstrap_servers: str, schema_regis
         reader = SetReader.for_set(store, set_name, bootstrap_servers, schema_registry,
                                    from_beginning=from_beginning, tables=tables,
                                    assembly_timeout=assembly_timeout)
+    where = "the oldest retained messages" if from_beginning else "the end"
+    log.info("reading set %r (%d table topic(s) + %s) from %s", set_name, len(reader.topics.tables),
+             reader.topics.transactions, where)
     try:
         with reader:
             for txn in reader.transactions(until_caught_up=not follow):

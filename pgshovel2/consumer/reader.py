@@ -87,6 +87,7 @@ class SetReader:
         self.reassembler = Reassembler(self.topics, self.partitions, drop_orphans=not from_beginning,
                                        snapshot_chunk=snapshot_chunk)
         self._paused: set[Partition] = set()
+        self._closed = False
 
     @classmethod
     def for_set(cls, store: ClusterStore, set_name: str, bootstrap: str, registry_url: str | None = None,
@@ -101,8 +102,10 @@ class SetReader:
         self.close()
 
     def close(self) -> None:
-        """Close the Kafka consumer (commits nothing)."""
-        self._consumer.close()
+        """Close the Kafka consumer (commits nothing). Idempotent."""
+        if not self._closed:
+            self._closed = True
+            self._consumer.close()
 
     @property
     def _all(self) -> list[Partition]:

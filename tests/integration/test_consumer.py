@@ -5,6 +5,7 @@ the set's real topics, as a faulty or duplicate writer would."""
 
 import json
 import signal
+import subprocess
 import time
 
 import pytest
@@ -14,7 +15,7 @@ from pgshovel2 import names
 from pgshovel2.cluster import ClusterStore
 from pgshovel2.codec.rows import encode_record
 from pgshovel2.consumer import IncompleteTransactionError, OrderError, SetReader
-from tests.helpers import RelayProcess, caught_up, pgshovel, write_config
+from tests.helpers import BIN, RelayProcess, caught_up, cli_env, pgshovel, write_config
 
 
 @pytest.fixture
@@ -168,6 +169,41 @@ def test_tail_json_and_pretty(stack, cluster, db, schema, tmp_path, relays):
                           f"  u {schema}.a {{id: 2}} -> {{id: 2, v: \"TWO\"}}", "COMMIT"]
     assert "\x1b[" not in "\n".join(only_a)  # no colour codes when stdout is not a terminal
     assert not any(f"{schema}.b" in x for x in only_a)
+
+
+def wait_for_file(path, predicate, proc: subprocess.Popen, timeout: float = 60) -> str:
+    deadline = time.monotonic() + timeout
+    while not predicate(text := path.read_text()):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise AssertionError(f"gave up waiting on {path} (exit {proc.poll()}):\n{text[-2000:]}")
+        time.sleep(0.1)
+    return text
+
+
+def test_tail_follow_while_transactions_commit(stack, cluster, db, schema, tmp_path, relays):
+    make_set(stack, cluster, db, schema, tmp_path, "fol", "avro")
+    relays("fol")
+    out, err = tmp_path / "tail.out", tmp_path / "tail.err"
+    with open(out, "w") as stdout, open(err, "w") as stderr:
+        tail = subprocess.Popen([str(BIN / "pgshovel"), "tail", "fol", "--follow", "--format", "json"],
+                                env=cli_env(stack, cluster), stdout=stdout, stderr=stderr)
+    try:
+        wait_for_file(err, lambda text: "reading set 'fol'" in text, tail)
+        expected = []
+        for i in range(1, 101):  # each committed while the relay and the tail run
+            txid = transaction(db, f"UPDATE \"{schema}\".a SET v = 'v{i}' WHERE id = 100",
+                               f'INSERT INTO "{schema}".b VALUES ({i}, {i})')
+            expected += [(txid, "u", f"{schema}.a", {"id": 100}, {"id": 100, "v": f"v{i}"}),
+                         (txid, "c", f"{schema}.b", {"id": i}, {"id": i, "n": i})]
+        caught_up(stack, cluster, "fol")
+        wait_for_file(out, lambda text: text.count("\n") >= len(expected), tail)
+        time.sleep(1)
+        assert tail.poll() is None  # --follow keeps running once caught up
+    finally:
+        tail.terminate()
+        tail.wait(30)
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [(x["txid"], x["op"], x["table"], x["key"], x["value"]) for x in lines] == expected
 
 
 def test_start_at_end_sees_only_later_transactions(stack, cluster, db, schema, tmp_path, relays):
