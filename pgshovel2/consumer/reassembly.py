@@ -16,7 +16,8 @@ Rules (WIRE.md, docs/consumer.rst):
   is that of an END/TRUNCATE read before the first BEGIN.
 - Positions of stream messages (txid != 0) never decrease within a partition
   (equal is allowed: both messages of a primary-key update share one).
-  Snapshot rows are exempt: their positions count from tick 0.
+  Snapshot rows (txid 0) are exempt: their positions are numbered within
+  their snapshot, not in the stream's order.
 """
 
 from collections import Counter, deque
