@@ -7,6 +7,7 @@ import click
 from pgshovel2 import admin, verify
 from pgshovel2.catalog import Table
 from pgshovel2.cli.common import env_option, log_level_option, reports_errors, setup_logging, zookeeper_options
+from pgshovel2.cli.tail import tail
 from pgshovel2.cluster import ClusterStore
 from pgshovel2.config import SetConfig
 from pgshovel2.relay.pgq_source import wait_caught_up
@@ -136,3 +137,6 @@ def set_verify(ctx: click.Context, name: str, bootstrap_servers: str, schema_reg
                    f"{r.source_rows} rows in {r.table}: {state}")
     if not all(r.ok for r in reports):
         raise SystemExit(1)
+
+
+main.add_command(tail)

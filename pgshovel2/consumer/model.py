@@ -1,0 +1,101 @@
+"""What the consumer library yields (Change, Transaction) and the decoded
+messages it reassembles them from (DataMessage, TxnRecord)."""
+
+from dataclasses import dataclass, field
+from typing import Any
+
+SNAPSHOT_TXID = 0
+"""pgshovel.txid of snapshot rows (op ``r``): they belong to no source transaction."""
+
+
+@dataclass(frozen=True)
+class Change:
+    """One change of a row (or a TRUNCATE of a table).
+
+    topic: the Kafka topic it was read from (for op ``t``, the truncated
+    table's topic; the record itself is on the transactions topic).
+    table: ``schema.table``, unquoted. op: ``c`` create, ``u`` update,
+    ``d`` delete, ``r`` snapshot read, ``t`` truncate. key/value: decoded
+    dicts (column field name -> value; see pgshovel2.consumer.decode), None
+    for a null key (unkeyed table), a tombstone (``d``) or a truncate.
+    txid: source transaction (0 for snapshot rows). position: the relay's
+    sortable position. ts_ms: capture time, ms since the epoch.
+    partition/offset: where the message is in Kafka.
+    """
+
+    topic: str
+    table: str
+    op: str
+    key: dict[str, Any] | None
+    value: dict[str, Any] | None
+    txid: int
+    position: str
+    ts_ms: int
+    partition: int
+    offset: int
+
+
+@dataclass(frozen=True)
+class Transaction:
+    """A source transaction, complete, with its changes in source order.
+
+    txid/position/ts_ms: those of its BEGIN record. snapshot: True for a
+    chunk of snapshot rows (txid 0, every change op ``r``; position and ts_ms
+    of the chunk's first row), which is not a source transaction.
+    Changes are ordered by position; the tombstone of a primary-key update
+    comes before the create of the new key (they share a position).
+    """
+
+    txid: int
+    position: str
+    ts_ms: int
+    changes: list[Change] = field(default_factory=list)
+    snapshot: bool = False
+
+
+@dataclass(frozen=True)
+class DataMessage:
+    """A data message of a table topic: headers parsed, key/value decoded."""
+
+    topic: str
+    partition: int
+    offset: int
+    op: str
+    txid: int
+    position: str
+    ts_ms: int
+    key: dict[str, Any] | None
+    value: dict[str, Any] | None
+
+    @property
+    def is_snapshot(self) -> bool:
+        """True for a snapshot row (txid 0)."""
+        return self.txid == SNAPSHOT_TXID
+
+
+@dataclass(frozen=True)
+class TxnRecord:
+    """A record of the transactions topic.
+
+    kind: ``BEGIN``, ``END`` or ``TRUNCATE``. counts (END only): data topic ->
+    number of data messages of the transaction in it. table (TRUNCATE only):
+    the truncated table's topic.
+    """
+
+    kind: str
+    txid: int
+    position: str
+    ts_ms: int
+    partition: int
+    offset: int
+    event_count: int | None = None
+    counts: dict[str, int] | None = None
+    table: str | None = None
+
+    @classmethod
+    def from_datum(cls, datum: dict[str, Any], partition: int, offset: int) -> "TxnRecord":
+        """From a decoded record {type, txid, position, ts_ms, event_count, data_collections, table}."""
+        collections = datum.get("data_collections")
+        counts = None if collections is None else {c["data_collection"]: c["event_count"] for c in collections}
+        return cls(datum["type"], datum["txid"], datum["position"], datum["ts_ms"], partition, offset,
+                   datum.get("event_count"), counts, datum.get("table"))

@@ -1,0 +1,230 @@
+"""SetReader: reads a set's topics from Kafka and yields its source
+transactions, reassembled and validated (pgshovel2.consumer.reassembly).
+
+One confluent_kafka Consumer with ``isolation.level=read_committed`` (only
+committed Kafka transactions are seen; messages of a non-transactional
+producer are always visible), manual assignment of every partition of the
+selected data topics and of ``{prefix}.transactions``, and
+``enable.partition.eof`` to know when it has caught up. No offsets are
+committed: where to start is ``from_beginning`` (the oldest retained
+message) or the end of the topics when the reader is created.
+"""
+
+import logging
+import time
+import uuid
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    IsolationLevel,
+    KafkaError,
+    KafkaException,
+    Message,
+    TopicPartition,
+)
+from confluent_kafka.admin import AdminClient, OffsetSpec
+
+from pgshovel2.cluster import ClusterStore
+from pgshovel2.consumer.decode import Decoder
+from pgshovel2.consumer.errors import ConsumerError, IncompleteTransactionError
+from pgshovel2.consumer.model import DataMessage, Transaction, TxnRecord
+from pgshovel2.consumer.reassembly import Reassembler
+from pgshovel2.consumer.topics import SetTopics
+
+log = logging.getLogger(__name__)
+kafka_log = logging.getLogger("pgshovel2.consumer.kafka")  # librdkafka's own log lines
+HEADERS = ("pgshovel.op", "pgshovel.txid", "pgshovel.position", "pgshovel.ts_ms")
+Partition = tuple[str, int]
+
+
+class SetReader:
+    """Reads the source transactions of one replication set.
+
+    topics: the set's topics (SetTopics.from_store / from_record; or use
+    :meth:`for_set`). bootstrap: Kafka bootstrap servers; registry_url:
+    schema registry URL (Avro sets). from_beginning: start at the oldest
+    retained messages, else at the end of the topics as of now (data
+    partitions' end offsets first, then the transactions topic's; data of
+    transactions begun before that point is dropped as orphans).
+    tables: restrict to these tables (``schema.table`` or unique bare name).
+    assembly_timeout: seconds a transaction may wait for its data after its
+    END was read without progress (IncompleteTransactionError).
+    snapshot_chunk: most snapshot rows per snapshot Transaction.
+    max_buffered: messages held per partition before it is paused.
+    kafka_config: extra librdkafka consumer settings.
+
+    Raises ConsumerError when Kafka cannot be reached or a topic is missing.
+    Use as a context manager, or call close().
+    """
+
+    def __init__(self, topics: SetTopics, bootstrap: str, registry_url: str | None = None, *,
+                 from_beginning: bool = True, tables: Iterable[str] | None = None,
+                 assembly_timeout: float = 30.0, snapshot_chunk: int = 1000, max_buffered: int = 10000,
+                 kafka_config: dict[str, Any] | None = None, timeout: float = 30.0):
+        self.topics = topics.select(tables)
+        self.bootstrap, self.from_beginning = bootstrap, from_beginning
+        self.assembly_timeout, self.max_buffered, self.timeout = assembly_timeout, max_buffered, timeout
+        self.decoder = Decoder(registry_url)
+        self._consumer = Consumer({
+            "bootstrap.servers": bootstrap, "group.id": f"pgshovel-reader-{uuid.uuid4()}",
+            "isolation.level": "read_committed", "enable.partition.eof": True,
+            "enable.auto.commit": False, "enable.auto.offset.store": False,
+            "auto.offset.reset": "earliest", "logger": kafka_log, **(kafka_config or {})})
+        self._admin = AdminClient({"bootstrap.servers": bootstrap, "logger": kafka_log})
+        try:
+            self.partitions = self._partitions()
+            self._data = [(t.topic, p) for t in self.topics.tables for p in range(self.partitions[t.topic])]
+            self._txn = (self.topics.transactions, 0)
+            start = self._end_offsets() if not from_beginning else {tp: OFFSET_BEGINNING for tp in self._all}
+            self._consumer.assign([TopicPartition(t, p, o) for (t, p), o in start.items()])
+            self._position: dict[Partition, int] = dict(start)  # next offset to read, as far as known
+        except BaseException:
+            self._consumer.close()
+            raise
+        self.reassembler = Reassembler(self.topics, self.partitions, drop_orphans=not from_beginning,
+                                       snapshot_chunk=snapshot_chunk)
+        self._paused: set[Partition] = set()
+        self._closed = False
+
+    @classmethod
+    def for_set(cls, store: ClusterStore, set_name: str, bootstrap: str, registry_url: str | None = None,
+                **options: Any) -> "SetReader":
+        """A reader of set_name, whose record is read from ZooKeeper through store."""
+        return cls(SetTopics.from_store(store, set_name), bootstrap, registry_url, **options)
+
+    def __enter__(self) -> "SetReader":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the Kafka consumer (commits nothing). Idempotent."""
+        if not self._closed:
+            self._closed = True
+            self._consumer.close()
+
+    @property
+    def _all(self) -> list[Partition]:
+        return [*self._data, self._txn]
+
+    def _partitions(self) -> dict[str, int]:
+        """Topic -> partition count. Raises ConsumerError for a missing topic or no Kafka."""
+        try:
+            meta = self._consumer.list_topics(timeout=self.timeout)
+        except KafkaException as exc:
+            raise ConsumerError(f"cannot reach Kafka at {self.bootstrap}: {exc}") from exc
+        out = {}
+        for topic in [t.topic for t in self.topics.tables] + [self.topics.transactions]:
+            info = meta.topics.get(topic)
+            if info is None or info.error is not None or not info.partitions:
+                raise ConsumerError(f"topic {topic!r} of set {self.topics.set_name!r} does not exist in Kafka "
+                                    f"at {self.bootstrap} (the relay creates it when it first starts)")
+            out[topic] = len(info.partitions)
+        return out
+
+    def _end_offsets(self) -> dict[Partition, int]:
+        """Committed end offsets (last stable offsets) now: data partitions FIRST, then the transactions topic.
+
+        That order guarantees that data messages past the data end offsets
+        whose BEGIN is before the transactions end offset are orphans (see
+        pgshovel2.consumer.reassembly).
+        """
+        out = {}
+        for group in (self._data, [self._txn]):
+            request = {TopicPartition(t, p): OffsetSpec.latest() for t, p in group}
+            try:
+                futures = self._admin.list_offsets(request, isolation_level=IsolationLevel.READ_COMMITTED,
+                                                   request_timeout=self.timeout)
+                out.update({(tp.topic, tp.partition): f.result().offset for tp, f in futures.items()})
+            except KafkaException as exc:
+                raise ConsumerError(f"cannot read the end offsets of {sorted({t for t, _ in group})} "
+                                    f"from Kafka at {self.bootstrap}: {exc}") from exc
+        return out
+
+    def transactions(self, until_caught_up: bool = False, idle_timeout: float | None = None,
+                     poll_timeout: float = 0.2) -> Iterator[Transaction]:
+        """Yield complete transactions (and snapshot chunks) in order, forever unless told to stop.
+
+        until_caught_up: stop once every partition is read up to its end
+        offset at the time of this call and every transaction begun before
+        that point was yielded. idle_timeout: stop after this many seconds
+        without a new message. Raises OrderError, IncompleteTransactionError,
+        ConsumerError.
+        """
+        targets = self._end_offsets() if until_caught_up else {}
+        stall_key, stall_since = None, time.monotonic()
+        last_message = time.monotonic()
+        while True:
+            messages = self._consumer.consume(num_messages=500, timeout=poll_timeout)
+            for msg in messages:
+                where = (msg.topic(), msg.partition())
+                if msg.error() is not None:
+                    if msg.error().code() == KafkaError._PARTITION_EOF:
+                        self._position[where] = msg.offset()  # the end offset reached
+                    else:
+                        self._kafka_error(msg)
+                    continue
+                last_message = time.monotonic()
+                self._position[where] = msg.offset() + 1
+                self._feed(msg)
+            for txn in self.reassembler.ready():
+                yield txn
+                stall_since = time.monotonic()  # time spent in the caller does not count
+            self._flow_control()
+            missing = self.reassembler.missing()
+            key = (missing.txid, tuple(sorted(missing.counts.items()))) if missing else None
+            if key != stall_key:
+                stall_key, stall_since = key, time.monotonic()
+            elif missing and time.monotonic() - stall_since > self.assembly_timeout:
+                raise IncompleteTransactionError(missing.txid, missing.counts, time.monotonic() - stall_since)
+            if until_caught_up and all(self._position[tp] >= end for tp, end in targets.items()) \
+                    and not self.reassembler.pending_before(targets[self._txn]):
+                return
+            if idle_timeout is not None and time.monotonic() - last_message > idle_timeout:
+                return
+
+    def _kafka_error(self, msg: Message) -> None:
+        err = msg.error()
+        if err.fatal() or err.code() in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_PARTITION,
+                                         KafkaError.TOPIC_AUTHORIZATION_FAILED):
+            raise ConsumerError(f"cannot read {msg.topic()!r} [{msg.partition()}]: {err.str()}")
+        log.warning("kafka: %s (retrying)", err.str())
+
+    def _feed(self, msg: Message) -> None:
+        where = f"{msg.topic()!r} [{msg.partition()}] offset {msg.offset()}"
+        if msg.topic() == self.topics.transactions:
+            datum = self.decoder.decode(msg.value(), f"the value of {where}")
+            if not isinstance(datum, dict):
+                raise ConsumerError(f"{where}: transaction record is {datum!r}, not a record")
+            try:
+                rec = TxnRecord.from_datum(datum, msg.partition(), msg.offset())
+            except (KeyError, TypeError) as exc:
+                raise ConsumerError(f"{where}: malformed transaction record {datum!r}") from exc
+            self.reassembler.add_record(rec)
+            return
+        headers = {k: v.decode("utf-8") if v is not None else None for k, v in msg.headers() or ()}
+        try:
+            op, txid, position, ts_ms = (headers[h] for h in HEADERS)
+            txid_n, ts_n = int(txid), int(ts_ms)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ConsumerError(f"{where}: missing or malformed pgshovel headers {headers!r} "
+                                f"(needs {', '.join(HEADERS)})") from exc
+        self.reassembler.add_data(DataMessage(
+            msg.topic(), msg.partition(), msg.offset(), op, txid_n, position, ts_n,
+            self.decoder.decode(msg.key(), f"the key of {where}"),
+            self.decoder.decode(msg.value(), f"the value of {where}")))
+
+    def _flow_control(self) -> None:
+        """Pause partitions holding max_buffered messages; resume them below half of it."""
+        for tp in self._all:
+            held = self.reassembler.backlog if tp == self._txn else self.reassembler.buffered(*tp)
+            if tp not in self._paused and held >= self.max_buffered:
+                self._consumer.pause([TopicPartition(*tp)])
+                self._paused.add(tp)
+            elif tp in self._paused and held < self.max_buffered // 2:
+                self._consumer.resume([TopicPartition(*tp)])
+                self._paused.discard(tp)

@@ -1,0 +1,82 @@
+"""Which topics a set's consumer reads: resolved from the set record in
+ZooKeeper (config + tables) with the relay's naming rules (pgshovel2.names)."""
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from pgshovel2 import names
+from pgshovel2.cluster import ClusterStore
+from pgshovel2.consumer.errors import ConsumerError
+
+
+@dataclass(frozen=True)
+class TableTopic:
+    """A table of the set and its data topic."""
+
+    schema: str
+    name: str
+    topic: str
+
+    @property
+    def table(self) -> str:
+        """``schema.table``, unquoted (as shown to users and in Change.table)."""
+        return f"{self.schema}.{self.name}"
+
+
+@dataclass(frozen=True)
+class SetTopics:
+    """The topics of a set, possibly restricted to some of its tables.
+
+    transactions: the ``{prefix}.transactions`` topic. tables: the selected
+    tables. unselected: data topics of the set's other tables (their counts
+    in END records and their TRUNCATEs are ignored). encoding: ``avro`` or
+    ``json`` (informational: messages are decoded by their first byte).
+    """
+
+    set_name: str
+    encoding: str
+    transactions: str
+    tables: tuple[TableTopic, ...]
+    unselected: frozenset[str] = field(default_factory=frozenset)
+
+    @classmethod
+    def from_record(cls, set_name: str, record: dict[str, Any]) -> "SetTopics":
+        """From a set record as stored in ZooKeeper ({config: {...}, tables: [{schema, name}, ...]})."""
+        config = record["config"]
+        prefix = config.get("topic_prefix") or set_name
+        tables = tuple(TableTopic(t["schema"], t["name"], names.table_topic(prefix, t["schema"], t["name"]))
+                       for t in record["tables"])
+        return cls(set_name, config["encoding"], names.transactions_topic(prefix), tables)
+
+    @classmethod
+    def from_store(cls, store: ClusterStore, set_name: str) -> "SetTopics":
+        """Read the set record from ZooKeeper. Raises ClusterError if there is no such set."""
+        record, _ = store.get_set(set_name)
+        return cls.from_record(set_name, record)
+
+    @property
+    def by_topic(self) -> dict[str, TableTopic]:
+        """Data topic -> selected table."""
+        return {t.topic: t for t in self.tables}
+
+    def select(self, tables: Iterable[str] | None) -> "SetTopics":
+        """Only the given tables (``schema.table``, or a bare table name if unique in the set).
+
+        None or empty selects every table. Raises ConsumerError naming a
+        table that is not in the set, or a bare name found in two schemas.
+        """
+        wanted = list(tables or ())
+        if not wanted:
+            return self
+        chosen: list[TableTopic] = []
+        for name in wanted:
+            matches = [t for t in self.tables if t.table == name] or [t for t in self.tables if t.name == name]
+            if len(matches) != 1:
+                problem = "is not a table of" if not matches else "is ambiguous in"
+                raise ConsumerError(f"table {name!r} {problem} set {self.set_name!r}; its tables: "
+                                    f"{', '.join(sorted(t.table for t in self.tables))}")
+            if matches[0] not in chosen:
+                chosen.append(matches[0])
+        rest = frozenset(t.topic for t in self.tables if t not in chosen) | self.unselected
+        return SetTopics(self.set_name, self.encoding, self.transactions, tuple(chosen), rest)
