@@ -33,7 +33,7 @@ unit: install
 	$(PY) -m pytest -ra tests/unit
 
 lint: install
-	$(VENV)/bin/ruff check pgshovel2 tests scripts
+	$(VENV)/bin/ruff check pgshovel2 tests scripts bench
 
 requirements.txt: setup.py
 	scripts/requirements.sh > requirements.txt.new && mv requirements.txt.new requirements.txt

@@ -46,4 +46,12 @@ fi
 if [ -x "$REPO/scripts/registry/install.sh" ]; then
   "$REPO/scripts/registry/install.sh" "$REGISTRY_HOME"
 fi
+# Apache Flink, whose debezium-json format is the real Debezium consumer the
+# tests read the debezium envelope with; its own venv (it pins old libraries).
+if [ ! -f "$FLINK_VENV/.complete" ]; then
+  log "installing Apache Flink (PyFlink) into $FLINK_VENV"
+  python3 -m venv "$FLINK_VENV"
+  "$FLINK_VENV/bin/pip" install -q apache-flink==1.20.3
+  touch "$FLINK_VENV/.complete"
+fi
 log "install complete"

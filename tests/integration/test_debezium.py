@@ -163,7 +163,9 @@ def check_registered_schemas(stack, cluster: str, t_topic: str, u_topic: str) ->
             assert json.loads(key.schema_str) == avro.key_schema(SET, tables[name])
 
 
-PYFLINK = os.environ.get("PGSHOVEL_TEST_PYFLINK")  # a Python with apache-flink installed
+# A Python with apache-flink: scripts/install.sh puts one in .cache/flink-venv.
+_DEFAULT_PYFLINK = Path(__file__).resolve().parents[2] / ".cache" / "flink-venv" / "bin" / "python"
+PYFLINK = os.environ.get("PGSHOVEL_TEST_PYFLINK") or (str(_DEFAULT_PYFLINK) if _DEFAULT_PYFLINK.exists() else None)
 FLINK_COLUMNS = [["id", "INT"], ["v", "STRING"], ["n", "DECIMAL(10, 2)"], ["ts", "TIMESTAMP_LTZ(6)"]]
 
 
