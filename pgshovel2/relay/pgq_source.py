@@ -9,8 +9,10 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+import psycopg2
+
 from pgshovel2.db import connect
-from pgshovel2.errors import RelayError, UnavailableError
+from pgshovel2.errors import FencedError, RelayError, UnavailableError
 
 
 @dataclass(frozen=True)
@@ -99,13 +101,26 @@ class PgqSource:
                 for txid, ts_ms, op, data, table, before in cur:
                     yield Event(txid, ts_ms, op, json.loads(data) if data else None, table,
                                 json.loads(before) if before else None)
+        except psycopg2.errors.RaiseException as exc:
+            if "batch not found" in str(exc):
+                raise self._taken_over(batch) from exc
+            raise
         finally:
             self._read.rollback()
 
+    def _taken_over(self, batch: Batch) -> FencedError:
+        return FencedError(f"batch {batch.batch_id} of queue {self.queue} was finished by another relay of "
+                           "this set: another relay took over; this one stops")
+
     def finish(self, batch: Batch) -> None:
-        """Acknowledge a batch (pgq.finish_batch): its events are never read again."""
+        """Acknowledge a batch (pgq.finish_batch): its events are never read again.
+
+        Raises FencedError when another relay of the set finished it already.
+        """
         with self._ctl.cursor() as cur:
             cur.execute("SELECT pgq.finish_batch(%s)", (batch.batch_id,))
+            if cur.fetchone()[0] != 1:
+                raise self._taken_over(batch)
 
     def lag(self) -> tuple[float, int]:
         """(seconds, events) the consumer is behind, from pgq.get_consumer_info."""

@@ -37,9 +37,11 @@ PRODUCER_DEFAULTS = {
 Headers = list[tuple[str, str]]
 
 
-def _error(exc: KafkaException, what: str) -> RelayError:
+def _error(exc: KafkaException | KafkaError, what: str) -> RelayError:
     """The relay error for a librdkafka error: fenced, retryable, or fatal."""
-    err: KafkaError = exc.args[0]
+    err: KafkaError = exc.args[0] if isinstance(exc, KafkaException) else exc
+    if err.code() == KafkaError._FATAL:
+        return RelayError(f"{what}: fatal Kafka error: {err.str()}")
     if err.code() in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH):
         return FencedError(f"{what}: another relay of this set took over ({err.str()}); this one stops")
     if err.fatal():
@@ -57,7 +59,8 @@ class KafkaSink:
 
     def __init__(self, bootstrap: str, transactional_id: str | None = None, config: dict | None = None):
         self.bootstrap, self.transactional_id = bootstrap, transactional_id
-        settings = {"bootstrap.servers": bootstrap, **PRODUCER_DEFAULTS, **(config or {})}
+        settings = {"bootstrap.servers": bootstrap, **PRODUCER_DEFAULTS, **(config or {}),
+                    "error_cb": self._on_error}
         if transactional_id:
             settings.update({"transactional.id": transactional_id,
                              "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS})
@@ -65,7 +68,25 @@ class KafkaSink:
         self._admin = AdminClient({"bootstrap.servers": bootstrap})
         self._failed: list[str] = []
         self._in_txn = False
+        self._fatal: KafkaError | None = None
         self.produced = 0
+
+    def _error(self, exc: KafkaException, what: str) -> RelayError:
+        """Map exc, or the fatal error behind a generic "Local: Fatal error", to a relay error."""
+        if exc.args[0].code() == KafkaError._FATAL and self._fatal is None:
+            try:  # serves the error callback, or raises the fatal error itself
+                self._producer.poll(0)
+            except KafkaException as cause:
+                exc = cause
+        return _error(self._fatal or exc, what)
+
+    def _on_error(self, err: KafkaError) -> None:
+        # Without an error callback librdkafka's fatal errors (e.g. fenced) would be raised from
+        # inside poll() while delivery callbacks run; keep them and raise at the next call.
+        if err.fatal():
+            self._fatal = err
+        else:
+            log.warning("Kafka: %s", err.str())
 
     def start(self, timeout: float = 60.0) -> None:
         """Register the transactional id (fences older relays, aborts their open transaction).
@@ -78,7 +99,7 @@ class KafkaSink:
         try:
             self._producer.init_transactions(timeout)
         except KafkaException as exc:
-            raise _error(exc, f"cannot register transactional id {self.transactional_id!r} "
+            raise self._error(exc, f"cannot register transactional id {self.transactional_id!r} "
                               f"at {self.bootstrap}") from exc
 
     def ensure_topics(self, topics: dict[str, str], settings: TopicsConfig,
@@ -115,24 +136,27 @@ class KafkaSink:
 
         Blocks, serving delivery reports, while the producer queue is full.
         """
+        if self._fatal is not None:
+            raise _error(self._fatal, "the Kafka producer failed")
         if self.transactional_id and not self._in_txn:
             self._begin()
-        while True:
-            try:
-                self._producer.produce(topic, value, key, headers=headers, on_delivery=self._delivered)
-                break
-            except BufferError:
-                self._producer.poll(0.05)
-            except KafkaException as exc:
-                raise _error(exc, f"cannot produce to {topic!r}") from exc
+        try:
+            while True:
+                try:
+                    self._producer.produce(topic, value, key, headers=headers, on_delivery=self._delivered)
+                    break
+                except BufferError:
+                    self._producer.poll(0.05)
+            self._producer.poll(0)
+        except KafkaException as exc:
+            raise self._error(exc, f"cannot produce to {topic!r}") from exc
         self.produced += 1
-        self._producer.poll(0)
 
     def _begin(self) -> None:
         try:
             self._producer.begin_transaction()
         except KafkaException as exc:
-            raise _error(exc, "cannot begin a Kafka transaction") from exc
+            raise self._error(exc, "cannot begin a Kafka transaction") from exc
         self._in_txn = True
 
     def _delivered(self, err: KafkaError | None, msg) -> None:
@@ -160,7 +184,7 @@ class KafkaSink:
         try:
             self._producer.commit_transaction(timeout)
         except KafkaException as exc:
-            error = _error(exc, "cannot commit the Kafka transaction")
+            error = self._error(exc, "cannot commit the Kafka transaction")
             self.abort()
             raise error from exc
         finally:

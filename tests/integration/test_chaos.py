@@ -29,3 +29,6 @@ def test_chaos_exactly_once(stack, cluster, db, schema, tmp_path):
     assert report.duplicated == 0, f"duplicated {report.duplicated}, first {report.first_duplicated}"
     assert report.transactions_lost == report.transactions_duplicated == 0
     assert report.state_equal
+    run.inject_duplicate()  # the comparison must notice one extra message
+    run._compare()
+    assert run.report.duplicated == 1 and run.report.lost == 0

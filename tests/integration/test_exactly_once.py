@@ -78,6 +78,32 @@ def test_huge_transaction_split_over_kafka_transactions_and_killed(stack, cluste
     assert_verified(verify(stack, cluster, "eo"))
 
 
+def test_zombie_relay_is_fenced(stack, cluster, db, schema, tmp_path, keyed_set):
+    topic, _ = keyed_set
+    zombie = run_relay(stack, cluster, tmp_path)
+    zombie.wait_for("snapshot done")
+    with db.cursor() as cur:
+        cur.execute(f'INSERT INTO "{schema}".t SELECT g, 0 FROM generate_series(1, 100) g')
+    caught_up(stack, cluster, "eo")
+    zombie.proc.send_signal(signal.SIGSTOP)
+    successor = run_relay(stack, cluster, tmp_path)
+    successor.wait_for("resuming after tick")
+    with db.cursor() as cur:
+        cur.execute(f'UPDATE "{schema}".t SET n = 1')
+    caught_up(stack, cluster, "eo")
+    zombie.proc.send_signal(signal.SIGCONT)
+    with db.cursor() as cur:
+        cur.execute(f'UPDATE "{schema}".t SET n = 2')
+    assert zombie.proc.wait(60) == 1
+    assert "another relay" in zombie.log() and "took over" in zombie.log()
+    caught_up(stack, cluster, "eo")
+    assert successor.proc.poll() is None, successor.log()
+    ops = Counter((k["id"], h["pgshovel.op"]) for k, _, h in messages(stack, topic))
+    assert set(ops.values()) == {1, 2} and sum(ops.values()) == 300  # c once, u twice per key
+    assert successor.stop() == 0
+    assert_verified(verify(stack, cluster, "eo"))
+
+
 def test_idempotent_only_mode(stack, cluster, db, schema, tmp_path, keyed_set):
     topic, _ = keyed_set
     relay = run_relay(stack, cluster, tmp_path, "--no-transactions")
