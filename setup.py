@@ -21,6 +21,7 @@ setup(
     extras_require={
         "test": ["pytest>=8,<10", "ruff>=0.5"],
         "sentry": ["sentry-sdk>=2,<3"],
+        "bench": ["matplotlib>=3.8,<4", "py-spy>=0.3,<1"],
     },
     entry_points={
         "console_scripts": [

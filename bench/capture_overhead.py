@@ -1,25 +1,20 @@
 """Capture overhead: pgbench tps with no capture, PgQ's pgq.jsontriga and our
 pgshovel2.capture trigger on the pgbench tables, interleaved rounds.
 
-Usage (local stack up): .venv/bin/python bench/capture_overhead.py [--rounds 3] [--seconds 15]
-Writes bench/results/capture-<UTC time>.json and prints min/median/max tps and
-the median's ratio to no capture. (The full `make bench` harness is a later issue.)
+    .venv/bin/python -m bench.capture_overhead [--rounds 3] [--seconds 15]
+(local stack up; `make bench` runs it with the other figures).
 """
 
 import argparse
 import json
-import os
 import re
 import statistics
 import subprocess
-import time
-from pathlib import Path
 
 import psycopg2
 
-PG_BIN = Path("/usr/lib/postgresql/15/bin")
-PORT = os.environ.get("PG_PORT", "55432")
-DSN = f"host=127.0.0.1 port={PORT} dbname=pgshovel user=postgres"
+from bench.common import DSN, PG_BIN, PG_PORT, summary
+
 TABLES = ["pgbench_accounts", "pgbench_branches", "pgbench_tellers", "pgbench_history"]
 QUEUE = "bench_capture"
 
@@ -47,17 +42,13 @@ def set_triggers(cur, variant: str) -> None:
 
 
 def pgbench(*args: str) -> str:
-    return subprocess.run([str(PG_BIN / "pgbench"), "-h", "127.0.0.1", "-p", PORT, "-U", "postgres",
+    return subprocess.run([str(PG_BIN / "pgbench"), "-h", "127.0.0.1", "-p", PG_PORT, "-U", "postgres",
                            *args, "pgshovel"], check=True, capture_output=True, text=True).stdout
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--seconds", type=int, default=15)
-    parser.add_argument("--scale", type=int, default=10)
-    args = parser.parse_args()
-    pgbench("-i", "-q", "-s", str(args.scale))
+def measure(rounds: int, seconds: int, scale: int) -> dict:
+    """{"<variant>": summary of tps, "ratio_to_none": {variant: median ratio}, "workload"}."""
+    pgbench("-i", "-q", "-s", str(scale))
     conn = psycopg2.connect(DSN)
     conn.autocommit = True
     cur = conn.cursor()
@@ -67,26 +58,30 @@ def main() -> None:
     variants = ["none", "jsontriga", "pgshovel2"]
     tps: dict[str, list[float]] = {v: [] for v in variants}
     try:
-        for _ in range(args.rounds):
+        for _ in range(rounds):
             for variant in variants:
                 set_triggers(cur, variant)
                 cur.execute("CHECKPOINT")
-                out = pgbench("-N", "-n", "-c", "4", "-j", "2", "-T", str(args.seconds))
+                out = pgbench("-N", "-n", "-c", "4", "-j", "2", "-T", str(seconds))
                 tps[variant].append(float(re.search(r"tps = ([\d.]+)", out).group(1)))
     finally:
         set_triggers(cur, "none")
         cur.execute("SELECT pgq.unregister_consumer(%s, 'bench')", (QUEUE,))
         cur.execute("SELECT pgq.drop_queue(%s)", (QUEUE,))
+        conn.close()
     base = statistics.median(tps["none"])
-    result = {"workload": f"pgbench -N -c 4 -j 2 -T {args.seconds}, scale {args.scale}",
-              "tps": tps, "median_ratio_to_none": {v: statistics.median(t) / base for v, t in tps.items()}}
-    out = Path(__file__).parent / "results" / f"capture-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}.json"
-    out.write_text(json.dumps(result, indent=2))
-    print(f"{'capture':<10} {'min':>8} {'median':>8} {'max':>8}  ratio")
-    for v, t in tps.items():
-        print(f"{v:<10} {min(t):8.0f} {statistics.median(t):8.0f} {max(t):8.0f}  "
-              f"{statistics.median(t) / base:.3f}")
-    print(f"results: {out}")
+    return {"workload": f"pgbench -N -c 4 -j 2 -T {seconds}, scale {scale}, interleaved",
+            **{v: summary(t) for v, t in tps.items()},
+            "ratio_to_none": {v: statistics.median(t) / base for v, t in tps.items()}}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--seconds", type=int, default=15)
+    parser.add_argument("--scale", type=int, default=10)
+    args = parser.parse_args()
+    print(json.dumps(measure(args.rounds, args.seconds, args.scale), indent=2))
 
 
 if __name__ == "__main__":

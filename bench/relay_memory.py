@@ -1,27 +1,24 @@
 """Relay memory during one huge source transaction: a single INSERT of
-``--rows`` rows (1M by default) queued while no relay runs, then relayed with
-Kafka transactions split inside it; peak RSS of the relay (VmHWM) and the
-message count in Kafka (read_committed) are reported.
+``rows`` rows queued while no relay runs, then relayed (Kafka transactions
+split inside it); peak RSS of the relay process (VmHWM) and the message count
+in Kafka (read_committed).
 
-Usage (local stack up): .venv/bin/python -m bench.relay_memory [--rows 1000000]
-Writes bench/results/memory-<UTC time>.json.
+    .venv/bin/python -m bench.relay_memory [--rows 1000000]
 """
 
 import argparse
 import json
-import subprocess
 import time
 from pathlib import Path
 
-import yaml
-
-from bench.relay_throughput import BIN, CLUSTER, DSN, ENV, RESULTS, pgshovel, prepare
+from bench.common import BOOTSTRAP, DSN, create_set, drop_set, prepare, start_relay, unique
 from pgshovel2 import names
+from pgshovel2.errors import RelayError
 from pgshovel2.relay.pgq_source import wait_caught_up
 from pgshovel2.verify import read_topics
 
 
-def peak_rss_mb(pid: int) -> float:
+def peak_rss_mib(pid: int) -> float:
     """VmHWM of a live process, MiB (0 when it is gone)."""
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -32,53 +29,42 @@ def peak_rss_mb(pid: int) -> float:
     return 0.0
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--rows", type=int, default=1_000_000)
-    args = parser.parse_args()
-    cur, workdir = prepare()
-    name = f"mem{int(time.time())}"
-    cur.execute(f"CREATE TABLE bench_relay.{name} (id int PRIMARY KEY, n int, s text)")
-    config = workdir / f"{name}.yaml"
-    config.write_text(yaml.safe_dump({"database": {"dsn": DSN},
-                                      "tables": [{"schema": "bench_relay", "name": name}]}))
-    pgshovel("set", "create", name, str(config))
-    started = time.monotonic()
-    cur.execute(f"INSERT INTO bench_relay.{name} SELECT g, g, repeat('x', 100) "
-                f"FROM generate_series(1, %s) g", (args.rows,))
-    insert_s = time.monotonic() - started
-    log = workdir / f"{name}.log"
-    with open(log, "w") as out:
-        proc = subprocess.Popen([str(BIN / "pgshovel-kafka-relay"), name, "--skip-snapshot"],
-                                env=ENV, stdout=out, stderr=subprocess.STDOUT)
+def measure(rows: int) -> dict:
+    """{"rows", "messages_in_kafka", "peak_rss_mib", "relay_s", "changes_per_s"}; raises if a message is missing."""
+    cur = prepare()
+    name = unique("mem")
+    queue = create_set(cur, name)
+    cur.execute(f"INSERT INTO bench_relay.{name} SELECT g, g, repeat('x', 100) FROM generate_series(1, %s) g",
+                (rows,))
+    proc, log = start_relay(name)
     peak, started = 0.0, time.monotonic()
     try:
         while True:
-            peak = max(peak, peak_rss_mb(proc.pid))
+            peak = max(peak, peak_rss_mib(proc.pid))
             try:
-                wait_caught_up(DSN, f"pgshovel2.{CLUSTER}.{name}", "pgshovel2_relay", timeout=0.5)
+                wait_caught_up(DSN, queue, "pgshovel2_relay", timeout=0.5)
                 break
-            except Exception:
+            except RelayError:
                 if proc.poll() is not None:
                     raise SystemExit(f"relay died:\n{log.read_text()}") from None
         relay_s = time.monotonic() - started
-        peak = max(peak, peak_rss_mb(proc.pid))
+        peak = max(peak, peak_rss_mib(proc.pid))
     finally:
         proc.terminate()
         proc.wait(60)
     topic = names.table_topic(name, "bench_relay", name)
-    messages = len(read_topics(ENV["PGSHOVEL_BOOTSTRAP_SERVERS"], [topic], timeout=120)[topic])
-    pgshovel("set", "drop", name)
-    cur.execute(f"DROP TABLE bench_relay.{name}")
-    result = {"rows_in_one_source_transaction": args.rows, "messages_in_kafka": messages,
-              "relay_peak_rss_mib": round(peak, 1), "insert_s": round(insert_s, 1),
-              "relay_s": round(relay_s, 1), "changes_per_s": round(args.rows / relay_s)}
-    out = RESULTS / f"memory-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}.json"
-    out.write_text(json.dumps(result, indent=2))
-    print(json.dumps(result, indent=2))
-    print(f"results: {out}")
-    if messages != args.rows:
-        raise SystemExit(f"expected {args.rows} messages in {topic}, found {messages}")
+    messages = sum(len(p) for p in read_topics(BOOTSTRAP, [topic], timeout=120).values())
+    drop_set(cur, name)
+    if messages != rows:
+        raise SystemExit(f"expected {rows} messages in {topic}, found {messages}")
+    return {"rows": rows, "messages_in_kafka": messages, "peak_rss_mib": round(peak, 1),
+            "relay_s": round(relay_s, 1), "changes_per_s": round(rows / relay_s)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    print(json.dumps(measure(parser.parse_args().rows), indent=2))
 
 
 if __name__ == "__main__":

@@ -1,119 +1,111 @@
-"""Relay throughput: drain a pre-filled queue into Kafka with Kafka transactions
-(exactly-once, the default) and with the idempotent-only producer
-(``--no-transactions``, at-least-once), interleaved rounds, in one run.
+"""Relay throughput: changes/s draining a pre-filled queue into Kafka, Avro and
+JSON, with Kafka transactions (exactly-once, the default) and with the
+idempotent-only producer (``--no-transactions``), against the machine's
+ceiling: a librdkafka producer (same settings) sending the very messages the
+relay wrote, pre-encoded, to a fresh topic of the same broker.
 
-Usage (local stack up, see scripts/stack.sh):
-    .venv/bin/python -m bench.relay_throughput [--changes 300000] [--rounds 3] [--encoding avro]
-Writes bench/results/relay-<UTC time>.json; prints min/median/max changes/s per
-mode and the ratio of the medians (transactions / idempotent-only).
+Each run: a fresh set on one table (id int PRIMARY KEY, n int, s text(100)),
+``changes`` inserts committed in source transactions of 5,000 rows while no
+relay runs; the clock runs from the relay's "skipping the initial snapshot"
+line (connections, topics, schemas ready) until its consumer has finished the
+last tick.
 
-Each round: a fresh set on one table (id int PRIMARY KEY, n int, s text(100)),
-``changes`` inserts committed in transactions of 5,000 rows while no relay
-runs, then the relay starts with --skip-snapshot; the clock runs from its
-"skipping the initial snapshot" log line (connections, topics and schemas
-ready) until the consumer has finished the last tick.
+    .venv/bin/python -m bench.relay_throughput [--changes 1000000] [--rounds 3]
 """
 
 import argparse
 import json
-import os
-import statistics
-import subprocess
-import sys
 import time
-from pathlib import Path
 
-import psycopg2
-import yaml
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
 
+from bench.common import BOOTSTRAP, CLUSTER, DSN, create_set, drop_set, prepare, start_relay, summary, unique
+from pgshovel2 import names
 from pgshovel2.relay.pgq_source import wait_caught_up
+from pgshovel2.sinks.kafka import PRODUCER_DEFAULTS
+from pgshovel2.verify import read_topics
 
-BIN = Path(sys.executable).parent
-RESULTS = Path(__file__).parent / "results"
-PG_PORT = os.environ.get("PG_PORT", "55432")
-DSN = f"host=127.0.0.1 port={PG_PORT} dbname={os.environ.get('PG_DB', 'pgshovel')} user=postgres"
-CLUSTER = "bench"
-ENV = {
-    **os.environ,
-    "PGSHOVEL_ZOOKEEPER_HOSTS": f"127.0.0.1:{os.environ.get('ZK_PORT', '22181')}",
-    "PGSHOVEL_CLUSTER": CLUSTER,
-    "PGSHOVEL_BOOTSTRAP_SERVERS": f"127.0.0.1:{os.environ.get('KAFKA_PORT', '29092')}",
-    "PGSHOVEL_SCHEMA_REGISTRY": f"http://127.0.0.1:{os.environ.get('REGISTRY_PORT', '28081')}/apis/ccompat/v7",
-}
-MODES = {"transactions": [], "idempotent-only": ["--no-transactions"]}
+MODES = {"transactions": (), "idempotent-only": ("--no-transactions",)}
 
 
-def pgshovel(*args: str) -> None:
-    subprocess.run([str(BIN / "pgshovel"), *args], env=ENV, check=True, capture_output=True, text=True)
-
-
-def prepare() -> tuple:
-    """(autocommit cursor on the bench database, work dir); schema bench_relay and the cluster exist."""
-    workdir = RESULTS / "relay-work"
-    workdir.mkdir(parents=True, exist_ok=True)
-    conn = psycopg2.connect(DSN)
-    conn.autocommit = True
-    cur = conn.cursor()
-    cur.execute("CREATE SCHEMA IF NOT EXISTS bench_relay")
-    subprocess.run([str(BIN / "pgshovel"), "cluster", "initialize"], env=ENV, capture_output=True)
-    return cur, workdir
-
-
-def one_round(cur, mode: str, round_no: int, changes: int, encoding: str, workdir: Path) -> float:
-    name = f"r{round_no}{mode.split('-')[0][:4]}{int(time.time())}"
-    table = f"bench_relay.{name}"
-    cur.execute(f"CREATE TABLE {table} (id int PRIMARY KEY, n int, s text)")
-    config = workdir / f"{name}.yaml"
-    config.write_text(yaml.safe_dump({"database": {"dsn": DSN}, "encoding": encoding,
-                                      "tables": [{"schema": "bench_relay", "name": name}]}))
-    pgshovel("set", "create", name, str(config))
+def fill(cur, table: str, changes: int) -> None:
+    """changes inserts into table, 5,000 per source transaction."""
     for start in range(0, changes, 5000):
-        cur.execute(f"INSERT INTO {table} SELECT g, g, repeat('x', 100) "
-                    f"FROM generate_series(%s, %s) g", (start + 1, min(start + 5000, changes)))
-    log = workdir / f"{name}.log"
-    with open(log, "w") as out:
-        proc = subprocess.Popen([str(BIN / "pgshovel-kafka-relay"), name, "--skip-snapshot", *MODES[mode]],
-                                env=ENV, stdout=out, stderr=subprocess.STDOUT)
+        cur.execute(f"INSERT INTO {table} SELECT g, g, repeat('x', 100) FROM generate_series(%s, %s) g",
+                    (start + 1, min(start + 5000, changes)))
+
+
+def drain(cur, encoding: str, mode: str, changes: int, keep: bool = False) -> tuple[float, str]:
+    """(changes/s, topic) of one drain; the set is dropped unless keep (its topic stays)."""
+    name = unique("tp")
+    queue = create_set(cur, name, encoding)
+    fill(cur, f"bench_relay.{name}", changes)
+    proc, _ = start_relay(name, *MODES[mode])
     try:
-        deadline = time.monotonic() + 120
-        while "skipping the initial snapshot" not in log.read_text():
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit(f"relay did not start:\n{log.read_text()}")
-            time.sleep(0.01)
         started = time.monotonic()
-        wait_caught_up(DSN, f"pgshovel2.{CLUSTER}.{name}", "pgshovel2_relay", timeout=1800)
-        elapsed = time.monotonic() - started
+        wait_caught_up(DSN, queue, "pgshovel2_relay", timeout=3600)
+        rate = changes / (time.monotonic() - started)
     finally:
         proc.terminate()
         proc.wait(60)
-    pgshovel("set", "drop", name)
-    cur.execute(f"DROP TABLE {table}")
-    return changes / elapsed
+    drop_set(cur, name)
+    return rate, names.table_topic(name, "bench_relay", name)
+
+
+def ceiling(topic: str) -> float:
+    """messages/s of a plain idempotent producer re-sending topic's messages to a fresh topic."""
+    messages = [m for part in read_topics(BOOTSTRAP, [topic], timeout=120).values() for m in part]
+    target = f"bench-ceiling-{time.time_ns()}"
+    admin = AdminClient({"bootstrap.servers": BOOTSTRAP})
+    admin.create_topics([NewTopic(target, 3, 1)])[target].result()
+    producer = Producer({"bootstrap.servers": BOOTSTRAP, **PRODUCER_DEFAULTS})
+    prepared = [(k, v, list(h.items())) for k, v, h in messages]
+    started = time.monotonic()
+    for key, value, headers in prepared:
+        while True:
+            try:
+                producer.produce(target, value, key, headers=headers)
+                break
+            except BufferError:
+                producer.poll(0.05)
+        producer.poll(0)
+    assert producer.flush(300) == 0
+    rate = len(prepared) / (time.monotonic() - started)
+    admin.delete_topics([target, topic])
+    return rate
+
+
+def measure(changes: int, rounds: int, encodings: tuple[str, ...] = ("avro", "json")) -> dict:
+    """{"<encoding>/<mode>": summary of changes/s, "<encoding>/ceiling": summary of messages/s, ratios}."""
+    cur = prepare()
+    runs: dict[str, list[float]] = {}
+    for round_no in range(rounds):
+        for encoding in encodings:
+            for mode in MODES:
+                rate, topic = drain(cur, encoding, mode, changes)
+                runs.setdefault(f"{encoding}/{mode}", []).append(rate)
+                print(f"  round {round_no + 1} {encoding}/{mode}: {rate:,.0f} changes/s", flush=True)
+                if mode == "transactions":
+                    runs.setdefault(f"{encoding}/ceiling", []).append(ceiling(topic))
+                    print(f"  round {round_no + 1} {encoding}/ceiling: {runs[f'{encoding}/ceiling'][-1]:,.0f} "
+                          "messages/s", flush=True)
+    out = {key: summary(values) for key, values in runs.items()}
+    for encoding in encodings:
+        tx, idem, ceil = (out[f"{encoding}/{m}"]["median"] for m in ("transactions", "idempotent-only", "ceiling"))
+        out[f"{encoding}/ratio_transactions_to_idempotent"] = tx / idem
+        out[f"{encoding}/ratio_transactions_to_ceiling"] = tx / ceil
+    out["workload"] = (f"drain {changes} queued inserts (5,000 per source transaction), one table, "
+                       f"cluster {CLUSTER}")
+    return out
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--changes", type=int, default=300_000)
+    parser.add_argument("--changes", type=int, default=1_000_000)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--encoding", choices=["avro", "json"], default="avro")
     args = parser.parse_args()
-    cur, workdir = prepare()
-    rates: dict[str, list[float]] = {m: [] for m in MODES}
-    for round_no in range(args.rounds):
-        for mode in MODES:
-            rates[mode].append(one_round(cur, mode, round_no, args.changes, args.encoding, workdir))
-            print(f"round {round_no + 1} {mode}: {rates[mode][-1]:,.0f} changes/s", flush=True)
-    medians = {m: statistics.median(r) for m, r in rates.items()}
-    result = {"workload": f"drain {args.changes} queued inserts (5,000 per source transaction), "
-                          f"{args.encoding}, one table", "changes_per_s": rates, "median": medians,
-              "ratio_transactions_to_idempotent": medians["transactions"] / medians["idempotent-only"]}
-    out = RESULTS / f"relay-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}.json"
-    out.write_text(json.dumps(result, indent=2))
-    print(f"{'mode':<16} {'min':>9} {'median':>9} {'max':>9}")
-    for mode, r in rates.items():
-        print(f"{mode:<16} {min(r):9,.0f} {medians[mode]:9,.0f} {max(r):9,.0f}")
-    print(f"transactions / idempotent-only: {result['ratio_transactions_to_idempotent']:.3f}")
-    print(f"results: {out}")
+    print(json.dumps(measure(args.changes, args.rounds), indent=2))
 
 
 if __name__ == "__main__":

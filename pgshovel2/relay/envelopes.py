@@ -33,8 +33,8 @@ import json
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from dataclasses import dataclass
+from typing import Any, NamedTuple, Protocol
 
 import fastavro
 
@@ -46,8 +46,7 @@ CONNECTOR = "pgshovel"
 SNAPSHOT_FALSE, SNAPSHOT_TRUE, SNAPSHOT_LAST = "false", "true", "last"
 
 
-@dataclass(frozen=True)
-class Message:
+class Message(NamedTuple):
     """One data message: key and value bytes (None: Kafka null) and its ``pgshovel.op`` header."""
 
     key: bytes | None
@@ -72,8 +71,7 @@ class TxnOrder:
         return self.total, self._per[collection]
 
 
-@dataclass(frozen=True)
-class Context:
+class Context(NamedTuple):
     """Where a change sits in the stream.
 
     txid: source txid (0 for snapshot rows); position: ``pgshovel.position``;
@@ -86,7 +84,7 @@ class Context:
     position: str
     ts_ms: int
     snapshot: str = SNAPSHOT_FALSE
-    order: TxnOrder | None = field(default=None, compare=False)
+    order: TxnOrder | None = None
 
 
 class Envelope(Protocol):

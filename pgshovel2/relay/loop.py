@@ -128,8 +128,8 @@ class Relay:
             while not stop.is_set():
                 batch = self.source.next_batch()
                 if batch is None:
-                    self.source.tick()
-                    stop.wait(self.options.poll_interval)
+                    if not self.source.tick():  # a new tick means a batch is ready now
+                        stop.wait(self.options.poll_interval)
                 else:
                     self._relay_batch(batch)
                 self._progress()

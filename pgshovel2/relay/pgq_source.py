@@ -8,6 +8,7 @@ import json
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import psycopg2
 
@@ -24,9 +25,8 @@ class Batch:
     cur_tick_id: int
 
 
-@dataclass(frozen=True)
-class Event:
-    """One captured change.
+class Event(NamedTuple):
+    """One captured change (a tuple: one is made per change, so it must be cheap).
 
     txid: 64-bit epoch txid; ts_ms: capture time, ms since epoch; op: I/U/D/T;
     row, before: decoded trigger rows (lists) or None; table: table tag.
@@ -83,10 +83,11 @@ class PgqSource:
                              "was the set dropped?")
         return int(row[0])
 
-    def tick(self) -> None:
-        """Ask PgQ for a tick now (it ticks only past the queue's thresholds)."""
+    def tick(self) -> bool:
+        """Ask PgQ for a tick now (it ticks only past the queue's thresholds); True if it ticked."""
         with self._ctl.cursor() as cur:
             cur.execute("SELECT pgq.ticker(%s)", (self.queue,))
+            return cur.fetchone()[0] is not None
 
     def events(self, batch: Batch, snapshot: str | None) -> Iterator[Event]:
         """Stream a batch's events, skipping transactions visible in snapshot.

@@ -35,6 +35,9 @@ PRODUCER_DEFAULTS = {
 }
 
 Headers = list[tuple[str, str]]
+# Delivery reports are requested for failures only; serving them every message costs more than
+# the produce call itself.
+POLL_EVERY = 512
 
 
 def _error(exc: KafkaException | KafkaError, what: str) -> RelayError:
@@ -60,7 +63,8 @@ class KafkaSink:
     def __init__(self, bootstrap: str, transactional_id: str | None = None, config: dict | None = None):
         self.bootstrap, self.transactional_id = bootstrap, transactional_id
         settings = {"bootstrap.servers": bootstrap, **PRODUCER_DEFAULTS, **(config or {}),
-                    "error_cb": self._on_error}
+                    "error_cb": self._on_error, "on_delivery": self._delivered,
+                    "delivery.report.only.error": True}
         if transactional_id:
             settings.update({"transactional.id": transactional_id,
                              "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS})
@@ -143,14 +147,15 @@ class KafkaSink:
         try:
             while True:
                 try:
-                    self._producer.produce(topic, value, key, headers=headers, on_delivery=self._delivered)
+                    self._producer.produce(topic, value, key, headers=headers)
                     break
                 except BufferError:
                     self._producer.poll(0.05)
-            self._producer.poll(0)
+            self.produced += 1
+            if not self.produced % POLL_EVERY:
+                self._producer.poll(0)
         except KafkaException as exc:
             raise self._error(exc, f"cannot produce to {topic!r}") from exc
-        self.produced += 1
 
     def _begin(self) -> None:
         try:

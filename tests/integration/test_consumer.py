@@ -226,10 +226,14 @@ def producer(stack) -> Producer:
     return Producer({"bootstrap.servers": stack.bootstrap})
 
 
-def data_message(p: Producer, topic: str, key: int, txid: int, position: str, set_name: str) -> None:
+def data_message(p: Producer, topic: str, key: int, txid: int, position: str, set_name: str,
+                 offsets: list | None = None) -> None:
+    """Produce a fake data message to partition 0; its offset is appended to offsets once delivered."""
     headers = [("pgshovel.op", "c"), ("pgshovel.txid", str(txid)), ("pgshovel.position", position),
                ("pgshovel.ts_ms", "1"), ("pgshovel.set", set_name)]
-    p.produce(topic, json.dumps({"id": key, "v": "x"}), json.dumps({"id": key}), partition=0, headers=headers)
+    on_delivery = (lambda err, msg: offsets.append(msg.offset())) if offsets is not None else None
+    p.produce(topic, json.dumps({"id": key, "v": "x"}), json.dumps({"id": key}), partition=0, headers=headers,
+              on_delivery=on_delivery)
 
 
 def txn_record(p: Producer, topic: str, kind: str, txid: int, position: str, counts: dict | None = None) -> None:
@@ -272,17 +276,18 @@ def test_extra_message_is_an_order_error(stack, cluster, db, schema, tmp_path, r
     position = read(stack, cluster, "bad")[-1].changes[-1].position
     a_topic = names.table_topic(prefix, schema, "a")
     p = producer(stack)
-    data_message(p, a_topic, 1, txid, position, "bad")  # a duplicate of the transaction's insert
+    offsets: list[int] = []
+    data_message(p, a_topic, 1, txid, position, "bad", offsets)  # a duplicate of the transaction's insert
     p.flush(30)
     with pytest.raises(OrderError) as err:
         read(stack, cluster, "bad")
     assert f"data message beyond the END count 1 of txid {txid}" in str(err.value)
     assert (err.value.topic, err.value.partition, err.value.offset, err.value.txid, err.value.position) == (
-        a_topic, 0, 2, txid, position)  # offset 0: the snapshot row, 1: the insert, 2: the duplicate
+        a_topic, 0, offsets[0], txid, position)  # the duplicate, not the relay's insert
     proc = pgshovel(stack, cluster, "tail", "bad", "--from-beginning", check=False)
     assert proc.returncode == 1
     assert f"error: data message beyond the END count 1 of txid {txid}" in proc.stderr
-    assert f"topic {a_topic!r}, partition 0, offset 2, txid {txid}, position {position}" in proc.stderr
+    assert f"topic {a_topic!r}, partition 0, offset {offsets[0]}, txid {txid}, position {position}" in proc.stderr
 
 
 def test_missing_data_times_out_naming_txid_topic_and_count(stack, cluster, db, schema, tmp_path, relays):

@@ -1,0 +1,88 @@
+"""What the benchmarks share: the local stack's endpoints, the CLIs, summaries.
+
+Every benchmark runs against the local stack (``scripts/stack.sh up``, ports
+from scripts/env.sh, overridable from the environment) in the cluster "bench".
+"""
+
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psycopg2
+import yaml
+
+BIN = Path(sys.executable).parent
+RESULTS = Path(__file__).parent / "results"
+WORK = RESULTS / "work"
+PG_BIN = Path(os.environ.get("PG_BIN", "/usr/lib/postgresql/15/bin"))
+PG_PORT = os.environ.get("PG_PORT", "55432")
+DSN = f"host=127.0.0.1 port={PG_PORT} dbname={os.environ.get('PG_DB', 'pgshovel')} user=postgres"
+BOOTSTRAP = f"127.0.0.1:{os.environ.get('KAFKA_PORT', '29092')}"
+CLUSTER = "bench"
+ENV = {
+    **os.environ,
+    "PGSHOVEL_ZOOKEEPER_HOSTS": f"127.0.0.1:{os.environ.get('ZK_PORT', '22181')}",
+    "PGSHOVEL_CLUSTER": CLUSTER,
+    "PGSHOVEL_BOOTSTRAP_SERVERS": BOOTSTRAP,
+    "PGSHOVEL_SCHEMA_REGISTRY": f"http://127.0.0.1:{os.environ.get('REGISTRY_PORT', '28081')}/apis/ccompat/v7",
+}
+
+
+def pgshovel(*args: str) -> None:
+    """Run the admin CLI against the bench cluster; raises CalledProcessError on failure."""
+    subprocess.run([str(BIN / "pgshovel"), *args], env=ENV, check=True, capture_output=True, text=True)
+
+
+def prepare():
+    """Autocommit cursor on the bench database; schema bench_relay, the cluster and WORK exist."""
+    WORK.mkdir(parents=True, exist_ok=True)
+    conn = psycopg2.connect(DSN)
+    conn.autocommit = True
+    cur = conn.cursor()
+    cur.execute("CREATE SCHEMA IF NOT EXISTS bench_relay")
+    subprocess.run([str(BIN / "pgshovel"), "cluster", "initialize"], env=ENV, capture_output=True)
+    return cur
+
+
+def create_set(cur, name: str, encoding: str = "avro") -> str:
+    """A set ``name`` on a new table bench_relay.<name> (id int PRIMARY KEY, n int, s text); its queue."""
+    cur.execute(f"CREATE TABLE bench_relay.{name} (id int PRIMARY KEY, n int, s text)")
+    config = WORK / f"{name}.yaml"
+    config.write_text(yaml.safe_dump({"database": {"dsn": DSN}, "encoding": encoding,
+                                      "tables": [{"schema": "bench_relay", "name": name}]}))
+    pgshovel("set", "create", name, str(config))
+    return f"pgshovel2.{CLUSTER}.{name}"
+
+
+def drop_set(cur, name: str) -> None:
+    """Drop the set and its table."""
+    pgshovel("set", "drop", name)
+    cur.execute(f"DROP TABLE bench_relay.{name}")
+
+
+def start_relay(name: str, *args: str, ready: str = "skipping the initial snapshot",
+                wrapper: tuple[str, ...] = ()) -> tuple[subprocess.Popen, Path]:
+    """Start the relay of set name (logging to WORK/<name>.log) and wait for the ready line."""
+    log = WORK / f"{name}.log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen([*wrapper, str(BIN / "pgshovel-kafka-relay"), name, "--skip-snapshot", *args],
+                                env=ENV, stdout=out, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 120
+    while ready not in log.read_text():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise SystemExit(f"relay of {name} did not start:\n{log.read_text()}")
+        time.sleep(0.01)
+    return proc, log
+
+
+def summary(values: list[float]) -> dict[str, float]:
+    """min/median/max of repeated measurements."""
+    return {"min": min(values), "median": statistics.median(values), "max": max(values), "runs": values}
+
+
+def unique(prefix: str) -> str:
+    """A set/table name not used before."""
+    return f"{prefix}{time.time_ns() % 10**12}"

@@ -1,0 +1,98 @@
+"""End-to-end latency: commit in PostgreSQL to visibility for a read_committed
+Kafka consumer, at a steady pgbench rate, trigger backend, relay streaming.
+
+Each pgbench transaction is one INSERT of ``clock_timestamp()`` (autocommit,
+so the commit follows within microseconds); a consumer thread reads the
+topic and takes the time of arrival minus that timestamp (one clock, one
+machine). The first two seconds are warm-up and not counted.
+
+    .venv/bin/python -m bench.latency [--tps 2000] [--seconds 30]
+"""
+
+import argparse
+import json
+import re
+import subprocess
+import threading
+import time
+from datetime import datetime
+
+from confluent_kafka import Consumer, TopicPartition
+
+from bench.common import BOOTSTRAP, DSN, PG_BIN, PG_PORT, WORK, pgshovel, prepare, start_relay, unique
+from pgshovel2 import names
+from pgshovel2.relay.pgq_source import wait_caught_up
+
+
+def percentile(sorted_values: list[float], q: float) -> float:
+    """Nearest-rank percentile q (0..100) of sorted values."""
+    return sorted_values[min(len(sorted_values) - 1, max(0, round(q / 100 * len(sorted_values)) - 1))]
+
+
+class Arrivals(threading.Thread):
+    """Reads topic (read_committed) and records arrival time minus the row's ts, in ms."""
+
+    def __init__(self, topic: str, partitions: int):
+        super().__init__(daemon=True)
+        self.latencies: list[tuple[float, float]] = []  # (arrival epoch s, latency ms)
+        self.stop = threading.Event()
+        self.consumer = Consumer({"bootstrap.servers": BOOTSTRAP, "group.id": f"bench-latency-{time.time_ns()}",
+                                  "isolation.level": "read_committed", "enable.auto.commit": False,
+                                  "fetch.wait.max.ms": 5})
+        self.consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            for msg in self.consumer.consume(1000, 0.05):
+                now = time.time()
+                if msg.error() or msg.value() is None:
+                    continue
+                ts = datetime.fromisoformat(json.loads(msg.value())["ts"]).timestamp()
+                self.latencies.append((now, (now - ts) * 1000))
+        self.consumer.close()
+
+
+def measure(tps: int, seconds: int) -> dict:
+    """{"p50_ms", "p95_ms", "p99_ms", "max_ms", "samples", "tps"} at a steady pgbench --rate tps."""
+    cur = prepare()
+    name = unique("lat")
+    cur.execute(f"CREATE TABLE bench_relay.{name} (id bigserial PRIMARY KEY, ts timestamptz)")
+    config = WORK / f"{name}.yaml"
+    config.write_text(json.dumps({"database": {"dsn": DSN}, "encoding": "json",
+                                  "tables": [{"schema": "bench_relay", "name": name}]}))
+    pgshovel("set", "create", name, str(config))
+    script = WORK / f"{name}.sql"
+    script.write_text(f"INSERT INTO bench_relay.{name} (ts) VALUES (clock_timestamp());\n")
+    proc, _ = start_relay(name)
+    arrivals = Arrivals(names.table_topic(name, "bench_relay", name), 3)
+    arrivals.start()
+    try:
+        started = time.time()
+        out = subprocess.run([str(PG_BIN / "pgbench"), "-n", "-c", "4", "-j", "2", "--rate", str(tps),
+                              "-T", str(seconds), "-f", str(script), "-h", "127.0.0.1", "-p", PG_PORT,
+                              "-U", "postgres", "pgshovel"], check=True, capture_output=True, text=True).stdout
+        wait_caught_up(DSN, f"pgshovel2.bench.{name}", "pgshovel2_relay", timeout=300)
+        time.sleep(1)
+    finally:
+        arrivals.stop.set()
+        arrivals.join(30)
+        proc.terminate()
+        proc.wait(60)
+    pgshovel("set", "drop", name)
+    cur.execute(f"DROP TABLE bench_relay.{name}")
+    values = sorted(ms for at, ms in arrivals.latencies if at - started > 2)
+    return {"tps_target": tps, "tps": float(re.search(r"tps = ([\d.]+)", out).group(1)),
+            "samples": len(values), **{f"p{q}_ms": round(percentile(values, q), 1) for q in (50, 95, 99)},
+            "max_ms": round(values[-1], 1)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--tps", type=int, default=2000)
+    parser.add_argument("--seconds", type=int, default=30)
+    args = parser.parse_args()
+    print(json.dumps(measure(args.tps, args.seconds), indent=2))
+
+
+if __name__ == "__main__":
+    main()

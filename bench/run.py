@@ -1,0 +1,78 @@
+"""`make bench`: every figure of GOALS.md that can be measured so far, each
+beside its reference from the same run; results in bench/results/<time>.json,
+one PNG per figure, and a table on stdout.
+
+    .venv/bin/python -m bench.run [--quick]
+
+--quick keeps 3 runs per figure but shortens each (the whole run in a few
+minutes). Bootstrap (Spark) and the logical backend come with their issues.
+"""
+
+import argparse
+import json
+import time
+
+from bench import capture_overhead, latency, plot, profile, relay_memory, relay_throughput
+from bench.common import RESULTS
+
+FULL = {"capture": (3, 15, 10), "relay": (1_000_000, 3), "latency": (2000, 30), "memory": 1_000_000,
+        "profile": 300_000}
+QUICK = {"capture": (3, 5, 10), "relay": (100_000, 3), "latency": (2000, 10), "memory": 200_000,
+         "profile": 100_000}
+
+
+def table(result: dict) -> list[str]:
+    """The human summary: figure, measured, reference/ratio, goal."""
+    cap, rel, lat, mem = result["capture"], result["relay"], result["latency"], result["memory"]
+    lines = [f"{'figure':<44} {'median':>12} {'min..max':>21}  vs reference / goal"]
+
+    def row(label: str, s: dict, note: str) -> None:
+        lines.append(f"{label:<44} {s['median']:>12,.0f} {s['min']:>10,.0f}..{s['max']:<10,.0f} {note}")
+
+    for v in ("none", "jsontriga", "pgshovel2"):
+        row(f"capture tps, {v}", cap[v], f"{cap['ratio_to_none'][v]:.3f} of none (goal >= 0.90)")
+    for enc in ("avro", "json"):
+        for mode in ("transactions", "idempotent-only"):
+            row(f"relay changes/s, {enc}, {mode}", rel[f"{enc}/{mode}"],
+                f"{rel[f'{enc}/{mode}']['median'] / rel[f'{enc}/ceiling']['median']:.3f} of ceiling "
+                "(goal >= 100k/s and >= 0.50)")
+        row(f"librdkafka ceiling msgs/s, {enc}", rel[f"{enc}/ceiling"], "reference")
+        lines.append(f"{'transactions / idempotent-only, ' + enc:<44} "
+                     f"{rel[f'{enc}/ratio_transactions_to_idempotent']:>12.3f}")
+    label = f"latency ms at {lat['tps_target']} tps (p50/p95/p99/max)"
+    lines.append(f"{label:<44} "
+                 f"{lat['p50_ms']}/{lat['p95_ms']}/{lat['p99_ms']}/{lat['max_ms']} (goal p99 <= 100)")
+    label = f"relay peak RSS MiB, {mem['rows']}-row transaction"
+    lines.append(f"{label:<44} {mem['peak_rss_mib']:>12}")
+    lines.append("bootstrap rows/s (Spark vs COPY)              not measured yet (issue 6)")
+    lines.append(f"profile: top own time {result['profile']['self'][:3]}")
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    p = QUICK if args.quick else FULL
+    started = time.monotonic()
+    result: dict = {"quick": args.quick, "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    print("capture overhead ...", flush=True)
+    result["capture"] = capture_overhead.measure(*p["capture"])
+    print("relay throughput ...", flush=True)
+    result["relay"] = relay_throughput.measure(*p["relay"])
+    print("end-to-end latency ...", flush=True)
+    result["latency"] = latency.measure(*p["latency"])
+    print("relay memory ...", flush=True)
+    result["memory"] = relay_memory.measure(p["memory"])
+    print("profile ...", flush=True)
+    result["profile"] = profile.measure(p["profile"])
+    result["seconds"] = round(time.monotonic() - started)
+    stem = RESULTS / time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    stem.with_suffix(".json").write_text(json.dumps(result, indent=2))
+    pngs = plot.plot(result, stem)
+    print("\n".join(table(result)))
+    print(f"results: {stem.with_suffix('.json')}; plots: {', '.join(p.name for p in pngs)}")
+
+
+if __name__ == "__main__":
+    main()
