@@ -29,6 +29,11 @@ chaos: install
 	PGSHOVEL2_CHAOS_KILLS=$${KILLS:-100} PGSHOVEL2_CHAOS_REPORT=bench/results/chaos-$$(date -u +%Y%m%dT%H%M%SZ).json \
 		$(PY) -m pytest -ra -s tests/integration/test_chaos.py
 
+# Every GOALS.md figure measurable so far, against its reference: bench/results/<time>.json + PNGs.
+# QUICK=1 for a short run.
+bench: stack-up
+	$(PY) -m bench.run $(if $(QUICK),--quick)
+
 unit: install
 	$(PY) -m pytest -ra tests/unit
 
