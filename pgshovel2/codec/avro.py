@@ -12,6 +12,7 @@ import fastavro
 
 from pgshovel2 import names
 from pgshovel2.catalog import Column, Table
+from pgshovel2.codec.avro_fast import compile_record
 from pgshovel2.codec.types import FieldType, field_type
 
 
@@ -150,8 +151,11 @@ class AvroWriter:
         self.schema = schema
         self._parsed = fastavro.parse_schema(schema)
         self._header = struct.pack(">bI", 0, schema_id)
+        self._fast = compile_record(schema)
 
     def encode(self, datum: dict[str, Any]) -> bytes:
+        if self._fast is not None:
+            return self._header + self._fast(datum)
         buf = io.BytesIO()
         buf.write(self._header)
         fastavro.schemaless_writer(buf, self._parsed, datum)

@@ -205,8 +205,9 @@ class Relay:
             log.info("resuming batch of ticks %d..%d after its first %d events (already in Kafka)",
                      batch.prev_tick_id, batch.cur_tick_id, skip)
         events = self._emit_batch(batch, skip)
-        if self.sink.in_transaction or (not self.options.transactional and events > skip):
-            self._commit(Position(batch.cur_tick_id, events, True, self.position.txid_snapshot))
+        # Even an empty batch commits its position: the commit is what proves this relay still owns
+        # the set (a fenced one fails here), so only the owner ever acknowledges a batch.
+        self._commit(Position(batch.cur_tick_id, events, True, self.position.txid_snapshot))
         failpoints.hit("before_finish")
         self.source.finish(batch)
         self.changes += events - skip

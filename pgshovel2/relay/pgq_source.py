@@ -5,15 +5,20 @@ not stable across retries (next_batch draws them from a sequence).
 """
 
 import json
+import logging
 import time
 from collections.abc import Iterator
+from contextlib import closing
 from dataclasses import dataclass
 from typing import NamedTuple
 
 import psycopg2
 
 from pgshovel2.db import connect
-from pgshovel2.errors import FencedError, RelayError, UnavailableError
+from pgshovel2.errors import RelayError, UnavailableError
+from pgshovel2.relay.prefetch import prefetch
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -93,35 +98,42 @@ class PgqSource:
         """Stream a batch's events, skipping transactions visible in snapshot.
 
         snapshot: txid_snapshot text of the relay's initial snapshot, or None.
-        Memory is bounded by fetch_size rows (server-side cursor).
+        Rows are fetched by a worker thread (server-side cursor, fetch_size
+        rows at a time, two chunks ahead), so memory stays bounded.
         """
+        loads = json.loads
         try:
-            with self._read.cursor(name=f"batch_{batch.batch_id}") as cur:
-                cur.itersize = self.fetch_size
-                cur.execute(_EVENTS_SQL, {"batch": batch.batch_id, "snapshot": snapshot})
-                for txid, ts_ms, op, data, table, before in cur:
-                    yield Event(txid, ts_ms, op, json.loads(data) if data else None, table,
-                                json.loads(before) if before else None)
+            with closing(prefetch(self._chunks(batch, snapshot))) as chunks:
+                for rows in chunks:
+                    for txid, ts_ms, op, data, table, before in rows:
+                        yield Event(txid, ts_ms, op, loads(data) if data else None, table,
+                                    loads(before) if before else None)
         except psycopg2.errors.RaiseException as exc:
             if "batch not found" in str(exc):
-                raise self._taken_over(batch) from exc
+                raise UnavailableError(f"batch {batch.batch_id} of queue {self.queue} was acknowledged by "
+                                       "another relay of this set while this one read it; restarting from "
+                                       "the position committed in Kafka") from exc
             raise
         finally:
             self._read.rollback()
 
-    def _taken_over(self, batch: Batch) -> FencedError:
-        return FencedError(f"batch {batch.batch_id} of queue {self.queue} was finished by another relay of "
-                           "this set: another relay took over; this one stops")
+    def _chunks(self, batch: Batch, snapshot: str | None) -> Iterator[list[tuple]]:
+        with self._read.cursor(name=f"batch_{batch.batch_id}") as cur:
+            cur.execute(_EVENTS_SQL, {"batch": batch.batch_id, "snapshot": snapshot})
+            while rows := cur.fetchmany(self.fetch_size):
+                yield rows
 
     def finish(self, batch: Batch) -> None:
         """Acknowledge a batch (pgq.finish_batch): its events are never read again.
 
-        Raises FencedError when another relay of the set finished it already.
+        Called only after the batch is committed in Kafka, so a batch another
+        relay of the set acknowledged first is only logged.
         """
         with self._ctl.cursor() as cur:
             cur.execute("SELECT pgq.finish_batch(%s)", (batch.batch_id,))
             if cur.fetchone()[0] != 1:
-                raise self._taken_over(batch)
+                log.warning("batch %d of queue %s was already acknowledged by another relay of this set",
+                            batch.batch_id, self.queue)
 
     def lag(self) -> tuple[float, int]:
         """(seconds, events) the consumer is behind, from pgq.get_consumer_info."""

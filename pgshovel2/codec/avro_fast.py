@@ -1,0 +1,93 @@
+"""A compiled Avro binary encoder for flat records, the common case of keys
+and row values: every field of a primitive type (logical types included, as
+their values are already converted to the base type) or a union of null and
+one primitive. About twice as fast as a schemaless_writer call per record;
+records with arrays or nested records return None here and use fastavro.
+"""
+
+import struct
+from collections.abc import Callable
+from typing import Any
+
+Encode = Callable[[Any, bytearray], None]
+_PACK_FLOAT, _PACK_DOUBLE = struct.Struct("<f").pack, struct.Struct("<d").pack
+
+
+def _long(n: int, out: bytearray) -> None:
+    n = (n << 1) ^ (n >> 63)
+    while n > 0x7F:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+
+
+def _bytes(b: bytes, out: bytearray) -> None:
+    _long(len(b), out)
+    out += b
+
+
+def _string(s: str, out: bytearray) -> None:
+    _bytes(s.encode("utf-8"), out)
+
+
+def _boolean(v: bool, out: bytearray) -> None:
+    out.append(1 if v else 0)
+
+
+def _float(v: float, out: bytearray) -> None:
+    out += _PACK_FLOAT(v)
+
+
+def _double(v: float, out: bytearray) -> None:
+    out += _PACK_DOUBLE(v)
+
+
+_PRIMITIVES: dict[str, Encode] = {"int": _long, "long": _long, "string": _string, "bytes": _bytes,
+                                  "boolean": _boolean, "float": _float, "double": _double}
+
+
+def _primitive(schema: Any) -> Encode | None:
+    if isinstance(schema, dict):
+        schema = schema.get("type") if "logicalType" in schema or len(schema) == 1 else None
+    return _PRIMITIVES.get(schema) if isinstance(schema, str) else None
+
+
+def _nullable(null_index: int, encode: Encode) -> Encode:
+    present = 1 - null_index
+
+    def write(v: Any, out: bytearray) -> None:
+        if v is None:
+            out.append(null_index * 2)  # zigzag of the branch index
+        else:
+            out.append(present * 2)
+            encode(v, out)
+    return write
+
+
+def _field_encoder(schema: Any) -> Encode | None:
+    if isinstance(schema, list):
+        if len(schema) != 2 or "null" not in schema:
+            return None
+        null_index = schema.index("null")
+        encode = _primitive(schema[1 - null_index])
+        return _nullable(null_index, encode) if encode else None
+    return _primitive(schema)
+
+
+def compile_record(schema: dict[str, Any]) -> Callable[[dict[str, Any]], bytes] | None:
+    """An encoder of datums (field name -> value) of a flat record schema, or None if not flat."""
+    if not isinstance(schema, dict) or schema.get("type") != "record":
+        return None
+    fields = []
+    for f in schema["fields"]:
+        encode = _field_encoder(f["type"])
+        if encode is None:
+            return None
+        fields.append((f["name"], encode))
+
+    def encode_record(datum: dict[str, Any]) -> bytes:
+        out = bytearray()
+        for name, encode in fields:
+            encode(datum[name], out)
+        return bytes(out)
+    return encode_record
