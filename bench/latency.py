@@ -43,16 +43,16 @@ class Arrivals(threading.Thread):
 
     def run(self) -> None:
         while not self.stop.is_set():
-            for msg in self.consumer.consume(1000, 0.05):
-                now = time.time()
-                if msg.error() or msg.value() is None:
-                    continue
-                ts = datetime.fromisoformat(json.loads(msg.value())["ts"]).timestamp()
-                self.latencies.append((now, (now - ts) * 1000))
+            msg = self.consumer.poll(0.05)  # poll returns at once when a message is there (consume() waits)
+            if msg is None or msg.error() or msg.value() is None:
+                continue
+            now = time.time()
+            ts = datetime.fromisoformat(json.loads(msg.value())["ts"]).timestamp()
+            self.latencies.append((now, (now - ts) * 1000))
         self.consumer.close()
 
 
-def measure(tps: int, seconds: int) -> dict:
+def measure(tps: int, seconds: int, relay_args: tuple[str, ...] = ()) -> dict:
     """{"p50_ms", "p95_ms", "p99_ms", "max_ms", "samples", "tps"} at a steady pgbench --rate tps."""
     cur = prepare()
     name = unique("lat")
@@ -63,7 +63,7 @@ def measure(tps: int, seconds: int) -> dict:
     pgshovel("set", "create", name, str(config))
     script = WORK / f"{name}.sql"
     script.write_text(f"INSERT INTO bench_relay.{name} (ts) VALUES (clock_timestamp());\n")
-    proc, _ = start_relay(name)
+    proc, _ = start_relay(name, *relay_args)
     arrivals = Arrivals(names.table_topic(name, "bench_relay", name), 3)
     arrivals.start()
     try:

@@ -23,7 +23,8 @@ log = logging.getLogger("pgshovel2.relay")
 @env_option("--snapshot/--skip-snapshot", "snapshot", default=None,
             help="Force a new initial snapshot, or skip it; default: snapshot on the first start.")
 @env_option("--progress-interval", default=10.0, type=float, help="Seconds between progress lines.")
-@env_option("--poll-interval", default=0.05, type=float, help="Seconds between polls when idle.")
+@env_option("--poll-interval", default=0.02, type=float,
+            help="Seconds between polls of PgQ when idle (lower: less latency, more queries).")
 @env_option("--transactions/--no-transactions", "transactions", default=True,
             help="Exactly-once Kafka transactions, or the idempotent-only producer (at-least-once).")
 @env_option("--max-transaction-messages", default=20000, type=click.IntRange(100),

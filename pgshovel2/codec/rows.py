@@ -74,9 +74,13 @@ class RowEncoder:
         return encode_json(datum)
 
 
+# One encoder for every message: json.dumps with arguments builds a new encoder per call.
+_JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+
+
 def encode_json(datum: Any) -> bytes:
     """Compact UTF-8 JSON of a datum (non-ASCII kept as is), the JSON encoding's message form."""
-    return json.dumps(datum, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    return _JSON(datum).encode("utf-8")
 
 
 def encode_record(datum: dict, writer: AvroWriter | None) -> bytes:

@@ -46,7 +46,7 @@ class RelayOptions:
     bootstrap: str
     registry_url: str | None = None
     snapshot: str = "auto"
-    poll_interval: float = 0.05
+    poll_interval: float = 0.02
     progress_interval: float = 10.0
     transactional: bool = True
     max_transaction_messages: int = 20000
