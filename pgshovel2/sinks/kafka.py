@@ -35,6 +35,7 @@ PRODUCER_DEFAULTS = {
 }
 
 Headers = list[tuple[str, str]]
+_PRODUCER_GONE = (KafkaError._FATAL, KafkaError._FENCED, KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT)
 # Delivery reports are requested for failures only; serving them every message costs more than
 # the produce call itself.
 POLL_EVERY = 512
@@ -165,7 +166,11 @@ class KafkaSink:
         self._in_txn = True
 
     def _delivered(self, err: KafkaError | None, msg) -> None:
-        if err is not None:
+        if err is None:
+            return
+        if err.fatal() or err.code() in _PRODUCER_GONE:  # msg methods would fail: a fatal error is pending
+            self._failed.append(err.str())
+        else:
             self._failed.append(f"topic {msg.topic()!r}, key {msg.key()!r:.80}: {err.str()}")
 
     @property
@@ -217,8 +222,14 @@ class KafkaSink:
                                    f"{self.bootstrap} after {timeout:g}s")
 
     def close(self) -> None:
-        """Abort an open transaction, or flush pending messages (best effort)."""
-        if self._in_txn:
-            self.abort(5)
-        else:
+        """Abort an open transaction; idempotent-only, flush pending messages (best effort).
+
+        Never raises: it runs while another error is on its way out.
+        """
+        if self.transactional_id:
+            self.abort(5)  # whatever is not committed must not be flushed
+            return
+        try:
             self._producer.flush(10)
+        except (KafkaException, SystemError) as exc:  # SystemError: a fatal error pending in a callback
+            log.warning("could not flush the Kafka producer: %s", exc)
