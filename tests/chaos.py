@@ -181,19 +181,28 @@ class ChaosRun:
         time.sleep(3)
 
     def zombie(self) -> None:
-        """SIGSTOP the active relay, start a successor, resume the old one: it must be fenced."""
+        """SIGSTOP the active relay, start a second one, resume the first: one of the two must end
+        fenced ("took over") and the other keep relaying. Which one survives is not decided without
+        an election: a resumed relay that hits an error rebuilds itself and fences its successor."""
         old = self.relay or self.start_relay()
         time.sleep(self.rnd.uniform(0.5, 1.5))
         old.proc.send_signal(signal.SIGSTOP)
-        self.relay = self.start_relay()
+        new = self.start_relay()
         time.sleep(3)
         old.proc.send_signal(signal.SIGCONT)
         deadline = time.monotonic() + 30
-        while old.proc.poll() is None and time.monotonic() < deadline:
+        while all(r.proc.poll() is None for r in (old, new)) and time.monotonic() < deadline:
             time.sleep(0.1)
-        code = old.stop(signal.SIGKILL)
-        if code == 1 and "took over" in old.log():
+        time.sleep(1)
+        ended = [r for r in (old, new) if r.proc.poll() is not None]
+        survivors = [r for r in (old, new) if r.proc.poll() is None]
+        if len(ended) == 1 and ended[0].proc.returncode == 1 and "took over" in ended[0].log():
             self.report.zombies_fenced += 1
+        for relay in ended:
+            relay.stop(signal.SIGKILL)
+        self.relay = survivors[0] if survivors else None
+        for extra in survivors[1:]:
+            extra.stop(signal.SIGKILL)
 
     def faults(self) -> None:
         services = [("kafka", 3.0), ("postgres", 2.0), ("zookeeper", 12.0), ("zombie", 0.0)]
