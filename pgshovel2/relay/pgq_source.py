@@ -15,7 +15,7 @@ from typing import NamedTuple
 import psycopg2
 
 from pgshovel2.db import connect
-from pgshovel2.errors import RelayError, UnavailableError
+from pgshovel2.errors import FencedError, RelayError, UnavailableError
 from pgshovel2.relay.prefetch import prefetch
 
 log = logging.getLogger(__name__)
@@ -110,9 +110,11 @@ class PgqSource:
                                     loads(before) if before else None)
         except psycopg2.errors.RaiseException as exc:
             if "batch not found" in str(exc):
-                raise UnavailableError(f"batch {batch.batch_id} of queue {self.queue} was acknowledged by "
-                                       "another relay of this set while this one read it; restarting from "
-                                       "the position committed in Kafka") from exc
+                # Only the owner of the set's transactional id acknowledges batches (after a Kafka
+                # commit), so another relay owns the set now: stop rather than fence it back.
+                raise FencedError(f"batch {batch.batch_id} of queue {self.queue} was acknowledged by another "
+                                  "relay of this set while this one read it: another relay took over; "
+                                  "this one stops") from exc
             raise
         finally:
             self._read.rollback()
