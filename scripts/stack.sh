@@ -111,7 +111,7 @@ CFG
     -cp /usr/share/java/zookeeper.jar:/usr/share/java/zookeeper-jute.jar:/usr/share/java/slf4j-api.jar:/usr/share/java/slf4j-simple.jar:/usr/share/java/netty.jar:/usr/share/java/metrics-core.jar \
     org.apache.zookeeper.server.ZooKeeperServerMain "$dir/zoo.cfg" > "$dir/zookeeper.log" 2>&1 &
   echo $! > "$dir/zk.pid"
-  wait_for zookeeper 30 bash -c "echo ruok | nc -q1 127.0.0.1 $ZK_PORT | grep -q imok"
+  wait_for zookeeper 30 bash -c "echo ruok | timeout 2 nc -q1 127.0.0.1 $ZK_PORT | grep -q imok"
   log "zookeeper ready on 127.0.0.1:$ZK_PORT"
 }
 
