@@ -9,10 +9,14 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import psycopg2
 import yaml
+
+from pgshovel2 import names
 
 BIN = Path(sys.executable).parent
 RESULTS = Path(__file__).parent / "results"
@@ -47,14 +51,20 @@ def prepare():
     return cur
 
 
-def create_set(cur, name: str, encoding: str = "avro") -> str:
-    """A set ``name`` on a new table bench_relay.<name> (id int PRIMARY KEY, n int, s text); its queue."""
-    cur.execute(f"CREATE TABLE bench_relay.{name} (id int PRIMARY KEY, n int, s text)")
+def create_set(cur, name: str, encoding: str = "avro",
+               columns: str = "id int PRIMARY KEY, n int, s text") -> str:
+    """A set ``name`` on a new table bench_relay.<name> (columns: SQL column list); returns its queue."""
+    cur.execute(f"CREATE TABLE bench_relay.{name} ({columns})")
     config = WORK / f"{name}.yaml"
     config.write_text(yaml.safe_dump({"database": {"dsn": DSN}, "encoding": encoding,
                                       "tables": [{"schema": "bench_relay", "name": name}]}))
     pgshovel("set", "create", name, str(config))
     return f"pgshovel2.{CLUSTER}.{name}"
+
+
+def topic(name: str) -> str:
+    """The Kafka topic of the table of a set made by create_set."""
+    return names.table_topic(name, "bench_relay", name)
 
 
 def drop_set(cur, name: str) -> None:
@@ -63,19 +73,23 @@ def drop_set(cur, name: str) -> None:
     cur.execute(f"DROP TABLE bench_relay.{name}")
 
 
-def start_relay(name: str, *args: str, ready: str = "skipping the initial snapshot",
-                wrapper: tuple[str, ...] = ()) -> tuple[subprocess.Popen, Path]:
-    """Start the relay of set name (logging to WORK/<name>.log) and wait for the ready line."""
+@contextmanager
+def relay_running(name: str, *args: str) -> Iterator[tuple[subprocess.Popen, Path]]:
+    """The relay of set name (--skip-snapshot, log in WORK/<name>.log), started and ready; stopped on exit."""
     log = WORK / f"{name}.log"
     with open(log, "w") as out:
-        proc = subprocess.Popen([*wrapper, str(BIN / "pgshovel-kafka-relay"), name, "--skip-snapshot", *args],
+        proc = subprocess.Popen([str(BIN / "pgshovel-kafka-relay"), name, "--skip-snapshot", *args],
                                 env=ENV, stdout=out, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 120
-    while ready not in log.read_text():
-        if proc.poll() is not None or time.monotonic() > deadline:
-            raise SystemExit(f"relay of {name} did not start:\n{log.read_text()}")
-        time.sleep(0.01)
-    return proc, log
+    try:
+        deadline = time.monotonic() + 120
+        while "skipping the initial snapshot" not in log.read_text():
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit(f"relay of {name} did not start:\n{log.read_text()}")
+            time.sleep(0.01)
+        yield proc, log
+    finally:
+        proc.terminate()
+        proc.wait(60)
 
 
 def summary(values: list[float]) -> dict[str, float]:

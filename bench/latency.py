@@ -19,8 +19,19 @@ from datetime import datetime
 
 from confluent_kafka import Consumer, TopicPartition
 
-from bench.common import BOOTSTRAP, DSN, PG_BIN, PG_PORT, WORK, pgshovel, prepare, start_relay, unique
-from pgshovel2 import names
+from bench.common import (
+    BOOTSTRAP,
+    DSN,
+    PG_BIN,
+    PG_PORT,
+    WORK,
+    create_set,
+    drop_set,
+    prepare,
+    relay_running,
+    topic,
+    unique,
+)
 from pgshovel2.relay.pgq_source import wait_caught_up
 
 
@@ -56,30 +67,23 @@ def measure(tps: int, seconds: int, relay_args: tuple[str, ...] = ()) -> dict:
     """{"p50_ms", "p95_ms", "p99_ms", "max_ms", "samples", "tps"} at a steady pgbench --rate tps."""
     cur = prepare()
     name = unique("lat")
-    cur.execute(f"CREATE TABLE bench_relay.{name} (id bigserial PRIMARY KEY, ts timestamptz)")
-    config = WORK / f"{name}.yaml"
-    config.write_text(json.dumps({"database": {"dsn": DSN}, "encoding": "json",
-                                  "tables": [{"schema": "bench_relay", "name": name}]}))
-    pgshovel("set", "create", name, str(config))
+    queue = create_set(cur, name, "json", "id bigserial PRIMARY KEY, ts timestamptz")
     script = WORK / f"{name}.sql"
     script.write_text(f"INSERT INTO bench_relay.{name} (ts) VALUES (clock_timestamp());\n")
-    proc, _ = start_relay(name, *relay_args)
-    arrivals = Arrivals(names.table_topic(name, "bench_relay", name), 3)
-    arrivals.start()
-    try:
-        started = time.time()
-        out = subprocess.run([str(PG_BIN / "pgbench"), "-n", "-c", "4", "-j", "2", "--rate", str(tps),
-                              "-T", str(seconds), "-f", str(script), "-h", "127.0.0.1", "-p", PG_PORT,
-                              "-U", "postgres", "pgshovel"], check=True, capture_output=True, text=True).stdout
-        wait_caught_up(DSN, f"pgshovel2.bench.{name}", "pgshovel2_relay", timeout=300)
-        time.sleep(1)
-    finally:
-        arrivals.stop.set()
-        arrivals.join(30)
-        proc.terminate()
-        proc.wait(60)
-    pgshovel("set", "drop", name)
-    cur.execute(f"DROP TABLE bench_relay.{name}")
+    with relay_running(name, *relay_args):
+        arrivals = Arrivals(topic(name), 3)
+        arrivals.start()
+        try:
+            started = time.time()
+            out = subprocess.run([str(PG_BIN / "pgbench"), "-n", "-c", "4", "-j", "2", "--rate", str(tps),
+                                  "-T", str(seconds), "-f", str(script), "-h", "127.0.0.1", "-p", PG_PORT,
+                                  "-U", "postgres", "pgshovel"], check=True, capture_output=True, text=True).stdout
+            wait_caught_up(DSN, queue, "pgshovel2_relay", timeout=300)
+            time.sleep(1)
+        finally:
+            arrivals.stop.set()
+            arrivals.join(30)
+    drop_set(cur, name)
     values = sorted(ms for at, ms in arrivals.latencies if at - started > 2)
     return {"tps_target": tps, "tps": float(re.search(r"tps = ([\d.]+)", out).group(1)),
             "samples": len(values), **{f"p{q}_ms": round(percentile(values, q), 1) for q in (50, 95, 99)},

@@ -15,7 +15,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from bench.common import BIN, DSN, RESULTS, create_set, drop_set, prepare, start_relay, unique
+from bench.common import BIN, DSN, RESULTS, create_set, drop_set, prepare, relay_running, unique
 from bench.relay_throughput import fill
 from pgshovel2.relay.pgq_source import wait_caught_up
 
@@ -45,20 +45,18 @@ def measure(changes: int) -> dict:
     name = unique("prof")
     queue = create_set(cur, name)
     fill(cur, f"bench_relay.{name}", changes)
-    proc, _ = start_relay(name)
     out = RESULTS / f"profile-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}.txt"
-    spy = subprocess.Popen([str(BIN / "py-spy"), "record", "--pid", str(proc.pid), "--rate", "200",
-                            "--format", "raw", "--output", str(out), "--nonblocking"],
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        started = time.monotonic()
-        wait_caught_up(DSN, queue, "pgshovel2_relay", timeout=3600)
-        rate = changes / (time.monotonic() - started)
-    finally:
-        spy.send_signal(signal.SIGINT)
-        spy.wait(60)
-        proc.terminate()
-        proc.wait(60)
+    with relay_running(name) as (proc, _):
+        spy = subprocess.Popen([str(BIN / "py-spy"), "record", "--pid", str(proc.pid), "--rate", "200",
+                                "--format", "raw", "--output", str(out), "--nonblocking"],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            started = time.monotonic()
+            wait_caught_up(DSN, queue, "pgshovel2_relay", timeout=3600)
+            rate = changes / (time.monotonic() - started)
+        finally:
+            spy.send_signal(signal.SIGINT)
+            spy.wait(60)
     drop_set(cur, name)
     return {"changes_per_s_under_profiler": round(rate), "collapsed_stacks": out.name, **top(out)}
 

@@ -11,8 +11,7 @@ import json
 import time
 from pathlib import Path
 
-from bench.common import BOOTSTRAP, DSN, create_set, drop_set, prepare, start_relay, unique
-from pgshovel2 import names
+from bench.common import BOOTSTRAP, DSN, create_set, drop_set, prepare, relay_running, topic, unique
 from pgshovel2.errors import RelayError
 from pgshovel2.relay.pgq_source import wait_caught_up
 from pgshovel2.verify import read_topics
@@ -36,9 +35,8 @@ def measure(rows: int) -> dict:
     queue = create_set(cur, name)
     cur.execute(f"INSERT INTO bench_relay.{name} SELECT g, g, repeat('x', 100) FROM generate_series(1, %s) g",
                 (rows,))
-    proc, log = start_relay(name)
-    peak, started = 0.0, time.monotonic()
-    try:
+    with relay_running(name) as (proc, log):
+        peak, started = 0.0, time.monotonic()
         while True:
             peak = max(peak, peak_rss_mib(proc.pid))
             try:
@@ -49,14 +47,10 @@ def measure(rows: int) -> dict:
                     raise SystemExit(f"relay died:\n{log.read_text()}") from None
         relay_s = time.monotonic() - started
         peak = max(peak, peak_rss_mib(proc.pid))
-    finally:
-        proc.terminate()
-        proc.wait(60)
-    topic = names.table_topic(name, "bench_relay", name)
-    messages = sum(len(p) for p in read_topics(BOOTSTRAP, [topic], timeout=120).values())
+    messages = sum(len(p) for p in read_topics(BOOTSTRAP, [topic(name)], timeout=120).values())
     drop_set(cur, name)
     if messages != rows:
-        raise SystemExit(f"expected {rows} messages in {topic}, found {messages}")
+        raise SystemExit(f"expected {rows} messages in {topic(name)}, found {messages}")
     return {"rows": rows, "messages_in_kafka": messages, "peak_rss_mib": round(peak, 1),
             "relay_s": round(relay_s, 1), "changes_per_s": round(rows / relay_s)}
 

@@ -20,8 +20,7 @@ import time
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from bench.common import BOOTSTRAP, CLUSTER, DSN, create_set, drop_set, prepare, start_relay, summary, unique
-from pgshovel2 import names
+from bench.common import BOOTSTRAP, CLUSTER, DSN, create_set, drop_set, prepare, relay_running, summary, topic, unique
 from pgshovel2.relay.pgq_source import wait_caught_up
 from pgshovel2.sinks.kafka import PRODUCER_DEFAULTS
 from pgshovel2.verify import read_topics
@@ -36,21 +35,17 @@ def fill(cur, table: str, changes: int) -> None:
                     (start + 1, min(start + 5000, changes)))
 
 
-def drain(cur, encoding: str, mode: str, changes: int, keep: bool = False) -> tuple[float, str]:
-    """(changes/s, topic) of one drain; the set is dropped unless keep (its topic stays)."""
+def drain(cur, encoding: str, mode: str, changes: int) -> tuple[float, str]:
+    """(changes/s, topic) of one drain; the set is dropped, its topic stays."""
     name = unique("tp")
     queue = create_set(cur, name, encoding)
     fill(cur, f"bench_relay.{name}", changes)
-    proc, _ = start_relay(name, *MODES[mode])
-    try:
+    with relay_running(name, *MODES[mode]):
         started = time.monotonic()
         wait_caught_up(DSN, queue, "pgshovel2_relay", timeout=3600)
         rate = changes / (time.monotonic() - started)
-    finally:
-        proc.terminate()
-        proc.wait(60)
     drop_set(cur, name)
-    return rate, names.table_topic(name, "bench_relay", name)
+    return rate, topic(name)
 
 
 def ceiling(topic: str) -> float:

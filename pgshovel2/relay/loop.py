@@ -16,7 +16,7 @@ times that size, so Kafka transactions stay bounded.
 import logging
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from pgshovel2 import failpoints, names
 from pgshovel2.capture.trigger import CONSUMER
@@ -25,7 +25,7 @@ from pgshovel2.cluster import ClusterStore
 from pgshovel2.config import SetConfig
 from pgshovel2.relay import setup, snapshot
 from pgshovel2.relay.emitter import Emitter
-from pgshovel2.relay.pgq_source import Batch, Event, PgqSource
+from pgshovel2.relay.pgq_source import Batch, PgqSource
 from pgshovel2.relay.positions import Position, read_position
 from pgshovel2.sinks.kafka import KafkaSink
 from pgshovel2.sinks.registry import SchemaRegistry
@@ -183,8 +183,7 @@ class Relay:
 
     def _commit(self, position: Position) -> Position:
         """Commit the open Kafka transaction with position as its last record."""
-        position = Position(position.tick, position.ordinal, position.complete, position.txid_snapshot,
-                            set_version=self.set_version)
+        position = replace(position, set_version=self.set_version)
         self.sink.produce(self.positions_topic, self.position_key, position.encode(), [])
         failpoints.hit("before_commit")
         self.sink.commit()
@@ -207,7 +206,7 @@ class Relay:
         events = self._emit_batch(batch, skip)
         # Even an empty batch commits its position: the commit is what proves this relay still owns
         # the set (a fenced one fails here), so only the owner ever acknowledges a batch.
-        self._commit(Position(batch.cur_tick_id, events, True, self.position.txid_snapshot))
+        self._commit(self._batch_position(batch, events, complete=True))
         failpoints.hit("before_finish")
         self.source.finish(batch)
         self.changes += events - skip
@@ -220,7 +219,6 @@ class Relay:
         soft = self.options.max_transaction_messages
         current, ordinal, last = None, 0, ("", 0)
         discard = _Discard()
-        ev: Event
         for ev in self.source.events(batch, self.position.txid_snapshot):
             position = _position(batch.cur_tick_id, ordinal)
             if ev.txid != current:
@@ -228,12 +226,12 @@ class Relay:
                     self.emitter.sink = discard if ordinal <= skip else self.sink
                     self.emitter.end(current, *last)
                 if ordinal > skip and self._pending() >= soft:
-                    self._commit(Position(batch.cur_tick_id, ordinal, False, self.position.txid_snapshot))
+                    self._commit(self._batch_position(batch, ordinal, complete=False))
                 self.emitter.sink = discard if ordinal < skip else self.sink
                 self.emitter.begin(ev.txid, position, ev.ts_ms)
                 current = ev.txid
             elif ordinal > skip and self._pending() >= 10 * soft:
-                self._commit(Position(batch.cur_tick_id, ordinal, False, self.position.txid_snapshot))
+                self._commit(self._batch_position(batch, ordinal, complete=False))
             self.emitter.sink = discard if ordinal < skip else self.sink
             self.emitter.change(ev, position)
             ordinal += 1
@@ -243,6 +241,10 @@ class Relay:
             self.emitter.end(current, *last)
         self.emitter.sink = self.sink
         return ordinal
+
+    def _batch_position(self, batch: Batch, ordinal: int, complete: bool) -> Position:
+        """Position after the first ordinal events of batch (all of it when complete)."""
+        return Position(batch.cur_tick_id, ordinal, complete, self.position.txid_snapshot)
 
     def _pending(self) -> int:
         """Messages produced since the last commit."""

@@ -18,7 +18,7 @@ from kazoo.exceptions import ConnectionLoss, SessionExpiredError
 from kazoo.handlers.threading import KazooTimeoutError
 
 from pgshovel2.cluster import ClusterStore
-from pgshovel2.errors import FencedError, UnavailableError
+from pgshovel2.errors import RelayError, UnavailableError
 from pgshovel2.relay.loop import Relay, RelayOptions
 
 log = logging.getLogger(__name__)
@@ -53,7 +53,7 @@ def supervise(store: ClusterStore, set_name: str, options: RelayOptions, stop: t
             relay.run(stop)
         except RETRYABLE as exc:
             if isinstance(exc, KafkaException) and exc.args[0].fatal():
-                raise FencedError(f"Kafka producer failed fatally: {exc}") from exc
+                raise RelayError(f"the Kafka producer failed fatally: {exc}") from exc
             if time.monotonic() - started > 60:
                 delay = 1.0
             totals.restarts += 1

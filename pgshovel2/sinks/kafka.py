@@ -44,11 +44,9 @@ POLL_EVERY = 512
 def _error(exc: KafkaException | KafkaError, what: str) -> RelayError:
     """The relay error for a librdkafka error: fenced, retryable, or fatal."""
     err: KafkaError = exc.args[0] if isinstance(exc, KafkaException) else exc
-    if err.code() == KafkaError._FATAL:
-        return RelayError(f"{what}: fatal Kafka error: {err.str()}")
     if err.code() in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH):
         return FencedError(f"{what}: another relay of this set took over ({err.str()}); this one stops")
-    if err.fatal():
+    if err.fatal() or err.code() == KafkaError._FATAL:  # a generic "Local: Fatal error" is not flagged fatal
         return RelayError(f"{what}: fatal Kafka error: {err.str()}")
     return UnavailableError(f"{what}: {err.str()}")
 
@@ -86,8 +84,8 @@ class KafkaSink:
         return _error(self._fatal or exc, what)
 
     def _on_error(self, err: KafkaError) -> None:
-        # Without an error callback librdkafka's fatal errors (e.g. fenced) would be raised from
-        # inside poll() while delivery callbacks run; keep them and raise at the next call.
+        # Keep the first fatal error (e.g. fenced): later calls fail with a generic "Local: Fatal
+        # error" and _error reports this cause instead.
         if err.fatal():
             self._fatal = err
         else:
@@ -172,11 +170,6 @@ class KafkaSink:
             self._failed.append(err.str())
         else:
             self._failed.append(f"topic {msg.topic()!r}, key {msg.key()!r:.80}: {err.str()}")
-
-    @property
-    def in_transaction(self) -> bool:
-        """True while a Kafka transaction is open (something produced, not committed)."""
-        return self._in_txn
 
     def commit(self, timeout: float = 300.0) -> None:
         """Commit the open Kafka transaction (or, idempotent-only, flush everything).
