@@ -19,7 +19,7 @@ from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
 
 from pgshovel2 import __version__
-from pgshovel2.errors import ClusterError
+from pgshovel2.errors import ClusterError, ConflictError
 
 ROOT = "/pgshovel2"
 
@@ -105,6 +105,42 @@ class ClusterStore:
         if isinstance(results[0], NodeExistsError):
             raise ClusterError(f"replication set {name!r} already exists in cluster {self.cluster!r}")
         _check(results, f"create set {name!r}")
+
+    def update_set(self, name: str, record: dict[str, Any], znode_version: int) -> int:
+        """Store record as the set's next version, atomically, if the set's znode is still at
+        znode_version (from :meth:`get_set`); returns the new znode version.
+
+        record["version"] must be the stored version + 1; history/<version> is created
+        in the same ZooKeeper multi-op. Raises ConflictError when another admin changed the
+        set first (nothing is written), ClusterError when ZooKeeper refuses.
+        """
+        path = self.set_path(name)
+        tx = self.zk.transaction()
+        tx.set_data(path, _dump(record), version=znode_version)
+        tx.create(f"{path}/history/{record['version']:010d}", _dump(record))
+        results = tx.commit()
+        if any(isinstance(r, (BadVersionError, NodeExistsError)) for r in results):
+            raise ConflictError(f"set {name!r} was changed by someone else since version "
+                                f"{record['version'] - 1} was read; nothing was written: inspect it and retry")
+        if isinstance(results[0], NoNodeError):
+            raise ClusterError(f"no replication set {name!r} in cluster {self.cluster!r}")
+        _check(results, f"upgrade set {name!r}")
+        return znode_version + 1
+
+    def get_version(self, name: str, version: int) -> dict[str, Any]:
+        """The set record of one version (history). Raises ClusterError if there is none."""
+        try:
+            data, _ = self.zk.get(f"{self.set_path(name)}/history/{version:010d}")
+        except NoNodeError as exc:
+            raise ClusterError(f"set {name!r} has no version {version}") from exc
+        return json.loads(data)
+
+    def history(self, name: str) -> list[int]:
+        """Versions of the set kept in its history, ascending."""
+        try:
+            return sorted(int(v) for v in self.zk.get_children(f"{self.set_path(name)}/history"))
+        except NoNodeError as exc:
+            raise ClusterError(f"no replication set {name!r} in cluster {self.cluster!r}") from exc
 
     def delete_set(self, name: str, version: int) -> None:
         """Delete a set's znodes if its version is still ``version``."""

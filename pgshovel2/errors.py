@@ -47,3 +47,15 @@ class FencedError(RelayError):
 
 class EncodeError(PgshovelError):
     """A captured value cannot be represented in the configured encoding."""
+
+
+class ConflictError(ClusterError):
+    """Another admin (or relay) changed the set first; nothing was written."""
+
+
+class SchemaChangeError(RelayError):
+    """A DDL change on a captured table cannot be expressed compatibly in the stream.
+
+    The relay stops before the change; every event before it is in Kafka and
+    the rest stays in the queue.
+    """
