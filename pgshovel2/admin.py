@@ -1,25 +1,24 @@
 """Administrative operations on replication sets (create, drop, inspect).
 
-Order of work, so a failure changes nothing: validate the config and resolve
-it against the live catalog (reads only); install the capture in one database
-transaction; create the znodes; commit the database transaction. If ZooKeeper
-refuses, the database transaction is rolled back; if the commit fails, the
-znodes are removed again.
+Each command is one two-phase commit (:mod:`pgshovel2.twophase`): validate
+the config and resolve it against the live catalog, do the database work in
+a transaction and PREPARE it, apply the ZooKeeper change as one multi-op,
+COMMIT PREPARED. If ZooKeeper refuses, the prepared transaction is rolled
+back; if the command dies half-way, ``pgshovel cluster recover`` finishes or
+undoes it. Upgrades are in :mod:`pgshovel2.upgrade`.
 """
 
 import logging
 import time
 from typing import Any
 
-import psycopg2
-
-from pgshovel2 import __version__, catalog
+from pgshovel2 import __version__, catalog, twophase
 from pgshovel2.capture import trigger
 from pgshovel2.catalog import Table
 from pgshovel2.cluster import ClusterStore
 from pgshovel2.config import SetConfig, load_config, validate_set_name
-from pgshovel2.db import connect
-from pgshovel2.errors import CaptureError, ClusterError
+from pgshovel2.errors import ClusterError
+from pgshovel2.twophase import Intent
 
 log = logging.getLogger(__name__)
 
@@ -37,30 +36,17 @@ def create_set(store: ClusterStore, name: str, config_path: str) -> dict[str, An
     store.require_initialized()
     if store.exists(name):
         raise ClusterError(f"replication set {name!r} already exists in cluster {store.cluster!r}")
-    conn = connect(config.dsn, f"set {name!r}")
-    try:
+    intent = Intent.new(store.cluster, name, "create", 1)
+    what = f"create set {name!r}"
+    with twophase.prepared_command(store, intent, config.dsn, what) as (conn, cur):
         tables = catalog.resolve_set(conn, name, config, config_path)
         record = _record(store.cluster, name, config, tables)
-        with conn.cursor() as cur:
-            counts = trigger.column_counts(cur, tables)
-            try:
-                trigger.install(cur, record["queue"], record["trigger"], tables, counts,
-                                before_images=config.envelope == "debezium")
-            except psycopg2.Error as exc:
-                raise CaptureError(f"installing capture for set {name!r} failed: "
-                                   f"{str(exc).strip()}") from exc
-        store.create_set(name, record)
-        try:
-            conn.commit()
-        except psycopg2.Error as exc:
-            store.delete_set(name, 0)
-            raise CaptureError(f"commit of set {name!r} failed: {str(exc).strip()}") from exc
-        return record
-    except BaseException:
-        conn.rollback()
-        raise
-    finally:
-        conn.close()
+        record["change"] = {"kind": "create", "gid": intent.gid}
+        counts = trigger.column_counts(cur, tables)
+        trigger.install(cur, record["queue"], record["trigger"], tables, counts,
+                        before_images=config.envelope == "debezium")
+    twophase.finish(store, intent, config.dsn, lambda: store.create_set(name, record), what)
+    return record
 
 
 def _record(cluster: str, name: str, config: SetConfig, tables: tuple[Table, ...]) -> dict[str, Any]:
@@ -73,31 +59,43 @@ def _record(cluster: str, name: str, config: SetConfig, tables: tuple[Table, ...
 
 
 def drop_set(store: ClusterStore, name: str) -> list[str]:
-    """Remove a set's triggers, consumer and queue, then its znodes; returns what was removed.
+    """Remove a set's triggers, consumer and queue, and its znodes, in one two-phase commit.
 
-    Raises ClusterError (no such set) or CaptureError (database unreachable);
-    the znodes stay until the database part succeeded, so a drop can be retried.
+    Returns what was removed. Raises ClusterError (no such set, changed
+    meanwhile) or CaptureError (database unreachable or refuses); on error
+    nothing is removed.
     """
     record, version = store.get_set(name)
     config = SetConfig.from_dict(record["config"])
     tables = tuple(Table.from_dict(t) for t in record["tables"])
-    conn = connect(config.dsn, f"set {name!r}")
-    try:
-        with conn.cursor() as cur:
-            done = trigger.uninstall(cur, record["queue"], record["trigger"], tables)
-        conn.commit()
-    except psycopg2.Error as exc:
-        conn.rollback()
-        raise CaptureError(f"dropping capture of set {name!r} failed: {str(exc).strip()}") from exc
-    finally:
-        conn.close()
-    store.delete_set(name, version)
+    intent = Intent.new(store.cluster, name, "drop", record["version"])
+    what = f"drop set {name!r}"
+    with twophase.prepared_command(store, intent, config.dsn, what) as (_conn, cur):
+        done = trigger.uninstall(cur, record["queue"], record["trigger"], tables)
+    twophase.finish(store, intent, config.dsn, lambda: store.delete_set(name, version), what)
     return done + [f"znode {store.set_path(name)}"]
 
 
-def inspect_set(store: ClusterStore, name: str) -> dict[str, Any]:
-    """The set record plus its znode version and relay snapshot record."""
-    record, version = store.get_set(name)
-    return {**record, "znode_version": version,
+def inspect_set(store: ClusterStore, name: str, version: int | None = None) -> dict[str, Any]:
+    """The set record (the current one, or version from its history) plus its znode
+    version and relay snapshot record. Raises ClusterError for no such set/version."""
+    record, znode_version = store.get_set(name)
+    if version is not None:
+        record = store.get_version(name, version)
+    return {**record, "znode_version": znode_version,
             "snapshot": store.get_relay_record(name, "snapshot")}
 
+
+def history_lines(store: ClusterStore, name: str) -> list[str]:
+    """One line per stored version of the set: version, when, what changed, tables."""
+    lines = []
+    for version in store.history(name):
+        record = store.get_version(name, version)
+        change = record.get("change", {})
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(record.get("upgraded_at", record["created_at"])))
+        what = change.get("kind", "create")
+        if change.get("statement"):
+            what += f" ({change['statement']})"
+        tables = ", ".join(f"{t['schema']}.{t['name']}({len(t['columns'])})" for t in record["tables"])
+        lines.append(f"version {version}  {when} UTC  {what}  tables: {tables}")
+    return lines

@@ -42,11 +42,11 @@ class ClusterStore:
 
     def __enter__(self) -> "ClusterStore":
         try:
-            self.zk.start(timeout=self.timeout)
+            self.zk.start(timeout=max(self.timeout, 10.0))
         except KazooTimeoutError as exc:
             self.zk.close()
             raise ClusterError(f"cannot reach ZooKeeper at {self.hosts} "
-                               f"within {self.timeout:g}s") from exc
+                               f"within {max(self.timeout, 10.0):g}s") from exc
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -67,6 +67,22 @@ class ClusterStore:
         tx.create(f"{self.path}/sets", b"")
         _check(tx.commit(), f"initialize cluster {self.cluster!r}")
         return True
+
+    def get_root(self) -> tuple[dict[str, Any], int]:
+        """(cluster record, znode version): ``pgshovel_version``, ``created_at``, ...
+
+        Raises ClusterError when the cluster is not initialized.
+        """
+        self.require_initialized()
+        data, stat = self.zk.get(self.path)
+        return json.loads(data), stat.version
+
+    def put_root(self, record: dict[str, Any], version: int) -> None:
+        """Replace the cluster record if its znode is still at version; else ConflictError."""
+        try:
+            self.zk.set(self.path, _dump(record), version=version)
+        except BadVersionError as exc:
+            raise ConflictError(f"cluster {self.cluster!r} was changed by another command; retry") from exc
 
     def require_initialized(self) -> None:
         """Raise ClusterError unless ``pgshovel cluster initialize`` ran."""
@@ -143,14 +159,40 @@ class ClusterStore:
             raise ClusterError(f"no replication set {name!r} in cluster {self.cluster!r}") from exc
 
     def delete_set(self, name: str, version: int) -> None:
-        """Delete a set's znodes if its version is still ``version``."""
+        """Delete a set's znode and everything under it in one multi-op, if its znode
+        version is still ``version``; a set already gone is not an error.
+
+        Raises ConflictError when the set changed since it was read.
+        """
         path = self.set_path(name)
-        try:
-            self.zk.delete(path, version=version, recursive=True)
-        except BadVersionError as exc:
-            raise ClusterError(f"set {name!r} changed while it was being dropped; retry") from exc
-        except NoNodeError:
-            pass
+        for _ in range(10):  # children may come and go (relays' election nodes): retry
+            try:
+                nodes = self._descendants(path)
+            except NoNodeError:
+                return
+            tx = self.zk.transaction()
+            tx.check(path, version)
+            for node in nodes:
+                tx.delete(node)
+            tx.delete(path)
+            results = tx.commit()
+            if not any(isinstance(r, Exception) for r in results):
+                return
+            if isinstance(results[0], BadVersionError):
+                raise ConflictError(f"set {name!r} changed while it was being dropped; nothing was "
+                                    "removed: inspect it and retry")
+            if isinstance(results[0], NoNodeError):
+                return
+        raise ClusterError(f"ZooKeeper kept refusing to delete set {name!r}: {results!r}")
+
+    def _descendants(self, path: str) -> list[str]:
+        """Every znode under path, children before their parents."""
+        out = []
+        for child in self.zk.get_children(path):
+            sub = f"{path}/{child}"
+            out.extend(self._descendants(sub))
+            out.append(sub)
+        return out
 
     def get_relay_record(self, name: str, key: str) -> dict[str, Any] | None:
         """A record of the set's relay (e.g. ``snapshot``), None if absent."""

@@ -20,6 +20,9 @@ from pgshovel2.relay.pgq_source import wait_caught_up
 from pgshovel2.verify import read_topics, verify_set
 
 BIN = Path(sys.executable).parent
+REPO = Path(__file__).resolve().parent.parent
+# A killed active relay is replaced after this many seconds (the ZooKeeper session timeout).
+SESSION_TIMEOUT = "3"
 
 
 def write_config(tmp_path: Path, stack, tables: list, encoding: str = "avro", **extra) -> Path:
@@ -31,8 +34,11 @@ def write_config(tmp_path: Path, stack, tables: list, encoding: str = "avro", **
 
 
 def cli_env(stack, cluster: str) -> dict:
+    """Environment of the CLIs under test: the test stack, and this checkout's code first."""
     return {**os.environ, "PGSHOVEL_ZOOKEEPER_HOSTS": stack.zk, "PGSHOVEL_CLUSTER": cluster,
-            "PGSHOVEL_BOOTSTRAP_SERVERS": stack.bootstrap, "PGSHOVEL_SCHEMA_REGISTRY": stack.registry}
+            "PGSHOVEL_BOOTSTRAP_SERVERS": stack.bootstrap, "PGSHOVEL_SCHEMA_REGISTRY": stack.registry,
+            "PGSHOVEL_ZOOKEEPER_SESSION_TIMEOUT": SESSION_TIMEOUT,
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
 
 
 def pgshovel(stack, cluster: str, *args: str, check: bool = True) -> subprocess.CompletedProcess:

@@ -7,6 +7,7 @@ STATEMENT trigger for TRUNCATE per table.
 """
 
 import hashlib
+import json
 
 from psycopg2 import sql
 
@@ -44,6 +45,12 @@ def install(cur, queue: str, trigger: str, tables: tuple[Table, ...], all_column
                            "this name was not dropped cleanly; drop the queue or the set first")
     cur.execute("SELECT pgq.set_queue_config(%s, 'ticker_max_lag', %s)", (queue, TICKER_MAX_LAG))
     cur.execute("SELECT pgq.register_consumer(%s, %s)", (queue, CONSUMER))
+    install_triggers(cur, queue, trigger, tables, all_columns, before_images)
+
+
+def install_triggers(cur, queue: str, trigger: str, tables: tuple[Table, ...], all_columns: dict,
+                     before_images: bool = False) -> None:
+    """Create the capture triggers (row and TRUNCATE) of tables; arguments as for :func:`install`."""
     for table in tables:
         attnums = ",".join(str(c.attnum) for c in table.columns)
         by_name = {c.name: c.attnum for c in table.columns}
@@ -64,6 +71,30 @@ def install(cur, queue: str, trigger: str, tables: tuple[Table, ...], all_column
                 sql.Literal(table.qualified)))
 
 
+def drop_triggers(cur, trigger: str, tables: tuple[Table, ...]) -> list[str]:
+    """Drop the capture triggers of tables that still exist; returns the tables touched."""
+    done = []
+    for table in tables:
+        cur.execute("SELECT to_regclass(%s)", (table.qualified,))
+        if cur.fetchone()[0] is None:
+            continue
+        for name in (trigger, trigger + "_t"):
+            cur.execute(sql.SQL("DROP TRIGGER IF EXISTS {} ON {}").format(
+                sql.Identifier(name), sql.Identifier(table.schema, table.name)))
+        done.append(table.qualified)
+    return done
+
+
+def mark_version(cur, queue: str, version: int) -> None:
+    """Insert a set-version marker (ev_type ``V``, ev_data ``{"version": N}``) into queue.
+
+    Call it in the transaction that replaced the triggers, after they were
+    replaced (the table locks are held then), so every event of the old
+    layout precedes the marker in the stream and every event of the new one follows it.
+    """
+    cur.execute("SELECT pgq.insert_event(%s, 'V', %s)", (queue, json.dumps({"version": version})))
+
+
 def column_counts(cur, tables: tuple[Table, ...]) -> dict[str, int]:
     """Qualified table name -> number of live (not dropped) columns."""
     counts = {}
@@ -79,15 +110,7 @@ def uninstall(cur, queue: str, trigger: str, tables: tuple[Table, ...]) -> list[
 
     Tolerates objects that are already gone; returns what it removed.
     """
-    done = []
-    for table in tables:
-        cur.execute("SELECT to_regclass(%s)", (table.qualified,))
-        if cur.fetchone()[0] is None:
-            continue
-        for name in (trigger, trigger + "_t"):
-            cur.execute(sql.SQL("DROP TRIGGER IF EXISTS {} ON {}").format(
-                sql.Identifier(name), sql.Identifier(table.schema, table.name)))
-        done.append(f"triggers on {table.qualified}")
+    done = [f"triggers on {t}" for t in drop_triggers(cur, trigger, tables)]
     cur.execute("SELECT 1 FROM pg_namespace WHERE nspname = 'pgq'")
     if cur.fetchone() is None:
         return done

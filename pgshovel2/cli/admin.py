@@ -4,8 +4,9 @@ import json
 
 import click
 
-from pgshovel2 import admin, verify
+from pgshovel2 import admin, upgrade, verify
 from pgshovel2.catalog import Table
+from pgshovel2.cli.cluster import cluster_group, relay_group
 from pgshovel2.cli.common import env_option, log_level_option, reports_errors, setup_logging, zookeeper_options
 from pgshovel2.cli.tail import tail
 from pgshovel2.cluster import ClusterStore
@@ -25,22 +26,6 @@ def main(ctx: click.Context, zookeeper_hosts: str, cluster: str, log_level: str)
 
 def _store(ctx: click.Context) -> ClusterStore:
     return ClusterStore(ctx.obj["hosts"], ctx.obj["cluster"])
-
-
-@main.group("cluster")
-def cluster_group() -> None:
-    """Cluster commands."""
-
-
-@cluster_group.command("initialize")
-@click.pass_context
-@reports_errors
-def cluster_initialize(ctx: click.Context) -> None:
-    """Create the cluster's znodes (idempotent)."""
-    with _store(ctx) as store:
-        created = store.initialize()
-    state = "initialized" if created else "already initialized"
-    click.echo(f"cluster {ctx.obj['cluster']!r} {state} at {ctx.obj['hosts']}")
 
 
 @main.group("set")
@@ -76,12 +61,18 @@ def set_list(ctx: click.Context) -> None:
 @set_group.command("inspect")
 @click.argument("name")
 @click.option("--json", "as_json", is_flag=True, help="Print the full record as JSON.")
+@click.option("--version", "version", type=int, default=None, help="Show this version from the set's history.")
+@click.option("--history", is_flag=True, help="List the set's versions and what changed in each.")
 @click.pass_context
 @reports_errors
-def set_inspect(ctx: click.Context, name: str, as_json: bool) -> None:
-    """Show set NAME: config, tables, columns, keys, snapshot state."""
+def set_inspect(ctx: click.Context, name: str, as_json: bool, version: int | None, history: bool) -> None:
+    """Show set NAME: config, tables, columns, keys, snapshot state (or one version, or the history)."""
     with _store(ctx) as store:
-        info = admin.inspect_set(store, name)
+        if history:
+            for line in admin.history_lines(store, name):
+                click.echo(line)
+            return
+        info = admin.inspect_set(store, name, version)
     if as_json:
         click.echo(json.dumps(info, indent=2, sort_keys=True))
         return
@@ -97,6 +88,26 @@ def set_inspect(ctx: click.Context, name: str, as_json: bool) -> None:
         click.echo(f"  table {t['schema']}.{t['name']}  key: {key} ({t['key_source']})")
         for c in t["columns"]:
             click.echo(f"    {c['name']}: {c['pg_type']}{'' if c['nullable'] else ' not null'}")
+
+
+@set_group.command("upgrade")
+@click.argument("name")
+@click.argument("config", type=click.Path(dir_okay=False))
+@click.option("--dry-run", is_flag=True, help="Print the diff (tables, columns, triggers, topics); change nothing.")
+@click.pass_context
+@reports_errors
+def set_upgrade(ctx: click.Context, name: str, config: str, dry_run: bool) -> None:
+    """Apply CONFIG to set NAME as its next version, while writes and relays go on.
+
+    Atomic across the database and ZooKeeper (two-phase commit); if someone
+    else upgraded the set first, nothing changes and the command fails.
+    """
+    with _store(ctx) as store:
+        result = (upgrade.plan if dry_run else upgrade.upgrade_set)(store, name, config)
+    for line in result.lines():
+        click.echo(line)
+    if dry_run and result.tables:
+        click.echo("dry run: nothing was changed")
 
 
 @set_group.command("drop")
@@ -140,3 +151,5 @@ def set_verify(ctx: click.Context, name: str, bootstrap_servers: str, schema_reg
 
 
 main.add_command(tail)
+main.add_command(cluster_group)
+main.add_command(relay_group)

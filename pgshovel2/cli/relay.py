@@ -9,7 +9,7 @@ import click
 from pgshovel2.cli.common import env_option, log_level_option, reports_errors, setup_logging, zookeeper_options
 from pgshovel2.cluster import ClusterStore
 from pgshovel2.relay.loop import RelayOptions
-from pgshovel2.relay.supervisor import supervise
+from pgshovel2.relay.supervisor import run_elected
 
 log = logging.getLogger("pgshovel2.relay")
 
@@ -29,12 +29,19 @@ log = logging.getLogger("pgshovel2.relay")
             help="Exactly-once Kafka transactions, or the idempotent-only producer (at-least-once).")
 @env_option("--max-transaction-messages", default=20000, type=click.IntRange(100),
             help="Split a PgQ batch into Kafka transactions of about this many messages.")
+@env_option("--zookeeper-session-timeout", default=10.0, type=click.FloatRange(1.0, 60.0),
+            help="ZooKeeper session timeout (s): a killed active relay is replaced after about this long.")
 @log_level_option
 @reports_errors
 def main(set_name: str, zookeeper_hosts: str, cluster: str, bootstrap_servers: str,
          schema_registry: str | None, snapshot: bool | None, progress_interval: float,
-         poll_interval: float, transactions: bool, max_transaction_messages: int, log_level: str) -> None:
-    """Relay the changes of replication set SET to Kafka until SIGTERM or SIGINT."""
+         poll_interval: float, transactions: bool, max_transaction_messages: int,
+         zookeeper_session_timeout: float, log_level: str) -> None:
+    """Relay the changes of replication set SET to Kafka until SIGTERM or SIGINT.
+
+    Run several for the same set: one is active (elected in ZooKeeper), the
+    others stand by and take over when it dies.
+    """
     setup_logging(log_level)
     stop = threading.Event()
 
@@ -47,7 +54,7 @@ def main(set_name: str, zookeeper_hosts: str, cluster: str, bootstrap_servers: s
     mode = {None: "auto", True: "force", False: "skip"}[snapshot]
     options = RelayOptions(bootstrap_servers, schema_registry, mode, poll_interval, progress_interval,
                            transactions, max_transaction_messages)
-    with ClusterStore(zookeeper_hosts, cluster) as store:
-        totals = supervise(store, set_name, options, stop)
+    with ClusterStore(zookeeper_hosts, cluster, timeout=zookeeper_session_timeout) as store:
+        totals = run_elected(store, set_name, options, stop)
     log.info("stopped after %d changes in %d batches (%d restarts after interruptions)",
              totals.changes, totals.batches, totals.restarts)

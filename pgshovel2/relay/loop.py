@@ -24,6 +24,7 @@ from pgshovel2.catalog import Table
 from pgshovel2.cluster import ClusterStore
 from pgshovel2.config import SetConfig
 from pgshovel2.relay import setup, snapshot
+from pgshovel2.relay.election import Leadership
 from pgshovel2.relay.emitter import Emitter
 from pgshovel2.relay.pgq_source import Batch, PgqSource
 from pgshovel2.relay.positions import Position, read_position
@@ -86,8 +87,10 @@ class Relay:
     cannot go on without losing or garbling a change.
     """
 
-    def __init__(self, store: ClusterStore, set_name: str, options: RelayOptions):
+    def __init__(self, store: ClusterStore, set_name: str, options: RelayOptions,
+                 leadership: Leadership | None = None):
         self.store, self.set_name, self.options = store, set_name, options
+        self.leadership = leadership
         record, _ = store.get_set(set_name)
         self.set_version: int = record["version"]
         self.config = SetConfig.from_dict(record["config"])
@@ -126,6 +129,7 @@ class Relay:
                 log.info("stopped during the snapshot; nothing of it is visible, it restarts on the next start")
                 return
             while not stop.is_set():
+                self._check_leadership()
                 batch = self.source.next_batch()
                 if batch is None:
                     if not self.source.tick():  # a new tick means a batch is ready now
@@ -185,12 +189,17 @@ class Relay:
         """Commit the open Kafka transaction with position as its last record."""
         position = replace(position, set_version=self.set_version)
         self.sink.produce(self.positions_topic, self.position_key, position.encode(), [])
+        self._check_leadership()
         failpoints.hit("before_commit")
         self.sink.commit()
         failpoints.hit("after_commit")
         self._committed_produced = self.sink.produced
         self.position = position
         return position
+
+    def _check_leadership(self) -> None:
+        if self.leadership is not None:
+            self.leadership.check()
 
     def _relay_batch(self, batch: Batch) -> None:
         assert self.position is not None

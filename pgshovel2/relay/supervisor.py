@@ -19,6 +19,7 @@ from kazoo.handlers.threading import KazooTimeoutError
 
 from pgshovel2.cluster import ClusterStore
 from pgshovel2.errors import RelayError, UnavailableError
+from pgshovel2.relay.election import Leadership, LeadershipLostError
 from pgshovel2.relay.loop import Relay, RelayOptions
 
 log = logging.getLogger(__name__)
@@ -37,17 +38,22 @@ class Totals:
 
 
 def supervise(store: ClusterStore, set_name: str, options: RelayOptions, stop: threading.Event,
+              leadership: Leadership | None = None, totals: Totals | None = None,
               max_backoff: float = 30.0) -> Totals:
     """Run the set's relay until stop is set, rebuilding it after retryable errors.
 
-    Backoff starts at 1 s, doubles up to max_backoff (s), and resets after a
-    minute of uninterrupted work. Non-retryable errors propagate.
+    leadership: the relay's election claim (checked before batches and
+    commits), None to run without an election. Backoff starts at 1 s, doubles
+    up to max_backoff (s), and resets after a minute of uninterrupted work.
+    Non-retryable errors propagate (LeadershipLostError among them).
     """
-    totals, delay = Totals(), 1.0
+    totals, delay = totals or Totals(), 1.0
     while not stop.is_set():
         relay, started = None, time.monotonic()
         try:
-            relay = Relay(store, set_name, options)
+            if leadership is not None:
+                leadership.check()
+            relay = Relay(store, set_name, options, leadership)
             log.info("relaying set %r (version %d) from queue %s to %s", set_name, relay.set_version,
                      relay.queue, options.bootstrap)
             relay.run(stop)
@@ -65,4 +71,24 @@ def supervise(store: ClusterStore, set_name: str, options: RelayOptions, stop: t
             if relay is not None:
                 totals.changes += relay.changes
                 totals.batches += relay.batches
+    return totals
+
+
+def run_elected(store: ClusterStore, set_name: str, options: RelayOptions, stop: threading.Event) -> Totals:
+    """Contend for the set's leadership and relay while active, until stop is set.
+
+    A relay whose ZooKeeper session ended stops producing and contends again.
+    Raises what :func:`supervise` cannot retry (fenced, bad config, set dropped).
+    """
+    totals = Totals()
+    while not stop.is_set():
+        leadership = Leadership(store, set_name)
+        try:
+            if not leadership.acquire(stop):
+                break
+            supervise(store, set_name, options, stop, leadership, totals)
+        except LeadershipLostError as exc:
+            log.error("%s: stopped producing; standing by to take over again", exc)
+        finally:
+            leadership.release()
     return totals

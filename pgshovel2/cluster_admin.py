@@ -1,0 +1,112 @@
+"""Cluster-wide commands: ``pgshovel cluster inspect`` and ``pgshovel cluster upgrade``.
+
+``upgrade`` moves the capture SQL installed in every set's database (the
+``pgshovel2`` extension) to the version this package ships, one database at a
+time, each ``ALTER EXTENSION ... UPDATE`` in its own short transaction:
+triggers keep firing throughout (backends that loaded the old shared library
+keep it until they end; the trigger's arguments and events do not change
+between versions), so capture never stops. Every database is checked before
+any is changed; a downgrade is refused unless forced.
+"""
+
+from typing import Any
+
+import psycopg2
+from psycopg2.extensions import make_dsn, parse_dsn
+
+from pgshovel2 import __version__, twophase
+from pgshovel2.cluster import ClusterStore
+from pgshovel2.db import connect
+from pgshovel2.errors import ClusterError
+from pgshovel2.relay import election
+
+EXTENSION = "pgshovel2"
+
+
+def version_tuple(text: str) -> tuple[int, ...]:
+    """``"0.2.1"`` -> (0, 2, 1); raises ClusterError for anything else."""
+    try:
+        return tuple(int(p) for p in text.split("."))
+    except ValueError as exc:
+        raise ClusterError(f"not a version number: {text!r}") from exc
+
+
+def set_databases(store: ClusterStore) -> dict[str, list[str]]:
+    """Database DSN -> names of the sets captured in it."""
+    out: dict[str, list[str]] = {}
+    for name in store.list_sets():
+        record, _ = store.get_set(name)
+        out.setdefault(record["config"]["dsn"], []).append(name)
+    return out
+
+
+def inspect(store: ClusterStore) -> dict[str, Any]:
+    """Cluster version, sets (version, backend, tables, relays) and pending admin intents."""
+    root, _ = store.get_root()
+    sets = []
+    for name in store.list_sets():
+        record, _ = store.get_set(name)
+        sets.append({"name": name, "version": record["version"], "backend": record["config"]["backend"],
+                     "tables": [f"{t['schema']}.{t['name']}" for t in record["tables"]],
+                     "relays": election.status(store, name)})
+    return {"cluster": store.cluster, "zookeeper": store.hosts, **root, "sets": sets,
+            "pending_intents": sorted(twophase.pending_intents(store))}
+
+
+def _extension_versions(dsn: str) -> tuple[str | None, str]:
+    """(installed version or None, version the server's files default to) in dsn's database."""
+    conn = connect(dsn, "cluster upgrade")
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT installed_version, default_version FROM pg_available_extensions "
+                        "WHERE name = %s", (EXTENSION,))
+            row = cur.fetchone()
+    finally:
+        conn.close()
+    if row is None:
+        where = parse_dsn(dsn).get("dbname", dsn)
+        raise ClusterError(f"the {EXTENSION} extension is not available in database {where}: "
+                           "install this package's capture extension on that server (make install)")
+    return row[0], row[1]
+
+
+def upgrade(store: ClusterStore, force: bool = False) -> list[str]:
+    """Update the extension in every set's database, then record this package's version
+    in the cluster znode; returns what was done.
+
+    Raises ClusterError for a downgrade (cluster or a database newer than this
+    package) unless force; nothing is changed then.
+    """
+    root, root_version = store.get_root()
+    recorded = root.get("pgshovel_version", "0")
+    if version_tuple(recorded) > version_tuple(__version__) and not force:
+        raise ClusterError(f"cluster {store.cluster!r} is at pgshovel2 {recorded}, this package is "
+                           f"{__version__}: refusing to downgrade (--force to do it anyway)")
+    plan = []
+    for dsn, sets in sorted(set_databases(store).items()):
+        installed, target = _extension_versions(dsn)
+        if installed and version_tuple(installed) > version_tuple(target) and not force:
+            raise ClusterError(f"database of set(s) {', '.join(sets)} has {EXTENSION} {installed}, newer "
+                               f"than this package's {target}: refusing to downgrade (--force)")
+        plan.append((dsn, sets, installed, target))
+    done = [_update(dsn, sets, installed, target) for dsn, sets, installed, target in plan]
+    store.put_root({**root, "pgshovel_version": __version__}, root_version)
+    done.append(f"cluster {store.cluster!r}: pgshovel2 {recorded} -> {__version__}")
+    return done
+
+
+def _update(dsn: str, sets: list[str], installed: str | None, target: str) -> str:
+    label = f"database {parse_dsn(dsn).get('dbname', '?')} (set(s) {', '.join(sets)})"
+    if installed == target:
+        return f"{label}: {EXTENSION} {target} already"
+    conn = connect(make_dsn(dsn), "cluster upgrade")
+    conn.autocommit = True
+    try:
+        with conn.cursor() as cur:
+            cur.execute(f"ALTER EXTENSION {EXTENSION} UPDATE TO %s", (target,))
+    except psycopg2.Error as exc:
+        raise ClusterError(f"{label}: updating {EXTENSION} {installed} -> {target} failed: "
+                           f"{str(exc).strip()}") from exc
+    finally:
+        conn.close()
+    return f"{label}: {EXTENSION} {installed} -> {target}"

@@ -1,0 +1,78 @@
+"""``pgshovel cluster recover``: finish or undo admin commands that died half-way.
+
+A command killed after PREPARE TRANSACTION leaves a prepared transaction (it
+holds its tables' locks until resolved) and an intent znode. ZooKeeper says
+whether the command's ZooKeeper step happened, so each prepared transaction is
+committed exactly when ZooKeeper already shows its change:
+
+- create: the set exists and was created by this gid;
+- upgrade to version N: history/N exists and was written by this gid;
+- drop: the set no longer exists.
+
+Otherwise it is rolled back. Intents without a prepared transaction (the
+command died before PREPARE: its transaction was rolled back by PostgreSQL)
+are removed. Run it when no admin command is running.
+"""
+
+from psycopg2.extensions import make_dsn
+
+from pgshovel2 import twophase
+from pgshovel2.cluster import ClusterStore
+from pgshovel2.errors import ClusterError
+from pgshovel2.twophase import Intent
+
+
+def decide(store: ClusterStore, intent: Intent) -> tuple[bool, str]:
+    """(commit?, why) for a prepared transaction of intent, from the ZooKeeper state."""
+    if intent.action == "drop":
+        if store.exists(intent.set_name):
+            return False, "the set is still in ZooKeeper"
+        return True, "the set is gone from ZooKeeper"
+    try:
+        if intent.action == "create":
+            record, _ = store.get_set(intent.set_name)
+        else:
+            record = store.get_version(intent.set_name, intent.version)
+    except ClusterError:
+        return False, f"ZooKeeper has no version {intent.version} of the set"
+    if record.get("change", {}).get("gid") != intent.gid:
+        return False, f"version {intent.version} in ZooKeeper was written by another command"
+    return True, f"ZooKeeper has version {intent.version}, written by this command"
+
+
+def _dsns(store: ClusterStore) -> set[str]:
+    dsns = set(twophase.pending_intents(store).values())
+    for name in store.list_sets():
+        record, _ = store.get_set(name)
+        dsns.add(record["config"]["dsn"])
+    return dsns
+
+
+def recover(store: ClusterStore, extra_dsns: tuple[str, ...] = ()) -> list[str]:
+    """Resolve every prepared pgshovel2 transaction of the cluster; returns what was done.
+
+    Looks in the databases of the cluster's sets, of pending intents and
+    extra_dsns (prepared transactions of any database on those servers).
+    Raises ClusterError/CaptureError when ZooKeeper or a database cannot be reached.
+    """
+    store.require_initialized()
+    done, prepared = [], set()
+    for dsn in sorted(_dsns(store) | set(extra_dsns)):
+        for gid, database in twophase.prepared_gids(dsn, "cluster recover"):
+            intent = Intent.parse(gid)
+            if intent is None or intent.cluster != store.cluster or gid in prepared:
+                continue
+            prepared.add(gid)
+            commit, why = decide(store, intent)
+            twophase.resolve(make_dsn(dsn, dbname=database), gid, commit, "cluster recover")
+            twophase.clear_intent(store, intent)
+            verb = "committed" if commit else "rolled back"
+            done.append(f"{verb} {intent.action} of set {intent.set_name!r} (prepared transaction {gid} "
+                        f"in database {database}): {why}")
+    for gid in twophase.pending_intents(store):
+        if gid not in prepared and (intent := Intent.parse(gid)) is not None:
+            twophase.clear_intent(store, intent)
+            done.append(f"removed the intent of {intent.action} of set {intent.set_name!r} ({gid}): "
+                        "no prepared transaction is left for it (it died before PREPARE, so PostgreSQL rolled "
+                        "it back, or it finished without removing its intent): nothing to resolve")
+    return done

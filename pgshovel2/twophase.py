@@ -1,0 +1,194 @@
+"""Two-phase commit of an admin command across PostgreSQL and ZooKeeper.
+
+An admin command (set create, upgrade, drop) does its database work in one
+transaction named by a global transaction id (gid), PREPAREs it, applies its
+ZooKeeper change as one multi-op, then COMMITs PREPARED. A crash between the
+steps leaves a prepared transaction whose gid says what it was for, and
+``pgshovel cluster recover`` decides from ZooKeeper whether it commits or
+rolls back (:mod:`pgshovel2.recover`). Before the database work starts, an
+*intent* znode records the database DSN, so recover knows where to look even
+when the set is not (or no longer) in ZooKeeper; it is removed at the end.
+
+gid form: ``pgshovel2:<cluster>:<set>:<action>:<version>:<token>``.
+"""
+
+import json
+import logging
+import secrets
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import psycopg2
+import psycopg2.errors
+from kazoo.exceptions import NoNodeError
+
+from pgshovel2 import failpoints
+from pgshovel2.cluster import ClusterStore
+from pgshovel2.db import connect
+from pgshovel2.errors import CaptureError, ClusterError, ConflictError
+
+log = logging.getLogger(__name__)
+
+ACTIONS = ("create", "upgrade", "drop")
+LOCK_TIMEOUT = "10s"
+
+
+@dataclass(frozen=True)
+class Intent:
+    """What a gid stands for. version: the set version the command writes (drop: the one it removes)."""
+
+    cluster: str
+    set_name: str
+    action: str
+    version: int
+    token: str
+
+    @property
+    def gid(self) -> str:
+        """The PostgreSQL global transaction id of the command."""
+        return f"pgshovel2:{self.cluster}:{self.set_name}:{self.action}:{self.version}:{self.token}"
+
+    @classmethod
+    def new(cls, cluster: str, set_name: str, action: str, version: int) -> "Intent":
+        """A fresh intent with a random token (tells two attempts at the same version apart)."""
+        return cls(cluster, set_name, action, version, secrets.token_hex(4))
+
+    @classmethod
+    def parse(cls, gid: str) -> "Intent | None":
+        """The intent of a pgshovel2 gid; None for anybody else's prepared transaction."""
+        parts = gid.split(":")
+        if len(parts) < 6 or parts[0] != "pgshovel2" or parts[-3] not in ACTIONS:
+            return None
+        try:
+            version = int(parts[-2])
+        except ValueError:
+            return None
+        return cls(":".join(parts[1:-4]), parts[-4], parts[-3], version, parts[-1])
+
+
+def intents_path(store: ClusterStore) -> str:
+    """Znode under which running admin commands record their intent."""
+    return f"{store.path}/intents"
+
+
+def record_intent(store: ClusterStore, intent: Intent, dsn: str) -> None:
+    """Create the intent znode (the database to look at if the command dies)."""
+    store.zk.ensure_path(intents_path(store))
+    store.zk.create(f"{intents_path(store)}/{intent.gid}", json.dumps({"dsn": dsn}).encode())
+
+
+def clear_intent(store: ClusterStore, intent: Intent) -> None:
+    """Remove the intent znode, if present."""
+    try:
+        store.zk.delete(f"{intents_path(store)}/{intent.gid}")
+    except NoNodeError:
+        pass
+
+
+def pending_intents(store: ClusterStore) -> dict[str, str]:
+    """gid -> DSN of every recorded intent of the cluster."""
+    try:
+        children = store.zk.get_children(intents_path(store))
+    except NoNodeError:
+        return {}
+    out = {}
+    for gid in children:
+        try:
+            data, _ = store.zk.get(f"{intents_path(store)}/{gid}")
+        except NoNodeError:
+            continue
+        out[gid] = json.loads(data)["dsn"]
+    return out
+
+
+@contextmanager
+def prepared_command(store: ClusterStore, intent: Intent, dsn: str, what: str) -> Iterator:
+    """Open the command's database transaction; yields a cursor for its work.
+
+    On leaving the block normally the transaction is PREPAREd (failpoints
+    ``admin_before_prepare``, ``admin_prepared``) and left prepared: call
+    :func:`finish` with the ZooKeeper step. An error inside the block rolls
+    back and removes the intent. Raises CaptureError when the database
+    refuses (including a lock not granted within LOCK_TIMEOUT).
+    """
+    conn = connect(dsn, f"set {intent.set_name!r}")
+    try:
+        record_intent(store, intent, dsn)
+    except BaseException:
+        conn.close()
+        raise
+    try:
+        conn.tpc_begin(intent.gid)
+        with conn.cursor() as cur:
+            cur.execute(f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'")
+            yield conn, cur
+        failpoints.hit("admin_before_prepare")
+        conn.tpc_prepare()
+        failpoints.hit("admin_prepared")
+    except psycopg2.errors.LockNotAvailable as exc:
+        _abandon(store, conn, intent)
+        raise ConflictError(f"{what}: another command holds the set's tables (no lock within "
+                            f"{LOCK_TIMEOUT}); nothing was changed: retry") from exc
+    except psycopg2.Error as exc:
+        _abandon(store, conn, intent)
+        raise CaptureError(f"{what}: the database refused: {str(exc).strip()}") from exc
+    except BaseException:
+        _abandon(store, conn, intent)
+        raise
+    conn.close()
+
+
+def _abandon(store: ClusterStore, conn, intent: Intent) -> None:
+    try:
+        conn.tpc_rollback()
+    except psycopg2.Error:
+        pass
+    conn.close()
+    clear_intent(store, intent)
+
+
+def finish(store: ClusterStore, intent: Intent, dsn: str, zk_step: Callable[[], None], what: str) -> None:
+    """Run the ZooKeeper step, then COMMIT PREPARED (failpoint ``admin_zk_done`` between).
+
+    If the ZooKeeper step raises, the prepared transaction is rolled back and
+    the error re-raised: neither side changed. Raises CaptureError when the
+    database cannot be reached for the final commit (``cluster recover`` commits it later).
+    """
+    try:
+        zk_step()
+    except BaseException:
+        resolve(dsn, intent.gid, commit=False, what=what)
+        clear_intent(store, intent)
+        raise
+    failpoints.hit("admin_zk_done")
+    resolve(dsn, intent.gid, commit=True, what=what)
+    clear_intent(store, intent)
+
+
+def resolve(dsn: str, gid: str, commit: bool, what: str) -> None:
+    """COMMIT PREPARED or ROLLBACK PREPARED gid in the database of dsn."""
+    conn = connect(dsn, what)
+    conn.autocommit = True
+    try:
+        with conn.cursor() as cur:
+            verb = "COMMIT" if commit else "ROLLBACK"
+            cur.execute(f"{verb} PREPARED %s", (gid,))
+    except psycopg2.Error as exc:
+        raise ClusterError(f"{what}: {'COMMIT' if commit else 'ROLLBACK'} PREPARED {gid!r} failed: "
+                           f"{str(exc).strip()}; run 'pgshovel cluster recover'") from exc
+    finally:
+        conn.close()
+
+
+def prepared_gids(dsn: str, what: str) -> list[tuple[str, str]]:
+    """(gid, database) of every pgshovel2 prepared transaction in the server of dsn."""
+    conn = connect(dsn, what)
+    conn.autocommit = True
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT gid, database FROM pg_prepared_xacts WHERE gid LIKE 'pgshovel2:%%' "
+                        "ORDER BY prepared")
+            return cur.fetchall()
+    finally:
+        conn.close()

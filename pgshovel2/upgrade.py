@@ -1,0 +1,171 @@
+"""``pgshovel set upgrade``: change a running set's tables, columns and keys.
+
+The new config is resolved against the catalog and compared with the stored
+version (:func:`plan`); the database work (replace the triggers of changed
+tables, create those of added ones, drop those of removed ones, then a
+set-version marker in the queue) and the ZooKeeper update (next version,
+checked against the version read) are one two-phase commit, so capture and
+ZooKeeper switch together and the relay switches at the marker's exact place
+in the stream. Two admins upgrading at once: the second gets ConflictError.
+"""
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from pgshovel2 import __version__, catalog, names, twophase
+from pgshovel2.capture import trigger
+from pgshovel2.catalog import Table
+from pgshovel2.cluster import ClusterStore
+from pgshovel2.config import SetConfig, load_config
+from pgshovel2.db import connect
+from pgshovel2.errors import ConfigError
+from pgshovel2.twophase import Intent
+
+# Changing these would change what existing topics mean: a new set is the way.
+IMMUTABLE = {"dsn": "set repoint", "backend": "a new set", "encoding": "a new set",
+             "envelope": "a new set", "topic_prefix": "a new set"}
+
+
+@dataclass
+class TableChange:
+    """How one table differs between two set versions (kind: added, removed, changed)."""
+
+    table: str
+    kind: str
+    columns_added: list[str] = field(default_factory=list)
+    columns_removed: list[str] = field(default_factory=list)
+    columns_retyped: list[str] = field(default_factory=list)
+    key: tuple[tuple[str, ...], tuple[str, ...]] | None = None
+
+    def describe(self) -> str:
+        """One line for the operator."""
+        parts = [f"{self.kind} table {self.table}"]
+        if self.columns_added:
+            parts.append("columns added: " + ", ".join(self.columns_added))
+        if self.columns_removed:
+            parts.append("columns removed: " + ", ".join(self.columns_removed))
+        if self.columns_retyped:
+            parts.append("columns retyped: " + ", ".join(self.columns_retyped))
+        if self.key:
+            parts.append(f"key ({', '.join(self.key[0])}) -> ({', '.join(self.key[1])})")
+        return "; ".join(parts)
+
+
+@dataclass
+class UpgradePlan:
+    """What an upgrade from_version -> to_version changes (empty tables: nothing)."""
+
+    set_name: str
+    from_version: int
+    to_version: int
+    tables: list[TableChange]
+    topics_created: list[str]
+    triggers: list[str]
+
+    def lines(self) -> list[str]:
+        """The diff as printable lines."""
+        if not self.tables:
+            return [f"set {self.set_name!r}: version {self.from_version} already matches the config"]
+        out = [f"set {self.set_name!r}: version {self.from_version} -> {self.to_version}"]
+        out += [f"  {t.describe()}" for t in self.tables]
+        out += [f"  trigger: {t}" for t in self.triggers]
+        out += [f"  topic created by the relay: {t}" for t in self.topics_created]
+        return out
+
+
+def diff(set_name: str, record: dict[str, Any], config: SetConfig, tables: tuple[Table, ...]) -> UpgradePlan:
+    """The plan that takes the stored record to config/tables (resolved from the catalog)."""
+    old = {t["schema"] + "." + t["name"]: Table.from_dict(t) for t in record["tables"]}
+    new = {t.schema + "." + t.name: t for t in tables}
+    changes, triggers, topics = [], [], []
+    prefix = config.topic_prefix or set_name
+    for name in sorted(old.keys() | new.keys()):
+        before, after = old.get(name), new.get(name)
+        if before is None:
+            changes.append(TableChange(after.qualified, "added"))
+            triggers.append(f"create on {after.qualified}")
+            topics.append(names.table_topic(prefix, after.schema, after.name))
+        elif after is None:
+            changes.append(TableChange(before.qualified, "removed"))
+            triggers.append(f"drop on {before.qualified} (its topic stays)")
+        elif before != after:
+            changes.append(_table_change(before, after))
+            triggers.append(f"replace on {after.qualified}")
+    return UpgradePlan(set_name, record["version"], record["version"] + 1, changes, topics, triggers)
+
+
+def _table_change(before: Table, after: Table) -> TableChange:
+    b = {c.name: c for c in before.columns}
+    a = {c.name: c for c in after.columns}
+    retyped = [n for n in b.keys() & a.keys() if (b[n].pg_type, b[n].nullable) != (a[n].pg_type, a[n].nullable)]
+    return TableChange(after.qualified, "changed", sorted(a.keys() - b.keys()), sorted(b.keys() - a.keys()),
+                       sorted(retyped), (before.key, after.key) if before.key != after.key else None)
+
+
+def _check_immutable(old: SetConfig, new: SetConfig, source: str) -> None:
+    for name, instead in IMMUTABLE.items():
+        if getattr(old, name) != getattr(new, name):
+            raise ConfigError(source, name, getattr(new, name),
+                              f"cannot change on upgrade (stored: {getattr(old, name)!r}); use {instead}")
+
+
+def plan(store: ClusterStore, name: str, config_path: str) -> UpgradePlan:
+    """The upgrade's diff, computed from a read-only look at the catalog; changes nothing.
+
+    Raises ConfigError (bad config, a field that cannot change), ClusterError
+    (no such set), CaptureError (database unreachable).
+    """
+    record, _ = store.get_set(name)
+    config = load_config(config_path)
+    _check_immutable(SetConfig.from_dict(record["config"]), config, config_path)
+    conn = connect(config.dsn, f"set {name!r}")
+    try:
+        conn.set_session(readonly=True)
+        return diff(name, record, config, catalog.resolve_set(conn, name, config, config_path))
+    finally:
+        conn.rollback()
+        conn.close()
+
+
+def upgrade_set(store: ClusterStore, name: str, config_path: str) -> UpgradePlan:
+    """Apply config_path to set name as its next version (see the module doc); returns the plan.
+
+    Nothing is written when the config matches the stored version. Raises
+    ConflictError (someone else upgraded first), ConfigError, ClusterError,
+    CaptureError; on any error neither side changed.
+    """
+    record, znode_version = store.get_set(name)
+    config = load_config(config_path)
+    _check_immutable(SetConfig.from_dict(record["config"]), config, config_path)
+    preview = plan(store, name, config_path)
+    if not preview.tables:
+        return preview
+    intent = Intent.new(store.cluster, name, "upgrade", record["version"] + 1)
+    what = f"upgrade set {name!r}"
+    with twophase.prepared_command(store, intent, config.dsn, what) as (conn, cur):
+        tables = catalog.resolve_set(conn, name, config, config_path)
+        result = diff(name, record, config, tables)
+        _replace_triggers(cur, record, result, config, tables)
+        new_record = _next_record(record, config, tables, intent)
+    twophase.finish(store, intent, config.dsn,
+                    lambda: store.update_set(name, new_record, znode_version), what)
+    return result
+
+
+def _replace_triggers(cur, record: dict[str, Any], result: UpgradePlan, config: SetConfig,
+                      tables: tuple[Table, ...]) -> None:
+    touched = {c.table for c in result.tables}
+    old = tuple(t for t in (Table.from_dict(d) for d in record["tables"]) if t.qualified in touched)
+    new = tuple(t for t in tables if t.qualified in touched)
+    trigger.drop_triggers(cur, record["trigger"], old)
+    trigger.install_triggers(cur, record["queue"], record["trigger"], new, trigger.column_counts(cur, new),
+                             before_images=config.envelope == "debezium")
+    trigger.mark_version(cur, record["queue"], result.to_version)
+
+
+def _next_record(record: dict[str, Any], config: SetConfig, tables: tuple[Table, ...],
+                 intent: Intent) -> dict[str, Any]:
+    return {**record, "version": record["version"] + 1, "config": config.to_dict(),
+            "tables": [t.to_dict() for t in tables], "upgraded_at": time.time(),
+            "pgshovel_version": __version__, "change": {"kind": "upgrade", "gid": intent.gid}}
