@@ -7,6 +7,7 @@ STATEMENT trigger for TRUNCATE per table.
 """
 
 import hashlib
+import json
 
 from psycopg2 import sql
 
@@ -14,6 +15,7 @@ from pgshovel2.catalog import Table
 from pgshovel2.errors import CaptureError
 
 CONSUMER = "pgshovel2_relay"
+EXTENSION_VERSION = "0.2"  # sql/capture: 0.2 records DDL on captured tables in the queues
 TICKER_MAX_LAG = "50 milliseconds"
 
 
@@ -37,7 +39,7 @@ def install(cur, queue: str, trigger: str, tables: tuple[Table, ...], all_column
     only of key changes). Raises CaptureError when the queue already exists.
     """
     cur.execute("CREATE EXTENSION IF NOT EXISTS pgq")
-    cur.execute("CREATE EXTENSION IF NOT EXISTS pgshovel2")
+    ensure_extension(cur)
     cur.execute("SELECT pgq.create_queue(%s)", (queue,))
     if cur.fetchone()[0] == 0:
         raise CaptureError(f"PgQ queue {queue!r} already exists in the database: a set of "
@@ -62,6 +64,37 @@ def install(cur, queue: str, trigger: str, tables: tuple[Table, ...], all_column
             "EXECUTE FUNCTION pgshovel2.capture({}, {}, '', '', 'all')").format(
                 sql.Identifier(trigger + "_t"), target, sql.Literal(queue),
                 sql.Literal(table.qualified)))
+
+
+def ensure_extension(cur) -> None:
+    """Create the pgshovel2 extension at EXTENSION_VERSION, or update an older one to it.
+
+    Raises CaptureError when that version is not installed on the server
+    (run scripts/install.sh or ``make -C sql/capture install``).
+    """
+    cur.execute("SELECT extversion FROM pg_extension WHERE extname = 'pgshovel2'")
+    row = cur.fetchone()
+    if row is not None and row[0] == EXTENSION_VERSION:
+        return
+    cur.execute("SELECT 1 FROM pg_available_extension_versions WHERE name = 'pgshovel2' AND version = %s",
+                (EXTENSION_VERSION,))
+    if cur.fetchone() is None:
+        raise CaptureError(f"version {EXTENSION_VERSION} of the pgshovel2 extension is not installed on the "
+                           "database server: build and install sql/capture (scripts/install.sh)")
+    if row is None:
+        cur.execute("CREATE EXTENSION pgshovel2 VERSION %s", (EXTENSION_VERSION,))
+    else:
+        cur.execute("ALTER EXTENSION pgshovel2 UPDATE TO %s", (EXTENSION_VERSION,))
+
+
+def mark_version(cur, queue: str, version: int) -> None:
+    """Append a set-version marker (ev_type ``V``, ev_data ``{"version": N}``) to the set's queue.
+
+    Call it in the database transaction that replaces the set's triggers, after the
+    record of version N is in ZooKeeper (history/N): the relay switches to version N's
+    tables, columns and schemas exactly there (pgshovel2.relay.control).
+    """
+    cur.execute("SELECT pgq.insert_event(%s, 'V', %s)", (queue, json.dumps({"version": version})))
 
 
 def column_counts(cur, tables: tuple[Table, ...]) -> dict[str, int]:
