@@ -46,6 +46,15 @@ def install(cur, queue: str, trigger: str, tables: tuple[Table, ...], all_column
                            "this name was not dropped cleanly; drop the queue or the set first")
     cur.execute("SELECT pgq.set_queue_config(%s, 'ticker_max_lag', %s)", (queue, TICKER_MAX_LAG))
     cur.execute("SELECT pgq.register_consumer(%s, %s)", (queue, CONSUMER))
+    install_triggers(cur, queue, trigger, tables, all_columns, before_images)
+
+
+def install_triggers(cur, queue: str, trigger: str, tables: tuple[Table, ...], all_columns: dict,
+                     before_images: bool = False) -> None:
+    """Create the capture triggers (ROW and TRUNCATE) of tables writing into queue.
+
+    Arguments as :func:`install`; the extension and the queue must exist.
+    """
     for table in tables:
         attnums = ",".join(str(c.attnum) for c in table.columns)
         by_name = {c.name: c.attnum for c in table.columns}
