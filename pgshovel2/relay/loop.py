@@ -105,6 +105,7 @@ class Relay:
         self.position_key = f"{store.cluster}/{set_name}".encode()
         tx_id = transactional_id(store.cluster, set_name) if options.transactional else None
         self.sink = KafkaSink(options.bootstrap, tx_id)
+        self._create_topics(prefix)
         self.registry = SchemaRegistry(options.registry_url) if options.registry_url else None
         self.control = Control(store, set_name, self.registry)
         self.emitter = Emitter(set_name, {}, names.transactions_topic(prefix), None, self.sink)
@@ -290,6 +291,7 @@ class Relay:
 
     def _control(self, ev: Event, tick: int) -> None:
         """Apply a control event (also when replayed below the committed position: idempotent)."""
+        started = time.monotonic()
         if ev.op == SET_VERSION:
             record = self.control.set_version(self.record, ev)
             if record is not None:
@@ -299,6 +301,8 @@ class Relay:
             changed = self.control.schema_change(self.record, ev, tick)
             if changed is not None:
                 self._switch(*changed)
+        log.info("control event %s at tick %d handled in %.1f ms (set version %d)", ev.op, tick,
+                 (time.monotonic() - started) * 1000, self.set_version)
 
     def _batch_position(self, batch: Batch, ordinal: int, complete: bool) -> Position:
         """Position after the first ordinal events of batch (all of it when complete)."""
