@@ -22,6 +22,7 @@ in the old layout, events after it in the new one.
 import logging
 from typing import Any
 
+from pgshovel2 import failpoints
 from pgshovel2.catalog import Table
 from pgshovel2.cluster import ClusterStore
 from pgshovel2.config import SetConfig
@@ -113,6 +114,7 @@ class Control:
         new = {**record, "version": latest["version"] + 1, "tables": [t.to_dict() for t in tables],
                "change": change}
         self.store.update_set(self.set_name, new, znode_version)
+        failpoints.hit("after_set_version")  # stored, nothing of it in Kafka yet: a restart must reuse it
         return new
 
 

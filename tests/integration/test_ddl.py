@@ -8,6 +8,7 @@ Kafka message is decoded with the schema id it carries and compared with it.
 
 import io
 import json
+import signal
 import statistics
 import threading
 import time
@@ -25,7 +26,7 @@ from pgshovel2.capture import trigger
 from pgshovel2.catalog import column_from_row, resolve_table
 from pgshovel2.cluster import ClusterStore
 from pgshovel2.config import TableConfig
-from tests.helpers import caught_up, pgshovel, write_config
+from tests.helpers import RelayProcess, caught_up, pgshovel, write_config
 
 
 class Writer(threading.Thread):
@@ -308,4 +309,31 @@ def test_version_marker_adds_table_and_column(stack, cluster, db, schema, tmp_pa
     caught_up(stack, cluster, "ver")
     last = read_table_topic(stack, names.table_topic(prefix, schema, "t"))[-1]
     assert (last["value"], last["headers"]["pgshovel.version"]) == ({"id": 3, "v": "after restart", "w": 30}, "2")
+    assert relay.stop() == 0
+
+
+def test_restart_after_storing_the_ddl_version_reuses_it(stack, cluster, db, schema, tmp_path, relay_factory):
+    """Killed after writing set version 2 to ZooKeeper but before the Kafka commit: the restarted
+    relay replays the DDL event, finds version 2 recording the same change and writes no other."""
+    table, topic, _ = set_up(stack, cluster, db, schema, tmp_path, "idem")
+    dying = RelayProcess(stack, cluster, "idem", log_path=tmp_path / "dying.log",
+                         extra_env={"PGSHOVEL2_FAILPOINTS": "after_set_version=1"})
+    try:
+        dying.wait_for("snapshot done")
+        with db.cursor() as cur:
+            cur.execute(f"INSERT INTO {table} SELECT g, g, 'before' FROM generate_series(1, 10) g")
+            cur.execute(f"ALTER TABLE {table} ADD COLUMN c int")
+            cur.execute(f"INSERT INTO {table} SELECT g, g, 'after', -g FROM generate_series(11, 20) g")
+        assert dying.proc.wait(60) == -9, dying.log()
+    finally:
+        dying.stop(signal.SIGKILL)
+    with ClusterStore(stack.zk, cluster) as store:
+        assert store.history("idem") == [1, 2]
+    relay = relay_factory("idem")
+    caught_up(stack, cluster, "idem")
+    with ClusterStore(stack.zk, cluster) as store:
+        assert store.history("idem") == [1, 2]
+    msgs = read_table_topic(stack, topic)
+    got = [(m["key"]["id"], m["value"].get("c"), m["headers"]["pgshovel.version"]) for m in msgs]
+    assert got == [(i, None, "1") for i in range(1, 11)] + [(i, -i, "2") for i in range(11, 21)]
     assert relay.stop() == 0
