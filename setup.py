@@ -4,7 +4,7 @@ from setuptools import find_packages, setup
 
 setup(
     name="pgshovel2",
-    version="0.1.0",
+    version="0.2.0",
     description="Change data capture for PostgreSQL (PgQ triggers, logical decoding) into Kafka",
     long_description=open("README.rst", encoding="utf-8").read(),
     license="Apache-2.0",

@@ -1,3 +1,3 @@
 """pgshovel2: change data capture from PostgreSQL to Kafka."""
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

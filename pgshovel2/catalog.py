@@ -19,6 +19,9 @@ class Column:
     kind: the base type's name after stripping domains (``int4``, ``numeric``,
     ``timestamptz``; ``enum`` for enum types); for arrays, the element's kind.
     precision/scale: numeric type modifier, None when unconstrained.
+    default: the Avro default of a NOT NULL column added by ALTER TABLE (the
+    value PostgreSQL gives the rows that existed before, as JSON), else None.
+    aliases: former column names (RENAME COLUMN while relayed), oldest first.
     """
 
     name: str
@@ -29,6 +32,8 @@ class Column:
     nullable: bool
     precision: int | None = None
     scale: int | None = None
+    default: Any = None
+    aliases: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -57,7 +62,7 @@ class Table:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "Table":
         """Inverse of :meth:`to_dict`."""
-        cols = tuple(Column(**c) for c in data["columns"])
+        cols = tuple(Column(**{**c, "aliases": tuple(c.get("aliases", ()))}) for c in data["columns"])
         return cls(data["schema"], data["name"], cols, tuple(data["key"]), data["key_source"])
 
 
@@ -66,6 +71,8 @@ SELECT c.oid, c.relkind FROM pg_class c JOIN pg_namespace n ON n.oid = c.relname
 WHERE n.nspname = %s AND c.relname = %s
 """
 
+# Kept identical to the capture extension's pgshovel2.table_columns() (sql/capture), which
+# the DDL event trigger uses: tests/integration/test_ddl.py checks they agree.
 _COLUMNS_SQL = """
 WITH RECURSIVE base(attnum, typid, typmod, depth) AS (
     SELECT a.attnum, a.atttypid, a.atttypmod, 0 FROM pg_attribute a
@@ -99,8 +106,11 @@ def _numeric_modifier(typmod: int) -> tuple[int | None, int | None]:
     return (raw >> 16) & 0xFFFF, ((raw & 0x7FF) ^ 1024) - 1024
 
 
-def _column(row: tuple) -> Column:
-    name, attnum, pg_type, nullable, typname, typtype, is_array, elem, elemtype, typmod = row
+def column_from_row(row: tuple | list) -> Column:
+    """A Column from one catalog row of _COLUMNS_SQL, or of ``pgshovel2.table_columns()``
+    (the capture extension's copy of that query, used in schema-change events; its
+    11th element, the value pre-existing rows get for the column, is ignored here)."""
+    name, attnum, pg_type, nullable, typname, typtype, is_array, elem, elemtype, typmod = row[:10]
     kind = "enum" if (elemtype if is_array else typtype) == "e" else (elem if is_array else typname)
     precision, scale = _numeric_modifier(typmod) if kind == "numeric" and not is_array else (None, None)
     return Column(name, attnum, pg_type, kind, bool(is_array), nullable, precision, scale)
@@ -119,7 +129,7 @@ def resolve_table(cur, tc: TableConfig, where: str, source: str) -> Table:
                           f"no table {names.qualified(tc.schema, tc.name)} in the database")
     oid = found[0]
     cur.execute(_COLUMNS_SQL, {"oid": oid})
-    all_columns = [_column(r) for r in cur.fetchall()]
+    all_columns = [column_from_row(r) for r in cur.fetchall()]
     by_name = {c.name: c for c in all_columns}
     for field_name, wanted in (("columns", tc.columns), ("key", tc.key)):
         for i, col in enumerate(wanted or ()):

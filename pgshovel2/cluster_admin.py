@@ -15,6 +15,7 @@ import psycopg2
 from psycopg2.extensions import make_dsn, parse_dsn
 
 from pgshovel2 import __version__, twophase
+from pgshovel2.capture.trigger import EXTENSION_VERSION
 from pgshovel2.cluster import ClusterStore
 from pgshovel2.db import connect
 from pgshovel2.errors import ClusterError
@@ -54,20 +55,25 @@ def inspect(store: ClusterStore) -> dict[str, Any]:
 
 
 def _extension_versions(dsn: str) -> tuple[str | None, str]:
-    """(installed version or None, version the server's files default to) in dsn's database."""
+    """(installed version or None, this package's version EXTENSION_VERSION) in dsn's database.
+
+    Raises ClusterError when the server lacks that version's files.
+    """
     conn = connect(dsn, "cluster upgrade")
     try:
         with conn.cursor() as cur:
-            cur.execute("SELECT installed_version, default_version FROM pg_available_extensions "
-                        "WHERE name = %s", (EXTENSION,))
-            row = cur.fetchone()
+            cur.execute("SELECT installed FROM pg_available_extension_versions WHERE name = %s "
+                        "AND version = %s", (EXTENSION, EXTENSION_VERSION))
+            available = cur.fetchone()
+            cur.execute("SELECT extversion FROM pg_extension WHERE extname = %s", (EXTENSION,))
+            installed = cur.fetchone()
     finally:
         conn.close()
-    if row is None:
+    if available is None:
         where = parse_dsn(dsn).get("dbname", dsn)
-        raise ClusterError(f"the {EXTENSION} extension is not available in database {where}: "
-                           "install this package's capture extension on that server (make install)")
-    return row[0], row[1]
+        raise ClusterError(f"version {EXTENSION_VERSION} of the {EXTENSION} extension is not installed on the "
+                           f"server of database {where}: build and install sql/capture there first (make install)")
+    return (installed[0] if installed else None), EXTENSION_VERSION
 
 
 def upgrade(store: ClusterStore, force: bool = False) -> list[str]:

@@ -45,6 +45,10 @@ class FencedError(RelayError):
     """Another relay of the same set took over its Kafka transactional id."""
 
 
+class SchemaRejectedError(RelayError):
+    """The schema registry refused a schema (e.g. it breaks the subject's compatibility rule)."""
+
+
 class EncodeError(PgshovelError):
     """A captured value cannot be represented in the configured encoding."""
 

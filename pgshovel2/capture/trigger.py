@@ -15,6 +15,7 @@ from pgshovel2.catalog import Table
 from pgshovel2.errors import CaptureError
 
 CONSUMER = "pgshovel2_relay"
+EXTENSION_VERSION = "0.2"  # sql/capture: 0.2 records DDL on captured tables in the queues
 TICKER_MAX_LAG = "50 milliseconds"
 
 
@@ -38,7 +39,7 @@ def install(cur, queue: str, trigger: str, tables: tuple[Table, ...], all_column
     only of key changes). Raises CaptureError when the queue already exists.
     """
     cur.execute("CREATE EXTENSION IF NOT EXISTS pgq")
-    cur.execute("CREATE EXTENSION IF NOT EXISTS pgshovel2")
+    ensure_extension(cur)
     cur.execute("SELECT pgq.create_queue(%s)", (queue,))
     if cur.fetchone()[0] == 0:
         raise CaptureError(f"PgQ queue {queue!r} already exists in the database: a set of "
@@ -50,7 +51,10 @@ def install(cur, queue: str, trigger: str, tables: tuple[Table, ...], all_column
 
 def install_triggers(cur, queue: str, trigger: str, tables: tuple[Table, ...], all_columns: dict,
                      before_images: bool = False) -> None:
-    """Create the capture triggers (row and TRUNCATE) of tables; arguments as for :func:`install`."""
+    """Create the capture triggers (ROW and TRUNCATE) of tables writing into queue.
+
+    Arguments as :func:`install`; the extension and the queue must exist.
+    """
     for table in tables:
         attnums = ",".join(str(c.attnum) for c in table.columns)
         by_name = {c.name: c.attnum for c in table.columns}
@@ -85,12 +89,33 @@ def drop_triggers(cur, trigger: str, tables: tuple[Table, ...]) -> list[str]:
     return done
 
 
-def mark_version(cur, queue: str, version: int) -> None:
-    """Insert a set-version marker (ev_type ``V``, ev_data ``{"version": N}``) into queue.
+def ensure_extension(cur) -> None:
+    """Create the pgshovel2 extension at EXTENSION_VERSION, or update an older one to it.
 
-    Call it in the transaction that replaced the triggers, after they were
-    replaced (the table locks are held then), so every event of the old
-    layout precedes the marker in the stream and every event of the new one follows it.
+    Raises CaptureError when that version is not installed on the server
+    (run scripts/install.sh or ``make -C sql/capture install``).
+    """
+    cur.execute("SELECT extversion FROM pg_extension WHERE extname = 'pgshovel2'")
+    row = cur.fetchone()
+    if row is not None and row[0] == EXTENSION_VERSION:
+        return
+    cur.execute("SELECT 1 FROM pg_available_extension_versions WHERE name = 'pgshovel2' AND version = %s",
+                (EXTENSION_VERSION,))
+    if cur.fetchone() is None:
+        raise CaptureError(f"version {EXTENSION_VERSION} of the pgshovel2 extension is not installed on the "
+                           "database server: build and install sql/capture (scripts/install.sh)")
+    if row is None:
+        cur.execute("CREATE EXTENSION pgshovel2 VERSION %s", (EXTENSION_VERSION,))
+    else:
+        cur.execute("ALTER EXTENSION pgshovel2 UPDATE TO %s", (EXTENSION_VERSION,))
+
+
+def mark_version(cur, queue: str, version: int) -> None:
+    """Append a set-version marker (ev_type ``V``, ev_data ``{"version": N}``) to the set's queue.
+
+    Call it in the database transaction that replaces the set's triggers, after the
+    record of version N is in ZooKeeper (history/N): the relay switches to version N's
+    tables, columns and schemas exactly there (pgshovel2.relay.control).
     """
     cur.execute("SELECT pgq.insert_event(%s, 'V', %s)", (queue, json.dumps({"version": version})))
 

@@ -27,6 +27,10 @@ def _field(col: Column, ftype: FieldType) -> dict[str, Any]:
         field.update(type=["null", ftype.avro], default=None)
     else:
         field["type"] = ftype.avro
+        if col.default is not None:  # a NOT NULL column added while relayed
+            field["default"] = col.default
+    if col.aliases:  # renamed while relayed: readers of the new schema still read old data
+        field["aliases"] = [names.avro_name(a) for a in col.aliases]
     return field
 
 

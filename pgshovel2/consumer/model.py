@@ -20,7 +20,9 @@ class Change:
     for a null key (unkeyed table), a tombstone (``d``) or a truncate.
     txid: source transaction (0 for snapshot rows). position: the relay's
     sortable position. ts_ms: capture time, ms since the epoch.
-    partition/offset: where the message is in Kafka.
+    partition/offset: where the message is in Kafka. version: the set version
+    the message was encoded with (header ``pgshovel.version``; 0 when absent:
+    older relays, and TRUNCATE).
     """
 
     topic: str
@@ -33,6 +35,7 @@ class Change:
     ts_ms: int
     partition: int
     offset: int
+    version: int = 0
 
 
 @dataclass(frozen=True)
@@ -66,6 +69,7 @@ class DataMessage:
     ts_ms: int
     key: dict[str, Any] | None
     value: dict[str, Any] | None
+    version: int = 0
 
     @property
     def is_snapshot(self) -> bool:

@@ -210,13 +210,14 @@ class SetReader:
         try:
             op, txid, position, ts_ms = (headers[h] for h in HEADERS)
             txid_n, ts_n = int(txid), int(ts_ms)
+            version = int(headers.get("pgshovel.version") or 0)
         except (KeyError, TypeError, ValueError) as exc:
             raise ConsumerError(f"{where}: missing or malformed pgshovel headers {headers!r} "
                                 f"(needs {', '.join(HEADERS)})") from exc
         self.reassembler.add_data(DataMessage(
             msg.topic(), msg.partition(), msg.offset(), op, txid_n, position, ts_n,
             self.decoder.decode(msg.key(), f"the key of {where}"),
-            self.decoder.decode(msg.value(), f"the value of {where}")))
+            self.decoder.decode(msg.value(), f"the value of {where}"), version))
 
     def _flow_control(self) -> None:
         """Pause partitions holding max_buffered messages; resume them below half of it."""

@@ -44,10 +44,21 @@ class Emitter:
         self._counts: Counter[str] = Counter()
         self._order = TxnOrder()
         self.skipped_unkeyed_deletes = 0
+        self.version = 0  # the set version the routes were built from: header pgshovel.version
+
+    def switch(self, routes: dict[str, TableRoute], version: int, txn_writer: AvroWriter | None) -> None:
+        """Use routes (table tag -> TableRoute) of set version from the next change on."""
+        self.routes, self.version, self._txn_writer = routes, version, txn_writer
+
+    def switch_table(self, route: TableRoute, version: int) -> None:
+        """Use route for its table, and set version for every message, from the next change on."""
+        self.routes = {**self.routes, route.table.qualified: route}
+        self.version = version
 
     def _headers(self, op: str, txid: int, position: str, ts_ms: int) -> list[tuple[str, str]]:
         return [("pgshovel.op", op), ("pgshovel.txid", str(txid)), ("pgshovel.position", position),
-                ("pgshovel.ts_ms", str(ts_ms)), ("pgshovel.set", self.set_name)]
+                ("pgshovel.ts_ms", str(ts_ms)), ("pgshovel.set", self.set_name),
+                ("pgshovel.version", str(self.version))]
 
     def _send(self, route: TableRoute, msg: Message, ctx: Context) -> None:
         self.sink.produce(route.topic, msg.key, msg.value,
@@ -80,7 +91,7 @@ class Emitter:
 
     def _record(self, datum: dict) -> None:
         self.sink.produce(self.txn_topic, None, encode_record(datum, self._txn_writer),
-                          [("pgshovel.set", self.set_name)])
+                          [("pgshovel.set", self.set_name), ("pgshovel.version", str(self.version))])
 
     def change(self, ev: Event, position: str) -> None:
         """Emit the messages of one captured change (between begin and end of its txid)."""

@@ -17,16 +17,19 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, replace
+from typing import Any
 
 from pgshovel2 import failpoints, names
 from pgshovel2.capture.trigger import CONSUMER
 from pgshovel2.catalog import Table
 from pgshovel2.cluster import ClusterStore
 from pgshovel2.config import SetConfig
+from pgshovel2.errors import SchemaChangeError
 from pgshovel2.relay import setup, snapshot
+from pgshovel2.relay.control import CONTROL_OPS, SET_VERSION, Control
 from pgshovel2.relay.election import Leadership
-from pgshovel2.relay.emitter import Emitter
-from pgshovel2.relay.pgq_source import Batch, PgqSource
+from pgshovel2.relay.emitter import Emitter, TableRoute
+from pgshovel2.relay.pgq_source import Batch, Event, PgqSource
 from pgshovel2.relay.positions import Position, read_position
 from pgshovel2.sinks.kafka import KafkaSink
 from pgshovel2.sinks.registry import SchemaRegistry
@@ -84,7 +87,13 @@ class Relay:
 
     Raises UnavailableError when a service goes away (retrying is safe),
     FencedError when another relay took over, RelayError/EncodeError when it
-    cannot go on without losing or garbling a change.
+    cannot go on without losing or garbling a change, SchemaChangeError at a
+    DDL it cannot relay compatibly.
+
+    The set's layout (tables, columns, schemas) is that of the set version in
+    effect at the committed position (Position.set_version; the latest version
+    when unknown), switched at the control events of the queue
+    (:mod:`pgshovel2.relay.control`).
     """
 
     def __init__(self, store: ClusterStore, set_name: str, options: RelayOptions,
@@ -92,9 +101,7 @@ class Relay:
         self.store, self.set_name, self.options = store, set_name, options
         self.leadership = leadership
         record, _ = store.get_set(set_name)
-        self.set_version: int = record["version"]
-        self.config = SetConfig.from_dict(record["config"])
-        self.tables = tuple(Table.from_dict(t) for t in record["tables"])
+        self._use_record(record)
         self.queue = record["queue"]
         prefix = self.config.topic_prefix or set_name
         self.positions_topic = names.positions_topic(prefix)
@@ -102,15 +109,40 @@ class Relay:
         tx_id = transactional_id(store.cluster, set_name) if options.transactional else None
         self.sink = KafkaSink(options.bootstrap, tx_id)
         self._create_topics(prefix)
-        registry = SchemaRegistry(options.registry_url) if options.registry_url else None
-        routes, txn_writer = setup.routes(set_name, self.config, self.tables, registry)
-        self.emitter = Emitter(set_name, routes, names.transactions_topic(prefix), txn_writer, self.sink)
+        self.registry = SchemaRegistry(options.registry_url) if options.registry_url else None
+        self.control = Control(store, set_name, self.registry)
+        self.emitter = Emitter(set_name, {}, names.transactions_topic(prefix), None, self.sink)
+        self._batch_version = self.set_version
         self.source = PgqSource(self.config.dsn, self.queue, CONSUMER)
         self.position: Position | None = None
         self.changes = self.batches = 0
         self._committed_produced = 0
         self._started = time.monotonic()
         self._last_progress = self._started
+
+    def _use_record(self, record: dict[str, Any]) -> None:
+        self.record, self.set_version = record, record["version"]
+        self.config = SetConfig.from_dict(record["config"])
+        self.tables = tuple(Table.from_dict(t) for t in record["tables"])
+
+    def _switch(self, record: dict[str, Any], route: TableRoute | None = None) -> None:
+        """Relay in the layout of set record from here on: only route's table changed, or
+        (route None) every route rebuilt and missing topics created."""
+        self._use_record(record)
+        if route is not None:
+            self.emitter.switch_table(route, self.set_version)
+            return
+        self._create_topics(self.config.topic_prefix or self.set_name)
+        routes, txn_writer = setup.routes(self.set_name, self.config, self.tables, self.registry)
+        self.emitter.switch(routes, self.set_version, txn_writer)
+
+    def _record_at(self, position: Position | None) -> dict[str, Any]:
+        """The set record in effect at position: the latest one unless the position says otherwise."""
+        version = position.start_version() if position is not None and self.options.snapshot != "force" else 0
+        if not version or version == self.set_version:
+            return self.record
+        log.info("resuming in the layout of set version %d (the latest is %d)", version, self.set_version)
+        return self.store.get_version(self.set_name, version)
 
     def _create_topics(self, prefix: str) -> None:
         topics = setup.topics(self.set_name, self.config, self.tables)
@@ -123,8 +155,10 @@ class Relay:
         """Fence older relays, snapshot if needed, then relay batches until stop is set."""
         try:
             self.sink.start()
+            position = read_position(self.options.bootstrap, self.positions_topic, self.position_key.decode())
+            self._switch(self._record_at(position))
             try:
-                self.position = self._handoff(stop)
+                self.position = self._handoff(stop, position)
             except _StopRequestedError:
                 log.info("stopped during the snapshot; nothing of it is visible, it restarts on the next start")
                 return
@@ -141,8 +175,7 @@ class Relay:
             self.source.close()
             self.sink.close()
 
-    def _handoff(self, stop: threading.Event) -> Position:
-        position = read_position(self.options.bootstrap, self.positions_topic, self.position_key.decode())
+    def _handoff(self, stop: threading.Event, position: Position | None) -> Position:
         mode = self.options.snapshot
         if mode == "force" or (position is None and mode == "auto"):
             return self._snapshot(stop)
@@ -187,7 +220,7 @@ class Relay:
 
     def _commit(self, position: Position) -> Position:
         """Commit the open Kafka transaction with position as its last record."""
-        position = replace(position, set_version=self.set_version)
+        position = replace(position, set_version=self.set_version, batch_version=self._batch_version)
         self.sink.produce(self.positions_topic, self.position_key, position.encode(), [])
         self._check_leadership()
         failpoints.hit("before_commit")
@@ -208,6 +241,7 @@ class Relay:
                      "acknowledging it", batch.prev_tick_id, batch.cur_tick_id)
             self.source.finish(batch)
             return
+        self._batch_version = self.set_version
         skip = self.position.skip(batch.cur_tick_id)
         if skip:
             log.info("resuming batch of ticks %d..%d after its first %d events (already in Kafka)",
@@ -230,6 +264,19 @@ class Relay:
         discard = _Discard()
         for ev in self.source.events(batch, self.position.txid_snapshot):
             position = _position(batch.cur_tick_id, ordinal)
+            if ev.op in CONTROL_OPS:
+                try:
+                    self._control(ev, batch.cur_tick_id)
+                except SchemaChangeError:
+                    if ordinal >= skip:  # commit everything before the change; the batch stays unacknowledged
+                        if current is not None and ev.txid != current:
+                            self.emitter.sink = discard if ordinal <= skip else self.sink
+                            self.emitter.end(current, *last)
+                        self.emitter.sink = self.sink
+                        self._commit(self._batch_position(batch, ordinal, complete=False))
+                    raise
+                ordinal += 1
+                continue
             if ev.txid != current:
                 if current is not None:
                     self.emitter.sink = discard if ordinal <= skip else self.sink
@@ -250,6 +297,21 @@ class Relay:
             self.emitter.end(current, *last)
         self.emitter.sink = self.sink
         return ordinal
+
+    def _control(self, ev: Event, tick: int) -> None:
+        """Apply a control event (also when replayed below the committed position: idempotent)."""
+        started = time.monotonic()
+        if ev.op == SET_VERSION:
+            record = self.control.set_version(self.record, ev)
+            if record is not None:
+                log.info("switching to set version %d at tick %d", record["version"], tick)
+                self._switch(record)
+        else:
+            changed = self.control.schema_change(self.record, ev, tick)
+            if changed is not None:
+                self._switch(*changed)
+        log.info("control event %s at tick %d handled in %.1f ms (set version %d)", ev.op, tick,
+                 (time.monotonic() - started) * 1000, self.set_version)
 
     def _batch_position(self, batch: Batch, ordinal: int, complete: bool) -> Position:
         """Position after the first ordinal events of batch (all of it when complete)."""

@@ -29,7 +29,11 @@ class Position:
     batch committed (the next event ordinal to relay). complete: the whole
     batch is committed (only finish_batch may be missing). txid_snapshot: the
     handoff snapshot (``xmin:xmax:xip``) the stream filters against, or None
-    when the initial snapshot was skipped.
+    when the initial snapshot was skipped. set_version: the set version in
+    effect at this position (0: unknown, written before versions were
+    recorded); batch_version: the one in effect at the start of the batch
+    of tick, from which a restart replays a partly committed batch (0: as
+    set_version). See pgshovel2.relay.control.
     """
 
     tick: int
@@ -39,6 +43,7 @@ class Position:
     backend: str = BACKEND_TRIGGER
     set_version: int = 0
     committed_at_ms: int = 0
+    batch_version: int = 0
 
     def covers(self, cur_tick: int) -> bool:
         """True when the batch ending at tick cur_tick is wholly in Kafka already."""
@@ -47,6 +52,13 @@ class Position:
     def skip(self, cur_tick: int) -> int:
         """Events at the start of batch ending at cur_tick that are already in Kafka."""
         return self.ordinal if cur_tick == self.tick and not self.complete else 0
+
+    def start_version(self) -> int:
+        """The set version a restarted relay starts from (0: unknown): a partly committed
+        batch is not acknowledged, so it comes again and is replayed from its start."""
+        if not self.complete and self.batch_version:
+            return self.batch_version
+        return self.set_version
 
     def encode(self) -> bytes:
         """JSON value of the position record (committed_at_ms set to now)."""
@@ -58,7 +70,8 @@ class Position:
     def decode(cls, data: bytes) -> "Position":
         """Parse a position record value; raises RelayError when it is not one."""
         try:
-            return cls(**json.loads(data))
+            fields = json.loads(data)
+            return cls(**{k: v for k, v in fields.items() if k in cls.__dataclass_fields__})
         except (ValueError, TypeError) as exc:
             raise RelayError(f"unreadable position record {data[:200]!r}: {exc}") from exc
 

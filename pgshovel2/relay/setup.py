@@ -62,12 +62,23 @@ def routes(set_name: str, config: SetConfig, tables: tuple[Table, ...],
     database = database_name(config.dsn) if config.envelope == "debezium" else ""
     out = {}
     for table in tables:
-        topic = names.table_topic(prefix, table.schema, table.name)
-        out[table.qualified] = _route(set_name, config, table, topic, registry, database)
+        out[table.qualified] = _route(set_name, config, table, table_topic(set_name, config, table),
+                                      registry, database)
     txn_writer = None
     if use_avro:
         txn_writer = _writer(registry, f"{names.transactions_topic(prefix)}-value", avro.TRANSACTION_SCHEMA)
     return out, txn_writer
+
+
+def table_topic(set_name: str, config: SetConfig, table: Table) -> str:
+    """The data topic of a table of the set."""
+    return names.table_topic(config.topic_prefix or set_name, table.schema, table.name)
+
+
+def table_route(set_name: str, config: SetConfig, table: Table, registry: SchemaRegistry | None) -> TableRoute:
+    """One table's route (its schemas registered), as :func:`routes` builds it."""
+    database = database_name(config.dsn) if config.envelope == "debezium" else ""
+    return _route(set_name, config, table, table_topic(set_name, config, table), registry, database)
 
 
 def _writer(registry: SchemaRegistry | None, subject: str, schema: dict | None) -> AvroWriter | None:

@@ -12,7 +12,7 @@ from typing import Any
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 
-from pgshovel2.errors import RelayError
+from pgshovel2.errors import RelayError, SchemaRejectedError
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +29,7 @@ class SchemaRegistry:
         """Register an Avro schema under subject; returns its schema id.
 
         Retries while the registry is unreachable (up to max_wait s, forever
-        when None). Raises RelayError when the registry rejects the schema.
+        when None). Raises SchemaRejectedError when the registry rejects the schema.
         """
         started = time.monotonic()
         while True:
@@ -37,7 +37,7 @@ class SchemaRegistry:
                 return self._client.register_schema(subject, Schema(json.dumps(schema), "AVRO"))
             except SchemaRegistryError as exc:
                 if exc.http_status_code and 400 <= exc.http_status_code < 500:
-                    raise RelayError(f"schema registry {self.url} rejected the schema of "
+                    raise SchemaRejectedError(f"schema registry {self.url} rejected the schema of "
                                      f"{subject!r}: {exc.error_message}") from exc
                 error: Exception = exc
             except Exception as exc:  # connection errors come from httpx
@@ -47,3 +47,15 @@ class SchemaRegistry:
             log.warning("schema registry %s unreachable (%s); retrying in %.0fs",
                         self.url, error, self._retry)
             time.sleep(self._retry)
+
+    def require_backward(self, subject: str) -> None:
+        """Set subject's compatibility level to BACKWARD (a new version must read the data of
+        the previous one), so the registry itself checks a schema change before accepting it.
+
+        Raises RelayError when the registry refuses or cannot be reached.
+        """
+        try:
+            self._client.set_compatibility(subject, "BACKWARD")
+        except Exception as exc:  # SchemaRegistryError or a connection error (httpx)
+            raise RelayError(f"schema registry {self.url}: cannot set compatibility BACKWARD "
+                             f"on {subject!r}: {exc}") from exc
