@@ -181,9 +181,10 @@ class ChaosRun:
         time.sleep(3)
 
     def zombie(self) -> None:
-        """SIGSTOP the active relay, start a second one, resume the first: one of the two must end
-        fenced ("took over") and the other keep relaying. Which one survives is not decided without
-        an election: a resumed relay that hits an error rebuilds itself and fences its successor."""
+        """SIGSTOP the active relay, start a second one (it takes over once the first one's
+        ZooKeeper session expired), resume the first: the zombie must not write again. It
+        either finds its session lost and stands by, or is fenced by Kafka on its next
+        commit ("took over", exit 1); the successor keeps relaying either way."""
         old = self.relay or self.start_relay()
         time.sleep(self.rnd.uniform(0.5, 1.5))
         old.proc.send_signal(signal.SIGSTOP)
@@ -191,18 +192,16 @@ class ChaosRun:
         time.sleep(3)
         old.proc.send_signal(signal.SIGCONT)
         deadline = time.monotonic() + 30
-        while all(r.proc.poll() is None for r in (old, new)) and time.monotonic() < deadline:
+        while old.proc.poll() is None and "no longer the active relay" not in old.log() \
+                and time.monotonic() < deadline:
             time.sleep(0.1)
         time.sleep(1)
-        ended = [r for r in (old, new) if r.proc.poll() is not None]
-        survivors = [r for r in (old, new) if r.proc.poll() is None]
-        if len(ended) == 1 and ended[0].proc.returncode == 1 and "took over" in ended[0].log():
+        fenced = old.proc.poll() == 1 and "took over" in old.log()
+        standing_by = old.proc.poll() is None and "no longer the active relay" in old.log()
+        if (fenced or standing_by) and new.proc.poll() is None:
             self.report.zombies_fenced += 1
-        for relay in ended:
-            relay.stop(signal.SIGKILL)
-        self.relay = survivors[0] if survivors else None
-        for extra in survivors[1:]:
-            extra.stop(signal.SIGKILL)
+        old.stop(signal.SIGKILL)
+        self.relay = new if new.proc.poll() is None else None
 
     def faults(self) -> None:
         services = [("kafka", 3.0), ("postgres", 2.0), ("zookeeper", 12.0), ("zombie", 0.0)]

@@ -68,6 +68,7 @@ class Leadership:
         self._lost = threading.Event()
         self._dropped = threading.Event()
         self._back = threading.Event()
+        self._seen_version: int | None = None
 
     def _on_state(self, state: str) -> None:
         if state == KazooState.SUSPENDED:
@@ -84,6 +85,11 @@ class Leadership:
         if data is None:
             self._dropped.set()
             return False  # stop watching
+        version = json.loads(data).get("version")
+        if self._seen_version is not None and version != self._seen_version:
+            log.info("set %r is now version %s in ZooKeeper: the relay switches at its marker in the stream",
+                     self.set_name, version)
+        self._seen_version = version
         return None
 
     def acquire(self, stop: threading.Event) -> bool:
