@@ -6,6 +6,7 @@ import click
 
 from pgshovel2 import admin, verify
 from pgshovel2.catalog import Table
+from pgshovel2.cli.bootstrap import bootstrap
 from pgshovel2.cli.common import env_option, log_level_option, reports_errors, setup_logging, zookeeper_options
 from pgshovel2.cli.tail import tail
 from pgshovel2.cluster import ClusterStore
@@ -140,3 +141,4 @@ def set_verify(ctx: click.Context, name: str, bootstrap_servers: str, schema_reg
 
 
 main.add_command(tail)
+main.add_command(bootstrap)
