@@ -114,7 +114,8 @@ class ExportedSnapshot:
                               f"ended){detail}; nothing was written, run the bootstrap again")
 
     def plan(self, table: Table, partition_rows: int, max_partitions: int) -> ReadPlan:
-        """The read plan of table: key ranges sized from pg_class.reltuples and min/max of the key.
+        """The read plan of table: key ranges sized from pg_class.reltuples (the key range when
+        the table was never analyzed) and min/max of the first key column.
 
         Raises BootstrapError when the table cannot be read or the exporting transaction ended.
         """
@@ -128,21 +129,24 @@ class ExportedSnapshot:
         attnums = "{" + ",".join(str(c.attnum) for c in table.columns) + "}"
         key = next((c for c in table.columns if table.key and c.name == table.key[0]), None)
         usable = key is not None and key.kind in INTEGER_KINDS and not key.is_array
-        pk = f"t.{names.quote_ident(key.name)}" if usable else "NULL::int8"
-        query = (f"(SELECT {pk} AS {PK_ALIAS}, pgshovel2.encode_row(t, '{attnums}'::int2[])::text AS "
-                 f"{ROW_ALIAS} FROM {table.qualified} t) AS pgshovel_bootstrap")
+        # The row alias must not be a column name (a column named like it would be passed instead).
+        pk = f"__pgshovel2_row__.{names.quote_ident(key.name)}" if usable else "NULL::int8"
+        query = (f"(SELECT {pk} AS {PK_ALIAS}, pgshovel2.encode_row(__pgshovel2_row__, '{attnums}'::int2[])::text "
+                 f"AS {ROW_ALIAS} FROM {table.qualified} __pgshovel2_row__) AS pgshovel_bootstrap")
         if not usable:
             log.info("table %s: no integer key column to split on: one partition", table.qualified)
             return ReadPlan(table, query, None, 0, 0, 1)
         with self._conn.cursor() as cur:
             cur.execute("SELECT reltuples::int8 FROM pg_class WHERE oid = %s::regclass", (table.qualified,))
-            estimate = max(cur.fetchone()[0], 0)
+            estimate = cur.fetchone()[0]  # -1: never analyzed
             cur.execute(sql.SQL("SELECT min({k}), max({k}) FROM {t}").format(
                 k=sql.Identifier(key.name), t=sql.Identifier(table.schema, table.name)))
             lower, upper = cur.fetchone()
         if lower is None:
             log.info("table %s is empty in the snapshot: one partition", table.qualified)
             return ReadPlan(table, query, None, 0, 0, 1)
+        if estimate < 0:
+            estimate = upper - lower + 1  # no statistics yet: assume a dense key
         parts = max(1, min(max_partitions, math.ceil(estimate / partition_rows), upper - lower + 1))
         log.info("table %s: ~%d rows, %d partition(s) on %s in [%d, %d]", table.qualified, estimate,
                  parts, key.name, lower, upper)

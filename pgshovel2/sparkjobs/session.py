@@ -10,6 +10,7 @@ dependencies (fetched from Maven Central by scripts/install.sh into
 import glob
 import logging
 import os
+import sys
 from pathlib import Path
 
 from pgshovel2.bootstrap.manifest import BootstrapError
@@ -23,6 +24,7 @@ SETTINGS = {
     "spark.sql.parquet.datetimeRebaseModeInWrite": "CORRECTED",
     "spark.sql.parquet.datetimeRebaseModeInRead": "CORRECTED",
     "spark.sql.parquet.int96RebaseModeInWrite": "CORRECTED",
+    "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
     "spark.ui.showConsoleProgress": "true",
 }
 LOCAL_SETTINGS = {
@@ -67,6 +69,7 @@ def session(master: str | None = "local[*]", app: str = "pgshovel2", jar_files: 
     conf = dict(SETTINGS)
     if master is not None:
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # workers import pgshovel2 from this venv
         builder = builder.master(master)
         conf.update(LOCAL_SETTINGS)
         conf["spark.jars"] = ",".join(jar_files if jar_files is not None else jars())

@@ -20,7 +20,7 @@ def create_tables(db, schema: str, accounts: int = 2000) -> None:
         cur.execute(f'CREATE TABLE "{schema}".accounts (aid int PRIMARY KEY, bid int NOT NULL, '
                     'abalance int NOT NULL, filler char(20))')
         cur.execute(f'CREATE TABLE "{schema}".branches (bid bigint PRIMARY KEY, bbalance int, note text)')
-        cur.execute(f'INSERT INTO "{schema}".accounts SELECT g, g % 10, 0, \'x\' FROM generate_series(1, %s) g',
+        cur.execute(f'INSERT INTO "{schema}".accounts SELECT g, g %% 10, 0, \'x\' FROM generate_series(1, %s) g',
                     (accounts,))
         cur.execute(f'INSERT INTO "{schema}".branches SELECT g, 0, \'branch \' || g FROM generate_series(1, 10) g')
 

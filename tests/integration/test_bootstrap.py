@@ -48,6 +48,8 @@ def test_snapshot_plus_stream_equals_source_under_writes(stack, db, schema, clus
             threading.Event().wait(0.01)
         manifest = _run(spark, stack, cluster, "boot", tmp_path / "boot", partition_rows=500)
         during = writer.transactions
+        while writer.transactions < during + 20:  # and go on after it
+            threading.Event().wait(0.01)
     finally:
         writer.finish()
     assert writer.transactions > during > 20
