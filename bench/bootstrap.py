@@ -25,17 +25,16 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 import yaml
 
-from bench.common import BIN, CLUSTER, ENV, PG_BIN, PG_PORT, RESULTS, WORK, pgshovel, relay_running, summary
+from bench.common import BIN, CLUSTER, ENV, PG_BIN, PG_PORT, RESULTS, WORK, pgshovel, relay_running, summary, unique
 
 DB = "bench_bootstrap"
 DSN = f"host=127.0.0.1 port={PG_PORT} dbname={DB} user=postgres"
-SET = "bootbench"
 COLUMNS = {"aid": pa.int32(), "bid": pa.int32(), "abalance": pa.int32(), "filler": pa.string()}
 
 
-def prepare(scale: int) -> int:
+def prepare(scale: int, set_name: str) -> int:
     """pgbench_accounts at scale in database bench_bootstrap (re-initialized when the scale differs),
-    analyzed, with set bootbench on it; returns its row count."""
+    analyzed, with a new set set_name on it; returns its row count."""
     WORK.mkdir(parents=True, exist_ok=True)
     admin = psycopg2.connect(DSN.replace(f"dbname={DB}", "dbname=postgres"))
     admin.autocommit = True
@@ -53,16 +52,15 @@ def prepare(scale: int) -> int:
             cur.execute("SELECT count(*) FROM pgbench_accounts")
             rows = cur.fetchone()[0]
         if rows != scale * 100_000:
-            subprocess.run([str(BIN / "pgshovel"), "set", "drop", SET], env=ENV, capture_output=True)
+            cur.execute("DROP TABLE IF EXISTS pgbench_accounts CASCADE")
             subprocess.run([str(PG_BIN / "pgbench"), "-h", "127.0.0.1", "-p", PG_PORT, "-U", "postgres", "-i", "-q",
                             "-s", str(scale), DB], check=True, capture_output=True)
             cur.execute("VACUUM ANALYZE pgbench_accounts")
     conn.close()
     subprocess.run([str(BIN / "pgshovel"), "cluster", "initialize"], env=ENV, capture_output=True)
-    config = WORK / f"{SET}.yaml"
+    config = WORK / f"{set_name}.yaml"
     config.write_text(yaml.safe_dump({"database": {"dsn": DSN}, "tables": [{"name": "pgbench_accounts"}]}))
-    subprocess.run([str(BIN / "pgshovel"), "set", "drop", SET], env=ENV, capture_output=True)
-    pgshovel("set", "create", SET, str(config))
+    pgshovel("set", "create", set_name, str(config))
     return scale * 100_000
 
 
@@ -89,10 +87,10 @@ def copy_to_parquet(out: Path) -> float:
     return time.monotonic() - started
 
 
-def spark_bootstrap(master: str, out: Path) -> tuple[float, float]:
+def spark_bootstrap(set_name: str, master: str, out: Path) -> tuple[float, float]:
     """(command seconds, copy seconds from the job's log) of ``pgshovel bootstrap --master master``."""
     started = time.monotonic()
-    proc = subprocess.run([str(BIN / "pgshovel"), "bootstrap", SET, "--output", str(out), "--master", master],
+    proc = subprocess.run([str(BIN / "pgshovel"), "bootstrap", set_name, "--output", str(out), "--master", master],
                           env={**ENV, "PGSHOVEL_CLUSTER": CLUSTER}, capture_output=True, text=True)
     total = time.monotonic() - started
     if proc.returncode != 0:
@@ -103,18 +101,22 @@ def spark_bootstrap(master: str, out: Path) -> tuple[float, float]:
 
 def measure(scale: int = 50, runs: int = 1) -> dict:
     """Rows/s of COPY->Parquet and of the Spark bootstrap on local[1], local[2]; ratios to COPY."""
-    rows = prepare(scale)
+    set_name = unique("boot")
+    rows = prepare(scale, set_name)
     work = WORK / "bootstrap"
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     result: dict = {"rows": rows, "scale": scale, "runs": runs}
-    with relay_running(SET):
-        copy = [copy_to_parquet(work / f"copy-{i}.parquet") for i in range(runs)]
-        result["copy_parquet"] = summary([rows / s for s in copy])
-        for master in ("local[1]", "local[2]"):
-            timings = [spark_bootstrap(master, work / f"{master[6]}-{i}") for i in range(runs)]
-            result[f"spark_{master}"] = {"command": summary([rows / t for t, _ in timings]),
-                                         "copy": summary([rows / c for _, c in timings])}
+    try:
+        with relay_running(set_name):
+            copy = [copy_to_parquet(work / f"copy-{i}.parquet") for i in range(runs)]
+            result["copy_parquet"] = summary([rows / s for s in copy])
+            for master in ("local[1]", "local[2]"):
+                timings = [spark_bootstrap(set_name, master, work / f"{master[6]}-{i}") for i in range(runs)]
+                result[f"spark_{master}"] = {"command": summary([rows / t for t, _ in timings]),
+                                             "copy": summary([rows / c for _, c in timings])}
+    finally:
+        pgshovel("set", "drop", set_name)
     ref = result["copy_parquet"]["median"]
     result["ratio_to_copy"] = {m: {k: result[f"spark_{m}"][k]["median"] / ref for k in ("command", "copy")}
                                for m in ("local[1]", "local[2]")}

@@ -60,10 +60,15 @@ class ExportedSnapshot:
         self.dsn = dsn
         self._conn = connect(dsn, "the bootstrap", BootstrapError)
         self._conn.set_session(isolation_level="REPEATABLE READ", readonly=True)
-        with self._conn.cursor() as cur:
-            cur.execute("SET application_name = %s", (APPLICATION_NAME,))
-            cur.execute("SELECT pg_export_snapshot(), txid_current_snapshot()::text")
-            self.snapshot_id, self.txid_snapshot = cur.fetchone()
+        self.snapshot_id = "(not exported yet)"
+        try:
+            with self._conn.cursor() as cur:
+                cur.execute("SET application_name = %s", (APPLICATION_NAME,))
+                cur.execute("SELECT pg_export_snapshot(), txid_current_snapshot()::text")
+                self.snapshot_id, self.txid_snapshot = cur.fetchone()
+        except psycopg2.Error as exc:
+            self.close()
+            raise self.ended(exc) from exc
         log.info("exported snapshot %s, handoff txid snapshot %s", self.snapshot_id, self.txid_snapshot)
 
     def __enter__(self) -> "ExportedSnapshot":
@@ -74,9 +79,13 @@ class ExportedSnapshot:
 
     def close(self) -> None:
         """End the exporting transaction (the snapshot id becomes invalid)."""
-        if not self._conn.closed:
+        if self._conn.closed:
+            return
+        try:
             self._conn.rollback()
-            self._conn.close()
+        except psycopg2.Error:  # the connection is gone already (e.g. terminated): nothing to end
+            pass
+        self._conn.close()
 
     def alive(self) -> bool:
         """True while the exporting transaction is still open (its snapshot importable)."""

@@ -173,14 +173,21 @@ def _read(spark, plan: ReadPlan, url: str, props: dict[str, str], snapshot_id: s
     return reader.load()
 
 
-def physical_converter(table: Table):
-    """mapPartitions function: rows with __pgshovel_row (trigger-form JSON) -> physical Spark rows."""
+def physical_converter(table: Table, arrow_schema):
+    """mapInArrow function: batches of __pgshovel_row (trigger-form JSON, the relay's own row form)
+    -> Arrow batches of physical columns, converted by the relay's codec (RowEncoder, Avro)."""
     cols = spark_codec.columns(table)
 
-    def convert(rows):
+    def convert(batches):
+        import pyarrow as pa
+
         encoder = RowEncoder(table, avro=True)
-        for row in rows:
-            yield spark_codec.physical_row(cols, encoder.convert(json.loads(row[ROW_ALIAS])))
+        for batch in batches:
+            rows = [spark_codec.physical_row(cols, encoder.convert(json.loads(text)))
+                    for text in batch.column(0).to_pylist()]
+            columns = list(zip(*rows, strict=True)) if rows else [() for _ in cols]
+            yield pa.RecordBatch.from_arrays([pa.array(list(c), type=f.type) for c, f in
+                                              zip(columns, arrow_schema, strict=True)], schema=arrow_schema)
     return convert
 
 
@@ -190,12 +197,13 @@ def table_dir(schema: str, name: str) -> str:
 
 
 def _write_parquet(spark, plan: ReadPlan, raw, tmp: Path, topic: str) -> TableCopy:
+    from pyspark.sql.pandas.types import to_arrow_schema
     from pyspark.sql.types import StructType
 
     table = plan.table
     cols = spark_codec.columns(table)
-    rows = raw.select(ROW_ALIAS).rdd.mapPartitions(physical_converter(table))
-    df = spark.createDataFrame(rows, StructType(spark_codec.physical_fields(cols)), verifySchema=False)
+    physical = StructType(spark_codec.physical_fields(cols))
+    df = raw.select(ROW_ALIAS).mapInArrow(physical_converter(table, to_arrow_schema(physical)), physical)
     rel = f"tables/{table_dir(table.schema, table.name)}"
     path = str(tmp / rel)
     df.selectExpr(*spark_codec.logical_exprs(cols)).write.parquet(path)

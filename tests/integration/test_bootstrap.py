@@ -147,7 +147,7 @@ def test_bad_cases_leave_no_output(stack, db, schema, cluster, relay_factory, sp
 
     killer = _SnapshotKiller(stack.dsn)
     killer.start()
-    with pytest.raises(BootstrapError, match="expired"):
+    with pytest.raises(BootstrapError, match="exporting transaction ended"):
         _run(spark, stack, cluster, "bad", tmp_path / "c")
     killer.join(10)
     assert killer.killed
@@ -160,7 +160,7 @@ def test_bad_cases_leave_no_output(stack, db, schema, cluster, relay_factory, sp
 
 
 class _SnapshotKiller(threading.Thread):
-    """Terminates the bootstrap's exporting transaction as soon as it appears."""
+    """Terminates the bootstrap's exporting transaction as soon as it has exported its snapshot."""
 
     def __init__(self, dsn: str):
         super().__init__(daemon=True)
@@ -172,7 +172,7 @@ class _SnapshotKiller(threading.Thread):
         with conn.cursor() as cur:
             for _ in range(2000):
                 cur.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                            "WHERE application_name = %s", (APPLICATION_NAME,))
+                            "WHERE application_name = %s AND state = 'idle in transaction'", (APPLICATION_NAME,))
                 if cur.fetchall():
                     self.killed = True
                     break
