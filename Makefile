@@ -38,7 +38,7 @@ unit: install
 	$(PY) -m pytest -ra tests/unit
 
 lint: install
-	$(VENV)/bin/ruff check pgshovel2 tests scripts bench
+	$(VENV)/bin/ruff check pgshovel2 tests scripts bench spark
 
 requirements.txt: setup.py
 	scripts/requirements.sh > requirements.txt.new && mv requirements.txt.new requirements.txt

@@ -22,6 +22,9 @@ setup(
         "test": ["pytest>=8,<10", "ruff>=0.5"],
         "sentry": ["sentry-sdk>=2,<3"],
         "bench": ["matplotlib>=3.8,<4", "py-spy>=0.3,<1"],
+        # 4.0.x: newer releases' spark-token-provider-kafka (a dependency of the Kafka
+        # connector) is missing from Maven Central. pandas: PySpark's mapInArrow insists on it.
+        "spark": ["pyspark>=4.0,<4.1", "pyarrow>=15", "pandas>=2.0,<3"],
     },
     entry_points={
         "console_scripts": [

@@ -52,6 +52,15 @@ def plot(result: dict, stem: Path) -> list[Path]:
         _bars(path, f"Commit to read_committed visibility at {lat['tps_target']} tps (trigger backend)", "ms",
               {q: {"min": lat[q], "median": lat[q], "max": lat[q]} for q in qs}, 100, "goal: p99 100 ms")
         out.append(path)
+    if "bootstrap" in result:
+        boot = result["bootstrap"]
+        path = stem.with_name(stem.name + "-bootstrap.png")
+        items = {"COPY -> Parquet": boot["copy_parquet"],
+                 **{f"Spark {m} ({k})": boot[f"spark_{m}"][k] for m in ("local[1]", "local[2]")
+                    for k in ("copy", "command")}}
+        _bars(path, f"Bootstrap of pgbench_accounts ({boot['rows']:,} rows)", "rows/s", items,
+              boot["copy_parquet"]["median"], "COPY reference")
+        out.append(path)
     if "profile" in result:
         prof = result["profile"]
         path = stem.with_name(stem.name + "-profile.png")

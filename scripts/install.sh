@@ -6,7 +6,7 @@ set -euo pipefail
 source "$(dirname "$0")/env.sh"
 
 APT_PACKAGES="postgresql-15 postgresql-15-pgq3 pgqd postgresql-server-dev-15 libpq-dev
-  postgresql-contrib zookeeper kcat netcat-openbsd maven openjdk-17-jre-headless"
+  postgresql-contrib zookeeper kcat netcat-openbsd maven openjdk-17-jre-headless libpostgresql-jdbc-java"
 
 missing=""
 for p in $APT_PACKAGES; do
@@ -41,6 +41,22 @@ if [ ! -f "$KAFKA_LIBS/.complete" ]; then
   mvn -q -B -f "$REPO/scripts/kafka/pom.xml" dependency:copy-dependencies \
       -DoutputDirectory="$KAFKA_LIBS"
   touch "$KAFKA_LIBS/.complete"
+fi
+
+# Spark's Kafka connector for the installed pyspark, with its dependencies not already in
+# pyspark's own jars (the bootstrap/materialize jobs pass these with spark.jars).
+SPARK_VERSION=$("$VENV/bin/python" -c 'import pyspark; print(pyspark.__version__)')
+if [ ! -f "$SPARK_JARS/.complete-$SPARK_VERSION" ]; then
+  log "fetching spark-sql-kafka-0-10 $SPARK_VERSION from Maven Central"
+  rm -rf "$SPARK_JARS" && mkdir -p "$SPARK_JARS"
+  mvn -q -B -s "$REPO/scripts/spark/settings.xml" -f "$REPO/scripts/spark/pom.xml" dependency:copy-dependencies -Dspark.version="$SPARK_VERSION" \
+      -DincludeScope=runtime -DoutputDirectory="$SPARK_JARS"
+  pyspark_jars=$("$VENV/bin/python" -c 'import os, pyspark; print(os.path.join(os.path.dirname(pyspark.__file__), "jars"))')
+  for jar in "$SPARK_JARS"/*.jar; do
+    artifact=$(basename "$jar" | sed -E 's/-[0-9][^-]*(-[a-z0-9]+)?\.jar$//')
+    if ls "$pyspark_jars/$artifact"-[0-9]*.jar >/dev/null 2>&1; then rm "$jar"; fi
+  done
+  touch "$SPARK_JARS/.complete-$SPARK_VERSION"
 fi
 
 if [ -x "$REPO/scripts/registry/install.sh" ]; then

@@ -94,3 +94,14 @@ def relay_factory(stack, cluster, tmp_path):
     yield start
     for relay in relays:
         relay.stop(signal.SIGKILL)
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """One local SparkSession (2 cores) for the Spark tests, with the JDBC driver and Kafka connector jars."""
+    from pgshovel2.sparkjobs import session
+
+    s = session.session("local[2]", "pgshovel2-tests", settings={"spark.sql.shuffle.partitions": "2",
+                                                                 "spark.ui.showConsoleProgress": "false"})
+    yield s
+    s.stop()

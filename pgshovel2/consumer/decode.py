@@ -101,11 +101,15 @@ class Decoder:
 
     registry_url: schema registry URL, needed only for Avro messages; or pass
     a ready SchemaRegistryClient as registry. Schemas are cached by id.
+    raw: return Avro datums without logical types applied (the physical Avro
+    values: days, microseconds, unscaled decimal bytes), as the relay's
+    codec produced them.
     Raises ConsumerError naming the message when data cannot be decoded.
     """
 
-    def __init__(self, registry_url: str | None = None, registry: SchemaRegistryClient | None = None):
-        self.registry_url = registry_url
+    def __init__(self, registry_url: str | None = None, registry: SchemaRegistryClient | None = None,
+                 raw: bool = False):
+        self.registry_url, self.raw = registry_url, raw
         self._registry = registry
         self._schemas: dict[int, tuple[Any, Convert | None]] = {}
 
@@ -141,7 +145,7 @@ class Decoder:
                 body = io.BytesIO(data)
                 body.seek(5)
                 datum = fastavro.schemaless_reader(body, parsed)
-                return convert(datum) if convert is not None else datum
+                return convert(datum) if convert is not None and not self.raw else datum
             return json.loads(data)
         except ConsumerError:
             raise

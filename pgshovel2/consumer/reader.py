@@ -14,25 +14,28 @@ import logging
 import time
 import uuid
 from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import (
     OFFSET_BEGINNING,
     Consumer,
-    IsolationLevel,
     KafkaError,
-    KafkaException,
     Message,
     TopicPartition,
 )
-from confluent_kafka.admin import AdminClient, OffsetSpec
+from confluent_kafka.admin import AdminClient
 
 from pgshovel2.cluster import ClusterStore
 from pgshovel2.consumer.decode import Decoder
 from pgshovel2.consumer.errors import ConsumerError, IncompleteTransactionError
 from pgshovel2.consumer.model import DataMessage, Transaction, TxnRecord
+from pgshovel2.consumer.offsets import end_offsets, partition_counts
 from pgshovel2.consumer.reassembly import Reassembler
 from pgshovel2.consumer.topics import SetTopics
+from pgshovel2.txids import TxidSnapshot
+
+if TYPE_CHECKING:
+    from pgshovel2.bootstrap.manifest import Manifest
 
 log = logging.getLogger(__name__)
 kafka_log = logging.getLogger("pgshovel2.consumer.kafka")  # librdkafka's own log lines
@@ -55,6 +58,11 @@ class SetReader:
     snapshot_chunk: most snapshot rows per snapshot Transaction.
     max_buffered: messages held per partition before it is paused.
     kafka_config: extra librdkafka consumer settings.
+    start_offsets: (topic, partition) -> offset to start at (overrides
+    from_beginning for those partitions; others start at the beginning).
+    after_snapshot: a txid snapshot (TxidSnapshot or its text): transactions
+    visible in it and snapshot rows (op ``r``) are skipped -- they are in the
+    bootstrap copy taken under it. :meth:`from_manifest` sets both.
 
     Raises ConsumerError when Kafka cannot be reached or a topic is missing.
     Use as a context manager, or call close().
@@ -63,7 +71,9 @@ class SetReader:
     def __init__(self, topics: SetTopics, bootstrap: str, registry_url: str | None = None, *,
                  from_beginning: bool = True, tables: Iterable[str] | None = None,
                  assembly_timeout: float = 30.0, snapshot_chunk: int = 1000, max_buffered: int = 10000,
-                 kafka_config: dict[str, Any] | None = None, timeout: float = 30.0):
+                 kafka_config: dict[str, Any] | None = None, timeout: float = 30.0,
+                 start_offsets: dict[Partition, int] | None = None,
+                 after_snapshot: TxidSnapshot | str | None = None):
         self.topics = topics.select(tables)
         self.bootstrap, self.from_beginning = bootstrap, from_beginning
         self.assembly_timeout, self.max_buffered, self.timeout = assembly_timeout, max_buffered, timeout
@@ -79,13 +89,20 @@ class SetReader:
             self._data = [(t.topic, p) for t in self.topics.tables for p in range(self.partitions[t.topic])]
             self._txn = (self.topics.transactions, 0)
             start = self._end_offsets() if not from_beginning else {tp: OFFSET_BEGINNING for tp in self._all}
+            if start_offsets is not None:
+                start = {tp: start_offsets.get(tp, OFFSET_BEGINNING) for tp in self._all}
             self._consumer.assign([TopicPartition(t, p, o) for (t, p), o in start.items()])
             self._position: dict[Partition, int] = dict(start)  # next offset to read, as far as known
         except BaseException:
             self._consumer.close()
             raise
-        self.reassembler = Reassembler(self.topics, self.partitions, drop_orphans=not from_beginning,
+        mid_stream = not from_beginning or start_offsets is not None
+        self.reassembler = Reassembler(self.topics, self.partitions, drop_orphans=mid_stream,
                                        snapshot_chunk=snapshot_chunk)
+        if isinstance(after_snapshot, str):
+            after_snapshot = TxidSnapshot.parse(after_snapshot)
+        self.after_snapshot = after_snapshot
+        self.skipped_visible = 0
         self._paused: set[Partition] = set()
         self._closed = False
 
@@ -94,6 +111,25 @@ class SetReader:
                 **options: Any) -> "SetReader":
         """A reader of set_name, whose record is read from ZooKeeper through store."""
         return cls(SetTopics.from_store(store, set_name), bootstrap, registry_url, **options)
+
+    @classmethod
+    def from_manifest(cls, manifest: "Manifest | str", bootstrap: str, registry_url: str | None = None,
+                      **options: Any) -> "SetReader":
+        """A reader that continues a bootstrap exactly: snapshot + what it yields = the source.
+
+        manifest: a Manifest or a bootstrap directory / manifest.json path
+        (pgshovel2.bootstrap.manifest). Starts every partition at the
+        manifest's Kafka offsets (read before the snapshot was exported) and
+        skips snapshot rows and every transaction visible in the manifest's
+        txid snapshot. Raises BootstrapError for an unusable manifest.
+        """
+        from pgshovel2.bootstrap.manifest import Manifest
+
+        if not isinstance(manifest, Manifest):
+            manifest = Manifest.load(manifest)
+        topics = SetTopics.from_record(manifest.set, manifest.record)
+        return cls(topics, bootstrap, registry_url, start_offsets=manifest.offsets(),
+                   after_snapshot=manifest.txid_snapshot, **options)
 
     def __enter__(self) -> "SetReader":
         return self
@@ -113,18 +149,9 @@ class SetReader:
 
     def _partitions(self) -> dict[str, int]:
         """Topic -> partition count. Raises ConsumerError for a missing topic or no Kafka."""
-        try:
-            meta = self._consumer.list_topics(timeout=self.timeout)
-        except KafkaException as exc:
-            raise ConsumerError(f"cannot reach Kafka at {self.bootstrap}: {exc}") from exc
-        out = {}
-        for topic in [t.topic for t in self.topics.tables] + [self.topics.transactions]:
-            info = meta.topics.get(topic)
-            if info is None or info.error is not None or not info.partitions:
-                raise ConsumerError(f"topic {topic!r} of set {self.topics.set_name!r} does not exist in Kafka "
-                                    f"at {self.bootstrap} (the relay creates it when it first starts)")
-            out[topic] = len(info.partitions)
-        return out
+        topics = [t.topic for t in self.topics.tables] + [self.topics.transactions]
+        return partition_counts(self._admin, topics, self.bootstrap, f"of set {self.topics.set_name!r}",
+                                self.timeout)
 
     def _end_offsets(self) -> dict[Partition, int]:
         """Committed end offsets (last stable offsets) now: data partitions FIRST, then the transactions topic.
@@ -133,17 +160,7 @@ class SetReader:
         whose BEGIN is before the transactions end offset are orphans (see
         pgshovel2.consumer.reassembly).
         """
-        out = {}
-        for group in (self._data, [self._txn]):
-            request = {TopicPartition(t, p): OffsetSpec.latest() for t, p in group}
-            try:
-                futures = self._admin.list_offsets(request, isolation_level=IsolationLevel.READ_COMMITTED,
-                                                   request_timeout=self.timeout)
-                out.update({(tp.topic, tp.partition): f.result().offset for tp, f in futures.items()})
-            except KafkaException as exc:
-                raise ConsumerError(f"cannot read the end offsets of {sorted({t for t, _ in group})} "
-                                    f"from Kafka at {self.bootstrap}: {exc}") from exc
-        return out
+        return end_offsets(self._admin, [self._data, [self._txn]], self.bootstrap, self.timeout)
 
     def transactions(self, until_caught_up: bool = False, idle_timeout: float | None = None,
                      poll_timeout: float = 0.2) -> Iterator[Transaction]:
@@ -172,6 +189,8 @@ class SetReader:
                 self._position[where] = msg.offset() + 1
                 self._feed(msg)
             for txn in self.reassembler.ready():
+                if self._already_copied(txn):
+                    continue
                 yield txn
                 stall_since = time.monotonic()  # time spent in the caller does not count
             self._flow_control()
@@ -186,6 +205,15 @@ class SetReader:
                 return
             if idle_timeout is not None and time.monotonic() - last_message > idle_timeout:
                 return
+
+    def _already_copied(self, txn: Transaction) -> bool:
+        """True for what the bootstrap of after_snapshot holds: snapshot rows, visible transactions."""
+        if self.after_snapshot is None:
+            return False
+        if txn.snapshot or self.after_snapshot.visible(txn.txid):
+            self.skipped_visible += 0 if txn.snapshot else 1
+            return True
+        return False
 
     def _kafka_error(self, msg: Message) -> None:
         err = msg.error()

@@ -46,7 +46,8 @@ class Snapshot:
     def rows(self, table: Table, fetch_size: int = 5000) -> Iterator[list]:
         """Stream a table's rows in trigger form (pgshovel2.encode_row), bounded memory."""
         attnums = [c.attnum for c in table.columns]
-        query = sql.SQL("SELECT pgshovel2.encode_row(t, %s::int2[]) FROM {} t").format(
+        # The alias must not be a column name: a column named like it would be passed instead of the row.
+        query = sql.SQL("SELECT pgshovel2.encode_row(__pgshovel2_row__, %s::int2[]) FROM {} __pgshovel2_row__").format(
             sql.Identifier(table.schema, table.name))
         with self._conn.cursor(name="snapshot_rows") as cur:
             cur.itersize = fetch_size

@@ -1,0 +1,60 @@
+"""Decoding a set's Kafka messages into rows for the materialize job (pure
+Python; runs inside Spark's Python workers).
+
+A data message becomes ``physical values + (op, position, offset)``: the
+value's Avro datum (decoded without logical types, pgshovel2.consumer.decode)
+or, for a tombstone, the key's fields. Skipped: snapshot rows (op ``r``) and
+every change whose source transaction is visible in the bootstrap's txid
+snapshot (it is in the bootstrap copy already).
+"""
+
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from pgshovel2.catalog import Table
+from pgshovel2.codec import spark as spark_codec
+from pgshovel2.consumer.decode import Decoder
+from pgshovel2.consumer.errors import ConsumerError
+from pgshovel2.txids import TxidSnapshot
+
+OP, POSITION, OFFSET = "__pgshovel_op", "__pgshovel_position", "__pgshovel_offset"
+
+
+def _headers(headers: Iterable[Any] | None) -> dict[str, str]:
+    return {h[0]: (h[1].decode("utf-8") if h[1] is not None else None) for h in headers or ()}
+
+
+def change_rows(table: Table, registry_url: str | None, snapshot: str):
+    """mapPartitions function: Kafka rows (key, value, partition, offset, headers) of the table's
+    topic -> physical rows + [op, position, offset]. Raises ConsumerError naming a bad message."""
+    cols = spark_codec.columns(table)
+
+    def convert(rows: Iterator[Any]) -> Iterator[list]:
+        decoder, snap = Decoder(registry_url, raw=True), TxidSnapshot.parse(snapshot)
+        for row in rows:
+            where = f"{table.qualified} message at partition {row['partition']} offset {row['offset']}"
+            headers = _headers(row["headers"])
+            try:
+                op, txid, position = headers["pgshovel.op"], int(headers["pgshovel.txid"]), headers["pgshovel.position"]
+            except (KeyError, TypeError, ValueError) as exc:
+                raise ConsumerError(f"{where}: missing or malformed pgshovel headers {headers!r}") from exc
+            if op == "r" or snap.visible(txid):
+                continue
+            value = decoder.decode(row["value"], f"the value of {where}")
+            datum = value if value is not None else decoder.decode(row["key"], f"the key of {where}")
+            if datum is None:
+                continue  # unkeyed delete: nothing identifies the row
+            yield [*spark_codec.physical_row(cols, datum), "d" if value is None else op, position, row["offset"]]
+    return convert
+
+
+def truncations(registry_url: str | None, snapshot: str):
+    """mapPartitions function: transactions-topic rows -> (table topic, position) of each TRUNCATE
+    not visible in the snapshot."""
+    def convert(rows: Iterator[Any]) -> Iterator[tuple[str, str]]:
+        decoder, snap = Decoder(registry_url, raw=True), TxidSnapshot.parse(snapshot)
+        for row in rows:
+            rec = decoder.decode(row["value"], f"transactions record at offset {row['offset']}")
+            if rec and rec.get("type") == "TRUNCATE" and not snap.visible(rec["txid"]):
+                yield rec["table"], rec["position"]
+    return convert

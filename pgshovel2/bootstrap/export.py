@@ -1,0 +1,184 @@
+"""The exporting transaction of a bootstrap and the plan of its parallel reads.
+
+One psycopg2 connection in REPEATABLE READ exports its snapshot
+(``pg_export_snapshot()``) and records the handoff position of the set's
+backend in the same transaction (trigger: ``txid_current_snapshot()``). It
+stays open while the readers run: each JDBC partition adopts the snapshot
+with ``SET TRANSACTION SNAPSHOT``, so every partition reads the same state.
+"""
+
+import logging
+import math
+from dataclasses import dataclass
+
+import psycopg2
+from psycopg2 import sql
+from psycopg2.extensions import parse_dsn
+
+from pgshovel2 import names
+from pgshovel2.bootstrap.manifest import BootstrapError
+from pgshovel2.catalog import Table
+from pgshovel2.db import connect
+
+log = logging.getLogger(__name__)
+INTEGER_KINDS = ("int2", "int4", "int8")
+PK_ALIAS, ROW_ALIAS = "__pgshovel_pk", "__pgshovel_row"
+APPLICATION_NAME = "pgshovel2 bootstrap exporter"
+
+
+@dataclass(frozen=True)
+class ReadPlan:
+    """How one table is read: a query and its key-range partitions.
+
+    query: a parenthesized subquery with columns __pgshovel_pk (the first key
+    column, or NULL) and __pgshovel_row (the captured columns in trigger form,
+    JSON text, from pgshovel2.encode_row: exactly what the relay encodes).
+    column: the partition column (None: one partition); lower/upper: min and
+    max of the first key column in the snapshot; partitions: how many.
+    """
+
+    table: Table
+    query: str
+    column: str | None
+    lower: int
+    upper: int
+    partitions: int
+
+
+class ExportedSnapshot:
+    """An open exporting transaction (context manager; rolled back on exit).
+
+    snapshot_id: from pg_export_snapshot(); txid_snapshot: the handoff
+    position (trigger backend). Raises BootstrapError when the database
+    cannot be reached or the backend has no handoff position yet.
+    """
+
+    def __init__(self, dsn: str, backend: str):
+        if backend != "trigger":
+            raise BootstrapError(f"bootstrap of a set with backend {backend!r} is not supported yet "
+                                 "(only 'trigger')")
+        self.dsn = dsn
+        self._conn = connect(dsn, "the bootstrap", BootstrapError)
+        self._conn.set_session(isolation_level="REPEATABLE READ", readonly=True)
+        self.snapshot_id = "(not exported yet)"
+        try:
+            with self._conn.cursor() as cur:
+                cur.execute("SET application_name = %s", (APPLICATION_NAME,))
+                cur.execute("SELECT pg_export_snapshot(), txid_current_snapshot()::text")
+                self.snapshot_id, self.txid_snapshot = cur.fetchone()
+        except psycopg2.Error as exc:
+            self.close()
+            raise self.ended(exc) from exc
+        log.info("exported snapshot %s, handoff txid snapshot %s", self.snapshot_id, self.txid_snapshot)
+
+    def __enter__(self) -> "ExportedSnapshot":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """End the exporting transaction (the snapshot id becomes invalid)."""
+        if self._conn.closed:
+            return
+        try:
+            self._conn.rollback()
+        except psycopg2.Error:  # the connection is gone already (e.g. terminated): nothing to end
+            pass
+        self._conn.close()
+
+    def alive(self) -> bool:
+        """True while the exporting transaction is still open (its snapshot importable)."""
+        try:
+            with self._conn.cursor() as cur:
+                cur.execute("SELECT 1")
+            return True
+        except psycopg2.Error:
+            return False
+
+    def check_table(self, table: Table) -> None:
+        """Raise BootstrapError unless table and its captured columns are readable in the snapshot."""
+        with self._conn.cursor() as cur:
+            cur.execute("SELECT to_regclass(%s)", (table.qualified,))
+            (oid,) = cur.fetchone()
+            if oid is None:
+                raise BootstrapError(f"table {table.qualified} of the set does not exist (or is not visible) "
+                                     f"in the database of the bootstrap")
+            cur.execute("SELECT has_table_privilege(%s, 'SELECT')", (table.qualified,))
+            if not cur.fetchone()[0]:
+                raise BootstrapError(f"the bootstrap's database user may not SELECT from {table.qualified}")
+            cur.execute("SELECT attnum, attname FROM pg_attribute WHERE attrelid = %s::regclass "
+                        "AND attnum > 0 AND NOT attisdropped", (table.qualified,))
+            present = dict(cur.fetchall())
+        for col in table.columns:
+            if present.get(col.attnum) != col.name:
+                raise BootstrapError(f"column {names.quote_ident(col.name)} (attnum {col.attnum}) of "
+                                     f"{table.qualified} is not in the table any more: the set config is "
+                                     "out of date")
+
+    def ended(self, exc: Exception | None = None) -> BootstrapError:
+        """The error for an exporting transaction that ended before every partition adopted its snapshot."""
+        detail = f": {str(exc).strip()}" if exc is not None else ""
+        return BootstrapError(f"the exported snapshot {self.snapshot_id} expired (its exporting transaction "
+                              f"ended){detail}; nothing was written, run the bootstrap again")
+
+    def plan(self, table: Table, partition_rows: int, max_partitions: int) -> ReadPlan:
+        """The read plan of table: key ranges sized from pg_class.reltuples (the key range when
+        the table was never analyzed) and min/max of the first key column.
+
+        Raises BootstrapError when the table cannot be read or the exporting transaction ended.
+        """
+        try:
+            return self._plan(table, partition_rows, max_partitions)
+        except psycopg2.Error as exc:
+            raise self.ended(exc) from exc
+
+    def _plan(self, table: Table, partition_rows: int, max_partitions: int) -> ReadPlan:
+        self.check_table(table)
+        attnums = "{" + ",".join(str(c.attnum) for c in table.columns) + "}"
+        key = next((c for c in table.columns if table.key and c.name == table.key[0]), None)
+        usable = key is not None and key.kind in INTEGER_KINDS and not key.is_array
+        # The row alias must not be a column name (a column named like it would be passed instead).
+        pk = f"__pgshovel2_row__.{names.quote_ident(key.name)}" if usable else "NULL::int8"
+        query = (f"(SELECT {pk} AS {PK_ALIAS}, pgshovel2.encode_row(__pgshovel2_row__, '{attnums}'::int2[])::text "
+                 f"AS {ROW_ALIAS} FROM {table.qualified} __pgshovel2_row__) AS pgshovel_bootstrap")
+        if not usable:
+            log.info("table %s: no integer key column to split on: one partition", table.qualified)
+            return ReadPlan(table, query, None, 0, 0, 1)
+        with self._conn.cursor() as cur:
+            cur.execute("SELECT reltuples::int8 FROM pg_class WHERE oid = %s::regclass", (table.qualified,))
+            estimate = cur.fetchone()[0]  # -1: never analyzed
+            cur.execute(sql.SQL("SELECT min({k}), max({k}) FROM {t}").format(
+                k=sql.Identifier(key.name), t=sql.Identifier(table.schema, table.name)))
+            lower, upper = cur.fetchone()
+        if lower is None:
+            log.info("table %s is empty in the snapshot: one partition", table.qualified)
+            return ReadPlan(table, query, None, 0, 0, 1)
+        if estimate < 0:
+            estimate = upper - lower + 1  # no statistics yet: assume a dense key
+        parts = max(1, min(max_partitions, math.ceil(estimate / partition_rows), upper - lower + 1))
+        log.info("table %s: ~%d rows, %d partition(s) on %s in [%d, %d]", table.qualified, estimate,
+                 parts, key.name, lower, upper)
+        return ReadPlan(table, query, PK_ALIAS if parts > 1 else None, lower, upper, parts)
+
+
+def jdbc_url(dsn: str) -> tuple[str, dict[str, str]]:
+    """(JDBC URL, connection properties {user, password}) of a libpq DSN (host, port, dbname, user, password)."""
+    try:
+        params = parse_dsn(dsn)
+    except psycopg2.ProgrammingError as exc:
+        raise BootstrapError(f"malformed database DSN of the set: {exc}") from exc
+    host = params.get("host", "localhost")
+    port = params.get("port", "5432")
+    url = f"jdbc:postgresql://{host}:{port}/{params.get('dbname', params.get('user', 'postgres'))}"
+    props = {k: params[k] for k in ("user", "password") if k in params}
+    return url, props
+
+
+def redacted(dsn: str) -> str:
+    """The DSN without its password (for the manifest)."""
+    try:
+        params = parse_dsn(dsn)
+    except psycopg2.ProgrammingError:
+        return ""
+    return " ".join(f"{k}={v}" for k, v in params.items() if k != "password")

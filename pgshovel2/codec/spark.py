@@ -1,0 +1,112 @@
+"""Spark / Parquet columns of a table: derived from the Avro mapping of
+:mod:`pgshovel2.codec.types` (WIRE.md), never a second type mapping.
+
+A row reaches Spark in two steps:
+
+1. physical: the Avro datum of each column (RowEncoder.convert with Avro,
+   or a message decoded without logical types) as Spark accepts it from
+   Python -- Avro int/long/float/double/boolean/string/bytes as is, decimals
+   (unscaled big-endian bytes) as decimal.Decimal (precision <= 38; wider ones
+   as their exact text);
+2. logical: a SQL expression per column turns the Avro logical types into
+   Spark types: date -> DATE (``date_from_unix_date``), timestamp-micros ->
+   TIMESTAMP (UTC), local-timestamp-micros -> TIMESTAMP_NTZ; arrays element
+   by element. The ±infinity sentinels of WIRE.md (int/long min/max) stay
+   those extreme values.
+
+time-micros stays a BIGINT of microseconds since midnight (Spark has no
+time-of-day type); uuid, json, interval, timetz and the rest stay strings.
+Requires ``spark.sql.session.timeZone=UTC`` (the jobs set it).
+"""
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+from pgshovel2 import names
+from pgshovel2.catalog import Table
+from pgshovel2.codec.types import field_type
+
+MAX_SPARK_PRECISION = 38
+_PRIMITIVE = {"boolean": "BooleanType", "int": "IntegerType", "long": "LongType", "float": "FloatType",
+              "double": "DoubleType", "string": "StringType", "bytes": "BinaryType"}
+_LOGICAL_SQL = {"date": "date_from_unix_date({})", "timestamp-micros": "timestamp_micros({})",
+                "local-timestamp-micros": "CAST(timestamp_micros({}) AS TIMESTAMP_NTZ)"}
+
+
+@dataclass(frozen=True)
+class SparkColumn:
+    """One column: physical Spark type, its Python converter (None: identity) and logical SQL.
+
+    name: the column's PostgreSQL name (also the Parquet column name);
+    field: its Avro field name (the key of decoded Avro datums);
+    sql: expression template over the physical column, ``{}`` = the column.
+    """
+
+    name: str
+    field: str
+    physical: Any
+    convert: Callable[[Any], Any] | None
+    sql: str
+    nullable: bool
+
+
+def _decimal(scale: int, as_text: bool) -> Callable[[bytes], Any]:
+    def convert(raw: bytes) -> Any:
+        value = Decimal(int.from_bytes(raw, "big", signed=True)).scaleb(-scale)
+        return str(value) if as_text else value
+    return convert
+
+
+def _spark_type(avro: Any) -> tuple[Any, Callable[[Any], Any] | None, str]:
+    """(physical Spark type, Python converter, SQL template) of a non-null Avro schema."""
+    from pyspark.sql import types as st
+
+    if isinstance(avro, str):
+        return getattr(st, _PRIMITIVE[avro])(), None, "{}"
+    if avro["type"] == "array":
+        items = [s for s in avro["items"] if s != "null"][0]
+        inner, conv, template = _spark_type(items)
+        convert = None if conv is None else (lambda v: [None if x is None else conv(x) for x in v])
+        sql = "{}" if template == "{}" else "transform({}, x -> " + template.format("x") + ")"
+        return st.ArrayType(inner, containsNull=True), convert, sql
+    logical = avro.get("logicalType")
+    if logical == "decimal":
+        wide = avro["precision"] > MAX_SPARK_PRECISION
+        kind = st.StringType() if wide else st.DecimalType(avro["precision"], avro["scale"])
+        return kind, _decimal(avro["scale"], wide), "{}"
+    physical, _, _ = _spark_type(avro["type"])
+    return physical, None, _LOGICAL_SQL.get(logical, "{}")
+
+
+def columns(table: Table) -> list[SparkColumn]:
+    """The Spark columns of a table's captured columns, in column order."""
+    out = []
+    for col in table.columns:
+        physical, convert, sql = _spark_type(field_type(col).avro)
+        out.append(SparkColumn(col.name, names.avro_name(col.name), physical, convert, sql, col.nullable))
+    return out
+
+
+def physical_row(cols: list[SparkColumn], datum: list | dict) -> list:
+    """Avro datums (a list in column order, or a dict by Avro field name) -> physical values."""
+    values = datum if isinstance(datum, list) else [datum.get(c.field) for c in cols]
+    return [v if v is None or c.convert is None else c.convert(v) for c, v in zip(cols, values, strict=True)]
+
+
+def quote(name: str) -> str:
+    """A Spark SQL identifier in backquotes."""
+    return "`" + name.replace("`", "``") + "`"
+
+
+def logical_exprs(cols: list[SparkColumn]) -> list[str]:
+    """SELECT expressions turning physical columns (named by column name) into logical ones."""
+    return [f"{c.sql.format(quote(c.name))} AS {quote(c.name)}" for c in cols]
+
+
+def physical_fields(cols: list[SparkColumn]) -> list:
+    """StructFields of the physical columns."""
+    from pyspark.sql import types as st
+
+    return [st.StructField(c.name, c.physical, True) for c in cols]

@@ -1,0 +1,50 @@
+"""Committed end offsets (read_committed last stable offsets) of topic partitions."""
+
+from confluent_kafka import IsolationLevel, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient, OffsetSpec
+
+from pgshovel2.consumer.errors import ConsumerError
+
+Partition = tuple[str, int]
+
+
+def end_offsets(admin: AdminClient, groups: list[list[Partition]], bootstrap: str,
+                timeout: float = 30.0) -> dict[Partition, int]:
+    """(topic, partition) -> committed end offset, asked group after group, in order.
+
+    The order matters to readers that start mid-stream: asking the data
+    partitions before the transactions topic guarantees that data past the
+    data offsets whose BEGIN is before the transactions offset belongs to
+    transactions already visible (see pgshovel2.consumer.reassembly).
+    Raises ConsumerError naming the topics when Kafka cannot answer.
+    """
+    out: dict[Partition, int] = {}
+    for group in groups:
+        if not group:
+            continue
+        request = {TopicPartition(t, p): OffsetSpec.latest() for t, p in group}
+        try:
+            futures = admin.list_offsets(request, isolation_level=IsolationLevel.READ_COMMITTED,
+                                         request_timeout=timeout)
+            out.update({(tp.topic, tp.partition): f.result().offset for tp, f in futures.items()})
+        except KafkaException as exc:
+            raise ConsumerError(f"cannot read the end offsets of {sorted({t for t, _ in group})} "
+                                f"from Kafka at {bootstrap}: {exc}") from exc
+    return out
+
+
+def partition_counts(admin: AdminClient, topics: list[str], bootstrap: str, what: str,
+                     timeout: float = 30.0) -> dict[str, int]:
+    """Topic -> partition count; raises ConsumerError naming a missing topic (what: e.g. "of set 'x'")."""
+    try:
+        meta = admin.list_topics(timeout=timeout)
+    except KafkaException as exc:
+        raise ConsumerError(f"cannot reach Kafka at {bootstrap}: {exc}") from exc
+    out = {}
+    for topic in topics:
+        info = meta.topics.get(topic)
+        if info is None or info.error is not None or not info.partitions:
+            raise ConsumerError(f"topic {topic!r} {what} does not exist in Kafka at {bootstrap} "
+                                "(the relay creates it when it first starts)")
+        out[topic] = len(info.partitions)
+    return out

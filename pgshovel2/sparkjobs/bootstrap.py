@@ -1,0 +1,268 @@
+"""The bootstrap job: a consistent, parallel copy of a set's tables at an exact handoff position.
+
+Steps (see docs in README.rst, "Bootstrapping consumers with Spark"):
+
+1. read the set record from ZooKeeper; refuse backends without a handoff rule;
+2. read the committed end offsets of the set's topics (data, then transactions);
+3. export a snapshot (pgshovel2.bootstrap.export) and record its txid snapshot;
+4. read every table in key-range JDBC partitions that all adopt that snapshot,
+   rows in the capture trigger's form (pgshovel2.encode_row), converted by the
+   relay's own codec;
+5. write one Parquet dataset per table (pgshovel2.codec.spark types), or the
+   relay's op ``r`` messages to the set's topics in one Kafka transaction;
+6. write manifest.json last, in a temporary directory renamed into place.
+"""
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+import time
+import uuid
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+from confluent_kafka.admin import AdminClient
+
+from pgshovel2 import names
+from pgshovel2.bootstrap.export import ROW_ALIAS, ExportedSnapshot, ReadPlan, jdbc_url, redacted
+from pgshovel2.bootstrap.manifest import BootstrapError, Manifest, TableCopy
+from pgshovel2.catalog import Table
+from pgshovel2.cluster import ClusterStore
+from pgshovel2.codec import spark as spark_codec
+from pgshovel2.codec.rows import RowEncoder
+from pgshovel2.config import SetConfig
+from pgshovel2.consumer.errors import ConsumerError
+from pgshovel2.consumer.offsets import end_offsets, partition_counts
+from pgshovel2.consumer.topics import SetTopics
+from pgshovel2.errors import PgshovelError
+from pgshovel2.sparkjobs.session import require_class
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class BootstrapOptions:
+    """Bootstrap settings.
+
+    output: directory to create (must not exist); it holds manifest.json and,
+    for Parquet, tables/<schema>.<table>/. bootstrap_servers: Kafka (always
+    needed: the handoff offsets). registry_url: schema registry (Avro sets
+    with to_kafka). to_kafka: write op ``r`` messages instead of Parquet.
+    partition_rows: target rows per JDBC partition (from pg_class.reltuples);
+    max_partitions: per table; fetch_size: JDBC rows per round trip.
+    """
+
+    output: str
+    bootstrap_servers: str
+    registry_url: str | None = None
+    to_kafka: bool = False
+    partition_rows: int = 250_000
+    max_partitions: int = 64
+    fetch_size: int = 10_000
+
+
+def run(spark, store: ClusterStore, set_name: str, options: BootstrapOptions) -> Manifest:
+    """Bootstrap set_name; returns the manifest written into options.output.
+
+    Raises BootstrapError (set not relayed yet, output exists, table missing,
+    snapshot expired, JDBC driver missing, Spark failure), ClusterError,
+    ConsumerError (Kafka). Nothing is left at options.output on failure.
+    """
+    record, version = store.get_set(set_name)
+    config = SetConfig.from_dict(record["config"])
+    tables = tuple(Table.from_dict(t) for t in record["tables"])
+    if config.backend != "trigger":
+        raise BootstrapError(f"set {set_name!r} uses backend {config.backend!r}: its bootstrap handoff is "
+                             "not supported yet (only 'trigger')")
+    if store.get_relay_record(set_name, "snapshot") is None:
+        raise BootstrapError(f"the relay of set {set_name!r} has not started yet: start pgshovel-kafka-relay "
+                             "first (the stream a bootstrap hands off to must exist)")
+    output = Path(options.output).absolute()
+    if output.exists():
+        raise BootstrapError(f"bootstrap output {output} already exists: choose a new path")
+    require_class(spark, "org.postgresql.Driver", "install libpostgresql-jdbc-java (scripts/install.sh) "
+                  "or pass the driver with --jdbc-jar / spark-submit --jars")
+    topics = SetTopics.from_record(set_name, record)
+    offsets = _kafka_offsets(topics, options.bootstrap_servers)
+    tmp = output.parent / f".{output.name}.tmp-{uuid.uuid4().hex[:8]}"
+    tmp.mkdir(parents=True)
+    try:
+        copies, txid_snapshot = _copy(spark, set_name, config, tables, topics, tmp, options)
+        manifest = Manifest(
+            set=set_name, cluster=store.cluster, set_version=version,
+            record={**record, "config": {**record["config"], "dsn": redacted(config.dsn)}},
+            output="kafka" if options.to_kafka else "parquet", tables=copies,
+            handoff={"backend": config.backend, "txid_snapshot": txid_snapshot},
+            kafka_offsets={t: {str(p): o for (tt, p), o in sorted(offsets.items()) if tt == t}
+                           for t in sorted({t for t, _ in offsets})},
+            created_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+        manifest.write(tmp)
+        os.rename(tmp, output)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    log.info("bootstrap of set %r complete: %s (%d rows)", set_name, output, sum(c.rows for c in copies))
+    return manifest
+
+
+def _kafka_offsets(topics: SetTopics, bootstrap: str) -> dict[tuple[str, int], int]:
+    """Committed end offsets of the set's data topics, then of its transactions topic."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    what = f"of set {topics.set_name!r}"
+    counts = partition_counts(admin, [t.topic for t in topics.tables] + [topics.transactions], bootstrap, what)
+    data = [(t.topic, p) for t in topics.tables for p in range(counts[t.topic])]
+    return end_offsets(admin, [data, [(topics.transactions, 0)]], bootstrap)
+
+
+def _copy(spark, set_name: str, config: SetConfig, tables: tuple[Table, ...], topics: SetTopics, tmp: Path,
+          options: BootstrapOptions) -> tuple[list[TableCopy], str]:
+    """Export the snapshot and copy every table under it; returns (copies, txid snapshot)."""
+    url, props = jdbc_url(config.dsn)
+    by_table = {(t.schema, t.name): t.topic for t in topics.tables}
+    with ExportedSnapshot(config.dsn, config.backend) as snap:
+        plans = [snap.plan(t, options.partition_rows, options.max_partitions) for t in tables]
+        writer = _KafkaWriter(set_name, config, tables, options) if options.to_kafka else None
+        copies = []
+        try:
+            for plan in plans:
+                started = time.monotonic()
+                raw = _read(spark, plan, url, props, snap.snapshot_id, options.fetch_size)
+                topic = by_table[(plan.table.schema, plan.table.name)]
+                try:
+                    copy = (writer.write(plan, raw, topic) if writer else _write_parquet(spark, plan, raw, tmp, topic))
+                except PgshovelError:
+                    raise
+                except Exception as exc:  # Spark/JDBC failures arrive as Py4JJavaError or PySpark errors
+                    raise _read_error(exc, plan.table, snap) from exc
+                log.info("table %s: %d rows in %.1fs (%.0f rows/s), %d partition(s)", plan.table.qualified,
+                         copy.rows, time.monotonic() - started,
+                         copy.rows / max(time.monotonic() - started, 1e-6), plan.partitions)
+                copies.append(copy)
+            if not snap.alive():  # it must outlive every partition's SET TRANSACTION SNAPSHOT
+                raise snap.ended()
+            if writer:
+                writer.commit()
+        finally:
+            if writer:
+                writer.close()
+        return copies, snap.txid_snapshot
+
+
+def _read_error(exc: Exception, table: Table, snap: ExportedSnapshot) -> BootstrapError:
+    text = str(exc)
+    if "invalid snapshot identifier" in text or not snap.alive():
+        return snap.ended(BootstrapError(f"reading {table.qualified} failed"))
+    first = next((line for line in text.splitlines() if "Exception" in line or "ERROR" in line), text[:300])
+    return BootstrapError(f"reading {table.qualified} failed: {first.strip()}")
+
+
+def _read(spark, plan: ReadPlan, url: str, props: dict[str, str], snapshot_id: str, fetch_size: int):
+    """A DataFrame (__pgshovel_pk, __pgshovel_row) of one table, every partition in the exported snapshot."""
+    reader = (spark.read.format("jdbc").option("url", url).option("driver", "org.postgresql.Driver")
+              .option("dbtable", plan.query).option("fetchsize", str(fetch_size))
+              .option("sessionInitStatement", "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ; "
+                      f"SET TRANSACTION SNAPSHOT '{snapshot_id}'"))
+    for key, value in props.items():
+        reader = reader.option(key, value)
+    if plan.column is not None:
+        reader = (reader.option("partitionColumn", plan.column).option("lowerBound", str(plan.lower))
+                  .option("upperBound", str(plan.upper + 1)).option("numPartitions", str(plan.partitions)))
+    return reader.load()
+
+
+def physical_converter(table: Table, arrow_schema):
+    """mapInArrow function: batches of __pgshovel_row (trigger-form JSON, the relay's own row form)
+    -> Arrow batches of physical columns, converted by the relay's codec (RowEncoder, Avro)."""
+    cols = spark_codec.columns(table)
+
+    def convert(batches):
+        import pyarrow as pa
+
+        encoder = RowEncoder(table, avro=True)
+        for batch in batches:
+            rows = [spark_codec.physical_row(cols, encoder.convert(json.loads(text)))
+                    for text in batch.column(0).to_pylist()]
+            columns = list(zip(*rows, strict=True)) if rows else [() for _ in cols]
+            yield pa.RecordBatch.from_arrays([pa.array(list(c), type=f.type) for c, f in
+                                              zip(columns, arrow_schema, strict=True)], schema=arrow_schema)
+    return convert
+
+
+def table_dir(schema: str, name: str) -> str:
+    """Folder name of a table's dataset: escaped like topic parts, ``schema.table``."""
+    return f"{names.topic_part(schema)}.{names.topic_part(name)}"
+
+
+def _write_parquet(spark, plan: ReadPlan, raw, tmp: Path, topic: str) -> TableCopy:
+    from pyspark.sql.pandas.types import to_arrow_schema
+    from pyspark.sql.types import StructType
+
+    table = plan.table
+    cols = spark_codec.columns(table)
+    physical = StructType(spark_codec.physical_fields(cols))
+    df = raw.select(ROW_ALIAS).mapInArrow(physical_converter(table, to_arrow_schema(physical)), physical)
+    rel = f"tables/{table_dir(table.schema, table.name)}"
+    path = str(tmp / rel)
+    df.selectExpr(*spark_codec.logical_exprs(cols)).write.parquet(path)
+    n, checksum = spark.read.parquet(path).selectExpr(
+        "count(*)", "CAST(coalesce(sum(CAST(xxhash64(*) AS DECIMAL(38,0))), 0) AS STRING)").first()
+    return TableCopy(table.schema, table.name, topic, rel, int(n), checksum, plan.partitions)
+
+
+class _Tally:
+    """A sink wrapper counting messages and summing value hashes per topic (the Kafka checksum)."""
+
+    def __init__(self, sink):
+        self.sink = sink
+        self.rows: Counter[str] = Counter()
+        self.sums: Counter[str] = Counter()
+
+    def produce(self, topic: str, key: bytes | None, value: bytes | None, headers: list) -> None:
+        self.sink.produce(topic, key, value, headers)
+        self.rows[topic] += 1
+        digest = hashlib.sha256(value or b"").digest()[:8]
+        self.sums[topic] = (self.sums[topic] + int.from_bytes(digest, "big")) % 2**64
+
+
+class _KafkaWriter:
+    """Writes op r messages exactly as the relay does (its routes and emitter), in one Kafka transaction."""
+
+    def __init__(self, set_name: str, config: SetConfig, tables: tuple[Table, ...], options: BootstrapOptions):
+        from pgshovel2.relay import setup
+        from pgshovel2.relay.emitter import Emitter
+        from pgshovel2.relay.loop import _snapshot_position
+        from pgshovel2.sinks.kafka import KafkaSink
+        from pgshovel2.sinks.registry import SchemaRegistry
+
+        registry = SchemaRegistry(options.registry_url, max_wait=60) if options.registry_url else None
+        routes, txn_writer = setup.routes(set_name, config, tables, registry)
+        self.sink = KafkaSink(options.bootstrap_servers, f"pgshovel2.bootstrap.{set_name}.{uuid.uuid4().hex[:8]}")
+        self.sink.start()
+        self.tally = _Tally(self.sink)
+        prefix = config.topic_prefix or set_name
+        self.emitter = Emitter(set_name, routes, names.transactions_topic(prefix), txn_writer, self.tally)
+        self.position, self.ordinal, self.ts_ms = _snapshot_position, 0, int(time.time() * 1000)
+
+    def write(self, plan: ReadPlan, raw, topic: str) -> TableCopy:
+        """Produce the op r messages of one table (rows collected to the driver in partition order)."""
+        before = self.tally.rows[topic]
+        for row in raw.select(ROW_ALIAS).toLocalIterator():
+            self.emitter.snapshot_row(plan.table, json.loads(row[0]), self.position(0, self.ordinal), self.ts_ms)
+            self.ordinal += 1
+        t = plan.table
+        return TableCopy(t.schema, t.name, topic, None, self.tally.rows[topic] - before,
+                         str(self.tally.sums[topic]), plan.partitions)
+
+    def commit(self) -> None:
+        """Commit the Kafka transaction: every op r message becomes visible at once."""
+        self.sink.commit()
+
+    def close(self) -> None:
+        """Abort whatever is not committed."""
+        self.sink.close()
+
+
+__all__ = ["BootstrapError", "BootstrapOptions", "ConsumerError", "physical_converter", "run", "table_dir"]

@@ -1,0 +1,192 @@
+"""The materialize job: a bootstrap's Parquet + the set's change stream -> current state (Parquet).
+
+Changes are read from Kafka (spark-sql-kafka-0-10, ``read_committed``) from
+the bootstrap manifest's offsets, decoded by the project's consumer decoder
+(pgshovel2.bootstrap.changes), filtered by the manifest's txid snapshot and
+applied per key in ``pgshovel.position`` order (a tombstone deletes; a
+TRUNCATE on the transactions topic deletes every row older than it).
+
+Output layout (both modes): ``OUTPUT/CURRENT`` names the current state
+folder ``state-<n>``, which holds ``tables/<schema>.<table>/`` (Parquet: the
+captured columns plus ``__pgshovel_position``, the position of the change
+that produced the row, empty for bootstrap rows). Batch mode writes state-0
+once; stream mode (Structured Streaming, foreachBatch) writes state-<batch
+id> per micro-batch, switches CURRENT, then deletes older states, and skips a
+batch it already merged (replays after a restart are harmless).
+"""
+
+import json
+import logging
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from pgshovel2.bootstrap import changes
+from pgshovel2.bootstrap.manifest import BootstrapError, Manifest
+from pgshovel2.catalog import Table
+from pgshovel2.codec import spark as spark_codec
+from pgshovel2.consumer.topics import SetTopics
+from pgshovel2.sparkjobs.bootstrap import table_dir
+from pgshovel2.sparkjobs.session import require_class
+
+log = logging.getLogger(__name__)
+CURRENT = "CURRENT"
+
+
+@dataclass(frozen=True)
+class MaterializeOptions:
+    """bootstrap: the bootstrap directory (with manifest.json); output: the state directory;
+    stream: Structured Streaming with checkpoint (a directory); available_now: in stream
+    mode, process what is in Kafka now and stop; trigger_seconds: micro-batch interval."""
+
+    bootstrap: str
+    output: str
+    bootstrap_servers: str
+    registry_url: str | None = None
+    stream: bool = False
+    checkpoint: str | None = None
+    available_now: bool = False
+    trigger_seconds: float = 10.0
+
+
+def current_state(output: str | Path) -> Path | None:
+    """The current state folder of a materialize output (None before the first merge)."""
+    pointer = Path(output) / CURRENT
+    if not pointer.exists():
+        return None
+    return Path(output) / json.loads(pointer.read_text())["state"]
+
+
+def run(spark, options: MaterializeOptions) -> None:
+    """Materialize once (batch) or until stopped (stream). Raises BootstrapError for an
+    unusable bootstrap, a JSON or debezium set, or a missing Kafka connector."""
+    manifest = Manifest.load(options.bootstrap)
+    config = manifest.record["config"]
+    if config["encoding"] != "avro" or config["envelope"] != "row":
+        raise BootstrapError(f"materialize supports sets with encoding avro and envelope row; set "
+                             f"{manifest.set!r} has {config['encoding']}/{config['envelope']}")
+    if manifest.output != "parquet":
+        raise BootstrapError(f"bootstrap {options.bootstrap} went to Kafka: materialize needs a Parquet bootstrap")
+    require_class(spark, "org.apache.spark.sql.kafka010.KafkaSourceProvider",
+                  "pass the spark-sql-kafka-0-10 package (scripts/install.sh fetches it into .cache/spark-jars)")
+    job = _Job(spark, manifest, options)
+    if options.stream:
+        job.stream()
+    else:
+        job.batch()
+
+
+class _Job:
+    def __init__(self, spark, manifest: Manifest, options: MaterializeOptions):
+        self.spark, self.manifest, self.options = spark, manifest, options
+        self.topics = SetTopics.from_record(manifest.set, manifest.record)
+        self.tables = {(t["schema"], t["name"]): Table.from_dict(t) for t in manifest.record["tables"]}
+        self.output = Path(options.output).absolute()
+
+    def _kafka_options(self) -> dict[str, str]:
+        offsets = self.manifest.kafka_offsets
+        topics = [t.topic for t in self.topics.tables] + [self.topics.transactions]
+        return {"kafka.bootstrap.servers": self.options.bootstrap_servers,
+                "kafka.isolation.level": "read_committed", "includeHeaders": "true",
+                "assign": json.dumps({t: sorted(int(p) for p in offsets.get(t, {"0": 0})) for t in topics}),
+                "startingOffsets": json.dumps({t: {p: o for p, o in offsets.get(t, {}).items()} for t in topics}),
+                "failOnDataLoss": "false"}
+
+    def batch(self) -> None:
+        """Read everything committed now, merge it on the bootstrap, write state-0."""
+        if current_state(self.output) is not None:
+            raise BootstrapError(f"materialize output {self.output} already holds a state: choose a new path "
+                                 "(or use --stream to keep merging into it)")
+        reader = self.spark.read.format("kafka")
+        for key, value in self._kafka_options().items():
+            reader = reader.option(key, value)
+        self.merge(reader.option("endingOffsets", "latest").load(), 0)
+
+    def stream(self) -> None:
+        """Merge micro-batches until stopped (or, available_now, until caught up)."""
+        if not self.options.checkpoint:
+            raise BootstrapError("--stream needs --checkpoint DIR")
+        reader = self.spark.readStream.format("kafka")
+        for key, value in self._kafka_options().items():
+            reader = reader.option(key, value)
+        writer = (reader.load().writeStream.foreachBatch(self.merge)
+                  .option("checkpointLocation", self.options.checkpoint))
+        writer = (writer.trigger(availableNow=True) if self.options.available_now
+                  else writer.trigger(processingTime=f"{self.options.trigger_seconds} seconds"))
+        writer.start().awaitTermination()
+
+    def merge(self, batch, batch_id: int) -> None:
+        """Apply one batch of Kafka rows to the current state (or the bootstrap) as state-<batch_id>."""
+        current = current_state(self.output)
+        if current is not None and int(current.name.split("-")[1]) >= batch_id and self.options.stream:
+            log.info("micro-batch %d was merged before a restart: skipping it", batch_id)
+            return
+        batch = batch.persist()
+        try:
+            truncated = self._truncations(batch)
+            target = self.output / f"state-{batch_id:010d}"
+            shutil.rmtree(target, ignore_errors=True)
+            for t in self.topics.tables:
+                table = self.tables[(t.schema, t.name)]
+                rows = self._apply(table, t.topic, batch, current, truncated.get(t.topic))
+                rows.write.parquet(str(target / "tables" / table_dir(t.schema, t.name)))
+        finally:
+            batch.unpersist()
+        self._switch(target)
+        log.info("merged micro-batch %d into %s", batch_id, target)
+
+    def _truncations(self, batch) -> dict[str, str]:
+        """Table topic -> position of its last TRUNCATE in the batch (not visible in the snapshot)."""
+        snapshot = self.manifest.handoff["txid_snapshot"]
+        txns = batch.filter(batch.topic == self.topics.transactions).select("value", "offset")
+        out: dict[str, str] = {}
+        for topic, position in txns.rdd.mapPartitions(changes.truncations(self.options.registry_url,
+                                                                          snapshot)).collect():
+            out[topic] = max(out.get(topic, ""), position)
+        return out
+
+    def _base(self, table: Table, current: Path | None):
+        """The state to merge on: the current state, else the bootstrap copy (position '')."""
+        from pyspark.sql import functions as sf
+
+        if current is not None:
+            return self.spark.read.parquet(str(current / "tables" / table_dir(table.schema, table.name)))
+        copy = next(c for c in self.manifest.tables if (c.schema, c.name) == (table.schema, table.name))
+        base = self.spark.read.parquet(self.manifest.table_path(self.options.bootstrap, copy))
+        return base.withColumn(changes.POSITION, sf.lit(""))
+
+    def _apply(self, table: Table, topic: str, batch, current: Path | None, truncated_at: str | None):
+        """Latest row per key by (position, offset); tombstones and rows before a TRUNCATE removed."""
+        from pyspark.sql import Window
+        from pyspark.sql import functions as sf
+        from pyspark.sql import types as st
+
+        cols = spark_codec.columns(table)
+        meta = [st.StructField(changes.OP, st.StringType()), st.StructField(changes.POSITION, st.StringType()),
+                st.StructField(changes.OFFSET, st.LongType())]
+        data = batch.filter(batch.topic == topic).select("key", "value", "partition", "offset", "headers")
+        convert = changes.change_rows(table, self.options.registry_url, self.manifest.handoff["txid_snapshot"])
+        physical = self.spark.createDataFrame(data.rdd.mapPartitions(convert),
+                                              st.StructType(spark_codec.physical_fields(cols) + meta),
+                                              verifySchema=False)
+        stream = physical.selectExpr(*spark_codec.logical_exprs(cols), changes.OP, changes.POSITION, changes.OFFSET)
+        base = self._base(table, current).withColumn(changes.OP, sf.lit("r")).withColumn(changes.OFFSET, sf.lit(-1))
+        both = base.unionByName(stream)
+        keys = [sf.col(spark_codec.quote(k)) for k in table.key]
+        order = Window.partitionBy(*keys).orderBy(sf.col(changes.POSITION).desc(), sf.col(changes.OFFSET).desc())
+        latest = both.withColumn("__rank", sf.row_number().over(order)).filter("__rank = 1")
+        latest = latest.filter(sf.col(changes.OP) != "d")
+        if truncated_at is not None:
+            latest = latest.filter(sf.col(changes.POSITION) > truncated_at)
+        return latest.select(*[sf.col(spark_codec.quote(c.name)) for c in cols], changes.POSITION)
+
+    def _switch(self, target: Path) -> None:
+        """Point CURRENT at target (atomic rename), then delete the other states."""
+        pointer = self.output / CURRENT
+        tmp = self.output / f".{CURRENT}.tmp"
+        tmp.write_text(json.dumps({"state": target.name}))
+        os.replace(tmp, pointer)
+        for old in self.output.glob("state-*"):
+            if old != target:
+                shutil.rmtree(old, ignore_errors=True)

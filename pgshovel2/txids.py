@@ -1,0 +1,46 @@
+"""PostgreSQL txid snapshots (``txid_current_snapshot()``) and the visibility rule.
+
+A txid snapshot's text form is ``xmin:xmax:xip1,xip2,...`` (64-bit, epoch
+extended txids, as in the ``pgshovel.txid`` header). A transaction is visible
+in it -- its changes are in a copy read under that snapshot -- exactly when
+PostgreSQL's ``txid_visible_in_snapshot`` says so:
+
+- txid < xmin: visible (committed before the snapshot; aborted ones never reach Kafka);
+- txid >= xmax: not visible (started after the snapshot);
+- txid in the xip list: not visible (in progress when the snapshot was taken);
+- otherwise: visible.
+"""
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class TxidSnapshot:
+    """A parsed txid snapshot: xmin, xmax and the in-progress txids (xip)."""
+
+    xmin: int
+    xmax: int
+    xip: frozenset[int]
+
+    @classmethod
+    def parse(cls, text: str) -> "TxidSnapshot":
+        """Parse ``xmin:xmax:xip,...``; raises ValueError naming the text when malformed."""
+        try:
+            xmin, xmax, xip = text.split(":")
+            parsed = cls(int(xmin), int(xmax), frozenset(int(x) for x in xip.split(",") if x))
+        except ValueError as exc:
+            raise ValueError(f"malformed txid snapshot {text!r} (expected xmin:xmax:xip,...)") from exc
+        if parsed.xmin > parsed.xmax or any(not parsed.xmin <= x < parsed.xmax for x in parsed.xip):
+            raise ValueError(f"inconsistent txid snapshot {text!r} (needs xmin <= xip < xmax)")
+        return parsed
+
+    def visible(self, txid: int) -> bool:
+        """True when the changes of transaction txid are in a copy read under this snapshot."""
+        if txid < self.xmin:
+            return True
+        if txid >= self.xmax:
+            return False
+        return txid not in self.xip
+
+    def __str__(self) -> str:
+        return f"{self.xmin}:{self.xmax}:{','.join(str(x) for x in sorted(self.xip))}"
