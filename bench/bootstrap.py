@@ -87,11 +87,19 @@ def copy_to_parquet(out: Path) -> float:
     return time.monotonic() - started
 
 
-def spark_bootstrap(set_name: str, master: str, out: Path) -> tuple[float, float]:
+# (master, read mode): plain JDBC columns (the default for pgbench_accounts) and the encoded-row path
+VARIANTS = (("local[1]", "native"), ("local[2]", "native"), ("local[2]", "encoded-rows"))
+
+
+def _key(master: str, mode: str) -> str:
+    return master if mode == "native" else f"{master} {mode}"
+
+
+def spark_bootstrap(set_name: str, master: str, mode: str, out: Path) -> tuple[float, float]:
     """(command seconds, copy seconds from the job's log) of ``pgshovel bootstrap --master master``."""
     started = time.monotonic()
-    proc = subprocess.run([str(BIN / "pgshovel"), "bootstrap", set_name, "--output", str(out), "--master", master],
-                          env={**ENV, "PGSHOVEL_CLUSTER": CLUSTER}, capture_output=True, text=True)
+    proc = subprocess.run([str(BIN / "pgshovel"), "bootstrap", set_name, "--output", str(out), "--master", master,
+                           f"--{mode}"], env={**ENV, "PGSHOVEL_CLUSTER": CLUSTER}, capture_output=True, text=True)
     total = time.monotonic() - started
     if proc.returncode != 0:
         raise SystemExit(f"bootstrap failed:\n{proc.stderr[-3000:]}")
@@ -111,15 +119,16 @@ def measure(scale: int = 50, runs: int = 1) -> dict:
         with relay_running(set_name):
             copy = [copy_to_parquet(work / f"copy-{i}.parquet") for i in range(runs)]
             result["copy_parquet"] = summary([rows / s for s in copy])
-            for master in ("local[1]", "local[2]"):
-                timings = [spark_bootstrap(set_name, master, work / f"{master[6]}-{i}") for i in range(runs)]
-                result[f"spark_{master}"] = {"command": summary([rows / t for t, _ in timings]),
-                                             "copy": summary([rows / c for _, c in timings])}
+            for master, mode in VARIANTS:
+                timings = [spark_bootstrap(set_name, master, mode, work / f"{master[6]}-{mode}-{i}")
+                           for i in range(runs)]
+                result[f"spark_{_key(master, mode)}"] = {"command": summary([rows / t for t, _ in timings]),
+                                                         "copy": summary([rows / c for _, c in timings])}
     finally:
         pgshovel("set", "drop", set_name)
     ref = result["copy_parquet"]["median"]
-    result["ratio_to_copy"] = {m: {k: result[f"spark_{m}"][k]["median"] / ref for k in ("command", "copy")}
-                               for m in ("local[1]", "local[2]")}
+    result["ratio_to_copy"] = {_key(*v): {k: result[f"spark_{_key(*v)}"][k]["median"] / ref
+                                          for k in ("command", "copy")} for v in VARIANTS}
     shutil.rmtree(work, ignore_errors=True)
     return result
 
@@ -128,7 +137,7 @@ def lines(result: dict) -> list[str]:
     """The human table of a result."""
     out = [f"bootstrap of pgbench_accounts, {result['rows']:,} rows (rows/s, median of {result['runs']})"]
     out.append(f"  {'COPY TO STDOUT -> Parquet (pyarrow)':<40} {result['copy_parquet']['median']:>12,.0f}  reference")
-    for m in ("local[1]", "local[2]"):
+    for m in (_key(*v) for v in VARIANTS):
         s, r = result[f"spark_{m}"], result["ratio_to_copy"][m]
         for kind, label in (("command", "whole command"), ("copy", "copy only")):
             out.append(f"  {f'Spark {m}, {label}':<40} {s[kind]['median']:>12,.0f}  {r[kind]:.2f} x COPY")

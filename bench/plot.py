@@ -56,7 +56,7 @@ def plot(result: dict, stem: Path) -> list[Path]:
         boot = result["bootstrap"]
         path = stem.with_name(stem.name + "-bootstrap.png")
         items = {"COPY -> Parquet": boot["copy_parquet"],
-                 **{f"Spark {m} ({k})": boot[f"spark_{m}"][k] for m in ("local[1]", "local[2]")
+                 **{f"Spark {m} ({k})": boot[f"spark_{m}"][k] for m in boot["ratio_to_copy"]
                     for k in ("copy", "command")}}
         _bars(path, f"Bootstrap of pgbench_accounts ({boot['rows']:,} rows)", "rows/s", items,
               boot["copy_parquet"]["median"], "COPY reference")

@@ -22,7 +22,7 @@ from pgshovel2.verify import read_topics, verify_set
 BIN = Path(sys.executable).parent
 REPO = Path(__file__).resolve().parent.parent
 # A killed active relay is replaced after this many seconds (the ZooKeeper session timeout).
-SESSION_TIMEOUT = "3"
+SESSION_TIMEOUT = os.environ.get("PGSHOVEL2_TEST_SESSION_TIMEOUT", "3")
 
 
 def write_config(tmp_path: Path, stack, tables: list, encoding: str = "avro", **extra) -> Path:

@@ -22,6 +22,10 @@ from pgshovel2.db import connect
 
 log = logging.getLogger(__name__)
 INTEGER_KINDS = ("int2", "int4", "int8")
+# Types whose JDBC values equal the codec's (WIRE.md) values exactly: such tables are read as plain
+# columns (no Python per row). The rest go through pgshovel2.encode_row and the relay's codec.
+NATIVE_KINDS = frozenset({"bool", "int2", "int4", "int8", "float4", "float8", "text", "varchar", "bpchar",
+                          "name", "bytea"})
 PK_ALIAS, ROW_ALIAS = "__pgshovel_pk", "__pgshovel_row"
 APPLICATION_NAME = "pgshovel2 bootstrap exporter"
 
@@ -31,8 +35,9 @@ class ReadPlan:
     """How one table is read: a query and its key-range partitions.
 
     query: a parenthesized subquery with columns __pgshovel_pk (the first key
-    column, or NULL) and __pgshovel_row (the captured columns in trigger form,
-    JSON text, from pgshovel2.encode_row: exactly what the relay encodes).
+    column, or NULL) and either __pgshovel_row (the captured columns in trigger
+    form, JSON text, from pgshovel2.encode_row: exactly what the relay encodes)
+    or, when native, the captured columns themselves under their own names.
     column: the partition column (None: one partition); lower/upper: min and
     max of the first key column in the snapshot; partitions: how many.
     """
@@ -43,6 +48,19 @@ class ReadPlan:
     lower: int
     upper: int
     partitions: int
+    native: bool = False
+
+
+def is_native(table: Table) -> bool:
+    """True when every captured column is a NATIVE_KINDS scalar (readable as plain JDBC columns)."""
+    return all(c.kind in NATIVE_KINDS and not c.is_array for c in table.columns)
+
+
+def _select_list(table: Table, native: bool) -> str:
+    if native:
+        return ", ".join(f"__pgshovel2_row__.{names.quote_ident(c.name)}" for c in table.columns)
+    attnums = "{" + ",".join(str(c.attnum) for c in table.columns) + "}"
+    return f"pgshovel2.encode_row(__pgshovel2_row__, '{attnums}'::int2[])::text AS {ROW_ALIAS}"
 
 
 class ExportedSnapshot:
@@ -122,29 +140,31 @@ class ExportedSnapshot:
         return BootstrapError(f"the exported snapshot {self.snapshot_id} expired (its exporting transaction "
                               f"ended){detail}; nothing was written, run the bootstrap again")
 
-    def plan(self, table: Table, partition_rows: int, max_partitions: int) -> ReadPlan:
+    def plan(self, table: Table, partition_rows: int, max_partitions: int, native: bool = False) -> ReadPlan:
         """The read plan of table: key ranges sized from pg_class.reltuples (the key range when
-        the table was never analyzed) and min/max of the first key column.
+        the table was never analyzed) and min/max of the first key column. native: read plain
+        columns when the table allows it (:func:`is_native`).
 
         Raises BootstrapError when the table cannot be read or the exporting transaction ended.
         """
         try:
-            return self._plan(table, partition_rows, max_partitions)
+            plan = self._plan(table, partition_rows, max_partitions, native and is_native(table))
         except psycopg2.Error as exc:
             raise self.ended(exc) from exc
+        log.info("table %s: read as %s", table.qualified, "plain columns" if plan.native else "encoded rows")
+        return plan
 
-    def _plan(self, table: Table, partition_rows: int, max_partitions: int) -> ReadPlan:
+    def _plan(self, table: Table, partition_rows: int, max_partitions: int, native: bool) -> ReadPlan:
         self.check_table(table)
-        attnums = "{" + ",".join(str(c.attnum) for c in table.columns) + "}"
         key = next((c for c in table.columns if table.key and c.name == table.key[0]), None)
         usable = key is not None and key.kind in INTEGER_KINDS and not key.is_array
         # The row alias must not be a column name (a column named like it would be passed instead).
         pk = f"__pgshovel2_row__.{names.quote_ident(key.name)}" if usable else "NULL::int8"
-        query = (f"(SELECT {pk} AS {PK_ALIAS}, pgshovel2.encode_row(__pgshovel2_row__, '{attnums}'::int2[])::text "
-                 f"AS {ROW_ALIAS} FROM {table.qualified} __pgshovel2_row__) AS pgshovel_bootstrap")
+        query = (f"(SELECT {pk} AS {PK_ALIAS}, {_select_list(table, native)} "
+                 f"FROM {table.qualified} __pgshovel2_row__) AS pgshovel_bootstrap")
         if not usable:
             log.info("table %s: no integer key column to split on: one partition", table.qualified)
-            return ReadPlan(table, query, None, 0, 0, 1)
+            return ReadPlan(table, query, None, 0, 0, 1, native)
         with self._conn.cursor() as cur:
             cur.execute("SELECT reltuples::int8 FROM pg_class WHERE oid = %s::regclass", (table.qualified,))
             estimate = cur.fetchone()[0]  # -1: never analyzed
@@ -153,13 +173,13 @@ class ExportedSnapshot:
             lower, upper = cur.fetchone()
         if lower is None:
             log.info("table %s is empty in the snapshot: one partition", table.qualified)
-            return ReadPlan(table, query, None, 0, 0, 1)
+            return ReadPlan(table, query, None, 0, 0, 1, native)
         if estimate < 0:
             estimate = upper - lower + 1  # no statistics yet: assume a dense key
         parts = max(1, min(max_partitions, math.ceil(estimate / partition_rows), upper - lower + 1))
         log.info("table %s: ~%d rows, %d partition(s) on %s in [%d, %d]", table.qualified, estimate,
                  parts, key.name, lower, upper)
-        return ReadPlan(table, query, PK_ALIAS if parts > 1 else None, lower, upper, parts)
+        return ReadPlan(table, query, PK_ALIAS if parts > 1 else None, lower, upper, parts, native)
 
 
 def jdbc_url(dsn: str) -> tuple[str, dict[str, str]]:

@@ -30,6 +30,9 @@ def _options(func):
         click.option("--partition-rows", default=250_000, show_default=True,
                      help="Target rows per JDBC partition."),
         click.option("--fetch-size", default=10_000, show_default=True, help="JDBC rows per round trip."),
+        click.option("--native/--encoded-rows", default=True, show_default=True,
+                     help="Read tables of plain types (integers, floats, text, bool, bytea) as JDBC columns "
+                     "(fast), or every table as the capture trigger's encoded rows."),
     ]
     for decorator in reversed(decorators):
         func = decorator(func)
@@ -38,7 +41,7 @@ def _options(func):
 
 def bootstrap_set(hosts: str, cluster: str, set_name: str, output: str, to_kafka: bool, bootstrap_servers: str,
                   schema_registry: str | None, master: str | None, jdbc_jar: str, partition_rows: int,
-                  fetch_size: int) -> None:
+                  fetch_size: int, native: bool = True) -> None:
     """Run the bootstrap job and print where its manifest is."""
     from pgshovel2.sparkjobs import bootstrap, session
 
@@ -46,7 +49,7 @@ def bootstrap_set(hosts: str, cluster: str, set_name: str, output: str, to_kafka
     jars = session.jars(jdbc_jar) if master else None
     spark = session.session(master, f"pgshovel2 bootstrap {set_name}", jars)
     options = bootstrap.BootstrapOptions(output, bootstrap_servers, schema_registry, to_kafka, partition_rows,
-                                         fetch_size=fetch_size)
+                                         fetch_size=fetch_size, native=native)
     try:
         with ClusterStore(hosts, cluster) as store:
             manifest = bootstrap.run(spark, store, set_name, options)

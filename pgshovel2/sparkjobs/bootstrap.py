@@ -53,6 +53,8 @@ class BootstrapOptions:
     with to_kafka). to_kafka: write op ``r`` messages instead of Parquet.
     partition_rows: target rows per JDBC partition (from pg_class.reltuples);
     max_partitions: per table; fetch_size: JDBC rows per round trip.
+    native: read tables of plain types (export.is_native) as JDBC columns
+    straight into Parquet, without Python per row (Parquet output only).
     """
 
     output: str
@@ -62,6 +64,7 @@ class BootstrapOptions:
     partition_rows: int = 250_000
     max_partitions: int = 64
     fetch_size: int = 10_000
+    native: bool = True
 
 
 def run(spark, store: ClusterStore, set_name: str, options: BootstrapOptions) -> Manifest:
@@ -123,7 +126,8 @@ def _copy(spark, set_name: str, config: SetConfig, tables: tuple[Table, ...], to
     url, props = jdbc_url(config.dsn)
     by_table = {(t.schema, t.name): t.topic for t in topics.tables}
     with ExportedSnapshot(config.dsn, config.backend) as snap:
-        plans = [snap.plan(t, options.partition_rows, options.max_partitions) for t in tables]
+        native = options.native and not options.to_kafka
+        plans = [snap.plan(t, options.partition_rows, options.max_partitions, native) for t in tables]
         writer = _KafkaWriter(set_name, config, tables, options) if options.to_kafka else None
         copies = []
         try:
@@ -203,7 +207,10 @@ def _write_parquet(spark, plan: ReadPlan, raw, tmp: Path, topic: str) -> TableCo
     table = plan.table
     cols = spark_codec.columns(table)
     physical = StructType(spark_codec.physical_fields(cols))
-    df = raw.select(ROW_ALIAS).mapInArrow(physical_converter(table, to_arrow_schema(physical)), physical)
+    if plan.native:  # JDBC already gives the codec's values; only the Spark types are aligned
+        df = raw.select(*[raw[spark_codec.quote(c.name)].cast(c.physical).alias(c.name) for c in cols])
+    else:
+        df = raw.select(ROW_ALIAS).mapInArrow(physical_converter(table, to_arrow_schema(physical)), physical)
     rel = f"tables/{table_dir(table.schema, table.name)}"
     path = str(tmp / rel)
     df.selectExpr(*spark_codec.logical_exprs(cols)).write.parquet(path)

@@ -55,11 +55,13 @@ def test_three_relays_active_killed_repeatedly(stack, cluster, db, schema, tmp_p
     first.stop(signal.SIGKILL)
     run._register_audit()
     relays: dict[int, RelayProcess] = {}
+    spawned = iter(range(1, 1000))
 
-    def spawn() -> None:
+    def spawn() -> RelayProcess:
         relay = RelayProcess(stack, cluster, run.set_name, "--max-transaction-messages", "500",
-                             log_path=tmp_path / f"ha-{len(relays) + 1:03d}.log")
+                             log_path=tmp_path / f"ha-{next(spawned):03d}.log")
         relays[relay.proc.pid] = relay
+        return relay
 
     load = Load(stack, f'"{schema}"', tmp_path)
     load.start()
@@ -67,7 +69,8 @@ def test_three_relays_active_killed_repeatedly(stack, cluster, db, schema, tmp_p
     try:
         for _ in range(3):
             spawn()
-        active = _wait_active(stack, cluster, run.set_name, None)
+        # the killed first relay stays the leader until its ZooKeeper session expires
+        active = _wait_active(stack, cluster, run.set_name, first.proc.pid)
         for _ in range(KILLS):
             time.sleep(1.5)
             status = pgshovel(stack, cluster, "relay", "status", run.set_name).stdout
@@ -78,7 +81,7 @@ def test_three_relays_active_killed_repeatedly(stack, cluster, db, schema, tmp_p
             active = _wait_active(stack, cluster, run.set_name, victim.proc.pid)
             takeovers.append(active["since"] - killed_at)
             resumes.append(_resumed_at(relays[active["pid"]], killed_at) - killed_at)
-            spawn()
+            spawn().wait_for("standing by")
         stack.script("stop", "zookeeper")
         time.sleep(float(SESSION_TIMEOUT) * 3)
         stack.script("start", "zookeeper")
