@@ -9,6 +9,7 @@ from pgshovel2.catalog import Table
 from pgshovel2.cli.bootstrap import bootstrap
 from pgshovel2.cli.cluster import cluster_group, relay_group
 from pgshovel2.cli.common import env_option, log_level_option, reports_errors, setup_logging, zookeeper_options
+from pgshovel2.cli.replicate import replicate
 from pgshovel2.cli.tail import tail
 from pgshovel2.cluster import ClusterStore
 from pgshovel2.config import SetConfig
@@ -152,6 +153,7 @@ def set_verify(ctx: click.Context, name: str, bootstrap_servers: str, schema_reg
 
 
 main.add_command(tail)
+main.add_command(replicate)
 main.add_command(cluster_group)
 main.add_command(relay_group)
 main.add_command(bootstrap)
