@@ -23,10 +23,11 @@ from dataclasses import dataclass
 
 from pgshovel2.catalog import Table
 from pgshovel2.cluster import ClusterStore
+from pgshovel2.config import SetConfig
 from pgshovel2.consumer import ConsumerError, OrderError, SetReader, SetTopics, Transaction
 from pgshovel2.db import connect
 from pgshovel2.replica import state
-from pgshovel2.replica.sql import ReplicaError, TableMap, alter_table, create_table
+from pgshovel2.replica.sql import ReplicaError, TableMap, added_columns, alter_table, create_table
 from pgshovel2.replica.state import ReplicaState
 
 log = logging.getLogger(__name__)
@@ -152,12 +153,30 @@ class Replicator:
             after = self._tables_at(v)
             for name, tmap in after.items():
                 old = before.get(name)
-                stmts = [create_table(tmap.table)] if old is None else alter_table(old.table, tmap.table)
+                stmts = [create_table(tmap.table)] if old is None else \
+                    alter_table(old.table, tmap.table, self._missing(old.table, tmap.table))
                 for s in stmts:
                     log.info("set version %d: %s", v, s.as_string(cur))
                     self._pending.append(s.as_string(cur).encode())
             self._maps = after
         self.state.set_version = version
+
+    def _missing(self, before: Table, after: Table) -> dict[int, str | None]:
+        """attnum -> the value rows existing at ADD COLUMN got (source pg_attribute.attmissingval)."""
+        added = added_columns(before, after)
+        if not added:
+            return {}
+        record, _ = self.store.get_set(self.set_name)
+        conn = connect(SetConfig.from_dict(record["config"]).dsn, f"the source of set {self.set_name!r}",
+                       ReplicaError)
+        try:
+            with conn.cursor() as cur:
+                cur.execute("SELECT attnum, (attmissingval::text::text[])[1] FROM pg_attribute "
+                            "WHERE attrelid = to_regclass(%s) AND attnum = ANY(%s) AND atthasmissing",
+                            (after.qualified, [c.attnum for c in added]))
+                return dict(cur.fetchall())
+        finally:
+            conn.close()
 
     def _tables_at(self, version: int) -> dict[str, TableMap]:
         record = self.store.get_version(self.set_name, version)

@@ -120,13 +120,21 @@ def create_table(table: Table) -> sql.Composed:
         sql.SQL(", ").join(cols))
 
 
-def alter_table(before: Table, after: Table) -> list[sql.Composed]:
+def added_columns(before: Table, after: Table) -> list[Column]:
+    """Columns of after that before did not have (by attnum)."""
+    old = {c.attnum for c in before.columns}
+    return [c for c in after.columns if c.attnum not in old]
+
+
+def alter_table(before: Table, after: Table, missing: dict[int, str | None] | None = None) -> list[sql.Composed]:
     """ALTER TABLE statements taking the target from before's columns to after's.
 
     Columns are matched by attnum (the source's column identity): same attnum
     and another name is a RENAME, a new attnum an ADD, a missing one a DROP,
     another type an ALTER TYPE (USING a cast). A key change is refused
-    (ReplicaError): rebuild the replica from a new bootstrap.
+    (ReplicaError): rebuild the replica from a new bootstrap. missing: attnum ->
+    the value (text) existing rows got from an added column's DEFAULT (the
+    source's pg_attribute.attmissingval), used as the target column's default.
     """
     if before.key != after.key:
         raise ReplicaError(f"the key of {after.qualified} changed from ({', '.join(before.key)}) to "
@@ -147,6 +155,9 @@ def alter_table(before: Table, after: Table) -> list[sql.Composed]:
                 sql.Identifier(b.name), sql.SQL(column_type(b))))
     for attnum in sorted(new.keys() - old.keys()):
         c = new[attnum]
-        out.append(ident + sql.SQL("ADD COLUMN IF NOT EXISTS {} {}").format(sql.Identifier(c.name),
-                                                                            sql.SQL(column_type(c))))
+        default = (missing or {}).get(attnum)
+        extra = sql.SQL("") if default is None else sql.SQL(" DEFAULT {}::{}").format(
+            sql.Literal(default), sql.SQL(column_type(c)))
+        out.append(ident + sql.SQL("ADD COLUMN IF NOT EXISTS {} {}{}").format(
+            sql.Identifier(c.name), sql.SQL(column_type(c)), extra))
     return out

@@ -67,7 +67,8 @@ def assert_equal(db, tconn, schema):
     for table, order in (("accounts", "id"), ("ledger", "id"), ("tags", "a, b")):
         src, dst = table_rows(db, schema, table, order), table_rows(tconn, schema, table, order)
         assert len(src) == len(dst), f"{table}: {len(src)} rows in the source, {len(dst)} in the target"
-        assert src == dst, f"{table}: first difference {next(((a, b) for a, b in zip(src, dst) if a != b))}"
+        diff = next(((a, b) for a, b in zip(src, dst, strict=True) if a != b), None)
+        assert diff is None, f"{table}: first difference (source, target) {diff}"
 
 
 def test_replicate_survives_kill9_under_load(stack, cluster, db, schema, relay_factory, tmp_path, target):
