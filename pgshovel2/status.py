@@ -7,9 +7,12 @@
 - read_committed end offsets of the set's topics (Kafka).
 """
 
+import time
+import uuid
 from typing import Any
 
 import psycopg2
+from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from pgshovel2 import names
@@ -18,9 +21,9 @@ from pgshovel2.capture.trigger import CONSUMER
 from pgshovel2.cluster import ClusterStore
 from pgshovel2.consumer.offsets import end_offsets, partition_counts
 from pgshovel2.consumer.topics import SetTopics
-from pgshovel2.errors import PgshovelError
+from pgshovel2.errors import PgshovelError, UnavailableError
 from pgshovel2.relay import election
-from pgshovel2.relay.positions import read_position
+from pgshovel2.relay.positions import Position
 
 
 def queue_lag(dsn: str, queue: str) -> dict[str, Any]:
@@ -60,6 +63,32 @@ def kafka_status(set_name: str, record: dict[str, Any], bootstrap: str) -> dict[
     return {"position": None, "end_offsets": nested, "positions_topic": names.positions_topic(prefix)}
 
 
+def last_position(bootstrap: str, topic: str, key: str, timeout: float = 10.0) -> Position | None:
+    """The last committed position record with key among the last 256 records of topic, read up
+    to the end offset as of the call (a busy relay keeps writing: never wait for the end).
+    Raises UnavailableError when Kafka does not answer within timeout (s)."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"pgshovel2-status-{uuid.uuid4()}",
+                         "enable.auto.commit": False, "isolation.level": "read_committed"})
+    try:
+        try:
+            low, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=timeout)
+        except KafkaException as exc:
+            raise UnavailableError(f"cannot read the relay position from {topic!r}: {exc}") from exc
+        consumer.assign([TopicPartition(topic, 0, max(low, high - 256))])
+        last, deadline = None, time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is None or msg.error():
+                continue
+            if msg.key() == key.encode():
+                last = msg.value()
+            if msg.offset() >= high - 1:
+                break
+        return Position.decode(last) if last is not None else None
+    finally:
+        consumer.close()
+
+
 def set_status(store: ClusterStore, set_name: str, bootstrap: str) -> dict[str, Any]:
     """Everything above as one JSON-able dict. Raises ClusterError for no such set."""
     record, _ = store.get_set(set_name)
@@ -69,7 +98,7 @@ def set_status(store: ClusterStore, set_name: str, bootstrap: str) -> dict[str, 
     out["relays"] = election.status(store, set_name)
     out["kafka"] = kafka_status(set_name, record, bootstrap)
     try:
-        pos = read_position(bootstrap, out["kafka"]["positions_topic"], f"{store.cluster}/{set_name}", 10) \
+        pos = last_position(bootstrap, out["kafka"]["positions_topic"], f"{store.cluster}/{set_name}") \
             if "positions_topic" in out["kafka"] else None
         out["kafka"]["position"] = None if pos is None else pos.__dict__
     except PgshovelError as exc:

@@ -86,8 +86,9 @@ class PgServer:
         """Make this server a streaming replica of primary (application_name app_name) and start it."""
         shutil.rmtree(self.dir, ignore_errors=True)
         self.data.mkdir(parents=True)
+        self.data.chmod(0o700)
         (self.dir / "pg" / "run").mkdir()
-        shutil.chown(self.dir / "pg", "postgres", "postgres")
+        subprocess.run(["chown", "-R", "postgres:postgres", str(self.dir / "pg")], check=True)
         subprocess.run(["runuser", "-u", "postgres", "--", f"{PG_BIN}/pg_basebackup", "-h", "127.0.0.1",
                         "-p", str(primary.port), "-U", "postgres", "-D", str(self.data), "-X", "stream",
                         "-c", "fast"], check=True)
