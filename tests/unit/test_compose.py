@@ -30,7 +30,7 @@ def test_relay_command_parses_with_the_real_cli():
 
     relay = COMPOSE["services"]["relay"]
     args = list(relay["command"])
-    ctx = main.make_context("pgshovel-kafka-relay", args)
+    ctx = main.make_context("pgshovel-kafka-relay", list(args))  # click consumes its list
     assert ctx.params["set_name"] == args[0]
     for var in relay["environment"]:
         option = var.removeprefix("PGSHOVEL_").lower()
