@@ -12,13 +12,13 @@ import argparse
 import json
 import time
 
-from bench import bootstrap, capture_overhead, latency, plot, profile, relay_memory, relay_throughput
+from bench import bootstrap, capture_overhead, latency, plot, profile, relay_memory, relay_throughput, replica
 from bench.common import RESULTS
 
 FULL = {"capture": (3, 15, 10), "relay": (1_000_000, 3), "latency": (2000, 30), "memory": 1_000_000,
-        "profile": 300_000, "bootstrap": (50, 1)}
+        "profile": 300_000, "bootstrap": (50, 1), "replica": (100_000, 10)}
 QUICK = {"capture": (3, 5, 10), "relay": (100_000, 3), "latency": (2000, 10), "memory": 200_000,
-         "profile": 100_000, "bootstrap": (5, 1)}
+         "profile": 100_000, "bootstrap": (5, 1), "replica": (20_000, 10)}
 
 
 def table(result: dict) -> list[str]:
@@ -45,6 +45,10 @@ def table(result: dict) -> list[str]:
     label = f"relay peak RSS MiB, {mem['rows']}-row transaction"
     lines.append(f"{label:<44} {mem['peak_rss_mib']:>12}")
     lines.extend(bootstrap.lines(result["bootstrap"]))
+    rep = result["replica"]
+    lines.append(f"{'replica apply changes/s, batched / one each':<44} {rep['apply_batched']:>12,.0f} "
+                 f"{rep['apply_unbatched']:>10,.0f}  {rep['ratio_batched_to_relay']:.3f} of the relay's "
+                 f"{rep['relay']:,.0f}")
     lines.append(f"profile: top own time {result['profile']['self'][:3]}")
     return lines
 
@@ -66,6 +70,8 @@ def main() -> None:
     result["memory"] = relay_memory.measure(p["memory"])
     print("bootstrap (Spark vs COPY) ...", flush=True)
     result["bootstrap"] = bootstrap.measure(*p["bootstrap"])
+    print("replica apply vs relay ...", flush=True)
+    result["replica"] = replica.measure(*p["replica"])
     print("profile ...", flush=True)
     result["profile"] = profile.measure(p["profile"])
     result["seconds"] = round(time.monotonic() - started)

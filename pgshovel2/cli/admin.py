@@ -4,11 +4,12 @@ import json
 
 import click
 
-from pgshovel2 import admin, upgrade, verify
+from pgshovel2 import admin, repoint, status, upgrade, verify
 from pgshovel2.catalog import Table
 from pgshovel2.cli.bootstrap import bootstrap
 from pgshovel2.cli.cluster import cluster_group, relay_group
 from pgshovel2.cli.common import env_option, log_level_option, reports_errors, setup_logging, zookeeper_options
+from pgshovel2.cli.replicate import replicate
 from pgshovel2.cli.tail import tail
 from pgshovel2.cluster import ClusterStore
 from pgshovel2.config import SetConfig
@@ -111,6 +112,48 @@ def set_upgrade(ctx: click.Context, name: str, config: str, dry_run: bool) -> No
         click.echo("dry run: nothing was changed")
 
 
+@set_group.command("status")
+@click.argument("name")
+@env_option("--bootstrap-servers", default="127.0.0.1:9092", help="Kafka bootstrap servers.")
+@click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
+@click.option("--wait", is_flag=True, help="First wait until the relay has relayed every change committed "
+              "before the command started (a drain check).")
+@click.option("--timeout", default=300.0, show_default=True, help="Seconds --wait waits at most.")
+@click.pass_context
+@reports_errors
+def set_status(ctx: click.Context, name: str, bootstrap_servers: str, as_json: bool, wait: bool,
+               timeout: float) -> None:
+    """Show set NAME's queue lag, active relay, last committed position and Kafka end offsets."""
+    with _store(ctx) as store:
+        if wait:
+            record, _ = store.get_set(name)
+            wait_caught_up(record["config"]["dsn"], record["queue"], record["consumer"], timeout)
+        info = status.set_status(store, name, bootstrap_servers)
+    if as_json:
+        click.echo(json.dumps(info, indent=2, sort_keys=True, default=str))
+        return
+    for line in status.lines(info):
+        click.echo(line)
+
+
+@set_group.command("repoint")
+@click.argument("name")
+@click.option("--dsn", "new_dsn", required=True, help="DSN of the promoted replica that now holds the set's data.")
+@click.option("--force", is_flag=True, help="Accept a database with another system identifier.")
+@click.pass_context
+@reports_errors
+def set_repoint(ctx: click.Context, name: str, new_dsn: str, force: bool) -> None:
+    """Move set NAME to the database at --dsn (a promoted streaming replica), as its next version.
+
+    Checks that the new database is a primary holding the set's queue and
+    consumer (and is a physical copy of the old one when that still answers);
+    running relays restart on it by themselves.
+    """
+    with _store(ctx) as store:
+        for line in repoint.repoint_set(store, name, new_dsn, force):
+            click.echo(line)
+
+
 @set_group.command("drop")
 @click.argument("name")
 @click.pass_context
@@ -152,6 +195,7 @@ def set_verify(ctx: click.Context, name: str, bootstrap_servers: str, schema_reg
 
 
 main.add_command(tail)
+main.add_command(replicate)
 main.add_command(cluster_group)
 main.add_command(relay_group)
 main.add_command(bootstrap)

@@ -45,6 +45,9 @@ class Transaction:
     txid/position/ts_ms: those of its BEGIN record. snapshot: True for a
     chunk of snapshot rows (txid 0, every change op ``r``; position and ts_ms
     of the chunk's first row), which is not a source transaction.
+    end_offset: offset of its END record on the transactions topic (None for
+    snapshot chunks): a reader restarted at end_offset + 1 (and each data
+    partition after the transaction's last message) resumes right after it.
     Changes are ordered by position; the tombstone of a primary-key update
     comes before the create of the new key (they share a position).
     """
@@ -54,6 +57,7 @@ class Transaction:
     ts_ms: int
     changes: list[Change] = field(default_factory=list)
     snapshot: bool = False
+    end_offset: int | None = None
 
 
 @dataclass(frozen=True)

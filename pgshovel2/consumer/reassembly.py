@@ -285,7 +285,8 @@ class Reassembler:
         if not cur.changes:
             return None  # nothing in the selected tables
         cur.changes.sort(key=_order_key)
-        return Transaction(cur.begin.txid, cur.begin.position, cur.begin.ts_ms, cur.changes)
+        return Transaction(cur.begin.txid, cur.begin.position, cur.begin.ts_ms, cur.changes,
+                           end_offset=cur.end.offset if cur.end is not None else None)
 
     def _flush_chunk(self) -> Transaction:
         chunk, self._chunk = self._chunk, []

@@ -29,13 +29,18 @@ from kazoo.exceptions import NodeExistsError, NoNodeError
 from kazoo.protocol.states import KazooState
 
 from pgshovel2.cluster import ClusterStore
-from pgshovel2.errors import RelayError
+from pgshovel2.errors import RelayError, UnavailableError
 
 log = logging.getLogger(__name__)
 
 
 class LeadershipLostError(RelayError):
     """The relay's ZooKeeper session ended: it is no longer the active relay of its set."""
+
+
+class RepointedError(UnavailableError):
+    """The set's database DSN changed in ZooKeeper (``pgshovel set repoint``): the relay is
+    rebuilt on the new database (retryable: the position is in Kafka)."""
 
 
 class SetDroppedError(RelayError):
@@ -69,6 +74,8 @@ class Leadership:
         self._dropped = threading.Event()
         self._back = threading.Event()
         self._seen_version: int | None = None
+        self._seen_dsn: str | None = None
+        self._repointed = threading.Event()
 
     def _on_state(self, state: str) -> None:
         if state == KazooState.SUSPENDED:
@@ -85,7 +92,13 @@ class Leadership:
         if data is None:
             self._dropped.set()
             return False  # stop watching
-        version = json.loads(data).get("version")
+        record = json.loads(data)
+        version, dsn = record.get("version"), record.get("config", {}).get("dsn")
+        if self._seen_dsn is not None and dsn != self._seen_dsn:
+            log.info("set %r was repointed to another database (version %s): the relay restarts on it",
+                     self.set_name, version)
+            self._repointed.set()
+        self._seen_dsn = dsn
         if self._seen_version is not None and version != self._seen_version:
             log.info("set %r is now version %s in ZooKeeper: the relay switches at its marker in the stream",
                      self.set_name, version)
@@ -146,6 +159,9 @@ class Leadership:
         """
         if self._dropped.is_set():
             raise SetDroppedError(f"set {self.set_name!r} was dropped: its relay stops")
+        if self._repointed.is_set():
+            self._repointed.clear()
+            raise RepointedError(f"set {self.set_name!r} was repointed to another database")
         if self._suspended.is_set():
             log.warning("ZooKeeper connection suspended: relay of set %r pauses until it is back", self.set_name)
             while not self._back.wait(10):

@@ -22,3 +22,16 @@ def test_built_images_have_dockerfiles():
     for service in COMPOSE["services"].values():
         if "build" in service:
             assert (root / service["build"]["dockerfile"]).is_file()
+
+
+def test_relay_command_parses_with_the_real_cli():
+    """The relay service's command line is accepted by pgshovel-kafka-relay's own click parser."""
+    from pgshovel2.cli.relay import main
+
+    relay = COMPOSE["services"]["relay"]
+    args = list(relay["command"])
+    ctx = main.make_context("pgshovel-kafka-relay", list(args))  # click consumes its list
+    assert ctx.params["set_name"] == args[0]
+    for var in relay["environment"]:
+        option = var.removeprefix("PGSHOVEL_").lower()
+        assert option in ctx.params, f"{var} is not an option of pgshovel-kafka-relay"

@@ -1,0 +1,61 @@
+"""``pgshovel replicate SET --target DSN``: keep a target PostgreSQL in sync with a set."""
+
+import logging
+import signal
+import threading
+
+import click
+
+from pgshovel2.cli.common import env_option, reports_errors
+from pgshovel2.cluster import ClusterStore
+from pgshovel2.replica.apply import ApplyOptions, Replicator
+from pgshovel2.replica.bootstrap import MODES, bootstrap
+
+log = logging.getLogger("pgshovel2.replica")
+
+
+@click.command("replicate")
+@click.argument("set_name", metavar="SET")
+@env_option("--target", required=True, help="DSN of the target PostgreSQL (a superuser: replication role).")
+@env_option("--bootstrap", "mode", type=click.Choice(MODES), default="copy",
+            help="How an empty target is filled: COPY under an exported snapshot, or the relay's snapshot "
+                 "rows still in Kafka. Ignored when the target already replicates the set.")
+@env_option("--bootstrap-servers", default="127.0.0.1:9092", help="Kafka bootstrap servers.")
+@env_option("--schema-registry", default=None, help="Schema registry URL (Avro sets).")
+@env_option("--batch-changes", default=5000, type=click.IntRange(1),
+            help="Most changes per target transaction when behind (1: one source transaction each).")
+@env_option("--batch-delay", default=0.2, type=click.FloatRange(0.0),
+            help="Seconds a batch may wait for more source transactions.")
+@click.option("--until-caught-up", is_flag=True, help="Exit 0 once the end of the topics (as of the start) "
+              "is applied, instead of following them.")
+@env_option("--progress-interval", default=10.0, type=float, help="Seconds between progress lines.")
+@click.pass_context
+@reports_errors
+def replicate(ctx: click.Context, set_name: str, target: str, mode: str, bootstrap_servers: str,
+              schema_registry: str | None, batch_changes: int, batch_delay: float, until_caught_up: bool,
+              progress_interval: float) -> None:
+    """Keep the TARGET database equal to set SET's tables, until SIGTERM/SIGINT.
+
+    An empty target is bootstrapped first; then every source transaction is
+    applied once, in order, with its position stored in the target
+    (pgshovel2_replica.position): restarting resumes after the last applied one.
+    """
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    options = ApplyOptions(bootstrap_servers, schema_registry, batch_changes, batch_delay, progress_interval)
+    with ClusterStore(ctx.obj["hosts"], ctx.obj["cluster"]) as store:
+        rep = Replicator(store, set_name, target, options)
+        try:
+            st = rep.load_state()
+            if st is None:
+                record, _ = store.get_set(set_name)
+                st = bootstrap(rep.target, store.cluster, set_name, record, mode, bootstrap_servers)
+            else:
+                log.info("resuming set %r after position %r (txid %d, set version %d)", set_name, st.position,
+                         st.txid, st.set_version)
+            st = rep.run(st, stop, until_caught_up)
+        finally:
+            rep.close()
+    click.echo(f"replica of set {set_name!r}: {st.transactions} transactions, {st.changes} changes applied; "
+               f"at position {st.position!r}")

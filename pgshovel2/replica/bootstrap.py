@@ -1,0 +1,116 @@
+"""Filling a target before replica apply starts, and the handoff position it leaves.
+
+``copy``: the exported-snapshot handoff of the Spark bootstrap, done with COPY for
+sets small enough for one machine: the read_committed end offsets of the set's
+topics are read first (data, then transactions), then a source transaction
+exports its snapshot and each table is copied under it (``SET TRANSACTION
+SNAPSHOT``) into the target, in ONE target transaction that also writes the
+position row (offsets + txid snapshot). Apply then starts at those offsets and
+skips transactions visible in the snapshot (docs/consumer.rst "Starting after a
+bootstrap" gives the argument).
+
+``kafka``: the relay's own snapshot rows (op ``r``) still in the topics are the
+starting point: the target tables are created empty and apply reads the topics
+from the beginning. Only valid while the topics hold the whole history
+(compaction and retention break reassembly from the beginning).
+"""
+
+import logging
+import tempfile
+from typing import Any
+
+import psycopg2
+from confluent_kafka.admin import AdminClient
+from psycopg2 import sql
+
+from pgshovel2.bootstrap.export import ExportedSnapshot
+from pgshovel2.catalog import Table
+from pgshovel2.config import SetConfig
+from pgshovel2.consumer.offsets import end_offsets, partition_counts
+from pgshovel2.consumer.topics import SetTopics
+from pgshovel2.db import connect
+from pgshovel2.replica import state
+from pgshovel2.replica.sql import ReplicaError, TableMap, create_table
+from pgshovel2.replica.state import ReplicaState
+
+log = logging.getLogger(__name__)
+MODES = ("copy", "kafka")
+
+
+def tables_of(record: dict[str, Any]) -> tuple[Table, ...]:
+    """The set record's tables, each checked to be replicable (TableMap.of raises for unkeyed ones)."""
+    tables = tuple(Table.from_dict(t) for t in record["tables"])
+    for t in tables:
+        TableMap.of(t)
+    return tables
+
+
+def source_offsets(set_name: str, record: dict[str, Any], bootstrap: str) -> dict[tuple[str, int], int]:
+    """Committed end offsets of the set's data topics, then of its transactions topic."""
+    topics = SetTopics.from_record(set_name, record)
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    counts = partition_counts(admin, [t.topic for t in topics.tables] + [topics.transactions], bootstrap,
+                              f"of set {set_name!r}")
+    data = [(t.topic, p) for t in topics.tables for p in range(counts[t.topic])]
+    return end_offsets(admin, [data, [(topics.transactions, 0)]], bootstrap)
+
+
+def bootstrap(target, cluster: str, set_name: str, record: dict[str, Any], mode: str,
+              kafka_bootstrap: str) -> ReplicaState:
+    """Fill target (a psycopg2 connection, not autocommit) for set_name and commit; returns its state.
+
+    Raises ReplicaError when the target already holds a position for the set
+    (it resumes instead), when a table is unkeyed or the copy fails; the
+    target is unchanged then (one transaction).
+    """
+    tables = tables_of(record)
+    with target.cursor() as cur:
+        state.ensure_table(cur)
+        if state.load(cur, cluster, set_name) is not None:
+            raise ReplicaError(f"the target already replicates set {set_name!r} of cluster {cluster!r}: "
+                               "it resumes from its stored position (drop the position row to re-bootstrap)")
+        for t in tables:
+            cur.execute(create_table(t))
+            cur.execute(sql.SQL("TRUNCATE {}.{}").format(sql.Identifier(t.schema), sql.Identifier(t.name)))
+    offsets, snapshot = ({}, None)
+    if mode == "copy":
+        offsets, snapshot = _copy(target, set_name, record, tables, kafka_bootstrap)
+    st = ReplicaState(cluster, set_name, "", 0, record["version"], offsets, snapshot, mode)
+    with target.cursor() as cur:
+        cur.execute(state.save(st))
+    target.commit()
+    log.info("bootstrapped the target from %s at set version %d (handoff txid snapshot %s)",
+             mode, record["version"], snapshot)
+    return st
+
+
+def _copy(target, set_name: str, record: dict[str, Any], tables: tuple[Table, ...],
+          kafka_bootstrap: str) -> tuple[dict[tuple[str, int], int], str]:
+    """COPY every table from the source's exported snapshot; returns (offsets, txid snapshot)."""
+    config = SetConfig.from_dict(record["config"])
+    offsets = source_offsets(set_name, record, kafka_bootstrap)  # BEFORE the snapshot
+    with ExportedSnapshot(config.dsn, config.backend) as exported:
+        reader = connect(config.dsn, f"the source of set {set_name!r}", ReplicaError)
+        try:
+            reader.set_session(isolation_level="REPEATABLE READ", readonly=True)
+            with reader.cursor() as src, target.cursor() as dst:
+                src.execute("SET TRANSACTION SNAPSHOT %s", (exported.snapshot_id,))
+                for t in tables:
+                    _copy_table(src, dst, t)
+        except psycopg2.Error as exc:
+            raise ReplicaError(f"copying set {set_name!r} into the target failed: {str(exc).strip()}; "
+                               "the target was not changed") from exc
+        finally:
+            reader.close()
+        return offsets, exported.txid_snapshot
+
+
+def _copy_table(src, dst, table: Table) -> None:
+    cols = sql.SQL(", ").join(sql.Identifier(c.name) for c in table.columns)
+    ident = sql.SQL("{}.{}").format(sql.Identifier(table.schema), sql.Identifier(table.name))
+    with tempfile.SpooledTemporaryFile(max_size=64 << 20) as buf:
+        src.copy_expert(sql.SQL("COPY (SELECT {} FROM {}) TO STDOUT").format(cols, ident).as_string(src), buf)
+        size = buf.tell()
+        buf.seek(0)
+        dst.copy_expert(sql.SQL("COPY {} ({}) FROM STDIN").format(ident, cols).as_string(dst), buf)
+    log.info("copied %s (%d bytes)", table.qualified, size)

@@ -1,0 +1,163 @@
+"""SQL of replica apply: one statement per change, table DDL, and the ALTERs
+that take a target table from one set version's layout to the next.
+
+Pure functions of the set record's tables (pgshovel2.catalog.Table) and the
+consumer library's decoded changes (pgshovel2.consumer.Change); no I/O except
+``mogrify`` on a cursor, which only quotes values.
+"""
+
+import base64
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from psycopg2 import sql
+
+from pgshovel2 import names
+from pgshovel2.catalog import Column, Table
+from pgshovel2.consumer import Change
+from pgshovel2.errors import PgshovelError
+
+
+class ReplicaError(PgshovelError):
+    """Replica apply cannot go on without diverging from the source (the target is left unchanged)."""
+
+
+def column_type(col: Column) -> str:
+    """The target column's type: the source's, except enums (their types are not copied): text."""
+    if col.kind == "enum":
+        return "text[]" if col.is_array else "text"
+    return col.pg_type
+
+
+@dataclass(frozen=True)
+class TableMap:
+    """How the changes of one set table become SQL on the target (same schema.table name).
+
+    fields: decoded field name (Avro-escaped or plain column name) -> column
+    name; key: the key columns. Raises ReplicaError for an unkeyed table: its
+    deletes are not in the row envelope, so a replica could not follow them.
+    """
+
+    table: Table
+    fields: dict[str, str]
+    kinds: dict[str, str]
+
+    @classmethod
+    def of(cls, table: Table) -> "TableMap":
+        if not table.key:
+            raise ReplicaError(f"table {table.qualified} of the set has no key: replica apply needs a primary "
+                               "key (or replica identity / configured key) to apply updates and deletes")
+        fields = {}
+        for col in table.columns:
+            for name in (col.name, *col.aliases):
+                fields[names.avro_name(name)] = col.name
+                fields[name] = col.name
+        return cls(table, fields, {c.name: c.kind for c in table.columns})
+
+    @property
+    def ident(self) -> sql.Composed:
+        return sql.SQL(".").join([sql.Identifier(self.table.schema), sql.Identifier(self.table.name)])
+
+    def row(self, data: dict[str, Any], where: str) -> dict[str, Any]:
+        """Column name -> value of a decoded key or value; ReplicaError for an unknown field."""
+        out = {}
+        for field, value in data.items():
+            column = self.fields.get(field)
+            if column is None:
+                raise ReplicaError(f"{where}: field {field!r} is not a column of {self.table.qualified} "
+                                   "in the set version applied on the target")
+            out[column] = _adapt(value, self.kinds[column])
+        return out
+
+    def upsert(self, values: dict[str, Any]) -> sql.Composed:
+        """INSERT ... ON CONFLICT (key) DO UPDATE of the full after-image."""
+        cols = list(values)
+        others = [c for c in cols if c not in self.table.key]
+        update = (sql.SQL("DO UPDATE SET ") + sql.SQL(", ").join(
+            sql.SQL("{0} = EXCLUDED.{0}").format(sql.Identifier(c)) for c in others)) if others \
+            else sql.SQL("DO NOTHING")
+        return sql.SQL("INSERT INTO {} ({}) VALUES ({}) ON CONFLICT ({}) {}").format(
+            self.ident, sql.SQL(", ").join(map(sql.Identifier, cols)),
+            sql.SQL(", ").join(sql.Literal(values[c]) for c in cols),
+            sql.SQL(", ").join(map(sql.Identifier, self.table.key)), update)
+
+    def delete(self, key: dict[str, Any]) -> sql.Composed:
+        """DELETE of the row with key (column name -> value)."""
+        return sql.SQL("DELETE FROM {} WHERE {}").format(self.ident, sql.SQL(" AND ").join(
+            sql.SQL("{} = {}").format(sql.Identifier(c), sql.Literal(key[c])) for c in self.table.key))
+
+    def statement(self, change: Change) -> sql.Composed:
+        """The statement applying change (op c/u/r: upsert; d: delete; t: truncate)."""
+        where = f"{change.topic!r} [{change.partition}] offset {change.offset}"
+        if change.op == "t":
+            return sql.SQL("TRUNCATE {}").format(self.ident)
+        if change.op == "d":
+            if change.key is None:
+                raise ReplicaError(f"{where}: a delete without a key")
+            return self.delete(self.row(change.key, f"the key of {where}"))
+        if change.op in ("c", "u", "r") and change.value is not None:
+            return self.upsert(self.row(change.value, f"the value of {where}"))
+        raise ReplicaError(f"{where}: cannot apply op {change.op!r} with value {change.value!r}")
+
+
+def _adapt(value: Any, kind: str) -> Any:
+    """A decoded value as psycopg2 can send it: JSON values of json/jsonb as text, base64 bytea as bytes."""
+    if kind in ("json", "jsonb") and value is not None and not isinstance(value, str):
+        return json.dumps(value)
+    if kind == "bytea" and isinstance(value, str):
+        return base64.b64decode(value)
+    return value
+
+
+def create_table(table: Table) -> sql.Composed:
+    """CREATE SCHEMA/TABLE IF NOT EXISTS for a set table: its captured columns and key."""
+    cols = [sql.SQL("{} {}{}").format(sql.Identifier(c.name), sql.SQL(column_type(c)),
+                                      sql.SQL("" if c.nullable else " NOT NULL")) for c in table.columns]
+    cols.append(sql.SQL("PRIMARY KEY ({})").format(sql.SQL(", ").join(map(sql.Identifier, table.key))))
+    return sql.SQL("CREATE SCHEMA IF NOT EXISTS {}; CREATE TABLE IF NOT EXISTS {}.{} ({})").format(
+        sql.Identifier(table.schema), sql.Identifier(table.schema), sql.Identifier(table.name),
+        sql.SQL(", ").join(cols))
+
+
+def added_columns(before: Table, after: Table) -> list[Column]:
+    """Columns of after that before did not have (by attnum)."""
+    old = {c.attnum for c in before.columns}
+    return [c for c in after.columns if c.attnum not in old]
+
+
+def alter_table(before: Table, after: Table, missing: dict[int, str | None] | None = None) -> list[sql.Composed]:
+    """ALTER TABLE statements taking the target from before's columns to after's.
+
+    Columns are matched by attnum (the source's column identity): same attnum
+    and another name is a RENAME, a new attnum an ADD, a missing one a DROP,
+    another type an ALTER TYPE (USING a cast). A key change is refused
+    (ReplicaError): rebuild the replica from a new bootstrap. missing: attnum ->
+    the value (text) existing rows got from an added column's DEFAULT (the
+    source's pg_attribute.attmissingval), used as the target column's default.
+    """
+    if before.key != after.key:
+        raise ReplicaError(f"the key of {after.qualified} changed from ({', '.join(before.key)}) to "
+                           f"({', '.join(after.key)}): re-bootstrap the replica (replicate --bootstrap copy)")
+    ident = sql.SQL("ALTER TABLE {}.{} ").format(sql.Identifier(after.schema), sql.Identifier(after.name))
+    old = {c.attnum: c for c in before.columns}
+    new = {c.attnum: c for c in after.columns}
+    out = []
+    for attnum in sorted(old.keys() - new.keys()):
+        out.append(ident + sql.SQL("DROP COLUMN IF EXISTS {}").format(sql.Identifier(old[attnum].name)))
+    for attnum in sorted(old.keys() & new.keys()):
+        a, b = old[attnum], new[attnum]
+        if a.name != b.name:
+            out.append(ident + sql.SQL("RENAME COLUMN {} TO {}").format(sql.Identifier(a.name),
+                                                                         sql.Identifier(b.name)))
+        if column_type(a) != column_type(b):
+            out.append(ident + sql.SQL("ALTER COLUMN {0} TYPE {1} USING {0}::{1}").format(
+                sql.Identifier(b.name), sql.SQL(column_type(b))))
+    for attnum in sorted(new.keys() - old.keys()):
+        c = new[attnum]
+        default = (missing or {}).get(attnum)
+        extra = sql.SQL("") if default is None else sql.SQL(" DEFAULT {}::{}").format(
+            sql.Literal(default), sql.SQL(column_type(c)))
+        out.append(ident + sql.SQL("ADD COLUMN IF NOT EXISTS {} {}{}").format(
+            sql.Identifier(c.name), sql.SQL(column_type(c)), extra))
+    return out

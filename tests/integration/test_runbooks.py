@@ -1,0 +1,160 @@
+"""The runbooks of docs/runbooks.rst, each run verbatim (tests/runbook.py) on real servers:
+a primary and its streaming replica (pg_basebackup) on extra ports for the promotions,
+the session stack for the others."""
+
+import os
+import signal
+import time
+from types import SimpleNamespace
+
+import pytest
+
+from tests.chaos import ChaosRun, Load
+from tests.helpers import caught_up, cli_env, pgshovel, verify, write_config
+from tests.pgservers import PG_BIN, PgServer, extra_port
+from tests.runbook import run_step
+
+PGQD_INI = """[pgqd]
+base_connstr = host=127.0.0.1 port={port} user=postgres
+initial_database = pgshovel
+logfile = {dir}/pgqd.log
+pidfile = {dir}/pgqd.pid
+ticker_period = 0.2
+"""
+
+
+@pytest.fixture
+def pair():
+    """(primary, replica): a fresh primary with a streaming replica named replica1."""
+    primary, replica = PgServer("p1", extra_port(1)), PgServer("r1", extra_port(2))
+    for s in (primary, replica):
+        s.destroy()
+    primary.start()
+    primary.script("start", "pgqd")
+    replica.basebackup_from(primary, "replica1")
+    yield primary, replica
+    for s in (replica, primary):
+        s.destroy()
+
+
+def env_for(stack, cluster, primary, replica, set_name, tmp_path) -> dict:
+    pgqd_dir = replica.dir / "pgqd"
+    pgqd_dir.mkdir(parents=True, exist_ok=True)
+    ini = pgqd_dir / "pgqd.ini"
+    ini.write_text(PGQD_INI.format(port=replica.port, dir=pgqd_dir))
+    return {**cli_env(stack, cluster), "SET": set_name, "PG_BIN": PG_BIN, "OLD_DATA": str(primary.data),
+            "NEW_DATA": str(replica.data), "NEW_DSN": replica.dsn, "PGQD_INI": str(ini)}
+
+
+def proxy_stack(stack, server):
+    """The session stack (ZooKeeper, Kafka, registry) with server as its PostgreSQL."""
+    return SimpleNamespace(dsn=server.dsn, env={**stack.env, "PG_PORT": str(server.port)}, zk=stack.zk,
+                           bootstrap=stack.bootstrap, registry=stack.registry)
+
+
+def make_chaos(stack, cluster, primary, tmp_path) -> ChaosRun:
+    conn = primary.connect()
+    with conn.cursor() as cur:
+        cur.execute('CREATE SCHEMA "s1"')
+    run = ChaosRun(proxy_stack(stack, primary), cluster, conn, "s1", tmp_path, kills=0)
+    run.create_set()
+    return run
+
+
+def test_planned_promotion(stack, cluster, pair, tmp_path):
+    primary, replica = pair
+    run = make_chaos(stack, cluster, primary, tmp_path)
+    relay = run.start_relay()
+    relay.wait_for("snapshot done")
+    with run.db.cursor() as cur:
+        cur.execute('INSERT INTO "s1".accounts SELECT g, g, \'before\' FROM generate_series(1, 500) g')
+    env = env_for(stack, cluster, primary, replica, run.set_name, tmp_path)
+    run_step("planned/drain", env)
+    run.db.close()
+    run_step("planned/promote", env)
+    run_step("planned/repoint", env)
+    relay.wait_for("repointed", timeout=60)
+    conn = replica.connect()
+    with conn.cursor() as cur:
+        cur.execute('UPDATE "s1".accounts SET balance = balance + 1 WHERE id <= 100')
+        cur.execute('INSERT INTO "s1".tags VALUES (1, 2, \'after\')')
+    conn.close()
+    out = run_step("planned/check", env)
+    assert "DIFFERENT" not in out and out.count(": ok") == 3, out
+    assert relay.proc.poll() is None, relay.log()
+
+
+def test_unplanned_promotion_sync_replica_loses_nothing(stack, cluster, pair, tmp_path):
+    primary, replica = pair
+    primary.query("ALTER SYSTEM SET synchronous_standby_names = 'replica1'")
+    primary.query("SELECT pg_reload_conf()")
+    time.sleep(1)
+    assert primary.query("SELECT sync_state FROM pg_stat_replication") == [("sync",)]
+    run = make_chaos(stack, cluster, primary, tmp_path)
+    relay = run.start_relay()
+    relay.wait_for("snapshot done")
+    run._register_audit()
+    load = Load(run.stack, '"s1"', tmp_path, rate=100)
+    load.start()
+    time.sleep(8)
+    primary.kill()  # SIGKILL under load, mid-relay
+    load.stop()
+    env = env_for(stack, cluster, primary, replica, run.set_name, tmp_path)
+    run_step("unplanned/promote", env)
+    run.stack.dsn = replica.dsn  # ground truth: the audit consumer's queue on the promoted replica
+    run._compare()
+    report = run.report
+    report.dump(tmp_path / "unplanned-report.json")
+    print("unplanned promotion:", report)
+    assert report.expected_messages > 100, report
+    assert (report.lost, report.duplicated) == (0, 0), report
+    assert report.transactions_duplicated == 0 and report.state_equal, report
+    assert relay.proc.poll() is None, relay.log()
+
+
+def test_other_runbooks(stack, cluster, db, schema, relay_factory, tmp_path):
+    """cluster upgrade, adding a table to a busy set, a stalled relay, dropping the set."""
+    with db.cursor() as cur:
+        cur.execute(f'CREATE TABLE "{schema}".a (id int PRIMARY KEY, v text)')
+        cur.execute(f'CREATE TABLE "{schema}".b (id int PRIMARY KEY, v text)')
+        cur.execute(f'INSERT INTO "{schema}".b SELECT g, \'old\' FROM generate_series(1, 10) g')
+    cfg = write_config(tmp_path, stack, [{"schema": schema, "name": "a"}])
+    pgshovel(stack, cluster, "set", "create", "ops", str(cfg))
+    relay = relay_factory("ops")
+    relay.wait_for("snapshot done")
+    env = {**cli_env(stack, cluster), "SET": "ops", "RELAY_LOG": str(tmp_path / "relay2.log"),
+           "RELAY_PID": str(tmp_path / "relay2.pid"),
+           "CONFIG": str(write_config(tmp_path, stack, [{"schema": schema, "name": n} for n in ("a", "b")]))}
+    load = Load(stack, f'"{schema}"', tmp_path, rate=50)  # busy: a write every 20 ms to table a
+    (tmp_path / "chaos-main.sql").write_text(f"\\set id random(1, 500)\nINSERT INTO \"{schema}\".a VALUES "
+                                             "(:id, 'x') ON CONFLICT (id) DO UPDATE SET v = 'y';\n")
+    load.scripts = [f"{tmp_path / 'chaos-main.sql'}@1"]
+    load.start()
+    try:
+        run_step("cluster-upgrade/run", env)
+        run_step("add-table/run", env)
+        with db.cursor() as cur:
+            cur.execute(f'UPDATE "{schema}".b SET v = \'new\' WHERE id <= 3')
+        load.stop()
+        relay.stop(signal.SIGKILL)  # the relay stalls; the queue grows
+        with db.cursor() as cur:
+            cur.execute(f'INSERT INTO "{schema}".a SELECT g, \'bulk\' FROM generate_series(1000, 6000) g')
+        out = run_step("stalled/recover", env)
+        assert '"pending_events": 0' in out, out
+    finally:
+        load.stop() if load._thread.is_alive() else None
+        pid = int((tmp_path / "relay2.pid").read_text()) if (tmp_path / "relay2.pid").exists() else None
+    caught_up(stack, cluster, "ops")
+    reports = verify(stack, cluster, "ops")
+    by_topic = {r.topic.rsplit(".", 1)[-1]: r for r in reports}
+    assert by_topic["a"].ok, by_topic["a"].first_difference
+    assert by_topic["b"].rebuilt_rows == 3, by_topic["b"]  # added table: changes from the upgrade on
+    try:
+        run_step("drop/run", env)
+        assert "no replication set" in pgshovel(stack, cluster, "set", "inspect", "ops", check=False).stderr
+    finally:
+        if pid is not None:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
