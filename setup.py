@@ -17,6 +17,7 @@ setup(
         "confluent-kafka[schemaregistry]>=2.4,<3",
         "fastavro>=1.9,<2",
         "PyYAML>=6,<7",
+        "prometheus_client>=0.20,<1",
     ],
     extras_require={
         "test": ["pytest>=8,<10", "ruff>=0.5"],

@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 import click
 
+from pgshovel2.cli import logconfig
 from pgshovel2.errors import PgshovelError
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -26,18 +27,39 @@ def zookeeper_options(func: Callable) -> Callable:
                       help="ZooKeeper connect string.")(func)
 
 
+def _remember(ctx: click.Context, param: click.Parameter, value: object) -> object:
+    ctx.meta[f"pgshovel2.{param.name}"] = value
+    return value
+
+
 def log_level_option(func: Callable) -> Callable:
-    """--log-level."""
+    """--log-level, --logging-config FILE and --sentry-dsn (the last two read by setup_logging)."""
+    func = env_option("--sentry-dsn", default=None, expose_value=False, callback=_remember,
+                      help="Report errors to Sentry (needs: pip install pgshovel2[sentry]).")(func)
+    func = env_option("--logging-config", default=None, type=click.Path(dir_okay=False), expose_value=False,
+                      callback=_remember, help="Logging configuration file: YAML (logging.config.dictConfig "
+                      "schema) or INI (logging.config.fileConfig); replaces --log-level.")(func)
     return env_option("--log-level", default="INFO",
                       type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
                       help="Logging level.")(func)
 
 
 def setup_logging(level: str) -> None:
-    """Log to stderr at level."""
-    logging.basicConfig(level=level.upper(), format=LOG_FORMAT, stream=sys.stderr)
-    for noisy in ("kazoo", "httpx", "httpx2", "httpcore"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+    """Log to stderr at level, or as --logging-config says; start Sentry if --sentry-dsn is set.
+
+    Raises click.ClickException for an unreadable or invalid logging config, or
+    a Sentry DSN without the sentry extra installed.
+    """
+    meta = ctx.meta if (ctx := click.get_current_context(silent=True)) else {}
+    config = meta.get("pgshovel2.logging_config")
+    if config:
+        logconfig.load(config)
+    else:
+        logging.basicConfig(level=level.upper(), format=LOG_FORMAT, stream=sys.stderr)
+        for noisy in ("kazoo", "httpx", "httpx2", "httpcore"):
+            logging.getLogger(noisy).setLevel(logging.WARNING)
+    if meta.get("pgshovel2.sentry_dsn"):
+        logconfig.start_sentry(meta["pgshovel2.sentry_dsn"])
 
 
 def reports_errors(func: Callable) -> Callable:
@@ -48,5 +70,6 @@ def reports_errors(func: Callable) -> Callable:
             return func(*args, **kwargs)
         except PgshovelError as exc:
             click.echo(f"error: {exc}", err=True)
+            logconfig.report(exc)
             sys.exit(1)
     return wrapper

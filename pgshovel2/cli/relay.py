@@ -8,6 +8,8 @@ import click
 
 from pgshovel2.cli.common import env_option, log_level_option, reports_errors, setup_logging, zookeeper_options
 from pgshovel2.cluster import ClusterStore
+from pgshovel2.errors import RelayError
+from pgshovel2.relay import metrics
 from pgshovel2.relay.loop import RelayOptions
 from pgshovel2.relay.supervisor import run_elected
 
@@ -31,18 +33,28 @@ log = logging.getLogger("pgshovel2.relay")
             help="Split a PgQ batch into Kafka transactions of about this many messages.")
 @env_option("--zookeeper-session-timeout", default=10.0, type=click.FloatRange(1.0, 60.0),
             help="ZooKeeper session timeout (s): a killed active relay is replaced after about this long.")
+@env_option("--metrics-port", default=None, type=click.IntRange(1, 65535),
+            help="Serve Prometheus metrics on this port (/metrics); off by default.")
+@env_option("--metrics-address", default="127.0.0.1", help="Address of the metrics endpoint.")
 @log_level_option
 @reports_errors
 def main(set_name: str, zookeeper_hosts: str, cluster: str, bootstrap_servers: str,
          schema_registry: str | None, snapshot: bool | None, progress_interval: float,
          poll_interval: float, transactions: bool, max_transaction_messages: int,
-         zookeeper_session_timeout: float, log_level: str) -> None:
+         zookeeper_session_timeout: float, metrics_port: int | None, metrics_address: str,
+         log_level: str) -> None:
     """Relay the changes of replication set SET to Kafka until SIGTERM or SIGINT.
 
     Run several for the same set: one is active (elected in ZooKeeper), the
     others stand by and take over when it dies.
     """
     setup_logging(log_level)
+    if metrics_port is not None:
+        try:
+            metrics.serve(metrics_port, metrics_address)
+        except OSError as exc:
+            raise RelayError(f"cannot serve metrics on {metrics_address}:{metrics_port}: {exc.strerror}") from exc
+        log.info("Prometheus metrics on http://%s:%d/metrics", metrics_address, metrics_port)
     stop = threading.Event()
 
     def on_signal(signum: int, _frame) -> None:

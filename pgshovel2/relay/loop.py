@@ -25,7 +25,7 @@ from pgshovel2.catalog import Table
 from pgshovel2.cluster import ClusterStore
 from pgshovel2.config import SetConfig
 from pgshovel2.errors import SchemaChangeError
-from pgshovel2.relay import setup, snapshot
+from pgshovel2.relay import metrics, setup, snapshot
 from pgshovel2.relay.control import CONTROL_OPS, SET_VERSION, Control
 from pgshovel2.relay.election import Leadership
 from pgshovel2.relay.emitter import Emitter, TableRoute
@@ -100,6 +100,9 @@ class Relay:
                  leadership: Leadership | None = None):
         self.store, self.set_name, self.options = store, set_name, options
         self.leadership = leadership
+        self._m_commit = metrics.COMMIT_SECONDS.labels(set_name)
+        self._m_changes = metrics.CHANGES.labels(set_name)
+        self._m_batches = metrics.BATCHES.labels(set_name)
         record, _ = store.get_set(set_name)
         self._use_record(record)
         self.queue = record["queue"]
@@ -224,7 +227,9 @@ class Relay:
         self.sink.produce(self.positions_topic, self.position_key, position.encode(), [])
         self._check_leadership()
         failpoints.hit("before_commit")
+        started = time.perf_counter()
         self.sink.commit()
+        self._m_commit.observe(time.perf_counter() - started)
         failpoints.hit("after_commit")
         self._committed_produced = self.sink.produced
         self.position = position
@@ -254,6 +259,8 @@ class Relay:
         self.source.finish(batch)
         self.changes += events - skip
         self.batches += 1
+        self._m_changes.inc(events - skip)
+        self._m_batches.inc()
         log.debug("batch %d (ticks %d..%d): %d changes", batch.batch_id,
                   batch.prev_tick_id, batch.cur_tick_id, events - skip)
 
@@ -327,5 +334,7 @@ class Relay:
             return
         self._last_progress = now
         lag_s, pending = self.source.lag()
+        metrics.LAG_SECONDS.labels(self.set_name).set(lag_s)
+        metrics.LAG_EVENTS.labels(self.set_name).set(pending)
         log.info("relayed %d changes in %d batches (%.0f changes/s); queue lag %.1fs, %d events",
                  self.changes, self.batches, self.changes / (now - self._started), lag_s, pending)

@@ -19,6 +19,7 @@ from kazoo.handlers.threading import KazooTimeoutError
 
 from pgshovel2.cluster import ClusterStore
 from pgshovel2.errors import RelayError, UnavailableError
+from pgshovel2.relay import metrics
 from pgshovel2.relay.election import Leadership, LeadershipLostError
 from pgshovel2.relay.loop import Relay, RelayOptions
 
@@ -58,6 +59,7 @@ def supervise(store: ClusterStore, set_name: str, options: RelayOptions, stop: t
                      relay.queue, options.bootstrap)
             relay.run(stop)
         except RETRYABLE as exc:
+            metrics.error(set_name, exc)
             if isinstance(exc, KafkaException) and exc.args[0].fatal():
                 raise RelayError(f"the Kafka producer failed fatally: {exc}") from exc
             if time.monotonic() - started > 60:
@@ -86,9 +88,15 @@ def run_elected(store: ClusterStore, set_name: str, options: RelayOptions, stop:
         try:
             if not leadership.acquire(stop):
                 break
+            metrics.ACTIVE.labels(set_name).set(1)
             supervise(store, set_name, options, stop, leadership, totals)
         except LeadershipLostError as exc:
+            metrics.error(set_name, exc)
             log.error("%s: stopped producing; standing by to take over again", exc)
+        except BaseException as exc:
+            metrics.error(set_name, exc)
+            raise
         finally:
+            metrics.ACTIVE.labels(set_name).set(0)
             leadership.release()
     return totals

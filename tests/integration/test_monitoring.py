@@ -1,0 +1,110 @@
+"""Monitoring and logging of the relay: the Prometheus endpoint scraped while it relays, logging
+configured from a file, and errors reported to a Sentry endpoint (a local HTTP receiver)."""
+
+import gzip
+import http.server
+import socket
+import threading
+import urllib.request
+
+import pytest
+import yaml
+
+from tests.helpers import caught_up, pgshovel, write_config
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _scrape(port: int) -> dict[str, float]:
+    """Samples of the pgshovel2 metrics: 'name{labels}' -> value."""
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    out = {}
+    for line in text.splitlines():
+        if line.startswith("pgshovel2_"):
+            name, _, value = line.rpartition(" ")
+            out[name] = float(value)
+    return out
+
+
+@pytest.fixture
+def table_set(stack, cluster, db, schema, tmp_path):
+    with db.cursor() as cur:
+        cur.execute(f'CREATE TABLE "{schema}".t (id int PRIMARY KEY, v text)')
+    pgshovel(stack, cluster, "set", "create", "mon", str(write_config(tmp_path, stack, [{"schema": schema,
+                                                                                           "name": "t"}])))
+    return schema
+
+
+def test_prometheus_endpoint_counts_what_the_relay_did(stack, cluster, db, table_set, relay_factory):
+    port = _free_port()
+    relay = relay_factory("mon", "--metrics-port", str(port))
+    relay.wait_for("snapshot done")
+    with db.cursor() as cur:
+        for i in range(5):  # five source transactions, 40 changes
+            cur.execute(f'INSERT INTO "{table_set}".t SELECT g, \'x\' FROM generate_series({i * 8 + 1}, {i * 8 + 8}) g')
+    caught_up(stack, cluster, "mon")
+    samples = _scrape(port)
+    assert samples['pgshovel2_relay_changes_total{set="mon"}'] == 40
+    assert samples['pgshovel2_relay_active{set="mon"}'] == 1
+    assert samples['pgshovel2_relay_batches_total{set="mon"}'] >= 1
+    assert samples['pgshovel2_relay_kafka_commit_seconds_count{set="mon"}'] >= samples[
+        'pgshovel2_relay_batches_total{set="mon"}']
+    relay.wait_for("queue lag")
+    assert 'pgshovel2_relay_lag_seconds{set="mon"}' in _scrape(port)
+    assert relay.stop() == 0
+
+
+def test_logging_config_file(stack, cluster, table_set, relay_factory, tmp_path):
+    log_file = tmp_path / "relay-from-config.log"
+    config = tmp_path / "logging.yaml"
+    config.write_text(yaml.safe_dump({
+        "version": 1,
+        "formatters": {"plain": {"format": "CONFIGURED %(levelname)s %(name)s %(message)s"}},
+        "handlers": {"file": {"class": "logging.FileHandler", "filename": str(log_file), "formatter": "plain"}},
+        "root": {"level": "INFO", "handlers": ["file"]}}))
+    relay = relay_factory("mon", "--logging-config", str(config))
+    deadline = threading.Event()
+    for _ in range(600):
+        if log_file.exists() and "snapshot done" in log_file.read_text():
+            break
+        deadline.wait(0.1)
+    assert "CONFIGURED INFO pgshovel2.relay.loop snapshot done" in log_file.read_text()
+    assert "snapshot done" not in relay.log()  # the default stderr handler is not used
+    assert relay.stop() == 0
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("handlers: {x: {class: no.such.Handler}}\n")
+    proc = pgshovel(stack, cluster, "--logging-config", str(bad), "set", "list", check=False)
+    assert proc.returncode == 1 and f"logging config {bad}" in proc.stderr
+
+
+class _Receiver(http.server.BaseHTTPRequestHandler):
+    bodies: list[bytes] = []
+
+    def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        if self.headers.get("Content-Encoding") == "gzip":
+            body = gzip.decompress(body)
+        _Receiver.bodies.append(body)
+        self.send_response(200)
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_errors_reach_sentry(stack, cluster):
+    server = http.server.HTTPServer(("127.0.0.1", 0), _Receiver)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    dsn = f"http://publickey@127.0.0.1:{server.server_port}/42"
+    try:
+        proc = pgshovel(stack, cluster, "--sentry-dsn", dsn, "set", "inspect", "nosuchset", check=False)
+    finally:
+        server.shutdown()
+    assert proc.returncode == 1 and "no replication set 'nosuchset'" in proc.stderr
+    assert any(b"no replication set 'nosuchset'" in b for b in _Receiver.bodies), _Receiver.bodies
+    bad = pgshovel(stack, cluster, "--sentry-dsn", "not a dsn", "set", "list", check=False)
+    assert bad.returncode == 1 and "--sentry-dsn" in bad.stderr
