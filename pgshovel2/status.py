@@ -96,6 +96,7 @@ def set_status(store: ClusterStore, set_name: str, bootstrap: str) -> dict[str, 
                            "database": redacted(record["config"]["dsn"])}
     out["queue_lag"] = queue_lag(record["config"]["dsn"], record["queue"])
     out["relays"] = election.status(store, set_name)
+    out["last_error"] = store.get_relay_record(set_name, "last_error")
     out["kafka"] = kafka_status(set_name, record, bootstrap)
     try:
         pos = last_position(bootstrap, out["kafka"]["positions_topic"], f"{store.cluster}/{set_name}") \
@@ -121,6 +122,9 @@ def lines(info: dict[str, Any]) -> list[str]:
                                        if pos else kafka.get("position_error", "nothing committed yet"))]
     if kafka.get("error"):
         out.append(f"  kafka:            {kafka['error']}")
+    if err := info.get("last_error"):
+        when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(err["at"]))
+        out.append(f"  last relay error: {when} {err['kind']} ({err['relay']}): {err['message'][:300]}")
     for topic, parts in kafka.get("end_offsets", {}).items():
         out.append(f"  {topic}: " + ", ".join(f"[{p}] {o}" for p, o in parts.items()))
     return out

@@ -20,7 +20,7 @@ from kazoo.handlers.threading import KazooTimeoutError
 from pgshovel2.cluster import ClusterStore
 from pgshovel2.errors import RelayError, UnavailableError
 from pgshovel2.relay import metrics
-from pgshovel2.relay.election import Leadership, LeadershipLostError
+from pgshovel2.relay.election import Leadership, LeadershipLostError, identity
 from pgshovel2.relay.loop import Relay, RelayOptions
 
 log = logging.getLogger(__name__)
@@ -36,6 +36,18 @@ class Totals:
     changes: int = 0
     batches: int = 0
     restarts: int = 0
+
+
+def record_error(store: ClusterStore, set_name: str, exc: Exception) -> None:
+    """Keep the set's latest relay error in ZooKeeper (``relay/last_error``) for ``set status``.
+
+    Best effort: ZooKeeper may be what failed, and the error is logged anyway.
+    """
+    try:
+        store.put_relay_record(set_name, "last_error", {"at": time.time(), "kind": type(exc).__name__,
+                                                        "message": str(exc).strip()[:2000], "relay": identity()})
+    except Exception:  # ZooKeeper down or the set gone: nothing to keep it in
+        log.debug("could not record the error in ZooKeeper", exc_info=True)
 
 
 def supervise(store: ClusterStore, set_name: str, options: RelayOptions, stop: threading.Event,
@@ -60,6 +72,7 @@ def supervise(store: ClusterStore, set_name: str, options: RelayOptions, stop: t
             relay.run(stop)
         except RETRYABLE as exc:
             metrics.error(set_name, exc)
+            record_error(store, set_name, exc)
             if isinstance(exc, KafkaException) and exc.args[0].fatal():
                 raise RelayError(f"the Kafka producer failed fatally: {exc}") from exc
             if time.monotonic() - started > 60:
@@ -92,9 +105,12 @@ def run_elected(store: ClusterStore, set_name: str, options: RelayOptions, stop:
             supervise(store, set_name, options, stop, leadership, totals)
         except LeadershipLostError as exc:
             metrics.error(set_name, exc)
+            record_error(store, set_name, exc)
             log.error("%s: stopped producing; standing by to take over again", exc)
         except BaseException as exc:
             metrics.error(set_name, exc)
+            if isinstance(exc, Exception):
+                record_error(store, set_name, exc)
             raise
         finally:
             metrics.ACTIVE.labels(set_name).set(0)

@@ -3,6 +3,7 @@ configured from a file, and errors reported to a Sentry endpoint (a local HTTP r
 
 import gzip
 import http.server
+import json
 import socket
 import threading
 import urllib.request
@@ -108,3 +109,19 @@ def test_errors_reach_sentry(stack, cluster):
     assert any(b"no replication set 'nosuchset'" in b for b in _Receiver.bodies), _Receiver.bodies
     bad = pgshovel(stack, cluster, "--sentry-dsn", "not a dsn", "set", "list", check=False)
     assert bad.returncode == 1 and "--sentry-dsn" in bad.stderr
+
+
+def test_set_status_shows_the_last_relay_error(stack, cluster, db, table_set, relay_factory):
+    relay = relay_factory("mon")
+    relay.wait_for("snapshot done")
+    with db.cursor() as cur:  # cut the relay off the database: it must retry and say why
+        cur.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                    "WHERE pid <> pg_backend_pid() AND datname = current_database() AND application_name = ''"
+                    " AND backend_type = 'client backend' AND query NOT LIKE '%%pgq.ticker%%'")
+        cur.execute(f'INSERT INTO "{table_set}".t VALUES (1, \'after\')')
+    relay.wait_for("interrupted")
+    caught_up(stack, cluster, "mon")
+    status = json.loads(pgshovel(stack, cluster, "set", "status", "mon", "--json").stdout)
+    assert status["last_error"]["kind"] in ("OperationalError", "InterfaceError", "UnavailableError")
+    assert "last relay error:" in pgshovel(stack, cluster, "set", "status", "mon").stdout
+    assert relay.stop() == 0
