@@ -18,8 +18,11 @@ log = logging.getLogger("pgshovel2.replica")
 @click.argument("set_name", metavar="SET")
 @env_option("--target", required=True, help="DSN of the target PostgreSQL (a superuser: replication role).")
 @env_option("--bootstrap", "mode", type=click.Choice(MODES), default="copy",
-            help="How an empty target is filled: COPY under an exported snapshot, or the relay's snapshot "
-                 "rows still in Kafka. Ignored when the target already replicates the set.")
+            help="How an empty target is filled: COPY under an exported snapshot, the relay's snapshot "
+                 "rows still in Kafka, or a Spark bootstrap's Parquet (--from-bootstrap). Ignored when the "
+                 "target already replicates the set.")
+@env_option("--from-bootstrap", default=None, type=click.Path(file_okay=False),
+            help="Output directory of 'pgshovel bootstrap SET' (implies --bootstrap parquet).")
 @env_option("--bootstrap-servers", default="127.0.0.1:9092", help="Kafka bootstrap servers.")
 @env_option("--schema-registry", default=None, help="Schema registry URL (Avro sets).")
 @env_option("--batch-changes", default=5000, type=click.IntRange(1),
@@ -31,7 +34,8 @@ log = logging.getLogger("pgshovel2.replica")
 @env_option("--progress-interval", default=10.0, type=float, help="Seconds between progress lines.")
 @click.pass_context
 @reports_errors
-def replicate(ctx: click.Context, set_name: str, target: str, mode: str, bootstrap_servers: str,
+def replicate(ctx: click.Context, set_name: str, target: str, mode: str, from_bootstrap: str | None,
+              bootstrap_servers: str,
               schema_registry: str | None, batch_changes: int, batch_delay: float, until_caught_up: bool,
               progress_interval: float) -> None:
     """Keep the TARGET database equal to set SET's tables, until SIGTERM/SIGINT.
@@ -50,7 +54,11 @@ def replicate(ctx: click.Context, set_name: str, target: str, mode: str, bootstr
             st = rep.load_state()
             if st is None:
                 record, _ = store.get_set(set_name)
-                st = bootstrap(rep.target, store.cluster, set_name, record, mode, bootstrap_servers)
+                mode = "parquet" if from_bootstrap else mode
+                if mode == "parquet" and not from_bootstrap:
+                    raise click.UsageError("--bootstrap parquet needs --from-bootstrap DIR")
+                st = bootstrap(rep.target, store.cluster, set_name, record, mode, bootstrap_servers,
+                               from_bootstrap)
             else:
                 log.info("resuming set %r after position %r (txid %d, set version %d)", set_name, st.position,
                          st.txid, st.set_version)

@@ -9,6 +9,10 @@ position row (offsets + txid snapshot). Apply then starts at those offsets and
 skips transactions visible in the snapshot (docs/consumer.rst "Starting after a
 bootstrap" gives the argument).
 
+``parquet``: a Spark bootstrap's output (``pgshovel bootstrap SET --output DIR``):
+its Parquet is inserted (pgshovel2.replica.parquet) and its manifest gives the
+offsets and the handoff snapshot, as ``copy`` does.
+
 ``kafka``: the relay's own snapshot rows (op ``r``) still in the topics are the
 starting point: the target tables are created empty and apply reads the topics
 from the beginning. Only valid while the topics hold the whole history
@@ -24,17 +28,18 @@ from confluent_kafka.admin import AdminClient
 from psycopg2 import sql
 
 from pgshovel2.bootstrap.export import ExportedSnapshot
+from pgshovel2.bootstrap.manifest import Manifest
 from pgshovel2.catalog import Table
 from pgshovel2.config import SetConfig
 from pgshovel2.consumer.offsets import end_offsets, partition_counts
 from pgshovel2.consumer.topics import SetTopics
 from pgshovel2.db import connect
-from pgshovel2.replica import state
+from pgshovel2.replica import parquet, state
 from pgshovel2.replica.sql import ReplicaError, TableMap, create_table
 from pgshovel2.replica.state import ReplicaState
 
 log = logging.getLogger(__name__)
-MODES = ("copy", "kafka")
+MODES = ("copy", "kafka", "parquet")
 
 
 def tables_of(record: dict[str, Any]) -> tuple[Table, ...]:
@@ -56,13 +61,20 @@ def source_offsets(set_name: str, record: dict[str, Any], bootstrap: str) -> dic
 
 
 def bootstrap(target, cluster: str, set_name: str, record: dict[str, Any], mode: str,
-              kafka_bootstrap: str) -> ReplicaState:
+              kafka_bootstrap: str, manifest_dir: str | None = None) -> ReplicaState:
     """Fill target (a psycopg2 connection, not autocommit) for set_name and commit; returns its state.
 
     Raises ReplicaError when the target already holds a position for the set
     (it resumes instead), when a table is unkeyed or the copy fails; the
     target is unchanged then (one transaction).
     """
+    manifest = None
+    if mode == "parquet":  # the tables as the bootstrap copied them (its set version)
+        manifest = Manifest.load(manifest_dir or "")
+        if manifest.set != set_name or manifest.cluster != cluster or manifest.output != "parquet":
+            raise ReplicaError(f"{manifest_dir}: a {manifest.output} bootstrap of set {manifest.set!r} of cluster "
+                               f"{manifest.cluster!r}, not a Parquet bootstrap of set {set_name!r} of {cluster!r}")
+        record = manifest.record
     tables = tables_of(record)
     with target.cursor() as cur:
         state.ensure_table(cur)
@@ -75,7 +87,13 @@ def bootstrap(target, cluster: str, set_name: str, record: dict[str, Any], mode:
     offsets, snapshot = ({}, None)
     if mode == "copy":
         offsets, snapshot = _copy(target, set_name, record, tables, kafka_bootstrap)
-    st = ReplicaState(cluster, set_name, "", 0, record["version"], offsets, snapshot, mode)
+    elif manifest is not None:
+        with target.cursor() as cur:
+            rows = parquet.load(cur, manifest, manifest_dir, tables)
+        log.info("loaded %d rows from the bootstrap %s", rows, manifest_dir)
+        offsets, snapshot = manifest.offsets(), manifest.handoff["txid_snapshot"]
+    version = manifest.set_version if manifest is not None else record["version"]
+    st = ReplicaState(cluster, set_name, "", 0, version, offsets, snapshot, mode)
     with target.cursor() as cur:
         cur.execute(state.save(st))
     target.commit()

@@ -42,6 +42,7 @@ class TableMap:
     table: Table
     fields: dict[str, str]
     kinds: dict[str, str]
+    types: dict[str, str]
 
     @classmethod
     def of(cls, table: Table) -> "TableMap":
@@ -53,7 +54,8 @@ class TableMap:
             for name in (col.name, *col.aliases):
                 fields[names.avro_name(name)] = col.name
                 fields[name] = col.name
-        return cls(table, fields, {c.name: c.kind for c in table.columns})
+        return cls(table, fields, {c.name: c.kind for c in table.columns},
+                   {c.name: column_type(c) for c in table.columns})
 
     @property
     def ident(self) -> sql.Composed:
@@ -79,13 +81,17 @@ class TableMap:
             else sql.SQL("DO NOTHING")
         return sql.SQL("INSERT INTO {} ({}) VALUES ({}) ON CONFLICT ({}) {}").format(
             self.ident, sql.SQL(", ").join(map(sql.Identifier, cols)),
-            sql.SQL(", ").join(sql.Literal(values[c]) for c in cols),
+            sql.SQL(", ").join(self._value(c, values[c]) for c in cols),
             sql.SQL(", ").join(map(sql.Identifier, self.table.key)), update)
 
     def delete(self, key: dict[str, Any]) -> sql.Composed:
         """DELETE of the row with key (column name -> value)."""
         return sql.SQL("DELETE FROM {} WHERE {}").format(self.ident, sql.SQL(" AND ").join(
-            sql.SQL("{} = {}").format(sql.Identifier(c), sql.Literal(key[c])) for c in self.table.key))
+            sql.SQL("{} = {}").format(sql.Identifier(c), self._value(c, key[c])) for c in self.table.key))
+
+    def _value(self, column: str, value: Any) -> sql.Composed:
+        """value as a literal cast to the column's type (an array of 'infinity' strings is no date[] by itself)."""
+        return sql.SQL("{}::{}").format(sql.Literal(value), sql.SQL(self.types[column]))
 
     def statement(self, change: Change) -> sql.Composed:
         """The statement applying change (op c/u/r: upsert; d: delete; t: truncate)."""

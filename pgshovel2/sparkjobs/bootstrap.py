@@ -74,7 +74,7 @@ def run(spark, store: ClusterStore, set_name: str, options: BootstrapOptions) ->
     snapshot expired, JDBC driver missing, Spark failure), ClusterError,
     ConsumerError (Kafka). Nothing is left at options.output on failure.
     """
-    record, version = store.get_set(set_name)
+    record, _ = store.get_set(set_name)
     config = SetConfig.from_dict(record["config"])
     tables = tuple(Table.from_dict(t) for t in record["tables"])
     if config.backend != "trigger":
@@ -95,7 +95,7 @@ def run(spark, store: ClusterStore, set_name: str, options: BootstrapOptions) ->
     try:
         copies, txid_snapshot = _copy(spark, set_name, config, tables, topics, tmp, options)
         manifest = Manifest(
-            set=set_name, cluster=store.cluster, set_version=version,
+            set=set_name, cluster=store.cluster, set_version=record["version"],
             record={**record, "config": {**record["config"], "dsn": redacted(config.dsn)}},
             output="kafka" if options.to_kafka else "parquet", tables=copies,
             handoff={"backend": config.backend, "txid_snapshot": txid_snapshot},
