@@ -11,6 +11,7 @@ from pgshovel2.cli.common import env_option, log_level_option, reports_errors, s
 from pgshovel2.cli.tail import tail
 from pgshovel2.cluster import ClusterStore
 from pgshovel2.config import SetConfig
+from pgshovel2.relay import logical_source
 from pgshovel2.relay.pgq_source import wait_caught_up
 
 
@@ -139,7 +140,9 @@ def set_verify(ctx: click.Context, name: str, bootstrap_servers: str, schema_reg
         record, _ = store.get_set(name)
     config = SetConfig.from_dict(record["config"])
     tables = tuple(Table.from_dict(t) for t in record["tables"])
-    if wait:
+    if wait and config.backend == "logical":
+        logical_source.wait_caught_up(config.dsn, record["slot"])
+    elif wait:
         wait_caught_up(config.dsn, record["queue"], record["consumer"])
     reports = verify.verify_set(name, config, tables, bootstrap_servers, schema_registry)
     for r in reports:

@@ -20,6 +20,7 @@ from kazoo.handlers.threading import KazooTimeoutError
 from pgshovel2.cluster import ClusterStore
 from pgshovel2.errors import RelayError, UnavailableError
 from pgshovel2.relay.election import Leadership, LeadershipLostError
+from pgshovel2.relay.logical_loop import LogicalRelay
 from pgshovel2.relay.loop import Relay, RelayOptions
 
 log = logging.getLogger(__name__)
@@ -35,6 +36,12 @@ class Totals:
     changes: int = 0
     batches: int = 0
     restarts: int = 0
+
+
+def relay_class(store: ClusterStore, set_name: str) -> type[Relay]:
+    """The relay of the set's backend (from its record in ZooKeeper)."""
+    record, _ = store.get_set(set_name)
+    return LogicalRelay if record["config"]["backend"] == "logical" else Relay
 
 
 def supervise(store: ClusterStore, set_name: str, options: RelayOptions, stop: threading.Event,
@@ -53,9 +60,9 @@ def supervise(store: ClusterStore, set_name: str, options: RelayOptions, stop: t
         try:
             if leadership is not None:
                 leadership.check()
-            relay = Relay(store, set_name, options, leadership)
-            log.info("relaying set %r (version %d) from queue %s to %s", set_name, relay.set_version,
-                     relay.queue, options.bootstrap)
+            relay = relay_class(store, set_name)(store, set_name, options, leadership)
+            log.info("relaying set %r (version %d) from %s %s to %s", set_name, relay.set_version,
+                     "slot" if isinstance(relay, LogicalRelay) else "queue", relay.queue, options.bootstrap)
             relay.run(stop)
         except RETRYABLE as exc:
             if isinstance(exc, KafkaException) and exc.args[0].fatal():
