@@ -209,6 +209,8 @@ class _Stream:
         self.last_position = change_position(txn.commit_lsn, self.ordinal)
         if ev.row is None and ev.op == "D":
             self._delete_without_row(ev)
+        elif ev.before is not None and ev.before == ev.row and ev.table in self.source.subset_tags:
+            pass  # no captured column changed (the trigger backend writes no event either)
         else:
             self.emitter.change(ev, self.last_position)
         self.ordinal += 1

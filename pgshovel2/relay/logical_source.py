@@ -93,6 +93,9 @@ class LogicalSource:
                                    f"{str(exc).strip()}") from exc
         self._cur = self._repl.cursor()
         self._txid = self._ts_ms = 0
+        # tags of tables captured with a column subset: like the capture trigger, the relay skips
+        # their UPDATEs that change no captured column (known when the old row is logged: FULL)
+        self.subset_tags: set[str] = set()
 
     def slot_exists(self) -> bool:
         """True when the set's slot exists on the server."""
@@ -128,15 +131,21 @@ class LogicalSource:
     def tables_option(self) -> str:
         """The plugin's ``tables`` option: ``oid:attnum,...;...`` in set order.
 
-        Raises RelayError when a table of the set no longer exists.
+        Also fills :attr:`subset_tags`. Raises RelayError when a table of the set no
+        longer exists.
         """
         parts = []
         with self._ctl.cursor() as cur:
             for table in self._tables:
-                cur.execute("SELECT to_regclass(%s)::oid", (table.qualified,))
-                oid = cur.fetchone()[0]
-                if oid is None:
+                cur.execute("SELECT c.oid, (SELECT count(*) FROM pg_attribute a WHERE a.attrelid = c.oid "
+                            "AND a.attnum > 0 AND NOT a.attisdropped) FROM pg_class c "
+                            "WHERE c.oid = to_regclass(%s)", (table.qualified,))
+                row = cur.fetchone()
+                if row is None:
                     raise RelayError(f"table {table.qualified} of the set does not exist any more")
+                oid, live = row
+                if len(table.columns) < live:
+                    self.subset_tags.add(table.qualified)
                 parts.append(f"{oid}:{','.join(str(c.attnum) for c in table.columns)}")
         return ";".join(parts)
 

@@ -183,6 +183,7 @@ def test_every_type_round_trips(stack, cluster, db, typed_table, tmp_path, encod
     pgshovel(stack, cluster, "set", "create", "types", str(cfg))
     relay = RelayProcess(stack, cluster, "types", "--skip-snapshot", log_path=tmp_path / "relay.log")
     try:
+        relay.wait_for("skipping the initial snapshot")  # logical: the slot exists from here on
         insert_rows(db, schema)
         caught_up(stack, cluster, "types")
     finally:
