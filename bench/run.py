@@ -5,20 +5,20 @@ one PNG per figure, and a table on stdout.
     .venv/bin/python -m bench.run [--quick]
 
 --quick keeps 3 runs per figure but shortens each (the whole run in a few
-minutes). Bootstrap (Spark) and the logical backend come with their issues.
+minutes). Bootstrap (Spark) comes with its issue.
 """
 
 import argparse
 import json
 import time
 
-from bench import capture_overhead, latency, plot, profile, relay_memory, relay_throughput
+from bench import capture_overhead, latency, logical, plot, profile, relay_memory, relay_throughput
 from bench.common import RESULTS
 
 FULL = {"capture": (3, 15, 10), "relay": (1_000_000, 3), "latency": (2000, 30), "memory": 1_000_000,
-        "profile": 300_000}
+        "profile": 300_000, "logical": (3, 15, 10, 1_000_000)}
 QUICK = {"capture": (3, 5, 10), "relay": (100_000, 3), "latency": (2000, 10), "memory": 200_000,
-         "profile": 100_000}
+         "profile": 100_000, "logical": (3, 5, 10, 100_000)}
 
 
 def table(result: dict) -> list[str]:
@@ -44,6 +44,7 @@ def table(result: dict) -> list[str]:
                  f"{lat['p50_ms']}/{lat['p95_ms']}/{lat['p99_ms']}/{lat['max_ms']} (goal p99 <= 100)")
     label = f"relay peak RSS MiB, {mem['rows']}-row transaction"
     lines.append(f"{label:<44} {mem['peak_rss_mib']:>12}")
+    lines += logical.table(result["logical"])
     lines.append("bootstrap rows/s (Spark vs COPY)              not measured yet (issue 6)")
     lines.append(f"profile: top own time {result['profile']['self'][:3]}")
     return lines
@@ -66,6 +67,8 @@ def main() -> None:
     result["memory"] = relay_memory.measure(p["memory"])
     print("profile ...", flush=True)
     result["profile"] = profile.measure(p["profile"])
+    print("logical backend (tps, drain, plugin cost) ...", flush=True)
+    result["logical"] = logical.measure(*p["logical"])
     result["seconds"] = round(time.monotonic() - started)
     stem = RESULTS / time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     stem.with_suffix(".json").write_text(json.dumps(result, indent=2))
