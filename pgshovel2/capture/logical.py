@@ -95,6 +95,8 @@ def _identity_problem(table: Table, config: SetConfig, ident: str, ident_cols: s
     if ident == "f":
         return None
     kind = {"d": "DEFAULT", "i": "USING INDEX", "n": "NOTHING"}[ident]
+    if ident == "n":
+        ident_cols = set()
     if config.envelope == "debezium":
         return f"the debezium envelope needs every old row in the WAL, but its replica identity is {kind}"
     if toastable:

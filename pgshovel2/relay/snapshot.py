@@ -53,7 +53,8 @@ class Snapshot:
     def rows(self, table: Table, fetch_size: int = 5000) -> Iterator[list]:
         """Stream a table's rows in trigger form (the encode_row function), bounded memory."""
         attnums = [c.attnum for c in table.columns]
-        query = sql.SQL("SELECT {}(t, %s::int2[]) FROM {} t").format(
+        # t.* (not t): a whole-row reference even when the table has a column named t
+        query = sql.SQL("SELECT {}(t.*, %s::int2[]) FROM {} t").format(
             sql.Identifier(*self._encode_row.split(".")), sql.Identifier(table.schema, table.name))
         with self._conn.cursor(name="snapshot_rows") as cur:
             cur.itersize = fetch_size

@@ -8,6 +8,8 @@ import os
 import signal
 from collections import Counter
 
+import pytest
+
 from pgshovel2 import names
 from pgshovel2.capture.logical import slot_name
 from tests.helpers import RelayProcess, assert_verified, caught_up, messages, pgshovel, verify, write_config
@@ -27,27 +29,37 @@ def make_set(stack, cluster, db, tmp_path, set_name: str, table_sql: str, schema
     return f'"{schema}".t', prefix
 
 
-def relay(stack, cluster, tmp_path, set_name: str, *args: str, failpoints: str = "") -> RelayProcess:
-    log = tmp_path / f"relay-{len(list(tmp_path.glob('relay-*')))}.log"
-    return RelayProcess(stack, cluster, set_name, *args, log_path=log,
-                        extra_env={"PGSHOVEL2_FAILPOINTS": failpoints} if failpoints else None)
+@pytest.fixture
+def relay(stack, cluster, tmp_path):
+    """start(set_name, *args, failpoints="") -> a RelayProcess; all are killed afterwards."""
+    started = []
+
+    def start(set_name: str, *args: str, failpoints: str = "") -> RelayProcess:
+        log = tmp_path / f"relay-{len(started)}.log"
+        proc = RelayProcess(stack, cluster, set_name, *args, log_path=log,
+                            extra_env={"PGSHOVEL2_FAILPOINTS": failpoints} if failpoints else None)
+        started.append(proc)
+        return proc
+
+    yield start
+    for proc in started:
+        proc.stop(signal.SIGKILL)
 
 
-def test_huge_transaction_split_and_killed(stack, cluster, db, schema, tmp_path):
+def test_huge_transaction_split_and_killed(stack, cluster, db, schema, tmp_path, relay):
     table, prefix = make_set(stack, cluster, db, tmp_path, "big", "id int PRIMARY KEY, n int", schema)
-    first = relay(stack, cluster, tmp_path, "big")
+    first = relay("big")
     first.wait_for("snapshot done")
     assert first.stop() == 0
     with db.cursor() as cur:
         cur.execute(f"INSERT INTO {table} SELECT g, 0 FROM generate_series(1, {BIG_ROWS}) g")
     kills = resumed = 0
-    while kills < 3:  # hard split every 10 x 2000 messages; each run dies after a commit or a few
-        r = relay(stack, cluster, tmp_path, "big", "--max-transaction-messages", "2000",
-                  failpoints="after_commit=0.3")
+    while kills < 3:  # hard split every 10 x 2000 messages; each run dies right after its first commit
+        r = relay("big", "--max-transaction-messages", "2000", failpoints="after_commit=1")
         assert r.proc.wait(600) == -signal.SIGKILL, r.log()
         kills += 1
         resumed += "after its first" in r.log()
-    last = relay(stack, cluster, tmp_path, "big")
+    last = relay("big")
     caught_up(stack, cluster, "big", timeout=600)
     assert last.stop() == 0
     assert resumed >= 2, "too few kills landed inside the split source transaction"
@@ -86,7 +98,7 @@ def test_replica_identity_is_checked(stack, cluster, db, schema, tmp_path):
         cur.execute(f'CREATE TABLE "{schema}".t (id int PRIMARY KEY, v text)')
         cur.execute(f'CREATE TABLE "{schema}".n (id int PRIMARY KEY, v int)')
         cur.execute(f'ALTER TABLE "{schema}".n REPLICA IDENTITY NOTHING')
-    for name, expected in (("t", "TOASTable captured column(s) v"), ("n", "replica identity NOTHING")):
+    for name, expected in (("t", 'TOASTable captured column(s) "v"'), ("n", "replica identity NOTHING")):
         cfg = tmp_path / f"{name}.yaml"
         cfg.write_text(f"database: {{dsn: '{stack.dsn}'}}\nbackend: logical\n"
                        f"tables: [{{schema: {schema}, name: {name}}}]\n")
@@ -123,21 +135,21 @@ def test_zero_column_and_dropped_column_tables(stack, cluster, db, schema, tmp_p
         assert len(h["pgshovel.position"]) == 27 and int(h["pgshovel.txid"]) > 0
 
 
-def test_slot_dropped_with_set_and_missing_slot_refused(stack, cluster, db, schema, tmp_path, relay_factory):
+def test_slot_dropped_with_set_and_missing_slot_refused(stack, cluster, db, schema, tmp_path, relay):
     make_set(stack, cluster, db, tmp_path, "sl", "id int PRIMARY KEY, n int", schema)
     slot = slot_name(cluster, "sl")
-    first = relay_factory("sl")
+    first = relay("sl")
     first.wait_for("snapshot done")
     busy = pgshovel(stack, cluster, "set", "drop", "sl", check=False)
     assert busy.returncode != 0 and "in use by a relay" in busy.stderr
     assert first.stop() == 0
     with db.cursor() as cur:
         cur.execute("SELECT pg_drop_replication_slot(%s)", (slot,))  # as a failover would lose it
-    second = relay_factory("sl")
+    second = relay("sl")
     second.wait_for("does not exist, but Kafka holds a position")
     assert "--snapshot" in second.log()
     second.stop(signal.SIGKILL)
-    rebootstrap = relay_factory("sl", "--snapshot")
+    rebootstrap = relay("sl", "--snapshot")
     rebootstrap.wait_for("snapshot done")
     assert rebootstrap.stop() == 0
     dropped = pgshovel(stack, cluster, "set", "drop", "sl")
