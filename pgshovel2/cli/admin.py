@@ -44,7 +44,8 @@ def set_create(ctx: click.Context, name: str, config: str) -> None:
     with _store(ctx) as store:
         record = admin.create_set(store, name, config)
     tables = ", ".join(f"{t['schema']}.{t['name']}" for t in record["tables"])
-    click.echo(f"created set {name!r} (version {record['version']}, queue {record['queue']}): {tables}")
+    source = f"slot {record['slot']}" if record.get("slot") else f"queue {record['queue']}"
+    click.echo(f"created set {name!r} (version {record['version']}, {source}): {tables}")
 
 
 @set_group.command("list")
@@ -81,7 +82,10 @@ def set_inspect(ctx: click.Context, name: str, as_json: bool, version: int | Non
     click.echo(f"set {name} (version {info['version']}, cluster {info['cluster']})")
     click.echo(f"  backend {cfg['backend']}, encoding {cfg['encoding']}, envelope {cfg['envelope']}, "
                f"topic prefix {cfg['topic_prefix'] or name}")
-    click.echo(f"  queue {info['queue']}, triggers {info['trigger']}")
+    if info.get("slot"):
+        click.echo(f"  replication slot {info['slot']} (output plugin pgshovel2_decoder)")
+    else:
+        click.echo(f"  queue {info['queue']}, triggers {info['trigger']}")
     snap = info["snapshot"]
     click.echo(f"  snapshot: {json.dumps(snap) if snap else 'not taken yet'}")
     for t in info["tables"]:
@@ -116,7 +120,7 @@ def set_upgrade(ctx: click.Context, name: str, config: str, dry_run: bool) -> No
 @click.pass_context
 @reports_errors
 def set_drop(ctx: click.Context, name: str) -> None:
-    """Drop set NAME: triggers, consumer, queue, then its znodes."""
+    """Drop set NAME: triggers, consumer, queue (logical: its replication slot), then its znodes."""
     with _store(ctx) as store:
         done = admin.drop_set(store, name)
     click.echo(f"dropped set {name!r}: " + "; ".join(done))
