@@ -113,9 +113,11 @@ class LogicalSource:
         try:
             self._cur.execute(f'CREATE_REPLICATION_SLOT "{self.slot}" LOGICAL {PLUGIN} {mode}')
         except psycopg2.Error as exc:
+            hint = ""
+            if PLUGIN in str(exc):  # not installed, or not allowed by output_plugin_libraries
+                hint = f" (is sql/decoder installed and {PLUGIN} in the server's output_plugin_libraries?)"
             raise RelayError(f"cannot create replication slot {self.slot} with output plugin {PLUGIN}: "
-                             f"{str(exc).strip()} (is sql/decoder installed and {PLUGIN} in the server's "
-                             "output_plugin_libraries?)") from exc
+                             f"{str(exc).strip()}{hint}") from exc
         _name, consistent, snapshot, _plugin = self._cur.fetchone()
         log.info("created replication slot %s at %s", self.slot, consistent)
         return lsn_int(consistent), snapshot
