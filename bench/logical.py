@@ -1,9 +1,11 @@
 """The logical backend against the trigger backend, in one run:
 
 - capture overhead: pgbench tps (``-N -c 4 -j 2``) with no capture, the trigger backend
-  (its set on the pgbench tables, its relay streaming) and the logical backend (its set,
-  REPLICA IDENTITY FULL on the tables as it requires, its relay streaming), rounds
-  interleaved; a fresh set per round, the relay caught up after each;
+  (its set on the pgbench tables; triggers only, and with its relay streaming), REPLICA
+  IDENTITY FULL alone (what the logical backend requires of these tables costs in WAL) and
+  the logical backend (its set, FULL, its relay streaming), rounds interleaved; a fresh set
+  per round, the relay caught up after each; the relay's CPU seconds during pgbench (on this
+  2-core machine every CPU second of relay, walsender and Kafka is taken from pgbench);
 - relay throughput: changes/s of each backend's relay draining the same N queued inserts
   (trigger: from the PgQ queue; logical: from the slot, created by a first relay start
   before the inserts), Avro, exactly-once;
@@ -16,6 +18,7 @@ Result JSON in bench/results/logical-<time>.json and printed.
 
 import argparse
 import json
+import os
 import re
 import statistics
 import subprocess
@@ -75,40 +78,66 @@ def identity(cur, tables: list[str], kind: str) -> None:
         cur.execute(f"ALTER TABLE {table} REPLICA IDENTITY {kind}")
 
 
-def tps_round(cur, variant: str, seconds: int) -> float:
-    """pgbench tps of one round with variant's capture (none, trigger, logical) running."""
-    name, relay = unique(f"tps{variant[0]}"), None
-    if variant != "none":
-        identity(cur, PGBENCH, "FULL" if variant == "logical" else "DEFAULT")
+# variant -> (backend of its set or None, replica identity of the pgbench tables, relay streaming)
+VARIANTS = {
+    "none": (None, "DEFAULT", False),
+    "trigger_capture_only": ("trigger", "DEFAULT", False),
+    "trigger": ("trigger", "DEFAULT", True),
+    "identity_full_only": (None, "FULL", False),
+    "logical": ("logical", "FULL", True),
+}
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process so far (/proc/<pid>/stat)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def tps_round(cur, variant: str, seconds: int) -> tuple[float, float]:
+    """(pgbench tps, relay CPU seconds during pgbench) of one round of variant (VARIANTS)."""
+    backend, ident, streaming = VARIANTS[variant]
+    name, relay, cpu = unique("tps"), None, 0.0
+    identity(cur, PGBENCH, ident)
+    if backend is not None:
         tables = [{"name": t, "allow_unkeyed": t == "pgbench_history"} for t in PGBENCH]
-        pgshovel("set", "create", name, str(write_set(name, variant, tables)))
-        relay = Relay(name, "--skip-snapshot")
+        pgshovel("set", "create", name, str(write_set(name, backend, tables)))
+        if streaming:
+            relay = Relay(name, "--skip-snapshot")
     try:
         cur.execute("CHECKPOINT")
+        before = cpu_seconds(relay.proc.pid) if relay else 0.0
         out = pgbench("-N", "-n", "-c", "4", "-j", "2", "-T", str(seconds))
+        cpu = cpu_seconds(relay.proc.pid) - before if relay else 0.0
         if relay is not None:
-            caught_up(name, variant)
+            caught_up(name, backend)
     finally:
         if relay is not None:
             relay.stop()
+        if backend is not None:
             pgshovel("set", "drop", name)
-            identity(cur, PGBENCH, "DEFAULT")
-    return float(re.search(r"tps = ([\d.]+)", out).group(1))
+        identity(cur, PGBENCH, "DEFAULT")
+    return float(re.search(r"tps = ([\d.]+)", out).group(1)), cpu
 
 
 def measure_tps(rounds: int, seconds: int, scale: int) -> dict:
-    """{variant: summary of tps, ratio_to_none: {variant: median ratio}, workload}."""
+    """{variant: summary of tps, ratio_to_none, relay_cpu_s: {variant: median}, workload}."""
     pgbench("-i", "-q", "-s", str(scale))
     cur = prepare()
-    tps: dict[str, list[float]] = {"none": [], "trigger": [], "logical": []}
+    tps: dict[str, list[float]] = {v: [] for v in VARIANTS}
+    cpu: dict[str, list[float]] = {v: [] for v in VARIANTS}
     for round_no in range(rounds):
         for variant in tps:
-            tps[variant].append(tps_round(cur, variant, seconds))
-            print(f"  round {round_no + 1} {variant}: {tps[variant][-1]:,.0f} tps", flush=True)
+            rate, used = tps_round(cur, variant, seconds)
+            tps[variant].append(rate)
+            cpu[variant].append(used)
+            print(f"  round {round_no + 1} {variant}: {rate:,.0f} tps, relay CPU {used:.1f}s", flush=True)
     base = statistics.median(tps["none"])
-    return {"workload": f"pgbench -N -c 4 -j 2 -T {seconds}, scale {scale}, interleaved, relay streaming",
+    return {"workload": f"pgbench -N -c 4 -j 2 -T {seconds}, scale {scale}, interleaved; 2 cores shared with "
+                        "the relay and Kafka",
             **{v: summary(t) for v, t in tps.items()},
-            "ratio_to_none": {v: statistics.median(t) / base for v, t in tps.items()}}
+            "ratio_to_none": {v: statistics.median(t) / base for v, t in tps.items()},
+            "relay_cpu_s": {v: statistics.median(c) for v, c in cpu.items()}}
 
 
 def drain(cur, backend: str, changes: int) -> float:
@@ -149,10 +178,11 @@ def measure_drain(changes: int, rounds: int) -> dict:
 def table(result: dict) -> list[str]:
     """Human summary lines."""
     lines = [f"{'figure':<40} {'median':>10} {'min..max':>21}  note"]
-    for v in ("none", "trigger", "logical"):
+    for v in VARIANTS:
         s = result["tps"][v]
         lines.append(f"{'pgbench tps, ' + v:<40} {s['median']:>10,.0f} {s['min']:>10,.0f}..{s['max']:<10,.0f} "
-                     f"{result['tps']['ratio_to_none'][v]:.3f} of none")
+                     f"{result['tps']['ratio_to_none'][v]:.3f} of none, relay CPU "
+                     f"{result['tps']['relay_cpu_s'][v]:.1f}s")
     for b in ("trigger", "logical"):
         s = result["drain"][b]
         label = f"relay drain changes/s, {b}"
