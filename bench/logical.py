@@ -94,10 +94,24 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def tps_round(cur, variant: str, seconds: int) -> tuple[float, float]:
-    """(pgbench tps, relay CPU seconds during pgbench) of one round of variant (VARIANTS)."""
+def helper_pids(cur, relay: "Relay | None", logical_set: str | None) -> dict[str, int]:
+    """Processes besides pgbench and the backends it talks to: the relay, the logical set's
+    walsender, and the Kafka broker (when STACK_DIR names the stack)."""
+    pids = {"relay": relay.proc.pid} if relay else {}
+    if logical_set:
+        cur.execute("SELECT active_pid FROM pg_replication_slots WHERE slot_name = %s",
+                    (slot_name(CLUSTER, logical_set),))
+        pids["walsender"] = cur.fetchone()[0]
+    kafka_pid = Path(os.environ.get("STACK_DIR", "/nonexistent")) / "kafka" / "kafka.pid"
+    if kafka_pid.exists():
+        pids["kafka"] = int(kafka_pid.read_text())
+    return pids
+
+
+def tps_round(cur, variant: str, seconds: int) -> tuple[float, dict[str, float]]:
+    """(pgbench tps, CPU seconds of the helper processes during pgbench) of one round of variant."""
     backend, ident, streaming = VARIANTS[variant]
-    name, relay, cpu = unique("tps"), None, 0.0
+    name, relay = unique("tps"), None
     identity(cur, PGBENCH, ident)
     if backend is not None:
         tables = [{"name": t, "allow_unkeyed": t == "pgbench_history"} for t in PGBENCH]
@@ -106,9 +120,10 @@ def tps_round(cur, variant: str, seconds: int) -> tuple[float, float]:
             relay = Relay(name, "--skip-snapshot")
     try:
         cur.execute("CHECKPOINT")
-        before = cpu_seconds(relay.proc.pid) if relay else 0.0
+        pids = helper_pids(cur, relay, name if backend == "logical" else None)
+        before = {k: cpu_seconds(p) for k, p in pids.items()}
         out = pgbench("-N", "-n", "-c", "4", "-j", "2", "-T", str(seconds))
-        cpu = cpu_seconds(relay.proc.pid) - before if relay else 0.0
+        cpu = {k: round(cpu_seconds(p) - before[k], 2) for k, p in pids.items()}
         if relay is not None:
             caught_up(name, backend)
     finally:
@@ -121,23 +136,23 @@ def tps_round(cur, variant: str, seconds: int) -> tuple[float, float]:
 
 
 def measure_tps(rounds: int, seconds: int, scale: int) -> dict:
-    """{variant: summary of tps, ratio_to_none, relay_cpu_s: {variant: median}, workload}."""
+    """{variant: summary of tps, ratio_to_none, cpu_s: {variant: {process: median CPU s}}, workload}."""
     pgbench("-i", "-q", "-s", str(scale))
     cur = prepare()
     tps: dict[str, list[float]] = {v: [] for v in VARIANTS}
-    cpu: dict[str, list[float]] = {v: [] for v in VARIANTS}
+    cpu: dict[str, list[dict]] = {v: [] for v in VARIANTS}
     for round_no in range(rounds):
         for variant in tps:
             rate, used = tps_round(cur, variant, seconds)
             tps[variant].append(rate)
             cpu[variant].append(used)
-            print(f"  round {round_no + 1} {variant}: {rate:,.0f} tps, relay CPU {used:.1f}s", flush=True)
+            print(f"  round {round_no + 1} {variant}: {rate:,.0f} tps, CPU s {used}", flush=True)
     base = statistics.median(tps["none"])
     return {"workload": f"pgbench -N -c 4 -j 2 -T {seconds}, scale {scale}, interleaved; 2 cores shared with "
                         "the relay and Kafka",
             **{v: summary(t) for v, t in tps.items()},
             "ratio_to_none": {v: statistics.median(t) / base for v, t in tps.items()},
-            "relay_cpu_s": {v: statistics.median(c) for v, c in cpu.items()}}
+            "cpu_s": {v: {k: statistics.median(r[k] for r in c) for k in c[0]} for v, c in cpu.items()}}
 
 
 def drain(cur, backend: str, changes: int) -> float:
@@ -181,8 +196,7 @@ def table(result: dict) -> list[str]:
     for v in VARIANTS:
         s = result["tps"][v]
         lines.append(f"{'pgbench tps, ' + v:<40} {s['median']:>10,.0f} {s['min']:>10,.0f}..{s['max']:<10,.0f} "
-                     f"{result['tps']['ratio_to_none'][v]:.3f} of none, relay CPU "
-                     f"{result['tps']['relay_cpu_s'][v]:.1f}s")
+                     f"{result['tps']['ratio_to_none'][v]:.3f} of none, CPU s {result['tps']['cpu_s'][v]}")
     for b in ("trigger", "logical"):
         s = result["drain"][b]
         label = f"relay drain changes/s, {b}"

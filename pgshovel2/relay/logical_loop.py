@@ -13,8 +13,8 @@ envelopes, codec and position records), with positions in LSNs:
 - ``pgshovel.txid``: the transaction's xid made 64-bit with its epoch, as
   ``txid_current()`` returns it (computed by the plugin, sql/decoder).
 - Several source transactions share one Kafka transaction: it is committed
-  when nothing more is buffered, after ``max_transaction_messages``, or 20 ms
-  after its first complete transaction. The slot is confirmed (standby
+  ``MAX_COMMIT_DELAY`` (20 ms) after its first complete source transaction,
+  or earlier at ``max_transaction_messages``. The slot is confirmed (standby
   feedback, flush LSN = the last committed transaction's end) only after
   the Kafka commit; a restart streams from the confirmed point and skips
   what the position record covers.
@@ -171,17 +171,24 @@ class _Stream:
                 self._heartbeat(record)
 
     def _idle(self) -> None:
-        """Nothing buffered: commit what is complete, heartbeat when idle long enough, wait."""
+        """Nothing buffered: commit what is complete once MAX_COMMIT_DELAY has passed since the
+        first of it (so a steady stream of small transactions costs at most ~50 Kafka commits
+        per second), heartbeat when idle long enough, wait for more."""
         relay = self.relay
+        wait = min(relay.options.poll_interval * 25, 0.5)
         if self.done is not None and self.txn is None:
-            self._flush()
+            left = MAX_COMMIT_DELAY - (time.monotonic() - self.done_at)
+            if left <= 0:
+                self._flush()
+            else:
+                wait = left
         now = time.monotonic()
         if self.txn is None and now - self.idle_since >= relay.options.heartbeat_interval:
             self.source.heartbeat()
             self.idle_since = now
         relay._check_leadership()
         self._progress()
-        self.source.wait(min(relay.options.poll_interval * 25, 0.5))
+        self.source.wait(wait)
 
     def _begin(self, begin: Begin) -> None:
         position = self.relay.position
