@@ -9,7 +9,8 @@
 - relay throughput: changes/s of each backend's relay draining the same N queued inserts
   (trigger: from the PgQ queue; logical: from the slot, created by a first relay start
   before the inserts), Avro, exactly-once;
-- the plugin's own cost per change (:mod:`bench.logical_plugin`).
+- the plugin's own cost per change (:mod:`bench.logical_plugin`);
+- commit-to-read_committed latency of both backends at 2,000 tps (:mod:`bench.latency`).
 
     .venv/bin/python -m bench.logical [--rounds 3] [--seconds 15] [--changes 200000]
 
@@ -27,7 +28,7 @@ from pathlib import Path
 
 import yaml
 
-from bench import logical_plugin
+from bench import latency, logical_plugin
 from bench.capture_overhead import pgbench
 from bench.common import BIN, CLUSTER, DSN, ENV, RESULTS, WORK, pgshovel, prepare, summary, unique
 from pgshovel2.capture.logical import slot_name
@@ -202,6 +203,10 @@ def table(result: dict) -> list[str]:
         label = f"relay drain changes/s, {b}"
         lines.append(f"{label:<40} {s['median']:>10,.0f} {s['min']:>10,.0f}..{s['max']:<10,.0f}")
     lines.append(f"{'drain logical / trigger':<40} {result['drain']['ratio_logical_to_trigger']:>10.3f}")
+    for b, lat in result.get("latency", {}).items():
+        label = f"latency ms p50/p95/p99/max, {b}"
+        lines.append(f"{label:<40} {lat['p50_ms']}/{lat['p95_ms']}/{lat['p99_ms']}/{lat['max_ms']} "
+                     f"at {lat['tps']:,.0f} tps")
     for key, s in result["plugin"].items():
         if key.endswith("_us_per_change"):
             lines.append(f"{key:<40} {s['median']:>10.2f} {s['min']:>10.2f}..{s['max']:<10.2f}")
@@ -215,7 +220,10 @@ def measure(rounds: int, seconds: int, scale: int, changes: int) -> dict:
     print("  capture overhead (pgbench) ...", flush=True)
     tps = measure_tps(rounds, seconds, scale)
     print("  relay drain ...", flush=True)
-    return {"plugin": plugin, "tps": tps, "drain": measure_drain(changes, rounds)}
+    drained = measure_drain(changes, rounds)
+    print("  latency at 2,000 tps ...", flush=True)
+    lat = {b: latency.measure(2000, seconds, backend=b) for b in ("trigger", "logical")}
+    return {"plugin": plugin, "tps": tps, "drain": drained, "latency": lat}
 
 
 def main() -> None:
