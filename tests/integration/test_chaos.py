@@ -11,9 +11,9 @@ from pathlib import Path
 from tests.chaos import ChaosRun
 
 
-def test_chaos_exactly_once(stack, cluster, db, schema, tmp_path):
+def test_chaos_exactly_once(stack, cluster, db, schema, tmp_path, backend):
     kills = int(os.environ.get("PGSHOVEL2_CHAOS_KILLS", "20"))
-    run = ChaosRun(stack, cluster, db, schema, tmp_path, kills=kills, seed=kills)
+    run = ChaosRun(stack, cluster, db, schema, tmp_path, kills=kills, seed=kills, backend=backend)
     try:
         report = run.run()
     finally:
