@@ -66,6 +66,9 @@ class ChaosReport:
     kills: int = 0
     failpoint_kills: int = 0
     zombies_fenced: int = 0
+    # logical backend: the resumed zombie found the slot held by its successor's stream, then its
+    # ZooKeeper session ended and it stood by without writing (the slot is itself exclusive)
+    zombies_stood_down: int = 0
     service_restarts: dict = field(default_factory=dict)
     source_transactions: int = 0
     expected_messages: int = 0
@@ -205,10 +208,13 @@ class ChaosRun:
         survivors = [r for r in (old, new) if r.proc.poll() is None]
         if len(ended) == 1 and ended[0].proc.returncode == 1 and "took over" in ended[0].log():
             self.report.zombies_fenced += 1
+        elif not ended and self.backend == "logical" and "standing by to take over again" in old.log():
+            self.report.zombies_stood_down += 1
+            survivors = [new]
         for relay in ended:
             relay.stop(signal.SIGKILL)
         self.relay = survivors[0] if survivors else None
-        for extra in survivors[1:]:
+        for extra in [r for r in (old, new) if r.proc.poll() is None and r is not self.relay]:
             extra.stop(signal.SIGKILL)
 
     def faults(self) -> None:

@@ -23,7 +23,10 @@ def test_chaos_exactly_once(stack, cluster, db, schema, tmp_path, backend):
     print(f"\nchaos report: {report}")
     assert report.kills >= kills and report.failpoint_kills > 0
     assert report.service_restarts == {"kafka": 1, "postgres": 1, "zookeeper": 1}
-    assert report.zombies_fenced == 1
+    if backend == "logical":  # the zombie is fenced by Kafka, or stands down without writing (slot busy)
+        assert report.zombies_fenced + report.zombies_stood_down == 1
+    else:
+        assert report.zombies_fenced == 1
     assert report.expected_messages > 1000
     assert report.lost == 0, f"lost {report.lost}, first {report.first_lost}"
     assert report.duplicated == 0, f"duplicated {report.duplicated}, first {report.first_duplicated}"
