@@ -52,11 +52,14 @@ def prepare():
 
 
 def create_set(cur, name: str, encoding: str = "avro",
-               columns: str = "id int PRIMARY KEY, n int, s text") -> str:
-    """A set ``name`` on a new table bench_relay.<name> (columns: SQL column list); returns its queue."""
+               columns: str = "id int PRIMARY KEY, n int, s text", backend: str = "trigger") -> str:
+    """A set ``name`` on a new table bench_relay.<name> (columns: SQL column list); returns its queue
+    (backend logical: the table gets REPLICA IDENTITY FULL; returns the queue name all the same)."""
     cur.execute(f"CREATE TABLE bench_relay.{name} ({columns})")
+    if backend == "logical":
+        cur.execute(f"ALTER TABLE bench_relay.{name} REPLICA IDENTITY FULL")
     config = WORK / f"{name}.yaml"
-    config.write_text(yaml.safe_dump({"database": {"dsn": DSN}, "encoding": encoding,
+    config.write_text(yaml.safe_dump({"database": {"dsn": DSN}, "encoding": encoding, "backend": backend,
                                       "tables": [{"schema": "bench_relay", "name": name}]}))
     pgshovel("set", "create", name, str(config))
     return f"pgshovel2.{CLUSTER}.{name}"

@@ -1,5 +1,6 @@
 """End-to-end latency: commit in PostgreSQL to visibility for a read_committed
-Kafka consumer, at a steady pgbench rate, trigger backend, relay streaming.
+Kafka consumer, at a steady pgbench rate, relay streaming (trigger backend, or
+``--backend logical``).
 
 Each pgbench transaction is one INSERT of ``clock_timestamp()`` (autocommit,
 so the commit follows within microseconds); a consumer thread reads the
@@ -21,6 +22,7 @@ from confluent_kafka import Consumer, TopicPartition
 
 from bench.common import (
     BOOTSTRAP,
+    CLUSTER,
     DSN,
     PG_BIN,
     PG_PORT,
@@ -32,6 +34,8 @@ from bench.common import (
     topic,
     unique,
 )
+from pgshovel2.capture.logical import slot_name
+from pgshovel2.relay import logical_source
 from pgshovel2.relay.pgq_source import wait_caught_up
 
 
@@ -63,11 +67,11 @@ class Arrivals(threading.Thread):
         self.consumer.close()
 
 
-def measure(tps: int, seconds: int, relay_args: tuple[str, ...] = ()) -> dict:
+def measure(tps: int, seconds: int, relay_args: tuple[str, ...] = (), backend: str = "trigger") -> dict:
     """{"p50_ms", "p95_ms", "p99_ms", "max_ms", "samples", "tps"} at a steady pgbench --rate tps."""
     cur = prepare()
     name = unique("lat")
-    queue = create_set(cur, name, "json", "id bigserial PRIMARY KEY, ts timestamptz")
+    queue = create_set(cur, name, "json", "id bigserial PRIMARY KEY, ts timestamptz", backend)
     script = WORK / f"{name}.sql"
     script.write_text(f"INSERT INTO bench_relay.{name} (ts) VALUES (clock_timestamp());\n")
     with relay_running(name, *relay_args):
@@ -78,7 +82,10 @@ def measure(tps: int, seconds: int, relay_args: tuple[str, ...] = ()) -> dict:
             out = subprocess.run([str(PG_BIN / "pgbench"), "-n", "-c", "4", "-j", "2", "--rate", str(tps),
                                   "-T", str(seconds), "-f", str(script), "-h", "127.0.0.1", "-p", PG_PORT,
                                   "-U", "postgres", "pgshovel"], check=True, capture_output=True, text=True).stdout
-            wait_caught_up(DSN, queue, "pgshovel2_relay", timeout=300)
+            if backend == "logical":
+                logical_source.wait_caught_up(DSN, slot_name(CLUSTER, name), timeout=300)
+            else:
+                wait_caught_up(DSN, queue, "pgshovel2_relay", timeout=300)
             time.sleep(1)
         finally:
             arrivals.stop.set()
@@ -94,8 +101,9 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--tps", type=int, default=2000)
     parser.add_argument("--seconds", type=int, default=30)
+    parser.add_argument("--backend", choices=("trigger", "logical"), default="trigger")
     args = parser.parse_args()
-    print(json.dumps(measure(args.tps, args.seconds), indent=2))
+    print(json.dumps(measure(args.tps, args.seconds, backend=args.backend), indent=2))
 
 
 if __name__ == "__main__":

@@ -5,20 +5,20 @@ one PNG per figure, and a table on stdout.
     .venv/bin/python -m bench.run [--quick]
 
 --quick keeps 3 runs per figure but shortens each (the whole run in a few
-minutes). The logical backend comes with its issue.
+minutes).
 """
 
 import argparse
 import json
 import time
 
-from bench import bootstrap, capture_overhead, latency, plot, profile, relay_memory, relay_throughput, replica
+from bench import bootstrap, capture_overhead, latency, logical, plot, profile, relay_memory, relay_throughput, replica
 from bench.common import RESULTS
 
 FULL = {"capture": (3, 15, 10), "relay": (1_000_000, 3), "latency": (2000, 30), "memory": 1_000_000,
-        "profile": 300_000, "bootstrap": (50, 1), "replica": (100_000, 10)}
+        "profile": 300_000, "bootstrap": (50, 1), "replica": (100_000, 10), "logical": (3, 15, 10, 1_000_000)}
 QUICK = {"capture": (3, 5, 10), "relay": (100_000, 3), "latency": (2000, 10), "memory": 200_000,
-         "profile": 100_000, "bootstrap": (5, 1), "replica": (20_000, 10)}
+         "profile": 100_000, "bootstrap": (5, 1), "replica": (20_000, 10), "logical": (3, 5, 10, 100_000)}
 
 
 def table(result: dict) -> list[str]:
@@ -49,6 +49,7 @@ def table(result: dict) -> list[str]:
     lines.append(f"{'replica apply changes/s, batched / one each':<44} {rep['apply_batched']:>12,.0f} "
                  f"{rep['apply_unbatched']:>10,.0f}  {rep['ratio_batched_to_relay']:.3f} of the relay's "
                  f"{rep['relay']:,.0f}")
+    lines += logical.table(result["logical"])
     lines.append(f"profile: top own time {result['profile']['self'][:3]}")
     return lines
 
@@ -74,6 +75,8 @@ def main() -> None:
     result["replica"] = replica.measure(*p["replica"])
     print("profile ...", flush=True)
     result["profile"] = profile.measure(p["profile"])
+    print("logical backend (tps, drain, plugin cost) ...", flush=True)
+    result["logical"] = logical.measure(*p["logical"])
     result["seconds"] = round(time.monotonic() - started)
     stem = RESULTS / time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     stem.with_suffix(".json").write_text(json.dumps(result, indent=2))

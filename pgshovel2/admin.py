@@ -13,7 +13,7 @@ import time
 from typing import Any
 
 from pgshovel2 import __version__, catalog, twophase
-from pgshovel2.capture import trigger
+from pgshovel2.capture import logical, trigger
 from pgshovel2.catalog import Table
 from pgshovel2.cluster import ClusterStore
 from pgshovel2.config import SetConfig, load_config, validate_set_name
@@ -42,20 +42,32 @@ def create_set(store: ClusterStore, name: str, config_path: str) -> dict[str, An
         tables = catalog.resolve_set(conn, name, config, config_path)
         record = _record(store.cluster, name, config, tables)
         record["change"] = {"kind": "create", "gid": intent.gid}
-        counts = trigger.column_counts(cur, tables)
-        trigger.install(cur, record["queue"], record["trigger"], tables, counts,
-                        before_images=config.envelope == "debezium")
+        if config.backend == "logical":
+            logical.check_tables(cur, config, tables, config_path)
+            logical.install(cur, record["slot"])
+        else:
+            counts = trigger.column_counts(cur, tables)
+            trigger.install(cur, record["queue"], record["trigger"], tables, counts,
+                            before_images=config.envelope == "debezium")
     twophase.finish(store, intent, config.dsn, lambda: store.create_set(name, record), what)
     return record
 
 
 def _record(cluster: str, name: str, config: SetConfig, tables: tuple[Table, ...]) -> dict[str, Any]:
-    return {
+    """The set record: the trigger backend's queue, trigger and consumer names, or the
+    logical backend's replication slot name (``slot``; queue/trigger/consumer None)."""
+    record = {
         "name": name, "version": 1, "cluster": cluster,
         "config": config.to_dict(), "tables": [t.to_dict() for t in tables],
-        "queue": trigger.queue_name(cluster, name), "trigger": trigger.trigger_name(cluster, name),
-        "consumer": trigger.CONSUMER, "created_at": time.time(), "pgshovel_version": __version__,
+        "queue": None, "trigger": None, "consumer": None,
+        "created_at": time.time(), "pgshovel_version": __version__,
     }
+    if config.backend == "logical":
+        record["slot"] = logical.slot_name(cluster, name)
+    else:
+        record.update(queue=trigger.queue_name(cluster, name), trigger=trigger.trigger_name(cluster, name),
+                      consumer=trigger.CONSUMER)
+    return record
 
 
 def drop_set(store: ClusterStore, name: str) -> list[str]:
@@ -71,9 +83,16 @@ def drop_set(store: ClusterStore, name: str) -> list[str]:
     intent = Intent.new(store.cluster, name, "drop", record["version"])
     what = f"drop set {name!r}"
     with twophase.prepared_command(store, intent, config.dsn, what) as (_conn, cur):
-        done = trigger.uninstall(cur, record["queue"], record["trigger"], tables)
+        if config.backend == "logical":
+            logical.check_droppable(cur, record["slot"])
+            done = []
+        else:
+            done = trigger.uninstall(cur, record["queue"], record["trigger"], tables)
     twophase.finish(store, intent, config.dsn, lambda: store.delete_set(name, version), what)
-    return done + [f"znode {store.set_path(name)}"]
+    done.append(f"znode {store.set_path(name)}")
+    if config.backend == "logical" and logical.drop_slot(config.dsn, record["slot"]):
+        done.append(f"replication slot {record['slot']}")
+    return done
 
 
 def inspect_set(store: ClusterStore, name: str, version: int | None = None) -> dict[str, Any]:

@@ -3,7 +3,7 @@
 A set config is a YAML mapping (see configs/pgbench.yaml)::
 
     database: {dsn: "host=... dbname=..."}
-    backend: trigger            # only backend so far
+    backend: trigger            # trigger (PgQ) | logical (WAL, sql/decoder)
     encoding: avro              # avro | json
     envelope: row               # row (Bottled Water compatible) | debezium
     topic_prefix: pgbench       # default: the set name
@@ -31,7 +31,7 @@ from pgshovel2.errors import ConfigError
 
 SET_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,39}")
 ENCODINGS = ("avro", "json")
-BACKENDS = ("trigger",)
+BACKENDS = ("trigger", "logical")
 ENVELOPES = ("row", "debezium")
 _TOP_KEYS = {"database", "backend", "encoding", "envelope", "topic_prefix", "topics", "tables"}
 _TABLE_KEYS = {"name", "schema", "columns", "key", "allow_unkeyed"}

@@ -19,7 +19,7 @@ from pgshovel2.catalog import Table
 from pgshovel2.cluster import ClusterStore
 from pgshovel2.config import SetConfig, load_config
 from pgshovel2.db import connect
-from pgshovel2.errors import ConfigError
+from pgshovel2.errors import ClusterError, ConfigError
 from pgshovel2.twophase import Intent
 
 # Changing these would change what existing topics mean: a new set is the way.
@@ -136,6 +136,9 @@ def upgrade_set(store: ClusterStore, name: str, config_path: str) -> UpgradePlan
     CaptureError; on any error neither side changed.
     """
     record, znode_version = store.get_set(name)
+    if record["config"]["backend"] != "trigger":
+        raise ClusterError(f"set {name!r} uses the {record['config']['backend']} backend, which "
+                           "set upgrade does not support yet: drop and re-create the set")
     config = load_config(config_path)
     _check_immutable(SetConfig.from_dict(record["config"]), config, config_path)
     preview = plan(store, name, config_path)

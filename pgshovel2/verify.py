@@ -176,7 +176,8 @@ def verify_set(set_name: str, config: SetConfig, tables: tuple[Table, ...], boot
     messages = read_topics(bootstrap, topics + [txn_topic])
     truncates = _truncates(messages[txn_topic], txn_decode)
     reports = []
-    with Snapshot(config.dsn) as snap:
+    encode_row = "pgshovel2_decoder.encode_row" if config.backend == "logical" else "pgshovel2.encode_row"
+    with Snapshot(config.dsn, encode_row=encode_row) as snap:
         for route in routes.values():
             state = rebuild(messages[route.topic], truncates.get(route.topic, ""), route.envelope)
             reports.append(compare(route.table, route.topic, state, route.envelope, snap))

@@ -22,6 +22,9 @@ fi
 log "building the pgshovel2 PostgreSQL extension"
 make -s -C "$REPO/sql/capture" PG_CONFIG="$PG_BIN/pg_config" with_llvm=no >/dev/null
 make -s -C "$REPO/sql/capture" PG_CONFIG="$PG_BIN/pg_config" with_llvm=no install >/dev/null
+log "building the pgshovel2_decoder output plugin (logical backend)"
+make -s -C "$REPO/sql/decoder" PG_CONFIG="$PG_BIN/pg_config" with_llvm=no >/dev/null
+make -s -C "$REPO/sql/decoder" PG_CONFIG="$PG_BIN/pg_config" with_llvm=no install >/dev/null
 
 if [ ! -x "$VENV/bin/python" ]; then
   log "creating $VENV"

@@ -25,6 +25,8 @@ wait_for() {  # name seconds command...
   die "$name did not become ready within ${secs}s (see logs under $STACK_DIR)"
 }
 
+OUTPUT_PLUGINS="pgoutput, test_decoding, pgshovel2_decoder"
+
 pg_up() {
   local dir="$STACK_DIR/pg"
   if alive "$dir/data/postmaster.pid.copy" && "$PG_BIN/pg_isready" -q -h 127.0.0.1 -p "$PG_PORT"; then
@@ -42,12 +44,17 @@ port = $PG_PORT
 unix_socket_directories = '$dir/run'
 wal_level = logical
 max_wal_senders = 10
-max_replication_slots = 10
+max_replication_slots = 64
+output_plugin_libraries = '$OUTPUT_PLUGINS'
 max_prepared_transactions = 20
 max_connections = 100
 shared_buffers = 256MB
 CONF
   fi
+  # Debian's PostgreSQL 15.19+ loads only the output plugins listed here; data dirs made
+  # before the logical backend get the setting added (read at start, a reload suffices).
+  grep -q "pgshovel2_decoder" "$dir/data/postgresql.conf" ||
+    echo "output_plugin_libraries = '$OUTPUT_PLUGINS'" >> "$dir/data/postgresql.conf"
   chown -R postgres:postgres "$dir"
   runuser -u postgres -- "$PG_BIN/pg_ctl" -D "$dir/data" -l "$dir/postgres.log" -w -t 60 start >/dev/null
   head -1 "$dir/data/postmaster.pid" > "$dir/data/postmaster.pid.copy"

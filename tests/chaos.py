@@ -5,8 +5,9 @@ successor; then every change captured in the source is compared with what
 reached Kafka.
 
 Ground truth is a second PgQ consumer (``chaos_audit``) registered on the
-set's queue before the load starts: it sees exactly the events the relay
-must deliver. Expected messages follow the row envelope: I -> c, U -> u (a
+set's queue before the load starts (backend ``logical``: a second slot of our
+output plugin, read with ``pg_logical_slot_get_binary_changes``): it sees
+exactly the changes the relay must deliver. Expected messages follow the row envelope: I -> c, U -> u (a
 key change: d of the old key + c of the new), D -> d. Kafka is read
 ``read_committed``; lost = expected - relayed, duplicated = relayed -
 expected, as multisets of (topic, txid, key, op).
@@ -30,6 +31,8 @@ from pgshovel2 import names
 from pgshovel2.catalog import Table
 from pgshovel2.cluster import ClusterStore
 from pgshovel2.config import SetConfig
+from pgshovel2.relay.logical_source import LogicalSource
+from pgshovel2.relay.pgq_source import Event
 from pgshovel2.verify import read_topics, verify_set
 from tests.helpers import Decoder, RelayProcess, caught_up, pgshovel, write_config
 
@@ -62,7 +65,7 @@ class ChaosReport:
 
     kills: int = 0
     failpoint_kills: int = 0
-    zombies_fenced: int = 0
+    zombies_fenced: int = 0  # fenced by Kafka, or stood by after its session ended, without writing
     service_restarts: dict = field(default_factory=dict)
     source_transactions: int = 0
     expected_messages: int = 0
@@ -121,8 +124,11 @@ class Load:
 class ChaosRun:
     """One chaos run on a fresh set in schema (tables created here)."""
 
-    def __init__(self, stack, cluster: str, db, schema: str, workdir: Path, kills: int, seed: int = 1):
+    def __init__(self, stack, cluster: str, db, schema: str, workdir: Path, kills: int, seed: int = 1,
+                 backend: str = "trigger"):
         self.stack, self.cluster, self.db, self.schema = stack, cluster, db, schema
+        self.backend = backend
+        self.audit_slot = f"chaos_audit_{cluster}"
         self.workdir, self.kill_target = workdir, kills
         self.rnd = random.Random(seed)
         self.set_name = "chaos"
@@ -141,7 +147,8 @@ class ChaosRun:
             cur.execute(f"CREATE TABLE {s}.tags (a int, b int, v text, PRIMARY KEY (a, b))")
             cur.execute(f"CREATE SEQUENCE {s}.moved START 1000000")
         tables = [{"schema": self.schema, "name": n} for n in ("accounts", "ledger", "tags")]
-        cfg = write_config(self.workdir, self.stack, tables, topic_prefix=f"chaos{self.cluster}")
+        cfg = write_config(self.workdir, self.stack, tables, topic_prefix=f"chaos{self.cluster}",
+                           backend=self.backend)
         pgshovel(self.stack, self.cluster, "set", "create", self.set_name, str(cfg))
 
     def start_relay(self, failpoints: bool = False) -> RelayProcess:
@@ -245,7 +252,10 @@ class ChaosRun:
 
     def _register_audit(self) -> None:
         with self.db.cursor() as cur:
-            cur.execute("SELECT pgq.register_consumer(%s, %s)", (self.queue, AUDIT))
+            if self.backend == "logical":
+                cur.execute("SELECT pgshovel2_decoder.create_slot(%s)", (self.audit_slot,))
+            else:
+                cur.execute("SELECT pgq.register_consumer(%s, %s)", (self.queue, AUDIT))
 
     # -- comparison -------------------------------------------------------------
     def _set(self) -> tuple[SetConfig, tuple[Table, ...]]:
@@ -286,12 +296,17 @@ class ChaosRun:
         key_idx = {t.qualified: [[c.name for c in t.columns].index(k) for k in t.key] for t in tables}
         out: Counter = Counter()
         txids = set()
-        for txid, op, data, table, before in _drain(self.stack.dsn, self.queue, AUDIT):
-            row, idx, topic = json.loads(data), key_idx[table], topics[table]
+        if self.backend == "logical":
+            changes = _drain_slot(self.stack.dsn, self.audit_slot, tables)
+        else:
+            changes = ((txid, op, json.loads(data), table, json.loads(before) if before else None)
+                       for txid, op, data, table, before in _drain(self.stack.dsn, self.queue, AUDIT))
+        for txid, op, row, table, before in changes:
+            idx, topic = key_idx[table], topics[table]
             key = tuple(row[i] for i in idx)
             txids.add(txid)
             if op == "U" and before is not None:
-                old = tuple(json.loads(before)[i] for i in idx)
+                old = tuple(before[i] for i in idx)
                 if old != key:
                     out[(topic, txid, old, "d")] += 1
                     out[(topic, txid, key, "c")] += 1
@@ -309,6 +324,30 @@ class ChaosRun:
                     out[(topic, int(h["pgshovel.txid"]), tuple(decode(key).values()), h["pgshovel.op"])] += 1
         begins = Counter(decode(v)["txid"] for _, v, _ in data[txn_topic] if decode(v)["type"] == "BEGIN")
         return out, begins
+
+
+def _drain_slot(dsn: str, slot: str, tables: tuple[Table, ...]):
+    """Every change in the audit slot of our output plugin, consumed, then the slot dropped:
+    (txid, op, row, table tag, old row or None), rows as lists."""
+    source = LogicalSource.__new__(LogicalSource)  # only its record decoder
+    source._tags, source.slot, source._txid, source._ts_ms = [t.qualified for t in tables], slot, 0, 0
+    conn = psycopg2.connect(dsn)
+    conn.autocommit = True
+    try:
+        with conn.cursor() as cur:
+            spec = []
+            for t in tables:
+                cur.execute("SELECT to_regclass(%s)::oid", (t.qualified,))
+                spec.append(f"{cur.fetchone()[0]}:{','.join(str(c.attnum) for c in t.columns)}")
+            cur.execute("SELECT data FROM pg_logical_slot_get_binary_changes(%s, NULL, NULL, 'tables', %s)",
+                        (slot, ";".join(spec)))
+            for (data,) in cur.fetchall():
+                rec = source._decode(bytes(data))
+                if isinstance(rec, Event) and rec.op in "IUD":
+                    yield rec.txid, rec.op, rec.row, rec.table, rec.before
+            cur.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
+    finally:
+        conn.close()
 
 
 def _drain(dsn: str, queue: str, consumer: str):

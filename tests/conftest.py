@@ -44,6 +44,12 @@ def stack():
     s.script("down")
 
 
+@pytest.fixture(params=["trigger", "logical"])
+def backend(request) -> str:
+    """The capture backend a test's sets use: the contract tests run once for each."""
+    return request.param
+
+
 @pytest.fixture
 def db(stack):
     """An autocommit connection to the test database."""

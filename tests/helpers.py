@@ -10,12 +10,15 @@ import time
 from pathlib import Path
 
 import fastavro
+import psycopg2
 import yaml
 from confluent_kafka.schema_registry import SchemaRegistryClient
 
+from pgshovel2 import names
 from pgshovel2.catalog import Table
 from pgshovel2.cluster import ClusterStore
 from pgshovel2.config import SetConfig
+from pgshovel2.relay import logical_source
 from pgshovel2.relay.pgq_source import wait_caught_up
 from pgshovel2.verify import read_topics, verify_set
 
@@ -25,12 +28,31 @@ REPO = Path(__file__).resolve().parent.parent
 SESSION_TIMEOUT = os.environ.get("PGSHOVEL2_TEST_SESSION_TIMEOUT", "3")
 
 
-def write_config(tmp_path: Path, stack, tables: list, encoding: str = "avro", **extra) -> Path:
-    """A set config file for tables (list of table entries) on the test database."""
-    data = {"database": {"dsn": stack.dsn}, "encoding": encoding, "tables": tables, **extra}
+def write_config(tmp_path: Path, stack, tables: list, encoding: str = "avro", backend: str = "trigger",
+                 **extra) -> Path:
+    """A set config file for tables (list of table entries) on the test database.
+
+    backend logical: also sets REPLICA IDENTITY FULL on the tables (the logical backend
+    requires it for TOASTable columns, see pgshovel2.capture.logical).
+    """
+    data = {"database": {"dsn": stack.dsn}, "encoding": encoding, "backend": backend, "tables": tables, **extra}
+    if backend == "logical":
+        replica_identity_full(stack, tables)
     path = tmp_path / f"set-{time.monotonic_ns()}.yaml"
     path.write_text(yaml.safe_dump(data, allow_unicode=True), encoding="utf-8")
     return path
+
+
+def replica_identity_full(stack, tables: list) -> None:
+    """ALTER TABLE ... REPLICA IDENTITY FULL on each table entry (name or {schema, name})."""
+    conn = psycopg2.connect(stack.dsn)
+    conn.autocommit = True
+    with conn.cursor() as cur:
+        for t in tables:
+            entry = {"name": t} if isinstance(t, str) else t
+            cur.execute(f"ALTER TABLE {names.qualified(entry.get('schema', 'public'), entry['name'])} "
+                        "REPLICA IDENTITY FULL")
+    conn.close()
 
 
 def cli_env(stack, cluster: str) -> dict:
@@ -83,8 +105,13 @@ class RelayProcess:
 
 
 def caught_up(stack, cluster: str, set_name: str, timeout: float = 60) -> None:
-    """Wait until the set's relay relayed every committed change."""
-    wait_caught_up(stack.dsn, f"pgshovel2.{cluster}.{set_name}", "pgshovel2_relay", timeout)
+    """Wait until the set's relay relayed every committed change (either backend)."""
+    with ClusterStore(stack.zk, cluster) as store:
+        record, _ = store.get_set(set_name)
+    if record["config"]["backend"] == "logical":
+        logical_source.wait_caught_up(stack.dsn, record["slot"], timeout)
+    else:
+        wait_caught_up(stack.dsn, record["queue"], record["consumer"], timeout)
 
 
 class Decoder:

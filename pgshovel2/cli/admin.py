@@ -13,6 +13,7 @@ from pgshovel2.cli.replicate import replicate
 from pgshovel2.cli.tail import tail
 from pgshovel2.cluster import ClusterStore
 from pgshovel2.config import SetConfig
+from pgshovel2.relay import logical_source
 from pgshovel2.relay.pgq_source import wait_caught_up
 
 
@@ -45,7 +46,8 @@ def set_create(ctx: click.Context, name: str, config: str) -> None:
     with _store(ctx) as store:
         record = admin.create_set(store, name, config)
     tables = ", ".join(f"{t['schema']}.{t['name']}" for t in record["tables"])
-    click.echo(f"created set {name!r} (version {record['version']}, queue {record['queue']}): {tables}")
+    source = f"slot {record['slot']}" if record.get("slot") else f"queue {record['queue']}"
+    click.echo(f"created set {name!r} (version {record['version']}, {source}): {tables}")
 
 
 @set_group.command("list")
@@ -82,7 +84,10 @@ def set_inspect(ctx: click.Context, name: str, as_json: bool, version: int | Non
     click.echo(f"set {name} (version {info['version']}, cluster {info['cluster']})")
     click.echo(f"  backend {cfg['backend']}, encoding {cfg['encoding']}, envelope {cfg['envelope']}, "
                f"topic prefix {cfg['topic_prefix'] or name}")
-    click.echo(f"  queue {info['queue']}, triggers {info['trigger']}")
+    if info.get("slot"):
+        click.echo(f"  replication slot {info['slot']} (output plugin pgshovel2_decoder)")
+    else:
+        click.echo(f"  queue {info['queue']}, triggers {info['trigger']}")
     snap = info["snapshot"]
     click.echo(f"  snapshot: {json.dumps(snap) if snap else 'not taken yet'}")
     for t in info["tables"]:
@@ -159,7 +164,7 @@ def set_repoint(ctx: click.Context, name: str, new_dsn: str, force: bool) -> Non
 @click.pass_context
 @reports_errors
 def set_drop(ctx: click.Context, name: str) -> None:
-    """Drop set NAME: triggers, consumer, queue, then its znodes."""
+    """Drop set NAME: triggers, consumer, queue (logical: its replication slot), then its znodes."""
     with _store(ctx) as store:
         done = admin.drop_set(store, name)
     click.echo(f"dropped set {name!r}: " + "; ".join(done))
@@ -183,7 +188,9 @@ def set_verify(ctx: click.Context, name: str, bootstrap_servers: str, schema_reg
         record, _ = store.get_set(name)
     config = SetConfig.from_dict(record["config"])
     tables = tuple(Table.from_dict(t) for t in record["tables"])
-    if wait:
+    if wait and config.backend == "logical":
+        logical_source.wait_caught_up(config.dsn, record["slot"])
+    elif wait:
         wait_caught_up(config.dsn, record["queue"], record["consumer"])
     reports = verify.verify_set(name, config, tables, bootstrap_servers, schema_registry)
     for r in reports:

@@ -31,6 +31,10 @@ log = logging.getLogger("pgshovel2.relay")
             help="Exactly-once Kafka transactions, or the idempotent-only producer (at-least-once).")
 @env_option("--max-transaction-messages", default=20000, type=click.IntRange(100),
             help="Split a PgQ batch into Kafka transactions of about this many messages.")
+@env_option("--slot-lag-warn-mb", default=1024, type=click.IntRange(1),
+            help="Logical backend: warn when the set's slot retains more WAL than this (MiB).")
+@env_option("--heartbeat-interval", default=10.0, type=click.FloatRange(0.1),
+            help="Logical backend: seconds without changes before a heartbeat lets the slot advance.")
 @env_option("--zookeeper-session-timeout", default=10.0, type=click.FloatRange(1.0, 60.0),
             help="ZooKeeper session timeout (s): a killed active relay is replaced after about this long.")
 @env_option("--metrics-port", default=None, type=click.IntRange(1, 65535),
@@ -41,8 +45,8 @@ log = logging.getLogger("pgshovel2.relay")
 def main(set_name: str, zookeeper_hosts: str, cluster: str, bootstrap_servers: str,
          schema_registry: str | None, snapshot: bool | None, progress_interval: float,
          poll_interval: float, transactions: bool, max_transaction_messages: int,
-         zookeeper_session_timeout: float, metrics_port: int | None, metrics_address: str,
-         log_level: str) -> None:
+         slot_lag_warn_mb: int, heartbeat_interval: float, zookeeper_session_timeout: float,
+         metrics_port: int | None, metrics_address: str, log_level: str) -> None:
     """Relay the changes of replication set SET to Kafka until SIGTERM or SIGINT.
 
     Run several for the same set: one is active (elected in ZooKeeper), the
@@ -65,7 +69,7 @@ def main(set_name: str, zookeeper_hosts: str, cluster: str, bootstrap_servers: s
     signal.signal(signal.SIGINT, on_signal)
     mode = {None: "auto", True: "force", False: "skip"}[snapshot]
     options = RelayOptions(bootstrap_servers, schema_registry, mode, poll_interval, progress_interval,
-                           transactions, max_transaction_messages)
+                           transactions, max_transaction_messages, slot_lag_warn_mb << 20, heartbeat_interval)
     with ClusterStore(zookeeper_hosts, cluster, timeout=zookeeper_session_timeout) as store:
         totals = run_elected(store, set_name, options, stop)
     log.info("stopped after %d changes in %d batches (%d restarts after interruptions)",

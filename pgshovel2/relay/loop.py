@@ -54,6 +54,8 @@ class RelayOptions:
     progress_interval: float = 10.0
     transactional: bool = True
     max_transaction_messages: int = 20000
+    slot_lag_warn_bytes: int = 1 << 30  # logical backend: warn when the slot lags more WAL than this
+    heartbeat_interval: float = 10.0  # logical backend: seconds idle before a heartbeat message
 
 
 class _StopRequestedError(Exception):
@@ -105,7 +107,7 @@ class Relay:
         self._m_batches = metrics.BATCHES.labels(set_name)
         record, _ = store.get_set(set_name)
         self._use_record(record)
-        self.queue = record["queue"]
+        self.queue = self._source_name(record)
         prefix = self.config.topic_prefix or set_name
         self.positions_topic = names.positions_topic(prefix)
         self.position_key = f"{store.cluster}/{set_name}".encode()
@@ -116,12 +118,19 @@ class Relay:
         self.control = Control(store, set_name, self.registry)
         self.emitter = Emitter(set_name, {}, names.transactions_topic(prefix), None, self.sink)
         self._batch_version = self.set_version
-        self.source = PgqSource(self.config.dsn, self.queue, CONSUMER)
+        self.source = self._open_source()
         self.position: Position | None = None
         self.changes = self.batches = 0
         self._committed_produced = 0
         self._started = time.monotonic()
         self._last_progress = self._started
+
+    def _source_name(self, record: dict[str, Any]) -> str:
+        """Where the set's changes come from: its PgQ queue."""
+        return record["queue"]
+
+    def _open_source(self) -> PgqSource:
+        return PgqSource(self.config.dsn, self.queue, CONSUMER)
 
     def _use_record(self, record: dict[str, Any]) -> None:
         self.record, self.set_version = record, record["version"]

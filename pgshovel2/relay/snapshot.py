@@ -21,12 +21,19 @@ class Snapshot:
     """An open snapshot transaction on the set's database (context manager).
 
     txid_snapshot: from txid_current_snapshot(), text form ``xmin:xmax:xip``.
+    exported: name of a snapshot exported by another session (the logical backend's
+    slot creation) to read in, None for a new one. encode_row: the SQL function
+    turning a row into the backend's row form (trigger backend: the capture
+    extension's; logical: the decoder extension's, same value forms).
     """
 
-    def __init__(self, dsn: str):
+    def __init__(self, dsn: str, exported: str | None = None, encode_row: str = "pgshovel2.encode_row"):
         self._conn = connect(dsn, "the snapshot", RelayError)
         self._conn.set_session(isolation_level="REPEATABLE READ", readonly=True)
+        self._encode_row = encode_row
         with self._conn.cursor() as cur:
+            if exported is not None:
+                cur.execute("SET TRANSACTION SNAPSHOT %s", (exported,))
             cur.execute("SELECT txid_current_snapshot()::text")
             self.txid_snapshot: str = cur.fetchone()[0]
 
@@ -44,11 +51,11 @@ class Snapshot:
             return cur.fetchone()[0]
 
     def rows(self, table: Table, fetch_size: int = 5000) -> Iterator[list]:
-        """Stream a table's rows in trigger form (pgshovel2.encode_row), bounded memory."""
+        """Stream a table's rows in trigger form (the encode_row function), bounded memory."""
         attnums = [c.attnum for c in table.columns]
-        # The alias must not be a column name: a column named like it would be passed instead of the row.
-        query = sql.SQL("SELECT pgshovel2.encode_row(__pgshovel2_row__, %s::int2[]) FROM {} __pgshovel2_row__").format(
-            sql.Identifier(table.schema, table.name))
+        # t.* (not t): a whole-row reference even when the table has a column named t
+        query = sql.SQL("SELECT {}(t.*, %s::int2[]) FROM {} t").format(
+            sql.Identifier(*self._encode_row.split(".")), sql.Identifier(table.schema, table.name))
         with self._conn.cursor(name="snapshot_rows") as cur:
             cur.itersize = fetch_size
             cur.execute(query, (attnums,))
@@ -57,13 +64,15 @@ class Snapshot:
 
 
 def take(dsn: str, tables: tuple[Table, ...], emit: Callable[[Table, list, int], None],
-         progress: Callable[[Table, int, int], None], progress_interval: float = 5.0) -> str:
+         progress: Callable[[Table, int, int], None], progress_interval: float = 5.0,
+         exported: str | None = None, encode_row: str = "pgshovel2.encode_row") -> str:
     """Read every table of the set in one snapshot; returns its txid snapshot text.
 
     emit(table, row, ordinal) is called per row; progress(table, done, total)
-    at most every progress_interval seconds and at each table's end.
+    at most every progress_interval seconds and at each table's end. exported,
+    encode_row: see :class:`Snapshot`.
     """
-    with Snapshot(dsn) as snap:
+    with Snapshot(dsn, exported, encode_row) as snap:
         ordinal = 0
         last = time.monotonic()
         for table in tables:

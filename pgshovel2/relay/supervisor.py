@@ -21,6 +21,7 @@ from pgshovel2.cluster import ClusterStore
 from pgshovel2.errors import RelayError, UnavailableError
 from pgshovel2.relay import metrics
 from pgshovel2.relay.election import Leadership, LeadershipLostError, identity
+from pgshovel2.relay.logical_loop import LogicalRelay
 from pgshovel2.relay.loop import Relay, RelayOptions
 
 log = logging.getLogger(__name__)
@@ -50,6 +51,12 @@ def record_error(store: ClusterStore, set_name: str, exc: Exception) -> None:
         log.debug("could not record the error in ZooKeeper", exc_info=True)
 
 
+def relay_class(store: ClusterStore, set_name: str) -> type[Relay]:
+    """The relay of the set's backend (from its record in ZooKeeper)."""
+    record, _ = store.get_set(set_name)
+    return LogicalRelay if record["config"]["backend"] == "logical" else Relay
+
+
 def supervise(store: ClusterStore, set_name: str, options: RelayOptions, stop: threading.Event,
               leadership: Leadership | None = None, totals: Totals | None = None,
               max_backoff: float = 30.0) -> Totals:
@@ -66,9 +73,9 @@ def supervise(store: ClusterStore, set_name: str, options: RelayOptions, stop: t
         try:
             if leadership is not None:
                 leadership.check()
-            relay = Relay(store, set_name, options, leadership)
-            log.info("relaying set %r (version %d) from queue %s to %s", set_name, relay.set_version,
-                     relay.queue, options.bootstrap)
+            relay = relay_class(store, set_name)(store, set_name, options, leadership)
+            log.info("relaying set %r (version %d) from %s %s to %s", set_name, relay.set_version,
+                     "slot" if isinstance(relay, LogicalRelay) else "queue", relay.queue, options.bootstrap)
             relay.run(stop)
         except RETRYABLE as exc:
             metrics.error(set_name, exc)

@@ -11,9 +11,9 @@ from pathlib import Path
 from tests.chaos import ChaosRun
 
 
-def test_chaos_exactly_once(stack, cluster, db, schema, tmp_path):
+def test_chaos_exactly_once(stack, cluster, db, schema, tmp_path, backend):
     kills = int(os.environ.get("PGSHOVEL2_CHAOS_KILLS", "20"))
-    run = ChaosRun(stack, cluster, db, schema, tmp_path, kills=kills, seed=kills)
+    run = ChaosRun(stack, cluster, db, schema, tmp_path, kills=kills, seed=kills, backend=backend)
     try:
         report = run.run()
     finally:
@@ -23,7 +23,7 @@ def test_chaos_exactly_once(stack, cluster, db, schema, tmp_path):
     print(f"\nchaos report: {report}")
     assert report.kills >= kills and report.failpoint_kills > 0
     assert report.service_restarts == {"kafka": 1, "postgres": 1, "zookeeper": 1}
-    assert report.zombies_fenced == 1
+    assert report.zombies_fenced == 1  # fenced by Kafka, or stood down (session lost) without writing
     assert report.expected_messages > 1000
     assert report.lost == 0, f"lost {report.lost}, first {report.first_lost}"
     assert report.duplicated == 0, f"duplicated {report.duplicated}, first {report.first_duplicated}"

@@ -15,12 +15,12 @@ from tests.helpers import assert_verified, caught_up, messages, pgshovel, verify
 
 
 @pytest.mark.parametrize("encoding", ["avro", "json"])
-def test_operations_and_key_update(stack, cluster, db, schema, tmp_path, relay_factory, encoding):
+def test_operations_and_key_update(stack, cluster, db, schema, tmp_path, relay_factory, encoding, backend):
     with db.cursor() as cur:
         cur.execute(f'CREATE TABLE "{schema}".t (id int PRIMARY KEY, v text)')
         cur.execute(f'INSERT INTO "{schema}".t VALUES (1, \'existing\')')
     cfg = write_config(tmp_path, stack, [{"schema": schema, "name": "t"}], encoding=encoding,
-                       topic_prefix=f"ops{encoding}{cluster}")
+                       topic_prefix=f"ops{encoding}{cluster}", backend=backend)
     pgshovel(stack, cluster, "set", "create", "ops", str(cfg))
     relay = relay_factory("ops")
     relay.wait_for("snapshot done")
@@ -84,7 +84,7 @@ def start_writers(stack, table: str, count: int = 2):
     return stop, threads
 
 
-def filled_set(stack, cluster, db, schema, tmp_path, set_name: str, rows: int) -> str:
+def filled_set(stack, cluster, db, schema, tmp_path, set_name: str, rows: int, backend: str = "trigger") -> str:
     """Create table <schema>.<set_name> with rows rows and a set on it; returns the table."""
     table = f'"{schema}".{set_name}'
     with db.cursor() as cur:
@@ -92,13 +92,14 @@ def filled_set(stack, cluster, db, schema, tmp_path, set_name: str, rows: int) -
         cur.execute(f"INSERT INTO {table} SELECT g, 0, repeat('x', 200) FROM generate_series(1, %s) g",
                     (rows,))
     cfg = write_config(tmp_path, stack, [{"schema": schema, "name": set_name}],
-                       topic_prefix=f"{set_name}{cluster}")
+                       topic_prefix=f"{set_name}{cluster}", backend=backend)
     pgshovel(stack, cluster, "set", "create", set_name, str(cfg))
     return table
 
 
-def test_snapshot_and_stream_equal_source_with_writers(stack, cluster, db, schema, tmp_path, relay_factory):
-    table = filled_set(stack, cluster, db, schema, tmp_path, "snap", 60000)
+def test_snapshot_and_stream_equal_source_with_writers(stack, cluster, db, schema, tmp_path, relay_factory,
+                                                       backend):
+    table = filled_set(stack, cluster, db, schema, tmp_path, "snap", 60000, backend)
     stop, threads = start_writers(stack, table)
     time.sleep(0.5)
     relay = relay_factory("snap")
@@ -113,8 +114,8 @@ def test_snapshot_and_stream_equal_source_with_writers(stack, cluster, db, schem
     assert_verified(verify(stack, cluster, "snap"))
 
 
-def test_sigkill_mid_batch_loses_nothing(stack, cluster, db, schema, tmp_path, relay_factory):
-    table = filled_set(stack, cluster, db, schema, tmp_path, "kill", 30000)
+def test_sigkill_mid_batch_loses_nothing(stack, cluster, db, schema, tmp_path, relay_factory, backend):
+    table = filled_set(stack, cluster, db, schema, tmp_path, "kill", 30000, backend)
     stop, threads = start_writers(stack, table)
     kills = 0
     for _ in range(3):
@@ -141,7 +142,7 @@ def test_sigkill_mid_batch_loses_nothing(stack, cluster, db, schema, tmp_path, r
 IDENTIFIERS = ['Mixed Case', 'with space', 'dot.ted', 'quo"te', 'nön-ascii ✓', 'x' * 63]
 
 
-def test_quoted_identifiers(stack, cluster, db, tmp_path, relay_factory):
+def test_quoted_identifiers(stack, cluster, db, tmp_path, relay_factory, backend):
     schema = f'Sch.ema "{cluster}"'
     table = 'Täble "1".x'
     cols = ", ".join(f'"{c.replace(chr(34), chr(34) * 2)}" text' for c in IDENTIFIERS)
@@ -152,7 +153,7 @@ def test_quoted_identifiers(stack, cluster, db, tmp_path, relay_factory):
         cur.execute(f"INSERT INTO {qualified} VALUES (1, 'a', 'b', 'c', 'd', 'e', 'f')")
     try:
         cfg = write_config(tmp_path, stack, [{"schema": schema, "name": table,
-                                              "columns": IDENTIFIERS[:4]}])
+                                              "columns": IDENTIFIERS[:4]}], backend=backend)
         pgshovel(stack, cluster, "set", "create", "ids", str(cfg))
         relay_factory("ids").wait_for("snapshot done")
         with db.cursor() as cur:

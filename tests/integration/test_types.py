@@ -176,12 +176,14 @@ def compare(db, schema: str, row_id: int, expressions: dict) -> list[str]:
 
 
 @pytest.mark.parametrize("encoding", ["avro", "json"])
-def test_every_type_round_trips(stack, cluster, db, typed_table, tmp_path, encoding):
+def test_every_type_round_trips(stack, cluster, db, typed_table, tmp_path, encoding, backend):
     schema = typed_table
-    cfg = write_config(tmp_path, stack, [{"schema": schema, "name": "types"}], encoding=encoding)
+    cfg = write_config(tmp_path, stack, [{"schema": schema, "name": "types"}], encoding=encoding,
+                       backend=backend)
     pgshovel(stack, cluster, "set", "create", "types", str(cfg))
     relay = RelayProcess(stack, cluster, "types", "--skip-snapshot", log_path=tmp_path / "relay.log")
     try:
+        relay.wait_for("skipping the initial snapshot")  # logical: the slot exists from here on
         insert_rows(db, schema)
         caught_up(stack, cluster, "types")
     finally:

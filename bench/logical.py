@@ -1,0 +1,245 @@
+"""The logical backend against the trigger backend, in one run:
+
+- capture overhead: pgbench tps (``-N -c 4 -j 2``) with no capture, the trigger backend
+  (its set on the pgbench tables; triggers only, and with its relay streaming), REPLICA
+  IDENTITY FULL alone (what the logical backend requires of these tables costs in WAL) and
+  the logical backend (its set, FULL, its relay streaming), rounds interleaved; a fresh set
+  per round, the relay caught up after each; the relay's CPU seconds during pgbench (on this
+  2-core machine every CPU second of relay, walsender and Kafka is taken from pgbench);
+- relay throughput: changes/s of each backend's relay draining the same N queued inserts
+  (trigger: from the PgQ queue; logical: from the slot, created by a first relay start
+  before the inserts), Avro, exactly-once;
+- the plugin's own cost per change (:mod:`bench.logical_plugin`);
+- commit-to-read_committed latency of both backends at 2,000 tps (:mod:`bench.latency`).
+
+    .venv/bin/python -m bench.logical [--rounds 3] [--seconds 15] [--changes 200000]
+
+Result JSON in bench/results/logical-<time>.json and printed.
+"""
+
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import time
+from pathlib import Path
+
+import yaml
+
+from bench import latency, logical_plugin
+from bench.capture_overhead import pgbench
+from bench.common import BIN, CLUSTER, DSN, ENV, RESULTS, WORK, pgshovel, prepare, summary, unique
+from pgshovel2.capture.logical import slot_name
+from pgshovel2.relay.logical_source import wait_caught_up as slot_caught_up
+from pgshovel2.relay.pgq_source import wait_caught_up as queue_caught_up
+
+PGBENCH = ["pgbench_accounts", "pgbench_branches", "pgbench_tellers", "pgbench_history"]
+READY = ("skipping the initial snapshot", "resuming slot", "resuming after tick")
+
+
+def write_set(name: str, backend: str, tables: list[dict]) -> Path:
+    """A JSON-encoded set config for tables (entries) of the bench database."""
+    path = WORK / f"{name}.yaml"
+    path.write_text(yaml.safe_dump({"database": {"dsn": DSN}, "backend": backend, "encoding": "avro",
+                                    "tables": tables}))
+    return path
+
+
+class Relay:
+    """A relay process of set name, ready (its source open) when constructed."""
+
+    def __init__(self, name: str, *args: str):
+        self.log = WORK / f"{name}-{time.time_ns()}.log"
+        with open(self.log, "w") as out:
+            self.proc = subprocess.Popen([str(BIN / "pgshovel-kafka-relay"), name, *args], env=ENV,
+                                         stdout=out, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 120
+        while not any(m in self.log.read_text() for m in READY):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit(f"relay of {name} did not start:\n{self.log.read_text()}")
+            time.sleep(0.01)
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(60)
+
+
+def caught_up(name: str, backend: str, timeout: float = 3600) -> None:
+    """Wait until the set's relay relayed everything committed so far."""
+    if backend == "logical":
+        slot_caught_up(DSN, slot_name(CLUSTER, name), timeout)
+    else:
+        queue_caught_up(DSN, f"pgshovel2.{CLUSTER}.{name}", "pgshovel2_relay", timeout)
+
+
+def identity(cur, tables: list[str], kind: str) -> None:
+    for table in tables:
+        cur.execute(f"ALTER TABLE {table} REPLICA IDENTITY {kind}")
+
+
+# variant -> (backend of its set or None, replica identity of the pgbench tables, relay streaming)
+VARIANTS = {
+    "none": (None, "DEFAULT", False),
+    "trigger_capture_only": ("trigger", "DEFAULT", False),
+    "trigger": ("trigger", "DEFAULT", True),
+    "identity_full_only": (None, "FULL", False),
+    "logical": ("logical", "FULL", True),
+}
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process so far (/proc/<pid>/stat)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def helper_pids(cur, relay: "Relay | None", logical_set: str | None) -> dict[str, int]:
+    """Processes besides pgbench and the backends it talks to: the relay, the logical set's
+    walsender, and the Kafka broker (when STACK_DIR names the stack)."""
+    pids = {"relay": relay.proc.pid} if relay else {}
+    if logical_set:
+        cur.execute("SELECT active_pid FROM pg_replication_slots WHERE slot_name = %s",
+                    (slot_name(CLUSTER, logical_set),))
+        pids["walsender"] = cur.fetchone()[0]
+    kafka_pid = Path(os.environ.get("STACK_DIR", "/nonexistent")) / "kafka" / "kafka.pid"
+    if kafka_pid.exists():
+        pids["kafka"] = int(kafka_pid.read_text())
+    return pids
+
+
+def tps_round(cur, variant: str, seconds: int) -> tuple[float, dict[str, float]]:
+    """(pgbench tps, CPU seconds of the helper processes during pgbench) of one round of variant."""
+    backend, ident, streaming = VARIANTS[variant]
+    name, relay = unique("tps"), None
+    identity(cur, PGBENCH, ident)
+    if backend is not None:
+        tables = [{"name": t, "allow_unkeyed": t == "pgbench_history"} for t in PGBENCH]
+        pgshovel("set", "create", name, str(write_set(name, backend, tables)))
+        if streaming:
+            relay = Relay(name, "--skip-snapshot")
+    try:
+        cur.execute("CHECKPOINT")
+        pids = helper_pids(cur, relay, name if backend == "logical" else None)
+        before = {k: cpu_seconds(p) for k, p in pids.items()}
+        out = pgbench("-N", "-n", "-c", "4", "-j", "2", "-T", str(seconds))
+        cpu = {k: round(cpu_seconds(p) - before[k], 2) for k, p in pids.items()}
+        if relay is not None:
+            caught_up(name, backend)
+    finally:
+        if relay is not None:
+            relay.stop()
+        if backend is not None:
+            pgshovel("set", "drop", name)
+        identity(cur, PGBENCH, "DEFAULT")
+    return float(re.search(r"tps = ([\d.]+)", out).group(1)), cpu
+
+
+def measure_tps(rounds: int, seconds: int, scale: int) -> dict:
+    """{variant: summary of tps, ratio_to_none, cpu_s: {variant: {process: median CPU s}}, workload}."""
+    pgbench("-i", "-q", "-s", str(scale))
+    cur = prepare()
+    tps: dict[str, list[float]] = {v: [] for v in VARIANTS}
+    cpu: dict[str, list[dict]] = {v: [] for v in VARIANTS}
+    for round_no in range(rounds):
+        for variant in tps:
+            rate, used = tps_round(cur, variant, seconds)
+            tps[variant].append(rate)
+            cpu[variant].append(used)
+            print(f"  round {round_no + 1} {variant}: {rate:,.0f} tps, CPU s {used}", flush=True)
+    base = statistics.median(tps["none"])
+    return {"workload": f"pgbench -N -c 4 -j 2 -T {seconds}, scale {scale}, interleaved; 2 cores shared with "
+                        "the relay and Kafka",
+            **{v: summary(t) for v, t in tps.items()},
+            "ratio_to_none": {v: statistics.median(t) / base for v, t in tps.items()},
+            "cpu_s": {v: {k: statistics.median(r[k] for r in c) for k in c[0]} for v, c in cpu.items()}}
+
+
+def drain(cur, backend: str, changes: int) -> float:
+    """changes/s of backend's relay draining changes queued inserts (5,000 per transaction)."""
+    name = unique(f"dr{backend[0]}")
+    cur.execute(f"CREATE TABLE bench_relay.{name} (id int PRIMARY KEY, n int, s text)")
+    if backend == "logical":
+        identity(cur, [f"bench_relay.{name}"], "FULL")
+    pgshovel("set", "create", name, str(write_set(name, backend, [{"schema": "bench_relay", "name": name}])))
+    Relay(name, "--skip-snapshot").stop()  # logical: creates the slot; both: position committed
+    for start in range(0, changes, 5000):
+        cur.execute(f"INSERT INTO bench_relay.{name} SELECT g, g, repeat('x', 100) FROM generate_series(%s, %s) g",
+                    (start + 1, min(start + 5000, changes)))
+    relay = Relay(name)
+    started = time.monotonic()
+    caught_up(name, backend)
+    rate = changes / (time.monotonic() - started)
+    relay.stop()
+    pgshovel("set", "drop", name)
+    cur.execute(f"DROP TABLE bench_relay.{name}")
+    return rate
+
+
+def measure_drain(changes: int, rounds: int) -> dict:
+    """{backend: summary of changes/s, ratio_logical_to_trigger, workload}."""
+    cur = prepare()
+    runs: dict[str, list[float]] = {"trigger": [], "logical": []}
+    for round_no in range(rounds):
+        for backend in runs:
+            runs[backend].append(drain(cur, backend, changes))
+            print(f"  round {round_no + 1} drain {backend}: {runs[backend][-1]:,.0f} changes/s", flush=True)
+    out: dict = {b: summary(r) for b, r in runs.items()}
+    out["ratio_logical_to_trigger"] = out["logical"]["median"] / out["trigger"]["median"]
+    out["workload"] = f"drain {changes} queued inserts (5,000 per source transaction), Avro, exactly-once"
+    return out
+
+
+def table(result: dict) -> list[str]:
+    """Human summary lines."""
+    lines = [f"{'figure':<40} {'median':>10} {'min..max':>21}  note"]
+    for v in VARIANTS:
+        s = result["tps"][v]
+        lines.append(f"{'pgbench tps, ' + v:<40} {s['median']:>10,.0f} {s['min']:>10,.0f}..{s['max']:<10,.0f} "
+                     f"{result['tps']['ratio_to_none'][v]:.3f} of none, CPU s {result['tps']['cpu_s'][v]}")
+    for b in ("trigger", "logical"):
+        s = result["drain"][b]
+        label = f"relay drain changes/s, {b}"
+        lines.append(f"{label:<40} {s['median']:>10,.0f} {s['min']:>10,.0f}..{s['max']:<10,.0f}")
+    lines.append(f"{'drain logical / trigger':<40} {result['drain']['ratio_logical_to_trigger']:>10.3f}")
+    for b, lat in result.get("latency", {}).items():
+        label = f"latency ms p50/p95/p99/max, {b}"
+        lines.append(f"{label:<40} {lat['p50_ms']}/{lat['p95_ms']}/{lat['p99_ms']}/{lat['max_ms']} "
+                     f"at {lat['tps']:,.0f} tps")
+    for key, s in result["plugin"].items():
+        if key.endswith("_us_per_change"):
+            lines.append(f"{key:<40} {s['median']:>10.2f} {s['min']:>10.2f}..{s['max']:<10.2f}")
+    return lines
+
+
+def measure(rounds: int, seconds: int, scale: int, changes: int) -> dict:
+    """{"plugin", "tps", "drain"}: the three figures of the module docstring."""
+    print("  plugin cost ...", flush=True)
+    plugin = logical_plugin.measure(changes, rounds)
+    print("  capture overhead (pgbench) ...", flush=True)
+    tps = measure_tps(rounds, seconds, scale)
+    print("  relay drain ...", flush=True)
+    drained = measure_drain(changes, rounds)
+    print("  latency at 2,000 tps ...", flush=True)
+    lat = {b: latency.measure(2000, seconds, backend=b) for b in ("trigger", "logical")}
+    return {"plugin": plugin, "tps": tps, "drain": drained, "latency": lat}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--seconds", type=int, default=15)
+    parser.add_argument("--scale", type=int, default=10)
+    parser.add_argument("--changes", type=int, default=200_000)
+    args = parser.parse_args()
+    result = {"started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+              **measure(args.rounds, args.seconds, args.scale, args.changes)}
+    path = RESULTS / f"logical-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}.json"
+    path.write_text(json.dumps(result, indent=2))
+    print("\n".join(table(result)))
+    print(f"results: {path}")
+
+
+if __name__ == "__main__":
+    main()

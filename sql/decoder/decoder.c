@@ -1,0 +1,338 @@
+/*
+ * decoder.c - pgshovel2_decoder: logical decoding output plugin of the
+ * `logical` backend. Record format: sql/decoder/README.rst.
+ *
+ * Only changes of the set's tables (plugin option "tables") are written; a
+ * transaction without any is not written at all (BEGIN is written lazily at
+ * its first change). Row images are JSON arrays of the captured columns in
+ * the capture trigger's value forms (sql/capture/encode.c), so the relay
+ * decodes both backends with the same code. Memory: everything allocated
+ * for a change lives in a context reset after that change.
+ */
+#include "postgres.h"
+
+#include "access/detoast.h"
+#include "access/htup_details.h"
+#include "access/transam.h"
+#include "libpq/pqformat.h"
+#include "replication/logical.h"
+#include "replication/output_plugin.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
+#include "utils/rel.h"
+
+#include "decoder.h"
+
+PG_MODULE_MAGIC;
+
+#define HEARTBEAT_PREFIX "pgshovel2.heartbeat"
+#define FLAG_OLD 1				/* an old image follows the new one */
+#define FLAG_NO_ROW 2			/* DELETE without any old image (replica identity NOTHING) */
+
+extern void _PG_output_plugin_init(OutputPluginCallbacks *cb);
+
+static void
+decoder_startup(LogicalDecodingContext *ctx, OutputPluginOptions *opt, bool is_init)
+{
+	DecoderState *state = palloc0(sizeof(DecoderState));
+	ListCell   *option;
+	bool		have_tables = false;
+
+	state->context = AllocSetContextCreate(ctx->context, "pgshovel2_decoder",
+										   ALLOCSET_DEFAULT_SIZES);
+	state->change_cxt = AllocSetContextCreate(ctx->context, "pgshovel2_decoder change",
+											  ALLOCSET_DEFAULT_SIZES);
+	opt->output_type = OUTPUT_PLUGIN_BINARY_OUTPUT;
+	opt->receive_rewrites = false;
+	foreach(option, ctx->output_plugin_options)
+	{
+		DefElem    *elem = lfirst(option);
+		MemoryContext old;
+
+		if (strcmp(elem->defname, "tables") != 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("pgshovel2_decoder: unknown option \"%s\"", elem->defname),
+					 errhint("The only option is \"tables\".")));
+		old = MemoryContextSwitchTo(state->context);
+		pgshovel2_parse_tables(state, elem->arg ? strVal(elem->arg) : "");
+		MemoryContextSwitchTo(old);
+		have_tables = true;
+	}
+	if (!have_tables && !is_init)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("pgshovel2_decoder: option \"tables\" is required")));
+	ctx->output_plugin_private = state;
+}
+
+static void
+decoder_shutdown(LogicalDecodingContext *ctx)
+{
+	DecoderState *state = ctx->output_plugin_private;
+
+	MemoryContextDelete(state->change_cxt);
+	MemoryContextDelete(state->context);
+}
+
+/* The 64-bit xid of a transaction being decoded, epoch-qualified like txid_current(). */
+static uint64
+full_xid(TransactionId xid)
+{
+	FullTransactionId next = ReadNextFullTransactionId();
+	uint32		epoch = EpochFromFullTransactionId(next);
+
+	/* xid is in the past: if it is above next's low half, it is from the previous epoch */
+	if (xid > XidFromFullTransactionId(next))
+		epoch--;
+	return ((uint64) epoch << 32) | xid;
+}
+
+static void
+decoder_begin(LogicalDecodingContext *ctx, ReorderBufferTXN *txn)
+{
+	DecoderState *state = ctx->output_plugin_private;
+
+	state->begun = false;
+	state->nchanges = 0;
+	state->full_xid = full_xid(txn->xid);
+}
+
+/* Write the transaction's BEGIN record if it is not written yet. */
+static void
+ensure_begin(LogicalDecodingContext *ctx, ReorderBufferTXN *txn)
+{
+	DecoderState *state = ctx->output_plugin_private;
+
+	if (state->begun)
+		return;
+	OutputPluginPrepareWrite(ctx, true);
+	pq_sendbyte(ctx->out, 'B');
+	pq_sendint64(ctx->out, txn->final_lsn);
+	pq_sendint64(ctx->out, state->full_xid);
+	pq_sendint64(ctx->out, txn->xact_time.commit_time);
+	OutputPluginWrite(ctx, true);
+	state->begun = true;
+}
+
+static void
+decoder_commit(LogicalDecodingContext *ctx, ReorderBufferTXN *txn, XLogRecPtr commit_lsn)
+{
+	DecoderState *state = ctx->output_plugin_private;
+
+	if (!state->begun)
+	{
+		OutputPluginUpdateProgress(ctx, true);
+		return;
+	}
+	OutputPluginPrepareWrite(ctx, true);
+	pq_sendbyte(ctx->out, 'C');
+	pq_sendint64(ctx->out, commit_lsn);
+	pq_sendint64(ctx->out, txn->end_lsn);
+	pq_sendint32(ctx->out, state->nchanges);
+	OutputPluginWrite(ctx, true);
+	state->begun = false;
+}
+
+/* Look up the table's codecs at its first change, and refuse DDL it cannot follow. */
+static void
+check_columns(ShovelTable *t, Relation rel, MemoryContext mcxt)
+{
+	TupleDesc	desc = RelationGetDescr(rel);
+	int			i;
+
+	for (i = 0; i < t->ncols; i++)
+	{
+		Form_pg_attribute att;
+
+		if (t->attnums[i] > desc->natts || TupleDescAttr(desc, t->attnums[i] - 1)->attisdropped)
+			ereport(ERROR,
+					(errmsg("pgshovel2_decoder: captured column %d of table \"%s\" was dropped",
+							t->attnums[i], RelationGetRelationName(rel)),
+					 errhint("DDL on the tables of a logical set is not relayed yet: re-create the set.")));
+		att = TupleDescAttr(desc, t->attnums[i] - 1);
+		if (!t->ready)
+		{
+			t->types[i] = att->atttypid;
+			pgshovel2_codec_init(&t->codecs[i], att->atttypid, mcxt);
+		}
+		else if (t->types[i] != att->atttypid)
+			ereport(ERROR,
+					(errmsg("pgshovel2_decoder: column \"%s\" of table \"%s\" changed its type",
+							NameStr(att->attname), RelationGetRelationName(rel)),
+					 errhint("DDL on the tables of a logical set is not relayed yet: re-create the set.")));
+	}
+	t->ready = true;
+}
+
+/*
+ * The value of a captured column; an unchanged TOASTed value (a pointer to
+ * the TOAST table, not in the WAL record) is taken from the old image, which
+ * REPLICA IDENTITY FULL logs with its values inlined. Without one it is an
+ * error: a wrong value is never written.
+ */
+static Datum
+column_value(ShovelTable *t, int i, Relation rel, HeapTuple tuple, HeapTuple old, bool *isnull)
+{
+	TupleDesc	desc = RelationGetDescr(rel);
+	Form_pg_attribute att = TupleDescAttr(desc, t->attnums[i] - 1);
+	Datum		value = heap_getattr(tuple, t->attnums[i], desc, isnull);
+
+	if (*isnull || att->attlen != -1 || !VARATT_IS_EXTERNAL_ONDISK(DatumGetPointer(value)))
+		return value;
+	if (old != NULL)
+	{
+		value = heap_getattr(old, t->attnums[i], desc, isnull);
+		if (*isnull || !VARATT_IS_EXTERNAL_ONDISK(DatumGetPointer(value)))
+			return value;
+	}
+	ereport(ERROR,
+			(errmsg("pgshovel2_decoder: unchanged TOASTed value of column \"%s\" of table \"%s\" "
+					"is not in the WAL", NameStr(att->attname), RelationGetRelationName(rel)),
+			 errhint("Set ALTER TABLE ... REPLICA IDENTITY FULL on tables of a logical set "
+					 "(pgshovel set create requires it for TOASTable columns).")));
+	return (Datum) 0;
+}
+
+/* Append a row image: JSON array of the captured columns. */
+static void
+write_row(StringInfo out, ShovelTable *t, Relation rel, HeapTuple tuple, HeapTuple old)
+{
+	int			i;
+
+	appendStringInfoCharMacro(out, '[');
+	for (i = 0; i < t->ncols; i++)
+	{
+		bool		isnull;
+		Datum		value = column_value(t, i, rel, tuple, old, &isnull);
+
+		if (i > 0)
+			appendStringInfoCharMacro(out, ',');
+		pgshovel2_encode_value(out, &t->codecs[i], value, isnull);
+	}
+	appendStringInfoCharMacro(out, ']');
+}
+
+/* Append a row image preceded by its length (uint32). */
+static void
+write_sized_row(StringInfo out, ShovelTable *t, Relation rel, HeapTuple tuple, HeapTuple old)
+{
+	int			at = out->len;
+	uint32		len;
+
+	pq_sendint32(out, 0);
+	write_row(out, t, rel, tuple, old);
+	len = pg_hton32((uint32) (out->len - at - 4));
+	memcpy(out->data + at, &len, 4);
+}
+
+static void
+decoder_change(LogicalDecodingContext *ctx, ReorderBufferTXN *txn, Relation rel,
+			   ReorderBufferChange *change)
+{
+	DecoderState *state = ctx->output_plugin_private;
+	ShovelTable *t;
+	int			index;
+	HeapTuple	new_tuple = NULL;
+	HeapTuple	old_tuple = NULL;
+	char		op;
+	MemoryContext old_cxt;
+
+	t = pgshovel2_find_table(state, RelationGetRelid(rel), &index);
+	if (t == NULL)
+		return;
+	if (change->data.tp.newtuple)
+		new_tuple = &change->data.tp.newtuple->tuple;
+	if (change->data.tp.oldtuple)
+		old_tuple = &change->data.tp.oldtuple->tuple;
+	switch (change->action)
+	{
+		case REORDER_BUFFER_CHANGE_INSERT:
+			op = 'I';
+			break;
+		case REORDER_BUFFER_CHANGE_UPDATE:
+			op = 'U';
+			break;
+		case REORDER_BUFFER_CHANGE_DELETE:
+			op = 'D';
+			break;
+		default:
+			return;
+	}
+	check_columns(t, rel, state->context);
+	ensure_begin(ctx, txn);
+	old_cxt = MemoryContextSwitchTo(state->change_cxt);
+	OutputPluginPrepareWrite(ctx, true);
+	pq_sendbyte(ctx->out, op);
+	pq_sendint16(ctx->out, (uint16) index);
+	if (op == 'D')
+	{
+		pq_sendbyte(ctx->out, old_tuple ? 0 : FLAG_NO_ROW);
+		if (old_tuple)
+			write_sized_row(ctx->out, t, rel, old_tuple, NULL);
+		else
+			pq_sendint32(ctx->out, 0);
+	}
+	else
+	{
+		pq_sendbyte(ctx->out, old_tuple ? FLAG_OLD : 0);
+		write_sized_row(ctx->out, t, rel, new_tuple, old_tuple);
+		if (old_tuple)
+			write_row(ctx->out, t, rel, old_tuple, NULL);
+	}
+	OutputPluginWrite(ctx, true);
+	MemoryContextSwitchTo(old_cxt);
+	MemoryContextReset(state->change_cxt);
+	state->nchanges++;
+}
+
+static void
+decoder_truncate(LogicalDecodingContext *ctx, ReorderBufferTXN *txn, int nrelations,
+				 Relation relations[], ReorderBufferChange *change)
+{
+	DecoderState *state = ctx->output_plugin_private;
+	int			i;
+
+	for (i = 0; i < nrelations; i++)
+	{
+		int			index;
+
+		if (pgshovel2_find_table(state, RelationGetRelid(relations[i]), &index) == NULL)
+			continue;
+		ensure_begin(ctx, txn);
+		OutputPluginPrepareWrite(ctx, true);
+		pq_sendbyte(ctx->out, 'T');
+		pq_sendint16(ctx->out, (uint16) index);
+		OutputPluginWrite(ctx, true);
+		state->nchanges++;
+	}
+}
+
+/*
+ * Heartbeats (non-transactional messages with prefix "pgshovel2.heartbeat",
+ * pgshovel2_decoder.heartbeat()) are written as 'H' with their LSN, so an idle
+ * relay can confirm the slot up to there and the slot does not pin WAL.
+ */
+static void
+decoder_message(LogicalDecodingContext *ctx, ReorderBufferTXN *txn, XLogRecPtr lsn,
+				bool transactional, const char *prefix, Size size, const char *message)
+{
+	if (transactional || strcmp(prefix, HEARTBEAT_PREFIX) != 0)
+		return;
+	OutputPluginPrepareWrite(ctx, true);
+	pq_sendbyte(ctx->out, 'H');
+	pq_sendint64(ctx->out, lsn);
+	OutputPluginWrite(ctx, true);
+}
+
+void
+_PG_output_plugin_init(OutputPluginCallbacks *cb)
+{
+	cb->startup_cb = decoder_startup;
+	cb->begin_cb = decoder_begin;
+	cb->change_cb = decoder_change;
+	cb->truncate_cb = decoder_truncate;
+	cb->commit_cb = decoder_commit;
+	cb->message_cb = decoder_message;
+	cb->shutdown_cb = decoder_shutdown;
+}

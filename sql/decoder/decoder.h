@@ -1,0 +1,44 @@
+/*
+ * decoder.h - pgshovel2_decoder, the output plugin of the `logical` backend.
+ *
+ * The set's tables are passed as the plugin option "tables" (see options.c);
+ * each gets a ShovelTable with its captured attnums and value codecs.
+ */
+#ifndef PGSHOVEL2_DECODER_H
+#define PGSHOVEL2_DECODER_H
+
+#include "postgres.h"
+#include "fmgr.h"
+#include "access/htup_details.h"
+#include "nodes/pg_list.h"
+
+#include "encode.h"
+
+/* One table of the set, in the order of the "tables" option (its index). */
+typedef struct ShovelTable
+{
+	Oid			relid;
+	int			ncols;
+	int16	   *attnums;		/* captured columns, attnum order */
+	Oid		   *types;			/* atttypid seen at the first change (0: not yet) */
+	ColumnCodec *codecs;		/* initialised at the table's first change */
+	bool		ready;
+} ShovelTable;
+
+/* Plugin state, one per decoding session (ctx->output_plugin_private). */
+typedef struct DecoderState
+{
+	MemoryContext context;		/* long-lived: tables, codecs */
+	MemoryContext change_cxt;	/* reset after every change */
+	int			ntables;
+	ShovelTable *tables;
+	bool		begun;			/* BEGIN of the current transaction written */
+	uint64		full_xid;		/* epoch-qualified xid of the current transaction */
+	uint32		nchanges;		/* records written in the current transaction */
+} DecoderState;
+
+/* options.c */
+extern void pgshovel2_parse_tables(DecoderState *state, const char *spec);
+extern ShovelTable *pgshovel2_find_table(DecoderState *state, Oid relid, int *index);
+
+#endif

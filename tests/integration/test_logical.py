@@ -1,0 +1,164 @@
+"""What only the logical backend has: a huge source transaction split over Kafka
+transactions and killed in between, a 50 MB value, unchanged TOASTed values,
+replica identity checks, zero-column and dropped-column tables, the slot's life
+(dropped with the set; a missing slot refused with the way out)."""
+
+import hashlib
+import os
+import signal
+from collections import Counter
+
+import pytest
+
+from pgshovel2 import names
+from pgshovel2.capture.logical import slot_name
+from tests.helpers import RelayProcess, assert_verified, caught_up, messages, pgshovel, verify, write_config
+
+# The issue asks for 1M rows; the default suite uses 200k (set LOGICAL_BIG_ROWS=1000000 for the full size).
+BIG_ROWS = int(os.environ.get("LOGICAL_BIG_ROWS", "200000"))
+
+
+def make_set(stack, cluster, db, tmp_path, set_name: str, table_sql: str, schema: str, **table_entry) -> tuple:
+    """Create <schema>.t from table_sql (column list) and a logical set on it; returns (table, prefix)."""
+    with db.cursor() as cur:
+        cur.execute(f'CREATE TABLE "{schema}".t ({table_sql})')
+    prefix = f"{set_name}{cluster}"
+    cfg = write_config(tmp_path, stack, [{"schema": schema, "name": "t", **table_entry}], backend="logical",
+                       topic_prefix=prefix)
+    pgshovel(stack, cluster, "set", "create", set_name, str(cfg))
+    return f'"{schema}".t', prefix
+
+
+@pytest.fixture
+def relay(stack, cluster, tmp_path):
+    """start(set_name, *args, failpoints="") -> a RelayProcess; all are killed afterwards."""
+    started = []
+
+    def start(set_name: str, *args: str, failpoints: str = "") -> RelayProcess:
+        log = tmp_path / f"relay-{len(started)}.log"
+        proc = RelayProcess(stack, cluster, set_name, *args, log_path=log,
+                            extra_env={"PGSHOVEL2_FAILPOINTS": failpoints} if failpoints else None)
+        started.append(proc)
+        return proc
+
+    yield start
+    for proc in started:
+        proc.stop(signal.SIGKILL)
+
+
+def test_huge_transaction_split_and_killed(stack, cluster, db, schema, tmp_path, relay):
+    table, prefix = make_set(stack, cluster, db, tmp_path, "big", "id int PRIMARY KEY, n int", schema)
+    first = relay("big")
+    first.wait_for("snapshot done")
+    assert first.stop() == 0
+    with db.cursor() as cur:
+        cur.execute(f"INSERT INTO {table} SELECT g, 0 FROM generate_series(1, {BIG_ROWS}) g")
+    kills = resumed = 0
+    while kills < 3:  # hard split every 10 x 2000 messages; each run dies right after its first commit
+        r = relay("big", "--max-transaction-messages", "2000", failpoints="after_commit=1")
+        assert r.proc.wait(600) == -signal.SIGKILL, r.log()
+        kills += 1
+        resumed += "after its first" in r.log()
+    last = relay("big")
+    caught_up(stack, cluster, "big", timeout=600)
+    assert last.stop() == 0
+    assert resumed >= 2, "too few kills landed inside the split source transaction"
+    got = messages(stack, names.table_topic(prefix, schema, "t"))
+    assert Counter(k["id"] for k, _, _ in got) == Counter(range(1, BIG_ROWS + 1))
+    positions = [h["pgshovel.position"] for _, _, h in got]
+    assert positions == sorted(positions)
+    records = [v for _, v, _ in messages(stack, names.transactions_topic(prefix))]
+    assert [r["type"] for r in records] == ["BEGIN", "END"] and records[1]["event_count"] == BIG_ROWS
+    assert_verified(verify(stack, cluster, "big"))
+
+
+def test_50mb_value_and_unchanged_toast(stack, cluster, db, schema, tmp_path, relay_factory):
+    table, prefix = make_set(stack, cluster, db, tmp_path, "toast", "id int PRIMARY KEY, n int, b bytea, t text",
+                             schema)
+    r = relay_factory("toast")
+    r.wait_for("snapshot done")
+    with db.cursor() as cur:
+        cur.execute(f"INSERT INTO {table} VALUES (1, 0, decode(repeat(md5('x'), 3276800), 'hex'), "
+                    "(SELECT string_agg(md5(g::text), '') FROM generate_series(1, 20000) g))")
+        cur.execute(f"UPDATE {table} SET n = 1")  # b and t unchanged: TOASTed, not in the WAL's new row
+        cur.execute(f"SELECT length(b), md5(b), md5(t) FROM {table}")
+        size, b_md5, t_md5 = cur.fetchone()
+    assert size == 50 * 1024 * 1024
+    caught_up(stack, cluster, "toast", timeout=300)
+    got = messages(stack, names.table_topic(prefix, schema, "t"))
+    assert [h["pgshovel.op"] for _, _, h in got] == ["c", "u"]
+    for _, value, _ in got:
+        assert len(value["b"]) == size and hashlib.md5(value["b"]).hexdigest() == b_md5
+        assert hashlib.md5(value["t"].encode()).hexdigest() == t_md5
+    assert got[1][1]["n"] == 1
+
+
+def test_replica_identity_is_checked(stack, cluster, db, schema, tmp_path):
+    with db.cursor() as cur:
+        cur.execute(f'CREATE TABLE "{schema}".t (id int PRIMARY KEY, v text)')
+        cur.execute(f'CREATE TABLE "{schema}".n (id int PRIMARY KEY, v int)')
+        cur.execute(f'ALTER TABLE "{schema}".n REPLICA IDENTITY NOTHING')
+    for name, expected in (("t", 'TOASTable captured column(s) "v"'), ("n", "replica identity NOTHING")):
+        cfg = tmp_path / f"{name}.yaml"
+        cfg.write_text(f"database: {{dsn: '{stack.dsn}'}}\nbackend: logical\n"
+                       f"tables: [{{schema: {schema}, name: {name}}}]\n")
+        proc = pgshovel(stack, cluster, "set", "create", "ri", str(cfg), check=False)
+        assert proc.returncode != 0 and expected in proc.stderr, proc.stderr
+        assert "REPLICA IDENTITY FULL" in proc.stderr and f"{schema}" in proc.stderr
+    with db.cursor() as cur:
+        cur.execute("SELECT count(*) FROM pg_replication_slots WHERE slot_name = %s", (slot_name(cluster, "ri"),))
+        assert cur.fetchone()[0] == 0
+
+
+def test_zero_column_and_dropped_column_tables(stack, cluster, db, schema, tmp_path, relay_factory):
+    with db.cursor() as cur:
+        cur.execute(f'CREATE TABLE "{schema}".z ()')
+        cur.execute(f'CREATE TABLE "{schema}".d (gone int, id int PRIMARY KEY, n int)')
+        cur.execute(f'ALTER TABLE "{schema}".d DROP COLUMN gone')
+    prefix = f"zd{cluster}"
+    cfg = write_config(tmp_path, stack, [{"schema": schema, "name": "z", "allow_unkeyed": True},
+                                         {"schema": schema, "name": "d"}], backend="logical", topic_prefix=prefix)
+    pgshovel(stack, cluster, "set", "create", "zd", str(cfg))
+    relay_factory("zd").wait_for("snapshot done")
+    with db.cursor() as cur:
+        cur.execute(f'INSERT INTO "{schema}".z DEFAULT VALUES')
+        cur.execute("BEGIN")
+        cur.execute(f'INSERT INTO "{schema}".d VALUES (1, 10), (2, 20)')
+        cur.execute("SELECT txid_current()")
+        txid = cur.fetchone()[0]
+        cur.execute("COMMIT")
+        cur.execute(f'UPDATE "{schema}".d SET n = 11 WHERE id = 1')
+        cur.execute(f'DELETE FROM "{schema}".z')
+    caught_up(stack, cluster, "zd")
+    z = messages(stack, names.table_topic(prefix, schema, "z"))
+    assert [(k, v, h["pgshovel.op"]) for k, v, h in z] == [(None, {}, "c")]  # unkeyed DELETE: no message
+    d = messages(stack, names.table_topic(prefix, schema, "d"))
+    assert [(k["id"], v, h["pgshovel.op"]) for k, v, h in d] == [
+        (1, {"id": 1, "n": 10}, "c"), (2, {"id": 2, "n": 20}, "c"), (1, {"id": 1, "n": 11}, "u")]
+    assert [h["pgshovel.txid"] for _, _, h in d[:2]] == [str(txid)] * 2  # as txid_current() said
+    assert all(len(h["pgshovel.position"]) == 27 for _, _, h in d)
+
+
+def test_slot_dropped_with_set_and_missing_slot_refused(stack, cluster, db, schema, tmp_path, relay):
+    make_set(stack, cluster, db, tmp_path, "sl", "id int PRIMARY KEY, n int", schema)
+    slot = slot_name(cluster, "sl")
+    first = relay("sl")
+    first.wait_for("snapshot done")
+    busy = pgshovel(stack, cluster, "set", "drop", "sl", check=False)
+    assert busy.returncode != 0 and "in use by a relay" in busy.stderr
+    assert first.stop() == 0
+    with db.cursor() as cur:
+        cur.execute("SELECT pg_drop_replication_slot(%s)", (slot,))  # as a failover would lose it
+    second = relay("sl")
+    second.wait_for("does not exist, but Kafka holds a position")
+    assert "--snapshot" in second.log()
+    second.stop(signal.SIGKILL)
+    rebootstrap = relay("sl", "--snapshot")
+    rebootstrap.wait_for("snapshot done")
+    assert rebootstrap.stop() == 0
+    dropped = pgshovel(stack, cluster, "set", "drop", "sl")
+    assert f"replication slot {slot}" in dropped.stdout
+    with db.cursor() as cur:
+        cur.execute("SELECT count(*) FROM pg_replication_slots WHERE slot_name = %s", (slot,))
+        assert cur.fetchone()[0] == 0
+

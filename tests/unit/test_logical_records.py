@@ -1,0 +1,88 @@
+"""The relay's reading of pgshovel2_decoder records (sql/decoder/README.rst), positions and
+the logical backend's replica identity rules, without a server."""
+
+import struct
+
+import pytest
+
+from pgshovel2.capture.logical import _identity_problem, slot_name
+from pgshovel2.catalog import Column, Table
+from pgshovel2.config import SetConfig, TableConfig
+from pgshovel2.relay.logical_loop import change_position, snapshot_position
+from pgshovel2.relay.logical_source import PG_EPOCH_US, Begin, Commit, Heartbeat, LogicalSource, lsn_int, lsn_text
+from pgshovel2.relay.pgq_source import Event
+
+
+def source() -> LogicalSource:
+    src = LogicalSource.__new__(LogicalSource)
+    src._tags, src.slot, src._txid, src._ts_ms = ['"s"."a"', '"s"."b"'], "slot", 0, 0
+    return src
+
+
+def change(op: bytes, index: int, flags: int, new: bytes, old: bytes = b"") -> bytes:
+    return op + struct.pack(">HBI", index, flags, len(new)) + new + old
+
+
+def test_transaction_records_decode_in_order():
+    src = source()
+    commit_ts_us = 1_000_000  # 2000-01-01 00:00:01 UTC
+    records = [
+        b"B" + struct.pack(">QQq", 0x1_0000_0010, (3 << 32) | 77, commit_ts_us),
+        change(b"I", 1, 0, b'[1,"x"]'),
+        change(b"U", 0, 1, b'[2,"y"]', b"[1,null]"),
+        change(b"D", 0, 2, b""),
+        b"T" + struct.pack(">H", 1),
+        b"C" + struct.pack(">QQI", 0x1_0000_0010, 0x1_0000_0040, 4),
+        b"H" + struct.pack(">Q", 0x1_0000_0050),
+    ]
+    got = [src._decode(r) for r in records]
+    ts_ms = (commit_ts_us + PG_EPOCH_US) // 1000
+    txid = (3 << 32) | 77
+    assert got == [
+        Begin(0x1_0000_0010, txid, ts_ms),
+        Event(txid, ts_ms, "I", [1, "x"], '"s"."b"', None),
+        Event(txid, ts_ms, "U", [2, "y"], '"s"."a"', [1, None]),
+        Event(txid, ts_ms, "D", None, '"s"."a"', None),
+        Event(txid, ts_ms, "T", None, '"s"."b"', None),
+        Commit(0x1_0000_0010, 0x1_0000_0040, 4),
+        Heartbeat(0x1_0000_0050),
+    ]
+    assert ts_ms == 946_684_801_000
+
+
+def test_unknown_record_is_an_error():
+    with pytest.raises(Exception, match="unknown record"):
+        source()._decode(b"Z")
+
+
+def test_lsn_forms_and_positions_sort():
+    assert lsn_int("16/B374D848") == (0x16 << 32) | 0xB374D848
+    assert lsn_text(lsn_int("16/B374D848")) == "16/B374D848"
+    positions = [snapshot_position(0x100, 5), change_position(0x101, 0), change_position(0x101, 9),
+                 change_position(0xF_0000_0000, 0)]
+    assert positions == sorted(positions)
+
+
+def test_slot_names_are_valid_and_distinct():
+    a, b = slot_name("c1", "Set"), slot_name("c1", "set")
+    assert a != b and a == a.lower() and len(slot_name("c" * 60, "s" * 40)) <= 63
+
+
+def _table(key: tuple[str, ...]) -> Table:
+    cols = (Column("id", 1, "integer", "int4", False, False), Column("n", 2, "integer", "int4", False, True))
+    return Table("s", "t", cols, key, "primary key")
+
+
+@pytest.mark.parametrize("ident, ident_cols, toastable, envelope, key, problem", [
+    ("d", {"id"}, [], "row", ("id",), None),
+    ("f", set(), ["v"], "debezium", ("id",), None),
+    ("n", {"id"}, [], "row", ("id",), "NOTHING"),
+    ("d", {"id"}, ["v"], "row", ("id",), "TOASTable"),
+    ("d", {"id"}, [], "debezium", ("id",), "debezium"),
+    ("i", {"n"}, [], "row", ("id",), "its key (id)"),
+    ("d", set(), [], "row", (), None),
+])
+def test_replica_identity_rules(ident, ident_cols, toastable, envelope, key, problem):
+    config = SetConfig(dsn="x", tables=(TableConfig("s", "t"),), backend="logical", envelope=envelope)
+    got = _identity_problem(_table(key), config, ident, ident_cols, toastable)
+    assert (got is None) if problem is None else (problem in got)
