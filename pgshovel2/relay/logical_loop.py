@@ -33,7 +33,7 @@ from typing import Any
 from pgshovel2 import failpoints
 from pgshovel2.catalog import Table
 from pgshovel2.errors import RelayError
-from pgshovel2.relay import snapshot
+from pgshovel2.relay import metrics, snapshot
 from pgshovel2.relay.logical_source import Begin, Commit, Heartbeat, LogicalSource, lsn_text, missing_slot_message
 from pgshovel2.relay.loop import Relay, _Discard, _StopRequestedError
 from pgshovel2.relay.pgq_source import Event
@@ -223,6 +223,7 @@ class _Stream:
         self.ordinal += 1
         if self.ordinal > self.skip:
             relay.changes += 1
+            relay._m_changes.inc()
 
     def _delete_without_row(self, ev: Event) -> None:
         route = self.emitter.routes[ev.table]
@@ -267,6 +268,7 @@ class _Stream:
         self.emitter.sink = self.relay.sink
         self.relay._commit(position)
         self.relay.batches += 1
+        self.relay._m_batches.inc()
 
     def _progress(self) -> None:
         relay = self.relay
@@ -275,6 +277,7 @@ class _Stream:
             return
         relay._last_progress = now
         lag, retained = self.source.lag()
+        metrics.SLOT_LAG_BYTES.labels(relay.set_name).set(lag)
         log.info("relayed %d changes in %d Kafka transactions (%.0f changes/s); slot %s lags %d bytes, "
                  "retains %d bytes of WAL", relay.changes, relay.batches, relay.changes / (now - relay._started),
                  relay.queue, lag, retained)

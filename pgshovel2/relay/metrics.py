@@ -6,6 +6,7 @@ Every metric has the label ``set``. Scrape ``http://<address>:<port>/metrics``:
 - ``pgshovel2_relay_batches_total``: PgQ batches committed to Kafka and acknowledged;
 - ``pgshovel2_relay_lag_seconds`` / ``pgshovel2_relay_lag_events``: the queue's lag behind the
   relay's consumer (pgq.get_consumer_info), updated every progress interval;
+  ``pgshovel2_relay_slot_lag_bytes`` for the logical backend (its slot's lag);
 - ``pgshovel2_relay_kafka_commit_seconds``: time of each Kafka transaction commit (histogram);
 - ``pgshovel2_relay_errors_total{kind}``: interruptions and failures by error class
   (``OperationalError``, ``KafkaException``, ``FencedError``, ``LeadershipLostError``, ...);
@@ -20,6 +21,8 @@ LAG_SECONDS = Gauge("pgshovel2_relay_lag_seconds", "Queue lag behind the relay's
 LAG_EVENTS = Gauge("pgshovel2_relay_lag_events", "Events queued and not yet relayed", ["set"])
 COMMIT_SECONDS = Histogram("pgshovel2_relay_kafka_commit_seconds", "Kafka transaction commit time (s)", ["set"],
                            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))
+SLOT_LAG_BYTES = Gauge("pgshovel2_relay_slot_lag_bytes", "Logical backend: WAL bytes the slot is behind",
+                       ["set"])
 ERRORS = Counter("pgshovel2_relay_errors", "Relay interruptions and failures by kind", ["set", "kind"])
 ACTIVE = Gauge("pgshovel2_relay_active", "1 while this relay is the set's active relay", ["set"])
 
