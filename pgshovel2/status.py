@@ -46,6 +46,26 @@ def queue_lag(dsn: str, queue: str) -> dict[str, Any]:
         conn.close()
 
 
+def slot_lag(dsn: str, slot: str) -> dict[str, Any]:
+    """{lag_seconds, lag_bytes, retained_bytes, wal_status} of a logical set's slot, or {error}."""
+    try:
+        conn = psycopg2.connect(dsn, connect_timeout=5)
+    except psycopg2.Error as exc:
+        return {"error": f"database does not answer: {str(exc).strip()}"}
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT lag_seconds, lag_bytes, retained_bytes, wal_status FROM pgshovel2_decoder.slot_lag "
+                        "WHERE slot_name = %s", (slot,))
+            row = cur.fetchone()
+        if row is None:
+            return {"error": f"no replication slot {slot} (the relay creates it on its first start)"}
+        return dict(zip(("lag_seconds", "lag_bytes", "retained_bytes", "wal_status"), row, strict=True))
+    except psycopg2.Error as exc:
+        return {"error": str(exc).strip()}
+    finally:
+        conn.close()
+
+
 def kafka_status(set_name: str, record: dict[str, Any], bootstrap: str) -> dict[str, Any]:
     """{position: last committed position record or None, end_offsets: {topic: {partition: offset}}}."""
     prefix = record["config"].get("topic_prefix") or set_name
@@ -94,7 +114,10 @@ def set_status(store: ClusterStore, set_name: str, bootstrap: str) -> dict[str, 
     record, _ = store.get_set(set_name)
     out: dict[str, Any] = {"set": set_name, "version": record["version"], "queue": record["queue"],
                            "database": redacted(record["config"]["dsn"])}
-    out["queue_lag"] = queue_lag(record["config"]["dsn"], record["queue"])
+    if record["config"]["backend"] == "logical":
+        out["slot_lag"] = slot_lag(record["config"]["dsn"], record["slot"])
+    else:
+        out["queue_lag"] = queue_lag(record["config"]["dsn"], record["queue"])
     out["relays"] = election.status(store, set_name)
     out["last_error"] = store.get_relay_record(set_name, "last_error")
     out["kafka"] = kafka_status(set_name, record, bootstrap)
@@ -109,9 +132,14 @@ def set_status(store: ClusterStore, set_name: str, bootstrap: str) -> dict[str, 
 
 def lines(info: dict[str, Any]) -> list[str]:
     """set_status's dict as a short table for the terminal."""
-    lag = info["queue_lag"]
-    lag_text = lag.get("error") or \
-        f"{lag['pending_events']} events, {lag['lag_seconds'] or 0:.1f}s (tick {lag['last_tick']})"
+    if "slot_lag" in info:
+        lag = info["slot_lag"]
+        lag_text = lag.get("error") or (f"slot {lag['lag_bytes']} bytes behind, {lag['retained_bytes']} retained, "
+                                        f"{lag['lag_seconds'] or 0:.1f}s, WAL {lag['wal_status']}")
+    else:
+        lag = info["queue_lag"]
+        lag_text = lag.get("error") or \
+            f"{lag['pending_events']} events, {lag['lag_seconds'] or 0:.1f}s (tick {lag['last_tick']})"
     active = (info["relays"]["active"] or {}).get("identity", "none")
     kafka = info["kafka"]
     pos = kafka.get("position")

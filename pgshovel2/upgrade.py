@@ -104,6 +104,9 @@ def _table_change(before: Table, after: Table) -> TableChange:
 
 
 def _check_immutable(old: SetConfig, new: SetConfig, source: str) -> None:
+    if old.backend == "logical":
+        raise ConfigError(source, "backend", old.backend, "set upgrade is not supported for the logical "
+                          "backend yet: create a new set (its relay snapshots the tables) and drop the old one")
     for name, instead in IMMUTABLE.items():
         if getattr(old, name) != getattr(new, name):
             raise ConfigError(source, name, getattr(new, name),
