@@ -34,6 +34,10 @@ class TxidSnapshot:
             raise ValueError(f"inconsistent txid snapshot {text!r} (needs xmin <= xip < xmax)")
         return parsed
 
+    def covers(self, txid: int, position: str) -> bool:
+        """Handoff rule: the transaction (txid, position of its BEGIN) is in the copy."""
+        return self.visible(txid)
+
     def visible(self, txid: int) -> bool:
         """True when the changes of transaction txid are in a copy read under this snapshot."""
         if txid < self.xmin:
@@ -44,3 +48,35 @@ class TxidSnapshot:
 
     def __str__(self) -> str:
         return f"{self.xmin}:{self.xmax}:{','.join(str(x) for x in sorted(self.xip))}"
+
+
+@dataclass(frozen=True)
+class ConsistentPoint:
+    """The logical backend's handoff: the consistent point (LSN, int) of a slot created with an
+    exported snapshot. A transaction whose commit LSN is before it is in a copy read under that
+    snapshot; one committed at or after it is not (and is decoded by the slot)."""
+
+    lsn: int
+
+    @classmethod
+    def parse(cls, text: str) -> "ConsistentPoint":
+        """Parse PostgreSQL's ``X/Y`` LSN text; raises ValueError naming the text when malformed."""
+        try:
+            high, low = text.split("/")
+            return cls((int(high, 16) << 32) | int(low, 16))
+        except ValueError as exc:
+            raise ValueError(f"malformed LSN {text!r} (expected X/Y in hex)") from exc
+
+    def covers(self, txid: int, position: str) -> bool:
+        """Handoff rule: position (``<commit LSN, 16 hex>:<ordinal>``, logical backend) is before the point."""
+        return int(position.split(":", 1)[0], 16) < self.lsn
+
+    def __str__(self) -> str:
+        return f"{self.lsn >> 32:X}/{self.lsn & 0xFFFFFFFF:X}"
+
+
+def handoff_point(handoff: dict) -> "TxidSnapshot | ConsistentPoint":
+    """The handoff rule of a bootstrap manifest's ``handoff`` record (by its backend)."""
+    if handoff.get("backend") == "logical":
+        return ConsistentPoint.parse(handoff["lsn"])
+    return TxidSnapshot.parse(handoff["txid_snapshot"])

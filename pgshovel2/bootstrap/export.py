@@ -2,18 +2,21 @@
 
 One psycopg2 connection in REPEATABLE READ exports its snapshot
 (``pg_export_snapshot()``) and records the handoff position of the set's
-backend in the same transaction (trigger: ``txid_current_snapshot()``). It
-stays open while the readers run: each JDBC partition adopts the snapshot
+backend in the same transaction (trigger: ``txid_current_snapshot()``; logical:
+the consistent point of a temporary slot created with EXPORT_SNAPSHOT, whose
+snapshot that connection adopts). It stays open while the readers run: each JDBC partition adopts the snapshot
 with ``SET TRANSACTION SNAPSHOT``, so every partition reads the same state.
 """
 
 import logging
 import math
+import uuid
 from dataclasses import dataclass
 
 import psycopg2
 from psycopg2 import sql
 from psycopg2.extensions import parse_dsn
+from psycopg2.extras import LogicalReplicationConnection
 
 from pgshovel2 import names
 from pgshovel2.bootstrap.manifest import BootstrapError
@@ -27,6 +30,7 @@ INTEGER_KINDS = ("int2", "int4", "int8")
 NATIVE_KINDS = frozenset({"bool", "int2", "int4", "int8", "float4", "float8", "text", "varchar", "bpchar",
                           "name", "bytea"})
 PK_ALIAS, ROW_ALIAS = "__pgshovel_pk", "__pgshovel_row"
+DECODER = "pgshovel2_decoder"  # our output plugin (sql/decoder)
 APPLICATION_NAME = "pgshovel2 bootstrap exporter"
 
 
@@ -56,38 +60,64 @@ def is_native(table: Table) -> bool:
     return all(c.kind in NATIVE_KINDS and not c.is_array for c in table.columns)
 
 
-def _select_list(table: Table, native: bool) -> str:
+def _select_list(table: Table, native: bool, encode_row: str) -> str:
     if native:
         return ", ".join(f"__pgshovel2_row__.{names.quote_ident(c.name)}" for c in table.columns)
     attnums = "{" + ",".join(str(c.attnum) for c in table.columns) + "}"
-    return f"pgshovel2.encode_row(__pgshovel2_row__, '{attnums}'::int2[])::text AS {ROW_ALIAS}"
+    return f"{encode_row}(__pgshovel2_row__, '{attnums}'::int2[])::text AS {ROW_ALIAS}"
 
 
 class ExportedSnapshot:
     """An open exporting transaction (context manager; rolled back on exit).
 
-    snapshot_id: from pg_export_snapshot(); txid_snapshot: the handoff
-    position (trigger backend). Raises BootstrapError when the database
-    cannot be reached or the backend has no handoff position yet.
+    snapshot_id: the exported snapshot every reader adopts. handoff: the
+    manifest's handoff record -- trigger backend: ``{backend, txid_snapshot}``
+    (txid_current_snapshot() of the exporting transaction, from
+    pg_export_snapshot()); logical backend: ``{backend, lsn, slot}``, the
+    consistent point of a TEMPORARY slot of our plugin created with
+    EXPORT_SNAPSHOT on a replication connection kept open meanwhile (the slot
+    goes with it). encode_row: the function giving rows in capture form.
+    Raises BootstrapError when the database cannot be reached or refuses.
     """
 
     def __init__(self, dsn: str, backend: str):
-        if backend != "trigger":
-            raise BootstrapError(f"bootstrap of a set with backend {backend!r} is not supported yet "
-                                 "(only 'trigger')")
-        self.dsn = dsn
+        self.dsn, self.backend = dsn, backend
+        self.snapshot_id = "(not exported yet)"
+        self._repl = None
         self._conn = connect(dsn, "the bootstrap", BootstrapError)
         self._conn.set_session(isolation_level="REPEATABLE READ", readonly=True)
-        self.snapshot_id = "(not exported yet)"
         try:
-            with self._conn.cursor() as cur:
-                cur.execute("SET application_name = %s", (APPLICATION_NAME,))
-                cur.execute("SELECT pg_export_snapshot(), txid_current_snapshot()::text")
-                self.snapshot_id, self.txid_snapshot = cur.fetchone()
+            if backend == "logical":
+                self._export_from_slot()
+            else:
+                self._export()
         except psycopg2.Error as exc:
             self.close()
             raise self.ended(exc) from exc
-        log.info("exported snapshot %s, handoff txid snapshot %s", self.snapshot_id, self.txid_snapshot)
+        log.info("exported snapshot %s, handoff %s", self.snapshot_id, self.handoff)
+
+    @property
+    def encode_row(self) -> str:
+        """Qualified name of the row-encoding function in the set's database (per backend)."""
+        return "pgshovel2_decoder.encode_row" if self.backend == "logical" else "pgshovel2.encode_row"
+
+    def _export(self) -> None:
+        with self._conn.cursor() as cur:
+            cur.execute("SET application_name = %s", (APPLICATION_NAME,))
+            cur.execute("SELECT pg_export_snapshot(), txid_current_snapshot()::text")
+            self.snapshot_id, self.txid_snapshot = cur.fetchone()
+        self.handoff = {"backend": "trigger", "txid_snapshot": self.txid_snapshot}
+
+    def _export_from_slot(self) -> None:
+        self._repl = psycopg2.connect(self.dsn, connection_factory=LogicalReplicationConnection)
+        slot = f"pgshovel2_boot_{uuid.uuid4().hex[:12]}"
+        with self._repl.cursor() as cur:
+            cur.execute(f'CREATE_REPLICATION_SLOT "{slot}" TEMPORARY LOGICAL {DECODER} EXPORT_SNAPSHOT')
+            _, lsn, self.snapshot_id, _ = cur.fetchone()
+        with self._conn.cursor() as cur:
+            cur.execute("SET application_name = %s", (APPLICATION_NAME,))
+            cur.execute("SET TRANSACTION SNAPSHOT %s", (self.snapshot_id,))
+        self.handoff = {"backend": "logical", "lsn": lsn, "slot": slot}
 
     def __enter__(self) -> "ExportedSnapshot":
         return self
@@ -96,7 +126,9 @@ class ExportedSnapshot:
         self.close()
 
     def close(self) -> None:
-        """End the exporting transaction (the snapshot id becomes invalid)."""
+        """End the exporting transaction (the snapshot id becomes invalid; a temporary slot goes)."""
+        if self._repl is not None and not self._repl.closed:
+            self._repl.close()
         if self._conn.closed:
             return
         try:
@@ -106,11 +138,15 @@ class ExportedSnapshot:
         self._conn.close()
 
     def alive(self) -> bool:
-        """True while the exporting transaction is still open (its snapshot importable)."""
+        """True while the exporting transaction (or slot connection) is still open (its snapshot importable)."""
         try:
             with self._conn.cursor() as cur:
-                cur.execute("SELECT 1")
-            return True
+                if self._repl is None:
+                    cur.execute("SELECT 1")
+                    return True
+                cur.execute("SELECT active FROM pg_replication_slots WHERE slot_name = %s", (self.handoff["slot"],))
+                row = cur.fetchone()
+                return bool(row and row[0])
         except psycopg2.Error:
             return False
 
@@ -160,7 +196,7 @@ class ExportedSnapshot:
         usable = key is not None and key.kind in INTEGER_KINDS and not key.is_array
         # The row alias must not be a column name (a column named like it would be passed instead).
         pk = f"__pgshovel2_row__.{names.quote_ident(key.name)}" if usable else "NULL::int8"
-        query = (f"(SELECT {pk} AS {PK_ALIAS}, {_select_list(table, native)} "
+        query = (f"(SELECT {pk} AS {PK_ALIAS}, {_select_list(table, native, self.encode_row)} "
                  f"FROM {table.qualified} __pgshovel2_row__) AS pgshovel_bootstrap")
         if not usable:
             log.info("table %s: no integer key column to split on: one partition", table.qualified)

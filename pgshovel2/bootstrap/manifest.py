@@ -9,7 +9,8 @@ presence means the output is complete. Fields::
     record            the set record ({config (DSN without password), tables, ...})
     output            "parquet" (one dataset per table under tables[].path) or "kafka"
     tables            [{schema, name, topic, path, rows, checksum, partitions}]
-    handoff           {backend: "trigger", txid_snapshot: "xmin:xmax:xip"}
+    handoff           {backend: "trigger", txid_snapshot: "xmin:xmax:xip"} or
+                      {backend: "logical", lsn: "X/Y", slot: name} (the consistent point)
     kafka_offsets     {topic: {partition: offset}}: read_committed end offsets of
                       the set's data and transactions topics, read BEFORE the
                       snapshot was exported
@@ -26,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from pgshovel2.errors import PgshovelError
-from pgshovel2.txids import TxidSnapshot
+from pgshovel2.txids import ConsistentPoint, TxidSnapshot, handoff_point
 
 FORMAT = 1
 FILENAME = "manifest.json"
@@ -67,8 +68,19 @@ class Manifest:
 
     @property
     def txid_snapshot(self) -> TxidSnapshot:
-        """The handoff txid snapshot: transactions visible in it are in the copy."""
+        """The handoff txid snapshot (trigger backend): transactions visible in it are in the copy.
+
+        Raises BootstrapError for a logical set's bootstrap (its handoff is an LSN: handoff_point).
+        """
+        if self.handoff.get("backend") == "logical":
+            raise BootstrapError(f"the bootstrap of set {self.set!r} hands off at LSN {self.handoff['lsn']} "
+                                 "(logical backend): this consumer supports trigger sets' bootstraps only")
         return TxidSnapshot.parse(self.handoff["txid_snapshot"])
+
+    @property
+    def handoff_point(self) -> TxidSnapshot | ConsistentPoint:
+        """The handoff rule for either backend (``covers(txid, position)``)."""
+        return handoff_point(self.handoff)
 
     def offsets(self) -> dict[tuple[str, int], int]:
         """(topic, partition) -> offset to start the stream at."""

@@ -58,7 +58,7 @@ def bootstrap_set(hosts: str, cluster: str, set_name: str, output: str, to_kafka
             spark.stop()
     rows = sum(t.rows for t in manifest.tables)
     click.echo(f"bootstrap of set {set_name!r}: {len(manifest.tables)} table(s), {rows} rows, handoff "
-               f"{manifest.handoff['txid_snapshot']}; manifest {os.path.join(output, 'manifest.json')}")
+               f"{manifest.handoff_point}; manifest {os.path.join(output, 'manifest.json')}")
 
 
 @click.command("bootstrap")

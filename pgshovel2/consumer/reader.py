@@ -32,7 +32,7 @@ from pgshovel2.consumer.model import DataMessage, Transaction, TxnRecord
 from pgshovel2.consumer.offsets import end_offsets, partition_counts
 from pgshovel2.consumer.reassembly import Reassembler
 from pgshovel2.consumer.topics import SetTopics
-from pgshovel2.txids import TxidSnapshot
+from pgshovel2.txids import ConsistentPoint, TxidSnapshot
 
 if TYPE_CHECKING:
     from pgshovel2.bootstrap.manifest import Manifest
@@ -60,9 +60,10 @@ class SetReader:
     kafka_config: extra librdkafka consumer settings.
     start_offsets: (topic, partition) -> offset to start at (overrides
     from_beginning for those partitions; others start at the beginning).
-    after_snapshot: a txid snapshot (TxidSnapshot or its text): transactions
-    visible in it and snapshot rows (op ``r``) are skipped -- they are in the
-    bootstrap copy taken under it. :meth:`from_manifest` sets both.
+    after_snapshot: the bootstrap's handoff -- a txid snapshot (TxidSnapshot or
+    its text; trigger backend) or a slot's ConsistentPoint (logical backend):
+    transactions it covers and snapshot rows (op ``r``) are skipped -- they are
+    in the bootstrap copy. :meth:`from_manifest` sets both.
 
     Raises ConsumerError when Kafka cannot be reached or a topic is missing.
     Use as a context manager, or call close().
@@ -73,7 +74,7 @@ class SetReader:
                  assembly_timeout: float = 30.0, snapshot_chunk: int = 1000, max_buffered: int = 10000,
                  kafka_config: dict[str, Any] | None = None, timeout: float = 30.0,
                  start_offsets: dict[Partition, int] | None = None,
-                 after_snapshot: TxidSnapshot | str | None = None):
+                 after_snapshot: TxidSnapshot | ConsistentPoint | str | None = None):
         self.topics = topics.select(tables)
         self.bootstrap, self.from_beginning = bootstrap, from_beginning
         self.assembly_timeout, self.max_buffered, self.timeout = assembly_timeout, max_buffered, timeout
@@ -129,7 +130,7 @@ class SetReader:
             manifest = Manifest.load(manifest)
         topics = SetTopics.from_record(manifest.set, manifest.record)
         return cls(topics, bootstrap, registry_url, start_offsets=manifest.offsets(),
-                   after_snapshot=manifest.txid_snapshot, **options)
+                   after_snapshot=manifest.handoff_point, **options)
 
     def __enter__(self) -> "SetReader":
         return self
@@ -210,7 +211,7 @@ class SetReader:
         """True for what the bootstrap of after_snapshot holds: snapshot rows, visible transactions."""
         if self.after_snapshot is None:
             return False
-        if txn.snapshot or self.after_snapshot.visible(txn.txid):
+        if txn.snapshot or self.after_snapshot.covers(txn.txid, txn.position):
             self.skipped_visible += 0 if txn.snapshot else 1
             return True
         return False

@@ -91,7 +91,7 @@ def bootstrap(target, cluster: str, set_name: str, record: dict[str, Any], mode:
         with target.cursor() as cur:
             rows = parquet.load(cur, manifest, manifest_dir, tables)
         log.info("loaded %d rows from the bootstrap %s", rows, manifest_dir)
-        offsets, snapshot = manifest.offsets(), manifest.handoff["txid_snapshot"]
+        offsets, snapshot = manifest.offsets(), str(manifest.txid_snapshot)  # trigger sets only, for now
     version = manifest.set_version if manifest is not None else record["version"]
     st = ReplicaState(cluster, set_name, "", 0, version, offsets, snapshot, mode)
     with target.cursor() as cur:

@@ -77,9 +77,6 @@ def run(spark, store: ClusterStore, set_name: str, options: BootstrapOptions) ->
     record, _ = store.get_set(set_name)
     config = SetConfig.from_dict(record["config"])
     tables = tuple(Table.from_dict(t) for t in record["tables"])
-    if config.backend != "trigger":
-        raise BootstrapError(f"set {set_name!r} uses backend {config.backend!r}: its bootstrap handoff is "
-                             "not supported yet (only 'trigger')")
     if store.get_relay_record(set_name, "snapshot") is None:
         raise BootstrapError(f"the relay of set {set_name!r} has not started yet: start pgshovel-kafka-relay "
                              "first (the stream a bootstrap hands off to must exist)")
@@ -93,12 +90,12 @@ def run(spark, store: ClusterStore, set_name: str, options: BootstrapOptions) ->
     tmp = output.parent / f".{output.name}.tmp-{uuid.uuid4().hex[:8]}"
     tmp.mkdir(parents=True)
     try:
-        copies, txid_snapshot = _copy(spark, set_name, config, tables, topics, tmp, options)
+        copies, handoff = _copy(spark, set_name, config, tables, topics, tmp, options)
         manifest = Manifest(
             set=set_name, cluster=store.cluster, set_version=record["version"],
             record={**record, "config": {**record["config"], "dsn": redacted(config.dsn)}},
             output="kafka" if options.to_kafka else "parquet", tables=copies,
-            handoff={"backend": config.backend, "txid_snapshot": txid_snapshot},
+            handoff=handoff,
             kafka_offsets={t: {str(p): o for (tt, p), o in sorted(offsets.items()) if tt == t}
                            for t in sorted({t for t, _ in offsets})},
             created_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
@@ -121,8 +118,8 @@ def _kafka_offsets(topics: SetTopics, bootstrap: str) -> dict[tuple[str, int], i
 
 
 def _copy(spark, set_name: str, config: SetConfig, tables: tuple[Table, ...], topics: SetTopics, tmp: Path,
-          options: BootstrapOptions) -> tuple[list[TableCopy], str]:
-    """Export the snapshot and copy every table under it; returns (copies, txid snapshot)."""
+          options: BootstrapOptions) -> tuple[list[TableCopy], dict]:
+    """Export the snapshot and copy every table under it; returns (copies, handoff record)."""
     url, props = jdbc_url(config.dsn)
     by_table = {(t.schema, t.name): t.topic for t in topics.tables}
     with ExportedSnapshot(config.dsn, config.backend) as snap:
@@ -152,7 +149,7 @@ def _copy(spark, set_name: str, config: SetConfig, tables: tuple[Table, ...], to
         finally:
             if writer:
                 writer.close()
-        return copies, snap.txid_snapshot
+        return copies, snap.handoff
 
 
 def _read_error(exc: Exception, table: Table, snap: ExportedSnapshot) -> BootstrapError:

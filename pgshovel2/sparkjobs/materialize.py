@@ -80,6 +80,7 @@ def run(spark, options: MaterializeOptions) -> None:
 class _Job:
     def __init__(self, spark, manifest: Manifest, options: MaterializeOptions):
         self.spark, self.manifest, self.options = spark, manifest, options
+        manifest.txid_snapshot  # noqa: B018 -- raises BootstrapError for a logical set's bootstrap (LSN handoff)
         self.topics = SetTopics.from_record(manifest.set, manifest.record)
         self.tables = {(t["schema"], t["name"]): Table.from_dict(t) for t in manifest.record["tables"]}
         self.output = Path(options.output).absolute()

@@ -35,10 +35,11 @@ def _run(spark, stack, cluster: str, set_name: str, output, **options) -> Manife
         return bootstrap.run(spark, store, set_name, opts)
 
 
+@pytest.mark.parametrize("backend", ["trigger", "logical"])
 def test_snapshot_plus_stream_equals_source_under_writes(stack, db, schema, cluster, relay_factory, spark,
-                                                         tmp_path):
+                                                         tmp_path, backend):
     create_tables(db, schema)
-    create_set(stack, cluster, tmp_path, schema, "boot")
+    create_set(stack, cluster, tmp_path, schema, "boot", backend)
     relay = relay_factory("boot")
     relay.wait_for("snapshot done")
     writer = Writer(stack.dsn, schema)
@@ -61,10 +62,12 @@ def test_snapshot_plus_stream_equals_source_under_writes(stack, db, schema, clus
              for t in TABLES for c in manifest.tables if c.name == t}
     assert {t: len(rows) for t, rows in state.items()} == {c.name: c.rows for c in manifest.tables}
     reader = apply_stream(state, tmp_path / "boot", stack)
-    assert reader.skipped_visible > 0  # the txid filter was exercised: changes already in the copy
+    assert reader.skipped_visible > 0  # the handoff filter was exercised: changes already in the copy
     for table in TABLES:
         assert state[table] == source_rows(stack.dsn, schema, table), table
-    assert Manifest.load(tmp_path / "boot").handoff["txid_snapshot"] == manifest.handoff["txid_snapshot"]
+    assert Manifest.load(tmp_path / "boot").handoff == manifest.handoff
+    assert manifest.handoff["backend"] == backend and ("lsn" if backend == "logical" else "txid_snapshot") in \
+        manifest.handoff
     assert set(manifest.kafka_offsets) == {f"boot.{schema}.accounts", f"boot.{schema}.branches",
                                            "boot.transactions"}
 
