@@ -65,26 +65,11 @@ def apply_rate(store: ClusterStore, name: str, batch_changes: int, registry: str
     try:
         record, _ = store.get_set(name)
         st = bootstrap(rep.target, CLUSTER, name, record, "kafka", BOOTSTRAP)
-        commits = _commit_counter(rep)
         started = time.monotonic()
         st = rep.run(st, threading.Event(), until_caught_up=True)
-        return st.changes / (time.monotonic() - started), commits()
+        return st.changes / (time.monotonic() - started), rep.commits
     finally:
         rep.close()
-
-
-def _commit_counter(rep: Replicator):
-    """Wrap rep's flush to count target transactions; returns the getter."""
-    count = [0]
-    flush = rep._flush
-
-    def counted() -> None:
-        if rep._pending:
-            count[0] += 1
-        flush()
-
-    rep._flush = counted
-    return lambda: count[0]
 
 
 def measure(changes: int, per_txn: int) -> dict:

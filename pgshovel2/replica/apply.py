@@ -27,6 +27,7 @@ from pgshovel2.config import SetConfig
 from pgshovel2.consumer import ConsumerError, OrderError, SetReader, SetTopics, Transaction
 from pgshovel2.db import connect
 from pgshovel2.replica import state
+from pgshovel2.replica.grouping import StatementGroups
 from pgshovel2.replica.sql import ReplicaError, TableMap, added_columns, alter_table, create_table
 from pgshovel2.replica.state import ReplicaState
 
@@ -53,6 +54,7 @@ class Replicator:
         self.store, self.set_name, self.options = store, set_name, options
         self.target = connect(target_dsn, "the replica target", ReplicaError)
         self.transactions = self.changes = self.skipped = 0
+        self.commits = 0  # target transactions committed by this process
         record, _ = store.get_set(set_name)
         self.txn_topic = SetTopics.from_record(set_name, record).transactions  # the prefix never changes
         with self.target.cursor() as cur:
@@ -97,12 +99,12 @@ class Replicator:
 
     def _consume(self, reader: SetReader, stop: threading.Event, until_caught_up: bool) -> bool:
         """Apply what reader yields; True when done (caught up), False when stopped."""
-        self._pending: list[bytes] = []
+        self._groups = StatementGroups()
         self._pending_changes, first, last_progress = 0, 0.0, time.monotonic()
         while not stop.is_set():
             idle = None if until_caught_up else self.options.batch_delay  # idle: commit what is pending
             for txn in reader.transactions(until_caught_up=until_caught_up, idle_timeout=idle):
-                if not self._pending:
+                if not self._pending_changes:
                     first = time.monotonic()
                 self._add(txn)
                 if self._pending_changes >= self.options.batch_changes or \
@@ -134,7 +136,9 @@ class Replicator:
                 if tmap is None:
                     raise ReplicaError(f"{change.topic!r} offset {change.offset}: table {change.table} is not in "
                                        f"set version {st.set_version} applied on the target")
-                self._pending.append(tmap.statement(change).as_string(cur).encode())
+                kind, values = tmap.classify(change)
+                truncate = tmap.statement(change).as_string(cur).encode() if kind == "truncate" else b""
+                self._groups.add(cur, tmap, kind, values, truncate)
         for change in txn.changes:
             if change.op != "t":
                 key = (change.topic, change.partition)
@@ -157,7 +161,7 @@ class Replicator:
                     alter_table(old.table, tmap.table, self._missing(old.table, tmap.table))
                 for s in stmts:
                     log.info("set version %d: %s", v, s.as_string(cur))
-                    self._pending.append(s.as_string(cur).encode())
+                    self._groups.raw(cur, s.as_string(cur).encode())
             self._maps = after
         self.state.set_version = version
 
@@ -185,13 +189,16 @@ class Replicator:
 
     def _flush(self) -> None:
         """Commit the open batch and the position in one target transaction."""
-        if not self._pending:
+        with self.target.cursor() as cur:
+            self._groups.close(cur)
+        pending = self._groups.statements
+        if not pending:
             return
         st = self.state
         saved = st if (self.txn_topic, 0) in st.offsets else ReplicaState(**{**st.__dict__, "offsets": {}})
         with self.target.cursor() as cur:
             try:
-                cur.execute(b";\n".join([*self._pending, state.save(saved).as_string(cur).encode()]))
+                cur.execute(b";\n".join([*pending, state.save(saved).as_string(cur).encode()]))
                 self.target.commit()
             except Exception as exc:
                 self.target.rollback()
@@ -199,4 +206,5 @@ class Replicator:
                                    f"failed on the target: {str(exc).strip()}; nothing of this batch was "
                                    "applied") from exc
         self.transactions, self.changes = st.transactions, st.changes
-        self._pending, self._pending_changes = [], 0
+        self.commits += 1
+        self._groups, self._pending_changes = StatementGroups(), 0

@@ -75,14 +75,19 @@ class TableMap:
     def upsert(self, values: dict[str, Any]) -> sql.Composed:
         """INSERT ... ON CONFLICT (key) DO UPDATE of the full after-image."""
         cols = list(values)
+        return self._insert_head(cols) + sql.SQL(" VALUES ({}) ").format(
+            sql.SQL(", ").join(self._value(c, values[c]) for c in cols)) + self._on_conflict(cols)
+
+    def _insert_head(self, cols: list[str]) -> sql.Composed:
+        return sql.SQL("INSERT INTO {} ({})").format(self.ident, sql.SQL(", ").join(map(sql.Identifier, cols)))
+
+    def _on_conflict(self, cols: list[str]) -> sql.Composed:
         others = [c for c in cols if c not in self.table.key]
         update = (sql.SQL("DO UPDATE SET ") + sql.SQL(", ").join(
             sql.SQL("{0} = EXCLUDED.{0}").format(sql.Identifier(c)) for c in others)) if others \
             else sql.SQL("DO NOTHING")
-        return sql.SQL("INSERT INTO {} ({}) VALUES ({}) ON CONFLICT ({}) {}").format(
-            self.ident, sql.SQL(", ").join(map(sql.Identifier, cols)),
-            sql.SQL(", ").join(self._value(c, values[c]) for c in cols),
-            sql.SQL(", ").join(map(sql.Identifier, self.table.key)), update)
+        return sql.SQL("ON CONFLICT ({}) {}").format(sql.SQL(", ").join(map(sql.Identifier, self.table.key)),
+                                                      update)
 
     def delete(self, key: dict[str, Any]) -> sql.Composed:
         """DELETE of the row with key (column name -> value)."""
@@ -93,18 +98,46 @@ class TableMap:
         """value as a literal cast to the column's type (an array of 'infinity' strings is no date[] by itself)."""
         return sql.SQL("{}::{}").format(sql.Literal(value), sql.SQL(self.types[column]))
 
-    def statement(self, change: Change) -> sql.Composed:
-        """The statement applying change (op c/u/r: upsert; d: delete; t: truncate)."""
+    def classify(self, change: Change) -> tuple[str, dict[str, Any] | None]:
+        """(kind, values) of change: ``upsert`` (column -> value of the after-image), ``delete``
+        (key column -> value) or ``truncate`` (None). Raises ReplicaError for what cannot be applied."""
         where = f"{change.topic!r} [{change.partition}] offset {change.offset}"
         if change.op == "t":
-            return sql.SQL("TRUNCATE {}").format(self.ident)
+            return "truncate", None
         if change.op == "d":
             if change.key is None:
                 raise ReplicaError(f"{where}: a delete without a key")
-            return self.delete(self.row(change.key, f"the key of {where}"))
+            return "delete", self.row(change.key, f"the key of {where}")
         if change.op in ("c", "u", "r") and change.value is not None:
-            return self.upsert(self.row(change.value, f"the value of {where}"))
+            return "upsert", self.row(change.value, f"the value of {where}")
         raise ReplicaError(f"{where}: cannot apply op {change.op!r} with value {change.value!r}")
+
+    def statement(self, change: Change) -> sql.Composed:
+        """The statement applying change (op c/u/r: upsert; d: delete; t: truncate)."""
+        kind, values = self.classify(change)
+        if kind == "truncate":
+            return sql.SQL("TRUNCATE {}").format(self.ident)
+        return self.delete(values) if kind == "delete" else self.upsert(values)
+
+    def _row_template(self, cols: list[str]) -> str:
+        return "(" + ", ".join(f"%s::{self.types[c]}" for c in cols) + ")"
+
+    def upsert_many(self, cur, rows: list[dict[str, Any]]) -> bytes:
+        """One INSERT ... ON CONFLICT of rows (same columns, distinct keys), rendered by cur."""
+        cols = list(rows[0])
+        template = self._row_template(cols)
+        values = b", ".join(cur.mogrify(template, [r[c] for c in cols]) for r in rows)
+        return (self._insert_head(cols).as_string(cur).encode() + b" VALUES " + values + b" "
+                + self._on_conflict(cols).as_string(cur).encode())
+
+    def delete_many(self, cur, keys: list[dict[str, Any]]) -> bytes:
+        """One DELETE of the rows with keys (distinct), rendered by cur."""
+        key = list(self.table.key)
+        template = self._row_template(key)
+        values = b", ".join(cur.mogrify(template, [k[c] for c in key]) for k in keys)
+        head = sql.SQL("DELETE FROM {} WHERE ({}) IN (").format(
+            self.ident, sql.SQL(", ").join(map(sql.Identifier, key))).as_string(cur)
+        return head.encode() + values + b")"
 
 
 def _adapt(value: Any, kind: str) -> Any:
