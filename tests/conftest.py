@@ -111,3 +111,16 @@ def spark():
                                                                  "spark.ui.showConsoleProgress": "false"})
     yield s
     s.stop()
+
+
+@pytest.fixture(autouse=True)
+def kill_leftover_relays():
+    """SIGKILL the relays a test started and left running (a failed assertion skips its own cleanup)."""
+    from tests.helpers import RelayProcess
+
+    yield
+    while RelayProcess.started:
+        relay = RelayProcess.started.pop()
+        if relay.proc.poll() is None:
+            relay.proc.kill()
+            relay.proc.wait(30)

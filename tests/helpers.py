@@ -73,7 +73,10 @@ def pgshovel(stack, cluster: str, *args: str, check: bool = True) -> subprocess.
 
 
 class RelayProcess:
-    """A pgshovel-kafka-relay subprocess for a set."""
+    """A pgshovel-kafka-relay subprocess for a set. Every one still running when its test ends is
+    SIGKILLed by the autouse fixture in conftest (kill_leftover_relays), even after a failure."""
+
+    started: list["RelayProcess"] = []
 
     def __init__(self, stack, cluster: str, set_name: str, *args: str, log_path: Path,
                  extra_env: dict | None = None):
@@ -82,6 +85,7 @@ class RelayProcess:
         self.proc = subprocess.Popen(
             [str(BIN / "pgshovel-kafka-relay"), set_name, "--progress-interval", "1", *args],
             env={**cli_env(stack, cluster), **(extra_env or {})}, stdout=self._log, stderr=subprocess.STDOUT)
+        RelayProcess.started.append(self)
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 60) -> int:
         if self.proc.poll() is None:
