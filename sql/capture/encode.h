@@ -8,6 +8,7 @@
 #define PGSHOVEL2_ENCODE_H
 
 #include "postgres.h"
+#include "fmgr.h"
 #include "access/htup.h"
 #include "access/tupdesc.h"
 #include "lib/stringinfo.h"
@@ -33,5 +34,8 @@ extern void pgshovel2_encode_tuple(StringInfo buf, HeapTuple tuple,
 								 TupleDesc desc, const int16 *attnums,
 								 int natts, ColumnCodec *codecs);
 extern void pgshovel2_json_string(StringInfo buf, const char *s);
+
+/* encode_row.c: the body of the SQL function encode_row(record, int2[]) -> text. */
+extern Datum pgshovel2_encode_row_text(FunctionCallInfo fcinfo);
 
 #endif
