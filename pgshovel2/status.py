@@ -26,44 +26,40 @@ from pgshovel2.relay import election
 from pgshovel2.relay.positions import Position
 
 
-def queue_lag(dsn: str, queue: str) -> dict[str, Any]:
-    """{lag_seconds, pending_events, last_tick} of the relay's consumer, or {error}."""
+def _one_row(dsn: str, query: str, params: tuple) -> tuple | dict[str, str] | None:
+    """The first row of query on dsn, None when there is none, or {error} when the database fails."""
     try:
         conn = psycopg2.connect(dsn, connect_timeout=5)
     except psycopg2.Error as exc:
         return {"error": f"database does not answer: {str(exc).strip()}"}
     try:
         with conn.cursor() as cur:
-            cur.execute("SELECT extract(epoch FROM lag)::float8, pending_events, last_tick "
-                        "FROM pgq.get_consumer_info(%s, %s)", (queue, CONSUMER))
-            row = cur.fetchone()
-        if row is None:
-            return {"error": f"no consumer {CONSUMER} on queue {queue}"}
-        return {"lag_seconds": row[0], "pending_events": row[1], "last_tick": row[2]}
+            cur.execute(query, params)
+            return cur.fetchone()
     except psycopg2.Error as exc:
         return {"error": str(exc).strip()}
     finally:
         conn.close()
+
+
+def queue_lag(dsn: str, queue: str) -> dict[str, Any]:
+    """{lag_seconds, pending_events, last_tick} of the relay's consumer, or {error}."""
+    row = _one_row(dsn, "SELECT extract(epoch FROM lag)::float8, pending_events, last_tick "
+                        "FROM pgq.get_consumer_info(%s, %s)", (queue, CONSUMER))
+    if row is None:
+        return {"error": f"no consumer {CONSUMER} on queue {queue}"}
+    return row if isinstance(row, dict) else dict(zip(("lag_seconds", "pending_events", "last_tick"), row,
+                                                      strict=True))
 
 
 def slot_lag(dsn: str, slot: str) -> dict[str, Any]:
     """{lag_seconds, lag_bytes, retained_bytes, wal_status} of a logical set's slot, or {error}."""
-    try:
-        conn = psycopg2.connect(dsn, connect_timeout=5)
-    except psycopg2.Error as exc:
-        return {"error": f"database does not answer: {str(exc).strip()}"}
-    try:
-        with conn.cursor() as cur:
-            cur.execute("SELECT lag_seconds, lag_bytes, retained_bytes, wal_status FROM pgshovel2_decoder.slot_lag "
+    row = _one_row(dsn, "SELECT lag_seconds, lag_bytes, retained_bytes, wal_status FROM pgshovel2_decoder.slot_lag "
                         "WHERE slot_name = %s", (slot,))
-            row = cur.fetchone()
-        if row is None:
-            return {"error": f"no replication slot {slot} (the relay creates it on its first start)"}
-        return dict(zip(("lag_seconds", "lag_bytes", "retained_bytes", "wal_status"), row, strict=True))
-    except psycopg2.Error as exc:
-        return {"error": str(exc).strip()}
-    finally:
-        conn.close()
+    if row is None:
+        return {"error": f"no replication slot {slot} (the relay creates it on its first start)"}
+    return row if isinstance(row, dict) else dict(zip(("lag_seconds", "lag_bytes", "retained_bytes", "wal_status"),
+                                                      row, strict=True))
 
 
 def kafka_status(set_name: str, record: dict[str, Any], bootstrap: str) -> dict[str, Any]:

@@ -31,9 +31,8 @@ import time
 from typing import Any
 
 from pgshovel2 import failpoints
-from pgshovel2.catalog import Table
 from pgshovel2.errors import RelayError
-from pgshovel2.relay import metrics, snapshot
+from pgshovel2.relay import metrics
 from pgshovel2.relay.logical_source import Begin, Commit, Heartbeat, LogicalSource, lsn_text, missing_slot_message
 from pgshovel2.relay.loop import Relay, _Discard, _StopRequestedError
 from pgshovel2.relay.pgq_source import Event
@@ -111,30 +110,12 @@ class LogicalRelay(Relay):
     def _snapshot_at(self, stop: threading.Event, lsn: int, exported: str) -> Position:
         log.info("taking the initial snapshot of %d table(s) at the slot's consistent point %s",
                  len(self.tables), lsn_text(lsn))
-        now_ms, started, rows = int(time.time() * 1000), time.monotonic(), 0
-
-        def emit(table: Table, row: list, ordinal: int) -> None:
-            nonlocal rows
-            if stop.is_set():
-                raise _StopRequestedError()
-            self.emitter.snapshot_row(table, row, snapshot_position(lsn, ordinal), now_ms)
-            rows += 1
-
-        def progress(table: Table, done: int, total: int) -> None:
-            log.info("snapshot %s: %d/%d rows (%.0f rows/s)", table.qualified, done, total,
-                     rows / max(time.monotonic() - started, 1e-6))
-
-        try:
-            snapshot.take(self.config.dsn, self.tables, emit, progress, exported=exported,
-                          encode_row="pgshovel2_decoder.encode_row")
-        except BaseException:
-            self.sink.abort()
-            raise
+        _, rows, now_ms, seconds = self._emit_snapshot(stop, lambda o: snapshot_position(lsn, o), exported=exported,
+                                                       encode_row="pgshovel2_decoder.encode_row")
         position = self._commit(Position(lsn, 0, True, None, BACKEND))
         self.store.put_relay_record(self.set_name, "snapshot", {
             "slot": self.queue, "lsn": lsn_text(lsn), "rows": rows, "taken_at_ms": now_ms})
-        log.info("snapshot done: %d rows in %.1fs, handoff at LSN %s", rows, time.monotonic() - started,
-                 lsn_text(lsn))
+        log.info("snapshot done: %d rows in %.1fs, handoff at LSN %s", rows, seconds, lsn_text(lsn))
         return position
 
 

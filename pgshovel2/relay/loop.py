@@ -16,6 +16,7 @@ times that size, so Kafka transactions stay bounded.
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -202,16 +203,29 @@ class Relay:
 
     def _snapshot(self, stop: threading.Event) -> Position:
         log.info("taking the initial snapshot of %d table(s)", len(self.tables))
-        now_ms = int(time.time() * 1000)
-        started = time.monotonic()
         tick = self.source.last_tick()
-        rows = 0
+        txid_snapshot, rows, now_ms, seconds = self._emit_snapshot(stop, lambda o: _snapshot_position(tick, o))
+        position = self._commit(Position(tick, 0, True, txid_snapshot))
+        self.store.put_relay_record(self.set_name, "snapshot", {
+            "txid_snapshot": txid_snapshot, "rows": rows, "taken_at_ms": now_ms, "tick": tick})
+        log.info("snapshot done: %d rows in %.1fs, handoff at txid snapshot %s", rows, seconds, txid_snapshot)
+        return position
+
+    def _emit_snapshot(self, stop: threading.Event, position_of: Callable[[int], str],
+                       **take: str) -> tuple[str | None, int, int, float]:
+        """Produce every table's rows as op ``r`` (pgshovel2.relay.snapshot.take, options take) into
+        the open Kafka transaction; position_of(ordinal) gives each row's position.
+
+        Returns (what take returns: the txid snapshot, rows, capture time in ms, seconds).
+        Aborts the Kafka transaction on any error; raises _StopRequestedError when stop is set.
+        """
+        now_ms, started, rows = int(time.time() * 1000), time.monotonic(), 0
 
         def emit(table: Table, row: list, ordinal: int) -> None:
             nonlocal rows
             if stop.is_set():
                 raise _StopRequestedError()
-            self.emitter.snapshot_row(table, row, _snapshot_position(tick, ordinal), now_ms)
+            self.emitter.snapshot_row(table, row, position_of(ordinal), now_ms)
             rows += 1
 
         def progress(table: Table, done: int, total: int) -> None:
@@ -219,16 +233,11 @@ class Relay:
                      rows / max(time.monotonic() - started, 1e-6))
 
         try:
-            txid_snapshot = snapshot.take(self.config.dsn, self.tables, emit, progress)
+            result = snapshot.take(self.config.dsn, self.tables, emit, progress, **take)
         except BaseException:
             self.sink.abort()
             raise
-        position = self._commit(Position(tick, 0, True, txid_snapshot))
-        self.store.put_relay_record(self.set_name, "snapshot", {
-            "txid_snapshot": txid_snapshot, "rows": rows, "taken_at_ms": now_ms, "tick": tick})
-        log.info("snapshot done: %d rows in %.1fs, handoff at txid snapshot %s",
-                 rows, time.monotonic() - started, txid_snapshot)
-        return position
+        return result, rows, now_ms, time.monotonic() - started
 
     def _commit(self, position: Position) -> Position:
         """Commit the open Kafka transaction with position as its last record."""
