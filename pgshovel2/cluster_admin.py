@@ -105,6 +105,8 @@ def _update(dsn: str, sets: list[str], installed: str | None, target: str) -> st
     label = f"database {parse_dsn(dsn).get('dbname', '?')} (set(s) {', '.join(sets)})"
     if installed == target:
         return f"{label}: {EXTENSION} {target} already"
+    if installed is None:  # logical sets only: their database needs no capture extension
+        return f"{label}: {EXTENSION} not installed (no trigger set there), nothing to update"
     conn = connect(make_dsn(dsn), "cluster upgrade")
     conn.autocommit = True
     try:
