@@ -69,7 +69,7 @@ def _extension_versions(dsn: str) -> tuple[str | None, str]:
             installed = cur.fetchone()
     finally:
         conn.close()
-    if available is None:
+    if available is None and installed is not None:
         where = parse_dsn(dsn).get("dbname", dsn)
         raise ClusterError(f"version {EXTENSION_VERSION} of the {EXTENSION} extension is not installed on the "
                            f"server of database {where}: build and install sql/capture there first (make install)")
