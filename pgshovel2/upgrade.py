@@ -19,7 +19,7 @@ from pgshovel2.catalog import Table
 from pgshovel2.cluster import ClusterStore
 from pgshovel2.config import SetConfig, load_config
 from pgshovel2.db import connect
-from pgshovel2.errors import ClusterError, ConfigError
+from pgshovel2.errors import ConfigError
 from pgshovel2.twophase import Intent
 
 # Changing these would change what existing topics mean: a new set is the way.
@@ -122,6 +122,11 @@ def plan(store: ClusterStore, name: str, config_path: str) -> UpgradePlan:
     record, _ = store.get_set(name)
     config = load_config(config_path)
     _check_immutable(SetConfig.from_dict(record["config"]), config, config_path)
+    return _preview(name, record, config, config_path)
+
+
+def _preview(name: str, record: dict[str, Any], config: SetConfig, config_path: str) -> UpgradePlan:
+    """The diff from record to config, resolved in a read-only transaction."""
     conn = connect(config.dsn, f"set {name!r}")
     try:
         conn.set_session(readonly=True)
@@ -139,12 +144,9 @@ def upgrade_set(store: ClusterStore, name: str, config_path: str) -> UpgradePlan
     CaptureError; on any error neither side changed.
     """
     record, znode_version = store.get_set(name)
-    if record["config"]["backend"] != "trigger":
-        raise ClusterError(f"set {name!r} uses the {record['config']['backend']} backend, which "
-                           "set upgrade does not support yet: drop and re-create the set")
     config = load_config(config_path)
     _check_immutable(SetConfig.from_dict(record["config"]), config, config_path)
-    preview = plan(store, name, config_path)
+    preview = _preview(name, record, config, config_path)
     if not preview.tables:
         return preview
     intent = Intent.new(store.cluster, name, "upgrade", record["version"] + 1)
