@@ -10,7 +10,6 @@ Parquet, checksums) and the copy itself (the job's per-table log line).
 """
 
 import argparse
-import json
 import os
 import re
 import shutil
@@ -23,9 +22,21 @@ import psycopg2
 import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
-import yaml
 
-from bench.common import BIN, CLUSTER, ENV, PG_BIN, PG_PORT, RESULTS, WORK, pgshovel, relay_running, summary, unique
+from bench.common import (
+    BIN,
+    CLUSTER,
+    ENV,
+    PG_BIN,
+    PG_PORT,
+    WORK,
+    pgshovel,
+    relay_running,
+    save_result,
+    summary,
+    unique,
+    write_config,
+)
 
 DB = "bench_bootstrap"
 DSN = f"host=127.0.0.1 port={PG_PORT} dbname={DB} user=postgres"
@@ -58,9 +69,7 @@ def prepare(scale: int, set_name: str) -> int:
             cur.execute("VACUUM ANALYZE pgbench_accounts")
     conn.close()
     subprocess.run([str(BIN / "pgshovel"), "cluster", "initialize"], env=ENV, capture_output=True)
-    config = WORK / f"{set_name}.yaml"
-    config.write_text(yaml.safe_dump({"database": {"dsn": DSN}, "tables": [{"name": "pgbench_accounts"}]}))
-    pgshovel("set", "create", set_name, str(config))
+    pgshovel("set", "create", set_name, str(write_config(set_name, [{"name": "pgbench_accounts"}], dsn=DSN)))
     return scale * 100_000
 
 
@@ -150,9 +159,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=1)
     args = parser.parse_args()
     result = measure(args.scale, args.runs)
-    RESULTS.mkdir(exist_ok=True)
-    path = RESULTS / f"bootstrap-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}.json"
-    path.write_text(json.dumps(result, indent=2))
+    path = save_result("bootstrap", result)
     print("\n".join(lines(result)))
     print(f"results: {path}")
 

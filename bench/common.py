@@ -4,6 +4,7 @@ Every benchmark runs against the local stack (``scripts/stack.sh up``, ports
 from scripts/env.sh, overridable from the environment) in the cluster "bench".
 """
 
+import json
 import os
 import statistics
 import subprocess
@@ -51,6 +52,24 @@ def prepare():
     return cur
 
 
+def write_config(name: str, tables: list[dict], backend: str = "trigger", encoding: str = "avro",
+                 dsn: str = DSN) -> Path:
+    """A set config file (WORK/<name>.yaml) for tables (config entries) of the database dsn."""
+    WORK.mkdir(parents=True, exist_ok=True)
+    path = WORK / f"{name}.yaml"
+    path.write_text(yaml.safe_dump({"database": {"dsn": dsn}, "encoding": encoding, "backend": backend,
+                                    "tables": tables}))
+    return path
+
+
+def save_result(prefix: str, result: dict) -> Path:
+    """Write result as RESULTS/<prefix>-<UTC time>.json; returns the path."""
+    RESULTS.mkdir(exist_ok=True)
+    path = RESULTS / f"{prefix}-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}.json"
+    path.write_text(json.dumps(result, indent=2))
+    return path
+
+
 def create_set(cur, name: str, encoding: str = "avro",
                columns: str = "id int PRIMARY KEY, n int, s text", backend: str = "trigger") -> str:
     """A set ``name`` on a new table bench_relay.<name> (columns: SQL column list); returns its queue
@@ -58,9 +77,7 @@ def create_set(cur, name: str, encoding: str = "avro",
     cur.execute(f"CREATE TABLE bench_relay.{name} ({columns})")
     if backend == "logical":
         cur.execute(f"ALTER TABLE bench_relay.{name} REPLICA IDENTITY FULL")
-    config = WORK / f"{name}.yaml"
-    config.write_text(yaml.safe_dump({"database": {"dsn": DSN}, "encoding": encoding, "backend": backend,
-                                      "tables": [{"schema": "bench_relay", "name": name}]}))
+    config = write_config(name, [{"schema": "bench_relay", "name": name}], backend, encoding)
     pgshovel("set", "create", name, str(config))
     return f"pgshovel2.{CLUSTER}.{name}"
 

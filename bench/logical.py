@@ -18,7 +18,6 @@ Result JSON in bench/results/logical-<time>.json and printed.
 """
 
 import argparse
-import json
 import os
 import re
 import statistics
@@ -26,25 +25,15 @@ import subprocess
 import time
 from pathlib import Path
 
-import yaml
-
 from bench import latency, logical_plugin
 from bench.capture_overhead import pgbench
-from bench.common import BIN, CLUSTER, DSN, ENV, RESULTS, WORK, pgshovel, prepare, summary, unique
+from bench.common import BIN, CLUSTER, DSN, ENV, WORK, pgshovel, prepare, save_result, summary, unique, write_config
 from pgshovel2.capture.logical import slot_name
 from pgshovel2.relay.logical_source import wait_caught_up as slot_caught_up
 from pgshovel2.relay.pgq_source import wait_caught_up as queue_caught_up
 
 PGBENCH = ["pgbench_accounts", "pgbench_branches", "pgbench_tellers", "pgbench_history"]
 READY = ("skipping the initial snapshot", "resuming slot", "resuming after tick")
-
-
-def write_set(name: str, backend: str, tables: list[dict]) -> Path:
-    """A JSON-encoded set config for tables (entries) of the bench database."""
-    path = WORK / f"{name}.yaml"
-    path.write_text(yaml.safe_dump({"database": {"dsn": DSN}, "backend": backend, "encoding": "avro",
-                                    "tables": tables}))
-    return path
 
 
 class Relay:
@@ -116,7 +105,7 @@ def tps_round(cur, variant: str, seconds: int) -> tuple[float, dict[str, float]]
     identity(cur, PGBENCH, ident)
     if backend is not None:
         tables = [{"name": t, "allow_unkeyed": t == "pgbench_history"} for t in PGBENCH]
-        pgshovel("set", "create", name, str(write_set(name, backend, tables)))
+        pgshovel("set", "create", name, str(write_config(name, tables, backend)))
         if streaming:
             relay = Relay(name, "--skip-snapshot")
     try:
@@ -162,7 +151,7 @@ def drain(cur, backend: str, changes: int) -> float:
     cur.execute(f"CREATE TABLE bench_relay.{name} (id int PRIMARY KEY, n int, s text)")
     if backend == "logical":
         identity(cur, [f"bench_relay.{name}"], "FULL")
-    pgshovel("set", "create", name, str(write_set(name, backend, [{"schema": "bench_relay", "name": name}])))
+    pgshovel("set", "create", name, str(write_config(name, [{"schema": "bench_relay", "name": name}], backend)))
     Relay(name, "--skip-snapshot").stop()  # logical: creates the slot; both: position committed
     for start in range(0, changes, 5000):
         cur.execute(f"INSERT INTO bench_relay.{name} SELECT g, g, repeat('x', 100) FROM generate_series(%s, %s) g",
@@ -235,8 +224,7 @@ def main() -> None:
     args = parser.parse_args()
     result = {"started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
               **measure(args.rounds, args.seconds, args.scale, args.changes)}
-    path = RESULTS / f"logical-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}.json"
-    path.write_text(json.dumps(result, indent=2))
+    path = save_result("logical", result)
     print("\n".join(table(result)))
     print(f"results: {path}")
 

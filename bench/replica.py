@@ -27,7 +27,7 @@ from pathlib import Path
 
 import psycopg2
 
-from bench.common import BOOTSTRAP, CLUSTER, DSN, ENV, RESULTS, create_set, drop_set, prepare, relay_running, unique
+from bench.common import BOOTSTRAP, CLUSTER, DSN, ENV, create_set, drop_set, prepare, relay_running, save_result, unique
 from pgshovel2.cluster import ClusterStore
 from pgshovel2.relay.pgq_source import wait_caught_up
 from pgshovel2.replica.apply import ApplyOptions, Replicator
@@ -107,8 +107,7 @@ def main() -> None:
     parser.add_argument("--per-txn", type=int, default=10)
     args = parser.parse_args()
     result = measure(args.changes, args.per_txn)
-    path = RESULTS / f"replica-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}.json"
-    path.write_text(json.dumps(result, indent=2))
+    path = save_result("replica", result)
     print(json.dumps(result, indent=2))
     print(f"results: {path}")
 
