@@ -16,7 +16,7 @@ are removed. Run it when no admin command is running.
 
 from psycopg2.extensions import make_dsn
 
-from pgshovel2 import twophase
+from pgshovel2 import cluster_admin, twophase
 from pgshovel2.cluster import ClusterStore
 from pgshovel2.errors import ClusterError
 from pgshovel2.twophase import Intent
@@ -28,24 +28,13 @@ def decide(store: ClusterStore, intent: Intent) -> tuple[bool, str]:
         if store.exists(intent.set_name):
             return False, "the set is still in ZooKeeper"
         return True, "the set is gone from ZooKeeper"
-    try:
-        if intent.action == "create":
-            record, _ = store.get_set(intent.set_name)
-        else:
-            record = store.get_version(intent.set_name, intent.version)
+    try:  # create writes history/1 as upgrade writes history/N, in the same multi-op as the set record
+        record = store.get_version(intent.set_name, intent.version)
     except ClusterError:
         return False, f"ZooKeeper has no version {intent.version} of the set"
     if record.get("change", {}).get("gid") != intent.gid:
         return False, f"version {intent.version} in ZooKeeper was written by another command"
     return True, f"ZooKeeper has version {intent.version}, written by this command"
-
-
-def _dsns(store: ClusterStore) -> set[str]:
-    dsns = set(twophase.pending_intents(store).values())
-    for name in store.list_sets():
-        record, _ = store.get_set(name)
-        dsns.add(record["config"]["dsn"])
-    return dsns
 
 
 def recover(store: ClusterStore, extra_dsns: tuple[str, ...] = ()) -> list[str]:
@@ -57,7 +46,9 @@ def recover(store: ClusterStore, extra_dsns: tuple[str, ...] = ()) -> list[str]:
     """
     store.require_initialized()
     done, prepared = [], set()
-    for dsn in sorted(_dsns(store) | set(extra_dsns)):
+    intents = twophase.pending_intents(store)
+    dsns = set(intents.values()) | set(cluster_admin.set_databases(store)) | set(extra_dsns)
+    for dsn in sorted(dsns):
         for gid, database in twophase.prepared_gids(dsn, "cluster recover"):
             intent = Intent.parse(gid)
             if intent is None or intent.cluster != store.cluster or gid in prepared:
@@ -69,7 +60,7 @@ def recover(store: ClusterStore, extra_dsns: tuple[str, ...] = ()) -> list[str]:
             verb = "committed" if commit else "rolled back"
             done.append(f"{verb} {intent.action} of set {intent.set_name!r} (prepared transaction {gid} "
                         f"in database {database}): {why}")
-    for gid in twophase.pending_intents(store):
+    for gid in intents:
         if gid not in prepared and (intent := Intent.parse(gid)) is not None:
             twophase.clear_intent(store, intent)
             done.append(f"removed the intent of {intent.action} of set {intent.set_name!r} ({gid}): "

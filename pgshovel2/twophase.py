@@ -21,7 +21,8 @@ from dataclasses import dataclass
 
 import psycopg2
 import psycopg2.errors
-from kazoo.exceptions import NoNodeError
+from kazoo.exceptions import ConnectionLoss, NoNodeError, SessionExpiredError
+from kazoo.handlers.threading import KazooTimeoutError
 
 from pgshovel2 import failpoints
 from pgshovel2.cluster import ClusterStore
@@ -110,7 +111,7 @@ def prepared_command(store: ClusterStore, intent: Intent, dsn: str, what: str) -
     ``admin_before_prepare``, ``admin_prepared``) and left prepared: call
     :func:`finish` with the ZooKeeper step. An error inside the block rolls
     back and removes the intent. Raises CaptureError when the database
-    refuses (including a lock not granted within LOCK_TIMEOUT).
+    refuses, ConflictError when a lock is not granted within LOCK_TIMEOUT.
     """
     conn = connect(dsn, f"set {intent.set_name!r}")
     try:
@@ -151,12 +152,19 @@ def _abandon(store: ClusterStore, conn, intent: Intent) -> None:
 def finish(store: ClusterStore, intent: Intent, dsn: str, zk_step: Callable[[], None], what: str) -> None:
     """Run the ZooKeeper step, then COMMIT PREPARED (failpoint ``admin_zk_done`` between).
 
-    If the ZooKeeper step raises, the prepared transaction is rolled back and
-    the error re-raised: neither side changed. Raises CaptureError when the
-    database cannot be reached for the final commit (``cluster recover`` commits it later).
+    If ZooKeeper refuses the step, the prepared transaction is rolled back and
+    the error re-raised: neither side changed. If the connection to ZooKeeper
+    was lost during the step, its outcome is unknown: the transaction stays
+    prepared with its intent and ClusterError asks for ``cluster recover``,
+    which decides from what ZooKeeper then shows. Raises ClusterError when the
+    database cannot be reached for the final commit (recover commits it later).
     """
     try:
         zk_step()
+    except (ConnectionLoss, SessionExpiredError, KazooTimeoutError) as exc:
+        raise ClusterError(f"{what}: ZooKeeper went away during the change ({exc!r}); whether it was "
+                           f"applied is unknown: run 'pgshovel cluster recover' (prepared transaction "
+                           f"{intent.gid} is kept)") from exc
     except BaseException:
         resolve(dsn, intent.gid, commit=False, what=what)
         clear_intent(store, intent)
