@@ -89,6 +89,10 @@ class Replicator:
                     raise
                 log.info("set %r changed to a new version while reading (%s): re-reading its topics from "
                          "the applied position", self.set_name, exc)
+                # what _add advanced in memory for the uncommitted batch is dropped with it: resume from
+                # what the target committed, at that set version's layout
+                self.state = self.load_state() or self.state
+                self._maps = self._tables_at(self.state.set_version)
         return self.state
 
     def _reader(self, record: dict) -> SetReader:

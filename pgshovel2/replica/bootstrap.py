@@ -68,6 +68,9 @@ def bootstrap(target, cluster: str, set_name: str, record: dict[str, Any], mode:
     (it resumes instead), when a table is unkeyed or the copy fails; the
     target is unchanged then (one transaction).
     """
+    if mode == "copy" and record["config"]["backend"] != "trigger":
+        raise ReplicaError(f"set {set_name!r} uses the {record['config']['backend']} backend: --bootstrap copy "
+                           "hands off at a txid snapshot (trigger sets) only for now; use --bootstrap kafka")
     manifest = None
     if mode == "parquet":  # the tables as the bootstrap copied them (its set version)
         manifest = Manifest.load(manifest_dir or "")

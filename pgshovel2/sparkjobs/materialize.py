@@ -97,8 +97,7 @@ class _Job:
     def batch(self) -> None:
         """Read everything committed now, merge it on the bootstrap, write state-0."""
         if current_state(self.output) is not None:
-            raise BootstrapError(f"materialize output {self.output} already holds a state: choose a new path "
-                                 "(or use --stream to keep merging into it)")
+            raise BootstrapError(f"materialize output {self.output} already holds a state: choose a new path")
         reader = self.spark.read.format("kafka")
         for key, value in self._kafka_options().items():
             reader = reader.option(key, value)
