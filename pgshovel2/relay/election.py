@@ -73,6 +73,7 @@ class Leadership:
         self._lost = threading.Event()
         self._dropped = threading.Event()
         self._back = threading.Event()
+        self._released = threading.Event()
         self._seen_version: int | None = None
         self._seen_dsn: str | None = None
         self._repointed = threading.Event()
@@ -89,6 +90,8 @@ class Leadership:
             self._back.set()
 
     def _on_set(self, data: bytes | None, _stat: Any) -> bool | None:
+        if self._released.is_set():
+            return False  # this claim is over: stop watching (kazoo re-arms a watch until told)
         if data is None:
             self._dropped.set()
             return False  # stop watching
@@ -174,11 +177,12 @@ class Leadership:
 
     def release(self) -> None:
         """Give up the lock (a standby takes over at once). Never raises."""
+        self._released.set()
         self.store.zk.remove_listener(self._on_state)
         try:
             if self.since is not None and not self._lost.is_set():
                 self.store.zk.delete(leader_path(self.store, self.set_name))
-        except (NoNodeError, Exception):  # ZooKeeper down: the session ends the record anyway
+        except Exception:  # gone already, or ZooKeeper down: the session ends the record anyway
             pass
         try:
             self.lock.release()
@@ -193,11 +197,7 @@ def status(store: ClusterStore, set_name: str) -> dict[str, Any]:
     ClusterError if the set does not exist.
     """
     store.get_set(set_name)
-    try:
-        data, _ = store.zk.get(leader_path(store, set_name))
-        active = json.loads(data)
-    except NoNodeError:
-        active = None
+    active = store.get_relay_record(set_name, "leader")
     try:
         contenders = store.zk.Lock(election_path(store, set_name)).contenders()
     except NoNodeError:

@@ -78,10 +78,10 @@ def supervise(store: ClusterStore, set_name: str, options: RelayOptions, stop: t
                      "slot" if isinstance(relay, LogicalRelay) else "queue", relay.queue, options.bootstrap)
             relay.run(stop)
         except RETRYABLE as exc:
+            if isinstance(exc, KafkaException) and exc.args[0].fatal():  # counted by run_elected
+                raise RelayError(f"the Kafka producer failed fatally: {exc}") from exc
             metrics.error(set_name, exc)
             record_error(store, set_name, exc)
-            if isinstance(exc, KafkaException) and exc.args[0].fatal():
-                raise RelayError(f"the Kafka producer failed fatally: {exc}") from exc
             if time.monotonic() - started > 60:
                 delay = 1.0
             totals.restarts += 1
