@@ -22,8 +22,18 @@ from pgshovel2.cluster import ClusterStore
 from pgshovel2.consumer.offsets import end_offsets, partition_counts
 from pgshovel2.consumer.topics import SetTopics
 from pgshovel2.errors import PgshovelError, UnavailableError
-from pgshovel2.relay import election
+from pgshovel2.relay import election, logical_source, pgq_source
 from pgshovel2.relay.positions import Position
+
+
+def wait_caught_up(record: dict[str, Any], timeout: float = 120.0) -> None:
+    """Wait until the set's relay has relayed everything committed before the call (either backend:
+    its PgQ consumer finished the events, or its slot confirmed the WAL). Raises RelayError on timeout."""
+    dsn = record["config"]["dsn"]
+    if record["config"]["backend"] == "logical":
+        logical_source.wait_caught_up(dsn, record["slot"], timeout)
+    else:
+        pgq_source.wait_caught_up(dsn, record["queue"], record["consumer"], timeout)
 
 
 def _one_row(dsn: str, query: str, params: tuple) -> tuple | dict[str, str] | None:

@@ -14,12 +14,10 @@ import psycopg2
 import yaml
 from confluent_kafka.schema_registry import SchemaRegistryClient
 
-from pgshovel2 import names
+from pgshovel2 import names, status
 from pgshovel2.catalog import Table
 from pgshovel2.cluster import ClusterStore
 from pgshovel2.config import SetConfig
-from pgshovel2.relay import logical_source
-from pgshovel2.relay.pgq_source import wait_caught_up
 from pgshovel2.verify import read_topics, verify_set
 
 BIN = Path(sys.executable).parent
@@ -112,10 +110,7 @@ def caught_up(stack, cluster: str, set_name: str, timeout: float = 60) -> None:
     """Wait until the set's relay relayed every committed change (either backend)."""
     with ClusterStore(stack.zk, cluster) as store:
         record, _ = store.get_set(set_name)
-    if record["config"]["backend"] == "logical":
-        logical_source.wait_caught_up(stack.dsn, record["slot"], timeout)
-    else:
-        wait_caught_up(stack.dsn, record["queue"], record["consumer"], timeout)
+    status.wait_caught_up(record, timeout)
 
 
 class Decoder:

@@ -13,8 +13,6 @@ from pgshovel2.cli.replicate import replicate
 from pgshovel2.cli.tail import tail
 from pgshovel2.cluster import ClusterStore
 from pgshovel2.config import SetConfig
-from pgshovel2.relay import logical_source
-from pgshovel2.relay.pgq_source import wait_caught_up
 
 
 @click.group()
@@ -131,8 +129,7 @@ def set_status(ctx: click.Context, name: str, bootstrap_servers: str, as_json: b
     """Show set NAME's queue lag, active relay, last committed position and Kafka end offsets."""
     with _store(ctx) as store:
         if wait:
-            record, _ = store.get_set(name)
-            wait_caught_up(record["config"]["dsn"], record["queue"], record["consumer"], timeout)
+            status.wait_caught_up(store.get_set(name)[0], timeout)
         info = status.set_status(store, name, bootstrap_servers)
     if as_json:
         click.echo(json.dumps(info, indent=2, sort_keys=True, default=str))
@@ -188,10 +185,8 @@ def set_verify(ctx: click.Context, name: str, bootstrap_servers: str, schema_reg
         record, _ = store.get_set(name)
     config = SetConfig.from_dict(record["config"])
     tables = tuple(Table.from_dict(t) for t in record["tables"])
-    if wait and config.backend == "logical":
-        logical_source.wait_caught_up(config.dsn, record["slot"])
-    elif wait:
-        wait_caught_up(config.dsn, record["queue"], record["consumer"])
+    if wait:
+        status.wait_caught_up(record)
     reports = verify.verify_set(name, config, tables, bootstrap_servers, schema_registry)
     for r in reports:
         state = "ok" if r.ok else f"DIFFERENT: {r.first_difference}"
