@@ -11,6 +11,8 @@
  */
 #include "postgres.h"
 
+#include "catalog/pg_class.h"
+
 #include "access/detoast.h"
 #include "access/htup_details.h"
 #include "access/transam.h"
@@ -168,8 +170,9 @@ check_columns(ShovelTable *t, Relation rel, MemoryContext mcxt)
 /*
  * The value of a captured column; an unchanged TOASTed value (a pointer to
  * the TOAST table, not in the WAL record) is taken from the old image, which
- * REPLICA IDENTITY FULL logs with its values inlined. Without one it is an
- * error: a wrong value is never written.
+ * REPLICA IDENTITY FULL logs with its values inlined (a key-only old image,
+ * identity DEFAULT or INDEX, does not have it). Without one it is an error:
+ * a wrong value is never written.
  */
 static Datum
 column_value(ShovelTable *t, int i, Relation rel, HeapTuple tuple, HeapTuple old, bool *isnull)
@@ -183,7 +186,10 @@ column_value(ShovelTable *t, int i, Relation rel, HeapTuple tuple, HeapTuple old
 	if (old != NULL)
 	{
 		value = heap_getattr(old, t->attnums[i], desc, isnull);
-		if (*isnull || !VARATT_IS_EXTERNAL_ONDISK(DatumGetPointer(value)))
+		if (!*isnull && !VARATT_IS_EXTERNAL_ONDISK(DatumGetPointer(value)))
+			return value;
+		/* a NULL is the column's value only in a FULL old image; a key-only one just omits it */
+		if (*isnull && rel->rd_rel->relreplident == REPLICA_IDENTITY_FULL)
 			return value;
 	}
 	ereport(ERROR,
