@@ -140,9 +140,7 @@ class Replicator:
                 if tmap is None:
                     raise ReplicaError(f"{change.topic!r} offset {change.offset}: table {change.table} is not in "
                                        f"set version {st.set_version} applied on the target")
-                kind, values = tmap.classify(change)
-                truncate = tmap.statement(change).as_string(cur).encode() if kind == "truncate" else b""
-                self._groups.add(cur, tmap, kind, values, truncate)
+                self._groups.add(cur, tmap, *tmap.classify(change))
         for change in txn.changes:
             if change.op != "t":
                 key = (change.topic, change.partition)

@@ -27,11 +27,11 @@ class StatementGroups:
         self._rows: list[dict[str, Any]] = []
         self._keys: set = set()
 
-    def add(self, cur, tmap: TableMap, kind: str, values: dict[str, Any] | None, truncate: bytes = b"") -> None:
-        """Add one classified change (TableMap.classify); truncate: its rendered TRUNCATE."""
+    def add(self, cur, tmap: TableMap, kind: str, values: dict[str, Any] | None) -> None:
+        """Add one classified change (TableMap.classify)."""
         if kind == "truncate":
             self.close(cur)
-            self.statements.append(truncate)
+            self.statements.append(tmap.truncate(cur))
             return
         key = tuple(_hashable(values[k]) for k in tmap.table.key)
         shape = (tmap.table.qualified, kind, tuple(values) if kind == "upsert" else None)

@@ -20,11 +20,12 @@ from psycopg2.extras import execute_values
 
 from pgshovel2.bootstrap.manifest import Manifest
 from pgshovel2.catalog import Column, Table
+from pgshovel2.codec.temporal import INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN
 
 PAGE = 2000
 _EPOCH_DATE = datetime.date(1970, 1, 1)
 _EPOCH = datetime.datetime(1970, 1, 1)
-_INFINITE = {2**31 - 1: "infinity", -(2**31): "-infinity", 2**63 - 1: "infinity", -(2**63): "-infinity"}
+_INFINITE = {INT32_MAX: "infinity", INT32_MIN: "-infinity", INT64_MAX: "infinity", INT64_MIN: "-infinity"}
 
 
 def _days(n: int) -> Any:

@@ -1,5 +1,6 @@
-"""SQL of replica apply: one statement per change, table DDL, and the ALTERs
-that take a target table from one set version's layout to the next.
+"""SQL of replica apply: multi-row statements of changes (grouped by
+pgshovel2.replica.grouping), table DDL, and the ALTERs that take a target table
+from one set version's layout to the next.
 
 Pure functions of the set record's tables (pgshovel2.catalog.Table) and the
 consumer library's decoded changes (pgshovel2.consumer.Change); no I/O except
@@ -72,12 +73,6 @@ class TableMap:
             out[column] = _adapt(value, self.kinds[column])
         return out
 
-    def upsert(self, values: dict[str, Any]) -> sql.Composed:
-        """INSERT ... ON CONFLICT (key) DO UPDATE of the full after-image."""
-        cols = list(values)
-        return self._insert_head(cols) + sql.SQL(" VALUES ({}) ").format(
-            sql.SQL(", ").join(self._value(c, values[c]) for c in cols)) + self._on_conflict(cols)
-
     def _insert_head(self, cols: list[str]) -> sql.Composed:
         return sql.SQL("INSERT INTO {} ({})").format(self.ident, sql.SQL(", ").join(map(sql.Identifier, cols)))
 
@@ -88,15 +83,6 @@ class TableMap:
             else sql.SQL("DO NOTHING")
         return sql.SQL("ON CONFLICT ({}) {}").format(sql.SQL(", ").join(map(sql.Identifier, self.table.key)),
                                                       update)
-
-    def delete(self, key: dict[str, Any]) -> sql.Composed:
-        """DELETE of the row with key (column name -> value)."""
-        return sql.SQL("DELETE FROM {} WHERE {}").format(self.ident, sql.SQL(" AND ").join(
-            sql.SQL("{} = {}").format(sql.Identifier(c), self._value(c, key[c])) for c in self.table.key))
-
-    def _value(self, column: str, value: Any) -> sql.Composed:
-        """value as a literal cast to the column's type (an array of 'infinity' strings is no date[] by itself)."""
-        return sql.SQL("{}::{}").format(sql.Literal(value), sql.SQL(self.types[column]))
 
     def classify(self, change: Change) -> tuple[str, dict[str, Any] | None]:
         """(kind, values) of change: ``upsert`` (column -> value of the after-image), ``delete``
@@ -112,14 +98,12 @@ class TableMap:
             return "upsert", self.row(change.value, f"the value of {where}")
         raise ReplicaError(f"{where}: cannot apply op {change.op!r} with value {change.value!r}")
 
-    def statement(self, change: Change) -> sql.Composed:
-        """The statement applying change (op c/u/r: upsert; d: delete; t: truncate)."""
-        kind, values = self.classify(change)
-        if kind == "truncate":
-            return sql.SQL("TRUNCATE {}").format(self.ident)
-        return self.delete(values) if kind == "delete" else self.upsert(values)
+    def truncate(self, cur) -> bytes:
+        """TRUNCATE of the table, rendered by cur."""
+        return sql.SQL("TRUNCATE {}").format(self.ident).as_string(cur).encode()
 
     def _row_template(self, cols: list[str]) -> str:
+        # every value cast to its column's type (an array of 'infinity' strings is no date[] by itself)
         return "(" + ", ".join(f"%s::{self.types[c]}" for c in cols) + ")"
 
     def upsert_many(self, cur, rows: list[dict[str, Any]]) -> bytes:
