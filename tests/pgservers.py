@@ -17,7 +17,7 @@ from pathlib import Path
 import psycopg2
 
 REPO = Path(__file__).resolve().parent.parent
-PG_BIN = "/usr/lib/postgresql/15/bin"
+PG_BIN = os.environ.get("PG_BIN", "/usr/lib/postgresql/15/bin")
 
 
 def extra_port(index: int) -> int:

@@ -7,6 +7,7 @@ unreachable, :meth:`SchemaRegistry.register` waits and retries.
 import json
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
@@ -31,14 +32,29 @@ class SchemaRegistry:
         Retries while the registry is unreachable (up to max_wait s, forever
         when None). Raises SchemaRejectedError when the registry rejects the schema.
         """
+        return self._call(lambda: self._client.register_schema(subject, Schema(json.dumps(schema), "AVRO")),
+                          f"the schema of {subject!r}")
+
+    def require_backward(self, subject: str) -> None:
+        """Set subject's compatibility level to BACKWARD (a new version must read the data of
+        the previous one), so the registry itself checks a schema change before accepting it.
+
+        Retries while the registry is unreachable, as register does. Raises
+        SchemaRejectedError when the registry refuses.
+        """
+        self._call(lambda: self._client.set_compatibility(subject, "BACKWARD"),
+                   f"compatibility BACKWARD on {subject!r}")
+
+    def _call(self, request: Callable[[], Any], what: str) -> Any:
+        """request(), retried while the registry is unreachable; a 4xx is SchemaRejectedError naming what."""
         started = time.monotonic()
         while True:
             try:
-                return self._client.register_schema(subject, Schema(json.dumps(schema), "AVRO"))
+                return request()
             except SchemaRegistryError as exc:
                 if exc.http_status_code and 400 <= exc.http_status_code < 500:
-                    raise SchemaRejectedError(f"schema registry {self.url} rejected the schema of "
-                                     f"{subject!r}: {exc.error_message}") from exc
+                    raise SchemaRejectedError(f"schema registry {self.url} rejected {what}: "
+                                              f"{exc.error_message}") from exc
                 error: Exception = exc
             except Exception as exc:  # connection errors come from httpx
                 error = exc
@@ -47,15 +63,3 @@ class SchemaRegistry:
             log.warning("schema registry %s unreachable (%s); retrying in %.0fs",
                         self.url, error, self._retry)
             time.sleep(self._retry)
-
-    def require_backward(self, subject: str) -> None:
-        """Set subject's compatibility level to BACKWARD (a new version must read the data of
-        the previous one), so the registry itself checks a schema change before accepting it.
-
-        Raises RelayError when the registry refuses or cannot be reached.
-        """
-        try:
-            self._client.set_compatibility(subject, "BACKWARD")
-        except Exception as exc:  # SchemaRegistryError or a connection error (httpx)
-            raise RelayError(f"schema registry {self.url}: cannot set compatibility BACKWARD "
-                             f"on {subject!r}: {exc}") from exc
