@@ -37,8 +37,10 @@ bench: stack-up
 unit: install
 	$(PY) -m pytest -ra tests/unit
 
+# ruff, and the layer contracts of .importlinter (every import points down).
 lint: install
 	$(VENV)/bin/ruff check pgshovel2 tests scripts bench spark
+	$(VENV)/bin/lint-imports
 
 requirements.txt: setup.py
 	scripts/requirements.sh > requirements.txt.new && mv requirements.txt.new requirements.txt

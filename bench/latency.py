@@ -34,9 +34,9 @@ from bench.common import (
     topic,
     unique,
 )
-from pgshovel2.capture.logical import slot_name
-from pgshovel2.relay import logical_source
-from pgshovel2.relay.pgq_source import wait_caught_up
+from pgshovel2.backends import logical
+from pgshovel2.backends.trigger import wait_caught_up
+from pgshovel2.setrecord import slot_name
 
 
 def percentile(sorted_values: list[float], q: float) -> float:
@@ -83,7 +83,7 @@ def measure(tps: int, seconds: int, relay_args: tuple[str, ...] = (), backend: s
                                   "-T", str(seconds), "-f", str(script), "-h", "127.0.0.1", "-p", PG_PORT,
                                   "-U", "postgres", "pgshovel"], check=True, capture_output=True, text=True).stdout
             if backend == "logical":
-                logical_source.wait_caught_up(DSN, slot_name(CLUSTER, name), timeout=300)
+                logical.wait_caught_up(DSN, slot_name(CLUSTER, name), timeout=300)
             else:
                 wait_caught_up(DSN, queue, "pgshovel2_relay", timeout=300)
             time.sleep(1)

@@ -28,9 +28,9 @@ from pathlib import Path
 from bench import latency, logical_plugin
 from bench.capture_overhead import pgbench
 from bench.common import BIN, CLUSTER, DSN, ENV, WORK, pgshovel, prepare, save_result, summary, unique, write_config
-from pgshovel2.capture.logical import slot_name
-from pgshovel2.relay.logical_source import wait_caught_up as slot_caught_up
-from pgshovel2.relay.pgq_source import wait_caught_up as queue_caught_up
+from pgshovel2.backends.logical import wait_caught_up as slot_caught_up
+from pgshovel2.backends.trigger import wait_caught_up as queue_caught_up
+from pgshovel2.setrecord import slot_name
 
 PGBENCH = ["pgbench_accounts", "pgbench_branches", "pgbench_tellers", "pgbench_history"]
 READY = ("skipping the initial snapshot", "resuming slot", "resuming after tick")

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from bench.common import BIN, DSN, RESULTS, create_set, drop_set, prepare, relay_running, unique
 from bench.relay_throughput import fill
-from pgshovel2.relay.pgq_source import wait_caught_up
+from pgshovel2.backends.trigger import wait_caught_up
 
 
 def top(collapsed: Path, count: int = 20) -> dict[str, list]:

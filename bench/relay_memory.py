@@ -12,9 +12,9 @@ import time
 from pathlib import Path
 
 from bench.common import BOOTSTRAP, DSN, create_set, drop_set, prepare, relay_running, topic, unique
+from pgshovel2.backends.trigger import wait_caught_up
 from pgshovel2.errors import RelayError
-from pgshovel2.relay.pgq_source import wait_caught_up
-from pgshovel2.verify import read_topics
+from pgshovel2.ops.verify import read_topics
 
 
 def peak_rss_mib(pid: int) -> float:

@@ -21,9 +21,9 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from bench.common import BOOTSTRAP, CLUSTER, DSN, create_set, drop_set, prepare, relay_running, summary, topic, unique
-from pgshovel2.relay.pgq_source import wait_caught_up
+from pgshovel2.backends.trigger import wait_caught_up
+from pgshovel2.ops.verify import read_topics
 from pgshovel2.sinks.kafka import PRODUCER_DEFAULTS
-from pgshovel2.verify import read_topics
 
 MODES = {"transactions": (), "idempotent-only": ("--no-transactions",)}
 

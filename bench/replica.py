@@ -28,8 +28,8 @@ from pathlib import Path
 import psycopg2
 
 from bench.common import BOOTSTRAP, CLUSTER, DSN, ENV, create_set, drop_set, prepare, relay_running, save_result, unique
+from pgshovel2.backends.trigger import wait_caught_up
 from pgshovel2.cluster import ClusterStore
-from pgshovel2.relay.pgq_source import wait_caught_up
 from pgshovel2.replica.apply import ApplyOptions, Replicator
 from pgshovel2.replica.bootstrap import bootstrap
 

@@ -1,25 +1,33 @@
-"""ZooKeeper store of a cluster's replication sets (kazoo).
+"""ZooKeeper store of a cluster's replication sets (kazoo): every znode path is built here.
 
 Layout::
 
-    /pgshovel2/<cluster>                       {"pgshovel_version": ..., "created_at": ...}
-    /pgshovel2/<cluster>/sets/<set>            set record (JSON), znode version = set version
-    /pgshovel2/<cluster>/sets/<set>/history/<n>  set record of version n
-    /pgshovel2/<cluster>/sets/<set>/relay/snapshot  the relay's snapshot handoff record
+    /pgshovel2/<cluster>                          {"pgshovel_version": ..., "created_at": ...}
+    /pgshovel2/<cluster>/sets/<set>               set record (pgshovel2.setrecord), current version
+    /pgshovel2/<cluster>/sets/<set>/history/<n>   set record of version n (10 digits)
+    /pgshovel2/<cluster>/sets/<set>/relay/<key>   the relay's records: snapshot, last_error, leader
+    /pgshovel2/<cluster>/sets/<set>/relay/election  the relays' election (kazoo Lock)
+    /pgshovel2/<cluster>/intents/<gid>            running admin commands ({"dsn": ...})
+    /pgshovel2/<cluster>/prefixes/<prefix>        the set whose topics use this prefix (escaped)
 
-No change data passes through ZooKeeper; it is the control plane only.
+Cluster and set names are validated (pgshovel2.config) before any path is built from them,
+so no name can reach another set's znodes. No change data passes through ZooKeeper.
 """
 
 import json
 import time
+from collections.abc import Callable
 from typing import Any
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.recipe.lock import Lock
 
-from pgshovel2 import __version__
+from pgshovel2 import __version__, names
+from pgshovel2.config import validate_cluster_name, validate_set_name
 from pgshovel2.errors import ClusterError, ConflictError
+from pgshovel2.setrecord import SetRecord
 
 ROOT = "/pgshovel2"
 
@@ -31,12 +39,12 @@ def _dump(data: dict[str, Any]) -> bytes:
 class ClusterStore:
     """A cluster's znodes. Use as a context manager (connects and closes).
 
-    hosts: ZooKeeper connect string, e.g. ``127.0.0.1:2181``; cluster: name.
-    Raises ClusterError when ZooKeeper cannot be reached within timeout (s).
+    hosts: ZooKeeper connect string, e.g. ``127.0.0.1:2181``; cluster: name (ConfigError
+    when invalid). Raises ClusterError when ZooKeeper cannot be reached within timeout (s).
     """
 
     def __init__(self, hosts: str, cluster: str, timeout: float = 10.0):
-        self.hosts, self.cluster, self.timeout = hosts, cluster, timeout
+        self.hosts, self.cluster, self.timeout = hosts, validate_cluster_name(cluster, "--cluster"), timeout
         self.zk = KazooClient(hosts=hosts, timeout=timeout)
         self.path = f"{ROOT}/{cluster}"
 
@@ -53,9 +61,25 @@ class ClusterStore:
         self.zk.stop()
         self.zk.close()
 
+    # -- paths -------------------------------------------------------------------------------
+
     def set_path(self, name: str) -> str:
-        """Znode of a set."""
-        return f"{self.path}/sets/{name}"
+        """Znode of a set. Raises ConfigError for an invalid set name (before any path exists)."""
+        return f"{self.path}/sets/{validate_set_name(name, 'set name')}"
+
+    def relay_path(self, name: str, key: str) -> str:
+        """Znode of a record of the set's relay (``snapshot``, ``last_error``, ``leader``, ``election``)."""
+        return f"{self.set_path(name)}/relay/{key}"
+
+    def _history_path(self, name: str, version: int) -> str:
+        return f"{self.set_path(name)}/history/{version:010d}"
+
+    @property
+    def intents_path(self) -> str:
+        """Znode under which running admin commands record their intent."""
+        return f"{self.path}/intents"
+
+    # -- the cluster --------------------------------------------------------------------------
 
     def initialize(self) -> bool:
         """Create the cluster's znodes; False when they already exist."""
@@ -90,66 +114,112 @@ class ClusterStore:
             raise ClusterError(f"cluster {self.cluster!r} is not initialized in ZooKeeper at "
                                f"{self.hosts}: run 'pgshovel cluster initialize'")
 
+    # -- sets ---------------------------------------------------------------------------------
+
     def list_sets(self) -> list[str]:
         """Names of the cluster's sets, sorted."""
         self.require_initialized()
         return sorted(self.zk.get_children(f"{self.path}/sets"))
 
-    def get_set(self, name: str) -> tuple[dict[str, Any], int]:
+    def get_set(self, name: str) -> tuple[SetRecord, int]:
         """(set record, znode version). Raises ClusterError if there is no such set."""
+        path = self.set_path(name)
         self.require_initialized()
         try:
-            data, stat = self.zk.get(self.set_path(name))
+            data, stat = self.zk.get(path)
         except NoNodeError as exc:
             raise ClusterError(f"no replication set {name!r} in cluster {self.cluster!r}") from exc
-        return json.loads(data), stat.version
+        return SetRecord.from_node(data), stat.version
+
+    def records(self) -> list[SetRecord]:
+        """The current record of every set of the cluster (sets dropped meanwhile left out)."""
+        out = []
+        for name in self.list_sets():
+            try:
+                out.append(self.get_set(name)[0])
+            except ClusterError:
+                continue
+        return out
 
     def exists(self, name: str) -> bool:
         """True if the set exists."""
         return self.zk.exists(self.set_path(name)) is not None
 
-    def create_set(self, name: str, record: dict[str, Any]) -> None:
-        """Create a set's znodes atomically (set, history/1, relay)."""
+    def create_set(self, record: SetRecord) -> None:
+        """Create a set's znodes atomically (set, history/1, relay) and claim its topic prefix.
+
+        The claim (``prefixes/<escaped prefix>``, created in the same multi-op) makes a
+        second set with the same effective topic prefix fail, even when both are created at
+        once; sets created before claims existed are checked by their records. Raises
+        ClusterError (set exists, prefix taken, ZooKeeper refuses).
+        """
         self.require_initialized()
-        path = self.set_path(name)
+        self.check_prefix(record)
+        path = self.set_path(record.name)
+        claim = self._prefix_path(record.prefix)
         tx = self.zk.transaction()
-        tx.create(path, _dump(record))
+        tx.create(path, record.to_node())
         tx.create(f"{path}/history", b"")
-        tx.create(f"{path}/history/{record['version']:010d}", _dump(record))
+        tx.create(self._history_path(record.name, record.version), record.to_node())
         tx.create(f"{path}/relay", b"")
+        self.zk.ensure_path(f"{self.path}/prefixes")
+        tx.create(claim, record.name.encode())
         results = tx.commit()
         if isinstance(results[0], NodeExistsError):
-            raise ClusterError(f"replication set {name!r} already exists in cluster {self.cluster!r}")
-        _check(results, f"create set {name!r}")
+            raise ClusterError(f"replication set {record.name!r} already exists in cluster {self.cluster!r}")
+        if isinstance(results[-1], NodeExistsError):
+            raise ClusterError(self._prefix_taken(record, self._claimant(claim)))
+        _check(results, f"create set {record.name!r}")
 
-    def update_set(self, name: str, record: dict[str, Any], znode_version: int) -> int:
-        """Store record as the set's next version, atomically, if the set's znode is still at
+    def _prefix_path(self, prefix: str) -> str:
+        return f"{self.path}/prefixes/{names.topic_part(prefix)}"
+
+    def _claimant(self, claim: str) -> str:
+        try:
+            return self.zk.get(claim)[0].decode()
+        except NoNodeError:
+            return "(a set dropped meanwhile)"
+
+    def _prefix_taken(self, record: SetRecord, other: str) -> str:
+        return (f"set {record.name!r} would write the topics of set {other!r}: both use topic prefix "
+                f"{record.prefix!r} ({record.topics.transactions}, {record.topics.positions}, ...); "
+                "give one of them another topic_prefix")
+
+    def check_prefix(self, record: SetRecord) -> None:
+        """Raise ClusterError when another set of the cluster has record's effective topic prefix."""
+        for other in self.records():
+            if other.name != record.name and names.topic_part(other.prefix) == names.topic_part(record.prefix):
+                raise ClusterError(self._prefix_taken(record, other.name))
+
+    def update_set(self, record: SetRecord, znode_version: int) -> int:
+        """Store record as its set's next version, atomically, if the set's znode is still at
         znode_version (from :meth:`get_set`); returns the new znode version.
 
-        record["version"] must be the stored version + 1; history/<version> is created
-        in the same ZooKeeper multi-op. Raises ConflictError when another admin changed the
-        set first (nothing is written), ClusterError when ZooKeeper refuses.
+        record.version must be the stored version + 1; history/<version> is created in the
+        same ZooKeeper multi-op. Raises ConflictError when another admin changed the set
+        first (nothing is written), ClusterError when ZooKeeper refuses.
         """
+        name = record.name
         path = self.set_path(name)
         tx = self.zk.transaction()
-        tx.set_data(path, _dump(record), version=znode_version)
-        tx.create(f"{path}/history/{record['version']:010d}", _dump(record))
+        tx.set_data(path, record.to_node(), version=znode_version)
+        tx.create(self._history_path(name, record.version), record.to_node())
         results = tx.commit()
         if any(isinstance(r, (BadVersionError, NodeExistsError)) for r in results):
             raise ConflictError(f"set {name!r} was changed by someone else since version "
-                                f"{record['version'] - 1} was read; nothing was written: inspect it and retry")
+                                f"{record.version - 1} was read; nothing was written: inspect it and retry")
         if isinstance(results[0], NoNodeError):
             raise ClusterError(f"no replication set {name!r} in cluster {self.cluster!r}")
         _check(results, f"upgrade set {name!r}")
         return znode_version + 1
 
-    def get_version(self, name: str, version: int) -> dict[str, Any]:
+    def get_version(self, name: str, version: int) -> SetRecord:
         """The set record of one version (history). Raises ClusterError if there is none."""
         try:
-            data, _ = self.zk.get(f"{self.set_path(name)}/history/{version:010d}")
+            data, _ = self.zk.get(self._history_path(name, version))
         except NoNodeError as exc:
             raise ClusterError(f"set {name!r} has no version {version}") from exc
-        return json.loads(data)
+        return SetRecord.from_node(data)
 
     def history(self, name: str) -> list[int]:
         """Versions of the set kept in its history, ascending."""
@@ -158,9 +228,10 @@ class ClusterStore:
         except NoNodeError as exc:
             raise ClusterError(f"no replication set {name!r} in cluster {self.cluster!r}") from exc
 
-    def delete_set(self, name: str, version: int) -> None:
+    def delete_set(self, name: str, version: int, prefix: str | None = None) -> None:
         """Delete a set's znode and everything under it in one multi-op, if its znode
-        version is still ``version``; a set already gone is not an error.
+        version is still ``version``, with its claim on topic prefix (the record's); a set
+        already gone is not an error.
 
         Raises ConflictError when the set changed since it was read.
         """
@@ -175,6 +246,9 @@ class ClusterStore:
             for node in nodes:
                 tx.delete(node)
             tx.delete(path)
+            claim = self._prefix_path(prefix) if prefix is not None else None
+            if claim is not None and self._claimant(claim) == name:
+                tx.delete(claim)
             results = tx.commit()
             if not any(isinstance(r, Exception) for r in results):
                 return
@@ -194,24 +268,91 @@ class ClusterStore:
             out.append(sub)
         return out
 
+    def watch_set(self, name: str, callback: Callable[[bytes | None, Any], bool | None]) -> None:
+        """Call callback(data or None when deleted, stat) now and at every change of the set's
+        znode, until it returns False (kazoo DataWatch)."""
+        self.zk.DataWatch(self.set_path(name), callback)
+
+    # -- the relay's records and election ------------------------------------------------------
+
     def get_relay_record(self, name: str, key: str) -> dict[str, Any] | None:
         """A record of the set's relay (e.g. ``snapshot``), None if absent."""
         try:
-            data, _ = self.zk.get(f"{self.set_path(name)}/relay/{key}")
+            data, _ = self.zk.get(self.relay_path(name, key))
         except NoNodeError:
             return None
         return json.loads(data)
 
-    def put_relay_record(self, name: str, key: str, record: dict[str, Any]) -> None:
-        """Create or replace a record of the set's relay."""
-        path = f"{self.set_path(name)}/relay/{key}"
-        if self.zk.exists(path):
+    def put_relay_record(self, name: str, key: str, record: dict[str, Any], ephemeral: bool = False) -> None:
+        """Create or replace a record of the set's relay (ephemeral: ends with this session).
+
+        Raises ClusterError when the set was dropped.
+        """
+        path = self.relay_path(name, key)
+        try:
+            self.zk.create(path, _dump(record), ephemeral=ephemeral)
+        except NodeExistsError:
             self.zk.set(path, _dump(record))
-        else:
+        except NoNodeError as exc:
+            raise ClusterError(f"set {name!r} was dropped while its relay ran") from exc
+
+    def delete_relay_record(self, name: str, key: str) -> None:
+        """Remove a record of the set's relay, if present."""
+        try:
+            self.zk.delete(self.relay_path(name, key))
+        except NoNodeError:
+            pass
+
+    def election(self, name: str, who: str | None = None) -> Lock:
+        """The set's relay election (a kazoo Lock; its path is created); who: this contender."""
+        path = self.relay_path(name, "election")
+        if who is not None:
+            self.zk.ensure_path(path)
+        return self.zk.Lock(path, who)
+
+    def contenders(self, name: str) -> list[str]:
+        """Identities of the set's relays in line order (the first holds the lock)."""
+        try:
+            return self.zk.Lock(self.relay_path(name, "election")).contenders()
+        except NoNodeError:
+            return []
+
+    def add_listener(self, listener: Callable[[str], None]) -> None:
+        """Call listener(kazoo state) at every change of the ZooKeeper connection state."""
+        self.zk.add_listener(listener)
+
+    def remove_listener(self, listener: Callable[[str], None]) -> None:
+        """Stop calling listener."""
+        self.zk.remove_listener(listener)
+
+    # -- admin intents ------------------------------------------------------------------------
+
+    def record_intent(self, gid: str, dsn: str) -> None:
+        """Create the intent znode of a running admin command (the database to look at if it dies)."""
+        self.zk.ensure_path(self.intents_path)
+        self.zk.create(f"{self.intents_path}/{gid}", _dump({"dsn": dsn}))
+
+    def clear_intent(self, gid: str) -> None:
+        """Remove an intent znode, if present."""
+        try:
+            self.zk.delete(f"{self.intents_path}/{gid}")
+        except NoNodeError:
+            pass
+
+    def intents(self) -> dict[str, str]:
+        """gid -> DSN of every recorded intent of the cluster."""
+        try:
+            children = self.zk.get_children(self.intents_path)
+        except NoNodeError:
+            return {}
+        out = {}
+        for gid in children:
             try:
-                self.zk.create(path, _dump(record))
-            except NoNodeError as exc:
-                raise ClusterError(f"set {name!r} was dropped while its relay ran") from exc
+                data, _ = self.zk.get(f"{self.intents_path}/{gid}")
+            except NoNodeError:
+                continue
+            out[gid] = json.loads(data)["dsn"]
+        return out
 
 
 def _check(results: list, what: str) -> None:

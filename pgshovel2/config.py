@@ -30,6 +30,7 @@ import yaml
 from pgshovel2.errors import ConfigError
 
 SET_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,39}")
+CLUSTER_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}")
 ENCODINGS = ("avro", "json")
 BACKENDS = ("trigger", "logical")
 ENVELOPES = ("row", "debezium")
@@ -93,15 +94,25 @@ class SetConfig:
         )
 
 
-def validate_set_name(name: str) -> str:
-    """Return name if it is a valid set name, else raise ConfigError.
+def validate_set_name(name: str, where: str = "command line") -> str:
+    """Return name if it is a valid set name, else raise ConfigError naming where it came from.
 
-    Set names become ZooKeeper nodes, PgQ queue and trigger names: a letter,
-    then up to 39 letters, digits or underscores.
+    Set names become ZooKeeper nodes, PgQ queue, slot and trigger names: a letter,
+    then up to 39 letters, digits or underscores (no '/', '.', or anything a path
+    or an identifier could be built from).
     """
-    if not SET_NAME.fullmatch(name):
-        raise ConfigError("command line", "set name", name,
+    if not isinstance(name, str) or not SET_NAME.fullmatch(name):
+        raise ConfigError(where, "set name", name,
                           "must be a letter followed by up to 39 letters, digits or '_'")
+    return name
+
+
+def validate_cluster_name(name: str, where: str = "command line") -> str:
+    """Return name if it is a valid cluster name (a letter, then up to 63 letters, digits,
+    '_' or '-': it becomes a ZooKeeper node and part of queue names), else raise ConfigError."""
+    if not isinstance(name, str) or not CLUSTER_NAME.fullmatch(name):
+        raise ConfigError(where, "cluster name", name,
+                          "must be a letter followed by up to 63 letters, digits, '_' or '-'")
     return name
 
 

@@ -1,6 +1,7 @@
 """Database connections with errors that name what they were for."""
 
 import psycopg2
+from psycopg2.extensions import parse_dsn
 
 from pgshovel2.errors import CaptureError, PgshovelError
 
@@ -11,3 +12,32 @@ def connect(dsn: str, what: str, error: type[PgshovelError] = CaptureError):
         return psycopg2.connect(dsn)
     except psycopg2.OperationalError as exc:
         raise error(f"cannot connect to the database of {what}: {str(exc).strip()}") from exc
+
+
+# SQLSTATE classes of a server or connection going away: connection exception (08), operator
+# intervention (57: admin shutdown, crash shutdown, cannot connect now), insufficient resources (53).
+_OUTAGE_CLASSES = ("08", "57", "53")
+
+
+def outage(exc: psycopg2.Error, conn=None) -> bool:
+    """True when exc means the database or the connection went away (retrying is the answer):
+    an OperationalError/InterfaceError, a bare DatabaseError without SQLSTATE (libpq lost the
+    server: "error with status PGRES_COPY_BOTH and no message from the libpq"), an SQLSTATE
+    of class 08/57/53, or conn (when given) closed."""
+    if isinstance(exc, (psycopg2.OperationalError, psycopg2.InterfaceError)):
+        return True
+    if conn is not None and conn.closed:
+        return True
+    code = getattr(exc, "pgcode", None)
+    if code is None:  # libpq's own errors come as the bare DatabaseError class
+        return type(exc) is psycopg2.DatabaseError
+    return code[:2] in _OUTAGE_CLASSES
+
+
+def redacted(dsn: str) -> str:
+    """The DSN without its password (for manifests, status lines and messages)."""
+    try:
+        params = parse_dsn(dsn)
+    except psycopg2.ProgrammingError:
+        return ""
+    return " ".join(f"{k}={v}" for k, v in params.items() if k != "password")

@@ -13,6 +13,8 @@ PostgreSQL's ``txid_visible_in_snapshot`` says so:
 
 from dataclasses import dataclass
 
+from pgshovel2.wire import Lsn, parse_header
+
 
 @dataclass(frozen=True)
 class TxidSnapshot:
@@ -52,27 +54,23 @@ class TxidSnapshot:
 
 @dataclass(frozen=True)
 class ConsistentPoint:
-    """The logical backend's handoff: the consistent point (LSN, int) of a slot created with an
-    exported snapshot. A transaction whose commit LSN is before it is in a copy read under that
+    """The logical backend's handoff: the consistent point of a slot created with an exported
+    snapshot. A transaction whose commit LSN is before it is in a copy read under that
     snapshot; one committed at or after it is not (and is decoded by the slot)."""
 
-    lsn: int
+    lsn: Lsn
 
     @classmethod
     def parse(cls, text: str) -> "ConsistentPoint":
         """Parse PostgreSQL's ``X/Y`` LSN text; raises ValueError naming the text when malformed."""
-        try:
-            high, low = text.split("/")
-            return cls((int(high, 16) << 32) | int(low, 16))
-        except ValueError as exc:
-            raise ValueError(f"malformed LSN {text!r} (expected X/Y in hex)") from exc
+        return cls(Lsn.parse(text))
 
     def covers(self, txid: int, position: str) -> bool:
-        """Handoff rule: position (``<commit LSN, 16 hex>:<ordinal>``, logical backend) is before the point."""
-        return int(position.split(":", 1)[0], 16) < self.lsn
+        """Handoff rule: position (a ``pgshovel.position``, logical backend) is before the point."""
+        return parse_header(position)[1] < self.lsn
 
     def __str__(self) -> str:
-        return f"{self.lsn >> 32:X}/{self.lsn & 0xFFFFFFFF:X}"
+        return str(Lsn(self.lsn))
 
 
 def handoff_point(handoff: dict) -> "TxidSnapshot | ConsistentPoint":

@@ -79,7 +79,7 @@ def wait_for_log(path: Path, text: str, proc: subprocess.Popen, timeout: float =
 
 def main() -> int:
     sys.path.insert(0, str(REPO))
-    from pgshovel2.relay.pgq_source import wait_caught_up
+    from pgshovel2.backends.trigger import wait_caught_up
 
     pgshovel, relay_bin = str(BIN / "pgshovel"), str(BIN / "pgshovel-kafka-relay")
     queue = "pgshovel2.demo.pgbench"

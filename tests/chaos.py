@@ -27,13 +27,12 @@ from pathlib import Path
 import psycopg2
 from confluent_kafka import Producer
 
-from pgshovel2 import names
 from pgshovel2.catalog import Table
 from pgshovel2.cluster import ClusterStore
-from pgshovel2.config import SetConfig
-from pgshovel2.relay.logical_source import LogicalSource
-from pgshovel2.relay.pgq_source import Event
-from pgshovel2.verify import read_topics, verify_set
+from pgshovel2.ops.verify import read_topics, verify_set
+from pgshovel2.relay.logical_source import RecordDecoder
+from pgshovel2.relay.source import Change
+from pgshovel2.setrecord import SetRecord
 from tests.helpers import Decoder, RelayProcess, caught_up, pgshovel, write_config
 
 AUDIT = "chaos_audit"
@@ -258,19 +257,17 @@ class ChaosRun:
                 cur.execute("SELECT pgq.register_consumer(%s, %s)", (self.queue, AUDIT))
 
     # -- comparison -------------------------------------------------------------
-    def _set(self) -> tuple[SetConfig, tuple[Table, ...]]:
+    def _set(self) -> SetRecord:
         with ClusterStore(self.stack.zk, self.cluster) as store:
-            record, _ = store.get_set(self.set_name)
-        return SetConfig.from_dict(record["config"]), tuple(Table.from_dict(t) for t in record["tables"])
+            return store.get_set(self.set_name)[0]
 
     def _compare(self) -> None:
-        config, tables = self._set()
-        prefix = config.topic_prefix
-        topics = {t.qualified: names.table_topic(prefix, t.schema, t.name) for t in tables}
+        record = self._set()
+        tables, topics = record.tables, record.topics.tables
         if self._truth is None:  # the audit consumer can be drained once
             self._truth = self._expected(tables, topics)
         expected, txids = self._truth
-        relayed, begins = self._relayed(list(topics.values()), names.transactions_topic(prefix))
+        relayed, begins = self._relayed(list(topics.values()), record.topics.transactions)
         lost, dup = expected - relayed, relayed - expected
         r = self.report
         r.source_transactions, r.expected_messages = len(txids), sum(expected.values())
@@ -279,13 +276,13 @@ class ChaosRun:
         r.first_duplicated = repr(min(dup)) if dup else None
         r.transactions_lost = len(txids - set(begins))
         r.transactions_duplicated = sum(n - 1 for n in begins.values() if n > 1)
-        reports = verify_set(self.set_name, config, tables, self.stack.bootstrap, self.stack.registry)
+        reports = verify_set(record, self.stack.bootstrap, self.stack.registry)
         r.state_equal = all(rep.ok for rep in reports)
 
     def inject_duplicate(self) -> None:
         """Write a second copy of the first relayed data message (a detector self-check)."""
-        config, tables = self._set()
-        topic = names.table_topic(config.topic_prefix, tables[0].schema, tables[0].name)
+        record = self._set()
+        topic = record.topic(record.tables[0])
         key, value, headers = next(m for m in read_topics(self.stack.bootstrap, [topic])[topic]
                                    if m[2]["pgshovel.op"] != "r")
         producer = Producer({"bootstrap.servers": self.stack.bootstrap})
@@ -329,8 +326,7 @@ class ChaosRun:
 def _drain_slot(dsn: str, slot: str, tables: tuple[Table, ...]):
     """Every change in the audit slot of our output plugin, consumed, then the slot dropped:
     (txid, op, row, table tag, old row or None), rows as lists."""
-    source = LogicalSource.__new__(LogicalSource)  # only its record decoder
-    source._tags, source.slot, source._txid, source._ts_ms = [t.qualified for t in tables], slot, 0, 0
+    decoder = RecordDecoder([t.qualified for t in tables], slot)
     conn = psycopg2.connect(dsn)
     conn.autocommit = True
     try:
@@ -342,8 +338,8 @@ def _drain_slot(dsn: str, slot: str, tables: tuple[Table, ...]):
             cur.execute("SELECT data FROM pg_logical_slot_get_binary_changes(%s, NULL, NULL, 'tables', %s)",
                         (slot, ";".join(spec)))
             for (data,) in cur.fetchall():
-                rec = source._decode(bytes(data))
-                if isinstance(rec, Event) and rec.op in "IUD":
+                rec = decoder.decode(bytes(data))
+                if isinstance(rec, Change) and rec.op in "IUD":
                     yield rec.txid, rec.op, rec.row, rec.table, rec.before
             cur.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
     finally:

@@ -14,11 +14,9 @@ import psycopg2
 import yaml
 from confluent_kafka.schema_registry import SchemaRegistryClient
 
-from pgshovel2 import names, status
-from pgshovel2.catalog import Table
+from pgshovel2 import backends, names
 from pgshovel2.cluster import ClusterStore
-from pgshovel2.config import SetConfig
-from pgshovel2.verify import read_topics, verify_set
+from pgshovel2.ops.verify import read_topics, verify_set
 
 BIN = Path(sys.executable).parent
 REPO = Path(__file__).resolve().parent.parent
@@ -31,7 +29,7 @@ def write_config(tmp_path: Path, stack, tables: list, encoding: str = "avro", ba
     """A set config file for tables (list of table entries) on the test database.
 
     backend logical: also sets REPLICA IDENTITY FULL on the tables (the logical backend
-    requires it for TOASTable columns, see pgshovel2.capture.logical).
+    requires it for TOASTable columns, see pgshovel2.backends.logical).
     """
     data = {"database": {"dsn": stack.dsn}, "encoding": encoding, "backend": backend, "tables": tables, **extra}
     if backend == "logical":
@@ -110,7 +108,7 @@ def caught_up(stack, cluster: str, set_name: str, timeout: float = 60) -> None:
     """Wait until the set's relay relayed every committed change (either backend)."""
     with ClusterStore(stack.zk, cluster) as store:
         record, _ = store.get_set(set_name)
-    status.wait_caught_up(record, timeout)
+    backends.wait_caught_up(record, timeout)
 
 
 class Decoder:
@@ -139,12 +137,10 @@ def messages(stack, topic: str) -> list[tuple]:
 
 
 def verify(stack, cluster: str, set_name: str):
-    """pgshovel2.verify.verify_set for a set of the cluster (the relay must be caught up)."""
+    """pgshovel2.ops.verify.verify_set for a set of the cluster (the relay must be caught up)."""
     with ClusterStore(stack.zk, cluster) as store:
         record, _ = store.get_set(set_name)
-    tables = tuple(Table.from_dict(t) for t in record["tables"])
-    return verify_set(set_name, SetConfig.from_dict(record["config"]), tables,
-                      stack.bootstrap, stack.registry)
+    return verify_set(record, stack.bootstrap, stack.registry)
 
 
 def assert_verified(reports) -> None:

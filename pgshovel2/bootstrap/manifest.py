@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from pgshovel2.errors import PgshovelError
+from pgshovel2.setrecord import SetRecord
 from pgshovel2.txids import ConsistentPoint, TxidSnapshot, handoff_point
 
 FORMAT = 1
@@ -76,6 +77,11 @@ class Manifest:
             raise BootstrapError(f"the bootstrap of set {self.set!r} hands off at LSN {self.handoff['lsn']} "
                                  "(logical backend): this consumer supports trigger sets' bootstraps only")
         return TxidSnapshot.parse(self.handoff["txid_snapshot"])
+
+    @property
+    def set_record(self) -> SetRecord:
+        """The set record the copy was made with (its DSN without password)."""
+        return SetRecord.from_dict(self.record)
 
     @property
     def handoff_point(self) -> TxidSnapshot | ConsistentPoint:

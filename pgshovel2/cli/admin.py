@@ -4,15 +4,15 @@ import json
 
 import click
 
-from pgshovel2 import admin, repoint, status, upgrade, verify
-from pgshovel2.catalog import Table
+from pgshovel2 import backends
 from pgshovel2.cli.bootstrap import bootstrap
 from pgshovel2.cli.cluster import cluster_group, relay_group
 from pgshovel2.cli.common import env_option, log_level_option, reports_errors, setup_logging, zookeeper_options
 from pgshovel2.cli.replicate import replicate
 from pgshovel2.cli.tail import tail
 from pgshovel2.cluster import ClusterStore
-from pgshovel2.config import SetConfig
+from pgshovel2.ops import admin, repoint, status, upgrade, verify
+from pgshovel2.setrecord import SetRecord
 
 
 @click.group()
@@ -37,15 +37,27 @@ def set_group() -> None:
 @set_group.command("create")
 @click.argument("name")
 @click.argument("config", type=click.Path(dir_okay=False))
+@click.option("--dry-run", is_flag=True, help="Check CONFIG and print what would be created; change nothing.")
 @click.pass_context
 @reports_errors
-def set_create(ctx: click.Context, name: str, config: str) -> None:
+def set_create(ctx: click.Context, name: str, config: str, dry_run: bool) -> None:
     """Create set NAME from the YAML file CONFIG and install its capture."""
     with _store(ctx) as store:
-        record = admin.create_set(store, name, config)
-    tables = ", ".join(f"{t['schema']}.{t['name']}" for t in record["tables"])
-    source = f"slot {record['slot']}" if record.get("slot") else f"queue {record['queue']}"
-    click.echo(f"created set {name!r} (version {record['version']}, {source}): {tables}")
+        record = admin.create_set(store, name, config, dry_run=dry_run)
+    tables = ", ".join(f"{t.schema}.{t.name}" for t in record.tables)
+    verb = "would create" if dry_run else "created"
+    click.echo(f"{verb} set {name!r} (version {record.version}, {record.backend}, {record.capture.describe()}): "
+               f"{tables}")
+    for line in _topic_lines(record):
+        click.echo(line)
+    if dry_run:
+        click.echo("dry run: nothing was changed")
+
+
+def _topic_lines(record: SetRecord) -> list[str]:
+    topics = record.topics
+    return ([f"  topic {topic} <- {tag}" for tag, topic in topics.tables.items()]
+            + [f"  topic {topics.transactions} (transactions)", f"  topic {topics.positions} (relay positions)"])
 
 
 @set_group.command("list")
@@ -54,10 +66,9 @@ def set_create(ctx: click.Context, name: str, config: str) -> None:
 def set_list(ctx: click.Context) -> None:
     """List the cluster's sets with version and tables."""
     with _store(ctx) as store:
-        for name in store.list_sets():
-            record, _ = store.get_set(name)
-            click.echo(f"{name}\tversion {record['version']}\t{len(record['tables'])} table(s)\t"
-                       f"{record['config']['encoding']}")
+        for record in store.records():
+            click.echo(f"{record.name}\tversion {record.version}\t{len(record.tables)} table(s)\t"
+                       f"{record.backend}\t{record.config.encoding}")
 
 
 @set_group.command("inspect")
@@ -86,6 +97,10 @@ def set_inspect(ctx: click.Context, name: str, as_json: bool, version: int | Non
         click.echo(f"  replication slot {info['slot']} (output plugin pgshovel2_decoder)")
     else:
         click.echo(f"  queue {info['queue']}, triggers {info['trigger']}")
+    for tag, topic in info["topics"]["tables"].items():
+        click.echo(f"  topic {topic} <- {tag}")
+    click.echo(f"  topics {info['topics']['transactions']} (transactions), {info['topics']['positions']} "
+               "(relay positions)")
     snap = info["snapshot"]
     click.echo(f"  snapshot: {json.dumps(snap) if snap else 'not taken yet'}")
     for t in info["tables"]:
@@ -129,7 +144,7 @@ def set_status(ctx: click.Context, name: str, bootstrap_servers: str, as_json: b
     """Show set NAME's queue lag, active relay, last committed position and Kafka end offsets."""
     with _store(ctx) as store:
         if wait:
-            status.wait_caught_up(store.get_set(name)[0], timeout)
+            backends.wait_caught_up(store.get_set(name)[0], timeout)
         info = status.set_status(store, name, bootstrap_servers)
     if as_json:
         click.echo(json.dumps(info, indent=2, sort_keys=True, default=str))
@@ -183,11 +198,9 @@ def set_verify(ctx: click.Context, name: str, bootstrap_servers: str, schema_reg
     """
     with _store(ctx) as store:
         record, _ = store.get_set(name)
-    config = SetConfig.from_dict(record["config"])
-    tables = tuple(Table.from_dict(t) for t in record["tables"])
     if wait:
-        status.wait_caught_up(record)
-    reports = verify.verify_set(name, config, tables, bootstrap_servers, schema_registry)
+        backends.wait_caught_up(record)
+    reports = verify.verify_set(record, bootstrap_servers, schema_registry)
     for r in reports:
         state = "ok" if r.ok else f"DIFFERENT: {r.first_difference}"
         click.echo(f"{r.topic}: {r.messages} messages, {r.rebuilt_rows} rows rebuilt, "

@@ -6,9 +6,9 @@ import time
 
 import click
 
-from pgshovel2 import cluster_admin, recover
 from pgshovel2.cli.common import reports_errors
 from pgshovel2.cluster import ClusterStore
+from pgshovel2.ops import cluster_admin, recover
 from pgshovel2.relay import election
 
 

@@ -137,17 +137,6 @@ def envelope_row_schema(envelope: dict[str, Any]) -> dict[str, Any]:
     return before["type"][1]
 
 
-def raw_schema(schema: Any) -> Any:
-    """A copy of schema without logicalType annotations: datums are then the plain
-    Avro values (decimal bytes, date/timestamp numbers), which decode and
-    re-encode to the same bytes."""
-    if isinstance(schema, list):
-        return [raw_schema(s) for s in schema]
-    if isinstance(schema, dict):
-        return {k: raw_schema(v) for k, v in schema.items() if k != "logicalType"}
-    return schema
-
-
 class AvroWriter:
     """Encodes datums of one registered schema: header + schemaless body. schema: as given."""
 

@@ -10,11 +10,10 @@ import re
 from datetime import UTC, datetime
 
 from pgshovel2.errors import EncodeError
+from pgshovel2.wire import INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN
 
 DAYS_2000 = 10957                       # days from 1970-01-01 to 2000-01-01
 MICROS_2000 = DAYS_2000 * 86_400_000_000
-INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
-INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 _US_DAY = 86_400_000_000
 
 

@@ -27,21 +27,13 @@ from confluent_kafka.schema_registry import SchemaRegistryClient
 from fastavro.logical_readers import LOGICAL_READERS
 
 from pgshovel2.consumer.errors import ConsumerError
+from pgshovel2.wire import INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN, raw_schema
 
 Convert = Callable[[Any], Any]
-_INT32 = (-(2**31), 2**31 - 1)
-_INT64 = (-(2**63), 2**63 - 1)
+_INT32 = (INT32_MIN, INT32_MAX)
+_INT64 = (INT64_MIN, INT64_MAX)
 _INFINITIES = {"int-date": _INT32, "long-timestamp-micros": _INT64, "long-local-timestamp-micros": _INT64,
                "long-timestamp-millis": _INT64, "long-local-timestamp-millis": _INT64}
-
-
-def _strip_logical(schema: Any) -> Any:
-    """The schema without logicalType annotations (fastavro then reads raw values)."""
-    if isinstance(schema, dict):
-        return {k: _strip_logical(v) for k, v in schema.items() if k != "logicalType"}
-    if isinstance(schema, list):
-        return [_strip_logical(s) for s in schema]
-    return schema
 
 
 def _logical(schema: dict[str, Any], base: str, logical: str) -> Convert | None:
@@ -128,7 +120,7 @@ class Decoder:
             raise ConsumerError(f"cannot fetch schema id {schema_id} of {where} from the schema registry "
                                 f"{self.registry_url or ''}: {exc}") from exc
         writer = json.loads(text)
-        cached = (fastavro.parse_schema(_strip_logical(writer)), converter(writer))
+        cached = (fastavro.parse_schema(raw_schema(writer)), converter(writer))
         self._schemas[schema_id] = cached
         return cached
 

@@ -14,7 +14,7 @@ import logging
 import time
 import uuid
 from collections.abc import Iterable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from confluent_kafka import (
     OFFSET_BEGINNING,
@@ -25,6 +25,8 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient
 
+from pgshovel2 import wire
+from pgshovel2.bootstrap.manifest import Manifest
 from pgshovel2.cluster import ClusterStore
 from pgshovel2.consumer.decode import Decoder
 from pgshovel2.consumer.errors import ConsumerError, IncompleteTransactionError
@@ -34,12 +36,9 @@ from pgshovel2.consumer.reassembly import Reassembler
 from pgshovel2.consumer.topics import SetTopics
 from pgshovel2.txids import ConsistentPoint, TxidSnapshot
 
-if TYPE_CHECKING:
-    from pgshovel2.bootstrap.manifest import Manifest
-
 log = logging.getLogger(__name__)
 kafka_log = logging.getLogger("pgshovel2.consumer.kafka")  # librdkafka's own log lines
-HEADERS = ("pgshovel.op", "pgshovel.txid", "pgshovel.position", "pgshovel.ts_ms")
+HEADERS = wire.DATA_HEADERS
 Partition = tuple[str, int]
 
 
@@ -114,7 +113,7 @@ class SetReader:
         return cls(SetTopics.from_store(store, set_name), bootstrap, registry_url, **options)
 
     @classmethod
-    def from_manifest(cls, manifest: "Manifest | str", bootstrap: str, registry_url: str | None = None,
+    def from_manifest(cls, manifest: Manifest | str, bootstrap: str, registry_url: str | None = None,
                       **options: Any) -> "SetReader":
         """A reader that continues a bootstrap exactly: snapshot + what it yields = the source.
 
@@ -124,11 +123,9 @@ class SetReader:
         skips snapshot rows and every transaction visible in the manifest's
         txid snapshot. Raises BootstrapError for an unusable manifest.
         """
-        from pgshovel2.bootstrap.manifest import Manifest
-
         if not isinstance(manifest, Manifest):
             manifest = Manifest.load(manifest)
-        topics = SetTopics.from_record(manifest.set, manifest.record)
+        topics = SetTopics.from_record(manifest.set_record)
         return cls(topics, bootstrap, registry_url, start_offsets=manifest.offsets(),
                    after_snapshot=manifest.handoff_point, **options)
 
@@ -239,7 +236,7 @@ class SetReader:
         try:
             op, txid, position, ts_ms = (headers[h] for h in HEADERS)
             txid_n, ts_n = int(txid), int(ts_ms)
-            version = int(headers.get("pgshovel.version") or 0)
+            version = int(headers.get(wire.VERSION) or 0)
         except (KeyError, TypeError, ValueError) as exc:
             raise ConsumerError(f"{where}: missing or malformed pgshovel headers {headers!r} "
                                 f"(needs {', '.join(HEADERS)})") from exc

@@ -3,11 +3,10 @@ ZooKeeper (config + tables) with the relay's naming rules (pgshovel2.names)."""
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
 
-from pgshovel2 import names
 from pgshovel2.cluster import ClusterStore
 from pgshovel2.consumer.errors import ConsumerError
+from pgshovel2.setrecord import SetRecord
 
 
 @dataclass(frozen=True)
@@ -41,19 +40,16 @@ class SetTopics:
     unselected: frozenset[str] = field(default_factory=frozenset)
 
     @classmethod
-    def from_record(cls, set_name: str, record: dict[str, Any]) -> "SetTopics":
-        """From a set record as stored in ZooKeeper ({config: {...}, tables: [{schema, name}, ...]})."""
-        config = record["config"]
-        prefix = config.get("topic_prefix") or set_name
-        tables = tuple(TableTopic(t["schema"], t["name"], names.table_topic(prefix, t["schema"], t["name"]))
-                       for t in record["tables"])
-        return cls(set_name, config["encoding"], names.transactions_topic(prefix), tables)
+    def from_record(cls, record: SetRecord) -> "SetTopics":
+        """The topics of a set record (from ZooKeeper, or a bootstrap manifest's)."""
+        tables = tuple(TableTopic(t.schema, t.name, record.topic(t)) for t in record.tables)
+        return cls(record.name, record.config.encoding, record.topics.transactions, tables)
 
     @classmethod
     def from_store(cls, store: ClusterStore, set_name: str) -> "SetTopics":
         """Read the set record from ZooKeeper. Raises ClusterError if there is no such set."""
         record, _ = store.get_set(set_name)
-        return cls.from_record(set_name, record)
+        return cls.from_record(record)
 
     @property
     def by_topic(self) -> dict[str, TableTopic]:

@@ -9,9 +9,10 @@ Two kinds, both PgQ events of the set's queue (not data; they produce no message
     :mod:`pgshovel2.relay.schema_change`), ev_extra1 the table tag, ev_extra2 the
     statement (JSON string). The relay registers the table's new schemas and stores
     the result as the set's next version in ZooKeeper, with a ``change`` field
-    ``{"kind": "ddl", "table", "statement", "txid", "tick"}``.
+    ``{"kind": "ddl", "table", "statement", "txid", "tick"}`` (tick: the unit of the event's
+    position, the PgQ tick id).
 ``V`` set version
-    Written by ``pgshovel set upgrade`` (:func:`pgshovel2.capture.trigger.mark_version`)
+    Written by ``pgshovel set upgrade`` (:func:`pgshovel2.backends.trigger.mark_version`)
     in the transaction that replaces the triggers: ev_data ``{"version": N}``; the record
     of version N is in the set's ZooKeeper history before the event is visible.
 
@@ -20,105 +21,104 @@ in the old layout, events after it in the new one.
 """
 
 import logging
-from typing import Any
 
 from pgshovel2 import failpoints
 from pgshovel2.catalog import Table
 from pgshovel2.cluster import ClusterStore
-from pgshovel2.config import SetConfig
 from pgshovel2.errors import SchemaChangeError, SchemaRejectedError
 from pgshovel2.relay import schema_change, setup
 from pgshovel2.relay.emitter import TableRoute
-from pgshovel2.relay.pgq_source import Event
+from pgshovel2.relay.source import SET_VERSION, Control
+from pgshovel2.setrecord import SetRecord
 from pgshovel2.sinks.registry import SchemaRegistry
 
 log = logging.getLogger(__name__)
 
-SCHEMA_CHANGE, SET_VERSION = "S", "V"
-CONTROL_OPS = frozenset({SCHEMA_CHANGE, SET_VERSION})
 
-
-class Control:
-    """Turns a set's control events into set versions (ZooKeeper) and routes (registry).
-
-    record: the set record in effect before the event (``version``, ``tables``, ``config``).
-    """
+class ControlEvents:
+    """Turns a set's control events into set versions (ZooKeeper) and routes (registry)."""
 
     def __init__(self, store: ClusterStore, set_name: str, registry: SchemaRegistry | None):
         self.store, self.set_name, self.registry = store, set_name, registry
 
-    def set_version(self, record: dict[str, Any], ev: Event) -> dict[str, Any] | None:
+    def apply(self, record: SetRecord, ev: Control) -> tuple[SetRecord, TableRoute | None] | None:
+        """(new record, the changed table's route or None for all routes) that the event
+        switches to from record (the one in effect before it); None when it changes nothing.
+
+        Raises SchemaChangeError for a DDL that cannot be relayed compatibly.
+        """
+        if ev.op == SET_VERSION:
+            new = self.set_version(record, ev)
+            return None if new is None else (new, None)
+        return self.schema_change(record, ev)
+
+    def set_version(self, record: SetRecord, ev: Control) -> SetRecord | None:
         """The record of the version a ``V`` event switches to; None when it is not newer
         than record (already in effect, e.g. replayed after a restart)."""
         version = int(ev.row["version"])
-        if version <= record["version"]:
+        if version <= record.version:
             log.info("set version marker %d at or below the version in effect (%d): ignored",
-                     version, record["version"])
+                     version, record.version)
             return None
         return self.store.get_version(self.set_name, version)
 
-    def schema_change(self, record: dict[str, Any], ev: Event, tick: int
-                      ) -> tuple[dict[str, Any], TableRoute] | None:
-        """(new set record, the changed table's new route) for an ``S`` event at batch tick
-        (its cur_tick_id); None when the event does not change a captured table of record.
+    def schema_change(self, record: SetRecord, ev: Control) -> tuple[SetRecord, TableRoute] | None:
+        """(new set record, the changed table's new route) for an ``S`` event; None when the
+        event does not change a captured table of record.
 
         Registers the new schemas first (value subject set to BACKWARD compatibility),
         then stores the record as the set's next version, or reuses the stored version
-        that already records this change (same table, txid and tick: a replay after a
+        that already records this change (same table, txid and unit: a replay after a
         restart). Raises SchemaChangeError for an incompatible change or a schema the
         registry refuses.
         """
         statement = str(ev.before or "")
-        tables = [Table.from_dict(t) for t in record["tables"]]
-        current = next((t for t in tables if t.qualified == ev.table), None)
+        current = record.table(ev.table)
         if current is None:
             return None
         table = schema_change.new_table(self.set_name, current, ev.row, statement)
         if table is None:
             log.info("DDL on %s leaves its captured columns as they are: %s", ev.table, statement.strip())
             return None
-        route = self._route(record, table, statement)
-        change = {"kind": "ddl", "table": ev.table, "statement": statement, "txid": ev.txid, "tick": tick}
-        tables = [table if t.qualified == ev.table else t for t in tables]
-        new = self._stored(record, change) or self._store(record, tables, change)
-        log.info("DDL on %s at tick %d (txid %d): set %r now at version %d: %s", ev.table, tick,
-                 ev.txid, self.set_name, new["version"], statement.strip())
+        new_record = record.replace(tables=tuple(table if t.qualified == ev.table else t for t in record.tables))
+        route = self._route(new_record, table, statement)
+        change = {"kind": "ddl", "table": ev.table, "statement": statement, "txid": ev.txid, "tick": ev.unit}
+        new = self._stored(record, change) or self._store(record, new_record, change)
+        log.info("DDL on %s at unit %d (txid %d): set %r now at version %d: %s", ev.table, ev.unit,
+                 ev.txid, self.set_name, new.version, statement.strip())
         return new, route
 
-    def _route(self, record: dict[str, Any], table: Table, statement: str) -> TableRoute:
-        config = SetConfig.from_dict(record["config"])
+    def _route(self, record: SetRecord, table: Table, statement: str) -> TableRoute:
         try:
-            if self.registry is not None and config.encoding == "avro":
-                self.registry.require_backward(f"{setup.table_topic(self.set_name, config, table)}-value")
-            return setup.table_route(self.set_name, config, table, self.registry)
+            if self.registry is not None and record.config.encoding == "avro":
+                self.registry.require_backward(f"{record.topic(table)}-value")
+            return setup.table_route(record, table, self.registry)
         except SchemaRejectedError as exc:
             raise SchemaChangeError(schema_change.stop_message(
                 self.set_name, table.qualified, statement, f"the schema registry refused the new schema: {exc}"),
             ) from exc
 
-    def _stored(self, record: dict[str, Any], change: dict[str, Any]) -> dict[str, Any] | None:
+    def _stored(self, record: SetRecord, change: dict) -> SetRecord | None:
         """The stored version after record's that records change, if any (newest first)."""
         for version in reversed(self.store.history(self.set_name)):
-            if version <= record["version"]:
+            if version <= record.version:
                 return None
             stored = self.store.get_version(self.set_name, version)
-            if _same_change(stored.get("change"), change):
+            if _same_change(stored.change, change):
                 return stored
         return None
 
-    def _store(self, record: dict[str, Any], tables: list[Table], change: dict[str, Any]) -> dict[str, Any]:
+    def _store(self, record: SetRecord, new_record: SetRecord, change: dict) -> SetRecord:
         latest, znode_version = self.store.get_set(self.set_name)
-        if latest["version"] != record["version"]:
+        if latest.version != record.version:
             log.warning("set %r is at version %d in ZooKeeper but the stream is at version %d: the DDL "
-                        "version is built on the stream's", self.set_name, latest["version"], record["version"])
-        new = {**record, "version": latest["version"] + 1, "tables": [t.to_dict() for t in tables],
-               "change": change}
-        self.store.update_set(self.set_name, new, znode_version)
+                        "version is built on the stream's", self.set_name, latest.version, record.version)
+        new = new_record.replace(version=latest.version + 1, change=change)
+        self.store.update_set(new, znode_version)
         failpoints.hit("after_set_version")  # stored, nothing of it in Kafka yet: a restart must reuse it
         return new
 
 
-def _same_change(a: dict[str, Any] | None, b: dict[str, Any]) -> bool:
+def _same_change(a: dict | None, b: dict) -> bool:
     keys = ("kind", "table", "txid", "tick")
     return a is not None and all(a.get(k) == b[k] for k in keys)
-

@@ -17,7 +17,6 @@ Kafka's transactional fencing stays the last line: a relay that still commits
 after losing the lock is fenced by its successor's ``init_transactions``.
 """
 
-import json
 import logging
 import os
 import socket
@@ -25,11 +24,11 @@ import threading
 import time
 from typing import Any
 
-from kazoo.exceptions import NodeExistsError, NoNodeError
 from kazoo.protocol.states import KazooState
 
 from pgshovel2.cluster import ClusterStore
 from pgshovel2.errors import RelayError, UnavailableError
+from pgshovel2.setrecord import SetRecord
 
 log = logging.getLogger(__name__)
 
@@ -52,22 +51,12 @@ def identity() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
-def election_path(store: ClusterStore, set_name: str) -> str:
-    """Znode of the set's relay election (the kazoo Lock)."""
-    return f"{store.set_path(set_name)}/relay/election"
-
-
-def leader_path(store: ClusterStore, set_name: str) -> str:
-    """Ephemeral znode of the active relay's record."""
-    return f"{store.set_path(set_name)}/relay/leader"
-
-
 class Leadership:
     """A relay's claim on its set. acquire(), then check() while active, release() at the end."""
 
     def __init__(self, store: ClusterStore, set_name: str, who: str | None = None):
         self.store, self.set_name, self.who = store, set_name, who or identity()
-        self.lock = store.zk.Lock(election_path(store, set_name), self.who)
+        self.lock = store.election(set_name, self.who)
         self.since: float | None = None
         self._suspended = threading.Event()
         self._lost = threading.Event()
@@ -95,8 +84,8 @@ class Leadership:
         if data is None:
             self._dropped.set()
             return False  # stop watching
-        record = json.loads(data)
-        version, dsn = record.get("version"), record.get("config", {}).get("dsn")
+        record = SetRecord.from_node(data)
+        version, dsn = record.version, record.dsn
         if self._seen_dsn is not None and dsn != self._seen_dsn:
             log.info("set %r was repointed to another database (version %s): the relay restarts on it",
                      self.set_name, version)
@@ -115,8 +104,7 @@ class Leadership:
         """
         if not self.store.exists(self.set_name):
             raise SetDroppedError(f"no replication set {self.set_name!r} in cluster {self.store.cluster!r}")
-        self.store.zk.ensure_path(election_path(self.store, self.set_name))
-        self.store.zk.add_listener(self._on_state)
+        self.store.add_listener(self._on_state)
         waiting = threading.Event()
         waiting.set()
         threading.Thread(target=self._cancel_on_stop, args=(stop, waiting), daemon=True).start()
@@ -135,7 +123,7 @@ class Leadership:
             self.release()
             return False
         self.since = time.time()
-        self.store.zk.DataWatch(self.store.set_path(self.set_name), self._on_set)
+        self.store.watch_set(self.set_name, self._on_set)
         self._publish()
         log.info("active relay of set %r (%s)", self.set_name, self.who)
         return True
@@ -147,13 +135,9 @@ class Leadership:
                 return
 
     def _publish(self) -> None:
-        path = leader_path(self.store, self.set_name)
-        data = json.dumps({"identity": self.who, "host": socket.gethostname(), "pid": os.getpid(),
-                           "since": self.since}).encode()
-        try:
-            self.store.zk.create(path, data, ephemeral=True)
-        except NodeExistsError:  # left by a predecessor that released the lock but not its record
-            self.store.zk.set(path, data)
+        # replaces a record left by a predecessor that released the lock but not its record
+        self.store.put_relay_record(self.set_name, "leader", {"identity": self.who, "host": socket.gethostname(),
+                                                             "pid": os.getpid(), "since": self.since}, ephemeral=True)
 
     def check(self) -> None:
         """Return if this relay may go on producing; pause while suspended.
@@ -178,10 +162,10 @@ class Leadership:
     def release(self) -> None:
         """Give up the lock (a standby takes over at once). Never raises."""
         self._released.set()
-        self.store.zk.remove_listener(self._on_state)
+        self.store.remove_listener(self._on_state)
         try:
             if self.since is not None and not self._lost.is_set():
-                self.store.zk.delete(leader_path(self.store, self.set_name))
+                self.store.delete_relay_record(self.set_name, "leader")
         except Exception:  # gone already, or ZooKeeper down: the session ends the record anyway
             pass
         try:
@@ -197,9 +181,4 @@ def status(store: ClusterStore, set_name: str) -> dict[str, Any]:
     ClusterError if the set does not exist.
     """
     store.get_set(set_name)
-    active = store.get_relay_record(set_name, "leader")
-    try:
-        contenders = store.zk.Lock(election_path(store, set_name)).contenders()
-    except NoNodeError:
-        contenders = []
-    return {"active": active, "contenders": contenders}
+    return {"active": store.get_relay_record(set_name, "leader"), "contenders": store.contenders(set_name)}

@@ -6,17 +6,22 @@ counts them. Every source transaction is framed by BEGIN and END records on
 the transactions topic; END carries per-topic counts of every data message
 written for the transaction (tombstones included). TRUNCATE is a record on
 the transactions topic in every envelope. Snapshot rows are not framed.
+
+While :attr:`Emitter.replaying` is set, messages are built and counted but not produced:
+the relay replays the already-committed start of a unit after a restart that way, so the
+END record of a transaction split over two Kafka transactions still counts all of it.
 """
 
 from collections import Counter
 from dataclasses import dataclass, field
 
+from pgshovel2 import wire
 from pgshovel2.catalog import Table
 from pgshovel2.codec.avro import AvroWriter
 from pgshovel2.codec.rows import RowEncoder, encode_record
 from pgshovel2.errors import RelayError
 from pgshovel2.relay.envelopes import SNAPSHOT_LAST, SNAPSHOT_TRUE, Context, Envelope, Message, RowEnvelope, TxnOrder
-from pgshovel2.relay.pgq_source import Event
+from pgshovel2.relay.source import Change
 from pgshovel2.sinks.kafka import KafkaSink
 
 
@@ -45,6 +50,7 @@ class Emitter:
         self._order = TxnOrder()
         self.skipped_unkeyed_deletes = 0
         self.version = 0  # the set version the routes were built from: header pgshovel.version
+        self.replaying = False  # build and count messages, produce none
 
     def switch(self, routes: dict[str, TableRoute], version: int, txn_writer: AvroWriter | None) -> None:
         """Use routes (table tag -> TableRoute) of set version from the next change on."""
@@ -56,11 +62,12 @@ class Emitter:
         self.version = version
 
     def _headers(self, op: str, txid: int, position: str, ts_ms: int) -> list[tuple[str, str]]:
-        return [("pgshovel.op", op), ("pgshovel.txid", str(txid)), ("pgshovel.position", position),
-                ("pgshovel.ts_ms", str(ts_ms)), ("pgshovel.set", self.set_name),
-                ("pgshovel.version", str(self.version))]
+        return [(wire.OP, op), (wire.TXID, str(txid)), (wire.POSITION, position), (wire.TS_MS, str(ts_ms)),
+                (wire.SET, self.set_name), (wire.VERSION, str(self.version))]
 
     def _send(self, route: TableRoute, msg: Message, ctx: Context) -> None:
+        if self.replaying:
+            return
         self.sink.produce(route.topic, msg.key, msg.value,
                           self._headers(msg.op, ctx.txid, ctx.position, ctx.ts_ms))
 
@@ -90,15 +97,28 @@ class Emitter:
                       "table": None})
 
     def _record(self, datum: dict) -> None:
+        if self.replaying:
+            return
         self.sink.produce(self.txn_topic, None, encode_record(datum, self._txn_writer),
-                          [("pgshovel.set", self.set_name), ("pgshovel.version", str(self.version))])
+                          [(wire.SET, self.set_name), (wire.VERSION, str(self.version))])
 
-    def change(self, ev: Event, position: str) -> None:
-        """Emit the messages of one captured change (between begin and end of its txid)."""
+    def change(self, ev: Change, position: str) -> None:
+        """Emit the messages of one captured change (between begin and end of its txid).
+
+        Raises RelayError for a table not in the set, or a keyed table's DELETE without its
+        key (replica identity NOTHING); an unkeyed table's DELETE without row is counted in
+        skipped_unkeyed_deletes (WIRE.md: only the Debezium envelope can carry it).
+        """
         route = self.routes.get(ev.table)
         if route is None:
             raise RelayError(f"event for table {ev.table} which is not in set {self.set_name!r}; "
-                             "the set's triggers and its ZooKeeper config disagree")
+                             "the set's capture and its ZooKeeper config disagree")
+        if ev.row is None and ev.op == "D":
+            if route.table.key:
+                raise RelayError(f"a DELETE on {ev.table} came without its key (replica identity NOTHING?): "
+                                 f"set REPLICA IDENTITY on the table and re-create set {self.set_name!r}")
+            self.skipped_unkeyed_deletes += 1
+            return
         if ev.op == "T":
             self._record({"type": "TRUNCATE", "txid": ev.txid, "position": position,
                           "ts_ms": ev.ts_ms, "event_count": None, "data_collections": None,

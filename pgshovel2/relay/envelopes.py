@@ -39,8 +39,9 @@ from typing import Any, NamedTuple, Protocol
 import fastavro
 
 from pgshovel2 import __version__
-from pgshovel2.codec.avro import AvroWriter, envelope_row_schema, raw_schema
+from pgshovel2.codec.avro import AvroWriter, envelope_row_schema
 from pgshovel2.codec.rows import RowEncoder, encode_json
+from pgshovel2.wire import raw_schema
 
 CONNECTOR = "pgshovel"
 SNAPSHOT_FALSE, SNAPSHOT_TRUE, SNAPSHOT_LAST = "false", "true", "last"

@@ -1,15 +1,13 @@
-"""Logical source: a set's replication slot, read through our output plugin.
+"""Logical source: a logical set's replication slot, read through our output plugin
+(:mod:`pgshovel2.relay.source`).
 
-The plugin (sql/decoder, record format in sql/decoder/README.rst) writes, per
-transaction that touches the set's tables, a BEGIN record, one record per
-change (row images in the capture trigger's value forms: JSON arrays) and a
-COMMIT record; plus heartbeat records. :meth:`LogicalSource.read` turns them
-into :class:`Begin`, :class:`~pgshovel2.relay.pgq_source.Event`,
-:class:`Commit` and :class:`Heartbeat` values.
-
-LSNs are ints (``pg_lsn`` as a 64-bit number). The slot is confirmed
-(standby feedback, :meth:`LogicalSource.confirm`) only by the caller, after
-the Kafka commit.
+The plugin (sql/decoder, record format in sql/decoder/README.rst) writes, per transaction
+that touches the set's tables, a BEGIN record, one record per change (row images in the
+capture trigger's value forms: JSON arrays) and a COMMIT record; plus heartbeat records.
+Unit: a transaction, by its commit LSN; ordinal: the change's index in it. A heartbeat is
+a Commit without transaction at the heartbeat's LSN. Several transactions may share one
+Kafka transaction (commit_delay 20 ms); the slot is confirmed (standby feedback, the end
+of the last transaction in Kafka) only by :meth:`LogicalSource.ack`, after the commit.
 """
 
 import json
@@ -17,19 +15,22 @@ import logging
 import select
 import struct
 import time
-from typing import NamedTuple
+from collections import deque
+from collections.abc import Iterator
 
 import psycopg2
-import psycopg2.extras
 
+from pgshovel2.backends import logical
+from pgshovel2.backends.snapshot import ExportedSnapshot
 from pgshovel2.catalog import Table
-from pgshovel2.db import connect
+from pgshovel2.db import connect, outage
 from pgshovel2.errors import RelayError, UnavailableError
-from pgshovel2.relay.pgq_source import Event
+from pgshovel2.relay.source import Begin, Change, Commit, Idle, Item, Lag
+from pgshovel2.setrecord import PLUGIN
+from pgshovel2.wire import LOGICAL, Lsn, Position
 
 log = logging.getLogger(__name__)
 
-PLUGIN = "pgshovel2_decoder"
 PG_EPOCH_US = 946_684_800_000_000  # 2000-01-01 in microseconds since the Unix epoch
 _BEGIN = struct.Struct(">QQq")
 _COMMIT = struct.Struct(">QQI")
@@ -38,225 +39,206 @@ _LSN = struct.Struct(">Q")
 _FLAG_OLD, _FLAG_NO_ROW = 1, 2
 
 
-class Begin(NamedTuple):
-    """A transaction's start. commit_lsn: LSN of its commit record; txid: epoch-qualified
-    64-bit xid (as txid_current()); ts_ms: commit time, ms since the Unix epoch."""
+class RecordDecoder:
+    """Turns the plugin's records into items (:meth:`decode`); no I/O.
 
-    commit_lsn: int
-    txid: int
-    ts_ms: int
+    tags: table tags in the order of the plugin's ``tables`` option (a change names its
+    table by index). subset_tags: tables captured with a column subset: like the capture
+    trigger, an UPDATE that changes no captured column is dropped (known when the old row
+    is logged: FULL). ends: (unit, LSN to confirm) of every transaction end and heartbeat
+    decoded and not yet acknowledged.
+    """
 
+    def __init__(self, tags: list[str], slot: str = "(slot)"):
+        self.tags, self.slot = tags, slot
+        self.subset_tags: set[str] = set()
+        self.ends: deque[tuple[int, int]] = deque()
+        self._unit = self._txid = self._ts_ms = self._ordinal = 0  # of the open transaction
 
-class Commit(NamedTuple):
-    """A transaction's end. end_lsn: the LSN just after its commit record (what the slot is
-    confirmed to once it is in Kafka); changes: change records the plugin wrote for it."""
+    def decode(self, data: bytes) -> Item | None:
+        """The item of one plugin record; None for a change the capture trigger would not write.
 
-    commit_lsn: int
-    end_lsn: int
-    changes: int
-
-
-class Heartbeat(NamedTuple):
-    """A heartbeat message at lsn: everything before it was sent."""
-
-    lsn: int
-
-
-def lsn_text(lsn: int) -> str:
-    """``pg_lsn`` text form of an LSN int."""
-    return f"{lsn >> 32:X}/{lsn & 0xFFFFFFFF:X}"
-
-
-def lsn_int(text: str) -> int:
-    """An LSN int from ``pg_lsn`` text (``16/B374D848``)."""
-    high, low = text.split("/")
-    return (int(high, 16) << 32) | int(low, 16)
+        Raises RelayError for an unknown record.
+        """
+        kind = data[0]
+        if kind in b"IUD":
+            index, flags, size = _CHANGE.unpack_from(data, 1)
+            end = 8 + size
+            row = None if flags & _FLAG_NO_ROW else json.loads(data[8:end])
+            before = json.loads(data[end:]) if flags & _FLAG_OLD else None
+            ordinal = self._ordinal
+            self._ordinal += 1
+            table = self.tags[index]
+            if before is not None and before == row and table in self.subset_tags:
+                return None  # no captured column changed (the trigger backend writes no event either)
+            return Change(self._txid, self._ts_ms, chr(kind), row, table, before, self._unit, ordinal)
+        if kind == 66:  # B
+            commit_lsn, txid, ts_us = _BEGIN.unpack_from(data, 1)
+            self._unit, self._txid, self._ts_ms, self._ordinal = commit_lsn, txid, (ts_us + PG_EPOCH_US) // 1000, 0
+            return Begin(txid, self._ts_ms, commit_lsn, 0)
+        if kind == 67:  # C
+            commit_lsn, end_lsn, _changes = _COMMIT.unpack_from(data, 1)
+            self.ends.append((commit_lsn, end_lsn))
+            return Commit(self._txid, self._ts_ms, commit_lsn, self._ordinal, True)
+        if kind == 84:  # T
+            (index,) = struct.unpack_from(">H", data, 1)
+            ordinal = self._ordinal
+            self._ordinal += 1
+            return Change(self._txid, self._ts_ms, "T", None, self.tags[index], None, self._unit, ordinal)
+        if kind == 72:  # H
+            (lsn,) = _LSN.unpack_from(data, 1)
+            self.ends.append((lsn, lsn))
+            return Commit(None, int(time.time() * 1000), lsn, 0, True)
+        raise RelayError(f"unknown record {data[:1]!r} from output plugin {PLUGIN} on slot {self.slot}")
 
 
 class LogicalSource:
     """A set's slot on its database (dsn), for tables (the set's, in record order).
 
-    Raises UnavailableError when the database cannot be reached.
+    heartbeat_interval: seconds without data before a heartbeat message lets the slot advance;
+    wait_cap: longest single wait (s). Raises UnavailableError when the database cannot be
+    reached or goes away (retrying is safe), RelayError when the slot is gone.
     """
 
-    def __init__(self, dsn: str, slot: str, tables: tuple[Table, ...]):
+    backend = LOGICAL
+    commit_delay = 0.02  # s from a transaction's end to its Kafka commit, under load
+
+    def __init__(self, dsn: str, slot: str, tables: tuple[Table, ...], heartbeat_interval: float = 10.0,
+                 wait_cap: float = 0.5):
         self.dsn, self.slot = dsn, slot
+        self.heartbeat_interval, self.wait_cap = heartbeat_interval, wait_cap
         self._tags = [t.qualified for t in tables]
         self._tables = tables
         self._ctl = connect(dsn, f"slot {slot}", UnavailableError)
         self._ctl.autocommit = True
         try:
-            self._repl = psycopg2.connect(dsn, connection_factory=psycopg2.extras.LogicalReplicationConnection)
-        except psycopg2.OperationalError as exc:
+            self._repl = logical.replication_connection(dsn, f"slot {slot}", UnavailableError)
+        except BaseException:
             self._ctl.close()
-            raise UnavailableError(f"cannot open a replication connection for slot {slot}: "
-                                   f"{str(exc).strip()}") from exc
+            raise
         self._cur = self._repl.cursor()
-        self._txid = self._ts_ms = 0
-        # tags of tables captured with a column subset: like the capture trigger, the relay skips
-        # their UPDATEs that change no captured column (known when the old row is logged: FULL)
-        self.subset_tags: set[str] = set()
+        self._decoder = RecordDecoder(self._tags, slot)
 
-    def slot_exists(self) -> bool:
-        """True when the set's slot exists on the server."""
-        with self._ctl.cursor() as cur:
-            cur.execute("SELECT 1 FROM pg_replication_slots WHERE slot_name = %s", (self.slot,))
-            return cur.fetchone() is not None
-
-    def create_slot(self, export: bool) -> tuple[int, str | None]:
-        """Create the slot; (consistent point LSN, exported snapshot name or None).
-
-        With export, the snapshot stays usable (``SET TRANSACTION SNAPSHOT``) until
-        :meth:`start`. Raises RelayError when the plugin cannot be loaded.
-        """
-        mode = "EXPORT_SNAPSHOT" if export else "NOEXPORT_SNAPSHOT"
+    def _sql(self, query: str, params: tuple) -> tuple | None:
         try:
-            self._cur.execute(f'CREATE_REPLICATION_SLOT "{self.slot}" LOGICAL {PLUGIN} {mode}')
+            with self._ctl.cursor() as cur:
+                cur.execute(query, params)
+                return cur.fetchone() if cur.description else None
         except psycopg2.Error as exc:
-            hint = ""
-            if PLUGIN in str(exc):  # not installed, or not allowed by output_plugin_libraries
-                hint = f" (is sql/decoder installed and {PLUGIN} in the server's output_plugin_libraries?)"
-            raise RelayError(f"cannot create replication slot {self.slot} with output plugin {PLUGIN}: "
-                             f"{str(exc).strip()}{hint}") from exc
-        _name, consistent, snapshot, _plugin = self._cur.fetchone()
-        log.info("created replication slot %s at %s", self.slot, consistent)
-        return lsn_int(consistent), snapshot
+            if outage(exc, self._ctl):
+                raise UnavailableError(f"slot {self.slot}: the database went away: {str(exc).strip()}") from exc
+            raise
 
-    def drop_slot(self) -> None:
-        """Drop the set's slot if it exists (before creating it anew)."""
-        with self._ctl.cursor() as cur:
-            cur.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
-                        "WHERE slot_name = %s", (self.slot,))
-            if cur.rowcount:
-                log.info("dropped replication slot %s", self.slot)
+    def handoff(self, export: bool) -> tuple[Position, ExportedSnapshot | None, dict]:
+        """Create the slot anew (nothing of an old one is in Kafka, or a re-snapshot was asked for);
+        the stream starts at its consistent point, with export in the snapshot it exported."""
+        self._sql("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = %s",
+                  (self.slot,))
+        if export:
+            snap = logical.export(self.dsn, UnavailableError, slot=self.slot)
+            lsn, snap_record = snap.handoff.lsn, {"slot": self.slot, "lsn": snap.handoff_record["lsn"]}
+        else:
+            snap = None
+            lsn, _ = logical.create_slot(self._repl, self.slot, export=False)
+            snap_record = {"slot": self.slot, "skipped": True, "lsn": str(Lsn(lsn))}
+            log.info("skipping the initial snapshot: relaying changes from the slot's consistent point %s", Lsn(lsn))
+        return Position(lsn, 0, True, None, LOGICAL), snap, snap_record
+
+    def resume(self, position: Position) -> None:
+        """Raise RelayError when the slot is gone (Kafka holds a position of it: no guessing)."""
+        if self._sql("SELECT 1 FROM pg_replication_slots WHERE slot_name = %s", (self.slot,)) is None:
+            raise RelayError(logical.missing_slot_message(self.slot))
+        log.info("resuming slot %s after %s", self.slot, position.describe())
 
     def tables_option(self) -> str:
         """The plugin's ``tables`` option: ``oid:attnum,...;...`` in set order.
 
-        Also fills :attr:`subset_tags`. Raises RelayError when a table of the set no
-        longer exists.
+        Also fills the decoder's subset_tags. Raises RelayError when a table of the set no longer exists.
         """
         parts = []
-        with self._ctl.cursor() as cur:
-            for table in self._tables:
-                cur.execute("SELECT c.oid, (SELECT count(*) FROM pg_attribute a WHERE a.attrelid = c.oid "
+        for table in self._tables:
+            row = self._sql("SELECT c.oid, (SELECT count(*) FROM pg_attribute a WHERE a.attrelid = c.oid "
                             "AND a.attnum > 0 AND NOT a.attisdropped) FROM pg_class c "
                             "WHERE c.oid = to_regclass(%s)", (table.qualified,))
-                row = cur.fetchone()
-                if row is None:
-                    raise RelayError(f"table {table.qualified} of the set does not exist any more")
-                oid, live = row
-                if len(table.columns) < live:
-                    self.subset_tags.add(table.qualified)
-                parts.append(f"{oid}:{','.join(str(c.attnum) for c in table.columns)}")
+            if row is None:
+                raise RelayError(f"table {table.qualified} of the set does not exist any more")
+            oid, live = row
+            if len(table.columns) < live:
+                self._decoder.subset_tags.add(table.qualified)
+            parts.append(f"{oid}:{','.join(str(c.attnum) for c in table.columns)}")
         return ";".join(parts)
 
-    def start(self) -> None:
-        """Start streaming from the slot's confirmed position.
-
-        Raises RelayError when the slot does not exist (dropped, or lost in a failover:
-        PostgreSQL 15 does not copy slots to standbys).
-        """
-        options = {"tables": self.tables_option()}
+    def items(self, position: Position) -> Iterator[Item]:
+        """Stream from the slot's confirmed position (PostgreSQL sends from there; what position
+        covers comes again and is skipped by the loop). Heartbeats when idle outside a transaction."""
         try:
-            self._cur.start_replication(slot_name=self.slot, decode=False, options=options, status_interval=5)
+            self._cur.start_replication(slot_name=self.slot, decode=False, options={"tables": self.tables_option()},
+                                        status_interval=5)
         except psycopg2.errors.UndefinedObject as exc:
-            raise RelayError(missing_slot_message(self.slot)) from exc
+            raise RelayError(logical.missing_slot_message(self.slot)) from exc
+        except psycopg2.Error as exc:
+            self._reraise(exc)
+        in_txn, idle_since = False, time.monotonic()
+        while True:
+            try:
+                msg = self._cur.read_message()
+            except psycopg2.Error as exc:
+                self._reraise(exc)
+            if msg is None:
+                if not in_txn and time.monotonic() - idle_since >= self.heartbeat_interval:
+                    self._sql("SELECT pg_logical_emit_message(false, 'pgshovel2.heartbeat', %s)", (self.slot,))
+                    idle_since = time.monotonic()
+                yield Idle(self.wait_cap)
+                continue
+            item = self._decoder.decode(msg.payload)
+            if item is None:
+                continue
+            kind = type(item)
+            if kind is Begin:
+                in_txn = True
+                if item.unit == position.unit and not position.complete:
+                    log.info("resuming transaction %d (commit LSN %s) after its first %d changes (already in "
+                             "Kafka)", item.txid, Lsn(item.unit), position.ordinal)
+            elif kind is Commit:
+                in_txn, idle_since = False, time.monotonic()
+            yield item
 
-    def read(self) -> Begin | Event | Commit | Heartbeat | None:
-        """The next record, or None when none is buffered (then :meth:`wait`)."""
-        msg = self._cur.read_message()
-        if msg is None:
-            return None
-        return self._decode(msg.payload)
+    def _reraise(self, exc: psycopg2.Error):
+        """Raise a replication-connection error as UnavailableError: any failure of the stream is
+        an outage to retry from the committed position, whatever libpq says about it."""
+        detail = str(exc).strip() or type(exc).__name__
+        raise UnavailableError(f"replication stream of slot {self.slot} broke: {detail}") from exc
 
-    def _decode(self, data: bytes) -> Begin | Event | Commit | Heartbeat:
-        kind = data[0]
-        if kind in b"IUD":
-            index, flags, size = _CHANGE.unpack_from(data, 1)
-            end = 8 + size
-            if flags & _FLAG_NO_ROW:
-                row = None
-            else:
-                row = json.loads(data[8:end])
-            before = json.loads(data[end:]) if flags & _FLAG_OLD else None
-            return Event(self._txid, self._ts_ms, chr(kind), row, self._tags[index], before)
-        if kind == 66:  # B
-            commit_lsn, txid, ts_us = _BEGIN.unpack_from(data, 1)
-            self._txid, self._ts_ms = txid, (ts_us + PG_EPOCH_US) // 1000
-            return Begin(commit_lsn, txid, self._ts_ms)
-        if kind == 67:  # C
-            return Commit(*_COMMIT.unpack_from(data, 1))
-        if kind == 84:  # T
-            (index,) = struct.unpack_from(">H", data, 1)
-            return Event(self._txid, self._ts_ms, "T", None, self._tags[index], None)
-        if kind == 72:  # H
-            return Heartbeat(*_LSN.unpack_from(data, 1))
-        raise RelayError(f"unknown record {data[:1]!r} from output plugin {PLUGIN} on slot {self.slot}")
+    def ack(self, position: Position) -> None:
+        """Confirm the slot up to the end of the last transaction (or heartbeat) position covers."""
+        confirm, ends = None, self._decoder.ends
+        while ends and ends[0][0] <= position.unit:
+            confirm = ends.popleft()[1]
+        if confirm is not None:
+            try:
+                self._cur.send_feedback(write_lsn=confirm, flush_lsn=confirm, force=True)
+            except psycopg2.Error as exc:
+                self._reraise(exc)
 
     def wait(self, timeout: float) -> None:
         """Block until the server sends something or timeout (s) passes."""
-        select.select([self._cur], [], [], timeout)
+        select.select([self._cur], [], [], min(timeout, self.wait_cap))
 
-    def confirm(self, lsn: int) -> None:
-        """Tell the server everything before lsn is safe (in Kafka): the slot may release it."""
-        self._cur.send_feedback(write_lsn=lsn, flush_lsn=lsn, force=True)
-
-    def heartbeat(self) -> int:
-        """Emit a heartbeat message into the WAL; returns its LSN."""
-        with self._ctl.cursor() as cur:
-            cur.execute("SELECT pg_logical_emit_message(false, 'pgshovel2.heartbeat', %s)::text", (self.slot,))
-            return lsn_int(cur.fetchone()[0])
-
-    def lag(self) -> tuple[int, int]:
-        """(WAL bytes written since the confirmed position, WAL bytes the slot retains)."""
-        with self._ctl.cursor() as cur:
-            cur.execute("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn)::int8, "
+    def lag(self) -> Lag:
+        """WAL bytes written since the confirmed position, and WAL bytes the slot retains."""
+        row = self._sql("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn)::int8, "
                         "pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::int8 "
                         "FROM pg_replication_slots WHERE slot_name = %s", (self.slot,))
-            row = cur.fetchone()
-        return (int(row[0] or 0), int(row[1] or 0)) if row else (0, 0)
+        return Lag(bytes=int(row[0] or 0), retained_bytes=int(row[1] or 0)) if row else Lag(bytes=0, retained_bytes=0)
+
+    def describe(self) -> str:
+        """``slot <name>``."""
+        return f"slot {self.slot}"
 
     def close(self) -> None:
-        """Close both connections."""
+        """Close both connections (never raises)."""
         for conn in (self._repl, self._ctl):
             try:
                 conn.close()
             except psycopg2.Error:
                 pass
-
-
-def missing_slot_message(slot: str) -> str:
-    """What to do when a set's slot is gone but Kafka holds a position of it."""
-    return (f"replication slot {slot} does not exist, but Kafka holds a position of it: it was dropped, or "
-            "lost in a failover (PostgreSQL 15 does not copy slots to standbys). The relay will not guess "
-            "where to resume. Re-bootstrap the set: run the relay once with --snapshot (it creates the slot "
-            "and takes a new initial snapshot, op=r messages, then streams from the new slot)")
-
-
-def wait_caught_up(dsn: str, slot: str, timeout: float = 120.0) -> int:
-    """Wait until the relay of slot has confirmed everything committed before the call.
-
-    Emits a heartbeat and waits until the slot's confirmed_flush_lsn reaches it (the
-    relay confirms a heartbeat only once everything before it is in Kafka). Returns the
-    heartbeat's LSN; raises RelayError after timeout seconds.
-    """
-    conn = connect(dsn, f"slot {slot}", RelayError)
-    conn.autocommit = True
-    try:
-        with conn.cursor() as cur:
-            cur.execute("SELECT pg_logical_emit_message(false, 'pgshovel2.heartbeat', %s)", (slot,))
-            target = cur.fetchone()[0]
-            deadline = time.monotonic() + timeout
-            while True:
-                cur.execute("SELECT confirmed_flush_lsn >= %s::pg_lsn FROM pg_replication_slots "
-                            "WHERE slot_name = %s", (target, slot))
-                row = cur.fetchone()
-                if row and row[0]:
-                    return lsn_int(target)
-                if time.monotonic() > deadline:
-                    raise RelayError(f"slot {slot} did not confirm {target} within {timeout:g}s: "
-                                     "is the relay running?")
-                time.sleep(0.05)
-    finally:
-        conn.close()

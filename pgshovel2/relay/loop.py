@@ -1,16 +1,17 @@
-"""The relay loop: PgQ batches -> one Kafka transaction -> pgq.finish_batch.
+"""The relay loop: any source (pgshovel2.relay.source) -> Kafka transactions -> source.ack.
 
-Exactly-once: the messages of a batch and a position record (see
-pgshovel2.relay.positions) are committed in one Kafka transaction, and the
-batch is acknowledged in PgQ only after that commit. A relay restarted after
-a crash fences its predecessor (same transactional id), reads the committed
-position and skips what is already in Kafka: a batch that was committed but
-not acknowledged is only acknowledged, a batch split over several Kafka
-transactions resumes after the last committed event.
+Exactly-once: the messages up to a point of the stream and a position record saying so
+(pgshovel2.wire.Position) are committed in one Kafka transaction, and the source is
+acknowledged only after that commit. A relay restarted after a crash fences its
+predecessor (same transactional id), reads the committed position and skips what it
+covers: a unit committed but not acknowledged is only acknowledged, a unit split over
+several Kafka transactions resumes after its last committed event (the committed start is
+replayed muted, so a transaction's END record still counts all of it).
 
-A batch is split when it grows past ``max_transaction_messages``: at the next
-source-transaction boundary, or, inside one huge source transaction, at ten
-times that size, so Kafka transactions stay bounded.
+A Kafka transaction ends at a complete point (the end of a unit) when the source's
+commit_delay has passed since the first one, at a transaction boundary once it holds
+``max_transaction_messages``, and inside one huge source transaction at ten times that,
+so Kafka transactions stay bounded.
 """
 
 import logging
@@ -18,22 +19,17 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any
 
-from pgshovel2 import failpoints, names
-from pgshovel2.capture.trigger import CONSUMER
-from pgshovel2.catalog import Table
-from pgshovel2.cluster import ClusterStore
-from pgshovel2.config import SetConfig
-from pgshovel2.errors import SchemaChangeError
-from pgshovel2.relay import metrics, setup, snapshot
-from pgshovel2.relay.control import CONTROL_OPS, SET_VERSION, Control
+from pgshovel2 import failpoints
+from pgshovel2.backends.snapshot import ExportedSnapshot
+from pgshovel2.errors import RelayError, SchemaChangeError
+from pgshovel2.relay import metrics
+from pgshovel2.relay.control import ControlEvents
 from pgshovel2.relay.election import Leadership
-from pgshovel2.relay.emitter import Emitter, TableRoute
-from pgshovel2.relay.pgq_source import Batch, Event, PgqSource
-from pgshovel2.relay.positions import Position, read_position
+from pgshovel2.relay.layout import Layout
+from pgshovel2.relay.source import Begin, Change, Commit, Control, Idle, Source
 from pgshovel2.sinks.kafka import KafkaSink
-from pgshovel2.sinks.registry import SchemaRegistry
+from pgshovel2.wire import Position, change_header, snapshot_header
 
 log = logging.getLogger(__name__)
 
@@ -43,9 +39,9 @@ class RelayOptions:
     """Relay settings.
 
     snapshot: 'auto' (first start only), 'force' or 'skip'. poll_interval,
-    progress_interval: seconds. transactional: Kafka transactions
-    (exactly-once) or the idempotent-only producer (at-least-once).
-    max_transaction_messages: soft size bound of one Kafka transaction.
+    progress_interval: seconds. transactional: Kafka transactions (exactly-once) or the
+    idempotent-only producer (at-least-once). max_transaction_messages: soft size bound of
+    one Kafka transaction. slot_lag_warn_bytes, heartbeat_interval (s): logical backend.
     """
 
     bootstrap: str
@@ -55,194 +51,255 @@ class RelayOptions:
     progress_interval: float = 10.0
     transactional: bool = True
     max_transaction_messages: int = 20000
-    slot_lag_warn_bytes: int = 1 << 30  # logical backend: warn when the slot lags more WAL than this
-    heartbeat_interval: float = 10.0  # logical backend: seconds idle before a heartbeat message
+    slot_lag_warn_bytes: int = 1 << 30
+    heartbeat_interval: float = 10.0
 
 
-class _StopRequestedError(Exception):
-    """Raised inside the snapshot when a stop was requested."""
+class StopRequestedError(Exception):
+    """Raised inside the initial snapshot when a stop was requested."""
 
 
-class _Discard:
-    """A sink that drops messages: replays already-committed events to rebuild counts."""
+class _Txn:
+    """The source transaction being relayed: BEGIN is written at its first change."""
 
-    def produce(self, *args: object) -> None:
-        pass
+    __slots__ = ("txid", "begun", "last_header", "last_covered")
 
-
-def _position(tick: int, ordinal: int) -> str:
-    """Sortable position of a change: ``<cur tick id>:<ordinal in batch>``, zero-padded."""
-    return f"{tick:020d}:{ordinal:010d}"
-
-
-def _snapshot_position(tick: int, ordinal: int) -> str:
-    """Position of a snapshot row: after every change up to tick, before the next batch."""
-    return f"{tick:020d}:s{ordinal:010d}"
-
-
-def transactional_id(cluster: str, set_name: str) -> str:
-    """The Kafka transactional id of a set's relay (the same for every instance)."""
-    return f"pgshovel2.{cluster}.{set_name}"
+    def __init__(self, txid: int):
+        self.txid, self.begun, self.last_header, self.last_covered = txid, False, "", False
 
 
 class Relay:
-    """Relays one set until stop is set.
+    """Relays one set from source to sink until stop is set.
 
-    Raises UnavailableError when a service goes away (retrying is safe),
-    FencedError when another relay took over, RelayError/EncodeError when it
-    cannot go on without losing or garbling a change, SchemaChangeError at a
-    DDL it cannot relay compatibly.
+    layout: the set layout in effect (its emitter produces to sink); control: applies
+    control events; read_position(): the committed position in Kafka (None: none yet);
+    position_topic/position_key: where position records go; on_handoff(record): keeps
+    the handoff record (ZooKeeper ``relay/snapshot``).
 
-    The set's layout (tables, columns, schemas) is that of the set version in
-    effect at the committed position (Position.set_version; the latest version
-    when unknown), switched at the control events of the queue
-    (:mod:`pgshovel2.relay.control`).
+    Raises UnavailableError when a service goes away (retrying is safe), FencedError when
+    another relay took over, RelayError/EncodeError when it cannot go on without losing or
+    garbling a change, SchemaChangeError at a DDL it cannot relay compatibly.
     """
 
-    def __init__(self, store: ClusterStore, set_name: str, options: RelayOptions,
-                 leadership: Leadership | None = None):
-        self.store, self.set_name, self.options = store, set_name, options
-        self.leadership = leadership
-        self._m_commit = metrics.COMMIT_SECONDS.labels(set_name)
-        self._m_changes = metrics.CHANGES.labels(set_name)
-        self._m_batches = metrics.BATCHES.labels(set_name)
-        record, _ = store.get_set(set_name)
-        self._use_record(record)
-        self.queue = self._source_name(record)
-        prefix = self.config.topic_prefix or set_name
-        self.positions_topic = names.positions_topic(prefix)
-        self.position_key = f"{store.cluster}/{set_name}".encode()
-        tx_id = transactional_id(store.cluster, set_name) if options.transactional else None
-        self.sink = KafkaSink(options.bootstrap, tx_id)
-        self._create_topics(prefix)
-        self.registry = SchemaRegistry(options.registry_url) if options.registry_url else None
-        self.control = Control(store, set_name, self.registry)
-        self.emitter = Emitter(set_name, {}, names.transactions_topic(prefix), None, self.sink)
-        self._batch_version = self.set_version
-        self.source = self._open_source()
-        self.position: Position | None = None
+    def __init__(self, set_name: str, source: Source, sink: KafkaSink, layout: Layout, control: ControlEvents,
+                 options: RelayOptions, read_position: Callable[[], Position | None], position_topic: str,
+                 position_key: bytes, leadership: Leadership | None = None,
+                 on_handoff: Callable[[dict], None] = lambda record: None):
+        self.set_name, self.source, self.sink, self.layout = set_name, source, sink, layout
+        self.emitter, self.control, self.options = layout.emitter, control, options
+        self.read_position, self.position_topic, self.position_key = read_position, position_topic, position_key
+        self.leadership, self.on_handoff = leadership, on_handoff
+        self.soft = options.max_transaction_messages
+        self.hard = 10 * self.soft
+        self.committed: Position | None = None
         self.changes = self.batches = 0
+        self._counted = 0  # changes already added to the metric
         self._committed_produced = 0
-        self._started = time.monotonic()
-        self._last_progress = self._started
-
-    def _source_name(self, record: dict[str, Any]) -> str:
-        """Where the set's changes come from: its PgQ queue."""
-        return record["queue"]
-
-    def _open_source(self) -> PgqSource:
-        return PgqSource(self.config.dsn, self.queue, CONSUMER)
-
-    def _use_record(self, record: dict[str, Any]) -> None:
-        self.record, self.set_version = record, record["version"]
-        self.config = SetConfig.from_dict(record["config"])
-        self.tables = tuple(Table.from_dict(t) for t in record["tables"])
-
-    def _switch(self, record: dict[str, Any], route: TableRoute | None = None) -> None:
-        """Relay in the layout of set record from here on: only route's table changed, or
-        (route None) every route rebuilt and missing topics created."""
-        self._use_record(record)
-        if route is not None:
-            self.emitter.switch_table(route, self.set_version)
-            return
-        self._create_topics(self.config.topic_prefix or self.set_name)
-        routes, txn_writer = setup.routes(self.set_name, self.config, self.tables, self.registry)
-        self.emitter.switch(routes, self.set_version, txn_writer)
-
-    def _record_at(self, position: Position | None) -> dict[str, Any]:
-        """The set record in effect at position: the latest one unless the position says otherwise."""
-        version = position.start_version() if position is not None and self.options.snapshot != "force" else 0
-        if not version or version == self.set_version:
-            return self.record
-        log.info("resuming in the layout of set version %d (the latest is %d)", version, self.set_version)
-        return self.store.get_version(self.set_name, version)
-
-    def _create_topics(self, prefix: str) -> None:
-        topics = setup.topics(self.set_name, self.config, self.tables)
-        topics[self.positions_topic] = "compact"
-        single = frozenset({names.transactions_topic(prefix), self.positions_topic})
-        for topic in self.sink.ensure_topics(topics, self.config.topics, single):
-            log.info("created topic %s", topic)
+        self._ready: Position | None = None  # the latest point a Kafka transaction may end at, uncommitted
+        self._ready_at = 0.0  # when the first complete point of the open Kafka transaction came
+        self._txn: _Txn | None = None
+        self._unit: int | None = None
+        self._unit_version = 0  # set version at the start of the unit being relayed
+        self._m_commit = metrics.COMMIT_SECONDS.labels(set_name)
+        self._started = self._last_progress = time.monotonic()
 
     def run(self, stop: threading.Event) -> None:
-        """Fence older relays, snapshot if needed, then relay batches until stop is set."""
+        """Fence older relays, hand off (snapshot) if needed, then relay until stop is set."""
         try:
             self.sink.start()
-            position = read_position(self.options.bootstrap, self.positions_topic, self.position_key.decode())
-            self._switch(self._record_at(position))
+            self.layout.create_topics()
+            committed = self.read_position()
+            if committed is not None and committed.backend != self.source.backend:
+                raise RelayError(f"the position record of set {self.set_name!r} is of the {committed.backend} "
+                                 "backend: the set's topics belong to another set; use another topic_prefix")
+            force = self.options.snapshot == "force"
+            self.layout.resume(committed.start_version() if committed is not None and not force else 0)
             try:
-                self.position = self._handoff(stop, position)
-            except _StopRequestedError:
+                self.committed = self._handoff(stop, committed)
+            except StopRequestedError:
                 log.info("stopped during the snapshot; nothing of it is visible, it restarts on the next start")
                 return
-            while not stop.is_set():
-                self._check_leadership()
-                batch = self.source.next_batch()
-                if batch is None:
-                    if not self.source.tick():  # a new tick means a batch is ready now
-                        stop.wait(self.options.poll_interval)
-                else:
-                    self._relay_batch(batch)
-                self._progress()
+            self._stream(stop)
         finally:
             self.source.close()
             self.sink.close()
 
-    def _handoff(self, stop: threading.Event, position: Position | None) -> Position:
+    # -- the handoff ------------------------------------------------------------------------
+
+    def _handoff(self, stop: threading.Event, committed: Position | None) -> Position:
         mode = self.options.snapshot
-        if mode == "force" or (position is None and mode == "auto"):
-            return self._snapshot(stop)
-        if position is None:
-            log.info("skipping the initial snapshot: relaying queued changes only")
-            position = self._commit(Position(self.source.last_tick(), 0, True, None))
-            self.store.put_relay_record(self.set_name, "snapshot", {"txid_snapshot": None, "skipped": True})
+        if mode == "force" or (committed is None and mode == "auto"):
+            position, snap, record = self.source.handoff(export=True)
+            log.info("taking the initial snapshot of %d table(s) at %s", len(self.layout.record.tables),
+                     position.describe())
+            try:
+                rows, ts_ms, seconds = self._emit_snapshot(stop, snap, position)
+            finally:
+                snap.close()
+            position = self._commit(position)
+            self.on_handoff({**record, "rows": rows, "taken_at_ms": ts_ms})
+            log.info("snapshot done: %d rows in %.1fs, handoff at %s", rows, seconds, position.describe())
             return position
-        log.info("resuming after tick %d (event %d, batch %s), handoff txid snapshot %s", position.tick,
-                 position.ordinal, "complete" if position.complete else "partial", position.txid_snapshot)
-        return position
+        if committed is None:
+            position, _, record = self.source.handoff(export=False)
+            log.info("skipping the initial snapshot: relaying changes after %s", position.describe())
+            self.on_handoff(record)
+            return self._commit(position)
+        self.source.resume(committed)
+        log.info("resuming after %s (set version %d)", committed.describe(), committed.set_version)
+        return committed
 
-    def _snapshot(self, stop: threading.Event) -> Position:
-        log.info("taking the initial snapshot of %d table(s)", len(self.tables))
-        tick = self.source.last_tick()
-        txid_snapshot, rows, now_ms, seconds = self._emit_snapshot(stop, lambda o: _snapshot_position(tick, o))
-        position = self._commit(Position(tick, 0, True, txid_snapshot))
-        self.store.put_relay_record(self.set_name, "snapshot", {
-            "txid_snapshot": txid_snapshot, "rows": rows, "taken_at_ms": now_ms, "tick": tick})
-        log.info("snapshot done: %d rows in %.1fs, handoff at txid snapshot %s", rows, seconds, txid_snapshot)
-        return position
+    def _emit_snapshot(self, stop: threading.Event, snap: ExportedSnapshot, at: Position
+                       ) -> tuple[int, int, float]:
+        """Produce every table's rows in snap as op ``r`` into the open Kafka transaction, each with
+        the snapshot position of at; returns (rows, capture time in ms, seconds).
 
-    def _emit_snapshot(self, stop: threading.Event, position_of: Callable[[int], str],
-                       **take: str) -> tuple[str | None, int, int, float]:
-        """Produce every table's rows as op ``r`` (pgshovel2.relay.snapshot.take, options take) into
-        the open Kafka transaction; position_of(ordinal) gives each row's position.
-
-        Returns (what take returns: the txid snapshot, rows, capture time in ms, seconds).
-        Aborts the Kafka transaction on any error; raises _StopRequestedError when stop is set.
+        Aborts the Kafka transaction on any error; raises StopRequestedError when stop is set.
         """
-        now_ms, started, rows = int(time.time() * 1000), time.monotonic(), 0
-
-        def emit(table: Table, row: list, ordinal: int) -> None:
-            nonlocal rows
-            if stop.is_set():
-                raise _StopRequestedError()
-            self.emitter.snapshot_row(table, row, position_of(ordinal), now_ms)
-            rows += 1
-
-        def progress(table: Table, done: int, total: int) -> None:
-            log.info("snapshot %s: %d/%d rows (%.0f rows/s)", table.qualified, done, total,
-                     rows / max(time.monotonic() - started, 1e-6))
-
+        now_ms, started, ordinal, last_log = int(time.time() * 1000), time.monotonic(), 0, time.monotonic()
+        backend, unit = self.source.backend, at.unit
         try:
-            result = snapshot.take(self.config.dsn, self.tables, emit, progress, **take)
+            for table in self.layout.record.tables:
+                total, done = snap.count(table), 0
+                for row in snap.rows(table):
+                    if stop.is_set():
+                        raise StopRequestedError()
+                    self.emitter.snapshot_row(table, row, snapshot_header(backend, unit, ordinal), now_ms)
+                    ordinal += 1
+                    done += 1
+                    if done % 1000 == 0 and time.monotonic() - last_log >= 5:
+                        last_log = time.monotonic()
+                        log.info("snapshot %s: %d/%d rows (%.0f rows/s)", table.qualified, done, total,
+                                 ordinal / max(last_log - started, 1e-6))
+                log.info("snapshot %s: %d rows", table.qualified, done)
         except BaseException:
             self.sink.abort()
             raise
-        return result, rows, now_ms, time.monotonic() - started
+        return ordinal, now_ms, time.monotonic() - started
+
+    # -- the stream -------------------------------------------------------------------------
+
+    def _stream(self, stop: threading.Event) -> None:
+        for item in self.source.items(self.committed):
+            kind = type(item)
+            if kind is Change:
+                self._change(item)
+            elif kind is Begin:
+                self._begin(item)
+            elif kind is Commit:
+                self._end(item)
+            elif kind is Control:
+                self._control(item)
+            else:
+                self._idle(item)
+            if stop.is_set():
+                if self._ready is not None and self._txn is None:
+                    self._commit_ready()
+                return
+
+    def _at_unit(self, unit: int) -> None:
+        if unit != self._unit:
+            self._unit, self._unit_version = unit, self.layout.version
+
+    def _begin(self, item: Begin) -> None:
+        self._at_unit(item.unit)
+        self._txn = _Txn(item.txid)
+
+    def _change(self, item: Change) -> None:
+        if self.committed.reaches(item.unit, 0, True):
+            return  # its whole unit is in Kafka (streamed again after a restart): nothing to rebuild
+        covered = self.committed.covers(item.unit, item.ordinal)
+        if not covered and item.ordinal and self._pending() >= self.hard:
+            self._commit_at(self._point(item.unit, item.ordinal, False))  # inside one huge transaction
+        txn, emitter = self._txn, self.emitter
+        header = change_header(self.source.backend, item.unit, item.ordinal)
+        emitter.replaying = covered
+        if not txn.begun:
+            emitter.begin(txn.txid, header, item.ts_ms)
+            txn.begun = True
+        emitter.change(item, header)
+        txn.last_header, txn.last_covered = header, covered
+        if not covered:
+            self.changes += 1
+
+    def _end(self, item: Commit) -> None:
+        txn, self._txn = self._txn, None
+        self._at_unit(item.unit)
+        if txn is not None and txn.begun:
+            self.emitter.replaying = txn.last_covered
+            self.emitter.end(txn.txid, txn.last_header, item.ts_ms)
+        self.emitter.replaying = False
+        point = self._point(item.unit, item.ordinal, item.complete)
+        if self.committed.reaches(item.unit, item.ordinal, item.complete):
+            if item.complete and self._ready is None:
+                self.source.ack(point)  # in Kafka before a restart: only the acknowledgement was missing
+            return
+        self._ready = point
+        if item.complete and not self._ready_at:
+            self._ready_at = time.monotonic()
+        if self._pending() >= self.soft or (item.complete and self._delay_left() <= 0):
+            self._commit_ready()
+
+    def _control(self, item: Control) -> None:
+        """Apply a control event (also when replayed below the committed position: idempotent)."""
+        self._at_unit(item.unit)
+        started = time.monotonic()
+        try:
+            changed = self.control.apply(self.layout.record, item)
+        except SchemaChangeError:
+            if not self.committed.covers(item.unit, item.ordinal):  # commit everything before the change
+                self._commit_at(self._point(item.unit, item.ordinal, False))
+            raise
+        if changed is not None:
+            log.info("switching to set version %d at %s", changed[0].version,
+                     change_header(self.source.backend, item.unit, item.ordinal))
+            self.layout.use(*changed)
+        log.info("control event %s handled in %.1f ms (set version %d)", item.op,
+                 (time.monotonic() - started) * 1000, self.layout.version)
+
+    def _idle(self, item: Idle) -> None:
+        wait = item.wait
+        if self._ready is not None:
+            left = self._delay_left()
+            if left <= 0 or not self._ready.complete:
+                self._commit_ready()
+            else:
+                wait = min(wait, left)
+        self._check_leadership()
+        self._progress()
+        self.source.wait(wait)
+
+    # -- commits ----------------------------------------------------------------------------
+
+    def _point(self, unit: int, ordinal: int, complete: bool) -> Position:
+        return Position(unit, ordinal, complete, self.committed.txid_snapshot, self.source.backend)
+
+    def _delay_left(self) -> float:
+        return self.source.commit_delay - (time.monotonic() - self._ready_at)
+
+    def _pending(self) -> int:
+        """Messages produced since the last commit."""
+        return self.sink.produced - self._committed_produced
+
+    def _commit_ready(self) -> None:
+        self._commit_at(self._ready)
+
+    def _commit_at(self, position: Position) -> None:
+        """Commit the open Kafka transaction at position, then acknowledge the source up to the
+        last complete point it holds."""
+        ready = self._ready
+        self._commit(position)
+        done = position if position.complete else (ready if ready is not None and ready.complete else None)
+        self._ready, self._ready_at = None, 0.0
+        if done is not None:
+            failpoints.hit("before_finish")
+            self.source.ack(done)
+        self._progress()
 
     def _commit(self, position: Position) -> Position:
         """Commit the open Kafka transaction with position as its last record."""
-        position = replace(position, set_version=self.set_version, batch_version=self._batch_version)
-        self.sink.produce(self.positions_topic, self.position_key, position.encode(), [])
+        position = replace(position, set_version=self.layout.version, batch_version=self._unit_version)
+        self.sink.produce(self.position_topic, self.position_key, position.encode(), [])
         self._check_leadership()
         failpoints.hit("before_commit")
         started = time.perf_counter()
@@ -250,109 +307,40 @@ class Relay:
         self._m_commit.observe(time.perf_counter() - started)
         failpoints.hit("after_commit")
         self._committed_produced = self.sink.produced
-        self.position = position
+        self.committed = position
+        self.batches += 1
+        metrics.BATCHES.labels(self.set_name).inc()
+        metrics.CHANGES.labels(self.set_name).inc(self.changes - self._counted)
+        self._counted = self.changes
         return position
 
     def _check_leadership(self) -> None:
         if self.leadership is not None:
             self.leadership.check()
 
-    def _relay_batch(self, batch: Batch) -> None:
-        assert self.position is not None
-        if self.position.covers(batch.cur_tick_id):
-            log.info("batch of ticks %d..%d is already in Kafka (committed before a restart): "
-                     "acknowledging it", batch.prev_tick_id, batch.cur_tick_id)
-            self.source.finish(batch)
-            return
-        self._batch_version = self.set_version
-        skip = self.position.skip(batch.cur_tick_id)
-        if skip:
-            log.info("resuming batch of ticks %d..%d after its first %d events (already in Kafka)",
-                     batch.prev_tick_id, batch.cur_tick_id, skip)
-        events = self._emit_batch(batch, skip)
-        # Even an empty batch commits its position: the commit is what proves this relay still owns
-        # the set (a fenced one fails here), so only the owner ever acknowledges a batch.
-        self._commit(self._batch_position(batch, events, complete=True))
-        failpoints.hit("before_finish")
-        self.source.finish(batch)
-        self.changes += events - skip
-        self.batches += 1
-        self._m_changes.inc(events - skip)
-        self._m_batches.inc()
-        log.debug("batch %d (ticks %d..%d): %d changes", batch.batch_id,
-                  batch.prev_tick_id, batch.cur_tick_id, events - skip)
-
-    def _emit_batch(self, batch: Batch, skip: int) -> int:
-        """Produce a batch's messages from event skip on; returns its event count."""
-        soft = self.options.max_transaction_messages
-        current, ordinal, last = None, 0, ("", 0)
-        discard = _Discard()
-        for ev in self.source.events(batch, self.position.txid_snapshot):
-            position = _position(batch.cur_tick_id, ordinal)
-            if ev.op in CONTROL_OPS:
-                try:
-                    self._control(ev, batch.cur_tick_id)
-                except SchemaChangeError:
-                    if ordinal >= skip:  # commit everything before the change; the batch stays unacknowledged
-                        if current is not None and ev.txid != current:
-                            self.emitter.sink = discard if ordinal <= skip else self.sink
-                            self.emitter.end(current, *last)
-                        self.emitter.sink = self.sink
-                        self._commit(self._batch_position(batch, ordinal, complete=False))
-                    raise
-                ordinal += 1
-                continue
-            if ev.txid != current:
-                if current is not None:
-                    self.emitter.sink = discard if ordinal <= skip else self.sink
-                    self.emitter.end(current, *last)
-                if ordinal > skip and self._pending() >= soft:
-                    self._commit(self._batch_position(batch, ordinal, complete=False))
-                self.emitter.sink = discard if ordinal < skip else self.sink
-                self.emitter.begin(ev.txid, position, ev.ts_ms)
-                current = ev.txid
-            elif ordinal > skip and self._pending() >= 10 * soft:
-                self._commit(self._batch_position(batch, ordinal, complete=False))
-            self.emitter.sink = discard if ordinal < skip else self.sink
-            self.emitter.change(ev, position)
-            ordinal += 1
-            last = (position, ev.ts_ms)
-        if current is not None:
-            self.emitter.sink = discard if ordinal <= skip else self.sink
-            self.emitter.end(current, *last)
-        self.emitter.sink = self.sink
-        return ordinal
-
-    def _control(self, ev: Event, tick: int) -> None:
-        """Apply a control event (also when replayed below the committed position: idempotent)."""
-        started = time.monotonic()
-        if ev.op == SET_VERSION:
-            record = self.control.set_version(self.record, ev)
-            if record is not None:
-                log.info("switching to set version %d at tick %d", record["version"], tick)
-                self._switch(record)
-        else:
-            changed = self.control.schema_change(self.record, ev, tick)
-            if changed is not None:
-                self._switch(*changed)
-        log.info("control event %s at tick %d handled in %.1f ms (set version %d)", ev.op, tick,
-                 (time.monotonic() - started) * 1000, self.set_version)
-
-    def _batch_position(self, batch: Batch, ordinal: int, complete: bool) -> Position:
-        """Position after the first ordinal events of batch (all of it when complete)."""
-        return Position(batch.cur_tick_id, ordinal, complete, self.position.txid_snapshot)
-
-    def _pending(self) -> int:
-        """Messages produced since the last commit."""
-        return self.sink.produced - self._committed_produced
-
     def _progress(self) -> None:
         now = time.monotonic()
         if now - self._last_progress < self.options.progress_interval:
             return
         self._last_progress = now
-        lag_s, pending = self.source.lag()
-        metrics.LAG_SECONDS.labels(self.set_name).set(lag_s)
-        metrics.LAG_EVENTS.labels(self.set_name).set(pending)
-        log.info("relayed %d changes in %d batches (%.0f changes/s); queue lag %.1fs, %d events",
-                 self.changes, self.batches, self.changes / (now - self._started), lag_s, pending)
+        lag = self.source.lag()
+        rate = self.changes / max(now - self._started, 1e-6)
+        if lag.bytes is not None:
+            metrics.SLOT_LAG_BYTES.labels(self.set_name).set(lag.bytes)
+            log.info("relayed %d changes in %d Kafka transactions (%.0f changes/s); %s lags %d bytes, retains "
+                     "%d bytes of WAL", self.changes, self.batches, rate, self.source.describe(), lag.bytes,
+                     lag.retained_bytes)
+            self._warn_retention(lag.retained_bytes or 0)
+        else:
+            metrics.LAG_SECONDS.labels(self.set_name).set(lag.seconds or 0)
+            metrics.LAG_EVENTS.labels(self.set_name).set(lag.events or 0)
+            log.info("relayed %d changes in %d Kafka transactions (%.0f changes/s); queue lag %.1fs, %d events (%s)",
+                     self.changes, self.batches, rate, lag.seconds or 0, lag.events or 0, self.source.describe())
+
+    def _warn_retention(self, retained: int) -> None:
+        warn = self.options.slot_lag_warn_bytes
+        if retained > warn:
+            log.warning("%s retains %d MiB of WAL (warning above %d MiB): the relay is behind or was stopped; "
+                        "PostgreSQL keeps this WAL until the slot confirms it (cap it with "
+                        "max_slot_wal_keep_size, at the price of losing the slot)", self.source.describe(),
+                        retained >> 20, warn >> 20)

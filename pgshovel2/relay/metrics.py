@@ -3,7 +3,7 @@
 Every metric has the label ``set``. Scrape ``http://<address>:<port>/metrics``:
 
 - ``pgshovel2_relay_changes_total``: changes relayed (``rate()`` gives changes/s);
-- ``pgshovel2_relay_batches_total``: PgQ batches committed to Kafka and acknowledged;
+- ``pgshovel2_relay_batches_total``: Kafka transactions committed (each ends with a position record);
 - ``pgshovel2_relay_lag_seconds`` / ``pgshovel2_relay_lag_events``: the queue's lag behind the
   relay's consumer (pgq.get_consumer_info), updated every progress interval;
   ``pgshovel2_relay_slot_lag_bytes`` for the logical backend (its slot's lag);
@@ -16,7 +16,7 @@ Every metric has the label ``set``. Scrape ``http://<address>:<port>/metrics``:
 from prometheus_client import Counter, Gauge, Histogram, start_http_server
 
 CHANGES = Counter("pgshovel2_relay_changes", "Changes relayed to Kafka", ["set"])
-BATCHES = Counter("pgshovel2_relay_batches", "PgQ batches committed to Kafka and acknowledged", ["set"])
+BATCHES = Counter("pgshovel2_relay_batches", "Kafka transactions committed by the relay", ["set"])
 LAG_SECONDS = Gauge("pgshovel2_relay_lag_seconds", "Queue lag behind the relay's consumer (s)", ["set"])
 LAG_EVENTS = Gauge("pgshovel2_relay_lag_events", "Events queued and not yet relayed", ["set"])
 COMMIT_SECONDS = Histogram("pgshovel2_relay_kafka_commit_seconds", "Kafka transaction commit time (s)", ["set"],

@@ -1,7 +1,10 @@
-"""PgQ source: batches of a set's queue, streamed grouped by transaction.
+"""PgQ source: a trigger set's queue, read batch by batch (:mod:`pgshovel2.relay.source`).
 
-Position of a batch: its tick range (prev_tick_id, cur_tick_id]; batch ids are
-not stable across retries (next_batch draws them from a sequence).
+Unit: a batch, by its cur_tick_id (batch ids are not stable across retries: next_batch
+draws them from a sequence); ordinal: the event's index in the batch (control events
+count). Events come grouped by transaction, transactions in commit order; the last
+Commit of a batch is complete, and the next batch is read only once the loop has
+acknowledged it (``pgq.finish_batch``, after its Kafka commit): commit_delay is 0.
 """
 
 import json
@@ -10,13 +13,17 @@ import time
 from collections.abc import Iterator
 from contextlib import closing
 from dataclasses import dataclass
-from typing import NamedTuple
 
 import psycopg2
 
-from pgshovel2.db import connect
+from pgshovel2.backends import trigger
+from pgshovel2.backends.snapshot import ExportedSnapshot
+from pgshovel2.db import connect, outage
 from pgshovel2.errors import FencedError, RelayError, UnavailableError
 from pgshovel2.relay.prefetch import prefetch
+from pgshovel2.relay.source import CONTROL_OPS, Begin, Change, Commit, Control, Idle, Item, Lag
+from pgshovel2.setrecord import TriggerCapture
+from pgshovel2.wire import TRIGGER, Position
 
 log = logging.getLogger(__name__)
 
@@ -28,21 +35,6 @@ class Batch:
     batch_id: int
     prev_tick_id: int
     cur_tick_id: int
-
-
-class Event(NamedTuple):
-    """One captured change (a tuple: one is made per change, so it must be cheap).
-
-    txid: 64-bit epoch txid; ts_ms: capture time, ms since epoch; op: I/U/D/T;
-    row, before: decoded trigger rows (lists) or None; table: table tag.
-    """
-
-    txid: int
-    ts_ms: int
-    op: str
-    row: list | None
-    table: str
-    before: list | None
 
 
 # Events grouped by transaction, transactions in commit order: a transaction
@@ -59,55 +51,130 @@ ORDER BY tx_last, ev_id
 
 
 class PgqSource:
-    """Reads a set's queue as consumer. dsn: libpq DSN of the set's database."""
+    """Reads a trigger set's queue as its relay consumer. dsn: libpq DSN of the set's database;
+    poll_interval: seconds between polls when no tick is ahead; fetch_size: rows per fetch.
 
-    def __init__(self, dsn: str, queue: str, consumer: str, fetch_size: int = 5000):
-        self.queue, self.consumer, self.fetch_size = queue, consumer, fetch_size
-        self._ctl = connect(dsn, f"queue {queue}", UnavailableError)
-        self._read = connect(dsn, f"queue {queue}", UnavailableError)
+    Raises UnavailableError when the database goes away (retrying is safe), RelayError when
+    the queue or consumer is gone, FencedError when another relay acknowledged the batch.
+    """
+
+    backend = TRIGGER
+    commit_delay = 0.0
+
+    def __init__(self, dsn: str, capture: TriggerCapture, poll_interval: float = 0.02, fetch_size: int = 5000):
+        self.dsn, self.capture = dsn, capture
+        self.queue, self.consumer = capture.queue, capture.consumer
+        self.poll_interval, self.fetch_size = poll_interval, fetch_size
+        self._ctl = connect(dsn, f"queue {self.queue}", UnavailableError)
+        try:
+            self._read = connect(dsn, f"queue {self.queue}", UnavailableError)
+        except BaseException:
+            self._ctl.close()
+            raise
         self._ctl.autocommit = True
+        self._open: Batch | None = None
 
-    def next_batch(self) -> Batch | None:
-        """The consumer's open batch, or a new one; None when no tick is ahead."""
-        with self._ctl.cursor() as cur:
-            cur.execute("SELECT batch_id, prev_tick_id, cur_tick_id FROM pgq.next_batch_info(%s, %s)",
-                        (self.queue, self.consumer))
-            row = cur.fetchone()
-        return Batch(*row) if row and row[0] is not None else None
+    def _query(self, query: str, params: tuple) -> tuple | None:
+        """One row of query on the control connection; database outages become UnavailableError."""
+        try:
+            with self._ctl.cursor() as cur:
+                cur.execute(query, params)
+                return cur.fetchone()
+        except psycopg2.Error as exc:
+            self._raise(exc)
+
+    def _raise(self, exc: psycopg2.Error):
+        """Raise exc as the source error it means (this is called inside its except block)."""
+        err = self._error(exc)
+        if err is exc:
+            raise
+        raise err from exc
+
+    def _error(self, exc: psycopg2.Error) -> Exception:
+        if outage(exc, self._ctl):
+            return UnavailableError(f"queue {self.queue}: the database went away: {str(exc).strip()}")
+        if isinstance(exc, (psycopg2.errors.UndefinedTable, psycopg2.errors.UndefinedFunction)) \
+                or "Unknown queue" in str(exc) or "Not subscriber" in str(exc):
+            return RelayError(f"queue {self.queue} or its consumer {self.consumer} is gone from the database "
+                              f"(was the set dropped?): {str(exc).strip()}")
+        return exc
 
     def last_tick(self) -> int:
         """The consumer's last finished tick id (pgq.get_consumer_info last_tick).
 
         Raises RelayError when the consumer is not registered on the queue.
         """
-        with self._ctl.cursor() as cur:
-            cur.execute("SELECT last_tick FROM pgq.get_consumer_info(%s, %s)", (self.queue, self.consumer))
-            row = cur.fetchone()
+        row = self._query("SELECT last_tick FROM pgq.get_consumer_info(%s, %s)", (self.queue, self.consumer))
         if row is None:
             raise RelayError(f"consumer {self.consumer} is not registered on queue {self.queue}: "
                              "was the set dropped?")
         return int(row[0])
 
-    def tick(self) -> bool:
-        """Ask PgQ for a tick now (it ticks only past the queue's thresholds); True if it ticked."""
-        with self._ctl.cursor() as cur:
-            cur.execute("SELECT pgq.ticker(%s)", (self.queue,))
-            return cur.fetchone()[0] is not None
+    def handoff(self, export: bool) -> tuple[Position, ExportedSnapshot | None, dict]:
+        """The stream starts after the consumer's last finished tick; with export, filtered against
+        the exported snapshot's txid snapshot (queued transactions visible in it are in the copy)."""
+        tick = self.last_tick()
+        if not export:
+            return Position(tick, 0, True, None, TRIGGER), None, {"txid_snapshot": None, "skipped": True}
+        snap = trigger.export(self.dsn, UnavailableError)
+        txids = snap.handoff_record["txid_snapshot"]
+        return Position(tick, 0, True, txids, TRIGGER), snap, {"txid_snapshot": txids, "tick": tick}
 
-    def events(self, batch: Batch, snapshot: str | None) -> Iterator[Event]:
-        """Stream a batch's events, skipping transactions visible in snapshot.
+    def resume(self, position: Position) -> None:
+        """Check the consumer is still registered (RelayError otherwise)."""
+        self.last_tick()
 
-        snapshot: txid_snapshot text of the relay's initial snapshot, or None.
-        Rows are fetched by a worker thread (server-side cursor, fetch_size
-        rows at a time, two chunks ahead), so memory stays bounded.
-        """
-        loads = json.loads
+    def items(self, position: Position) -> Iterator[Item]:
+        """Batches after position; a batch position covers wholly comes as one complete Commit
+        (it was committed to Kafka but not acknowledged before a restart)."""
+        while True:
+            row = self._query("SELECT batch_id, prev_tick_id, cur_tick_id FROM pgq.next_batch_info(%s, %s)",
+                              (self.queue, self.consumer))
+            if row is None or row[0] is None:
+                ticked = self._query("SELECT pgq.ticker(%s)", (self.queue,))
+                if ticked is None or ticked[0] is None:  # a new tick means a batch is ready now
+                    yield Idle(self.poll_interval)
+                continue
+            batch = self._open = Batch(*row)
+            if position.reaches(batch.cur_tick_id, 0, True):
+                log.info("batch of ticks %d..%d is already in Kafka (committed before a restart): "
+                         "acknowledging it", batch.prev_tick_id, batch.cur_tick_id)
+                yield Commit(None, 0, batch.cur_tick_id, 0, True)
+            else:
+                if position.unit == batch.cur_tick_id:
+                    log.info("resuming batch of ticks %d..%d after its first %d events (already in Kafka)",
+                             batch.prev_tick_id, batch.cur_tick_id, position.ordinal)
+                yield from self._batch(batch, position.txid_snapshot)
+            while self._open is not None:  # the loop acknowledges the batch after its Kafka commit
+                yield Idle(0.0)
+
+    def _batch(self, batch: Batch, snapshot: str | None) -> Iterator[Item]:
+        """A batch's events as items, skipping transactions visible in snapshot (the handoff)."""
+        loads, tick = json.loads, batch.cur_tick_id
+        ordinal, current, last_ts = 0, None, 0
+        for txid, ts_ms, op, data, table, extra in self._events(batch, snapshot):
+            if txid != current:
+                if current is not None:
+                    yield Commit(current, last_ts, tick, ordinal, False)
+                current = txid
+                yield Begin(txid, ts_ms, tick, ordinal)
+            if op in CONTROL_OPS:
+                yield Control(txid, ts_ms, op, loads(data) if data else None, table,
+                              loads(extra) if extra else None, tick, ordinal)
+            else:
+                last_ts = ts_ms
+                yield Change(txid, ts_ms, op, loads(data) if data else None, table,
+                             loads(extra) if extra else None, tick, ordinal)
+            ordinal += 1
+        yield Commit(current, last_ts, tick, ordinal, True)
+
+    def _events(self, batch: Batch, snapshot: str | None) -> Iterator[tuple]:
+        """Rows of a batch, fetched by a worker thread (server-side cursor, fetch_size rows at a
+        time, two chunks ahead), so memory stays bounded."""
         try:
             with closing(prefetch(self._chunks(batch, snapshot))) as chunks:
                 for rows in chunks:
-                    for txid, ts_ms, op, data, table, before in rows:
-                        yield Event(txid, ts_ms, op, loads(data) if data else None, table,
-                                    loads(before) if before else None)
+                    yield from rows
         except psycopg2.errors.RaiseException as exc:
             if "batch not found" in str(exc):
                 # Only the owner of the set's transactional id acknowledges batches (after a Kafka
@@ -115,9 +182,14 @@ class PgqSource:
                 raise FencedError(f"batch {batch.batch_id} of queue {self.queue} was acknowledged by another "
                                   "relay of this set while this one read it: another relay took over; "
                                   "this one stops") from exc
-            raise
+            self._raise(exc)
+        except psycopg2.Error as exc:
+            self._raise(exc)
         finally:
-            self._read.rollback()
+            try:
+                self._read.rollback()
+            except psycopg2.Error:  # the connection is gone: reported above
+                pass
 
     def _chunks(self, batch: Batch, snapshot: str | None) -> Iterator[list[tuple]]:
         with self._read.cursor(name=f"batch_{batch.batch_id}") as cur:
@@ -125,55 +197,39 @@ class PgqSource:
             while rows := cur.fetchmany(self.fetch_size):
                 yield rows
 
-    def finish(self, batch: Batch) -> None:
-        """Acknowledge a batch (pgq.finish_batch): its events are never read again.
+    def ack(self, position: Position) -> None:
+        """Acknowledge the open batch (pgq.finish_batch) when position completes it: its events
+        are never read again. A batch another relay of the set acknowledged first is only logged."""
+        batch = self._open
+        if batch is None or not position.complete or position.unit < batch.cur_tick_id:
+            return
+        row = self._query("SELECT pgq.finish_batch(%s)", (batch.batch_id,))
+        if row is None or row[0] != 1:
+            log.warning("batch %d of queue %s was already acknowledged by another relay of this set",
+                        batch.batch_id, self.queue)
+        self._open = None
 
-        Called only after the batch is committed in Kafka, so a batch another
-        relay of the set acknowledged first is only logged.
-        """
-        with self._ctl.cursor() as cur:
-            cur.execute("SELECT pgq.finish_batch(%s)", (batch.batch_id,))
-            if cur.fetchone()[0] != 1:
-                log.warning("batch %d of queue %s was already acknowledged by another relay of this set",
-                            batch.batch_id, self.queue)
+    def wait(self, timeout: float) -> None:
+        """Sleep timeout seconds (PgQ has nothing to wait on)."""
+        if timeout > 0:
+            time.sleep(timeout)
 
-    def lag(self) -> tuple[float, int]:
+    def lag(self) -> Lag:
         """(seconds, events) the consumer is behind, from pgq.get_consumer_info."""
-        with self._ctl.cursor() as cur:
-            cur.execute("SELECT extract(epoch FROM lag), pending_events "
-                        "FROM pgq.get_consumer_info(%s, %s)", (self.queue, self.consumer))
-            row = cur.fetchone()
-        return (float(row[0] or 0), int(row[1] or 0)) if row else (0.0, 0)
+        row = self._query("SELECT extract(epoch FROM lag), pending_events FROM pgq.get_consumer_info(%s, %s)",
+                          (self.queue, self.consumer))
+        return Lag(float(row[0] or 0), int(row[1] or 0)) if row else Lag(0.0, 0)
+
+    def describe(self) -> str:
+        """``queue <name>``."""
+        return f"queue {self.queue}"
 
     def close(self) -> None:
-        """Close both connections."""
-        self._ctl.close()
-        self._read.close()
+        """Close both connections (never raises)."""
+        for conn in (self._ctl, self._read):
+            try:
+                conn.close()
+            except psycopg2.Error:
+                pass
 
 
-def wait_caught_up(dsn: str, queue: str, consumer: str, timeout: float = 120.0) -> int:
-    """Wait until consumer has finished every event committed before the call.
-
-    Forces a tick after the last committed event, then waits until the
-    consumer's last finished tick reaches it; returns that tick id. Raises
-    RelayError after timeout seconds.
-    """
-    conn = connect(dsn, f"queue {queue}", RelayError)
-    conn.autocommit = True
-    try:
-        with conn.cursor() as cur:
-            cur.execute("SELECT pgq.force_tick(%s)", (queue,))
-            cur.execute("SELECT pgq.ticker(%s)", (queue,))
-            cur.execute("SELECT last_tick_id FROM pgq.get_queue_info(%s)", (queue,))
-            target = cur.fetchone()[0]
-            deadline = time.monotonic() + timeout
-            while True:
-                cur.execute("SELECT last_tick FROM pgq.get_consumer_info(%s, %s)", (queue, consumer))
-                if cur.fetchone()[0] >= target:
-                    return target
-                if time.monotonic() > deadline:
-                    raise RelayError(f"consumer {consumer} of queue {queue} did not reach tick "
-                                     f"{target} within {timeout:g}s: is the relay running?")
-                time.sleep(0.1)
-    finally:
-        conn.close()

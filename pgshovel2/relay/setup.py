@@ -2,29 +2,28 @@
 
 from psycopg2.extensions import parse_dsn
 
-from pgshovel2 import names
 from pgshovel2.catalog import Table
 from pgshovel2.codec import avro
 from pgshovel2.codec.avro import AvroWriter
 from pgshovel2.codec.rows import RowEncoder
-from pgshovel2.config import SetConfig
 from pgshovel2.db import connect
 from pgshovel2.errors import RelayError
 from pgshovel2.relay.emitter import TableRoute
 from pgshovel2.relay.envelopes import DebeziumEnvelope, Envelope, RowEnvelope, SourceInfo
+from pgshovel2.setrecord import SetRecord
 from pgshovel2.sinks.registry import SchemaRegistry
 
 
-def topics(set_name: str, config: SetConfig, tables: tuple[Table, ...]) -> dict[str, str]:
-    """Topic name -> cleanup.policy for every topic of the set.
+def topics(record: SetRecord) -> dict[str, str]:
+    """Topic name -> cleanup.policy for every topic of the set (positions topic included).
 
-    Keyed tables get ``compact``; unkeyed ones ``delete`` (Kafka refuses
-    null keys on compacted topics).
+    Keyed tables get ``compact``; unkeyed ones ``delete`` (Kafka refuses null keys on
+    compacted topics).
     """
-    prefix = config.topic_prefix or set_name
-    out = {names.table_topic(prefix, t.schema, t.name): "compact" if t.key else "delete"
-           for t in tables}
-    out[names.transactions_topic(prefix)] = "delete"
+    names_ = record.topics
+    out = {names_.tables[t.qualified]: "compact" if t.key else "delete" for t in record.tables}
+    out[names_.transactions] = "delete"
+    out[names_.positions] = "compact"
     return out
 
 
@@ -46,39 +45,30 @@ def database_name(dsn: str) -> str:
         conn.close()
 
 
-def routes(set_name: str, config: SetConfig, tables: tuple[Table, ...],
-           registry: SchemaRegistry | None) -> tuple[dict[str, TableRoute], AvroWriter | None]:
-    """(table tag -> TableRoute, transactions-topic writer or None for JSON).
+def routes(record: SetRecord, registry: SchemaRegistry | None
+           ) -> tuple[dict[str, TableRoute], AvroWriter | None]:
+    """(table tag -> TableRoute, transactions-topic writer or None for JSON) of a set record.
 
     With Avro, registers every key/value schema (TopicNameStrategy subjects;
     the value schema is the row record or, for envelope debezium, the
     Envelope record). Raises RelayError when Avro is configured without a registry.
     """
-    prefix = config.topic_prefix or set_name
-    use_avro = config.encoding == "avro"
-    if use_avro and registry is None:
-        raise RelayError(f"set {set_name!r} uses encoding avro: pass --schema-registry URL "
+    config = record.config
+    if config.encoding == "avro" and registry is None:
+        raise RelayError(f"set {record.name!r} uses encoding avro: pass --schema-registry URL "
                          "(or PGSHOVEL_SCHEMA_REGISTRY)")
     database = database_name(config.dsn) if config.envelope == "debezium" else ""
-    out = {}
-    for table in tables:
-        out[table.qualified] = _route(set_name, config, table, table_topic(set_name, config, table),
-                                      registry, database)
+    out = {t.qualified: _route(record, t, registry, database) for t in record.tables}
     txn_writer = None
-    if use_avro:
-        txn_writer = _writer(registry, f"{names.transactions_topic(prefix)}-value", avro.TRANSACTION_SCHEMA)
+    if config.encoding == "avro":
+        txn_writer = _writer(registry, f"{record.topics.transactions}-value", avro.TRANSACTION_SCHEMA)
     return out, txn_writer
 
 
-def table_topic(set_name: str, config: SetConfig, table: Table) -> str:
-    """The data topic of a table of the set."""
-    return names.table_topic(config.topic_prefix or set_name, table.schema, table.name)
-
-
-def table_route(set_name: str, config: SetConfig, table: Table, registry: SchemaRegistry | None) -> TableRoute:
+def table_route(record: SetRecord, table: Table, registry: SchemaRegistry | None) -> TableRoute:
     """One table's route (its schemas registered), as :func:`routes` builds it."""
-    database = database_name(config.dsn) if config.envelope == "debezium" else ""
-    return _route(set_name, config, table, table_topic(set_name, config, table), registry, database)
+    database = database_name(record.dsn) if record.config.envelope == "debezium" else ""
+    return _route(record, table, registry, database)
 
 
 def _writer(registry: SchemaRegistry | None, subject: str, schema: dict | None) -> AvroWriter | None:
@@ -88,9 +78,9 @@ def _writer(registry: SchemaRegistry | None, subject: str, schema: dict | None) 
     return AvroWriter(schema, registry.register(subject, schema))
 
 
-def _route(set_name: str, config: SetConfig, table: Table, topic: str,
-           registry: SchemaRegistry | None, database: str) -> TableRoute:
+def _route(record: SetRecord, table: Table, registry: SchemaRegistry | None, database: str) -> TableRoute:
     """One table's route: its encoder and envelope, value schema registered before the key's."""
+    set_name, config, topic = record.name, record.config, record.topic(table)
     use_avro = config.encoding == "avro"
     avro_registry = registry if use_avro else None
     envelope: Envelope

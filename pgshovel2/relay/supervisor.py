@@ -20,9 +20,9 @@ from kazoo.handlers.threading import KazooTimeoutError
 from pgshovel2.cluster import ClusterStore
 from pgshovel2.errors import RelayError, UnavailableError
 from pgshovel2.relay import metrics
-from pgshovel2.relay.election import Leadership, LeadershipLostError, identity
-from pgshovel2.relay.logical_loop import LogicalRelay
-from pgshovel2.relay.loop import Relay, RelayOptions
+from pgshovel2.relay.build import build
+from pgshovel2.relay.election import Leadership, LeadershipLostError, SetDroppedError, identity
+from pgshovel2.relay.loop import RelayOptions
 
 log = logging.getLogger(__name__)
 
@@ -51,10 +51,15 @@ def record_error(store: ClusterStore, set_name: str, exc: Exception) -> None:
         log.debug("could not record the error in ZooKeeper", exc_info=True)
 
 
-def relay_class(store: ClusterStore, set_name: str) -> type[Relay]:
-    """The relay of the set's backend (from its record in ZooKeeper)."""
-    record, _ = store.get_set(set_name)
-    return LogicalRelay if record["config"]["backend"] == "logical" else Relay
+def dropped(store: ClusterStore, set_name: str, exc: BaseException) -> SetDroppedError | None:
+    """The error to stop with when exc happened because the set was dropped meanwhile (its
+    queue or slot went with it), else None. Best effort: ZooKeeper may be down too."""
+    try:
+        if store.exists(set_name):
+            return None
+    except Exception:  # ZooKeeper unreachable: exc stands as it is
+        return None
+    return SetDroppedError(f"set {set_name!r} was dropped: its relay stops ({str(exc).strip()[:200]})")
 
 
 def supervise(store: ClusterStore, set_name: str, options: RelayOptions, stop: threading.Event,
@@ -73,11 +78,17 @@ def supervise(store: ClusterStore, set_name: str, options: RelayOptions, stop: t
         try:
             if leadership is not None:
                 leadership.check()
-            relay = relay_class(store, set_name)(store, set_name, options, leadership)
-            log.info("relaying set %r (version %d) from %s %s to %s", set_name, relay.set_version,
-                     "slot" if isinstance(relay, LogicalRelay) else "queue", relay.queue, options.bootstrap)
+            relay = build(store, set_name, options, leadership)
+            log.info("relaying set %r (version %d) from %s to %s", set_name, relay.layout.version,
+                     relay.source.describe(), options.bootstrap)
             relay.run(stop)
-        except RETRYABLE as exc:
+        except SetDroppedError:
+            raise
+        except Exception as exc:
+            if (gone := dropped(store, set_name, exc)) is not None:
+                raise gone from exc
+            if not isinstance(exc, RETRYABLE):
+                raise
             if isinstance(exc, KafkaException) and exc.args[0].fatal():  # counted by run_elected
                 raise RelayError(f"the Kafka producer failed fatally: {exc}") from exc
             metrics.error(set_name, exc)

@@ -23,13 +23,13 @@ from dataclasses import dataclass
 
 from pgshovel2.catalog import Table
 from pgshovel2.cluster import ClusterStore
-from pgshovel2.config import SetConfig
 from pgshovel2.consumer import ConsumerError, OrderError, SetReader, SetTopics, Transaction
 from pgshovel2.db import connect
 from pgshovel2.replica import state
 from pgshovel2.replica.grouping import StatementGroups
 from pgshovel2.replica.sql import ReplicaError, TableMap, added_columns, alter_table, create_table
 from pgshovel2.replica.state import ReplicaState
+from pgshovel2.setrecord import SetRecord
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +56,7 @@ class Replicator:
         self.transactions = self.changes = self.skipped = 0
         self.commits = 0  # target transactions committed by this process
         record, _ = store.get_set(set_name)
-        self.txn_topic = SetTopics.from_record(set_name, record).transactions  # the prefix never changes
+        self.txn_topic = record.topics.transactions  # the prefix never changes
         with self.target.cursor() as cur:
             try:
                 cur.execute("SET session_replication_role = replica")
@@ -85,7 +85,7 @@ class Replicator:
                     if self._consume(reader, stop, until_caught_up):
                         return self.state
             except (OrderError, ConsumerError) as exc:
-                if self.store.get_set(self.set_name)[0]["version"] == record["version"]:
+                if self.store.get_set(self.set_name)[0].version == record.version:
                     raise
                 log.info("set %r changed to a new version while reading (%s): re-reading its topics from "
                          "the applied position", self.set_name, exc)
@@ -95,8 +95,8 @@ class Replicator:
                 self._maps = self._tables_at(self.state.set_version)
         return self.state
 
-    def _reader(self, record: dict) -> SetReader:
-        topics = SetTopics.from_record(self.set_name, record)
+    def _reader(self, record: SetRecord) -> SetReader:
+        topics = SetTopics.from_record(record)
         known = self.state.offsets if (topics.transactions, 0) in self.state.offsets else None
         return SetReader(topics, self.options.bootstrap, self.options.registry_url,
                          from_beginning=True, start_offsets=known, after_snapshot=self.state.txid_snapshot)
@@ -173,8 +173,7 @@ class Replicator:
         if not added:
             return {}
         record, _ = self.store.get_set(self.set_name)
-        conn = connect(SetConfig.from_dict(record["config"]).dsn, f"the source of set {self.set_name!r}",
-                       ReplicaError)
+        conn = connect(record.dsn, f"the source of set {self.set_name!r}", ReplicaError)
         try:
             with conn.cursor() as cur:
                 cur.execute("SELECT attnum, (attmissingval::text::text[])[1] FROM pg_attribute "
@@ -186,8 +185,7 @@ class Replicator:
 
     def _tables_at(self, version: int) -> dict[str, TableMap]:
         record = self.store.get_version(self.set_name, version)
-        tables = (Table.from_dict(t) for t in record["tables"])
-        return {f"{t.schema}.{t.name}": TableMap.of(t) for t in tables}
+        return {f"{t.schema}.{t.name}": TableMap.of(t) for t in record.tables}
 
     def _flush(self) -> None:
         """Commit the open batch and the position in one target transaction."""

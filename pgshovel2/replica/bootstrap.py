@@ -21,38 +21,35 @@ from the beginning. Only valid while the topics hold the whole history
 
 import logging
 import tempfile
-from typing import Any
 
 import psycopg2
 from confluent_kafka.admin import AdminClient
 from psycopg2 import sql
 
-from pgshovel2.bootstrap.export import ExportedSnapshot
+from pgshovel2 import backends
 from pgshovel2.bootstrap.manifest import Manifest
 from pgshovel2.catalog import Table
-from pgshovel2.config import SetConfig
 from pgshovel2.consumer.offsets import end_offsets, partition_counts
 from pgshovel2.consumer.topics import SetTopics
-from pgshovel2.db import connect
 from pgshovel2.replica import parquet, state
 from pgshovel2.replica.sql import ReplicaError, TableMap, create_table
 from pgshovel2.replica.state import ReplicaState
+from pgshovel2.setrecord import SetRecord
 
 log = logging.getLogger(__name__)
 MODES = ("copy", "kafka", "parquet")
 
 
-def tables_of(record: dict[str, Any]) -> tuple[Table, ...]:
+def tables_of(record: SetRecord) -> tuple[Table, ...]:
     """The set record's tables, each checked to be replicable (TableMap.of raises for unkeyed ones)."""
-    tables = tuple(Table.from_dict(t) for t in record["tables"])
-    for t in tables:
+    for t in record.tables:
         TableMap.of(t)
-    return tables
+    return record.tables
 
 
-def source_offsets(set_name: str, record: dict[str, Any], bootstrap: str) -> dict[tuple[str, int], int]:
+def source_offsets(set_name: str, record: SetRecord, bootstrap: str) -> dict[tuple[str, int], int]:
     """Committed end offsets of the set's data topics, then of its transactions topic."""
-    topics = SetTopics.from_record(set_name, record)
+    topics = SetTopics.from_record(record)
     admin = AdminClient({"bootstrap.servers": bootstrap})
     counts = partition_counts(admin, [t.topic for t in topics.tables] + [topics.transactions], bootstrap,
                               f"of set {set_name!r}")
@@ -60,7 +57,7 @@ def source_offsets(set_name: str, record: dict[str, Any], bootstrap: str) -> dic
     return end_offsets(admin, [data, [(topics.transactions, 0)]], bootstrap)
 
 
-def bootstrap(target, cluster: str, set_name: str, record: dict[str, Any], mode: str,
+def bootstrap(target, cluster: str, set_name: str, record: SetRecord, mode: str,
               kafka_bootstrap: str, manifest_dir: str | None = None) -> ReplicaState:
     """Fill target (a psycopg2 connection, not autocommit) for set_name and commit; returns its state.
 
@@ -68,8 +65,8 @@ def bootstrap(target, cluster: str, set_name: str, record: dict[str, Any], mode:
     (it resumes instead), when a table is unkeyed or the copy fails; the
     target is unchanged then (one transaction).
     """
-    if mode == "copy" and record["config"]["backend"] != "trigger":
-        raise ReplicaError(f"set {set_name!r} uses the {record['config']['backend']} backend: --bootstrap copy "
+    if mode == "copy" and record.backend != "trigger":
+        raise ReplicaError(f"set {set_name!r} uses the {record.backend} backend: --bootstrap copy "
                            "hands off at a txid snapshot (trigger sets) only for now; use --bootstrap kafka")
     manifest = None
     if mode == "parquet":  # the tables as the bootstrap copied them (its set version)
@@ -77,7 +74,7 @@ def bootstrap(target, cluster: str, set_name: str, record: dict[str, Any], mode:
         if manifest.set != set_name or manifest.cluster != cluster or manifest.output != "parquet":
             raise ReplicaError(f"{manifest_dir}: a {manifest.output} bootstrap of set {manifest.set!r} of cluster "
                                f"{manifest.cluster!r}, not a Parquet bootstrap of set {set_name!r} of {cluster!r}")
-        record = manifest.record
+        record = manifest.set_record
     tables = tables_of(record)
     with target.cursor() as cur:
         state.ensure_table(cur)
@@ -95,35 +92,29 @@ def bootstrap(target, cluster: str, set_name: str, record: dict[str, Any], mode:
             rows = parquet.load(cur, manifest, manifest_dir, tables)
         log.info("loaded %d rows from the bootstrap %s", rows, manifest_dir)
         offsets, snapshot = manifest.offsets(), str(manifest.txid_snapshot)  # trigger sets only, for now
-    version = manifest.set_version if manifest is not None else record["version"]
+    version = manifest.set_version if manifest is not None else record.version
     st = ReplicaState(cluster, set_name, "", 0, version, offsets, snapshot, mode)
     with target.cursor() as cur:
         cur.execute(state.save(st))
     target.commit()
     log.info("bootstrapped the target from %s at set version %d (handoff txid snapshot %s)",
-             mode, record["version"], snapshot)
+             mode, record.version, snapshot)
     return st
 
 
-def _copy(target, set_name: str, record: dict[str, Any], tables: tuple[Table, ...],
+def _copy(target, set_name: str, record: SetRecord, tables: tuple[Table, ...],
           kafka_bootstrap: str) -> tuple[dict[tuple[str, int], int], str]:
     """COPY every table from the source's exported snapshot; returns (offsets, txid snapshot)."""
-    config = SetConfig.from_dict(record["config"])
     offsets = source_offsets(set_name, record, kafka_bootstrap)  # BEFORE the snapshot
-    with ExportedSnapshot(config.dsn, config.backend) as exported:
-        reader = connect(config.dsn, f"the source of set {set_name!r}", ReplicaError)
+    with backends.export(record, ReplicaError) as exported:
         try:
-            reader.set_session(isolation_level="REPEATABLE READ", readonly=True)
-            with reader.cursor() as src, target.cursor() as dst:
-                src.execute("SET TRANSACTION SNAPSHOT %s", (exported.snapshot_id,))
+            with exported.conn.cursor() as src, target.cursor() as dst:
                 for t in tables:
                     _copy_table(src, dst, t)
         except psycopg2.Error as exc:
             raise ReplicaError(f"copying set {set_name!r} into the target failed: {str(exc).strip()}; "
                                "the target was not changed") from exc
-        finally:
-            reader.close()
-        return offsets, exported.txid_snapshot
+        return offsets, exported.handoff_record["txid_snapshot"]
 
 
 def _copy_table(src, dst, table: Table) -> None:

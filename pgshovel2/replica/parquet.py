@@ -20,7 +20,7 @@ from psycopg2.extras import execute_values
 
 from pgshovel2.bootstrap.manifest import Manifest
 from pgshovel2.catalog import Column, Table
-from pgshovel2.codec.temporal import INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN
+from pgshovel2.wire import INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN
 
 PAGE = 2000
 _EPOCH_DATE = datetime.date(1970, 1, 1)

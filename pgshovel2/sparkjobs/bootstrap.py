@@ -4,7 +4,7 @@ Steps (see docs in README.rst, "Bootstrapping consumers with Spark"):
 
 1. read the set record from ZooKeeper; refuse backends without a handoff rule;
 2. read the committed end offsets of the set's topics (data, then transactions);
-3. export a snapshot (pgshovel2.bootstrap.export) and record its txid snapshot;
+3. export a snapshot (pgshovel2.backends.export) and record its handoff;
 4. read every table in key-range JDBC partitions that all adopt that snapshot,
    rows in the capture trigger's form (pgshovel2.encode_row), converted by the
    relay's own codec;
@@ -21,24 +21,28 @@ import shutil
 import time
 import uuid
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from confluent_kafka.admin import AdminClient
 
-from pgshovel2 import names
-from pgshovel2.bootstrap.export import ROW_ALIAS, ExportedSnapshot, ReadPlan, jdbc_url, redacted
+from pgshovel2 import backends, names
+from pgshovel2.backends.snapshot import ExportedSnapshot
 from pgshovel2.bootstrap.manifest import BootstrapError, Manifest, TableCopy
 from pgshovel2.catalog import Table
 from pgshovel2.cluster import ClusterStore
 from pgshovel2.codec import spark as spark_codec
 from pgshovel2.codec.rows import RowEncoder
-from pgshovel2.config import SetConfig
 from pgshovel2.consumer.errors import ConsumerError
 from pgshovel2.consumer.offsets import end_offsets, partition_counts
 from pgshovel2.consumer.topics import SetTopics
+from pgshovel2.db import redacted
 from pgshovel2.errors import PgshovelError
+from pgshovel2.setrecord import SetRecord
+from pgshovel2.sparkjobs import readplan
+from pgshovel2.sparkjobs.readplan import ROW_ALIAS, ReadPlan, jdbc_url
 from pgshovel2.sparkjobs.session import require_class
+from pgshovel2.wire import snapshot_header
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +57,7 @@ class BootstrapOptions:
     with to_kafka). to_kafka: write op ``r`` messages instead of Parquet.
     partition_rows: target rows per JDBC partition (from pg_class.reltuples);
     max_partitions: per table; fetch_size: JDBC rows per round trip.
-    native: read tables of plain types (export.is_native) as JDBC columns
+    native: read tables of plain types (readplan.is_native) as JDBC columns
     straight into Parquet, without Python per row (Parquet output only).
     """
 
@@ -75,8 +79,6 @@ def run(spark, store: ClusterStore, set_name: str, options: BootstrapOptions) ->
     ConsumerError (Kafka). Nothing is left at options.output on failure.
     """
     record, _ = store.get_set(set_name)
-    config = SetConfig.from_dict(record["config"])
-    tables = tuple(Table.from_dict(t) for t in record["tables"])
     if store.get_relay_record(set_name, "snapshot") is None:
         raise BootstrapError(f"the relay of set {set_name!r} has not started yet: start pgshovel-kafka-relay "
                              "first (the stream a bootstrap hands off to must exist)")
@@ -85,15 +87,15 @@ def run(spark, store: ClusterStore, set_name: str, options: BootstrapOptions) ->
         raise BootstrapError(f"bootstrap output {output} already exists: choose a new path")
     require_class(spark, "org.postgresql.Driver", "install libpostgresql-jdbc-java (scripts/install.sh) "
                   "or pass the driver with --jdbc-jar / spark-submit --jars")
-    topics = SetTopics.from_record(set_name, record)
+    topics = SetTopics.from_record(record)
     offsets = _kafka_offsets(topics, options.bootstrap_servers)
     tmp = output.parent / f".{output.name}.tmp-{uuid.uuid4().hex[:8]}"
     tmp.mkdir(parents=True)
     try:
-        copies, handoff = _copy(spark, set_name, config, tables, topics, tmp, options)
+        copies, handoff = _copy(spark, record, topics, tmp, options)
         manifest = Manifest(
-            set=set_name, cluster=store.cluster, set_version=record["version"],
-            record={**record, "config": {**record["config"], "dsn": redacted(config.dsn)}},
+            set=set_name, cluster=store.cluster, set_version=record.version,
+            record=record.replace(config=replace(record.config, dsn=redacted(record.dsn))).to_dict(),
             output="kafka" if options.to_kafka else "parquet", tables=copies,
             handoff=handoff,
             kafka_offsets={t: {str(p): o for (tt, p), o in sorted(offsets.items()) if tt == t}
@@ -117,15 +119,16 @@ def _kafka_offsets(topics: SetTopics, bootstrap: str) -> dict[tuple[str, int], i
     return end_offsets(admin, [data, [(topics.transactions, 0)]], bootstrap)
 
 
-def _copy(spark, set_name: str, config: SetConfig, tables: tuple[Table, ...], topics: SetTopics, tmp: Path,
+def _copy(spark, record: SetRecord, topics: SetTopics, tmp: Path,
           options: BootstrapOptions) -> tuple[list[TableCopy], dict]:
     """Export the snapshot and copy every table under it; returns (copies, handoff record)."""
-    url, props = jdbc_url(config.dsn)
+    url, props = jdbc_url(record.dsn)
     by_table = {(t.schema, t.name): t.topic for t in topics.tables}
-    with ExportedSnapshot(config.dsn, config.backend) as snap:
+    with backends.export(record, BootstrapError) as snap:
         native = options.native and not options.to_kafka
-        plans = [snap.plan(t, options.partition_rows, options.max_partitions, native) for t in tables]
-        writer = _KafkaWriter(set_name, config, tables, options) if options.to_kafka else None
+        plans = [readplan.plan(snap, t, options.partition_rows, options.max_partitions, native)
+                 for t in record.tables]
+        writer = _KafkaWriter(record, snap, options) if options.to_kafka else None
         copies = []
         try:
             for plan in plans:
@@ -149,7 +152,7 @@ def _copy(spark, set_name: str, config: SetConfig, tables: tuple[Table, ...], to
         finally:
             if writer:
                 writer.close()
-        return copies, snap.handoff
+        return copies, snap.handoff_record
 
 
 def _read_error(exc: Exception, table: Table, snap: ExportedSnapshot) -> BootstrapError:
@@ -234,27 +237,30 @@ class _Tally:
 class _KafkaWriter:
     """Writes op r messages exactly as the relay does (its routes and emitter), in one Kafka transaction."""
 
-    def __init__(self, set_name: str, config: SetConfig, tables: tuple[Table, ...], options: BootstrapOptions):
+    def __init__(self, record: SetRecord, snap: ExportedSnapshot, options: BootstrapOptions):
         from pgshovel2.relay import setup
         from pgshovel2.relay.emitter import Emitter
-        from pgshovel2.relay.loop import _snapshot_position
         from pgshovel2.sinks.kafka import KafkaSink
         from pgshovel2.sinks.registry import SchemaRegistry
 
         registry = SchemaRegistry(options.registry_url, max_wait=60) if options.registry_url else None
-        routes, txn_writer = setup.routes(set_name, config, tables, registry)
-        self.sink = KafkaSink(options.bootstrap_servers, f"pgshovel2.bootstrap.{set_name}.{uuid.uuid4().hex[:8]}")
+        routes, txn_writer = setup.routes(record, registry)
+        self.sink = KafkaSink(options.bootstrap_servers,
+                              f"pgshovel2.bootstrap.{record.name}.{uuid.uuid4().hex[:8]}")
         self.sink.start()
         self.tally = _Tally(self.sink)
-        prefix = config.topic_prefix or set_name
-        self.emitter = Emitter(set_name, routes, names.transactions_topic(prefix), txn_writer, self.tally)
-        self.position, self.ordinal, self.ts_ms = _snapshot_position, 0, int(time.time() * 1000)
+        self.emitter = Emitter(record.name, routes, record.topics.transactions, txn_writer, self.tally)
+        # op r rows sort at the handoff: the consistent point's LSN (logical), tick 0 (trigger: the
+        # bootstrap has no tick; its txid snapshot decides the handoff)
+        unit = getattr(snap.handoff, "lsn", 0)
+        self.position = lambda ordinal: snapshot_header(record.backend, unit, ordinal)
+        self.ordinal, self.ts_ms = 0, int(time.time() * 1000)
 
     def write(self, plan: ReadPlan, raw, topic: str) -> TableCopy:
         """Produce the op r messages of one table (rows collected to the driver in partition order)."""
         before = self.tally.rows[topic]
         for row in raw.select(ROW_ALIAS).toLocalIterator():
-            self.emitter.snapshot_row(plan.table, json.loads(row[0]), self.position(0, self.ordinal), self.ts_ms)
+            self.emitter.snapshot_row(plan.table, json.loads(row[0]), self.position(self.ordinal), self.ts_ms)
             self.ordinal += 1
         t = plan.table
         return TableCopy(t.schema, t.name, topic, None, self.tally.rows[topic] - before,

@@ -2,7 +2,7 @@
 
 Changes are read from Kafka (spark-sql-kafka-0-10, ``read_committed``) from
 the bootstrap manifest's offsets, decoded by the project's consumer decoder
-(pgshovel2.bootstrap.changes), filtered by the manifest's txid snapshot and
+(pgshovel2.sparkjobs.changes), filtered by the manifest's txid snapshot and
 applied per key in ``pgshovel.position`` order (a tombstone deletes; a
 TRUNCATE on the transactions topic deletes every row older than it).
 
@@ -22,11 +22,11 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from pgshovel2.bootstrap import changes
 from pgshovel2.bootstrap.manifest import BootstrapError, Manifest
 from pgshovel2.catalog import Table
 from pgshovel2.codec import spark as spark_codec
 from pgshovel2.consumer.topics import SetTopics
+from pgshovel2.sparkjobs import changes
 from pgshovel2.sparkjobs.bootstrap import table_dir
 from pgshovel2.sparkjobs.session import require_class
 
@@ -62,10 +62,10 @@ def run(spark, options: MaterializeOptions) -> None:
     """Materialize once (batch) or until stopped (stream). Raises BootstrapError for an
     unusable bootstrap, a JSON or debezium set, or a missing Kafka connector."""
     manifest = Manifest.load(options.bootstrap)
-    config = manifest.record["config"]
-    if config["encoding"] != "avro" or config["envelope"] != "row":
+    config = manifest.set_record.config
+    if config.encoding != "avro" or config.envelope != "row":
         raise BootstrapError(f"materialize supports sets with encoding avro and envelope row; set "
-                             f"{manifest.set!r} has {config['encoding']}/{config['envelope']}")
+                             f"{manifest.set!r} has {config.encoding}/{config.envelope}")
     if manifest.output != "parquet":
         raise BootstrapError(f"bootstrap {options.bootstrap} went to Kafka: materialize needs a Parquet bootstrap")
     require_class(spark, "org.apache.spark.sql.kafka010.KafkaSourceProvider",
@@ -81,8 +81,9 @@ class _Job:
     def __init__(self, spark, manifest: Manifest, options: MaterializeOptions):
         self.spark, self.manifest, self.options = spark, manifest, options
         manifest.txid_snapshot  # noqa: B018 -- raises BootstrapError for a logical set's bootstrap (LSN handoff)
-        self.topics = SetTopics.from_record(manifest.set, manifest.record)
-        self.tables = {(t["schema"], t["name"]): Table.from_dict(t) for t in manifest.record["tables"]}
+        record = manifest.set_record
+        self.topics = SetTopics.from_record(record)
+        self.tables = {(t.schema, t.name): t for t in record.tables}
         self.output = Path(options.output).absolute()
 
     def _kafka_options(self) -> dict[str, str]:

@@ -12,11 +12,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pgshovel2.bootstrap.export import APPLICATION_NAME
+from pgshovel2.backends.snapshot import APPLICATION_NAME
 from pgshovel2.bootstrap.manifest import BootstrapError, Manifest
 from pgshovel2.cluster import ClusterStore
+from pgshovel2.ops.verify import read_topics
 from pgshovel2.sparkjobs import bootstrap, session
-from pgshovel2.verify import read_topics
 from tests.helpers import caught_up, pgshovel, write_config
 from tests.integration.bootstrap_helpers import (
     TABLES,

@@ -14,6 +14,7 @@ import threading
 import time
 import uuid
 from collections import defaultdict
+from dataclasses import replace
 
 import fastavro
 import psycopg2
@@ -22,10 +23,11 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartiti
 from confluent_kafka.schema_registry import SchemaRegistryClient
 
 from pgshovel2 import names
-from pgshovel2.capture import trigger
+from pgshovel2.backends import trigger
 from pgshovel2.catalog import column_from_row, resolve_table
 from pgshovel2.cluster import ClusterStore
 from pgshovel2.config import TableConfig
+from pgshovel2.setrecord import CONSUMER, queue_name
 from tests.helpers import RelayProcess, caught_up, pgshovel, write_config
 
 
@@ -116,7 +118,7 @@ def set_up(stack, cluster, db, schema, tmp_path, set_name: str, columns: str = "
     prefix = f"{set_name}{cluster}"
     cfg = write_config(tmp_path, stack, [{"schema": schema, "name": "t"}], topic_prefix=prefix)
     pgshovel(stack, cluster, "set", "create", set_name, str(cfg))
-    return table, names.table_topic(prefix, schema, "t"), trigger.queue_name(cluster, set_name)
+    return table, names.table_topic(prefix, schema, "t"), queue_name(cluster, set_name)
 
 
 def ddl(db, statement: str) -> float:
@@ -191,7 +193,7 @@ def test_add_drop_rename_while_writing(stack, cluster, db, schema, tmp_path, rel
     assert len(registry.get_versions(f"{topic}-key")) == 1
     with ClusterStore(stack.zk, cluster) as store:
         assert store.history("ddl") == [1, 2, 3, 4, 5]
-        changes = [store.get_version("ddl", v)["change"]["statement"] for v in (2, 3, 4, 5)]
+        changes = [store.get_version("ddl", v).change["statement"] for v in (2, 3, 4, 5)]
     assert changes == statements
 
     # Rebuilt state, every last value read with the latest schema (defaults, aliases), equals the table.
@@ -253,7 +255,7 @@ def test_incompatible_change_stops_losing_nothing(stack, cluster, db, schema, tm
         with db.cursor() as cur:  # tick, so pending_events counts every event committed so far
             cur.execute("SELECT pgq.force_tick(%s)", (queue,))
             cur.execute("SELECT pgq.ticker(%s)", (queue,))
-            cur.execute("SELECT pending_events FROM pgq.get_consumer_info(%s, %s)", (queue, trigger.CONSUMER))
+            cur.execute("SELECT pending_events FROM pgq.get_consumer_info(%s, %s)", (queue, CONSUMER))
             assert cur.fetchone()[0] >= 7  # row 51, the DDL and the rows after: not acknowledged
     check()
     again = relay_factory("bad")  # a restart stops at the same place and writes nothing twice
@@ -277,18 +279,15 @@ def test_version_marker_adds_table_and_column(stack, cluster, db, schema, tmp_pa
     conn = psycopg2.connect(stack.dsn)
     with ClusterStore(stack.zk, cluster) as store, conn, conn.cursor() as cur:
         record, znode = store.get_set("ver")
-        config = {**record["config"], "tables": [
-            {"schema": schema, "name": "t", "columns": None, "key": None, "allow_unkeyed": False},
-            {"schema": schema, "name": "b", "columns": None, "key": None, "allow_unkeyed": False}]}
+        config = replace(record.config, tables=(TableConfig(schema, "t"), TableConfig(schema, "b")))
         tables = tuple(resolve_table(cur, TableConfig(schema, n), f"tables[{i}]", "test")
                        for i, n in enumerate(("t", "b")))
-        cur.execute(f'DROP TRIGGER "{record["trigger"]}" ON {table}')
-        cur.execute(f'DROP TRIGGER "{record["trigger"]}_t" ON {table}')
-        trigger.install_triggers(cur, record["queue"], record["trigger"], tables, trigger.column_counts(cur, tables))
-        trigger.mark_version(cur, record["queue"], 2)
+        cur.execute(f'DROP TRIGGER "{record.capture.trigger}" ON {table}')
+        cur.execute(f'DROP TRIGGER "{record.capture.trigger}_t" ON {table}')
+        trigger.install_triggers(cur, record.capture, tables, trigger.column_counts(cur, tables))
+        trigger.mark_version(cur, record.capture, 2)
         cur.execute(f"INSERT INTO {table} VALUES (2, 'new', 20)")  # same transaction, after the marker
-        store.update_set("ver", {**record, "version": 2, "config": config,
-                                 "tables": [t.to_dict() for t in tables]}, znode)
+        store.update_set(record.replace(version=2, config=config, tables=tables), znode)
     conn.close()
     with db.cursor() as cur:
         cur.execute(f'INSERT INTO "{schema}".b VALUES (1, \'b\')')

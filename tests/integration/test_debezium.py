@@ -15,10 +15,9 @@ import pytest
 from confluent_kafka.schema_registry import SchemaRegistryClient
 
 from pgshovel2 import __version__, names
-from pgshovel2.catalog import Table
 from pgshovel2.cluster import ClusterStore
 from pgshovel2.codec import avro
-from pgshovel2.verify import read_topics
+from pgshovel2.ops.verify import read_topics
 from tests.helpers import assert_verified, caught_up, messages, pgshovel, verify, write_config
 
 ENVELOPE_FIELDS = ["before", "after", "source", "op", "ts_ms", "transaction"]
@@ -136,7 +135,7 @@ def check_registered_schemas(stack, cluster: str, t_topic: str, u_topic: str) ->
     client = SchemaRegistryClient({"url": stack.registry})
     with ClusterStore(stack.zk, cluster) as store:
         record, _ = store.get_set(SET)
-    tables = {t["name"]: Table.from_dict(t) for t in record["tables"]}
+    tables = {t.name: t for t in record.tables}
     for topic, name in ((t_topic, "t"), (u_topic, "u")):
         registered = json.loads(client.get_latest_version(f"{topic}-value").schema.schema_str)
         assert registered["name"] == "Envelope"

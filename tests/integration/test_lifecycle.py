@@ -10,8 +10,8 @@ import time
 import psycopg2
 import pytest
 
-from pgshovel2.capture.trigger import queue_name, trigger_name
 from pgshovel2.cluster import ClusterStore
+from pgshovel2.setrecord import queue_name, trigger_name
 from tests.helpers import BIN, caught_up, cli_env, messages, pgshovel, write_config
 
 
@@ -36,8 +36,8 @@ def zk_state(stack, cluster: str, set_name: str) -> dict | None:
         if not store.exists(set_name):
             return None
         record, _ = store.get_set(set_name)
-    return {"version": record["version"],
-            "tables": {t["name"]: ",".join(str(c["attnum"]) for c in t["columns"]) for t in record["tables"]}}
+    return {"version": record.version,
+            "tables": {t.name: ",".join(str(c.attnum) for c in t.columns) for t in record.tables}}
 
 
 def assert_agree(stack, db, cluster: str, set_name: str, schema: str) -> dict | None:

@@ -11,7 +11,7 @@ from collections import Counter
 import pytest
 
 from pgshovel2 import names
-from pgshovel2.capture.logical import slot_name
+from pgshovel2.setrecord import slot_name
 from tests.helpers import RelayProcess, assert_verified, caught_up, messages, pgshovel, verify, write_config
 
 # The issue asks for 1M rows; the default suite uses 200k (set LOGICAL_BIG_ROWS=1000000 for the full size).

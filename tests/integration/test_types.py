@@ -12,7 +12,7 @@ import pytest
 from confluent_kafka.schema_registry import SchemaRegistryClient
 
 from pgshovel2 import names
-from pgshovel2.verify import read_topics
+from pgshovel2.ops.verify import read_topics
 from tests.helpers import RelayProcess, caught_up, pgshovel, write_config
 
 COLUMNS = [  # (name, type, [values as SQL literals])

@@ -15,8 +15,8 @@ from pgshovel2.codec.avro import AvroWriter
 from pgshovel2.codec.rows import RowEncoder
 from pgshovel2.relay.emitter import Emitter, TableRoute
 from pgshovel2.relay.envelopes import Context, DebeziumEnvelope, RowEnvelope, SourceInfo, TxnOrder
-from pgshovel2.relay.pgq_source import Event
 from pgshovel2.relay.setup import database_name
+from pgshovel2.relay.source import Change
 
 # Trigger forms: ints as numbers, numeric as text, timestamptz as µs since 2000-01-01 UTC.
 TABLE = Table("S p", "T.1", (
@@ -202,10 +202,10 @@ def test_emitter_frames_orders_and_counts_debezium():
     em = Emitter("myset", routes, "txns", None, sink)
     em.snapshot_row(TABLE, ROW1, "p0", 5, last=True)
     em.begin(4242, "p1", 10)
-    em.change(Event(4242, 10, "U", ROW2, TABLE.qualified, ROW1), "p1")
-    em.change(Event(4242, 10, "D", ["bye"], UNKEYED.qualified, None), "p2")
-    em.change(Event(4242, 10, "T", None, UNKEYED.qualified, None), "p3")
-    em.change(Event(4242, 10, "D", ROW2, TABLE.qualified, None), "p4")
+    em.change(Change(4242, 10, "U", ROW2, TABLE.qualified, ROW1, 1, 0), "p1")
+    em.change(Change(4242, 10, "D", ["bye"], UNKEYED.qualified, None, 1, 0), "p2")
+    em.change(Change(4242, 10, "T", None, UNKEYED.qualified, None, 1, 0), "p3")
+    em.change(Change(4242, 10, "D", ROW2, TABLE.qualified, None, 1, 0), "p4")
     em.end(4242, "p4", 10)
     snap = json.loads(sink.produced[0][2])
     assert snap["source"]["snapshot"] == "last" and sink.produced[0][3]["pgshovel.op"] == "r"
@@ -229,7 +229,7 @@ def test_emitter_restarts_order_per_transaction():
     em = Emitter("myset", {TABLE.qualified: TableRoute(TABLE, "topic.x", env.encoder, env)}, "txns", None, sink)
     for txid in (1, 2):
         em.begin(txid, "p", 10)
-        em.change(Event(txid, 10, "I", ROW1, TABLE.qualified, None), "p")
+        em.change(Change(txid, 10, "I", ROW1, TABLE.qualified, None, 1, 0), "p")
         em.end(txid, "p", 10)
     blocks = [json.loads(v)["transaction"] for t, _, v, _ in sink.produced if t == "topic.x"]
     assert blocks == [{"id": "1", "total_order": 1, "data_collection_order": 1},

@@ -5,18 +5,17 @@ import struct
 
 import pytest
 
-from pgshovel2.capture.logical import _identity_problem, slot_name
+from pgshovel2.backends.logical import _identity_problem
 from pgshovel2.catalog import Column, Table
 from pgshovel2.config import SetConfig, TableConfig
-from pgshovel2.relay.logical_loop import change_position, snapshot_position
-from pgshovel2.relay.logical_source import PG_EPOCH_US, Begin, Commit, Heartbeat, LogicalSource, lsn_int, lsn_text
-from pgshovel2.relay.pgq_source import Event
+from pgshovel2.relay.logical_source import PG_EPOCH_US, RecordDecoder
+from pgshovel2.relay.source import Begin, Change, Commit
+from pgshovel2.setrecord import slot_name
+from pgshovel2.wire import LOGICAL, Lsn, change_header, parse_header, snapshot_header
 
 
-def source() -> LogicalSource:
-    src = LogicalSource.__new__(LogicalSource)
-    src._tags, src.slot, src._txid, src._ts_ms = ['"s"."a"', '"s"."b"'], "slot", 0, 0
-    return src
+def source() -> RecordDecoder:
+    return RecordDecoder(['"s"."a"', '"s"."b"'], "slot")
 
 
 def change(op: bytes, index: int, flags: int, new: bytes, old: bytes = b"") -> bytes:
@@ -35,32 +34,46 @@ def test_transaction_records_decode_in_order():
         b"C" + struct.pack(">QQI", 0x1_0000_0010, 0x1_0000_0040, 4),
         b"H" + struct.pack(">Q", 0x1_0000_0050),
     ]
-    got = [src._decode(r) for r in records]
+    got = [src.decode(r) for r in records]
     ts_ms = (commit_ts_us + PG_EPOCH_US) // 1000
-    txid = (3 << 32) | 77
+    txid, unit = (3 << 32) | 77, 0x1_0000_0010
+    heartbeat = got.pop()
     assert got == [
-        Begin(0x1_0000_0010, txid, ts_ms),
-        Event(txid, ts_ms, "I", [1, "x"], '"s"."b"', None),
-        Event(txid, ts_ms, "U", [2, "y"], '"s"."a"', [1, None]),
-        Event(txid, ts_ms, "D", None, '"s"."a"', None),
-        Event(txid, ts_ms, "T", None, '"s"."b"', None),
-        Commit(0x1_0000_0010, 0x1_0000_0040, 4),
-        Heartbeat(0x1_0000_0050),
+        Begin(txid, ts_ms, unit, 0),
+        Change(txid, ts_ms, "I", [1, "x"], '"s"."b"', None, unit, 0),
+        Change(txid, ts_ms, "U", [2, "y"], '"s"."a"', [1, None], unit, 1),
+        Change(txid, ts_ms, "D", None, '"s"."a"', None, unit, 2),
+        Change(txid, ts_ms, "T", None, '"s"."b"', None, unit, 3),
+        Commit(txid, ts_ms, unit, 4, True),
     ]
+    assert (heartbeat.txid, heartbeat.unit, heartbeat.complete) == (None, 0x1_0000_0050, True)
+    assert list(src.ends) == [(unit, 0x1_0000_0040), (0x1_0000_0050, 0x1_0000_0050)]
     assert ts_ms == 946_684_801_000
+
+
+def test_unchanged_update_of_a_column_subset_is_dropped_but_counted():
+    src = source()
+    src.subset_tags.add('"s"."a"')
+    src.decode(b"B" + struct.pack(">QQq", 0x20, 5, 0))
+    assert src.decode(change(b"U", 0, 1, b"[1,2]", b"[1,2]")) is None
+    assert src.decode(change(b"U", 0, 1, b"[1,3]", b"[1,2]")).ordinal == 1
 
 
 def test_unknown_record_is_an_error():
     with pytest.raises(Exception, match="unknown record"):
-        source()._decode(b"Z")
+        source().decode(b"Z")
 
 
 def test_lsn_forms_and_positions_sort():
-    assert lsn_int("16/B374D848") == (0x16 << 32) | 0xB374D848
-    assert lsn_text(lsn_int("16/B374D848")) == "16/B374D848"
-    positions = [snapshot_position(0x100, 5), change_position(0x101, 0), change_position(0x101, 9),
-                 change_position(0xF_0000_0000, 0)]
+    assert Lsn.parse("16/B374D848") == (0x16 << 32) | 0xB374D848
+    assert str(Lsn.parse("16/B374D848")) == "16/B374D848"
+    positions = [snapshot_header(LOGICAL, 0x100, 5), change_header(LOGICAL, 0x101, 0),
+                 change_header(LOGICAL, 0x101, 9), change_header(LOGICAL, 0xF_0000_0000, 0)]
     assert positions == sorted(positions)
+    assert parse_header(positions[2]) == (LOGICAL, 0x101, False, 9)
+    assert parse_header(positions[0]) == (LOGICAL, 0x100, True, 5)
+    with pytest.raises(ValueError, match="malformed"):
+        Lsn.parse("16B374D848")
 
 
 def test_slot_names_are_valid_and_distinct():

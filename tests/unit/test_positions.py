@@ -4,29 +4,29 @@ import pytest
 
 from pgshovel2 import failpoints
 from pgshovel2.errors import RelayError
-from pgshovel2.relay.loop import _position, _snapshot_position
-from pgshovel2.relay.positions import Position
+from pgshovel2.wire import LOGICAL, TRIGGER, Lsn, Position, change_header, parse_header, snapshot_header
 
 
-def test_complete_batch_is_covered_and_later_ones_are_not():
-    pos = Position(tick=10, ordinal=42, complete=True, txid_snapshot=None)
-    assert pos.covers(9) and pos.covers(10)
-    assert not pos.covers(11)
-    assert pos.skip(11) == 0
+def test_complete_unit_is_covered_and_later_ones_are_not():
+    pos = Position(unit=10, ordinal=42, complete=True)
+    assert pos.reaches(9, 0, True) and pos.reaches(10, 0, True) and pos.covers(10, 10**6)
+    assert not pos.reaches(11, 0, True) and not pos.covers(11, 0)
 
 
-def test_partial_batch_resumes_after_its_committed_events():
-    pos = Position(tick=10, ordinal=42, complete=False, txid_snapshot="5:9:")
-    assert not pos.covers(10)
-    assert pos.skip(10) == 42
-    assert pos.covers(9)
-    assert pos.skip(12) == 0
+def test_partial_unit_covers_its_committed_events_only():
+    pos = Position(unit=10, ordinal=42, complete=False, txid_snapshot="5:9:")
+    assert not pos.reaches(10, 0, True)
+    assert pos.covers(10, 41) and not pos.covers(10, 42)
+    assert pos.reaches(10, 42, False) and not pos.reaches(10, 43, False)
+    assert pos.reaches(9, 0, True) and not pos.reaches(12, 0, False)
 
 
-def test_record_round_trips():
-    pos = Position(tick=7, ordinal=3, complete=False, txid_snapshot="1:2:", set_version=4)
-    back = Position.decode(pos.encode())
-    assert (back.tick, back.ordinal, back.complete, back.txid_snapshot, back.set_version) == (7, 3, False, "1:2:", 4)
+def test_record_round_trips_and_keeps_the_tick_field():
+    pos = Position(unit=7, ordinal=3, complete=False, txid_snapshot="1:2:", set_version=4)
+    data = pos.encode()
+    assert b'"tick": 7' in data  # records written before LSNs named the unit so
+    back = Position.decode(data)
+    assert (back.unit, back.ordinal, back.complete, back.txid_snapshot, back.set_version) == (7, 3, False, "1:2:", 4)
     assert back.committed_at_ms > 0
 
 
@@ -37,8 +37,16 @@ def test_unreadable_record_is_an_error():
 
 def test_snapshot_rows_sort_between_their_tick_and_the_next_batch():
     tick = 41
-    assert _position(tick, 9_999_999_999) < _snapshot_position(tick, 0) < _snapshot_position(tick, 1)
-    assert _snapshot_position(tick, 9_999_999_999) < _position(tick + 1, 0)
+    assert change_header(TRIGGER, tick, 9_999_999_999) < snapshot_header(TRIGGER, tick, 0) \
+        < snapshot_header(TRIGGER, tick, 1)
+    assert snapshot_header(TRIGGER, tick, 9_999_999_999) < change_header(TRIGGER, tick + 1, 0)
+    assert parse_header(snapshot_header(TRIGGER, tick, 7)) == (TRIGGER, tick, True, 7)
+
+
+def test_position_describes_itself_for_operators():
+    assert Position(123, 0, True).describe() == "tick 123"
+    assert Position(Lsn.parse("16/B374D848"), 5, False, backend=LOGICAL).describe() == \
+        "commit LSN 16/B374D848, first 5 events"
 
 
 def test_failpoint_spec_parsing():

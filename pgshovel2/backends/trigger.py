@@ -1,43 +1,40 @@
-"""The ``trigger`` backend: install and remove PgQ queues and capture triggers.
+"""The ``trigger`` backend in the database: PgQ queues, capture triggers, lag, the handoff.
 
-Functions take a cursor inside the caller's transaction and never commit, so
-the caller decides atomicity. Triggers run ``pgshovel2.capture`` (our C
-trigger, sql/capture), one ROW trigger for INSERT/UPDATE/DELETE and one
-STATEMENT trigger for TRUNCATE per table.
+Functions taking a cursor run inside the caller's transaction and never commit, so
+the caller decides atomicity. Triggers run ``pgshovel2.capture`` (our C trigger,
+sql/capture), one ROW trigger for INSERT/UPDATE/DELETE and one STATEMENT trigger for
+TRUNCATE per table. The relay reads the queue through
+:class:`pgshovel2.relay.pgq_source.PgqSource`.
 """
 
-import hashlib
 import json
+import time
+from typing import Any
 
+import psycopg2
 from psycopg2 import sql
 
+from pgshovel2.backends.snapshot import ExportedSnapshot, export_txid_snapshot
 from pgshovel2.catalog import Table
-from pgshovel2.errors import CaptureError
+from pgshovel2.db import connect
+from pgshovel2.errors import CaptureError, PgshovelError, RelayError
+from pgshovel2.setrecord import CONSUMER, TriggerCapture
 
-CONSUMER = "pgshovel2_relay"
+NAME = "trigger"
+ENCODE_ROW = "pgshovel2.encode_row"  # rows in capture form (sql/capture)
 EXTENSION_VERSION = "0.2"  # sql/capture: 0.2 records DDL on captured tables in the queues
 TICKER_MAX_LAG = "50 milliseconds"
 
 
-def queue_name(cluster: str, set_name: str) -> str:
-    """PgQ queue of a set: ``pgshovel2.<cluster>.<set>``."""
-    return f"pgshovel2.{cluster}.{set_name}"
-
-
-def trigger_name(cluster: str, set_name: str) -> str:
-    """Name of a set's capture triggers (<= 63 bytes; the TRUNCATE one adds ``_t``)."""
-    digest = hashlib.sha1(cluster.encode()).hexdigest()[:6]
-    return f"pgshovel2_{set_name}_{digest}"
-
-
-def install(cur, queue: str, trigger: str, tables: tuple[Table, ...], all_columns: dict,
+def install(cur, capture: TriggerCapture, tables: tuple[Table, ...], all_columns: dict,
             before_images: bool = False) -> None:
-    """Create pgq + pgshovel2 extensions, the queue, its consumer and the triggers.
+    """Create pgq + pgshovel2 extensions, the set's queue, its consumer and the triggers.
 
     all_columns: qualified table name -> number of live columns (to tell a
     column subset). before_images: capture the old row of every UPDATE (not
     only of key changes). Raises CaptureError when the queue already exists.
     """
+    queue = capture.queue
     cur.execute("CREATE EXTENSION IF NOT EXISTS pgq")
     ensure_extension(cur)
     cur.execute("SELECT pgq.create_queue(%s)", (queue,))
@@ -45,16 +42,17 @@ def install(cur, queue: str, trigger: str, tables: tuple[Table, ...], all_column
         raise CaptureError(f"PgQ queue {queue!r} already exists in the database: a set of "
                            "this name was not dropped cleanly; drop the queue or the set first")
     cur.execute("SELECT pgq.set_queue_config(%s, 'ticker_max_lag', %s)", (queue, TICKER_MAX_LAG))
-    cur.execute("SELECT pgq.register_consumer(%s, %s)", (queue, CONSUMER))
-    install_triggers(cur, queue, trigger, tables, all_columns, before_images)
+    cur.execute("SELECT pgq.register_consumer(%s, %s)", (queue, capture.consumer))
+    install_triggers(cur, capture, tables, all_columns, before_images)
 
 
-def install_triggers(cur, queue: str, trigger: str, tables: tuple[Table, ...], all_columns: dict,
+def install_triggers(cur, capture: TriggerCapture, tables: tuple[Table, ...], all_columns: dict,
                      before_images: bool = False) -> None:
-    """Create the capture triggers (ROW and TRUNCATE) of tables writing into queue.
+    """Create the capture triggers (ROW and TRUNCATE) of tables writing into the set's queue.
 
     Arguments as :func:`install`; the extension and the queue must exist.
     """
+    queue, trigger = capture.queue, capture.trigger
     for table in tables:
         attnums = ",".join(str(c.attnum) for c in table.columns)
         by_name = {c.name: c.attnum for c in table.columns}
@@ -75,8 +73,9 @@ def install_triggers(cur, queue: str, trigger: str, tables: tuple[Table, ...], a
                 sql.Literal(table.qualified)))
 
 
-def drop_triggers(cur, trigger: str, tables: tuple[Table, ...]) -> list[str]:
-    """Drop the capture triggers of tables that still exist; returns the tables touched."""
+def drop_triggers(cur, capture: TriggerCapture, tables: tuple[Table, ...]) -> list[str]:
+    """Drop the set's capture triggers of tables that still exist; returns the tables touched."""
+    trigger = capture.trigger
     done = []
     for table in tables:
         cur.execute("SELECT to_regclass(%s)", (table.qualified,))
@@ -110,14 +109,14 @@ def ensure_extension(cur) -> None:
         cur.execute("ALTER EXTENSION pgshovel2 UPDATE TO %s", (EXTENSION_VERSION,))
 
 
-def mark_version(cur, queue: str, version: int) -> None:
+def mark_version(cur, capture: TriggerCapture, version: int) -> None:
     """Append a set-version marker (ev_type ``V``, ev_data ``{"version": N}``) to the set's queue.
 
     Call it in the database transaction that replaces the set's triggers, after the
     record of version N is in ZooKeeper (history/N): the relay switches to version N's
     tables, columns and schemas exactly there (pgshovel2.relay.control).
     """
-    cur.execute("SELECT pgq.insert_event(%s, 'V', %s)", (queue, json.dumps({"version": version})))
+    cur.execute("SELECT pgq.insert_event(%s, 'V', %s)", (capture.queue, json.dumps({"version": version})))
 
 
 def column_counts(cur, tables: tuple[Table, ...]) -> dict[str, int]:
@@ -130,12 +129,13 @@ def column_counts(cur, tables: tuple[Table, ...]) -> dict[str, int]:
     return counts
 
 
-def uninstall(cur, queue: str, trigger: str, tables: tuple[Table, ...]) -> list[str]:
+def uninstall(cur, capture: TriggerCapture, tables: tuple[Table, ...]) -> list[str]:
     """Drop the set's triggers, unregister its consumer and drop its queue.
 
     Tolerates objects that are already gone; returns what it removed.
     """
-    done = [f"triggers on {t}" for t in drop_triggers(cur, trigger, tables)]
+    queue = capture.queue
+    done = [f"triggers on {t}" for t in drop_triggers(cur, capture, tables)]
     cur.execute("SELECT 1 FROM pg_namespace WHERE nspname = 'pgq'")
     if cur.fetchone() is None:
         return done
@@ -148,3 +148,58 @@ def uninstall(cur, queue: str, trigger: str, tables: tuple[Table, ...]) -> list[
         cur.execute("SELECT pgq.drop_queue(%s)", (queue,))
         done.append(f"queue {queue}")
     return done
+
+
+def export(dsn: str, error: type[PgshovelError]) -> ExportedSnapshot:
+    """Export a snapshot of the set's database for a copy; its handoff is the exporting
+    transaction's txid snapshot: a queued change is in the copy exactly when its transaction
+    is visible in it. Raises error."""
+    return export_txid_snapshot(dsn, ENCODE_ROW, error)
+
+
+def queue_lag(dsn: str, capture: TriggerCapture) -> dict[str, Any]:
+    """{lag_seconds, pending_events, last_tick} of the relay's consumer, or {error} when the
+    database does not answer or has no such consumer (for ``set status``)."""
+    try:
+        conn = psycopg2.connect(dsn, connect_timeout=5)
+    except psycopg2.Error as exc:
+        return {"error": f"database does not answer: {str(exc).strip()}"}
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT extract(epoch FROM lag)::float8, pending_events, last_tick "
+                        "FROM pgq.get_consumer_info(%s, %s)", (capture.queue, capture.consumer))
+            row = cur.fetchone()
+    except psycopg2.Error as exc:
+        return {"error": str(exc).strip()}
+    finally:
+        conn.close()
+    if row is None:
+        return {"error": f"no consumer {capture.consumer} on queue {capture.queue}"}
+    return dict(zip(("lag_seconds", "pending_events", "last_tick"), row, strict=True))
+
+
+def wait_caught_up(dsn: str, queue: str, consumer: str = CONSUMER, timeout: float = 120.0) -> int:
+    """Wait until consumer (the relay's) has finished every event of queue committed before the call.
+
+    Forces a tick after the last committed event, then waits until the consumer's last
+    finished tick reaches it; returns that tick id. Raises RelayError after timeout seconds.
+    """
+    conn = connect(dsn, f"queue {queue}", RelayError)
+    conn.autocommit = True
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT pgq.force_tick(%s)", (queue,))
+            cur.execute("SELECT pgq.ticker(%s)", (queue,))
+            cur.execute("SELECT last_tick_id FROM pgq.get_queue_info(%s)", (queue,))
+            target = cur.fetchone()[0]
+            deadline = time.monotonic() + timeout
+            while True:
+                cur.execute("SELECT last_tick FROM pgq.get_consumer_info(%s, %s)", (queue, consumer))
+                if cur.fetchone()[0] >= target:
+                    return target
+                if time.monotonic() > deadline:
+                    raise RelayError(f"consumer {consumer} of queue {queue} did not reach tick "
+                                     f"{target} within {timeout:g}s: is the relay running?")
+                time.sleep(0.1)
+    finally:
+        conn.close()

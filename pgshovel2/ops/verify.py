@@ -18,13 +18,14 @@ from dataclasses import dataclass, field
 import fastavro
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
-from pgshovel2 import names
+from pgshovel2 import backends, wire
+from pgshovel2.backends.snapshot import TableReader
 from pgshovel2.catalog import Table
 from pgshovel2.codec.avro import TRANSACTION_SCHEMA
-from pgshovel2.config import SetConfig
+from pgshovel2.errors import RelayError
 from pgshovel2.relay import setup
 from pgshovel2.relay.envelopes import Envelope
-from pgshovel2.relay.snapshot import Snapshot
+from pgshovel2.setrecord import SetRecord
 from pgshovel2.sinks.registry import SchemaRegistry
 
 
@@ -103,7 +104,7 @@ def rebuild(messages: list, truncated_at: str, envelope: Envelope) -> TopicState
     """
     state = TopicState(messages=len(messages), truncated_at=truncated_at)
     for key, value, headers in messages:
-        position = headers.get("pgshovel.position", "")
+        position = headers.get(wire.POSITION, "")
         before, after = envelope.images(value)
         if key is not None:
             state.keyed[key] = (position, after)
@@ -122,7 +123,7 @@ def _rows(state: TopicState) -> tuple[dict, Counter]:
     return keyed, unkeyed  # a negative count: a delete of a row never added
 
 
-def compare(table: Table, topic: str, state: TopicState, envelope: Envelope, snap: Snapshot) -> TableReport:
+def compare(table: Table, topic: str, state: TopicState, envelope: Envelope, snap: TableReader) -> TableReport:
     """Compare a rebuilt topic with the table's rows in snap."""
     keyed, unkeyed = _rows(state)
     source_keyed: dict = {}
@@ -154,21 +155,19 @@ def compare(table: Table, topic: str, state: TopicState, envelope: Envelope, sna
     return TableReport(table.qualified, topic, state.messages, rebuilt, source, diff)
 
 
-def verify_set(set_name: str, config: SetConfig, tables: tuple[Table, ...], bootstrap: str,
-               registry_url: str | None) -> list[TableReport]:
-    """Rebuild every table of the set from Kafka and compare with the source now.
+def verify_set(record: SetRecord, bootstrap: str, registry_url: str | None) -> list[TableReport]:
+    """Rebuild every table of the set (record: its current version) from Kafka and compare with
+    the source now.
 
-    The source must be quiescent and the relay caught up for the comparison
-    to be meaningful.
+    The source must be quiescent and the relay caught up for the comparison to be meaningful.
     """
     registry = SchemaRegistry(registry_url, max_wait=30) if registry_url else None
-    routes, _ = setup.routes(set_name, config, tables, registry)
-    prefix = config.topic_prefix or set_name
-    txn_topic = names.transactions_topic(prefix)
+    routes, _ = setup.routes(record, registry)
+    txn_topic = record.topics.transactions
     parsed = fastavro.parse_schema(TRANSACTION_SCHEMA)
 
     def txn_decode(value: bytes) -> dict:
-        if config.encoding == "avro":
+        if record.config.encoding == "avro":
             return fastavro.schemaless_reader(io.BytesIO(value[5:]), parsed)
         return json.loads(value)
 
@@ -176,8 +175,7 @@ def verify_set(set_name: str, config: SetConfig, tables: tuple[Table, ...], boot
     messages = read_topics(bootstrap, topics + [txn_topic])
     truncates = _truncates(messages[txn_topic], txn_decode)
     reports = []
-    encode_row = "pgshovel2_decoder.encode_row" if config.backend == "logical" else "pgshovel2.encode_row"
-    with Snapshot(config.dsn, encode_row=encode_row) as snap:
+    with backends.reader(record, RelayError) as snap:
         for route in routes.values():
             state = rebuild(messages[route.topic], truncates.get(route.topic, ""), route.envelope)
             reports.append(compare(route.table, route.topic, state, route.envelope, snap))

@@ -14,8 +14,8 @@ from typing import Any
 import psycopg2
 from psycopg2.extensions import make_dsn, parse_dsn
 
-from pgshovel2 import __version__, twophase
-from pgshovel2.capture.trigger import EXTENSION_VERSION
+from pgshovel2 import __version__
+from pgshovel2.backends.trigger import EXTENSION_VERSION
 from pgshovel2.cluster import ClusterStore
 from pgshovel2.db import connect
 from pgshovel2.errors import ClusterError
@@ -35,23 +35,19 @@ def version_tuple(text: str) -> tuple[int, ...]:
 def set_databases(store: ClusterStore) -> dict[str, list[str]]:
     """Database DSN -> names of the sets captured in it."""
     out: dict[str, list[str]] = {}
-    for name in store.list_sets():
-        record, _ = store.get_set(name)
-        out.setdefault(record["config"]["dsn"], []).append(name)
+    for record in store.records():
+        out.setdefault(record.dsn, []).append(record.name)
     return out
 
 
 def inspect(store: ClusterStore) -> dict[str, Any]:
     """Cluster version, sets (version, backend, tables, relays) and pending admin intents."""
     root, _ = store.get_root()
-    sets = []
-    for name in store.list_sets():
-        record, _ = store.get_set(name)
-        sets.append({"name": name, "version": record["version"], "backend": record["config"]["backend"],
-                     "tables": [f"{t['schema']}.{t['name']}" for t in record["tables"]],
-                     "relays": election.status(store, name)})
+    sets = [{"name": r.name, "version": r.version, "backend": r.backend,
+             "tables": [f"{t.schema}.{t.name}" for t in r.tables], "relays": election.status(store, r.name)}
+            for r in store.records()]
     return {"cluster": store.cluster, "zookeeper": store.hosts, **root, "sets": sets,
-            "pending_intents": sorted(twophase.pending_intents(store))}
+            "pending_intents": sorted(store.intents())}
 
 
 def _extension_versions(dsn: str) -> tuple[str | None, str]:

@@ -11,6 +11,7 @@ snapshot (it is in the bootstrap copy already).
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+from pgshovel2 import wire
 from pgshovel2.catalog import Table
 from pgshovel2.codec import spark as spark_codec
 from pgshovel2.consumer.decode import Decoder
@@ -35,7 +36,7 @@ def change_rows(table: Table, registry_url: str | None, snapshot: str):
             where = f"{table.qualified} message at partition {row['partition']} offset {row['offset']}"
             headers = _headers(row["headers"])
             try:
-                op, txid, position = headers["pgshovel.op"], int(headers["pgshovel.txid"]), headers["pgshovel.position"]
+                op, txid, position = headers[wire.OP], int(headers[wire.TXID]), headers[wire.POSITION]
             except (KeyError, TypeError, ValueError) as exc:
                 raise ConsumerError(f"{where}: missing or malformed pgshovel headers {headers!r}") from exc
             if op == "r" or snap.visible(txid):

@@ -12,7 +12,6 @@ when the set is not (or no longer) in ZooKeeper; it is removed at the end.
 gid form: ``pgshovel2:<cluster>:<set>:<action>:<version>:<token>``.
 """
 
-import json
 import logging
 import secrets
 from collections.abc import Callable, Iterator
@@ -21,7 +20,7 @@ from dataclasses import dataclass
 
 import psycopg2
 import psycopg2.errors
-from kazoo.exceptions import ConnectionLoss, NoNodeError, SessionExpiredError
+from kazoo.exceptions import ConnectionLoss, SessionExpiredError
 from kazoo.handlers.threading import KazooTimeoutError
 
 from pgshovel2 import failpoints
@@ -68,41 +67,6 @@ class Intent:
         return cls(":".join(parts[1:-4]), parts[-4], parts[-3], version, parts[-1])
 
 
-def intents_path(store: ClusterStore) -> str:
-    """Znode under which running admin commands record their intent."""
-    return f"{store.path}/intents"
-
-
-def record_intent(store: ClusterStore, intent: Intent, dsn: str) -> None:
-    """Create the intent znode (the database to look at if the command dies)."""
-    store.zk.ensure_path(intents_path(store))
-    store.zk.create(f"{intents_path(store)}/{intent.gid}", json.dumps({"dsn": dsn}).encode())
-
-
-def clear_intent(store: ClusterStore, intent: Intent) -> None:
-    """Remove the intent znode, if present."""
-    try:
-        store.zk.delete(f"{intents_path(store)}/{intent.gid}")
-    except NoNodeError:
-        pass
-
-
-def pending_intents(store: ClusterStore) -> dict[str, str]:
-    """gid -> DSN of every recorded intent of the cluster."""
-    try:
-        children = store.zk.get_children(intents_path(store))
-    except NoNodeError:
-        return {}
-    out = {}
-    for gid in children:
-        try:
-            data, _ = store.zk.get(f"{intents_path(store)}/{gid}")
-        except NoNodeError:
-            continue
-        out[gid] = json.loads(data)["dsn"]
-    return out
-
-
 @contextmanager
 def prepared_command(store: ClusterStore, intent: Intent, dsn: str, what: str) -> Iterator:
     """Open the command's database transaction; yields a cursor for its work.
@@ -115,7 +79,7 @@ def prepared_command(store: ClusterStore, intent: Intent, dsn: str, what: str) -
     """
     conn = connect(dsn, f"set {intent.set_name!r}")
     try:
-        record_intent(store, intent, dsn)
+        store.record_intent(intent.gid, dsn)
     except BaseException:
         conn.close()
         raise
@@ -146,7 +110,7 @@ def _abandon(store: ClusterStore, conn, intent: Intent) -> None:
     except psycopg2.Error:
         pass
     conn.close()
-    clear_intent(store, intent)
+    store.clear_intent(intent.gid)
 
 
 def finish(store: ClusterStore, intent: Intent, dsn: str, zk_step: Callable[[], None], what: str) -> None:
@@ -167,11 +131,11 @@ def finish(store: ClusterStore, intent: Intent, dsn: str, zk_step: Callable[[], 
                            f"{intent.gid} is kept)") from exc
     except BaseException:
         resolve(dsn, intent.gid, commit=False, what=what)
-        clear_intent(store, intent)
+        store.clear_intent(intent.gid)
         raise
     failpoints.hit("admin_zk_done")
     resolve(dsn, intent.gid, commit=True, what=what)
-    clear_intent(store, intent)
+    store.clear_intent(intent.gid)
 
 
 def resolve(dsn: str, gid: str, commit: bool, what: str) -> None:

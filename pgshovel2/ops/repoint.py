@@ -11,20 +11,18 @@ and restart on the new database (pgshovel2.relay.election.RepointedError); the
 queue position comes along with the data, the Kafka position from Kafka.
 """
 
-import time
+from dataclasses import replace
 from typing import Any
 
 import psycopg2
 
-from pgshovel2 import __version__
-from pgshovel2.bootstrap.export import redacted
-from pgshovel2.capture.trigger import CONSUMER
 from pgshovel2.cluster import ClusterStore
-from pgshovel2.config import SetConfig
+from pgshovel2.db import redacted
 from pgshovel2.errors import ClusterError
+from pgshovel2.setrecord import SetRecord, TriggerCapture
 
 
-def _facts(dsn: str, queue: str, timeout: int) -> dict[str, Any]:
+def _facts(dsn: str, capture: TriggerCapture, timeout: int) -> dict[str, Any]:
     """{system_identifier, in_recovery, consumer: bool} of the database at dsn (psycopg2.Error if down)."""
     conn = psycopg2.connect(dsn, connect_timeout=timeout)
     conn.autocommit = True
@@ -37,18 +35,22 @@ def _facts(dsn: str, queue: str, timeout: int) -> dict[str, Any]:
             consumer = False
             if has_pgq:
                 cur.execute("SELECT count(*) FROM pgq.get_consumer_info() WHERE queue_name = %s "
-                            "AND consumer_name = %s", (queue, CONSUMER))
+                            "AND consumer_name = %s", (capture.queue, capture.consumer))
                 consumer = cur.fetchone()[0] == 1
         return {"system_identifier": ident, "in_recovery": recovery, "consumer": consumer}
     finally:
         conn.close()
 
 
-def check_target(name: str, record: dict[str, Any], new_dsn: str, force: bool) -> list[str]:
+def check_target(name: str, record: SetRecord, new_dsn: str, force: bool) -> list[str]:
     """Raise ClusterError unless new_dsn can take over set name; returns what was checked."""
-    queue = record["queue"]
+    capture = record.capture
+    if not isinstance(capture, TriggerCapture):
+        raise ClusterError(f"cannot repoint set {name!r}: it is a logical set, whose replication slot does not "
+                           "move with a physical copy on PostgreSQL 15; re-bootstrap it instead (docs/runbooks.rst)")
+    queue, consumer = capture.queue, capture.consumer
     try:
-        new = _facts(new_dsn, queue, 10)
+        new = _facts(new_dsn, capture, 10)
     except psycopg2.Error as exc:
         raise ClusterError(f"cannot repoint set {name!r}: the new database {redacted(new_dsn)} does not answer: "
                            f"{str(exc).strip()}") from exc
@@ -57,11 +59,10 @@ def check_target(name: str, record: dict[str, Any], new_dsn: str, force: bool) -
                            "(in recovery): promote it first")
     if not new["consumer"]:
         raise ClusterError(f"cannot repoint set {name!r}: {redacted(new_dsn)} has no queue {queue} with consumer "
-                           f"{CONSUMER}: it is not a copy of the set's database")
-    done = [f"{redacted(new_dsn)} is a primary with queue {queue} and consumer {CONSUMER}"]
-    old_dsn = SetConfig.from_dict(record["config"]).dsn
+                           f"{consumer}: it is not a copy of the set's database")
+    done = [f"{redacted(new_dsn)} is a primary with queue {queue} and consumer {consumer}"]
     try:
-        old = _facts(old_dsn, queue, 3)
+        old = _facts(record.dsn, capture, 3)
     except psycopg2.Error:
         return done + ["the old database does not answer: system identifiers not compared"]
     if old["system_identifier"] != new["system_identifier"] and not force:
@@ -78,15 +79,13 @@ def repoint_set(store: ClusterStore, name: str, new_dsn: str, force: bool = Fals
     changed meanwhile); nothing is written then.
     """
     record, znode_version = store.get_set(name)
-    old_dsn = record["config"]["dsn"]
+    old_dsn = record.dsn
     if old_dsn == new_dsn:
         return [f"set {name!r} already uses {redacted(new_dsn)}: nothing changed"]
     lines = check_target(name, record, new_dsn, force)
-    config = {**record["config"], "dsn": new_dsn}
-    new_record = {**record, "version": record["version"] + 1, "config": config, "upgraded_at": time.time(),
-                  "pgshovel_version": __version__,
-                  "change": {"kind": "repoint", "from": redacted(old_dsn), "to": redacted(new_dsn)}}
-    store.update_set(name, new_record, znode_version)
-    return lines + [f"set {name!r}: version {record['version']} -> {new_record['version']}, database "
+    new_record = record.next(config=replace(record.config, dsn=new_dsn),
+                             change={"kind": "repoint", "from": redacted(old_dsn), "to": redacted(new_dsn)})
+    store.update_set(new_record, znode_version)
+    return lines + [f"set {name!r}: version {record.version} -> {new_record.version}, database "
                     f"{redacted(old_dsn)} -> {redacted(new_dsn)}; running relays restart on it"]
 

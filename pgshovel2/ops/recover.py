@@ -16,10 +16,10 @@ are removed. Run it when no admin command is running.
 
 from psycopg2.extensions import make_dsn
 
-from pgshovel2 import cluster_admin, twophase
 from pgshovel2.cluster import ClusterStore
 from pgshovel2.errors import ClusterError
-from pgshovel2.twophase import Intent
+from pgshovel2.ops import cluster_admin, twophase
+from pgshovel2.ops.twophase import Intent
 
 
 def decide(store: ClusterStore, intent: Intent) -> tuple[bool, str]:
@@ -32,7 +32,7 @@ def decide(store: ClusterStore, intent: Intent) -> tuple[bool, str]:
         record = store.get_version(intent.set_name, intent.version)
     except ClusterError:
         return False, f"ZooKeeper has no version {intent.version} of the set"
-    if record.get("change", {}).get("gid") != intent.gid:
+    if (record.change or {}).get("gid") != intent.gid:
         return False, f"version {intent.version} in ZooKeeper was written by another command"
     return True, f"ZooKeeper has version {intent.version}, written by this command"
 
@@ -46,7 +46,7 @@ def recover(store: ClusterStore, extra_dsns: tuple[str, ...] = ()) -> list[str]:
     """
     store.require_initialized()
     done, prepared = [], set()
-    intents = twophase.pending_intents(store)
+    intents = store.intents()
     dsns = set(intents.values()) | set(cluster_admin.set_databases(store)) | set(extra_dsns)
     for dsn in sorted(dsns):
         for gid, database in twophase.prepared_gids(dsn, "cluster recover"):
@@ -56,13 +56,13 @@ def recover(store: ClusterStore, extra_dsns: tuple[str, ...] = ()) -> list[str]:
             prepared.add(gid)
             commit, why = decide(store, intent)
             twophase.resolve(make_dsn(dsn, dbname=database), gid, commit, "cluster recover")
-            twophase.clear_intent(store, intent)
+            store.clear_intent(intent.gid)
             verb = "committed" if commit else "rolled back"
             done.append(f"{verb} {intent.action} of set {intent.set_name!r} (prepared transaction {gid} "
                         f"in database {database}): {why}")
     for gid in intents:
         if gid not in prepared and (intent := Intent.parse(gid)) is not None:
-            twophase.clear_intent(store, intent)
+            store.clear_intent(intent.gid)
             done.append(f"removed the intent of {intent.action} of set {intent.set_name!r} ({gid}): "
                         "no prepared transaction is left for it (it died before PREPARE, so PostgreSQL rolled "
                         "it back, or it finished without removing its intent): nothing to resolve")

@@ -9,18 +9,18 @@ ZooKeeper switch together and the relay switches at the marker's exact place
 in the stream. Two admins upgrading at once: the second gets ConflictError.
 """
 
-import time
 from dataclasses import dataclass, field
-from typing import Any
 
-from pgshovel2 import __version__, catalog, names, twophase
-from pgshovel2.capture import trigger
+from pgshovel2 import catalog
+from pgshovel2.backends import trigger
 from pgshovel2.catalog import Table
 from pgshovel2.cluster import ClusterStore
 from pgshovel2.config import SetConfig, load_config
 from pgshovel2.db import connect
 from pgshovel2.errors import ConfigError
-from pgshovel2.twophase import Intent
+from pgshovel2.ops import twophase
+from pgshovel2.ops.twophase import Intent
+from pgshovel2.setrecord import SetRecord, TriggerCapture
 
 # Changing these would change what existing topics mean: a new set is the way.
 IMMUTABLE = {"dsn": "set repoint", "backend": "a new set", "encoding": "a new set",
@@ -74,25 +74,24 @@ class UpgradePlan:
         return out
 
 
-def diff(set_name: str, record: dict[str, Any], config: SetConfig, tables: tuple[Table, ...]) -> UpgradePlan:
+def diff(set_name: str, record: SetRecord, config: SetConfig, tables: tuple[Table, ...]) -> UpgradePlan:
     """The plan that takes the stored record to config/tables (resolved from the catalog)."""
-    old = {t["schema"] + "." + t["name"]: Table.from_dict(t) for t in record["tables"]}
-    new = {t.schema + "." + t.name: t for t in tables}
+    old = {t.qualified: t for t in record.tables}
+    new = {t.qualified: t for t in tables}
     changes, triggers, topics = [], [], []
-    prefix = config.topic_prefix or set_name
     for name in sorted(old.keys() | new.keys()):
         before, after = old.get(name), new.get(name)
         if before is None:
             changes.append(TableChange(after.qualified, "added"))
             triggers.append(f"create on {after.qualified}")
-            topics.append(names.table_topic(prefix, after.schema, after.name))
+            topics.append(record.topic(after))
         elif after is None:
             changes.append(TableChange(before.qualified, "removed"))
             triggers.append(f"drop on {before.qualified} (its topic stays)")
         elif before != after:
             changes.append(_table_change(before, after))
             triggers.append(f"replace on {after.qualified}")
-    return UpgradePlan(set_name, record["version"], record["version"] + 1, changes, topics, triggers)
+    return UpgradePlan(set_name, record.version, record.version + 1, changes, topics, triggers)
 
 
 def _table_change(before: Table, after: Table) -> TableChange:
@@ -121,11 +120,11 @@ def plan(store: ClusterStore, name: str, config_path: str) -> UpgradePlan:
     """
     record, _ = store.get_set(name)
     config = load_config(config_path)
-    _check_immutable(SetConfig.from_dict(record["config"]), config, config_path)
+    _check_immutable(record.config, config, config_path)
     return _preview(name, record, config, config_path)
 
 
-def _preview(name: str, record: dict[str, Any], config: SetConfig, config_path: str) -> UpgradePlan:
+def _preview(name: str, record: SetRecord, config: SetConfig, config_path: str) -> UpgradePlan:
     """The diff from record to config, resolved in a read-only transaction."""
     conn = connect(config.dsn, f"set {name!r}")
     try:
@@ -145,35 +144,29 @@ def upgrade_set(store: ClusterStore, name: str, config_path: str) -> UpgradePlan
     """
     record, znode_version = store.get_set(name)
     config = load_config(config_path)
-    _check_immutable(SetConfig.from_dict(record["config"]), config, config_path)
+    _check_immutable(record.config, config, config_path)
     preview = _preview(name, record, config, config_path)
     if not preview.tables:
         return preview
-    intent = Intent.new(store.cluster, name, "upgrade", record["version"] + 1)
+    intent = Intent.new(store.cluster, name, "upgrade", record.version + 1)
     what = f"upgrade set {name!r}"
     with twophase.prepared_command(store, intent, config.dsn, what) as (conn, cur):
         tables = catalog.resolve_set(conn, name, config, config_path)
         result = diff(name, record, config, tables)
         _replace_triggers(cur, record, result, config, tables)
-        new_record = _next_record(record, config, tables, intent)
-    twophase.finish(store, intent, config.dsn,
-                    lambda: store.update_set(name, new_record, znode_version), what)
+        new_record = record.next(config=config, tables=tables, change={"kind": "upgrade", "gid": intent.gid})
+    twophase.finish(store, intent, config.dsn, lambda: store.update_set(new_record, znode_version), what)
     return result
 
 
-def _replace_triggers(cur, record: dict[str, Any], result: UpgradePlan, config: SetConfig,
+def _replace_triggers(cur, record: SetRecord, result: UpgradePlan, config: SetConfig,
                       tables: tuple[Table, ...]) -> None:
+    capture = record.capture
+    assert isinstance(capture, TriggerCapture)  # _check_immutable refuses logical sets
     touched = {c.table for c in result.tables}
-    old = tuple(t for t in (Table.from_dict(d) for d in record["tables"]) if t.qualified in touched)
+    old = tuple(t for t in record.tables if t.qualified in touched)
     new = tuple(t for t in tables if t.qualified in touched)
-    trigger.drop_triggers(cur, record["trigger"], old)
-    trigger.install_triggers(cur, record["queue"], record["trigger"], new, trigger.column_counts(cur, new),
+    trigger.drop_triggers(cur, capture, old)
+    trigger.install_triggers(cur, capture, new, trigger.column_counts(cur, new),
                              before_images=config.envelope == "debezium")
-    trigger.mark_version(cur, record["queue"], result.to_version)
-
-
-def _next_record(record: dict[str, Any], config: SetConfig, tables: tuple[Table, ...],
-                 intent: Intent) -> dict[str, Any]:
-    return {**record, "version": record["version"] + 1, "config": config.to_dict(),
-            "tables": [t.to_dict() for t in tables], "upgraded_at": time.time(),
-            "pgshovel_version": __version__, "change": {"kind": "upgrade", "gid": intent.gid}}
+    trigger.mark_version(cur, capture, result.to_version)

@@ -1,0 +1,47 @@
+"""Capture backends in the database: ``trigger`` (PgQ queue + capture triggers) and ``logical``
+(a replication slot read through our output plugin). Each module owns its install and
+uninstall, its queue or slot lifecycle, its ``encode_row`` function, its lag, its drain wait
+and its exported-snapshot handoff; the functions here pick the module of a set record.
+"""
+
+from typing import Any
+
+from pgshovel2.backends import logical, trigger
+from pgshovel2.backends.snapshot import ExportedSnapshot, TableReader
+from pgshovel2.errors import PgshovelError
+from pgshovel2.setrecord import SetRecord, SlotCapture
+
+
+def encode_row(backend: str) -> str:
+    """The SQL function giving a row in the capture form of backend (``trigger``/``logical``)."""
+    return logical.ENCODE_ROW if backend == logical.NAME else trigger.ENCODE_ROW
+
+
+def reader(record: SetRecord, error: type[PgshovelError]) -> TableReader:
+    """A REPEATABLE READ reader of the set's tables now, in its backend's capture form."""
+    return TableReader(record.dsn, encode_row(record.backend), error)
+
+
+def export(record: SetRecord, error: type[PgshovelError]) -> ExportedSnapshot:
+    """An exported snapshot of the set's database for a copy (a bootstrap), with its backend's
+    handoff; a logical set's uses a temporary slot. Raises error."""
+    if isinstance(record.capture, SlotCapture):
+        return logical.export(record.dsn, error)
+    return trigger.export(record.dsn, error)
+
+
+def lag(record: SetRecord) -> dict[str, Any]:
+    """How far the set's relay is behind, from the database: {kind: "queue"|"slot", ...} with
+    the fields of trigger.queue_lag or logical.slot_lag (or {error})."""
+    if isinstance(record.capture, SlotCapture):
+        return {"kind": "slot", **logical.slot_lag(record.dsn, record.capture.slot)}
+    return {"kind": "queue", **trigger.queue_lag(record.dsn, record.capture)}
+
+
+def wait_caught_up(record: SetRecord, timeout: float = 120.0) -> None:
+    """Wait until the set's relay has relayed everything committed before the call (its PgQ
+    consumer finished the events, or its slot confirmed the WAL). Raises RelayError on timeout."""
+    if isinstance(record.capture, SlotCapture):
+        logical.wait_caught_up(record.dsn, record.capture.slot, timeout)
+    else:
+        trigger.wait_caught_up(record.dsn, record.capture.queue, record.capture.consumer, timeout)

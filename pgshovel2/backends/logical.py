@@ -1,0 +1,275 @@
+"""The ``logical`` backend in the database: checks, the slot's lifecycle, lag, the handoff.
+
+A logical set reads the WAL through our output plugin ``pgshovel2_decoder``
+(sql/decoder) from one replication slot per set. ``set create`` checks the
+server can decode for it (wal_level, the plugin allowed and installed), that
+each table logs in its WAL what the relay needs (replica identity, below),
+and creates the ``pgshovel2_decoder`` extension. The slot itself is created by
+the relay's first start (it must export the snapshot of its consistent point
+for the initial copy); ``set drop`` drops it.
+
+Replica identity rules (``ALTER TABLE ... REPLICA IDENTITY``): a keyed table's
+key columns must be in what the WAL logs for an UPDATE/DELETE's old row (its
+primary key with DEFAULT, the index with USING INDEX, every column with FULL);
+NOTHING is refused. A table with a TOASTable captured column (a varlena type
+whose storage is not PLAIN) needs FULL: an UPDATE that does not change a
+TOASTed value does not log it, and only FULL logs the old row with its
+values inline, from which the plugin takes it (it never writes a wrong
+value; without FULL it stops with an error). The ``debezium`` envelope needs
+FULL (it carries every UPDATE's before-image).
+
+Functions taking a cursor run in the caller's transaction and never commit. The relay
+streams the slot through :class:`pgshovel2.relay.logical_source.LogicalSource`.
+"""
+
+import logging
+import time
+import uuid
+from typing import Any
+
+import psycopg2
+import psycopg2.extras
+from psycopg2 import sql
+
+from pgshovel2 import names
+from pgshovel2.backends.snapshot import APPLICATION_NAME, ExportedSnapshot
+from pgshovel2.catalog import Table
+from pgshovel2.config import SetConfig
+from pgshovel2.db import connect
+from pgshovel2.errors import CaptureError, ConfigError, PgshovelError, RelayError
+from pgshovel2.setrecord import PLUGIN
+from pgshovel2.txids import ConsistentPoint
+from pgshovel2.wire import Lsn
+
+log = logging.getLogger(__name__)
+
+NAME = "logical"
+EXTENSION = "pgshovel2_decoder"
+ENCODE_ROW = "pgshovel2_decoder.encode_row"  # rows in capture form (sql/decoder)
+
+_IDENTITY_SQL = """
+SELECT c.relreplident,
+       ARRAY(SELECT a.attname::text FROM pg_index i JOIN pg_attribute a
+             ON a.attrelid = c.oid AND a.attnum = ANY(i.indkey)
+             WHERE i.indrelid = c.oid AND CASE c.relreplident WHEN 'i' THEN i.indisreplident
+                                                              ELSE i.indisprimary END),
+       ARRAY(SELECT a.attname::text FROM pg_attribute a
+             WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
+               AND a.attlen = -1 AND a.attstorage <> 'p' AND a.attname = ANY(%(columns)s)
+             ORDER BY a.attnum)
+FROM pg_class c WHERE c.oid = %(table)s::regclass
+"""
+
+
+def check_server(cur) -> None:
+    """Raise CaptureError unless the server can decode with our plugin: wal_level logical,
+    the plugin allowed by Debian's ``output_plugin_libraries`` (when the server has that
+    setting) and the pgshovel2_decoder extension installed on the server."""
+    cur.execute("SELECT current_setting('wal_level'), current_setting('output_plugin_libraries', true)")
+    wal_level, allowed = cur.fetchone()
+    if wal_level != "logical":
+        raise CaptureError(f"the database server has wal_level = {wal_level}: the logical backend needs "
+                           "wal_level = logical in postgresql.conf (a restart is needed)")
+    if allowed is not None and PLUGIN not in [p.strip() for p in allowed.split(",")]:
+        raise CaptureError(f"output plugin {PLUGIN} is not in the server's output_plugin_libraries "
+                           f"({allowed!r}): add it in postgresql.conf and reload (scripts/stack.sh does)")
+    cur.execute("SELECT 1 FROM pg_available_extensions WHERE name = %s", (EXTENSION,))
+    if cur.fetchone() is None:
+        raise CaptureError(f"the {EXTENSION} extension is not installed on the database server: build and "
+                           "install sql/decoder (scripts/install.sh)")
+
+
+def check_tables(cur, config: SetConfig, tables: tuple[Table, ...], source: str) -> None:
+    """Raise ConfigError naming every table (``tables[i]``) whose replica identity does not
+    log what the relay needs (module docstring), all of them in one error."""
+    problems = []
+    for i, table in enumerate(tables):
+        cur.execute(_IDENTITY_SQL, {"table": table.qualified, "columns": [c.name for c in table.columns]})
+        ident, ident_cols, toastable = cur.fetchone()
+        problem = _identity_problem(table, config, ident, set(ident_cols), toastable)
+        if problem:
+            problems.append((f"tables[{i}]", table.qualified,
+                             f"{problem}: run ALTER TABLE {table.qualified} REPLICA IDENTITY FULL"))
+    if len(problems) == 1:
+        where, table, message = problems[0]
+        raise ConfigError(source, where, table, message + " (or use backend: trigger)")
+    if problems:
+        lines = "".join(f"\n  {where} {table}: {message}" for where, table, message in problems)
+        raise ConfigError(source, ", ".join(p[0] for p in problems), [p[1] for p in problems],
+                          f"{len(problems)} tables do not log what the logical backend needs (or use "
+                          f"backend: trigger):{lines}\n")
+
+
+def _identity_problem(table: Table, config: SetConfig, ident: str, ident_cols: set[str],
+                      toastable: list[str]) -> str | None:
+    if ident == "f":
+        return None
+    kind = {"d": "DEFAULT", "i": "USING INDEX", "n": "NOTHING"}[ident]
+    if ident == "n":
+        ident_cols = set()
+    if config.envelope == "debezium":
+        return f"the debezium envelope needs every old row in the WAL, but its replica identity is {kind}"
+    if toastable:
+        cols = ", ".join(names.quote_ident(c) for c in toastable)
+        return (f"TOASTable captured column(s) {cols} need replica identity FULL (an UPDATE that leaves a "
+                f"TOASTed value unchanged does not log it otherwise); it is {kind}")
+    if table.key and not set(table.key) <= ident_cols:
+        return (f"its key ({', '.join(table.key)}) is not in what the WAL logs of an UPDATE's or DELETE's "
+                f"old row (replica identity {kind}: {', '.join(sorted(ident_cols)) or 'nothing'})")
+    return None
+
+
+def install(cur, slot: str) -> None:
+    """Create the pgshovel2_decoder extension; raise CaptureError when slot already exists
+    (a set of this name was not dropped cleanly). The slot is created by the relay."""
+    check_server(cur)
+    cur.execute(sql.SQL("CREATE EXTENSION IF NOT EXISTS {}").format(sql.Identifier(EXTENSION)))
+    cur.execute("SELECT active FROM pg_replication_slots WHERE slot_name = %s", (slot,))
+    if cur.fetchone() is not None:
+        raise CaptureError(f"replication slot {slot!r} already exists: a set of this name was not dropped "
+                           f"cleanly; drop it with SELECT pg_drop_replication_slot('{slot}')")
+
+
+def check_droppable(cur, slot: str) -> None:
+    """Raise CaptureError when a relay is streaming from slot (it cannot be dropped then)."""
+    cur.execute("SELECT active_pid FROM pg_replication_slots WHERE slot_name = %s AND active", (slot,))
+    row = cur.fetchone()
+    if row is not None:
+        raise CaptureError(f"replication slot {slot!r} is in use by a relay (server pid {row[0]}): "
+                           "stop the set's relays before dropping the set")
+
+
+def drop_slot(dsn: str, slot: str) -> bool:
+    """Drop slot (autocommit; a slot is not transactional); True when it existed.
+
+    Raises CaptureError naming the slot when it cannot be dropped.
+    """
+    conn = connect(dsn, f"slot {slot}")
+    conn.autocommit = True
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
+                        "WHERE slot_name = %s", (slot,))
+            return cur.rowcount > 0
+    except Exception as exc:
+        raise CaptureError(f"could not drop replication slot {slot!r}: {str(exc).strip()}; drop it with "
+                           f"SELECT pg_drop_replication_slot('{slot}') once no relay uses it") from exc
+    finally:
+        conn.close()
+
+
+def slot_exists(cur, slot: str) -> bool:
+    """True when the replication slot exists on the server."""
+    cur.execute("SELECT 1 FROM pg_replication_slots WHERE slot_name = %s", (slot,))
+    return cur.fetchone() is not None
+
+
+def replication_connection(dsn: str, what: str, error: type[PgshovelError] = RelayError):
+    """A psycopg2 LogicalReplicationConnection to dsn; raises error naming what on failure."""
+    try:
+        return psycopg2.connect(dsn, connection_factory=psycopg2.extras.LogicalReplicationConnection)
+    except psycopg2.OperationalError as exc:
+        raise error(f"cannot open a replication connection for {what}: {str(exc).strip()}") from exc
+
+
+def create_slot(repl, slot: str, export: bool, temporary: bool = False) -> tuple[Lsn, str | None]:
+    """Create slot on the replication connection repl: (consistent point, exported snapshot
+    name or None). The snapshot stays importable until repl runs its next command or closes.
+
+    Raises RelayError when the server refuses (the plugin not installed or not allowed).
+    """
+    options = ("TEMPORARY " if temporary else "") + "LOGICAL " + PLUGIN
+    mode = "EXPORT_SNAPSHOT" if export else "NOEXPORT_SNAPSHOT"
+    try:
+        with repl.cursor() as cur:
+            cur.execute(f'CREATE_REPLICATION_SLOT "{slot}" {options} {mode}')
+            _name, consistent, snapshot, _plugin = cur.fetchone()
+    except psycopg2.Error as exc:
+        hint = ""
+        if PLUGIN in str(exc):  # not installed, or not allowed by output_plugin_libraries
+            hint = f" (is sql/decoder installed and {PLUGIN} in the server's output_plugin_libraries?)"
+        raise RelayError(f"cannot create replication slot {slot} with output plugin {PLUGIN}: "
+                         f"{str(exc).strip()}{hint}") from exc
+    log.info("created replication slot %s at %s", slot, consistent)
+    return Lsn.parse(consistent), snapshot
+
+
+def export(dsn: str, error: type[PgshovelError], slot: str | None = None) -> ExportedSnapshot:
+    """Create a slot with an exported snapshot for a copy; its handoff is the slot's consistent
+    point: a transaction committed before it is in the copy, one committed at or after it is
+    streamed by the slot. slot: the set's slot (created for good: the relay's first start), or
+    None for a TEMPORARY slot that goes with the snapshot (a bootstrap). Raises error.
+    """
+    temporary = slot is None
+    name = slot or f"pgshovel2_boot_{uuid.uuid4().hex[:12]}"
+    repl = replication_connection(dsn, f"slot {name}", error)
+    try:
+        lsn, snapshot_id = create_slot(repl, name, export=True, temporary=temporary)
+    except BaseException:
+        repl.close()
+        raise
+    record = {"backend": NAME, "lsn": str(lsn), "slot": name}
+    return ExportedSnapshot(dsn, ENCODE_ROW, error, snapshot_id, ConsistentPoint(lsn), record, holder=repl)
+
+
+def slot_lag(dsn: str, slot: str) -> dict[str, Any]:
+    """{lag_seconds, lag_bytes, retained_bytes, wal_status} of a set's slot, or {error} when the
+    database does not answer or the slot does not exist (for ``set status``)."""
+    try:
+        conn = psycopg2.connect(dsn, connect_timeout=5, application_name=APPLICATION_NAME)
+    except psycopg2.Error as exc:
+        return {"error": f"database does not answer: {str(exc).strip()}"}
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT lag_seconds, lag_bytes, retained_bytes, wal_status FROM pgshovel2_decoder.slot_lag "
+                        "WHERE slot_name = %s", (slot,))
+            row = cur.fetchone()
+    except psycopg2.Error as exc:
+        return {"error": str(exc).strip()}
+    finally:
+        conn.close()
+    if row is None:
+        return {"error": f"no replication slot {slot} (the relay creates it on its first start)"}
+    return dict(zip(("lag_seconds", "lag_bytes", "retained_bytes", "wal_status"), row, strict=True))
+
+
+def missing_slot_message(slot: str) -> str:
+    """What to do when a set's slot is gone but Kafka holds a position of it."""
+    return (f"replication slot {slot} does not exist, but Kafka holds a position of it: it was dropped, or "
+            "lost in a failover (PostgreSQL 15 does not copy slots to standbys). The relay will not guess "
+            "where to resume. Re-bootstrap the set: run the relay once with --snapshot (it creates the slot "
+            "and takes a new initial snapshot, op=r messages, then streams from the new slot)")
+
+
+def wait_caught_up(dsn: str, slot: str, timeout: float = 120.0) -> Lsn:
+    """Wait until the relay of slot has confirmed everything committed before the call.
+
+    Emits a heartbeat and waits until the slot's confirmed_flush_lsn reaches it (the
+    relay confirms a heartbeat only once everything before it is in Kafka). Returns the
+    heartbeat's LSN; raises RelayError after timeout seconds.
+    """
+    conn = connect(dsn, f"slot {slot}", RelayError)
+    conn.autocommit = True
+    try:
+        with conn.cursor() as cur:
+            target = emit_heartbeat(cur, slot)
+            deadline = time.monotonic() + timeout
+            while True:
+                cur.execute("SELECT confirmed_flush_lsn >= %s::pg_lsn FROM pg_replication_slots "
+                            "WHERE slot_name = %s", (str(target), slot))
+                row = cur.fetchone()
+                if row and row[0]:
+                    return target
+                if time.monotonic() > deadline:
+                    raise RelayError(f"slot {slot} did not confirm {target} within {timeout:g}s: "
+                                     "is the relay running?")
+                time.sleep(0.05)
+    finally:
+        conn.close()
+
+
+def emit_heartbeat(cur, slot: str) -> Lsn:
+    """Write a heartbeat message for slot into the WAL (non-transactional); returns its LSN.
+    The plugin turns it into a heartbeat record: everything before it was sent."""
+    cur.execute("SELECT pg_logical_emit_message(false, 'pgshovel2.heartbeat', %s)::text", (slot,))
+    return Lsn.parse(cur.fetchone()[0])

@@ -1,0 +1,131 @@
+"""Administrative operations on replication sets (create, drop, inspect).
+
+Each command is one two-phase commit (:mod:`pgshovel2.twophase`): validate
+the config and resolve it against the live catalog, do the database work in
+a transaction and PREPARE it, apply the ZooKeeper change as one multi-op,
+COMMIT PREPARED. If ZooKeeper refuses, the prepared transaction is rolled
+back; if the command dies half-way, ``pgshovel cluster recover`` finishes or
+undoes it. Upgrades are in :mod:`pgshovel2.upgrade`.
+"""
+
+import logging
+import time
+from typing import Any
+
+from pgshovel2 import catalog
+from pgshovel2.backends import logical, trigger
+from pgshovel2.cluster import ClusterStore
+from pgshovel2.config import SetConfig, load_config, validate_set_name
+from pgshovel2.db import connect
+from pgshovel2.errors import ClusterError
+from pgshovel2.ops import twophase
+from pgshovel2.ops.twophase import Intent
+from pgshovel2.setrecord import SetRecord, SlotCapture
+
+log = logging.getLogger(__name__)
+
+
+def create_set(store: ClusterStore, name: str, config_path: str, dry_run: bool = False) -> SetRecord:
+    """Create set name from a YAML config file; returns the stored set record (dry_run: the
+    record it would store, nothing written, only read).
+
+    Raises ConfigError (bad config or name, unknown table/column, unkeyed table, every
+    replica-identity problem at once), ClusterError (not initialized, set exists, topic
+    prefix taken, ZooKeeper refuses) or CaptureError (database unreachable or refuses); on
+    any error neither ZooKeeper nor the database is changed.
+    """
+    validate_set_name(name)
+    config = load_config(config_path)
+    store.require_initialized()
+    if store.exists(name):
+        raise ClusterError(f"replication set {name!r} already exists in cluster {store.cluster!r}")
+    if dry_run:
+        return _preview(store, name, config, config_path)
+    intent = Intent.new(store.cluster, name, "create", 1)
+    what = f"create set {name!r}"
+    with twophase.prepared_command(store, intent, config.dsn, what) as (conn, cur):
+        tables = catalog.resolve_set(conn, name, config, config_path)
+        record = SetRecord.new(store.cluster, name, config, tables, {"kind": "create", "gid": intent.gid})
+        store.check_prefix(record)
+        _install(cur, record, config_path)
+    twophase.finish(store, intent, config.dsn, lambda: store.create_set(record), what)
+    return record
+
+
+def _install(cur, record: SetRecord, config_path: str) -> None:
+    """The backend's capture objects of a new set, in the command's transaction."""
+    if isinstance(record.capture, SlotCapture):
+        logical.check_tables(cur, record.config, record.tables, config_path)
+        logical.install(cur, record.capture.slot)
+    else:
+        counts = trigger.column_counts(cur, record.tables)
+        trigger.install(cur, record.capture, record.tables, counts,
+                        before_images=record.config.envelope == "debezium")
+
+
+def _preview(store: ClusterStore, name: str, config: SetConfig, config_path: str) -> SetRecord:
+    """The record create would store, checked as create checks it, in a read-only transaction."""
+    conn = connect(config.dsn, f"set {name!r}")
+    try:
+        conn.set_session(readonly=True)
+        tables = catalog.resolve_set(conn, name, config, config_path)
+        record = SetRecord.new(store.cluster, name, config, tables)
+        store.check_prefix(record)
+        if isinstance(record.capture, SlotCapture):
+            with conn.cursor() as cur:
+                logical.check_server(cur)
+                logical.check_tables(cur, config, tables, config_path)
+        return record
+    finally:
+        conn.rollback()
+        conn.close()
+
+
+def drop_set(store: ClusterStore, name: str) -> list[str]:
+    """Remove a set's capture (triggers, consumer and queue; or its slot) and its znodes, in
+    one two-phase commit.
+
+    Returns what was removed. Raises ClusterError (no such set, changed meanwhile) or
+    CaptureError (database unreachable or refuses, slot in use); on error nothing is removed.
+    """
+    record, version = store.get_set(name)
+    intent = Intent.new(store.cluster, name, "drop", record.version)
+    what = f"drop set {name!r}"
+    with twophase.prepared_command(store, intent, record.dsn, what) as (_conn, cur):
+        if isinstance(record.capture, SlotCapture):
+            logical.check_droppable(cur, record.capture.slot)
+            done = []
+        else:
+            done = trigger.uninstall(cur, record.capture, record.tables)
+    twophase.finish(store, intent, record.dsn, lambda: store.delete_set(name, version, record.prefix), what)
+    done.append(f"znode {store.set_path(name)}")
+    if isinstance(record.capture, SlotCapture) and logical.drop_slot(record.dsn, record.capture.slot):
+        done.append(f"replication slot {record.capture.slot}")
+    return done
+
+
+def inspect_set(store: ClusterStore, name: str, version: int | None = None) -> dict[str, Any]:
+    """The set record (the current one, or version from its history) as stored, plus its znode
+    version, topics and relay snapshot record. Raises ClusterError for no such set/version."""
+    record, znode_version = store.get_set(name)
+    if version is not None:
+        record = store.get_version(name, version)
+    topics = record.topics
+    return {**record.to_dict(), "znode_version": znode_version,
+            "topics": {"tables": topics.tables, "transactions": topics.transactions, "positions": topics.positions},
+            "snapshot": store.get_relay_record(name, "snapshot")}
+
+
+def history_lines(store: ClusterStore, name: str) -> list[str]:
+    """One line per stored version of the set: version, when, what changed, tables."""
+    lines = []
+    for version in store.history(name):
+        record = store.get_version(name, version)
+        change = record.change or {}
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(record.upgraded_at or record.created_at))
+        what = change.get("kind", "create")
+        if change.get("statement"):
+            what += f" ({change['statement']})"
+        tables = ", ".join(f"{t.schema}.{t.name}({len(t.columns)})" for t in record.tables)
+        lines.append(f"version {version}  {when} UTC  {what}  tables: {tables}")
+    return lines

@@ -1,0 +1,100 @@
+"""``pgshovel set status NAME``: how far a set's relay is, from every place that knows.
+
+- the capture's lag: the trigger set's queue (pgq.get_consumer_info of the relay's consumer)
+  or the logical set's slot (pgshovel2_decoder.slot_lag), from the set's database
+  (pgshovel2.backends.lag; ``error`` says why when the database does not answer);
+- the active relay and standbys: the election znodes (pgshovel2.relay.election.status);
+- the last committed position: the set's positions topic (pgshovel2.wire.read_position);
+- the relay's last error (ZooKeeper ``relay/last_error``), marked recovered when the relay
+  committed after it;
+- read_committed end offsets of the set's topics (Kafka).
+"""
+
+import time
+from typing import Any
+
+from confluent_kafka.admin import AdminClient
+
+from pgshovel2 import backends
+from pgshovel2.cluster import ClusterStore
+from pgshovel2.consumer.offsets import end_offsets, partition_counts
+from pgshovel2.db import redacted
+from pgshovel2.errors import PgshovelError
+from pgshovel2.relay import election
+from pgshovel2.setrecord import SetRecord
+from pgshovel2.wire.positions import read_position
+
+
+def kafka_status(record: SetRecord, bootstrap: str) -> dict[str, Any]:
+    """{end_offsets: {topic: {partition: offset}}} of the set's data and transactions topics,
+    or {error} when Kafka does not answer."""
+    topics = record.topics
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    names_ = [*topics.tables.values(), topics.transactions]
+    try:
+        counts = partition_counts(admin, names_, bootstrap, f"of set {record.name!r}", 10)
+        offsets = end_offsets(admin, [[(t, p) for t in names_ for p in range(counts[t])]], bootstrap, 10)
+    except PgshovelError as exc:
+        return {"error": str(exc), "end_offsets": {}}
+    nested: dict[str, dict[str, int]] = {}
+    for (t, p), o in sorted(offsets.items()):
+        nested.setdefault(t, {})[str(p)] = o
+    return {"end_offsets": nested, "positions_topic": topics.positions}
+
+
+def set_status(store: ClusterStore, set_name: str, bootstrap: str) -> dict[str, Any]:
+    """Everything above as one JSON-able dict. Raises ClusterError for no such set."""
+    record, _ = store.get_set(set_name)
+    out: dict[str, Any] = {"set": set_name, "version": record.version, "backend": record.backend,
+                           "capture": record.capture.describe(), "database": redacted(record.dsn),
+                           "lag": backends.lag(record), "relays": election.status(store, set_name)}
+    out["kafka"] = kafka_status(record, bootstrap)
+    try:
+        position = read_position(bootstrap, record.topics.positions, f"{store.cluster}/{set_name}", timeout=10)
+        out["position"] = None if position is None else {**position.__dict__, "text": position.describe()}
+    except PgshovelError as exc:
+        out["position"], out["position_error"] = None, str(exc)
+    error = store.get_relay_record(set_name, "last_error")
+    if error is not None:
+        committed_ms = (out["position"] or {}).get("committed_at_ms", 0)
+        error["recovered"] = committed_ms > error["at"] * 1000
+    out["last_error"] = error
+    return out
+
+
+def _lag_text(lag: dict[str, Any]) -> str:
+    if lag.get("error"):
+        return lag["error"]
+    if lag["kind"] == "slot":
+        behind = "caught up" if not lag["lag_bytes"] else f"{lag['lag_bytes']} bytes behind"
+        return (f"{behind}, {lag['retained_bytes']} bytes of WAL retained, {lag['lag_seconds'] or 0:.1f}s, "
+                f"WAL {lag['wal_status']}")
+    if not lag["pending_events"]:
+        return f"caught up (0 events queued; last tick {lag['last_tick']})"
+    return f"{lag['pending_events']} events, {lag['lag_seconds'] or 0:.1f}s behind (tick {lag['last_tick']})"
+
+
+def lines(info: dict[str, Any]) -> list[str]:
+    """set_status's dict as a short table for the terminal."""
+    active = (info["relays"]["active"] or {}).get("identity", "none")
+    kafka, pos = info["kafka"], info.get("position")
+    committed = info.get("position_error", "nothing committed yet")
+    if pos:
+        committed = f"{pos['text']} (set version {pos['set_version']}, {_ago(pos['committed_at_ms'] / 1000)})"
+    out = [f"set {info['set']} (version {info['version']}, {info['backend']}, {info['capture']}, {info['database']})",
+           f"  lag:              {_lag_text(info['lag'])}",
+           f"  active relay:     {active} ({len(info['relays']['contenders'])} contending)",
+           f"  committed at:     {committed}"]
+    if kafka.get("error"):
+        out.append(f"  kafka:            {kafka['error']}")
+    if err := info.get("last_error"):
+        when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(err["at"]))
+        state = "recovered, the relay committed since" if err.get("recovered") else "not recovered"
+        out.append(f"  last relay error: {when} ({state}) {err['kind']} ({err['relay']}): {err['message'][:300]}")
+    for topic, parts in kafka.get("end_offsets", {}).items():
+        out.append(f"  {topic}: " + ", ".join(f"[{p}] {o}" for p, o in parts.items()))
+    return out
+
+
+def _ago(at: float) -> str:
+    return f"{max(time.time() - at, 0):.1f}s ago"

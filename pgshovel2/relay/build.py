@@ -1,0 +1,54 @@
+"""Builds a set's relay from its record in ZooKeeper: source, sink, layout, control events."""
+
+import logging
+
+from pgshovel2.cluster import ClusterStore
+from pgshovel2.relay.control import ControlEvents
+from pgshovel2.relay.election import Leadership
+from pgshovel2.relay.emitter import Emitter
+from pgshovel2.relay.layout import Layout
+from pgshovel2.relay.logical_source import LogicalSource
+from pgshovel2.relay.loop import Relay, RelayOptions
+from pgshovel2.relay.pgq_source import PgqSource
+from pgshovel2.relay.source import Source
+from pgshovel2.setrecord import SetRecord, SlotCapture
+from pgshovel2.sinks.kafka import KafkaSink
+from pgshovel2.sinks.registry import SchemaRegistry
+from pgshovel2.wire.positions import read_position
+
+log = logging.getLogger(__name__)
+
+
+def transactional_id(cluster: str, set_name: str) -> str:
+    """The Kafka transactional id of a set's relay (the same for every instance: it fences)."""
+    return f"pgshovel2.{cluster}.{set_name}"
+
+
+def open_source(record: SetRecord, options: RelayOptions) -> Source:
+    """The source of the set's backend, connected. Raises UnavailableError when the database
+    cannot be reached."""
+    if isinstance(record.capture, SlotCapture):
+        return LogicalSource(record.dsn, record.capture.slot, record.tables, options.heartbeat_interval)
+    return PgqSource(record.dsn, record.capture, options.poll_interval)
+
+
+def build(store: ClusterStore, set_name: str, options: RelayOptions, leadership: Leadership | None = None) -> Relay:
+    """The relay of set_name with its latest record. Raises ClusterError (no such set),
+    UnavailableError (database or Kafka unreachable)."""
+    record, _ = store.get_set(set_name)
+    sink = KafkaSink(options.bootstrap, transactional_id(store.cluster, set_name) if options.transactional else None)
+    registry = SchemaRegistry(options.registry_url) if options.registry_url else None
+    emitter = Emitter(set_name, {}, record.topics.transactions, None, sink)
+    topics = record.topics
+
+    def ensure_topics(wanted: dict[str, str], rec: SetRecord) -> None:
+        single = frozenset({rec.topics.transactions, rec.topics.positions})
+        for topic in sink.ensure_topics(wanted, rec.config.topics, single):
+            log.info("created topic %s", topic)
+
+    layout = Layout(record, emitter, registry, lambda version: store.get_version(set_name, version), ensure_topics)
+    key = f"{store.cluster}/{set_name}"
+    source = open_source(record, options)
+    return Relay(set_name, source, sink, layout, ControlEvents(store, set_name, registry), options,
+                 lambda: read_position(options.bootstrap, topics.positions, key), topics.positions, key.encode(),
+                 leadership, lambda rec: store.put_relay_record(set_name, "snapshot", rec))

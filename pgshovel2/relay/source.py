@@ -1,0 +1,142 @@
+"""The Source protocol: what the relay loop (:mod:`pgshovel2.relay.loop`) reads from.
+
+A source turns a set's capture into one stream of items, in commit order:
+
+- :class:`Begin` -- a source transaction starts;
+- :class:`Change` -- one captured change (I/U/D/T) of that transaction;
+- :class:`Control` -- a control event in the stream (a set-version marker ``V`` or a
+  schema change ``S``, :mod:`pgshovel2.relay.control`): no data, switches the layout;
+- :class:`Commit` -- the transaction ends (txid None: a point with no transaction of its
+  own, e.g. an empty PgQ batch or a heartbeat of the slot);
+- :class:`Idle` -- nothing to read now.
+
+Every item carries its place in the source as (unit, ordinal): unit is what the source is
+acknowledged by (a PgQ tick id, a commit LSN), ordinal counts the unit's events (see
+:class:`pgshovel2.wire.Position`). A Commit whose ``complete`` is true ends its unit: once
+a Kafka transaction holding the position (unit, ordinal, complete) is committed, the loop
+calls :meth:`Source.ack` with it and the source may forget the unit.
+
+Sources never know Kafka; the loop never knows PgQ or slots.
+"""
+
+from collections.abc import Iterator
+from typing import NamedTuple, Protocol
+
+from pgshovel2.backends.snapshot import ExportedSnapshot
+from pgshovel2.wire import Position
+
+SCHEMA_CHANGE, SET_VERSION = "S", "V"  # the control events' ops (pgshovel2.relay.control)
+CONTROL_OPS = frozenset({SCHEMA_CHANGE, SET_VERSION})
+
+
+class Begin(NamedTuple):
+    """A source transaction starts. txid: 64-bit epoch txid (as txid_current()); ts_ms: its
+    capture or commit time, ms since the Unix epoch; (unit, ordinal): where its first event is."""
+
+    txid: int
+    ts_ms: int
+    unit: int
+    ordinal: int
+
+
+class Change(NamedTuple):
+    """One captured change (a tuple: one is made per change, so it must be cheap).
+
+    txid, ts_ms: as its Begin; op: I/U/D/T; row, before: decoded capture rows (lists in the
+    table's column order) or None; table: table tag (Table.qualified); (unit, ordinal): its
+    place. A DELETE carries the old row (its key) in row.
+    """
+
+    txid: int
+    ts_ms: int
+    op: str
+    row: list | None
+    table: str
+    before: list | None
+    unit: int
+    ordinal: int
+
+
+class Control(NamedTuple):
+    """A control event (op ``V`` set version, ``S`` schema change), fields as :class:`Change`:
+    row is the event's payload (decoded JSON), before the DDL statement for ``S``."""
+
+    txid: int
+    ts_ms: int
+    op: str
+    row: dict | None
+    table: str
+    before: str | None
+    unit: int
+    ordinal: int
+
+
+class Commit(NamedTuple):
+    """The end of a source transaction (txid None: of none): the stream is at (unit, ordinal),
+    a point where a Kafka transaction may end; complete: the unit is finished and may be
+    acknowledged once that point is in Kafka. ts_ms: the END record's time."""
+
+    txid: int | None
+    ts_ms: int
+    unit: int
+    ordinal: int
+    complete: bool
+
+
+class Idle(NamedTuple):
+    """Nothing to read now; the loop may commit what is due, then :meth:`Source.wait` at most
+    wait seconds."""
+
+    wait: float
+
+
+Item = Begin | Change | Control | Commit | Idle
+
+
+class Lag(NamedTuple):
+    """How far the set's capture is ahead of what the source acknowledged (None: not known for
+    this source): seconds, events (queued, not acknowledged), WAL bytes behind, WAL bytes the
+    slot retains."""
+
+    seconds: float | None = None
+    events: int | None = None
+    bytes: int | None = None
+    retained_bytes: int | None = None
+
+
+class Source(Protocol):
+    """A set's capture, read as items (module docstring).
+
+    backend: ``trigger`` or ``logical`` (the positions it makes). commit_delay: seconds a
+    complete point may wait for more before the loop commits it (0: at once; the PgQ source
+    cannot read on until its batch is acknowledged).
+    """
+
+    backend: str
+    commit_delay: float
+
+    def handoff(self, export: bool) -> tuple[Position, ExportedSnapshot | None, dict]:
+        """Where a new stream starts: (its position, an exported snapshot of the set's tables at
+        exactly that position when export -- to be closed by the caller -- else None, the
+        record kept in ZooKeeper as the relay's ``snapshot``)."""
+
+    def resume(self, position: Position) -> None:
+        """Check the source can go on after position (committed earlier); raise RelayError if not."""
+
+    def items(self, position: Position) -> Iterator[Item]:
+        """The stream after position (the committed one; units it covers may come again)."""
+
+    def ack(self, position: Position) -> None:
+        """Everything up to position (complete) is in Kafka: release it in the source."""
+
+    def wait(self, timeout: float) -> None:
+        """Block until the source may have more, at most timeout seconds."""
+
+    def lag(self) -> Lag:
+        """The source's lag, for progress lines and metrics."""
+
+    def describe(self) -> str:
+        """What the source reads, for log lines: ``queue <name>`` or ``slot <name>``."""
+
+    def close(self) -> None:
+        """Close the source's connections (never raises)."""

@@ -1,0 +1,215 @@
+"""The set record: a replication set as stored in ZooKeeper, typed, built in one place.
+
+A set's znode (and each ``history/<n>`` znode) holds one JSON record::
+
+    {"name", "cluster", "version", "config": SetConfig.to_dict(), "tables": [Table.to_dict()],
+     "queue", "trigger", "consumer"            (trigger backend; None for logical),
+     "slot"                                    (logical backend),
+     "created_at", "upgraded_at", "pgshovel_version",
+     "change": {"kind": "create"|"upgrade"|"ddl"|"repoint", ...}}
+
+:meth:`SetRecord.from_node` reads it (as Patroni's ``ClusterConfig.from_node``) and
+:meth:`SetRecord.to_node` writes the same layout, so records written by earlier versions
+stay readable.
+"""
+
+import hashlib
+import json
+import time
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from pgshovel2 import __version__, names
+from pgshovel2.catalog import Table
+from pgshovel2.config import SetConfig
+from pgshovel2.errors import ClusterError
+
+CONSUMER = "pgshovel2_relay"  # the relay's PgQ consumer name on a trigger set's queue
+PLUGIN = "pgshovel2_decoder"  # our output plugin (sql/decoder), read by a logical set's slot
+
+
+@dataclass(frozen=True)
+class TriggerCapture:
+    """Where a ``trigger`` set captures: its PgQ queue, trigger name and relay consumer."""
+
+    queue: str
+    trigger: str
+    consumer: str = CONSUMER
+
+    def describe(self) -> str:
+        """``queue <name>`` for operators."""
+        return f"queue {self.queue}"
+
+
+@dataclass(frozen=True)
+class SlotCapture:
+    """Where a ``logical`` set captures: its replication slot, read through plugin."""
+
+    slot: str
+    plugin: str = PLUGIN
+
+    def describe(self) -> str:
+        """``slot <name>`` for operators."""
+        return f"slot {self.slot}"
+
+
+Capture = TriggerCapture | SlotCapture
+
+
+def queue_name(cluster: str, set_name: str) -> str:
+    """PgQ queue of a trigger set: ``pgshovel2.<cluster>.<set>``."""
+    return f"pgshovel2.{cluster}.{set_name}"
+
+
+def trigger_name(cluster: str, set_name: str) -> str:
+    """Name of a trigger set's capture triggers (<= 63 bytes; the TRUNCATE one adds ``_t``)."""
+    digest = hashlib.sha1(cluster.encode()).hexdigest()[:6]
+    return f"pgshovel2_{set_name}_{digest}"
+
+
+def slot_name(cluster: str, set_name: str) -> str:
+    """Replication slot of a logical set: ``pgshovel2_<set, lower case>_<hash of cluster and set>``
+    (slot names allow only ``[a-z0-9_]``, at most 63 bytes; the hash keeps sets whose names
+    differ only in case, and clusters, apart)."""
+    digest = hashlib.sha1(f"{cluster}/{set_name}".encode()).hexdigest()[:8]
+    return f"pgshovel2_{set_name.lower()}_{digest}"
+
+
+@dataclass(frozen=True)
+class SetTopicNames:
+    """The Kafka topics of a set (names escaped by :mod:`pgshovel2.names`).
+
+    tables: table tag (``"schema"."table"``, as Table.qualified) -> data topic.
+    """
+
+    transactions: str
+    positions: str
+    tables: dict[str, str]
+
+
+@dataclass(frozen=True)
+class SetRecord:
+    """One version of a replication set (module docstring for the stored form).
+
+    version: the set version (1 at create, +1 per upgrade, DDL or repoint). change: what made
+    this version (``{"kind": ..., "gid": ...}``), None when not recorded.
+    """
+
+    name: str
+    cluster: str
+    version: int
+    config: SetConfig
+    tables: tuple[Table, ...]
+    capture: Capture
+    created_at: float
+    pgshovel_version: str = __version__
+    upgraded_at: float | None = None
+    change: dict[str, Any] | None = None
+    extra: dict[str, Any] = field(default_factory=dict)  # fields of newer versions, kept as read
+
+    @classmethod
+    def new(cls, cluster: str, name: str, config: SetConfig, tables: tuple[Table, ...],
+            change: dict[str, Any] | None = None) -> "SetRecord":
+        """Version 1 of a set, with the capture names of its backend."""
+        capture: Capture
+        if config.backend == "logical":
+            capture = SlotCapture(slot_name(cluster, name))
+        else:
+            capture = TriggerCapture(queue_name(cluster, name), trigger_name(cluster, name))
+        return cls(name, cluster, 1, config, tables, capture, time.time(), change=change)
+
+    @property
+    def backend(self) -> str:
+        """``trigger`` or ``logical``."""
+        return self.config.backend
+
+    @property
+    def dsn(self) -> str:
+        """libpq DSN of the set's database."""
+        return self.config.dsn
+
+    @property
+    def prefix(self) -> str:
+        """The topic prefix: the configured one, else the set name."""
+        return self.config.topic_prefix or self.name
+
+    @property
+    def topics(self) -> SetTopicNames:
+        """The set's topics."""
+        return SetTopicNames(names.transactions_topic(self.prefix), names.positions_topic(self.prefix),
+                             {t.qualified: self.topic(t) for t in self.tables})
+
+    def topic(self, table: Table) -> str:
+        """The data topic of a table of the set."""
+        return names.table_topic(self.prefix, table.schema, table.name)
+
+    @property
+    def queue(self) -> str:
+        """The PgQ queue; raises ClusterError for a logical set."""
+        if not isinstance(self.capture, TriggerCapture):
+            raise ClusterError(f"set {self.name!r} is a {self.backend} set: it has no PgQ queue")
+        return self.capture.queue
+
+    @property
+    def slot(self) -> str:
+        """The replication slot; raises ClusterError for a trigger set."""
+        if not isinstance(self.capture, SlotCapture):
+            raise ClusterError(f"set {self.name!r} is a {self.backend} set: it has no replication slot")
+        return self.capture.slot
+
+    def table(self, tag: str) -> Table | None:
+        """The table whose tag (Table.qualified) is tag, None if not in the set."""
+        return next((t for t in self.tables if t.qualified == tag), None)
+
+    def next(self, **changes: Any) -> "SetRecord":
+        """The next version: version + 1, upgraded now by this package, with changes applied."""
+        return replace(self, version=self.version + 1, upgraded_at=time.time(), pgshovel_version=__version__,
+                       **changes)
+
+    def replace(self, **changes: Any) -> "SetRecord":
+        """A copy with changes applied (same version)."""
+        return replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The stored JSON form (module docstring)."""
+        data: dict[str, Any] = {**self.extra, "name": self.name, "cluster": self.cluster, "version": self.version,
+                                "config": self.config.to_dict(), "tables": [t.to_dict() for t in self.tables],
+                                "queue": None, "trigger": None, "consumer": None,
+                                "created_at": self.created_at, "pgshovel_version": self.pgshovel_version}
+        if isinstance(self.capture, SlotCapture):
+            data["slot"] = self.capture.slot
+        else:
+            data.update(queue=self.capture.queue, trigger=self.capture.trigger, consumer=self.capture.consumer)
+        if self.upgraded_at is not None:
+            data["upgraded_at"] = self.upgraded_at
+        if self.change is not None:
+            data["change"] = self.change
+        return data
+
+    def to_node(self) -> bytes:
+        """The znode bytes."""
+        return json.dumps(self.to_dict(), sort_keys=True).encode("utf-8")
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "SetRecord":
+        """Inverse of :meth:`to_dict`. Raises ClusterError naming the set for a malformed record."""
+        try:
+            config = SetConfig.from_dict(data["config"])
+            capture: Capture = (SlotCapture(data["slot"]) if config.backend == "logical"
+                                else TriggerCapture(data["queue"], data["trigger"], data.get("consumer") or CONSUMER))
+            known = {"name", "cluster", "version", "config", "tables", "queue", "trigger", "consumer", "slot",
+                     "created_at", "pgshovel_version", "upgraded_at", "change"}
+            return cls(data["name"], data["cluster"], int(data["version"]), config,
+                       tuple(Table.from_dict(t) for t in data["tables"]), capture, data["created_at"],
+                       data.get("pgshovel_version", "0"), data.get("upgraded_at"), data.get("change"),
+                       {k: v for k, v in data.items() if k not in known})
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ClusterError(f"malformed record of set {data.get('name')!r} in ZooKeeper: {exc!r}") from exc
+
+    @classmethod
+    def from_node(cls, data: bytes) -> "SetRecord":
+        """A record from znode bytes. Raises ClusterError when they are not one."""
+        try:
+            return cls.from_dict(json.loads(data))
+        except ValueError as exc:
+            raise ClusterError(f"unreadable set record in ZooKeeper: {data[:200]!r}") from exc

@@ -1,0 +1,57 @@
+"""Reading the relay's committed position back from its positions topic (pgshovel2.wire)."""
+
+import time
+import uuid
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+
+from pgshovel2.errors import UnavailableError
+from pgshovel2.wire import Position
+
+
+def read_position(bootstrap: str, topic: str, key: str, timeout: float = 30.0) -> Position | None:
+    """The last committed position record with key on topic (``{cluster}/{set}``), None when
+    there is none.
+
+    Reads read_committed up to the topic's end as of the call (a running relay keeps writing:
+    it never waits for more), backwards in growing windows, so the cost does not grow with
+    the topic. Raises UnavailableError when Kafka does not answer within timeout (s).
+    """
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"pgshovel2-position-{uuid.uuid4()}",
+                         "enable.auto.commit": False, "isolation.level": "read_committed",
+                         "enable.partition.eof": True})
+    try:
+        try:
+            low, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=timeout)
+        except KafkaException as exc:
+            raise UnavailableError(f"cannot read the relay position from {topic!r}: {exc}") from exc
+        window = 64
+        while True:
+            start = max(low, high - window)
+            found = _last_with_key(consumer, TopicPartition(topic, 0, start), high, key.encode(), timeout)
+            if found is not None or start == low:
+                return Position.decode(found) if found is not None else None
+            window *= 16
+    finally:
+        consumer.close()
+
+
+def _last_with_key(consumer: Consumer, tp: TopicPartition, high: int, key: bytes, timeout: float) -> bytes | None:
+    """The value of the last message with key from tp's offset to offset high (exclusive)."""
+    consumer.assign([tp])
+    last = None
+    deadline = time.monotonic() + timeout
+    while True:
+        msg = consumer.poll(1.0)
+        if msg is None:
+            if time.monotonic() > deadline:
+                raise UnavailableError(f"timed out reading the relay position from {tp.topic!r}")
+            continue
+        if msg.error():
+            if msg.error().code() == KafkaError._PARTITION_EOF:
+                return last
+            raise UnavailableError(f"cannot read the relay position from {tp.topic!r}: {msg.error()}")
+        if msg.key() == key:
+            last = msg.value()
+        if msg.offset() >= high - 1:
+            return last
