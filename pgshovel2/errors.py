@@ -41,6 +41,13 @@ class UnavailableError(RelayError):
     """
 
 
+class StopRequestedError(PgshovelError):
+    """A stop was requested (SIGTERM/SIGINT) while waiting for a service: the wait ended early.
+
+    Nothing was acknowledged that is not in Kafka: the next start resumes from the committed position.
+    """
+
+
 class FencedError(RelayError):
     """Another relay of the same set took over its Kafka transactional id."""
 

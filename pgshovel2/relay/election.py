@@ -27,7 +27,7 @@ from typing import Any
 from kazoo.protocol.states import KazooState
 
 from pgshovel2.cluster import ClusterStore
-from pgshovel2.errors import RelayError, UnavailableError
+from pgshovel2.errors import RelayError, StopRequestedError, UnavailableError
 from pgshovel2.setrecord import SetRecord
 
 log = logging.getLogger(__name__)
@@ -66,6 +66,7 @@ class Leadership:
         self._seen_version: int | None = None
         self._seen_dsn: str | None = None
         self._repointed = threading.Event()
+        self._stop = threading.Event()
 
     def _on_state(self, state: str) -> None:
         if state == KazooState.SUSPENDED:
@@ -100,8 +101,9 @@ class Leadership:
     def acquire(self, stop: threading.Event) -> bool:
         """Wait in line until this relay is the set's active relay; False if stop was set first.
 
-        Raises SetDroppedError when the set does not exist.
+        Raises SetDroppedError when the set does not exist. stop also ends waits of :meth:`check`.
         """
+        self._stop = stop
         if not self.store.exists(self.set_name):
             raise SetDroppedError(f"no replication set {self.set_name!r} in cluster {self.store.cluster!r}")
         self.store.add_listener(self._on_state)
@@ -151,8 +153,13 @@ class Leadership:
             raise RepointedError(f"set {self.set_name!r} was repointed to another database")
         if self._suspended.is_set():
             log.warning("ZooKeeper connection suspended: relay of set %r pauses until it is back", self.set_name)
-            while not self._back.wait(10):
-                log.warning("still waiting for ZooKeeper (relay of set %r paused)", self.set_name)
+            waited = 0.0
+            while not self._back.wait(0.5):
+                if self._stop.is_set():
+                    raise StopRequestedError(f"stopped while waiting for ZooKeeper (relay of set {self.set_name!r})")
+                waited += 0.5
+                if waited % 10 == 0:
+                    log.warning("still waiting for ZooKeeper (relay of set %r paused)", self.set_name)
             if not self._lost.is_set():
                 log.info("ZooKeeper connection back, same session: relay of set %r resumes", self.set_name)
         if self._lost.is_set():

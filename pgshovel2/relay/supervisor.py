@@ -18,7 +18,7 @@ from kazoo.exceptions import ConnectionLoss, SessionExpiredError
 from kazoo.handlers.threading import KazooTimeoutError
 
 from pgshovel2.cluster import ClusterStore
-from pgshovel2.errors import RelayError, UnavailableError
+from pgshovel2.errors import RelayError, StopRequestedError, UnavailableError
 from pgshovel2.relay import metrics
 from pgshovel2.relay.build import build
 from pgshovel2.relay.election import Leadership, LeadershipLostError, SetDroppedError, identity
@@ -78,12 +78,15 @@ def supervise(store: ClusterStore, set_name: str, options: RelayOptions, stop: t
         try:
             if leadership is not None:
                 leadership.check()
-            relay = build(store, set_name, options, leadership)
+            relay = build(store, set_name, options, leadership, stop)
             log.info("relaying set %r (version %d) from %s to %s", set_name, relay.layout.version,
                      relay.source.describe(), options.bootstrap)
             relay.run(stop)
         except SetDroppedError:
             raise
+        except StopRequestedError as exc:
+            log.info("%s", exc)
+            break
         except Exception as exc:
             if (gone := dropped(store, set_name, exc)) is not None:
                 raise gone from exc

@@ -9,12 +9,14 @@ idempotent-only mode commit waits until every message is acknowledged
 """
 
 import logging
+import threading
+import time
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from pgshovel2.config import TopicsConfig
-from pgshovel2.errors import FencedError, RelayError, UnavailableError
+from pgshovel2.errors import FencedError, RelayError, StopRequestedError, UnavailableError
 
 log = logging.getLogger(__name__)
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
@@ -35,6 +37,7 @@ PRODUCER_DEFAULTS = {
 }
 
 Headers = list[tuple[str, str]]
+STEP = 1.0  # s: the longest single wait on librdkafka, so a stop request is seen within it
 _PRODUCER_GONE = (KafkaError._FATAL, KafkaError._FENCED, KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT)
 # Delivery reports are requested for failures only; serving them every message costs more than
 # the produce call itself.
@@ -59,8 +62,10 @@ class KafkaSink:
     librdkafka overrides.
     """
 
-    def __init__(self, bootstrap: str, transactional_id: str | None = None, config: dict | None = None):
+    def __init__(self, bootstrap: str, transactional_id: str | None = None, config: dict | None = None,
+                 stop: threading.Event | None = None):
         self.bootstrap, self.transactional_id = bootstrap, transactional_id
+        self._stop = stop or threading.Event()
         settings = {"bootstrap.servers": bootstrap, **PRODUCER_DEFAULTS, **(config or {}),
                     "error_cb": self._on_error, "on_delivery": self._delivered,
                     "delivery.report.only.error": True}
@@ -99,11 +104,24 @@ class KafkaSink:
         """
         if not self.transactional_id:
             return
-        try:
-            self._producer.init_transactions(timeout)
-        except KafkaException as exc:
-            raise self._error(exc, f"cannot register transactional id {self.transactional_id!r} "
-                              f"at {self.bootstrap}") from exc
+        what = f"cannot register transactional id {self.transactional_id!r} at {self.bootstrap}"
+        self._retrying(self._producer.init_transactions, timeout, what)
+
+    def _retrying(self, call, timeout: float, what: str) -> None:
+        """call(seconds) in steps of at most a second until it returns, fails for good or timeout
+        (s) passes; a stop request ends the wait (StopRequestedError). librdkafka's transactional
+        calls time out with a retriable error and are resumed by calling them again."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                call(max(0.1, min(STEP, deadline - time.monotonic())))
+                return
+            except KafkaException as exc:
+                err = exc.args[0]
+                if not err.retriable() or time.monotonic() >= deadline:
+                    raise self._error(exc, what) from exc
+                if self._stop.is_set():
+                    raise StopRequestedError(f"stopped while waiting for Kafka at {self.bootstrap} ({what})") from exc
 
     def ensure_topics(self, topics: dict[str, str], settings: TopicsConfig,
                       single_partition: frozenset[str] = frozenset()) -> list[str]:
@@ -149,6 +167,9 @@ class KafkaSink:
                     self._producer.produce(topic, value, key, headers=headers)
                     break
                 except BufferError:
+                    if self._stop.is_set():
+                        raise StopRequestedError(f"stopped while Kafka at {self.bootstrap} takes no more messages") \
+                            from None
                     self._producer.poll(0.05)
             self.produced += 1
             if not self.produced % POLL_EVERY:
@@ -185,11 +206,10 @@ class KafkaSink:
         if not self._in_txn:
             return
         try:
-            self._producer.commit_transaction(timeout)
-        except KafkaException as exc:
-            error = self._error(exc, "cannot commit the Kafka transaction")
+            self._retrying(self._producer.commit_transaction, timeout, "cannot commit the Kafka transaction")
+        except BaseException:
             self.abort()
-            raise error from exc
+            raise
         finally:
             self._failed.clear()
         self._in_txn = False
@@ -205,7 +225,11 @@ class KafkaSink:
             log.warning("could not abort the Kafka transaction: %s", exc)
 
     def _flush(self, timeout: float) -> None:
-        remaining = self._producer.flush(timeout)
+        deadline = time.monotonic() + timeout
+        while (remaining := self._producer.flush(min(STEP, max(deadline - time.monotonic(), 0)))) \
+                and time.monotonic() < deadline:
+            if self._stop.is_set():
+                raise StopRequestedError(f"stopped with {remaining} message(s) unacknowledged by Kafka")
         if self._failed:
             first, count = self._failed[0], len(self._failed)
             self._failed.clear()

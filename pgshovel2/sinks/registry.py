@@ -6,6 +6,7 @@ unreachable, :meth:`SchemaRegistry.register` waits and retries.
 
 import json
 import logging
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -13,7 +14,7 @@ from typing import Any
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 
-from pgshovel2.errors import RelayError, SchemaRejectedError
+from pgshovel2.errors import RelayError, SchemaRejectedError, StopRequestedError
 
 log = logging.getLogger(__name__)
 
@@ -21,10 +22,11 @@ log = logging.getLogger(__name__)
 class SchemaRegistry:
     """url: the registry's Confluent-compatible base URL."""
 
-    def __init__(self, url: str, retry_seconds: float = 2.0, max_wait: float | None = None):
+    def __init__(self, url: str, retry_seconds: float = 2.0, max_wait: float | None = None,
+                 stop: threading.Event | None = None):
         self.url = url
         self._client = SchemaRegistryClient({"url": url})
-        self._retry, self._max_wait = retry_seconds, max_wait
+        self._retry, self._max_wait, self._stop = retry_seconds, max_wait, stop or threading.Event()
 
     def register(self, subject: str, schema: dict[str, Any]) -> int:
         """Register an Avro schema under subject; returns its schema id.
@@ -62,4 +64,5 @@ class SchemaRegistry:
                 raise RelayError(f"schema registry {self.url} unreachable: {error}")
             log.warning("schema registry %s unreachable (%s); retrying in %.0fs",
                         self.url, error, self._retry)
-            time.sleep(self._retry)
+            if self._stop.wait(self._retry):
+                raise StopRequestedError(f"stopped while waiting for the schema registry {self.url} ({what})")

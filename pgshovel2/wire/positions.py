@@ -1,22 +1,26 @@
 """Reading the relay's committed position back from its positions topic (pgshovel2.wire)."""
 
+import threading
 import time
 import uuid
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
-from pgshovel2.errors import UnavailableError
+from pgshovel2.errors import StopRequestedError, UnavailableError
 from pgshovel2.wire import Position
 
 
-def read_position(bootstrap: str, topic: str, key: str, timeout: float = 30.0) -> Position | None:
+def read_position(bootstrap: str, topic: str, key: str, timeout: float = 30.0,
+                  stop: threading.Event | None = None) -> Position | None:
     """The last committed position record with key on topic (``{cluster}/{set}``), None when
     there is none.
 
     Reads read_committed up to the topic's end as of the call (a running relay keeps writing:
     it never waits for more), backwards in growing windows, so the cost does not grow with
-    the topic. Raises UnavailableError when Kafka does not answer within timeout (s).
+    the topic. Raises UnavailableError when Kafka does not answer within timeout (s),
+    StopRequestedError when stop is set meanwhile.
     """
+    stop = stop or threading.Event()
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"pgshovel2-position-{uuid.uuid4()}",
                          "enable.auto.commit": False, "isolation.level": "read_committed",
                          "enable.partition.eof": True})
@@ -28,7 +32,7 @@ def read_position(bootstrap: str, topic: str, key: str, timeout: float = 30.0) -
         window = 64
         while True:
             start = max(low, high - window)
-            found = _last_with_key(consumer, TopicPartition(topic, 0, start), high, key.encode(), timeout)
+            found = _last_with_key(consumer, TopicPartition(topic, 0, start), high, key.encode(), timeout, stop)
             if found is not None or start == low:
                 return Position.decode(found) if found is not None else None
             window *= 16
@@ -36,13 +40,16 @@ def read_position(bootstrap: str, topic: str, key: str, timeout: float = 30.0) -
         consumer.close()
 
 
-def _last_with_key(consumer: Consumer, tp: TopicPartition, high: int, key: bytes, timeout: float) -> bytes | None:
+def _last_with_key(consumer: Consumer, tp: TopicPartition, high: int, key: bytes, timeout: float,
+                   stop: threading.Event) -> bytes | None:
     """The value of the last message with key from tp's offset to offset high (exclusive)."""
     consumer.assign([tp])
     last = None
     deadline = time.monotonic() + timeout
     while True:
-        msg = consumer.poll(1.0)
+        msg = consumer.poll(0.5)
+        if stop.is_set():
+            raise StopRequestedError(f"stopped while reading the relay position from {tp.topic!r}")
         if msg is None:
             if time.monotonic() > deadline:
                 raise UnavailableError(f"timed out reading the relay position from {tp.topic!r}")
