@@ -303,6 +303,14 @@ class ClusterStore:
         except NoNodeError:
             pass
 
+    def update_skips(self, name: str, kind: str, position: str, info: dict[str, Any]) -> dict[str, Any]:
+        """Add info at position under kind (``requested`` by an operator, ``skipped`` by the relay)
+        in the set's ``relay/skips`` record; returns the record (pgshovel2.ops.skip)."""
+        record = self.get_relay_record(name, "skips") or {"requested": {}, "skipped": {}}
+        record.setdefault(kind, {})[position] = info
+        self.put_relay_record(name, "skips", record)
+        return record
+
     def election(self, name: str, who: str | None = None) -> Lock:
         """The set's relay election (a kazoo Lock; its path is created); who: this contender."""
         path = self.relay_path(name, "election")

@@ -11,7 +11,7 @@ from pgshovel2.cli.common import env_option, log_level_option, reports_errors, s
 from pgshovel2.cli.replicate import replicate
 from pgshovel2.cli.tail import tail
 from pgshovel2.cluster import ClusterStore
-from pgshovel2.ops import admin, repoint, status, upgrade, verify
+from pgshovel2.ops import admin, repoint, skip, status, upgrade, verify
 from pgshovel2.setrecord import SetRecord
 
 
@@ -169,6 +169,26 @@ def set_repoint(ctx: click.Context, name: str, new_dsn: str, force: bool) -> Non
     with _store(ctx) as store:
         for line in repoint.repoint_set(store, name, new_dsn, force):
             click.echo(line)
+
+
+@set_group.command("skip")
+@click.argument("name")
+@click.option("--position", required=True, help="The pgshovel.position of the change, as the relay's error prints it.")
+@click.option("--reason", required=True, help="Why (kept in ZooKeeper with the request).")
+@click.pass_context
+@reports_errors
+def set_skip(ctx: click.Context, name: str, position: str, reason: str) -> None:
+    """Let set NAME's relay leave out the one change at --position that it cannot encode.
+
+    For a change that stopped the relay with an error naming its position (a bug); the next
+    start leaves it out and records what it left out (set status lists both). Nothing else is
+    skipped, and a change that encodes fine is never skipped.
+    """
+    with _store(ctx) as store:
+        record = skip.request_skip(store, name, position, reason)
+    click.echo(f"set {name!r}: the relay will leave out the change at {position} if it cannot encode it "
+               f"({len(record['requested'])} request(s), {len(record.get('skipped', {}))} left out so far); "
+               "restart the relay")
 
 
 @set_group.command("drop")

@@ -59,6 +59,7 @@ def set_status(store: ClusterStore, set_name: str, bootstrap: str) -> dict[str, 
         committed_ms = (out["position"] or {}).get("committed_at_ms", 0)
         error["recovered"] = committed_ms > error["at"] * 1000
     out["last_error"] = error
+    out["skips"] = store.get_relay_record(set_name, "skips")
     return out
 
 
@@ -91,6 +92,12 @@ def lines(info: dict[str, Any]) -> list[str]:
         when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(err["at"]))
         state = "recovered, the relay committed since" if err.get("recovered") else "not recovered"
         out.append(f"  last relay error: {when} ({state}) {err['kind']} ({err['relay']}): {err['message'][:300]}")
+    skips = info.get("skips") or {}
+    for position, request in skips.get("requested", {}).items():
+        done = skips.get("skipped", {}).get(position)
+        state = (f"left out: {done['op']} of txid {done['txid']} on {done['table']}" if done
+                 else "requested, not met yet")
+        out.append(f"  skip {position}: {state} (asked by {request['by']}: {request['reason']})")
     for topic, parts in kafka.get("end_offsets", {}).items():
         out.append(f"  {topic}: " + ", ".join(f"[{p}] {o}" for p, o in parts.items()))
     return out

@@ -1,6 +1,8 @@
 """Builds a set's relay from its record in ZooKeeper: source, sink, layout, control events."""
 
 import logging
+import threading
+import time
 
 from pgshovel2.cluster import ClusterStore
 from pgshovel2.relay.control import ControlEvents
@@ -32,12 +34,15 @@ def open_source(record: SetRecord, options: RelayOptions) -> Source:
     return PgqSource(record.dsn, record.capture, options.poll_interval)
 
 
-def build(store: ClusterStore, set_name: str, options: RelayOptions, leadership: Leadership | None = None) -> Relay:
-    """The relay of set_name with its latest record. Raises ClusterError (no such set),
-    UnavailableError (database or Kafka unreachable)."""
+def build(store: ClusterStore, set_name: str, options: RelayOptions, leadership: Leadership | None = None,
+          stop: threading.Event | None = None) -> Relay:
+    """The relay of set_name with its latest record; stop (the relay's stop request) also ends
+    its waits on Kafka and the registry. Raises ClusterError (no such set), UnavailableError
+    (database or Kafka unreachable)."""
     record, _ = store.get_set(set_name)
-    sink = KafkaSink(options.bootstrap, transactional_id(store.cluster, set_name) if options.transactional else None)
-    registry = SchemaRegistry(options.registry_url) if options.registry_url else None
+    sink = KafkaSink(options.bootstrap, transactional_id(store.cluster, set_name) if options.transactional else None,
+                     stop=stop)
+    registry = SchemaRegistry(options.registry_url, stop=stop) if options.registry_url else None
     emitter = Emitter(set_name, {}, record.topics.transactions, None, sink)
     topics = record.topics
 
@@ -50,5 +55,8 @@ def build(store: ClusterStore, set_name: str, options: RelayOptions, leadership:
     key = f"{store.cluster}/{set_name}"
     source = open_source(record, options)
     return Relay(set_name, source, sink, layout, ControlEvents(store, set_name, registry), options,
-                 lambda: read_position(options.bootstrap, topics.positions, key), topics.positions, key.encode(),
-                 leadership, lambda rec: store.put_relay_record(set_name, "snapshot", rec))
+                 lambda: read_position(options.bootstrap, topics.positions, key, stop=stop), topics.positions,
+                 key.encode(),
+                 leadership, lambda rec: store.put_relay_record(set_name, "snapshot", rec),
+                 frozenset((store.get_relay_record(set_name, "skips") or {}).get("requested", {})),
+                 lambda position, what: store.update_skips(set_name, "skipped", position, {**what, "at": time.time()}))

@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 
 from pgshovel2 import failpoints
 from pgshovel2.backends.snapshot import ExportedSnapshot
-from pgshovel2.errors import RelayError, SchemaChangeError
+from pgshovel2.errors import EncodeError, RelayError, SchemaChangeError, StopRequestedError
 from pgshovel2.relay import metrics
 from pgshovel2.relay.control import ControlEvents
 from pgshovel2.relay.election import Leadership
@@ -55,10 +55,6 @@ class RelayOptions:
     heartbeat_interval: float = 10.0
 
 
-class StopRequestedError(Exception):
-    """Raised inside the initial snapshot when a stop was requested."""
-
-
 class _Txn:
     """The source transaction being relayed: BEGIN is written at its first change."""
 
@@ -74,7 +70,9 @@ class Relay:
     layout: the set layout in effect (its emitter produces to sink); control: applies
     control events; read_position(): the committed position in Kafka (None: none yet);
     position_topic/position_key: where position records go; on_handoff(record): keeps
-    the handoff record (ZooKeeper ``relay/snapshot``).
+    the handoff record (ZooKeeper ``relay/snapshot``); skips: positions an operator asked to
+    leave out when their change cannot be encoded (pgshovel2.ops.skip), on_skip(position, what)
+    records each one left out.
 
     Raises UnavailableError when a service goes away (retrying is safe), FencedError when
     another relay took over, RelayError/EncodeError when it cannot go on without losing or
@@ -84,11 +82,13 @@ class Relay:
     def __init__(self, set_name: str, source: Source, sink: KafkaSink, layout: Layout, control: ControlEvents,
                  options: RelayOptions, read_position: Callable[[], Position | None], position_topic: str,
                  position_key: bytes, leadership: Leadership | None = None,
-                 on_handoff: Callable[[dict], None] = lambda record: None):
+                 on_handoff: Callable[[dict], None] = lambda record: None,
+                 skips: frozenset[str] = frozenset(), on_skip: Callable[[str, dict], None] = lambda p, what: None):
         self.set_name, self.source, self.sink, self.layout = set_name, source, sink, layout
         self.emitter, self.control, self.options = layout.emitter, control, options
         self.read_position, self.position_topic, self.position_key = read_position, position_topic, position_key
         self.leadership, self.on_handoff = leadership, on_handoff
+        self.skips, self.on_skip = skips, on_skip
         self.soft = options.max_transaction_messages
         self.hard = 10 * self.soft
         self.committed: Position | None = None
@@ -163,8 +163,12 @@ class Relay:
                 total, done = snap.count(table), 0
                 for row in snap.rows(table):
                     if stop.is_set():
-                        raise StopRequestedError()
-                    self.emitter.snapshot_row(table, row, snapshot_header(backend, unit, ordinal), now_ms)
+                        raise StopRequestedError("stopped during the initial snapshot")
+                    header = snapshot_header(backend, unit, ordinal)
+                    try:
+                        self.emitter.snapshot_row(table, row, header, now_ms)
+                    except EncodeError as exc:
+                        self._unencodable(exc, header, {"table": table.qualified, "op": "r", "txid": 0})
                     ordinal += 1
                     done += 1
                     if done % 1000 == 0 and time.monotonic() - last_log >= 5:
@@ -217,10 +221,25 @@ class Relay:
         if not txn.begun:
             emitter.begin(txn.txid, header, item.ts_ms)
             txn.begun = True
-        emitter.change(item, header)
+        try:
+            emitter.change(item, header)
+        except EncodeError as exc:
+            self._unencodable(exc, header, {"table": item.table, "op": item.op, "txid": item.txid})
         txn.last_header, txn.last_covered = header, covered
         if not covered:
             self.changes += 1
+
+    def _unencodable(self, exc: EncodeError, header: str, what: dict) -> None:
+        """The operator's choice for a change at header that cannot be encoded: stop, naming the
+        position and how to get past it (raises EncodeError), or, when asked to (skips), leave it
+        out and record it. Nothing of the change was produced (envelopes build every message first)."""
+        if header not in self.skips:
+            raise EncodeError(f"{exc}; the change ({what['op']} of txid {what['txid']}) is at position {header}: "
+                              "the relay stops here and drops nothing. If it cannot be fixed, "
+                              f"'pgshovel set skip {self.set_name} --position {header}' lets the next start "
+                              "leave out this one change (recorded in ZooKeeper)") from exc
+        log.warning("leaving out the change at position %s as asked (pgshovel set skip): %s", header, exc)
+        self.on_skip(header, {**what, "error": str(exc)})
 
     def _end(self, item: Commit) -> None:
         txn, self._txn = self._txn, None
