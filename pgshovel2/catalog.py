@@ -159,15 +159,31 @@ def _key(cur, oid: int, tc: TableConfig, columns: list[Column]) -> tuple[tuple[s
     return tuple(by_attnum[a] for a in row[1]), source
 
 
+def raise_all(problems: list[ConfigError], source: str) -> None:
+    """Raise the one problem, or one ConfigError listing them all; nothing when there is none."""
+    if len(problems) == 1:
+        raise problems[0]
+    if problems:
+        lines = "".join(f"\n  {p.field}: {str(p).split(': ', 2)[-1]}" for p in problems)
+        raise ConfigError(source, ", ".join(p.field for p in problems), [p.value for p in problems],
+                          f"{len(problems)} problems:{lines}\n")
+
+
 def resolve_set(conn, set_name: str, config: SetConfig, source: str) -> tuple[Table, ...]:
     """Resolve every table of a set config against the database of conn.
 
     Also checks that escaped topic and Avro field names do not collide and fit
-    Kafka's limits. Raises ConfigError; reads only.
+    Kafka's limits. Raises ConfigError naming every bad table at once; reads only.
     """
+    resolved, problems = [], []
     with conn.cursor() as cur:
-        tables = tuple(resolve_table(cur, tc, f"tables[{i}]", source)
-                       for i, tc in enumerate(config.tables))
+        for i, tc in enumerate(config.tables):
+            try:
+                resolved.append(resolve_table(cur, tc, f"tables[{i}]", source))
+            except ConfigError as exc:
+                problems.append(exc)
+    raise_all(problems, source)
+    tables = tuple(resolved)
     prefix = config.topic_prefix or set_name
     topics: dict[str, str] = {names.transactions_topic(prefix): "the transactions topic",
                               names.positions_topic(prefix): "the positions topic"}

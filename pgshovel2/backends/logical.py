@@ -33,7 +33,7 @@ from psycopg2 import sql
 
 from pgshovel2 import names
 from pgshovel2.backends.snapshot import APPLICATION_NAME, ExportedSnapshot
-from pgshovel2.catalog import Table
+from pgshovel2.catalog import Table, raise_all
 from pgshovel2.config import SetConfig
 from pgshovel2.db import connect
 from pgshovel2.errors import CaptureError, ConfigError, PgshovelError, RelayError
@@ -88,16 +88,10 @@ def check_tables(cur, config: SetConfig, tables: tuple[Table, ...], source: str)
         ident, ident_cols, toastable = cur.fetchone()
         problem = _identity_problem(table, config, ident, set(ident_cols), toastable)
         if problem:
-            problems.append((f"tables[{i}]", table.qualified,
-                             f"{problem}: run ALTER TABLE {table.qualified} REPLICA IDENTITY FULL"))
-    if len(problems) == 1:
-        where, table, message = problems[0]
-        raise ConfigError(source, where, table, message + " (or use backend: trigger)")
-    if problems:
-        lines = "".join(f"\n  {where} {table}: {message}" for where, table, message in problems)
-        raise ConfigError(source, ", ".join(p[0] for p in problems), [p[1] for p in problems],
-                          f"{len(problems)} tables do not log what the logical backend needs (or use "
-                          f"backend: trigger):{lines}\n")
+            problems.append(ConfigError(source, f"tables[{i}]", table.qualified,
+                                        f"{problem}: run ALTER TABLE {table.qualified} REPLICA IDENTITY FULL "
+                                        "(or use backend: trigger)"))
+    raise_all(problems, source)
 
 
 def _identity_problem(table: Table, config: SetConfig, ident: str, ident_cols: set[str],
