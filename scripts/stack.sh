@@ -4,6 +4,7 @@
 # service listens on 127.0.0.1 only.
 #   scripts/stack.sh up|down|status|env
 #   scripts/stack.sh start|stop postgres|pgqd|zookeeper|kafka|registry   (one service)
+#   scripts/stack.sh crash postgres|zookeeper|kafka   (a crash: immediate shutdown / SIGKILL, for fault tests)
 set -euo pipefail
 source "$(dirname "$0")/env.sh"
 
@@ -225,6 +226,18 @@ case "${1:-}" in
       *) die "stop what? postgres|pgqd|zookeeper|kafka|registry" ;;
     esac
     log "${2} stopped" ;;
+  crash)
+    case "${2:-}" in
+      postgres) [ -f "$STACK_DIR/pg/data/postmaster.pid" ] && \
+        runuser -u postgres -- "$PG_BIN/pg_ctl" -D "$STACK_DIR/pg/data" -m immediate -w stop >/dev/null || true
+        rm -f "$STACK_DIR/pg/data/postmaster.pid.copy" ;;
+      zookeeper|kafka)
+        pidfile="$STACK_DIR/${2}/$([ "$2" = kafka ] && echo kafka || echo zk).pid"
+        alive "$pidfile" && kill -9 "$(cat "$pidfile")" || true
+        rm -f "$pidfile" ;;
+      *) die "crash what? postgres|zookeeper|kafka" ;;
+    esac
+    log "${2} crashed" ;;
   status)
     for f in pg/data/postmaster.pid.copy pgqd/pgqd.pid zookeeper/zk.pid kafka/kafka.pid registry/registry.pid; do
       if alive "$STACK_DIR/$f"; then echo "up    $f"; else echo "down  $f"; fi
@@ -234,5 +247,5 @@ case "${1:-}" in
     echo "export PGSHOVEL_TEST_DSN='$PG_DSN'"
     echo "export PGSHOVEL_KAFKA_BOOTSTRAP=$KAFKA_BOOTSTRAP"
     echo "export PGSHOVEL_SCHEMA_REGISTRY=$REGISTRY_URL" ;;
-  *) echo "usage: $0 up|down|status|env | start|stop SERVICE" >&2; exit 2 ;;
+  *) echo "usage: $0 up|down|status|env | start|stop|crash SERVICE" >&2; exit 2 ;;
 esac

@@ -65,7 +65,8 @@ class ChaosReport:
     kills: int = 0
     failpoint_kills: int = 0
     zombies_fenced: int = 0  # fenced by Kafka, or stood by after its session ended, without writing
-    service_restarts: dict = field(default_factory=dict)
+    service_restarts: dict = field(default_factory=dict)  # "kafka", "postgres crash", "kafka crash + relay kill", ...
+    relay_exits: list = field(default_factory=list)  # outages a running relay did not survive by itself
     source_transactions: int = 0
     expected_messages: int = 0
     relayed_messages: int = 0
@@ -175,16 +176,28 @@ class ChaosRun:
         self.report.failpoint_kills += self_killed
         self.relay = None
 
-    def restart_service(self, service: str, down_seconds: float) -> None:
+    def restart_service(self, service: str, down_seconds: float, how: str = "stop") -> None:
+        """Stop (how "stop") or crash (how "crash": PostgreSQL -m immediate, SIGKILL of the JVM) the
+        service under load, and start it again. The running relay must ride it out by itself;
+        "crash+kill" also SIGKILLs the relay at the same moment (then a new one starts)."""
         self.relay = self.relay or self.start_relay()
         time.sleep(1)
-        self.stack.script("stop", service)
+        if how == "crash+kill":
+            self.relay.proc.kill()
+        self.stack.script("stop" if how == "stop" else "crash", service)
         time.sleep(down_seconds)
         self.stack.script("start", service)
         if service == "postgres":
             self.stack.script("start", "pgqd")
-        self.report.service_restarts[service] = self.report.service_restarts.get(service, 0) + 1
+        label = service if how == "stop" else f"{service} {how.replace('+kill', ' + relay kill')}"
+        self.report.service_restarts[label] = self.report.service_restarts.get(label, 0) + 1
+        if how == "crash+kill":
+            self.relay.stop(signal.SIGKILL)
+            self.report.kills += 1
+            self.relay = self.start_relay()
         time.sleep(3)
+        if self.relay.proc.poll() is not None:
+            self.report.relay_exits.append(f"{label}: exit {self.relay.proc.returncode}\n{self.relay.log()[-2000:]}")
 
     def zombie(self) -> None:
         """SIGSTOP the active relay, start a second one (it takes over once the first one's
@@ -209,24 +222,30 @@ class ChaosRun:
         old.stop(signal.SIGKILL)
         self.relay = new if new.proc.poll() is None else None
 
+    SERVICE_FAULTS = [("kafka", 3.0, "stop"), ("postgres", 2.0, "stop"), ("zookeeper", 12.0, "stop"),
+                      ("zombie", 0.0, ""), ("kafka", 3.0, "crash"), ("postgres", 2.0, "crash"),
+                      ("kafka", 3.0, "crash+kill"), ("postgres", 2.0, "crash+kill")]
+
     def faults(self) -> None:
-        services = [("kafka", 3.0), ("postgres", 2.0), ("zookeeper", 12.0), ("zombie", 0.0)]
+        services = list(self.SERVICE_FAULTS)
         every = max(1, self.kill_target // (len(services) + 1))
         for i in range(self.kill_target):
             if i and i % every == 0 and services:
-                service, down = services.pop(0)
-                if service == "zombie":
-                    self.zombie()
-                else:
-                    self.restart_service(service, down)
+                self._service_fault(*services.pop(0))
                 if self.relay is not None:
                     self.relay.stop(signal.SIGKILL)
                     self.report.kills += 1
                     self.relay = None
                     continue
             self.kill_once(failpoints=i % 2 == 1)
-        for service, down in services:
-            self.zombie() if service == "zombie" else self.restart_service(service, down)
+        for fault in services:
+            self._service_fault(*fault)
+
+    def _service_fault(self, service: str, down: float, how: str) -> None:
+        if service == "zombie":
+            self.zombie()
+        else:
+            self.restart_service(service, down, how)
 
     # -- the run --------------------------------------------------------------
     def run(self) -> ChaosReport:

@@ -1,5 +1,7 @@
 """The fault-injection run (see tests/chaos.py): >= 20 relay kills, one restart
-of Kafka, PostgreSQL and ZooKeeper (down longer than the session timeout) and
+of Kafka, PostgreSQL and ZooKeeper (down longer than the session timeout), a crash
+of Kafka (SIGKILL) and of PostgreSQL (-m immediate), each once with the relay running
+(it must recover by itself) and once with the relay SIGKILLed at the same moment, and
 a fenced zombie relay, under steady pgbench load; 0 lost, 0 duplicated.
 
 ``make chaos`` runs the same with PGSHOVEL2_CHAOS_KILLS=100 and keeps the report.
@@ -22,7 +24,10 @@ def test_chaos_exactly_once(stack, cluster, db, schema, tmp_path, backend):
         report.dump(Path(os.environ["PGSHOVEL2_CHAOS_REPORT"]))
     print(f"\nchaos report: {report}")
     assert report.kills >= kills and report.failpoint_kills > 0
-    assert report.service_restarts == {"kafka": 1, "postgres": 1, "zookeeper": 1}
+    assert report.service_restarts == {"kafka": 1, "postgres": 1, "zookeeper": 1, "kafka crash": 1,
+                                       "postgres crash": 1, "kafka crash + relay kill": 1,
+                                       "postgres crash + relay kill": 1}
+    assert not report.relay_exits, "a relay did not survive an outage:\n" + "\n".join(report.relay_exits)
     assert report.zombies_fenced == 1  # fenced by Kafka, or stood down (session lost) without writing
     assert report.expected_messages > 1000
     assert report.lost == 0, f"lost {report.lost}, first {report.first_lost}"
