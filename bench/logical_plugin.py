@@ -23,7 +23,7 @@ from pgshovel2.catalog import Column, Table
 from pgshovel2.codec import avro
 from pgshovel2.codec.avro import AvroWriter
 from pgshovel2.codec.rows import RowEncoder
-from pgshovel2.relay.logical_source import LogicalSource
+from pgshovel2.relay.logical_source import RECORD_FORMAT, LogicalSource
 
 _TD_COLUMN = re.compile(r"(\w+)\[[^\]]+\]:('(?:[^']|'')*'|\S+)")
 
@@ -38,7 +38,7 @@ def _timed(cur, query: str, args: tuple) -> tuple[float, list]:
 def _parse_ours(payloads: list[bytes]) -> float:
     """Seconds to decode our records into Events (the relay's own decoder)."""
     source = LogicalSource.__new__(LogicalSource)
-    source._tags, source.slot, source._txid, source._ts_ms = ["t"], "bench", 0, 0
+    source._tags, source.slot, source._txid, source._ts_ms, source._last_lsn = ["t"], "bench", 0, 0, None
     started = time.monotonic()
     for data in payloads:
         source._decode(data)
@@ -85,10 +85,10 @@ def measure(changes: int, rounds: int) -> dict:
         cur.execute("SELECT %s::regclass::oid", (f"bench_relay.{name}",))
         spec = f"{cur.fetchone()[0]}:1,2,3,4"
         queries = {
-            "ours": ("SELECT data FROM pg_logical_slot_peek_binary_changes(%s, NULL, NULL, 'tables', %s)",
-                     (slots["ours"], spec)),
+            "ours": ("SELECT data FROM pg_logical_slot_peek_binary_changes(%s, NULL, NULL, 'format', %s, "
+                     "'tables', %s)", (slots["ours"], RECORD_FORMAT, spec)),
             "ours_filtered_out": ("SELECT data FROM pg_logical_slot_peek_binary_changes(%s, NULL, NULL, "
-                                  "'tables', '1:1')", (slots["ours"],)),
+                                  "'format', %s, 'tables', '1:1')", (slots["ours"], RECORD_FORMAT)),
             "test_decoding": ("SELECT data FROM pg_logical_slot_peek_changes(%s, NULL, NULL)",
                               (slots["test_decoding"],)),
         }

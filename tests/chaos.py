@@ -31,7 +31,7 @@ from pgshovel2 import names
 from pgshovel2.catalog import Table
 from pgshovel2.cluster import ClusterStore
 from pgshovel2.config import SetConfig
-from pgshovel2.relay.logical_source import LogicalSource
+from pgshovel2.relay.logical_source import RECORD_FORMAT, LogicalSource
 from pgshovel2.relay.pgq_source import Event
 from pgshovel2.verify import read_topics, verify_set
 from tests.helpers import Decoder, RelayProcess, caught_up, pgshovel, write_config
@@ -331,6 +331,7 @@ def _drain_slot(dsn: str, slot: str, tables: tuple[Table, ...]):
     (txid, op, row, table tag, old row or None), rows as lists."""
     source = LogicalSource.__new__(LogicalSource)  # only its record decoder
     source._tags, source.slot, source._txid, source._ts_ms = [t.qualified for t in tables], slot, 0, 0
+    source._last_lsn = None
     conn = psycopg2.connect(dsn)
     conn.autocommit = True
     try:
@@ -339,8 +340,9 @@ def _drain_slot(dsn: str, slot: str, tables: tuple[Table, ...]):
             for t in tables:
                 cur.execute("SELECT to_regclass(%s)::oid", (t.qualified,))
                 spec.append(f"{cur.fetchone()[0]}:{','.join(str(c.attnum) for c in t.columns)}")
-            cur.execute("SELECT data FROM pg_logical_slot_get_binary_changes(%s, NULL, NULL, 'tables', %s)",
-                        (slot, ";".join(spec)))
+            cur.execute("SELECT data FROM pg_logical_slot_get_binary_changes(%s, NULL, NULL, 'format', %s, "
+                        "'tables', %s)",
+                        (slot, RECORD_FORMAT, ";".join(spec)))
             for (data,) in cur.fetchall():
                 rec = source._decode(bytes(data))
                 if isinstance(rec, Event) and rec.op in "IUD":

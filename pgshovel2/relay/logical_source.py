@@ -33,18 +33,25 @@ PLUGIN = "pgshovel2_decoder"
 PG_EPOCH_US = 946_684_800_000_000  # 2000-01-01 in microseconds since the Unix epoch
 _BEGIN = struct.Struct(">QQq")
 _COMMIT = struct.Struct(">QQI")
-_CHANGE = struct.Struct(">HBI")
+_CHANGE = struct.Struct(">QHBI")  # change LSN, table index, flags, row length; the row at 16
+_TRUNCATE = struct.Struct(">QH")
 _LSN = struct.Struct(">Q")
+RECORD_FORMAT = "2"  # the plugin's record format this module reads (its "format" option)
 _FLAG_OLD, _FLAG_NO_ROW = 1, 2
 
 
 class Begin(NamedTuple):
     """A transaction's start. commit_lsn: LSN of its commit record; txid: epoch-qualified
-    64-bit xid (as txid_current()); ts_ms: commit time, ms since the Unix epoch."""
+    64-bit xid (as txid_current()); ts_ms, ts_us: commit time, ms / µs since the Unix epoch;
+    last_lsn: the LSN up to which the stream was completely processed before this transaction
+    (the end of the previous transaction or heartbeat the plugin wrote, else the slot's
+    confirmed position when streaming started; Debezium's "last committed LSN")."""
 
     commit_lsn: int
     txid: int
     ts_ms: int
+    ts_us: int | None = None
+    last_lsn: int | None = None
 
 
 class Commit(NamedTuple):
@@ -93,6 +100,7 @@ class LogicalSource:
                                    f"{str(exc).strip()}") from exc
         self._cur = self._repl.cursor()
         self._txid = self._ts_ms = 0
+        self._last_lsn: int | None = None  # Begin.last_lsn of the next transaction
         # tags of tables captured with a column subset: like the capture trigger, the relay skips
         # their UPDATEs that change no captured column (known when the old row is logged: FULL)
         self.subset_tags: set[str] = set()
@@ -157,7 +165,12 @@ class LogicalSource:
         Raises RelayError when the slot does not exist (dropped, or lost in a failover:
         PostgreSQL 15 does not copy slots to standbys).
         """
-        options = {"tables": self.tables_option()}
+        options = {"format": RECORD_FORMAT, "tables": self.tables_option()}
+        with self._ctl.cursor() as cur:
+            cur.execute("SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = %s",
+                        (self.slot,))
+            row = cur.fetchone()
+        self._last_lsn = lsn_int(row[0]) if row and row[0] else None
         try:
             self._cur.start_replication(slot_name=self.slot, decode=False, options=options, status_interval=5)
         except psycopg2.errors.UndefinedObject as exc:
@@ -173,25 +186,30 @@ class LogicalSource:
     def _decode(self, data: bytes) -> Begin | Event | Commit | Heartbeat:
         kind = data[0]
         if kind in b"IUD":
-            index, flags, size = _CHANGE.unpack_from(data, 1)
-            end = 8 + size
+            lsn, index, flags, size = _CHANGE.unpack_from(data, 1)
+            end = 16 + size
             if flags & _FLAG_NO_ROW:
                 row = None
             else:
-                row = json.loads(data[8:end])
+                row = json.loads(data[16:end])
             before = json.loads(data[end:]) if flags & _FLAG_OLD else None
-            return Event(self._txid, self._ts_ms, chr(kind), row, self._tags[index], before)
+            return Event(self._txid, self._ts_ms, chr(kind), row, self._tags[index], before, lsn)
         if kind == 66:  # B
             commit_lsn, txid, ts_us = _BEGIN.unpack_from(data, 1)
-            self._txid, self._ts_ms = txid, (ts_us + PG_EPOCH_US) // 1000
-            return Begin(commit_lsn, txid, self._ts_ms)
+            ts_us += PG_EPOCH_US
+            self._txid, self._ts_ms = txid, ts_us // 1000
+            return Begin(commit_lsn, txid, self._ts_ms, ts_us, self._last_lsn)
         if kind == 67:  # C
-            return Commit(*_COMMIT.unpack_from(data, 1))
+            commit = Commit(*_COMMIT.unpack_from(data, 1))
+            self._last_lsn = commit.end_lsn
+            return commit
         if kind == 84:  # T
-            (index,) = struct.unpack_from(">H", data, 1)
-            return Event(self._txid, self._ts_ms, "T", None, self._tags[index], None)
+            lsn, index = _TRUNCATE.unpack_from(data, 1)
+            return Event(self._txid, self._ts_ms, "T", None, self._tags[index], None, lsn)
         if kind == 72:  # H
-            return Heartbeat(*_LSN.unpack_from(data, 1))
+            beat = Heartbeat(*_LSN.unpack_from(data, 1))
+            self._last_lsn = beat.lsn
+            return beat
         raise RelayError(f"unknown record {data[:1]!r} from output plugin {PLUGIN} on slot {self.slot}")
 
     def wait(self, timeout: float) -> None:

@@ -34,7 +34,9 @@ class Event(NamedTuple):
     """One captured change (a tuple: one is made per change, so it must be cheap).
 
     txid: 64-bit epoch txid; ts_ms: capture time, ms since epoch; op: I/U/D/T;
-    row, before: decoded trigger rows (lists) or None; table: table tag.
+    row, before: decoded trigger rows (lists) or None; table: table tag;
+    lsn: the change's own WAL position (logical backend, from the output
+    plugin; None from PgQ, which has no LSN per change).
     """
 
     txid: int
@@ -43,6 +45,7 @@ class Event(NamedTuple):
     row: list | None
     table: str
     before: list | None
+    lsn: int | None = None
 
 
 # Events grouped by transaction, transactions in commit order: a transaction

@@ -16,38 +16,46 @@ from pgshovel2.relay.pgq_source import Event
 def source() -> LogicalSource:
     src = LogicalSource.__new__(LogicalSource)
     src._tags, src.slot, src._txid, src._ts_ms = ['"s"."a"', '"s"."b"'], "slot", 0, 0
+    src._last_lsn = 0x1_0000_0000  # the slot's confirmed position when streaming started
     return src
 
 
-def change(op: bytes, index: int, flags: int, new: bytes, old: bytes = b"") -> bytes:
-    return op + struct.pack(">HBI", index, flags, len(new)) + new + old
+def change(op: bytes, lsn: int, index: int, flags: int, new: bytes, old: bytes = b"") -> bytes:
+    return op + struct.pack(">QHBI", lsn, index, flags, len(new)) + new + old
 
 
 def test_transaction_records_decode_in_order():
     src = source()
-    commit_ts_us = 1_000_000  # 2000-01-01 00:00:01 UTC
+    commit_ts_us = 1_000_007  # 2000-01-01 00:00:01.000007 UTC
     records = [
         b"B" + struct.pack(">QQq", 0x1_0000_0010, (3 << 32) | 77, commit_ts_us),
-        change(b"I", 1, 0, b'[1,"x"]'),
-        change(b"U", 0, 1, b'[2,"y"]', b"[1,null]"),
-        change(b"D", 0, 2, b""),
-        b"T" + struct.pack(">H", 1),
+        change(b"I", 0x1_0000_0001, 1, 0, b'[1,"x"]'),
+        change(b"U", 0x1_0000_0002, 0, 1, b'[2,"y"]', b"[1,null]"),
+        change(b"D", 0x1_0000_0003, 0, 2, b""),
+        b"T" + struct.pack(">QH", 0x1_0000_0004, 1),
         b"C" + struct.pack(">QQI", 0x1_0000_0010, 0x1_0000_0040, 4),
         b"H" + struct.pack(">Q", 0x1_0000_0050),
+        b"B" + struct.pack(">QQq", 0x1_0000_0090, (3 << 32) | 78, commit_ts_us),
+        b"C" + struct.pack(">QQI", 0x1_0000_0090, 0x1_0000_00A0, 0),
+        b"B" + struct.pack(">QQq", 0x1_0000_00B0, (3 << 32) | 79, commit_ts_us),
     ]
     got = [src._decode(r) for r in records]
-    ts_ms = (commit_ts_us + PG_EPOCH_US) // 1000
+    ts_us = commit_ts_us + PG_EPOCH_US
+    ts_ms = ts_us // 1000
     txid = (3 << 32) | 77
     assert got == [
-        Begin(0x1_0000_0010, txid, ts_ms),
-        Event(txid, ts_ms, "I", [1, "x"], '"s"."b"', None),
-        Event(txid, ts_ms, "U", [2, "y"], '"s"."a"', [1, None]),
-        Event(txid, ts_ms, "D", None, '"s"."a"', None),
-        Event(txid, ts_ms, "T", None, '"s"."b"', None),
+        Begin(0x1_0000_0010, txid, ts_ms, ts_us, 0x1_0000_0000),
+        Event(txid, ts_ms, "I", [1, "x"], '"s"."b"', None, 0x1_0000_0001),
+        Event(txid, ts_ms, "U", [2, "y"], '"s"."a"', [1, None], 0x1_0000_0002),
+        Event(txid, ts_ms, "D", None, '"s"."a"', None, 0x1_0000_0003),
+        Event(txid, ts_ms, "T", None, '"s"."b"', None, 0x1_0000_0004),
         Commit(0x1_0000_0010, 0x1_0000_0040, 4),
         Heartbeat(0x1_0000_0050),
+        Begin(0x1_0000_0090, txid + 1, ts_ms, ts_us, 0x1_0000_0050),  # after the heartbeat
+        Commit(0x1_0000_0090, 0x1_0000_00A0, 0),
+        Begin(0x1_0000_00B0, txid + 2, ts_ms, ts_us, 0x1_0000_00A0),  # after the last transaction
     ]
-    assert ts_ms == 946_684_801_000
+    assert (ts_ms, ts_us) == (946_684_801_000, 946_684_801_000_007)
 
 
 def test_unknown_record_is_an_error():
