@@ -110,8 +110,8 @@ class LogicalRelay(Relay):
     def _snapshot_at(self, stop: threading.Event, lsn: int, exported: str) -> Position:
         log.info("taking the initial snapshot of %d table(s) at the slot's consistent point %s",
                  len(self.tables), lsn_text(lsn))
-        _, rows, now_ms, seconds = self._emit_snapshot(stop, lambda o: snapshot_position(lsn, o), exported=exported,
-                                                       encode_row="pgshovel2_decoder.encode_row")
+        _, rows, now_ms, seconds = self._emit_snapshot(stop, lambda o: snapshot_position(lsn, o), lsn,
+                                                       exported=exported, encode_row="pgshovel2_decoder.encode_row")
         position = self._commit(Position(lsn, 0, True, None, BACKEND))
         self.store.put_relay_record(self.set_name, "snapshot", {
             "slot": self.queue, "lsn": lsn_text(lsn), "rows": rows, "taken_at_ms": now_ms})
@@ -183,7 +183,7 @@ class _Stream:
                      begin.txid, lsn_text(begin.commit_lsn), self.skip)
         self.last_position = change_position(begin.commit_lsn, 0)
         self.emitter.sink = self.discard if self.skip else self.relay.sink
-        self.emitter.begin(begin.txid, self.last_position, begin.ts_ms)
+        self.emitter.begin(begin.txid, self.last_position, begin.ts_ms, begin.ts_us, begin.last_lsn)
 
     def _change(self, ev: Event) -> None:
         txn = self.txn

@@ -30,6 +30,7 @@ from pgshovel2.relay import metrics, setup, snapshot
 from pgshovel2.relay.control import CONTROL_OPS, SET_VERSION, Control
 from pgshovel2.relay.election import Leadership
 from pgshovel2.relay.emitter import Emitter, TableRoute
+from pgshovel2.relay.envelopes import SnapshotMarks
 from pgshovel2.relay.pgq_source import Batch, Event, PgqSource
 from pgshovel2.relay.positions import Position, read_position
 from pgshovel2.sinks.kafka import KafkaSink
@@ -211,21 +212,23 @@ class Relay:
         log.info("snapshot done: %d rows in %.1fs, handoff at txid snapshot %s", rows, seconds, txid_snapshot)
         return position
 
-    def _emit_snapshot(self, stop: threading.Event, position_of: Callable[[int], str],
+    def _emit_snapshot(self, stop: threading.Event, position_of: Callable[[int], str], lsn: int | None = None,
                        **take: str) -> tuple[str | None, int, int, float]:
         """Produce every table's rows as op ``r`` (pgshovel2.relay.snapshot.take, options take) into
-        the open Kafka transaction; position_of(ordinal) gives each row's position.
+        the open Kafka transaction; position_of(ordinal) gives each row's position, lsn the LSN the
+        snapshot is at (logical backend), and SnapshotMarks each row's Debezium snapshot marker.
 
         Returns (what take returns: the txid snapshot, rows, capture time in ms, seconds).
         Aborts the Kafka transaction on any error; raises _StopRequestedError when stop is set.
         """
         now_ms, started, rows = int(time.time() * 1000), time.monotonic(), 0
+        marks = SnapshotMarks(lambda item, marker: self.emitter.snapshot_row(*item, now_ms, marker, lsn))
 
         def emit(table: Table, row: list, ordinal: int) -> None:
             nonlocal rows
             if stop.is_set():
                 raise _StopRequestedError()
-            self.emitter.snapshot_row(table, row, position_of(ordinal), now_ms)
+            marks.add(table.qualified, (table, row, position_of(ordinal)))
             rows += 1
 
         def progress(table: Table, done: int, total: int) -> None:
@@ -234,6 +237,7 @@ class Relay:
 
         try:
             result = snapshot.take(self.config.dsn, self.tables, emit, progress, **take)
+            marks.finish()
         except BaseException:
             self.sink.abort()
             raise
