@@ -21,7 +21,7 @@ import shutil
 import time
 import uuid
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from confluent_kafka.admin import AdminClient
@@ -39,6 +39,7 @@ from pgshovel2.consumer.offsets import end_offsets, partition_counts
 from pgshovel2.consumer.topics import SetTopics
 from pgshovel2.errors import PgshovelError
 from pgshovel2.sparkjobs.session import require_class
+from pgshovel2.txids import ConsistentPoint
 
 log = logging.getLogger(__name__)
 
@@ -125,7 +126,9 @@ def _copy(spark, set_name: str, config: SetConfig, tables: tuple[Table, ...], to
     with ExportedSnapshot(config.dsn, config.backend) as snap:
         native = options.native and not options.to_kafka
         plans = [snap.plan(t, options.partition_rows, options.max_partitions, native) for t in tables]
-        writer = _KafkaWriter(set_name, config, tables, options) if options.to_kafka else None
+        lsn = snap.handoff.get("lsn")  # logical backend: the consistent point of the handoff slot
+        writer = (_KafkaWriter(set_name, config, tables, options, ConsistentPoint.parse(lsn).lsn if lsn else None)
+                  if options.to_kafka else None)
         copies = []
         try:
             for plan in plans:
@@ -145,7 +148,7 @@ def _copy(spark, set_name: str, config: SetConfig, tables: tuple[Table, ...], to
             if not snap.alive():  # it must outlive every partition's SET TRANSACTION SNAPSHOT
                 raise snap.ended()
             if writer:
-                writer.commit()
+                copies = writer.commit()
         finally:
             if writer:
                 writer.close()
@@ -232,11 +235,15 @@ class _Tally:
 
 
 class _KafkaWriter:
-    """Writes op r messages exactly as the relay does (its routes and emitter), in one Kafka transaction."""
+    """Writes op r messages exactly as the relay does (its routes and emitter, Debezium snapshot markers
+    over the whole bootstrap), in one Kafka transaction. lsn: the LSN the snapshot is at (logical
+    backend), for the debezium envelope's source.lsn; None for the trigger backend."""
 
-    def __init__(self, set_name: str, config: SetConfig, tables: tuple[Table, ...], options: BootstrapOptions):
+    def __init__(self, set_name: str, config: SetConfig, tables: tuple[Table, ...], options: BootstrapOptions,
+                 lsn: int | None = None):
         from pgshovel2.relay import setup
         from pgshovel2.relay.emitter import Emitter
+        from pgshovel2.relay.envelopes import SnapshotMarks
         from pgshovel2.relay.loop import _snapshot_position
         from pgshovel2.sinks.kafka import KafkaSink
         from pgshovel2.sinks.registry import SchemaRegistry
@@ -249,20 +256,30 @@ class _KafkaWriter:
         prefix = config.topic_prefix or set_name
         self.emitter = Emitter(set_name, routes, names.transactions_topic(prefix), txn_writer, self.tally)
         self.position, self.ordinal, self.ts_ms = _snapshot_position, 0, int(time.time() * 1000)
+        self._marks = SnapshotMarks(lambda item, marker: self.emitter.snapshot_row(*item, self.ts_ms, marker, lsn))
+        self._copies: list[TableCopy] = []
 
     def write(self, plan: ReadPlan, raw, topic: str) -> TableCopy:
-        """Produce the op r messages of one table (rows collected to the driver in partition order)."""
-        before = self.tally.rows[topic]
-        for row in raw.select(ROW_ALIAS).toLocalIterator():
-            self.emitter.snapshot_row(plan.table, json.loads(row[0]), self.position(0, self.ordinal), self.ts_ms)
-            self.ordinal += 1
-        t = plan.table
-        return TableCopy(t.schema, t.name, topic, None, self.tally.rows[topic] - before,
-                         str(self.tally.sums[topic]), plan.partitions)
+        """Produce the op r messages of one table (rows collected to the driver in partition order).
 
-    def commit(self) -> None:
-        """Commit the Kafka transaction: every op r message becomes visible at once."""
+        The table's last row is produced by the next write or by :meth:`commit` (its snapshot
+        marker depends on what follows), so the copy returned has no checksum yet: commit's has.
+        """
+        t, rows = plan.table, 0
+        for row in raw.select(ROW_ALIAS).toLocalIterator():
+            self._marks.add(t.qualified, (t, json.loads(row[0]), self.position(0, self.ordinal)))
+            self.ordinal += 1
+            rows += 1
+        copy = TableCopy(t.schema, t.name, topic, None, rows, "", plan.partitions)
+        self._copies.append(copy)
+        return copy
+
+    def commit(self) -> list[TableCopy]:
+        """Produce the last row and commit the Kafka transaction: every op r message becomes
+        visible at once. Returns the tables written, with their checksums."""
+        self._marks.finish()
         self.sink.commit()
+        return [replace(c, checksum=str(self.tally.sums[c.topic])) for c in self._copies]
 
     def close(self) -> None:
         """Abort whatever is not committed."""
