@@ -103,7 +103,8 @@ def measure(changes: int, rounds: int) -> dict:
             runs["parse_ours"].append(_parse_ours(payloads) / changes * 1e6)
             runs["parse_test_decoding"].append(
                 _parse_test_decoding([r[0] for r in outputs["test_decoding"]]) / changes * 1e6)
-            rows = [json.loads(p[16:]) for p in payloads if p[:1] == b"I"][:50_000]  # after kind, LSN, index, flags, length
+            # an I record: kind, LSN, table index, flags, length, then the row at byte 16
+            rows = [json.loads(p[16:]) for p in payloads if p[:1] == b"I"][:50_000]
             runs["relay_avro_encode"].append(_avro_encode(rows) / len(rows) * 1e6)
         sizes = {"ours_bytes_per_change": sum(len(p) for p in payloads) / changes,
                  "test_decoding_bytes_per_change": sum(len(r[0]) for r in outputs["test_decoding"]) / changes}
