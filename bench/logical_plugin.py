@@ -23,7 +23,7 @@ from pgshovel2.catalog import Column, Table
 from pgshovel2.codec import avro
 from pgshovel2.codec.avro import AvroWriter
 from pgshovel2.codec.rows import RowEncoder
-from pgshovel2.relay.logical_source import RecordDecoder
+from pgshovel2.relay.logical_source import RECORD_FORMAT, RecordDecoder
 
 _TD_COLUMN = re.compile(r"(\w+)\[[^\]]+\]:('(?:[^']|'')*'|\S+)")
 
@@ -84,10 +84,10 @@ def measure(changes: int, rounds: int) -> dict:
         cur.execute("SELECT %s::regclass::oid", (f"bench_relay.{name}",))
         spec = f"{cur.fetchone()[0]}:1,2,3,4"
         queries = {
-            "ours": ("SELECT data FROM pg_logical_slot_peek_binary_changes(%s, NULL, NULL, 'tables', %s)",
-                     (slots["ours"], spec)),
+            "ours": ("SELECT data FROM pg_logical_slot_peek_binary_changes(%s, NULL, NULL, 'format', %s, "
+                     "'tables', %s)", (slots["ours"], RECORD_FORMAT, spec)),
             "ours_filtered_out": ("SELECT data FROM pg_logical_slot_peek_binary_changes(%s, NULL, NULL, "
-                                  "'tables', '1:1')", (slots["ours"],)),
+                                  "'format', %s, 'tables', '1:1')", (slots["ours"], RECORD_FORMAT)),
             "test_decoding": ("SELECT data FROM pg_logical_slot_peek_changes(%s, NULL, NULL)",
                               (slots["test_decoding"],)),
         }
@@ -102,7 +102,8 @@ def measure(changes: int, rounds: int) -> dict:
             runs["parse_ours"].append(_parse_ours(payloads) / changes * 1e6)
             runs["parse_test_decoding"].append(
                 _parse_test_decoding([r[0] for r in outputs["test_decoding"]]) / changes * 1e6)
-            rows = [json.loads(p[8:]) for p in payloads if p[:1] == b"I"][:50_000]
+            # an I record: kind, LSN, table index, flags, length, then the row at byte 16
+            rows = [json.loads(p[16:]) for p in payloads if p[:1] == b"I"][:50_000]
             runs["relay_avro_encode"].append(_avro_encode(rows) / len(rows) * 1e6)
         sizes = {"ours_bytes_per_change": sum(len(p) for p in payloads) / changes,
                  "test_decoding_bytes_per_change": sum(len(r[0]) for r in outputs["test_decoding"]) / changes}

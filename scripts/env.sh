@@ -13,6 +13,7 @@ VENV="${VENV:-$REPO/.venv}"
 KAFKA_LIBS="${KAFKA_LIBS:-$REPO/.cache/kafka-libs}"
 REGISTRY_HOME="${REGISTRY_HOME:-$REPO/.cache/registry}"
 FLINK_VENV="${FLINK_VENV:-$REPO/.cache/flink-venv}"
+FLINK_JARS="${FLINK_JARS:-$REPO/.cache/flink-jars}"
 SPARK_JARS="${SPARK_JARS:-$REPO/.cache/spark-jars}"
 JDBC_JAR="${JDBC_JAR:-/usr/share/java/postgresql.jar}"
 export STACK_DIR PG_PORT PG_DB ZK_PORT KAFKA_PORT KAFKA_CONTROLLER_PORT REGISTRY_PORT

@@ -73,4 +73,16 @@ if [ ! -f "$FLINK_VENV/.complete" ]; then
   "$FLINK_VENV/bin/pip" install -q apache-flink==1.20.3
   touch "$FLINK_VENV/.complete"
 fi
+# Flink's Kafka connector and debezium-avro-confluent format (the Avro Debezium consumer the tests
+# run). Maven Central has no flink-sql-connector-kafka for 1.20 (3.2.0-1.19 is the newest 1.x one;
+# it runs on 1.20) and flink-sql-avro-confluent-registry only as 1.20.0.
+if [ ! -f "$FLINK_JARS/.complete" ]; then
+  log "fetching Flink's Kafka connector and avro-confluent format from Maven Central into $FLINK_JARS"
+  mkdir -p "$FLINK_JARS"
+  for artifact in org.apache.flink:flink-sql-connector-kafka:3.2.0-1.19 \
+                  org.apache.flink:flink-sql-avro-confluent-registry:1.20.0; do
+    mvn -q -B dependency:copy -Dartifact="$artifact" -DoutputDirectory="$FLINK_JARS"
+  done
+  touch "$FLINK_JARS/.complete"
+fi
 log "install complete"

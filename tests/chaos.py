@@ -30,7 +30,7 @@ from confluent_kafka import Producer
 from pgshovel2.catalog import Table
 from pgshovel2.cluster import ClusterStore
 from pgshovel2.ops.verify import read_topics, verify_set
-from pgshovel2.relay.logical_source import RecordDecoder
+from pgshovel2.relay.logical_source import RECORD_FORMAT, RecordDecoder
 from pgshovel2.relay.source import Change
 from pgshovel2.setrecord import SetRecord
 from tests.helpers import Decoder, RelayProcess, caught_up, pgshovel, write_config
@@ -354,8 +354,9 @@ def _drain_slot(dsn: str, slot: str, tables: tuple[Table, ...]):
             for t in tables:
                 cur.execute("SELECT to_regclass(%s)::oid", (t.qualified,))
                 spec.append(f"{cur.fetchone()[0]}:{','.join(str(c.attnum) for c in t.columns)}")
-            cur.execute("SELECT data FROM pg_logical_slot_get_binary_changes(%s, NULL, NULL, 'tables', %s)",
-                        (slot, ";".join(spec)))
+            cur.execute("SELECT data FROM pg_logical_slot_get_binary_changes(%s, NULL, NULL, 'format', %s, "
+                        "'tables', %s)",
+                        (slot, RECORD_FORMAT, ";".join(spec)))
             for (data,) in cur.fetchall():
                 rec = decoder.decode(bytes(data))
                 if isinstance(rec, Change) and rec.op in "IUD":

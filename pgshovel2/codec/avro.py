@@ -75,9 +75,10 @@ TRANSACTION_SCHEMA: dict[str, Any] = {
 }
 
 
-# The ``source`` block of the debezium envelope: the fields of Debezium's
-# io.debezium.connector.postgresql.Source (optional ones nullable, snapshot
-# defaulting to "false" as there), plus pgshovel's position.
+# The ``source`` block of the debezium envelope: the fields of Debezium 3.x's
+# io.debezium.connector.postgresql.Source in its order (optional ones nullable with
+# default null, snapshot defaulting to "false", as Confluent's AvroConverter writes
+# them), plus pgshovel's position.
 SOURCE_SCHEMA: dict[str, Any] = {
     "type": "record", "name": "Source", "namespace": "pgshovel",
     "fields": [
@@ -87,10 +88,14 @@ SOURCE_SCHEMA: dict[str, Any] = {
         {"name": "ts_ms", "type": "long"},
         {"name": "snapshot", "type": ["string", "null"], "default": "false"},
         {"name": "db", "type": "string"},
+        {"name": "sequence", "type": ["null", "string"], "default": None},
+        {"name": "ts_us", "type": ["null", "long"], "default": None},
+        {"name": "ts_ns", "type": ["null", "long"], "default": None},
         {"name": "schema", "type": "string"},
         {"name": "table", "type": "string"},
         {"name": "txId", "type": ["null", "long"], "default": None},
         {"name": "lsn", "type": ["null", "long"], "default": None},
+        {"name": "xmin", "type": ["null", "long"], "default": None},
         {"name": "position", "type": "string"},
     ],
 }
@@ -109,10 +114,10 @@ TRANSACTION_BLOCK_SCHEMA: dict[str, Any] = {
 def debezium_value_schema(set_name: str, table: Table) -> dict[str, Any]:
     """Avro schema of the debezium envelope of a table.
 
-    Record ``Envelope`` in namespace ``pgshovel.{set}.{schema}.{table}``:
-    before/after ``["null", <value_schema record>]``, source
-    (:data:`SOURCE_SCHEMA`), op, ts_ms, transaction (``["null",``
-    :data:`TRANSACTION_BLOCK_SCHEMA` ``]``).
+    Record ``Envelope`` in namespace ``pgshovel.{set}.{schema}.{table}``, fields in
+    Debezium 3.x's order: before/after ``["null", <value_schema record>]``, source
+    (:data:`SOURCE_SCHEMA`), transaction (``["null",``
+    :data:`TRANSACTION_BLOCK_SCHEMA` ``]``), op, ts_ms, ts_us, ts_ns (``["null", "long"]``).
     """
     value = value_schema(set_name, table)
     value_name = f"{value['namespace']}.{value['name']}"
@@ -124,9 +129,11 @@ def debezium_value_schema(set_name: str, table: Table) -> dict[str, Any]:
             {"name": "before", "type": ["null", value], "default": None},
             {"name": "after", "type": ["null", value_name], "default": None},
             {"name": "source", "type": SOURCE_SCHEMA},
+            {"name": "transaction", "type": ["null", TRANSACTION_BLOCK_SCHEMA], "default": None},
             {"name": "op", "type": "string"},
             {"name": "ts_ms", "type": ["null", "long"], "default": None},
-            {"name": "transaction", "type": ["null", TRANSACTION_BLOCK_SCHEMA], "default": None},
+            {"name": "ts_us", "type": ["null", "long"], "default": None},
+            {"name": "ts_ns", "type": ["null", "long"], "default": None},
         ],
     }
 

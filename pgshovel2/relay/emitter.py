@@ -20,7 +20,7 @@ from pgshovel2.catalog import Table
 from pgshovel2.codec.avro import AvroWriter
 from pgshovel2.codec.rows import RowEncoder, encode_record
 from pgshovel2.errors import RelayError
-from pgshovel2.relay.envelopes import SNAPSHOT_LAST, SNAPSHOT_TRUE, Context, Envelope, Message, RowEnvelope, TxnOrder
+from pgshovel2.relay.envelopes import SNAPSHOT_TRUE, Context, Envelope, Message, RowEnvelope, TxnOrder
 from pgshovel2.relay.source import Change
 from pgshovel2.sinks.kafka import KafkaSink
 
@@ -48,6 +48,8 @@ class Emitter:
         self.txn_topic, self._txn_writer = txn_topic, txn_writer
         self._counts: Counter[str] = Counter()
         self._order = TxnOrder()
+        self._txn_ts_us: int | None = None  # the open source transaction's commit time (logical)
+        self._txn_last_lsn: int | None = None  # LSN completely processed before it (logical)
         self.skipped_unkeyed_deletes = 0
         self.version = 0  # the set version the routes were built from: header pgshovel.version
         self.replaying = False  # build and count messages, produce none
@@ -71,20 +73,25 @@ class Emitter:
         self.sink.produce(route.topic, msg.key, msg.value,
                           self._headers(msg.op, ctx.txid, ctx.position, ctx.ts_ms))
 
-    def snapshot_row(self, table: Table, row: list, position: str, ts_ms: int, last: bool = False) -> None:
+    def snapshot_row(self, table: Table, row: list, position: str, ts_ms: int, snapshot: str = SNAPSHOT_TRUE,
+                     lsn: int | None = None) -> None:
         """Emit one snapshot row as op r (txid 0: no source transaction; not counted).
 
-        last: this is the snapshot's last row (Debezium's ``snapshot: "last"``).
+        snapshot: the row's Debezium snapshot marker (envelopes.SnapshotMarks); lsn: the
+        LSN the snapshot was taken at (logical backend: the slot's consistent point), or None.
         """
         route = self.routes[table.qualified]
-        ctx = Context(0, position, ts_ms, SNAPSHOT_LAST if last else SNAPSHOT_TRUE)
+        ctx = Context(0, position, ts_ms, snapshot, lsn=lsn)
         for msg in route.envelope.read(row, ctx):
             self._send(route, msg, ctx)
 
-    def begin(self, txid: int, position: str, ts_ms: int) -> None:
-        """Start a source transaction (BEGIN record)."""
+    def begin(self, txid: int, position: str, ts_ms: int, ts_us: int | None = None,
+              last_lsn: int | None = None) -> None:
+        """Start a source transaction (BEGIN record). Logical backend only: ts_us, the commit
+        time in µs; last_lsn, the LSN completely processed before it (logical_source.Begin)."""
         self._counts.clear()
         self._order = TxnOrder()
+        self._txn_ts_us, self._txn_last_lsn = ts_us, last_lsn
         self._record({"type": "BEGIN", "txid": txid, "position": position, "ts_ms": ts_ms,
                       "event_count": None, "data_collections": None, "table": None})
 
@@ -124,7 +131,8 @@ class Emitter:
                           "ts_ms": ev.ts_ms, "event_count": None, "data_collections": None,
                           "table": route.topic})
             return
-        ctx = Context(ev.txid, position, ev.ts_ms, order=self._order)
+        ctx = Context(ev.txid, position, ev.ts_ms, order=self._order, lsn=ev.lsn, last_lsn=self._txn_last_lsn,
+                      ts_us=self._txn_ts_us)
         msgs = route.envelope.change(ev.op, ev.row, ev.before, ctx)
         if not msgs:
             self.skipped_unkeyed_deletes += 1

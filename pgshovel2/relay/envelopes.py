@@ -13,8 +13,8 @@ instance per table. An envelope only builds messages; the
     DELETE            -> (key, None, d); nothing for an unkeyed table
     snapshot row      -> (key, row, r)
 
-``debezium`` (:class:`DebeziumEnvelope`), value = a Debezium change event
-``{before, after, source, op, ts_ms, transaction}``::
+``debezium`` (:class:`DebeziumEnvelope`), value = a Debezium 3.x PostgreSQL change event
+``{before, after, source, transaction, op, ts_ms, ts_us, ts_ns}`` (every field: docs/wire.rst)::
 
     INSERT            -> (key, {before: null, after: row, op: c})
     UPDATE            -> (key, {before: old row, after: row, op: u})
@@ -32,7 +32,7 @@ import io
 import json
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol
 
@@ -44,7 +44,11 @@ from pgshovel2.codec.rows import RowEncoder, encode_json
 from pgshovel2.wire import raw_schema
 
 CONNECTOR = "pgshovel"
+# Debezium's source.snapshot values (io.debezium.connector.SnapshotRecord, minus "incremental")
 SNAPSHOT_FALSE, SNAPSHOT_TRUE, SNAPSHOT_LAST = "false", "true", "last"
+SNAPSHOT_FIRST, SNAPSHOT_FIRST_IN_COLLECTION = "first", "first_in_data_collection"
+SNAPSHOT_LAST_IN_COLLECTION = "last_in_data_collection"
+XID_MASK = 0xFFFFFFFF  # a 64-bit epoch txid's 32-bit xid
 
 
 class Message(NamedTuple):
@@ -75,10 +79,16 @@ class TxnOrder:
 class Context(NamedTuple):
     """Where a change sits in the stream.
 
-    txid: source txid (0 for snapshot rows); position: ``pgshovel.position``;
-    ts_ms: capture time (the snapshot's time for snapshot rows); snapshot:
-    ``"false"`` for changes, ``"true"``/``"last"`` for snapshot rows; order:
-    the source transaction's event numbering, None for snapshot rows.
+    txid: source txid, 64-bit with epoch (0 for snapshot rows); position:
+    ``pgshovel.position``; ts_ms: capture time, ms since the epoch (the
+    snapshot's time for snapshot rows); snapshot: ``"false"`` for changes,
+    else the row's Debezium snapshot marker (:class:`SnapshotMarks`); order:
+    the source transaction's event numbering, None for snapshot rows. From
+    the logical backend only (None otherwise): lsn, the change's own LSN (a
+    snapshot row: the slot's consistent point); last_lsn, the LSN up to which
+    the stream was completely processed before the change's transaction
+    (:class:`~pgshovel2.relay.logical_source.Begin`); ts_us, the capture time in
+    µs when it is known finer than ts_ms (the commit time).
     """
 
     txid: int
@@ -86,6 +96,58 @@ class Context(NamedTuple):
     ts_ms: int
     snapshot: str = SNAPSHOT_FALSE
     order: TxnOrder | None = None
+    lsn: int | None = None
+    last_lsn: int | None = None
+    ts_us: int | None = None
+
+
+class SnapshotMarks:
+    """Gives each row of a snapshot its Debezium ``source.snapshot`` marker, one row behind.
+
+    Debezium 3.x marks the first row of the snapshot ``first``, the first row of
+    each other table ``first_in_data_collection``, the last row of each table
+    ``last_in_data_collection``, the very last row ``last`` (these win, in the
+    order ``last``, ``first``, ``last_in_data_collection``), every other row
+    ``true``. :meth:`add` queues a row and passes the row before it to
+    emit(item, marker); :meth:`finish` passes the last one, marked ``last``.
+    Rows of one table must come together; collection identifies the table.
+    Unlike Debezium, an empty first or last table does not lose the
+    ``first``/``last`` marker: they go to the first and last rows written.
+    """
+
+    def __init__(self, emit: Callable[[Any, str], None]):
+        self._emit = emit
+        self._pending: tuple[Hashable, Any, bool] | None = None  # (collection, item, first in it)
+        self._first = True
+
+    def add(self, collection: Hashable, item: Any) -> None:
+        """Queue item, a row of collection; emit the row queued before it."""
+        pending = self._pending
+        starts = pending is None or pending[0] != collection
+        if pending is not None:
+            self._flush(last_in_collection=starts, last=False)
+        self._pending = (collection, item, starts)
+
+    def finish(self) -> None:
+        """Emit the queued row as the snapshot's last (nothing when no row was added)."""
+        if self._pending is not None:
+            self._flush(last_in_collection=True, last=True)
+            self._pending = None
+
+    def _flush(self, last_in_collection: bool, last: bool) -> None:
+        _, item, first_in_collection = self._pending
+        if last:
+            marker = SNAPSHOT_LAST
+        elif self._first:
+            marker = SNAPSHOT_FIRST
+        elif last_in_collection:
+            marker = SNAPSHOT_LAST_IN_COLLECTION
+        elif first_in_collection:
+            marker = SNAPSHOT_FIRST_IN_COLLECTION
+        else:
+            marker = SNAPSHOT_TRUE
+        self._first = False
+        self._emit(item, marker)
 
 
 class Envelope(Protocol):
@@ -161,11 +223,12 @@ class DebeziumEnvelope:
 
     writer: the registered Envelope schema's writer (Avro), None for JSON.
     collection: the data collection events are numbered in (the table's topic).
-    clock: seconds since the epoch, for the envelope's ``ts_ms`` (processing time).
+    clock: ns since the epoch, for the envelope's ``ts_ms``/``ts_us``/``ts_ns``
+    (processing time, as Debezium's).
     """
 
     def __init__(self, encoder: RowEncoder, source: SourceInfo, collection: str,
-                 writer: AvroWriter | None = None, clock: Callable[[], float] = time.time):
+                 writer: AvroWriter | None = None, clock: Callable[[], int] = time.time_ns):
         self.encoder, self.source, self.collection = encoder, source, collection
         self._writer, self._clock = writer, clock
         self._raw_envelope = self._raw_value = None
@@ -198,29 +261,35 @@ class DebeziumEnvelope:
     def _event(self, key: bytes | None, op: str, before: list | None, after: list | None,
                ctx: Context) -> Message:
         enc = self.encoder
+        now_ns = self._clock()
         datum = {
             "before": enc.value_datum(before) if before is not None else None,
             "after": enc.value_datum(after) if after is not None else None,
             "source": self._source(ctx),
-            "op": op,
-            "ts_ms": int(self._clock() * 1000),
             "transaction": self._transaction(ctx),
+            "op": op,
+            "ts_ms": now_ns // 1_000_000,
+            "ts_us": now_ns // 1_000,
+            "ts_ns": now_ns,
         }
         value = self._writer.encode(datum) if self._writer is not None else encode_json(datum)
         return Message(key, value, op)
 
     def _source(self, ctx: Context) -> dict[str, Any]:
         s = self.source
+        ts_us = ctx.ts_us if ctx.ts_us is not None else ctx.ts_ms * 1000
         return {"version": __version__, "connector": CONNECTOR, "name": s.name, "ts_ms": ctx.ts_ms,
-                "snapshot": ctx.snapshot, "db": s.db, "schema": s.schema, "table": s.table,
-                "txId": ctx.txid if ctx.snapshot == SNAPSHOT_FALSE else None, "lsn": None,
-                "position": ctx.position}
+                "snapshot": ctx.snapshot, "db": s.db, "sequence": sequence(ctx.last_lsn, ctx.lsn),
+                "ts_us": ts_us, "ts_ns": ts_us * 1000, "schema": s.schema, "table": s.table,
+                "txId": ctx.txid & XID_MASK if ctx.snapshot == SNAPSHOT_FALSE else None, "lsn": ctx.lsn,
+                "xmin": None, "position": ctx.position}
 
     def _transaction(self, ctx: Context) -> dict[str, Any] | None:
         if ctx.order is None:
             return None
         total, in_collection = ctx.order.next(self.collection)
-        return {"id": str(ctx.txid), "total_order": total, "data_collection_order": in_collection}
+        return {"id": transaction_id(ctx.txid, ctx.lsn), "total_order": total,
+                "data_collection_order": in_collection}
 
     def row_image(self, converted: list) -> bytes:
         """The row's value datum, encoded without logical types (Avro) or as JSON."""
@@ -245,3 +314,17 @@ class DebeziumEnvelope:
         fastavro.schemaless_writer(buf, self._raw_value, datum)
         return buf.getvalue()
 
+
+
+def sequence(last_lsn: int | None, lsn: int | None) -> str | None:
+    """Debezium's PostgreSQL ``source.sequence``: the JSON array text ``["<last committed LSN>",
+    "<LSN>"]`` (decimal strings, null where unknown; Jackson's compact form), None without an LSN."""
+    if lsn is None:
+        return None
+    return json.dumps([None if last_lsn is None else str(int(last_lsn)), str(int(lsn))], separators=(",", ":"))
+
+
+def transaction_id(txid: int, lsn: int | None) -> str:
+    """``transaction.id``: Debezium's ``"<xid>:<LSN of the event>"`` when the LSN is known (the 32-bit
+    xid, as Debezium's source.txId), else the 64-bit epoch txid, unique without an LSN."""
+    return f"{txid & XID_MASK}:{int(lsn)}" if lsn is not None else str(txid)

@@ -34,8 +34,10 @@ log = logging.getLogger(__name__)
 PG_EPOCH_US = 946_684_800_000_000  # 2000-01-01 in microseconds since the Unix epoch
 _BEGIN = struct.Struct(">QQq")
 _COMMIT = struct.Struct(">QQI")
-_CHANGE = struct.Struct(">HBI")
+_CHANGE = struct.Struct(">QHBI")  # change LSN, table index, flags, row length; the row at 16
+_TRUNCATE = struct.Struct(">QH")
 _LSN = struct.Struct(">Q")
+RECORD_FORMAT = "2"  # the plugin's record format this module reads (its "format" option)
 _FLAG_OLD, _FLAG_NO_ROW = 1, 2
 
 
@@ -46,13 +48,15 @@ class RecordDecoder:
     table by index). subset_tags: tables captured with a column subset: like the capture
     trigger, an UPDATE that changes no captured column is dropped (known when the old row
     is logged: FULL). ends: (unit, LSN to confirm) of every transaction end and heartbeat
-    decoded and not yet acknowledged.
+    decoded and not yet acknowledged. last_lsn: the end of the last transaction or heartbeat
+    decoded (set it to the slot's confirmed position before streaming): Begin.last_lsn.
     """
 
     def __init__(self, tags: list[str], slot: str = "(slot)"):
         self.tags, self.slot = tags, slot
         self.subset_tags: set[str] = set()
         self.ends: deque[tuple[int, int]] = deque()
+        self.last_lsn: int | None = None
         self._unit = self._txid = self._ts_ms = self._ordinal = 0  # of the open transaction
 
     def decode(self, data: bytes) -> Item | None:
@@ -62,32 +66,35 @@ class RecordDecoder:
         """
         kind = data[0]
         if kind in b"IUD":
-            index, flags, size = _CHANGE.unpack_from(data, 1)
-            end = 8 + size
-            row = None if flags & _FLAG_NO_ROW else json.loads(data[8:end])
+            lsn, index, flags, size = _CHANGE.unpack_from(data, 1)
+            end = 16 + size
+            row = None if flags & _FLAG_NO_ROW else json.loads(data[16:end])
             before = json.loads(data[end:]) if flags & _FLAG_OLD else None
             ordinal = self._ordinal
             self._ordinal += 1
             table = self.tags[index]
             if before is not None and before == row and table in self.subset_tags:
                 return None  # no captured column changed (the trigger backend writes no event either)
-            return Change(self._txid, self._ts_ms, chr(kind), row, table, before, self._unit, ordinal)
+            return Change(self._txid, self._ts_ms, chr(kind), row, table, before, self._unit, ordinal, lsn)
         if kind == 66:  # B
             commit_lsn, txid, ts_us = _BEGIN.unpack_from(data, 1)
-            self._unit, self._txid, self._ts_ms, self._ordinal = commit_lsn, txid, (ts_us + PG_EPOCH_US) // 1000, 0
-            return Begin(txid, self._ts_ms, commit_lsn, 0)
+            ts_us += PG_EPOCH_US
+            self._unit, self._txid, self._ts_ms, self._ordinal = commit_lsn, txid, ts_us // 1000, 0
+            return Begin(txid, self._ts_ms, commit_lsn, 0, ts_us, self.last_lsn)
         if kind == 67:  # C
             commit_lsn, end_lsn, _changes = _COMMIT.unpack_from(data, 1)
             self.ends.append((commit_lsn, end_lsn))
+            self.last_lsn = end_lsn
             return Commit(self._txid, self._ts_ms, commit_lsn, self._ordinal, True)
         if kind == 84:  # T
-            (index,) = struct.unpack_from(">H", data, 1)
+            lsn, index = _TRUNCATE.unpack_from(data, 1)
             ordinal = self._ordinal
             self._ordinal += 1
-            return Change(self._txid, self._ts_ms, "T", None, self.tags[index], None, self._unit, ordinal)
+            return Change(self._txid, self._ts_ms, "T", None, self.tags[index], None, self._unit, ordinal, lsn)
         if kind == 72:  # H
             (lsn,) = _LSN.unpack_from(data, 1)
             self.ends.append((lsn, lsn))
+            self.last_lsn = lsn
             return Commit(None, int(time.time() * 1000), lsn, 0, True)
         raise RelayError(f"unknown record {data[:1]!r} from output plugin {PLUGIN} on slot {self.slot}")
 
@@ -171,9 +178,11 @@ class LogicalSource:
     def items(self, position: Position) -> Iterator[Item]:
         """Stream from the slot's confirmed position (PostgreSQL sends from there; what position
         covers comes again and is skipped by the loop). Heartbeats when idle outside a transaction."""
+        options = {"format": RECORD_FORMAT, "tables": self.tables_option()}
+        row = self._sql("SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = %s", (self.slot,))
+        self._decoder.last_lsn = Lsn.parse(row[0]) if row and row[0] else None
         try:
-            self._cur.start_replication(slot_name=self.slot, decode=False, options={"tables": self.tables_option()},
-                                        status_interval=5)
+            self._cur.start_replication(slot_name=self.slot, decode=False, options=options, status_interval=5)
         except psycopg2.errors.UndefinedObject as exc:
             raise RelayError(logical.missing_slot_message(self.slot)) from exc
         except psycopg2.Error as exc:

@@ -26,10 +26,11 @@ from pgshovel2.errors import EncodeError, RelayError, SchemaChangeError, StopReq
 from pgshovel2.relay import metrics
 from pgshovel2.relay.control import ControlEvents
 from pgshovel2.relay.election import Leadership
+from pgshovel2.relay.envelopes import SnapshotMarks
 from pgshovel2.relay.layout import Layout
 from pgshovel2.relay.source import Begin, Change, Commit, Control, Idle, Source
 from pgshovel2.sinks.kafka import KafkaSink
-from pgshovel2.wire import Position, change_header, snapshot_header
+from pgshovel2.wire import LOGICAL, Position, change_header, snapshot_header
 
 log = logging.getLogger(__name__)
 
@@ -58,10 +59,10 @@ class RelayOptions:
 class _Txn:
     """The source transaction being relayed: BEGIN is written at its first change."""
 
-    __slots__ = ("txid", "begun", "last_header", "last_covered")
+    __slots__ = ("begin", "begun", "last_header", "last_covered")
 
-    def __init__(self, txid: int):
-        self.txid, self.begun, self.last_header, self.last_covered = txid, False, "", False
+    def __init__(self, begin: Begin):
+        self.begin, self.begun, self.last_header, self.last_covered = begin, False, "", False
 
 
 class Relay:
@@ -152,23 +153,30 @@ class Relay:
     def _emit_snapshot(self, stop: threading.Event, snap: ExportedSnapshot, at: Position
                        ) -> tuple[int, int, float]:
         """Produce every table's rows in snap as op ``r`` into the open Kafka transaction, each with
-        the snapshot position of at; returns (rows, capture time in ms, seconds).
+        the snapshot position of at and its Debezium snapshot marker (SnapshotMarks, one row
+        behind); returns (rows, capture time in ms, seconds).
 
         Aborts the Kafka transaction on any error; raises StopRequestedError when stop is set.
         """
         now_ms, started, ordinal, last_log = int(time.time() * 1000), time.monotonic(), 0, time.monotonic()
         backend, unit = self.source.backend, at.unit
+        lsn = unit if backend == LOGICAL else None
+
+        def emit(item: tuple, marker: str) -> None:
+            table, row, header = item
+            try:
+                self.emitter.snapshot_row(table, row, header, now_ms, marker, lsn)
+            except EncodeError as exc:
+                self._unencodable(exc, header, {"table": table.qualified, "op": "r", "txid": 0})
+
+        marks = SnapshotMarks(emit)
         try:
             for table in self.layout.record.tables:
                 total, done = snap.count(table), 0
                 for row in snap.rows(table):
                     if stop.is_set():
                         raise StopRequestedError("stopped during the initial snapshot")
-                    header = snapshot_header(backend, unit, ordinal)
-                    try:
-                        self.emitter.snapshot_row(table, row, header, now_ms)
-                    except EncodeError as exc:
-                        self._unencodable(exc, header, {"table": table.qualified, "op": "r", "txid": 0})
+                    marks.add(table.qualified, (table, row, snapshot_header(backend, unit, ordinal)))
                     ordinal += 1
                     done += 1
                     if done % 1000 == 0 and time.monotonic() - last_log >= 5:
@@ -176,6 +184,7 @@ class Relay:
                         log.info("snapshot %s: %d/%d rows (%.0f rows/s)", table.qualified, done, total,
                                  ordinal / max(last_log - started, 1e-6))
                 log.info("snapshot %s: %d rows", table.qualified, done)
+            marks.finish()
         except BaseException:
             self.sink.abort()
             raise
@@ -207,7 +216,7 @@ class Relay:
 
     def _begin(self, item: Begin) -> None:
         self._at_unit(item.unit)
-        self._txn = _Txn(item.txid)
+        self._txn = _Txn(item)
 
     def _change(self, item: Change) -> None:
         if self.committed.reaches(item.unit, 0, True):
@@ -219,7 +228,8 @@ class Relay:
         header = change_header(self.source.backend, item.unit, item.ordinal)
         emitter.replaying = covered
         if not txn.begun:
-            emitter.begin(txn.txid, header, item.ts_ms)
+            begin = txn.begin
+            emitter.begin(begin.txid, header, item.ts_ms, begin.ts_us, begin.last_lsn)
             txn.begun = True
         try:
             emitter.change(item, header)
@@ -246,7 +256,7 @@ class Relay:
         self._at_unit(item.unit)
         if txn is not None and txn.begun:
             self.emitter.replaying = txn.last_covered
-            self.emitter.end(txn.txid, txn.last_header, item.ts_ms)
+            self.emitter.end(txn.begin.txid, txn.last_header, item.ts_ms)
         self.emitter.replaying = False
         point = self._point(item.unit, item.ordinal, item.complete)
         if self.committed.reaches(item.unit, item.ordinal, item.complete):

@@ -31,12 +31,17 @@ CONTROL_OPS = frozenset({SCHEMA_CHANGE, SET_VERSION})
 
 class Begin(NamedTuple):
     """A source transaction starts. txid: 64-bit epoch txid (as txid_current()); ts_ms: its
-    capture or commit time, ms since the Unix epoch; (unit, ordinal): where its first event is."""
+    capture or commit time, ms since the Unix epoch; (unit, ordinal): where its first event is.
+    Logical backend only (None otherwise): ts_us, the commit time in µs; last_lsn, the LSN up to
+    which the stream was completely processed before it (the end of the previous transaction or
+    heartbeat, else the slot's confirmed position at the start: Debezium's "last committed LSN")."""
 
     txid: int
     ts_ms: int
     unit: int
     ordinal: int
+    ts_us: int | None = None
+    last_lsn: int | None = None
 
 
 class Change(NamedTuple):
@@ -44,7 +49,8 @@ class Change(NamedTuple):
 
     txid, ts_ms: as its Begin; op: I/U/D/T; row, before: decoded capture rows (lists in the
     table's column order) or None; table: table tag (Table.qualified); (unit, ordinal): its
-    place. A DELETE carries the old row (its key) in row.
+    place; lsn: the change's own LSN (logical backend; None for PgQ). A DELETE carries the old
+    row (its key) in row.
     """
 
     txid: int
@@ -55,6 +61,7 @@ class Change(NamedTuple):
     before: list | None
     unit: int
     ordinal: int
+    lsn: int | None = None
 
 
 class Control(NamedTuple):

@@ -148,7 +148,7 @@ def _copy(spark, record: SetRecord, topics: SetTopics, tmp: Path,
             if not snap.alive():  # it must outlive every partition's SET TRANSACTION SNAPSHOT
                 raise snap.ended()
             if writer:
-                writer.commit()
+                copies = writer.commit()
         finally:
             if writer:
                 writer.close()
@@ -235,11 +235,14 @@ class _Tally:
 
 
 class _KafkaWriter:
-    """Writes op r messages exactly as the relay does (its routes and emitter), in one Kafka transaction."""
+    """Writes op r messages exactly as the relay does (its routes and emitter, Debezium snapshot markers
+    over the whole bootstrap), in one Kafka transaction. lsn: the LSN the snapshot is at (logical
+    backend), for the debezium envelope's source.lsn; None for the trigger backend."""
 
     def __init__(self, record: SetRecord, snap: ExportedSnapshot, options: BootstrapOptions):
         from pgshovel2.relay import setup
         from pgshovel2.relay.emitter import Emitter
+        from pgshovel2.relay.envelopes import SnapshotMarks
         from pgshovel2.sinks.kafka import KafkaSink
         from pgshovel2.sinks.registry import SchemaRegistry
 
@@ -250,25 +253,36 @@ class _KafkaWriter:
         self.sink.start()
         self.tally = _Tally(self.sink)
         self.emitter = Emitter(record.name, routes, record.topics.transactions, txn_writer, self.tally)
-        # op r rows sort at the handoff: the consistent point's LSN (logical), tick 0 (trigger: the
-        # bootstrap has no tick; its txid snapshot decides the handoff)
-        unit = getattr(snap.handoff, "lsn", 0)
-        self.position = lambda ordinal: snapshot_header(record.backend, unit, ordinal)
+        # op r rows sort at the handoff: the consistent point's LSN (logical: also the debezium
+        # envelope's source.lsn), tick 0 (trigger: the bootstrap has no tick; its txid snapshot
+        # decides the handoff)
+        lsn = getattr(snap.handoff, "lsn", None)
+        self.position = lambda ordinal: snapshot_header(record.backend, lsn or 0, ordinal)
         self.ordinal, self.ts_ms = 0, int(time.time() * 1000)
+        self._marks = SnapshotMarks(lambda item, marker: self.emitter.snapshot_row(*item, self.ts_ms, marker, lsn))
+        self._copies: list[TableCopy] = []
 
     def write(self, plan: ReadPlan, raw, topic: str) -> TableCopy:
-        """Produce the op r messages of one table (rows collected to the driver in partition order)."""
-        before = self.tally.rows[topic]
-        for row in raw.select(ROW_ALIAS).toLocalIterator():
-            self.emitter.snapshot_row(plan.table, json.loads(row[0]), self.position(self.ordinal), self.ts_ms)
-            self.ordinal += 1
-        t = plan.table
-        return TableCopy(t.schema, t.name, topic, None, self.tally.rows[topic] - before,
-                         str(self.tally.sums[topic]), plan.partitions)
+        """Produce the op r messages of one table (rows collected to the driver in partition order).
 
-    def commit(self) -> None:
-        """Commit the Kafka transaction: every op r message becomes visible at once."""
+        The table's last row is produced by the next write or by :meth:`commit` (its snapshot
+        marker depends on what follows), so the copy returned has no checksum yet: commit's has.
+        """
+        t, rows = plan.table, 0
+        for row in raw.select(ROW_ALIAS).toLocalIterator():
+            self._marks.add(t.qualified, (t, json.loads(row[0]), self.position(self.ordinal)))
+            self.ordinal += 1
+            rows += 1
+        copy = TableCopy(t.schema, t.name, topic, None, rows, "", plan.partitions)
+        self._copies.append(copy)
+        return copy
+
+    def commit(self) -> list[TableCopy]:
+        """Produce the last row and commit the Kafka transaction: every op r message becomes
+        visible at once. Returns the tables written, with their checksums."""
+        self._marks.finish()
         self.sink.commit()
+        return [replace(c, checksum=str(self.tally.sums[c.topic])) for c in self._copies]
 
     def close(self) -> None:
         """Abort whatever is not committed."""

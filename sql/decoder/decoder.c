@@ -28,10 +28,27 @@
 PG_MODULE_MAGIC;
 
 #define HEARTBEAT_PREFIX "pgshovel2.heartbeat"
+#define RECORD_FORMAT "2"		/* sql/decoder/README.rst; 2: change records carry their LSN */
 #define FLAG_OLD 1				/* an old image follows the new one */
 #define FLAG_NO_ROW 2			/* DELETE without any old image (replica identity NOTHING) */
 
 extern void _PG_output_plugin_init(OutputPluginCallbacks *cb);
+
+/*
+ * The "format" option names the record format the reader expects; only the
+ * one this plugin writes is accepted, so a relay and a plugin of different
+ * versions stop with a clear error instead of misreading records.
+ */
+static void
+check_format(const char *format)
+{
+	if (strcmp(format, RECORD_FORMAT) != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("pgshovel2_decoder: the reader expects record format \"%s\", this plugin writes "
+						"format %s", format, RECORD_FORMAT),
+				 errhint("Install the same pgshovel2 version as sql/decoder on the database server.")));
+}
 
 static void
 decoder_startup(LogicalDecodingContext *ctx, OutputPluginOptions *opt, bool is_init)
@@ -39,6 +56,7 @@ decoder_startup(LogicalDecodingContext *ctx, OutputPluginOptions *opt, bool is_i
 	DecoderState *state = palloc0(sizeof(DecoderState));
 	ListCell   *option;
 	bool		have_tables = false;
+	bool		have_format = false;
 
 	state->context = AllocSetContextCreate(ctx->context, "pgshovel2_decoder",
 										   ALLOCSET_DEFAULT_SIZES);
@@ -51,11 +69,17 @@ decoder_startup(LogicalDecodingContext *ctx, OutputPluginOptions *opt, bool is_i
 		DefElem    *elem = lfirst(option);
 		MemoryContext old;
 
+		if (strcmp(elem->defname, "format") == 0)
+		{
+			check_format(elem->arg ? strVal(elem->arg) : "");
+			have_format = true;
+			continue;
+		}
 		if (strcmp(elem->defname, "tables") != 0)
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 					 errmsg("pgshovel2_decoder: unknown option \"%s\"", elem->defname),
-					 errhint("The only option is \"tables\".")));
+					 errhint("The options are \"format\" and \"tables\".")));
 		old = MemoryContextSwitchTo(state->context);
 		pgshovel2_parse_tables(state, elem->arg ? strVal(elem->arg) : "");
 		MemoryContextSwitchTo(old);
@@ -65,6 +89,13 @@ decoder_startup(LogicalDecodingContext *ctx, OutputPluginOptions *opt, bool is_i
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("pgshovel2_decoder: option \"tables\" is required")));
+	if (!have_format && !is_init)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("pgshovel2_decoder: option \"format\" is required (this plugin writes record "
+						"format %s)", RECORD_FORMAT),
+				 errhint("The reader is older than this plugin: install the same pgshovel2 version "
+						 "as sql/decoder.")));
 	ctx->output_plugin_private = state;
 }
 
@@ -270,6 +301,7 @@ decoder_change(LogicalDecodingContext *ctx, ReorderBufferTXN *txn, Relation rel,
 	old_cxt = MemoryContextSwitchTo(state->change_cxt);
 	OutputPluginPrepareWrite(ctx, true);
 	pq_sendbyte(ctx->out, op);
+	pq_sendint64(ctx->out, change->lsn);
 	pq_sendint16(ctx->out, (uint16) index);
 	if (op == 'D')
 	{
@@ -308,6 +340,7 @@ decoder_truncate(LogicalDecodingContext *ctx, ReorderBufferTXN *txn, int nrelati
 		ensure_begin(ctx, txn);
 		OutputPluginPrepareWrite(ctx, true);
 		pq_sendbyte(ctx->out, 'T');
+		pq_sendint64(ctx->out, change->lsn);
 		pq_sendint16(ctx->out, (uint16) index);
 		OutputPluginWrite(ctx, true);
 		state->nchanges++;

@@ -4,6 +4,7 @@ output, and the bad cases (no partial output that looks complete)."""
 
 import datetime
 import decimal
+import json
 import threading
 import uuid
 
@@ -17,6 +18,7 @@ from pgshovel2.bootstrap.manifest import BootstrapError, Manifest
 from pgshovel2.cluster import ClusterStore
 from pgshovel2.ops.verify import read_topics
 from pgshovel2.sparkjobs import bootstrap, session
+from pgshovel2.txids import ConsistentPoint
 from tests.helpers import caught_up, pgshovel, write_config
 from tests.integration.bootstrap_helpers import (
     TABLES,
@@ -133,6 +135,28 @@ def test_to_kafka_writes_the_relays_own_snapshot_messages(stack, db, schema, clu
         return sorted((k, v, dict(h)["pgshovel.op"]) for k, v, h in msgs)
     assert messages(ours) == messages(relayed)  # same keys, same value bytes, op r
     assert all(dict(h)["pgshovel.set"] == "tokafka" for _, _, h in ours)
+
+
+def test_to_kafka_debezium_snapshot_markers_and_lsn(stack, db, schema, cluster, relay_factory, spark, tmp_path):
+    """--to-kafka on a logical debezium set: the bootstrap's op r events carry Debezium's snapshot markers
+    over all its tables (first ... last) and its handoff slot's consistent point as source.lsn."""
+    create_tables(db, schema, accounts=30)
+    config = write_config(tmp_path, stack, [{"schema": schema, "name": t} for t in TABLES], encoding="json",
+                          backend="logical", envelope="debezium")
+    pgshovel(stack, cluster, "set", "create", "dbzboot", str(config))
+    relay_factory("dbzboot").wait_for("snapshot done")
+    topics = [f"dbzboot.{schema}.{t}" for t in TABLES]
+    relayed = {t: len(m) for t, m in read_topics(stack.bootstrap, topics).items()}
+    manifest = _run(spark, stack, cluster, "dbzboot", tmp_path / "k", to_kafka=True, partition_rows=10)
+    after = read_topics(stack.bootstrap, topics)
+    ours = [json.loads(v) for t in topics for _, v, _ in after[t][relayed[t]:]]  # tables in set order
+    assert [e["op"] for e in ours] == ["r"] * 40
+    assert [e["source"]["snapshot"] for e in ours] == (
+        ["first"] + ["true"] * 28 + ["last_in_data_collection", "first_in_data_collection"] + ["true"] * 8 + ["last"])
+    lsn = ConsistentPoint.parse(manifest.handoff["lsn"]).lsn
+    assert {(e["source"]["lsn"], e["source"]["sequence"], e["source"]["txId"]) for e in ours} == {
+        (lsn, f'[null,"{lsn}"]', None)}
+    assert [t.rows for t in manifest.tables] == [30, 10] and all(int(t.checksum) for t in manifest.tables)
 
 
 def test_bad_cases_leave_no_output(stack, db, schema, cluster, relay_factory, spark, tmp_path):

@@ -1,15 +1,16 @@
-"""The debezium envelope against the real stack: every operation, a key update,
-an unkeyed delete and snapshot rows, checked field by field against Debezium's
-PostgreSQL change-event structure (before/after/source/op/ts_ms/transaction,
-https://debezium.io/documentation/reference/stable/connectors/postgresql.html
-"Data change events"), and the registered Avro value schema; optionally read
-by Apache Flink's debezium-json format (PGSHOVEL_TEST_PYFLINK)."""
+"""The debezium envelope against the real stack, both backends, both encodings: every
+operation, a key update, an unkeyed delete and snapshot rows, checked field by field
+against Debezium 3.x's PostgreSQL change events (the field set of a real one is in
+tests/fixtures, compared in tests/unit/test_debezium_fixture.py), and the registered Avro
+value schema. With the logical backend, the WAL positions are checked against a
+test_decoding slot reading the same transactions: source.lsn is each change's own LSN,
+sequence pairs it with the end of the previous transaction, transaction.id is
+"<xid>:<lsn>" and ts_us the commit time, as Debezium writes them. Flink reads these topics
+in test_debezium_flink.py."""
 
 import json
-import os
-import subprocess
 import time
-from pathlib import Path
+from datetime import datetime
 
 import pytest
 from confluent_kafka.schema_registry import SchemaRegistryClient
@@ -17,51 +18,85 @@ from confluent_kafka.schema_registry import SchemaRegistryClient
 from pgshovel2 import __version__, names
 from pgshovel2.cluster import ClusterStore
 from pgshovel2.codec import avro
-from pgshovel2.ops.verify import read_topics
+from pgshovel2.wire import Lsn
 from tests.helpers import assert_verified, caught_up, messages, pgshovel, verify, write_config
 
-ENVELOPE_FIELDS = ["before", "after", "source", "op", "ts_ms", "transaction"]
-# Debezium's PostgreSQL source block (io.debezium.connector.postgresql.Source) minus
-# sequence/xmin/ts_us/ts_ns, plus pgshovel's position.
-SOURCE_FIELDS = ["version", "connector", "name", "ts_ms", "snapshot", "db", "schema", "table",
-                 "txId", "lsn", "position"]
+ENVELOPE_FIELDS = ["before", "after", "source", "transaction", "op", "ts_ms", "ts_us", "ts_ns"]
+# Debezium 3.x's io.debezium.connector.postgresql.Source, plus pgshovel's position.
+SOURCE_FIELDS = ["version", "connector", "name", "ts_ms", "snapshot", "db", "sequence", "ts_us", "ts_ns",
+                 "schema", "table", "txId", "lsn", "xmin", "position"]
 SET = "dbz"
+XID = 0xFFFFFFFF
 
 
-def check_event(value: dict, op: str, before: dict | None, after: dict | None, table: str,
-                schema: str, txid: int | None, window: tuple[int, int], order: tuple[int, int] | None):
-    """One Debezium change event, field by field. order: (total_order, data_collection_order)."""
+def check_event(value: dict, op: str, before: dict | None, after: dict | None, table: str, schema: str,
+                txid: int | None, window: tuple[int, int], order: tuple[int, int] | None,
+                snapshot: str = "false", wal: dict | None = None):
+    """One Debezium change event, field by field. order: (total_order, data_collection_order);
+    wal (logical backend): the change's lsn, the last_lsn before its transaction, ts_us its commit time."""
     assert list(value) == ENVELOPE_FIELDS
     assert (value["op"], value["before"], value["after"]) == (op, before, after)
     src = value["source"]
     assert list(src) == SOURCE_FIELDS
     assert src["version"] == __version__ and src["connector"] == "pgshovel" and src["name"] == SET
     assert (src["db"], src["schema"], src["table"]) == ("pgshovel", schema, table)
-    assert src["lsn"] is None and src["txId"] == txid
-    assert src["snapshot"] == ("true" if op == "r" else "false")
+    assert src["snapshot"] == snapshot and src["xmin"] is None
+    assert src["txId"] == (None if txid is None else txid & XID)
     assert window[0] <= src["ts_ms"] <= value["ts_ms"] <= window[1]
+    assert value["ts_ms"] == value["ts_us"] // 1000 == value["ts_ns"] // 1_000_000
+    if wal is None:  # trigger backend: no LSN anywhere, the capture time in ms
+        assert (src["lsn"], src["sequence"]) == (None, None)
+        assert (src["ts_us"], src["ts_ns"]) == (src["ts_ms"] * 1000, src["ts_ms"] * 1_000_000)
+    else:
+        last = "null" if wal["last_lsn"] is None else f'"{wal["last_lsn"]}"'
+        assert (src["lsn"], src["sequence"]) == (wal["lsn"], f'[{last},"{wal["lsn"]}"]')
+        if "ts_us" in wal:
+            assert (src["ts_ms"], src["ts_us"], src["ts_ns"]) == (
+                wal["ts_us"] // 1000, wal["ts_us"], wal["ts_us"] * 1000)
     if order is None:
         assert value["transaction"] is None
     else:
-        assert value["transaction"] == {"id": str(txid), "total_order": order[0],
-                                        "data_collection_order": order[1]}
+        tx_id = str(txid) if wal is None else f"{txid & XID}:{wal['lsn']}"
+        assert value["transaction"] == {"id": tx_id, "total_order": order[0], "data_collection_order": order[1]}
+
+
+def wal_transactions(db, slot: str) -> dict[int, dict]:
+    """test_decoding's view of the transactions in slot (consumed), by xid: commit time (µs),
+    end LSN (where test_decoding reports the COMMIT) and the LSN of each change in order."""
+    out: dict[int, dict] = {}
+    with db.cursor() as cur:
+        cur.execute("SELECT lsn::text, xid::text::int8, data FROM pg_logical_slot_get_changes(%s, NULL, NULL, "
+                    "'include-timestamp', 'on')", (slot,))
+        for lsn, xid, data in cur.fetchall():
+            txn = out.setdefault(xid, {"changes": []})
+            if data.startswith("table "):
+                txn["changes"].append(Lsn.parse(lsn))
+            elif data.startswith("COMMIT"):
+                at = datetime.fromisoformat(data.split("(at ")[1].rstrip(")").replace("+00", "+00:00"))
+                txn["ts_us"], txn["end_lsn"] = int(at.timestamp()) * 1_000_000 + at.microsecond, Lsn.parse(lsn)
+        cur.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
+    return out
 
 
 @pytest.mark.parametrize("encoding", ["avro", "json"])
-def test_debezium_envelope(stack, cluster, db, schema, tmp_path, relay_factory, encoding):
+def test_debezium_envelope(stack, cluster, db, schema, tmp_path, relay_factory, backend, encoding):
     prefix = f"dbz{encoding}{cluster}"
     with db.cursor() as cur:
         cur.execute(f'CREATE TABLE "{schema}".t (id int PRIMARY KEY, v text)')
         cur.execute(f'CREATE TABLE "{schema}".u (msg text)')
-        cur.execute(f'INSERT INTO "{schema}".t VALUES (1, \'existing\')')
+        cur.execute(f'INSERT INTO "{schema}".t VALUES (1, \'existing\'), (9, \'nine\')')
         cur.execute(f'INSERT INTO "{schema}".u VALUES (\'old\')')
     cfg = write_config(tmp_path, stack, [{"schema": schema, "name": "t"},
                                          {"schema": schema, "name": "u", "allow_unkeyed": True}],
-                       encoding=encoding, envelope="debezium", topic_prefix=prefix)
+                       encoding=encoding, backend=backend, envelope="debezium", topic_prefix=prefix)
     pgshovel(stack, cluster, "set", "create", SET, str(cfg))
     started = int(time.time() * 1000)
-    relay = relay_factory(SET)
+    relay = relay_factory(SET, "--heartbeat-interval", "3600")  # no heartbeat moves sequence's first LSN
     relay.wait_for("snapshot done")
+    audit = f"audit_{cluster}"
+    if backend == "logical":
+        with db.cursor() as cur:
+            cur.execute("SELECT pg_create_logical_replication_slot(%s, 'test_decoding')", (audit,))
     with db.cursor() as cur:
         cur.execute(f'INSERT INTO "{schema}".t VALUES (2, \'two\'), (3, \'three\')')
         cur.execute("BEGIN")
@@ -80,22 +115,37 @@ def test_debezium_envelope(stack, cluster, db, schema, tmp_path, relay_factory, 
 
     t_msgs = messages(stack, t_topic)
     assert [(k and k["id"], v is None, h["pgshovel.op"]) for k, v, h in t_msgs] == [
-        (1, False, "r"), (2, False, "c"), (3, False, "c"),
-        (2, False, "u"), (3, False, "d"), (3, True, "d"), (2, False, "d"), (2, True, "d"), (20, False, "c")]
-    first_txid = int(t_msgs[1][2]["pgshovel.txid"])
+        (1, False, "r"), (9, False, "r"), (2, False, "c"), (3, False, "c"), (2, False, "u"), (3, False, "d"),
+        (3, True, "d"), (2, False, "d"), (2, True, "d"), (20, False, "c")]
+    first_txid = int(t_msgs[2][2]["pgshovel.txid"])
+    wal: dict = {first_txid: None, txid: None, 0: None}
+    if backend == "logical":
+        with ClusterStore(stack.zk, cluster) as store:
+            snapshot_lsn = Lsn.parse(store.get_relay_record(SET, "snapshot")["lsn"])
+        seen = wal_transactions(db, audit)
+        first, second = seen[first_txid & XID], seen[txid & XID]
+        at = lambda txn, i, last: {"lsn": txn["changes"][i], "last_lsn": last, "ts_us": txn["ts_us"]}  # noqa: E731
+        wal = {0: {"lsn": snapshot_lsn, "last_lsn": None},  # snapshot rows: the slot's consistent point
+               # the first transaction: the stream began at the consistent point, then each follows
+               # the end of the one before it
+               first_txid: [at(first, i, snapshot_lsn) for i in (0, 1)],
+               txid: [at(second, i, first["end_lsn"]) for i in (0, 1, 2, 2, 3, 4)]}
     row = lambda i, v: {"id": i, "v": v}  # noqa: E731
     expected = [
-        ("r", None, row(1, "existing"), None, None),
-        ("c", None, row(2, "two"), first_txid, (1, 1)),
-        ("c", None, row(3, "three"), first_txid, (2, 2)),
-        ("u", row(2, "two"), row(2, "TWO"), txid, (1, 1)),  # old image, like REPLICA IDENTITY FULL
-        ("d", row(3, "three"), None, txid, (2, 2)),     # the full old row (captured columns)
-        ("d", row(2, "TWO"), None, txid, (3, 3)),       # key update: delete of the old key ...
-        ("c", None, row(20, "TWO"), txid, (4, 4)),      # ... then create of the new key
+        ("r", None, row(1, "existing"), None, None, "first", wal[0]),
+        ("r", None, row(9, "nine"), None, None, "last_in_data_collection", wal[0]),
+        ("c", None, row(2, "two"), first_txid, (1, 1), "false", wal[first_txid] and wal[first_txid][0]),
+        ("c", None, row(3, "three"), first_txid, (2, 2), "false", wal[first_txid] and wal[first_txid][1]),
+        # old image, like REPLICA IDENTITY FULL
+        ("u", row(2, "two"), row(2, "TWO"), txid, (1, 1), "false", wal[txid] and wal[txid][0]),
+        ("d", row(3, "three"), None, txid, (2, 2), "false", wal[txid] and wal[txid][1]),  # the full old row
+        # key update: delete of the old key, then create of the new one, both at the change's LSN
+        ("d", row(2, "TWO"), None, txid, (3, 3), "false", wal[txid] and wal[txid][2]),
+        ("c", None, row(20, "TWO"), txid, (4, 4), "false", wal[txid] and wal[txid][3]),
     ]
     events = [(k, v, h) for k, v, h in t_msgs if v is not None]
-    for (key, value, headers), (op, before, after, tx, order) in zip(events, expected, strict=True):
-        check_event(value, op, before, after, "t", schema, tx, window, order)
+    for (key, value, headers), (op, before, after, tx, order, snap, at_wal) in zip(events, expected, strict=True):
+        check_event(value, op, before, after, "t", schema, tx, window, order, snap, at_wal)
         assert key == {"id": (after or before)["id"]}
         assert headers["pgshovel.op"] == op and headers["pgshovel.set"] == SET
         assert headers["pgshovel.txid"] == str(tx or 0)
@@ -106,9 +156,11 @@ def test_debezium_envelope(stack, cluster, db, schema, tmp_path, relay_factory, 
 
     u_msgs = messages(stack, u_topic)
     assert [(k, h["pgshovel.op"]) for k, _, h in u_msgs] == [(None, "r"), (None, "c"), (None, "d")]
-    check_event(u_msgs[0][1], "r", None, {"msg": "old"}, "u", schema, None, window, None)
-    check_event(u_msgs[1][1], "c", None, {"msg": "new"}, "u", schema, txid, window, (5, 1))
-    check_event(u_msgs[2][1], "d", {"msg": "old"}, None, "u", schema, txid, window, (6, 2))
+    check_event(u_msgs[0][1], "r", None, {"msg": "old"}, "u", schema, None, window, None, "last", wal[0])
+    check_event(u_msgs[1][1], "c", None, {"msg": "new"}, "u", schema, txid, window, (5, 1), "false",
+                wal[txid] and wal[txid][4])
+    check_event(u_msgs[2][1], "d", {"msg": "old"}, None, "u", schema, txid, window, (6, 2), "false",
+                wal[txid] and wal[txid][5])
 
     txn = [v for _, v, _ in messages(stack, names.transactions_topic(prefix))]
     end = next(v for v in txn if v["type"] == "END" and v["txid"] == txid)
@@ -147,12 +199,14 @@ def check_registered_schemas(stack, cluster: str, t_topic: str, u_topic: str) ->
         assert fields["after"]["type"] == ["null", f"{row_schema['namespace']}.{row_schema['name']}"]
         assert fields["after"]["default"] is None
         assert fields["op"]["type"] == "string"
-        assert fields["ts_ms"]["type"] == ["null", "long"]
+        for ts in ("ts_ms", "ts_us", "ts_ns"):
+            assert (fields[ts]["type"], fields[ts]["default"]) == (["null", "long"], None)
         source = fields["source"]["type"]
         assert (source["namespace"], source["name"]) == ("pgshovel", "Source")
         assert [f["name"] for f in source["fields"]] == SOURCE_FIELDS
         nullable = {f["name"]: f["type"] for f in source["fields"] if isinstance(f["type"], list)}
-        assert nullable == {"snapshot": ["string", "null"], "txId": ["null", "long"], "lsn": ["null", "long"]}
+        assert nullable == {"snapshot": ["string", "null"], "sequence": ["null", "string"],
+                            **{f: ["null", "long"] for f in ("ts_us", "ts_ns", "txId", "lsn", "xmin")}}
         block = fields["transaction"]["type"]
         assert block[0] == "null" and block[1]["name"] == "TransactionBlock"
         assert [(f["name"], f["type"]) for f in block[1]["fields"]] == [
@@ -160,61 +214,3 @@ def check_registered_schemas(stack, cluster: str, t_topic: str, u_topic: str) ->
         key = client.get_latest_version(f"{topic}-key").schema if name == "t" else None
         if key is not None:
             assert json.loads(key.schema_str) == avro.key_schema(SET, tables[name])
-
-
-# A Python with apache-flink: scripts/install.sh puts one in .cache/flink-venv.
-_DEFAULT_PYFLINK = Path(__file__).resolve().parents[2] / ".cache" / "flink-venv" / "bin" / "python"
-PYFLINK = os.environ.get("PGSHOVEL_TEST_PYFLINK") or (str(_DEFAULT_PYFLINK) if _DEFAULT_PYFLINK.exists() else None)
-FLINK_COLUMNS = [["id", "INT"], ["v", "STRING"], ["n", "DECIMAL(10, 2)"], ["ts", "TIMESTAMP_LTZ(6)"]]
-
-
-def flink_changelog(stack, topic: str, path: Path) -> subprocess.CompletedProcess:
-    """Run Flink's debezium-json format over the topic's events (tombstones left out, as
-    the format skips them); stdout: one {"kind", "row"} JSON line per changelog row."""
-    values = [v for _, v, _ in read_topics(stack.bootstrap, [topic])[topic] if v is not None]
-    path.write_bytes(b"".join(v + b"\n" for v in values))
-    script = Path(__file__).with_name("pyflink_changelog.py")
-    return subprocess.run([PYFLINK, str(script), str(path), json.dumps(FLINK_COLUMNS)],
-                          capture_output=True, text=True, timeout=300, cwd=path.parent)
-
-
-@pytest.mark.skipif(not PYFLINK, reason="PGSHOVEL_TEST_PYFLINK: path of a Python with apache-flink")
-def test_flink_debezium_json_reads_the_topic(stack, cluster, db, schema, tmp_path, relay_factory):
-    """Flink's own Debezium consumer rebuilds the table from snapshot rows, inserts,
-    updates (with their before image), deletes and key updates."""
-    prefix = f"flink{cluster}"
-    table = f'"{schema}".t'
-    with db.cursor() as cur:
-        cur.execute(f"CREATE TABLE {table} (id int PRIMARY KEY, v text, n numeric(10,2), ts timestamptz)")
-        cur.execute(f"INSERT INTO {table} VALUES (1, 'one', 1.5, '2024-02-29 12:34:56.789012+03'), "
-                    "(2, 'two', 2.5, NULL)")
-    cfg = write_config(tmp_path, stack, [{"schema": schema, "name": "t"}], encoding="json",
-                       envelope="debezium", topic_prefix=prefix)
-    pgshovel(stack, cluster, "set", "create", SET, str(cfg))
-    relay = relay_factory(SET)
-    relay.wait_for("snapshot done")
-    with db.cursor() as cur:
-        cur.execute(f"INSERT INTO {table} VALUES (3, 'thrée ✓', -0.01, now())")
-        cur.execute(f"DELETE FROM {table} WHERE id = 2")
-        cur.execute(f"UPDATE {table} SET id = 30 WHERE id = 3")
-        cur.execute(f"UPDATE {table} SET v = 'ONE', n = n * 2 WHERE id = 1")
-    caught_up(stack, cluster, SET)
-    topic = names.table_topic(prefix, schema, "t")
-    proc = flink_changelog(stack, topic, tmp_path / "events.json")
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    changelog = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
-    assert [c["kind"] for c in changelog] == ["+I", "+I", "+I", "-D", "-D", "+I", "-U", "+U"]
-    state: dict = {}
-    for change in changelog:
-        row = tuple(change["row"])
-        if change["kind"] in ("+I", "+U"):
-            assert change["kind"] == "+U" or row[0] not in state
-            state[row[0]] = row
-        else:
-            assert state.pop(row[0]) == row
-    with db.cursor() as cur:
-        cur.execute(f"SELECT id::text, v, n::text, to_char(ts AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.US') "
-                    f"FROM {table}")
-        assert state == {r[0]: r for r in cur.fetchall()}
-
-    assert relay.stop() == 0

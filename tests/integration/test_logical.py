@@ -1,16 +1,19 @@
 """What only the logical backend has: a huge source transaction split over Kafka
 transactions and killed in between, a 50 MB value, unchanged TOASTed values,
 replica identity checks, zero-column and dropped-column tables, the slot's life
-(dropped with the set; a missing slot refused with the way out)."""
+(dropped with the set; a missing slot refused with the way out), the plugin's record
+format check."""
 
 import hashlib
 import os
 import signal
 from collections import Counter
 
+import psycopg2
 import pytest
 
 from pgshovel2 import names
+from pgshovel2.relay.logical_source import RECORD_FORMAT
 from pgshovel2.setrecord import slot_name
 from tests.helpers import RelayProcess, assert_verified, caught_up, messages, pgshovel, verify, write_config
 
@@ -162,3 +165,24 @@ def test_slot_dropped_with_set_and_missing_slot_refused(stack, cluster, db, sche
         cur.execute("SELECT count(*) FROM pg_replication_slots WHERE slot_name = %s", (slot,))
         assert cur.fetchone()[0] == 0
 
+
+
+def test_plugin_refuses_another_record_format(db, cluster):
+    """A reader expecting another record format than the plugin writes (a relay and a plugin of
+    different versions) stops when decoding starts, with both formats named (sql/decoder/README.rst)."""
+    slot = f"fmt_{cluster}"
+    with db.cursor() as cur:
+        cur.execute("CREATE EXTENSION IF NOT EXISTS pgshovel2_decoder")
+        cur.execute("SELECT pg_create_logical_replication_slot(%s, 'pgshovel2_decoder')", (slot,))
+        try:
+            peek = "SELECT count(*) FROM pg_logical_slot_peek_binary_changes(%s, NULL, NULL, {})"
+            with pytest.raises(psycopg2.errors.InvalidParameterValue,
+                               match=r'option "format" is required \(this plugin writes record format 2\)'):
+                cur.execute(peek.format("'tables', '1:1'"), (slot,))
+            with pytest.raises(psycopg2.errors.InvalidParameterValue,
+                               match='the reader expects record format "1", this plugin writes format 2'):
+                cur.execute(peek.format("'format', '1', 'tables', '1:1'"), (slot,))
+            cur.execute(peek.format("'format', %s, 'tables', '1:1'"), (slot, RECORD_FORMAT))
+            assert cur.fetchone() == (0,)
+        finally:
+            cur.execute("SELECT pg_drop_replication_slot(%s)", (slot,))

@@ -14,7 +14,7 @@ from pgshovel2.codec import avro
 from pgshovel2.codec.avro import AvroWriter
 from pgshovel2.codec.rows import RowEncoder
 from pgshovel2.relay.emitter import Emitter, TableRoute
-from pgshovel2.relay.envelopes import Context, DebeziumEnvelope, RowEnvelope, SourceInfo, TxnOrder
+from pgshovel2.relay.envelopes import Context, DebeziumEnvelope, RowEnvelope, SnapshotMarks, SourceInfo, TxnOrder
 from pgshovel2.relay.setup import database_name
 from pgshovel2.relay.source import Change
 
@@ -29,11 +29,11 @@ UNKEYED = Table("public", "log", (Column("msg", 1, "text", "text", False, True),
 ROW1 = [1, "12.50", 0, "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11"]
 ROW1B = [1, "99.99", None, None]
 ROW2 = [2, "12.50", 0, None]
-NOW = 1_700_000_000.123
+NOW_NS = 1_700_000_000_123_456_789
 
 
-def clock() -> float:
-    return NOW
+def clock() -> int:
+    return NOW_NS
 
 
 def envelope(table: Table = TABLE, use_avro: bool = False) -> DebeziumEnvelope:
@@ -54,17 +54,19 @@ def decode_json(messages):
     return [(m.key and json.loads(m.key), m.value and json.loads(m.value), m.op) for m in messages]
 
 
+# The trigger backend's source block (no LSN): Debezium's fields in its order, plus position.
 SOURCE = {"version": __version__, "connector": "pgshovel", "name": "myset", "ts_ms": 1_699_999_999_000,
-          "snapshot": "false", "db": "mydb", "schema": "S p", "table": "T.1", "txId": 4242, "lsn": None,
-          "position": "00000000000000000009:0000000003"}
+          "snapshot": "false", "db": "mydb", "sequence": None, "ts_us": 1_699_999_999_000_000,
+          "ts_ns": 1_699_999_999_000_000_000, "schema": "S p", "table": "T.1", "txId": 4242, "lsn": None,
+          "xmin": None, "position": "00000000000000000009:0000000003"}
 AFTER1 = {"id": 1, "amount": "12.50", "at": "2000-01-01T00:00:00.000000Z",
           "u": "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11"}
 
 
 def event(before, after, op, total=1, in_collection=1, **source):
-    return {"before": before, "after": after, "source": {**SOURCE, **source}, "op": op,
-            "ts_ms": 1_700_000_000_123,
-            "transaction": {"id": "4242", "total_order": total, "data_collection_order": in_collection}}
+    return {"before": before, "after": after, "source": {**SOURCE, **source},
+            "transaction": {"id": "4242", "total_order": total, "data_collection_order": in_collection},
+            "op": op, "ts_ms": 1_700_000_000_123, "ts_us": 1_700_000_000_123_456, "ts_ns": NOW_NS}
 
 
 def test_debezium_insert_json():
@@ -107,13 +109,67 @@ def test_debezium_unkeyed_delete_is_emitted_without_tombstone():
     assert (value["source"]["schema"], value["source"]["table"]) == ("public", "log")
 
 
-@pytest.mark.parametrize("snapshot", ["true", "last"])
+@pytest.mark.parametrize("snapshot", ["first", "true", "first_in_data_collection", "last_in_data_collection",
+                                      "last"])
 def test_debezium_snapshot_read(snapshot):
     got = decode_json(envelope().read(ROW1, Context(0, "00000000000000000000:0000000000", 5, snapshot)))
-    assert got == [({"id": 1}, {"before": None, "after": AFTER1, "op": "r", "ts_ms": 1_700_000_000_123,
-                                "transaction": None,
-                                "source": {**SOURCE, "ts_ms": 5, "snapshot": snapshot, "txId": None,
-                                           "position": "00000000000000000000:0000000000"}}, "r")]
+    assert got == [({"id": 1}, {"before": None, "after": AFTER1,
+                                "source": {**SOURCE, "ts_ms": 5, "ts_us": 5000, "ts_ns": 5_000_000,
+                                           "snapshot": snapshot, "txId": None,
+                                           "position": "00000000000000000000:0000000000"},
+                                "transaction": None, "op": "r", "ts_ms": 1_700_000_000_123,
+                                "ts_us": 1_700_000_000_123_456, "ts_ns": NOW_NS}, "r")]
+
+
+def test_debezium_logical_fields():
+    """With an LSN (logical backend): source.lsn is the change's, sequence Debezium's JSON pair, txId the
+    32-bit xid, transaction.id "<xid>:<lsn>", ts_us/ts_ns the commit time's µs (as Debezium 3.x)."""
+    txid = (2 << 32) | 734  # epoch 2
+    c = Context(txid, "p", 1_795_382_770_834, "false", TxnOrder(), lsn=26529952, last_lsn=26529656,
+                ts_us=1_795_382_770_834_693)
+    for use_avro in (False, True):
+        msgs = envelope(use_avro=use_avro).change("I", ROW1, None, c._replace(order=TxnOrder()))
+        value = (json.loads(msgs[0].value) if not use_avro else fastavro.schemaless_reader(
+            io.BytesIO(msgs[0].value[5:]), fastavro.parse_schema(avro.debezium_value_schema("myset", TABLE))))
+        src = value["source"]
+        assert (src["lsn"], src["sequence"], src["txId"], src["xmin"]) == (26529952, '["26529656","26529952"]',
+                                                                           734, None)
+        assert (src["ts_ms"], src["ts_us"], src["ts_ns"]) == (1_795_382_770_834, 1_795_382_770_834_693,
+                                                              1_795_382_770_834_693_000)
+        assert value["transaction"] == {"id": "734:26529952", "total_order": 1, "data_collection_order": 1}
+    first = decode_json(envelope().change("I", ROW1, None, c._replace(last_lsn=None)))[0][1]
+    assert first["source"]["sequence"] == '[null,"26529952"]'
+
+
+def test_debezium_trigger_fields_have_no_lsn():
+    """The trigger backend: no LSN anywhere; txId is the xid, transaction.id the 64-bit txid."""
+    txid = (2 << 32) | 734
+    value = decode_json(envelope().change("I", ROW1, None, Context(txid, "p", 5, "false", TxnOrder())))[0][1]
+    assert (value["source"]["lsn"], value["source"]["sequence"], value["source"]["txId"]) == (None, None, 734)
+    assert value["transaction"]["id"] == str(txid)
+
+
+def test_debezium_snapshot_row_at_an_lsn():
+    got = decode_json(envelope().read(ROW1, Context(0, "p", 5, "last", lsn=26529328)))[0][1]
+    assert (got["source"]["lsn"], got["source"]["sequence"], got["source"]["txId"]) == (
+        26529328, '[null,"26529328"]', None)
+
+
+@pytest.mark.parametrize("tables, markers", [
+    ("aaabb", ["first", "true", "last_in_data_collection", "first_in_data_collection", "last"]),
+    ("a", ["last"]),
+    ("ab", ["first", "last"]),
+    ("aab", ["first", "last_in_data_collection", "last"]),
+    ("abbc", ["first", "first_in_data_collection", "last_in_data_collection", "last"]),
+    ("", []),
+])
+def test_snapshot_marks(tables, markers):
+    got = []
+    marks = SnapshotMarks(lambda item, marker: got.append((item, marker)))
+    for i, table in enumerate(tables):
+        marks.add(table, i)
+    marks.finish()
+    assert got == list(enumerate(markers))
 
 
 def test_transaction_order_per_collection():
@@ -126,17 +182,17 @@ def test_debezium_avro_schema_structure():
     value = avro.value_schema("myset", TABLE)
     assert (schema["name"], schema["namespace"]) == ("Envelope", "pgshovel.myset.S_x20p.T_x2e1")
     fields = {f["name"]: f for f in schema["fields"]}
-    assert list(fields) == ["before", "after", "source", "op", "ts_ms", "transaction"]
+    assert list(fields) == ["before", "after", "source", "transaction", "op", "ts_ms", "ts_us", "ts_ns"]
     assert fields["before"]["type"] == ["null", value] and fields["before"]["default"] is None
     assert fields["after"]["type"] == ["null", "pgshovel.myset.S_x20p.T_x2e1"]
     assert fields["after"]["default"] is None
     assert fields["op"]["type"] == "string"
-    assert fields["ts_ms"]["type"] == ["null", "long"]
+    assert fields["ts_ms"]["type"] == fields["ts_us"]["type"] == fields["ts_ns"]["type"] == ["null", "long"]
     source = fields["source"]["type"]
     assert (source["namespace"], source["name"]) == ("pgshovel", "Source")
     assert [f["name"] for f in source["fields"]] == list(SOURCE)
     optional = {f["name"] for f in source["fields"] if isinstance(f["type"], list)}
-    assert optional == {"snapshot", "txId", "lsn"}
+    assert optional == {"snapshot", "sequence", "ts_us", "ts_ns", "txId", "lsn", "xmin"}
     block = fields["transaction"]["type"]
     assert block[0] == "null" and (block[1]["namespace"], block[1]["name"]) == ("pgshovel", "TransactionBlock")
     assert [(f["name"], f["type"]) for f in block[1]["fields"]] == [
@@ -200,7 +256,7 @@ def test_emitter_frames_orders_and_counts_debezium():
     routes = {TABLE.qualified: TableRoute(TABLE, "topic.x", t_env.encoder, t_env),
               UNKEYED.qualified: TableRoute(UNKEYED, "topic.u", u_env.encoder, u_env)}
     em = Emitter("myset", routes, "txns", None, sink)
-    em.snapshot_row(TABLE, ROW1, "p0", 5, last=True)
+    em.snapshot_row(TABLE, ROW1, "p0", 5, "last")
     em.begin(4242, "p1", 10)
     em.change(Change(4242, 10, "U", ROW2, TABLE.qualified, ROW1, 1, 0), "p1")
     em.change(Change(4242, 10, "D", ["bye"], UNKEYED.qualified, None, 1, 0), "p2")

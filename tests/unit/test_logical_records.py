@@ -15,48 +15,58 @@ from pgshovel2.wire import LOGICAL, Lsn, change_header, parse_header, snapshot_h
 
 
 def source() -> RecordDecoder:
-    return RecordDecoder(['"s"."a"', '"s"."b"'], "slot")
+    src = RecordDecoder(['"s"."a"', '"s"."b"'], "slot")
+    src.last_lsn = 0x1_0000_0000  # the slot's confirmed position when streaming started
+    return src
 
 
-def change(op: bytes, index: int, flags: int, new: bytes, old: bytes = b"") -> bytes:
-    return op + struct.pack(">HBI", index, flags, len(new)) + new + old
+def change(op: bytes, lsn: int, index: int, flags: int, new: bytes, old: bytes = b"") -> bytes:
+    return op + struct.pack(">QHBI", lsn, index, flags, len(new)) + new + old
 
 
 def test_transaction_records_decode_in_order():
     src = source()
-    commit_ts_us = 1_000_000  # 2000-01-01 00:00:01 UTC
+    commit_ts_us = 1_000_007  # 2000-01-01 00:00:01.000007 UTC
     records = [
         b"B" + struct.pack(">QQq", 0x1_0000_0010, (3 << 32) | 77, commit_ts_us),
-        change(b"I", 1, 0, b'[1,"x"]'),
-        change(b"U", 0, 1, b'[2,"y"]', b"[1,null]"),
-        change(b"D", 0, 2, b""),
-        b"T" + struct.pack(">H", 1),
+        change(b"I", 0x1_0000_0001, 1, 0, b'[1,"x"]'),
+        change(b"U", 0x1_0000_0002, 0, 1, b'[2,"y"]', b"[1,null]"),
+        change(b"D", 0x1_0000_0003, 0, 2, b""),
+        b"T" + struct.pack(">QH", 0x1_0000_0004, 1),
         b"C" + struct.pack(">QQI", 0x1_0000_0010, 0x1_0000_0040, 4),
         b"H" + struct.pack(">Q", 0x1_0000_0050),
+        b"B" + struct.pack(">QQq", 0x1_0000_0090, (3 << 32) | 78, commit_ts_us),
+        b"C" + struct.pack(">QQI", 0x1_0000_0090, 0x1_0000_00A0, 0),
+        b"B" + struct.pack(">QQq", 0x1_0000_00B0, (3 << 32) | 79, commit_ts_us),
     ]
     got = [src.decode(r) for r in records]
-    ts_ms = (commit_ts_us + PG_EPOCH_US) // 1000
+    ts_us = commit_ts_us + PG_EPOCH_US
+    ts_ms = ts_us // 1000
     txid, unit = (3 << 32) | 77, 0x1_0000_0010
-    heartbeat = got.pop()
+    heartbeat = got.pop(6)
     assert got == [
-        Begin(txid, ts_ms, unit, 0),
-        Change(txid, ts_ms, "I", [1, "x"], '"s"."b"', None, unit, 0),
-        Change(txid, ts_ms, "U", [2, "y"], '"s"."a"', [1, None], unit, 1),
-        Change(txid, ts_ms, "D", None, '"s"."a"', None, unit, 2),
-        Change(txid, ts_ms, "T", None, '"s"."b"', None, unit, 3),
+        Begin(txid, ts_ms, unit, 0, ts_us, 0x1_0000_0000),
+        Change(txid, ts_ms, "I", [1, "x"], '"s"."b"', None, unit, 0, 0x1_0000_0001),
+        Change(txid, ts_ms, "U", [2, "y"], '"s"."a"', [1, None], unit, 1, 0x1_0000_0002),
+        Change(txid, ts_ms, "D", None, '"s"."a"', None, unit, 2, 0x1_0000_0003),
+        Change(txid, ts_ms, "T", None, '"s"."b"', None, unit, 3, 0x1_0000_0004),
         Commit(txid, ts_ms, unit, 4, True),
+        Begin(txid + 1, ts_ms, 0x1_0000_0090, 0, ts_us, 0x1_0000_0050),  # after the heartbeat
+        Commit(txid + 1, ts_ms, 0x1_0000_0090, 0, True),
+        Begin(txid + 2, ts_ms, 0x1_0000_00B0, 0, ts_us, 0x1_0000_00A0),  # after the last transaction
     ]
     assert (heartbeat.txid, heartbeat.unit, heartbeat.complete) == (None, 0x1_0000_0050, True)
-    assert list(src.ends) == [(unit, 0x1_0000_0040), (0x1_0000_0050, 0x1_0000_0050)]
-    assert ts_ms == 946_684_801_000
+    assert list(src.ends) == [(unit, 0x1_0000_0040), (0x1_0000_0050, 0x1_0000_0050),
+                              (0x1_0000_0090, 0x1_0000_00A0)]
+    assert (ts_ms, ts_us) == (946_684_801_000, 946_684_801_000_007)
 
 
 def test_unchanged_update_of_a_column_subset_is_dropped_but_counted():
     src = source()
     src.subset_tags.add('"s"."a"')
     src.decode(b"B" + struct.pack(">QQq", 0x20, 5, 0))
-    assert src.decode(change(b"U", 0, 1, b"[1,2]", b"[1,2]")) is None
-    assert src.decode(change(b"U", 0, 1, b"[1,3]", b"[1,2]")).ordinal == 1
+    assert src.decode(change(b"U", 0x21, 0, 1, b"[1,2]", b"[1,2]")) is None
+    assert src.decode(change(b"U", 0x22, 0, 1, b"[1,3]", b"[1,2]")).ordinal == 1
 
 
 def test_unknown_record_is_an_error():
