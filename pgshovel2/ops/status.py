@@ -67,8 +67,8 @@ def _lag_text(lag: dict[str, Any]) -> str:
     if lag.get("error"):
         return lag["error"]
     if lag["kind"] == "slot":
-        behind = "caught up" if not lag["lag_bytes"] else f"{lag['lag_bytes']} bytes behind"
-        return (f"{behind}, {lag['retained_bytes']} bytes of WAL retained, {lag['lag_seconds'] or 0:.1f}s, "
+        return (f"{lag['lag_bytes']} bytes of WAL after the slot's confirmed position (not all of it the "
+                f"set's), {lag['retained_bytes']} bytes retained, {lag['lag_seconds'] or 0:.1f}s, "
                 f"WAL {lag['wal_status']}")
     if not lag["pending_events"]:
         return f"caught up (0 events queued; last tick {lag['last_tick']})"
