@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pgshovel2.catalog import Table
 from pgshovel2.codec.avro import AvroWriter
 from pgshovel2.codec.rows import RowEncoder, encode_record
-from pgshovel2.errors import RelayError
+from pgshovel2.errors import EncodeError, RelayError
 from pgshovel2.relay.envelopes import SNAPSHOT_LAST, SNAPSHOT_TRUE, Context, Envelope, Message, RowEnvelope, TxnOrder
 from pgshovel2.relay.pgq_source import Event
 from pgshovel2.sinks.kafka import KafkaSink
@@ -71,7 +71,11 @@ class Emitter:
         """
         route = self.routes[table.qualified]
         ctx = Context(0, position, ts_ms, SNAPSHOT_LAST if last else SNAPSHOT_TRUE)
-        for msg in route.envelope.read(row, ctx):
+        try:
+            msgs = route.envelope.read(row, ctx)
+        except EncodeError as exc:
+            raise EncodeError(f"{exc}; snapshot row at position {position}") from exc
+        for msg in msgs:
             self._send(route, msg, ctx)
 
     def begin(self, txid: int, position: str, ts_ms: int) -> None:
@@ -105,7 +109,10 @@ class Emitter:
                           "table": route.topic})
             return
         ctx = Context(ev.txid, position, ev.ts_ms, order=self._order)
-        msgs = route.envelope.change(ev.op, ev.row, ev.before, ctx)
+        try:
+            msgs = route.envelope.change(ev.op, ev.row, ev.before, ctx)
+        except EncodeError as exc:  # names table, column and type; the change stays unacknowledged
+            raise EncodeError(f"{exc}; change {ev.op} of txid {ev.txid} at position {position}") from exc
         if not msgs:
             self.skipped_unkeyed_deletes += 1
         for msg in msgs:

@@ -205,7 +205,7 @@ class DebeziumEnvelope:
             "ts_ms": int(self._clock() * 1000),
             "transaction": self._transaction(ctx),
         }
-        value = self._writer.encode(datum) if self._writer is not None else encode_json(datum)
+        value = enc.encode_avro(self._writer, datum) if self._writer is not None else encode_json(datum)
         return Message(key, value, op)
 
     def _source(self, ctx: Context) -> dict[str, Any]:
