@@ -187,7 +187,8 @@ class Replicator:
     def _tables_at(self, version: int) -> dict[str, TableMap]:
         record = self.store.get_version(self.set_name, version)
         tables = (Table.from_dict(t) for t in record["tables"])
-        return {f"{t.schema}.{t.name}": TableMap.of(t) for t in tables}
+        json_encoding = record["config"].get("encoding") == "json"
+        return {f"{t.schema}.{t.name}": TableMap.of(t, json_encoding) for t in tables}
 
     def _flush(self) -> None:
         """Commit the open batch and the position in one target transaction."""
