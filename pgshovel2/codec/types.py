@@ -22,6 +22,7 @@ from pgshovel2.codec.pgarray import MAX_DIMS, from_capture, map_leaves
 from pgshovel2.errors import EncodeError
 
 Convert = Callable[[Any], Any]
+JSON_KINDS = ("json", "jsonb")
 
 
 @dataclass(frozen=True)
@@ -142,7 +143,6 @@ def _scalar(col: Column) -> FieldType:
     return _string()
 
 
-JSON_KINDS = ("json", "jsonb")
 # Element kinds whose array text cannot be mapped element-wise keep the whole
 # array as its text (box[] uses ';' as its delimiter).
 _ARRAY_AS_TEXT = {"box"}
@@ -193,9 +193,6 @@ def _elements(elem: FieldType, convert: Convert | None) -> Convert:
     """Element-wise converter of an array's capture form (pgarray.from_capture) to
     nested lists of element values, or ``{"lower_bounds", "elements"}`` when a
     lower bound is not 1."""
-    def to_forms(text: str) -> Any:
-        return elem.from_text(text)
-
     def to_values(text: str) -> Any:
         return convert(elem.from_text(text))
 
@@ -211,7 +208,7 @@ def _elements(elem: FieldType, convert: Convert | None) -> Convert:
         if dims > MAX_DIMS:
             raise EncodeError(f"array of {dims} dimensions (PostgreSQL allows {MAX_DIMS})")
         if text:
-            leaf = to_forms if convert is None else to_values
+            leaf = elem.from_text if convert is None else to_values
         else:
             leaf = require_text if plain_text else convert
         out = items if leaf is None else map_leaves(items, dims, leaf)
