@@ -78,7 +78,7 @@ def _short(value: Any) -> str:
     if value is None:
         return "null"
     if isinstance(value, JsonValue):
-        text = value.text
+        text = "json:" + value.text  # json:null is not SQL NULL (null)
     elif isinstance(value, bytes):
         text = "\\x" + value.hex()
     elif isinstance(value, str):

@@ -17,7 +17,8 @@ from pgshovel2.catalog import Column, Table
 from pgshovel2.codec import avro
 from pgshovel2.errors import SchemaRejectedError
 from pgshovel2.sinks.registry import SchemaRegistry
-from tests.helpers import RelayProcess, pgshovel, write_config
+from pgshovel2.verify import read_topics
+from tests.helpers import RelayProcess, caught_up, pgshovel, write_config
 from tests.integration.sweep_types import OWN_TYPES, sweep_columns
 from tests.integration.test_types import SPECIAL
 
@@ -129,3 +130,25 @@ def test_unencodable_value_stops_the_relay_naming_it(stack, cluster, db, schema,
     assert code != 0, log
     table = names.qualified(schema, "n")
     assert f'table {table}, column "v" (numeric(5,2))' in log and "at position " in log, log
+
+
+def test_rows_queued_by_older_capture_code_are_read(stack, cluster, db, schema, tmp_path):
+    """Events in the forms older capture code queued (-0 for negative zero, multi-dimensional
+    arrays of own-form types as array text): the relay reads them exactly."""
+    with db.cursor() as cur:
+        cur.execute(f'CREATE TABLE "{schema}".o (id int PRIMARY KEY, f float8, ad date[], af float8[], a1 real[])')
+    cfg = write_config(tmp_path, stack, [{"schema": schema, "name": "o"}], encoding="json")
+    pgshovel(stack, cluster, "set", "create", "old", str(cfg))
+    relay = RelayProcess(stack, cluster, "old", "--skip-snapshot", log_path=tmp_path / "relay.log")
+    try:
+        relay.wait_for("skipping the initial snapshot")
+        with db.cursor() as cur:
+            cur.execute("SELECT pgq.insert_event(%s, 'I', %s, %s, NULL, NULL, NULL)",
+                        (trigger.queue_name(cluster, "old"), '[1,-0,"{{2024-02-29,NULL}}","{{-0,1}}",[-0,0]]',
+                         names.qualified(schema, "o")))
+        caught_up(stack, cluster, "old")
+    finally:
+        relay.stop()
+    topic = names.table_topic("old", schema, "o")
+    [(_, value, _)] = read_topics(stack.bootstrap, [topic])[topic]
+    assert value == b'{"id":1,"f":-0.0,"ad":[["2024-02-29",null]],"af":[[-0.0,1.0]],"a1":[-0.0,0]}'
