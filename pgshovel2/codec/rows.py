@@ -56,14 +56,15 @@ class RowEncoder:
         self._key_writer, self._value_writer = key_writer, value_writer
 
     def convert(self, row: list) -> list:
-        """Apply the column converters to a row (copy; SQL NULL stays None)."""
+        """Apply the column converters to a row (copy; SQL NULL stays None). Raises EncodeError
+        naming table, column and type for a value that cannot be converted."""
         out = list(row)
         for i, conv in self._convs:
             v = out[i]
             if v is not None:
                 try:
                     out[i] = conv(v)
-                except (EncodeError, ValueError, TypeError, OverflowError) as exc:
+                except Exception as exc:  # a value no converter expected (a bug): name it, stop
                     col = self.table.columns[i]
                     raise EncodeError(f"table {self.table.qualified}, column "
                                       f"{names.quote_ident(col.name)} ({col.pg_type}): {exc}") from exc
