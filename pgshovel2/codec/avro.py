@@ -20,13 +20,14 @@ def _namespace(set_name: str, schema: str) -> str:
     return f"pgshovel.{names.avro_name(set_name)}.{names.avro_name(schema)}"
 
 
-def _field(col: Column, ftype: FieldType) -> dict[str, Any]:
+def _field(col: Column, ftype: FieldType, key: bool = False) -> dict[str, Any]:
     field: dict[str, Any] = {"name": names.avro_name(col.name),
                              "pgshovel.column": col.name, "pgshovel.type": col.pg_type}
-    if col.nullable:
-        field.update(type=["null", ftype.avro], default=None)
+    avro = ftype.key_schema if key else ftype.avro
+    if col.nullable:  # a union (arrays) is flattened: unions cannot contain unions
+        field.update(type=["null", *avro] if isinstance(avro, list) else ["null", avro], default=None)
     else:
-        field["type"] = ftype.avro
+        field["type"] = avro
         if col.default is not None:  # a NOT NULL column added while relayed
             field["default"] = col.default
     if col.aliases:  # renamed while relayed: readers of the new schema still read old data
@@ -34,14 +35,33 @@ def _field(col: Column, ftype: FieldType) -> dict[str, Any]:
     return field
 
 
+def _define_once(schema: Any, defined: set[str]) -> Any:
+    """schema with every named record after its first definition replaced by its full name
+    (Avro allows one definition per name; array columns of one element type share
+    their ``pgshovel.BoundedArray_*`` record)."""
+    if isinstance(schema, list):
+        return [_define_once(s, defined) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    if schema.get("type") == "record" and "namespace" in schema:
+        full = f"{schema['namespace']}.{schema['name']}"
+        if full in defined:
+            return full
+        defined.add(full)
+        return {**schema, "fields": [{**f, "type": _define_once(f["type"], defined)} for f in schema["fields"]]}
+    if schema.get("type") == "array":
+        return {**schema, "items": _define_once(schema["items"], defined)}
+    return schema
+
+
 def value_schema(set_name: str, table: Table) -> dict[str, Any]:
     """Avro record schema of a table's after-image (captured columns)."""
-    return {
+    return _define_once({
         "type": "record", "name": names.avro_name(table.name),
         "namespace": _namespace(set_name, table.schema),
         "pgshovel.table": f"{table.schema}.{table.name}",
         "fields": [_field(c, field_type(c)) for c in table.columns],
-    }
+    }, set())
 
 
 def key_schema(set_name: str, table: Table) -> dict[str, Any] | None:
@@ -53,7 +73,7 @@ def key_schema(set_name: str, table: Table) -> dict[str, Any] | None:
     return {
         "type": "record", "name": f"{names.avro_name(table.name)}_key",
         "namespace": _namespace(set_name, table.schema),
-        "fields": [_field(c, field_type(c)) for c in cols],
+        "fields": [_field(c, field_type(c), key=True) for c in cols],
     }
 
 
@@ -154,8 +174,13 @@ class AvroWriter:
         self._fast = compile_record(schema)
 
     def encode(self, datum: dict[str, Any]) -> bytes:
+        """Header + body of datum. Raises ValueError (naming the field, ``on field <name>``)
+        when datum does not fit the schema."""
         if self._fast is not None:
-            return self._header + self._fast(datum)
+            try:
+                return self._header + self._fast(datum)
+            except (TypeError, AttributeError, OverflowError, struct.error):
+                pass  # a value of the wrong type: fastavro names the field
         buf = io.BytesIO()
         buf.write(self._header)
         fastavro.schemaless_writer(buf, self._parsed, datum)

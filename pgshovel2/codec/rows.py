@@ -1,6 +1,7 @@
 """Row encoders: a captured row (trigger form, list in column order) -> key and value bytes."""
 
 import json
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -11,6 +12,23 @@ from pgshovel2.codec.types import field_type
 from pgshovel2.errors import EncodeError
 
 Converters = list[tuple[int, Callable[[Any], Any]]]
+
+# Older capture code wrote a float's negative zero as the JSON number -0 (now -0.0), which
+# json.loads reads as the integer 0; no other form writes the number token -0.
+_ON_FIELD = re.compile(r"on field (\S+)$")
+_MINUS_ZERO = re.compile(r"[\[,:]-0[,\]}]")
+
+
+def _int_or_minus_zero(token: str) -> int | float:
+    return -0.0 if token == "-0" else int(token)
+
+
+def loads_row(text: str) -> Any:
+    """A captured row (trigger-form JSON text) as Python values: json.loads, except that the
+    number -0 (float negative zero, as rows queued by older capture code have it) stays -0.0."""
+    if "-0" in text and _MINUS_ZERO.search(text):
+        return json.loads(text, parse_int=_int_or_minus_zero)
+    return json.loads(text)
 
 
 class RowEncoder:
@@ -33,28 +51,32 @@ class RowEncoder:
         positions = {c.name: i for i, c in enumerate(table.columns)}
         self._key_idx = [positions[k] for k in table.key]
         self._key_names = [field_names[i] for i in self._key_idx]
+        self._key_types = [types[i] for i in self._key_idx]
         self._avro = avro
         self._key_writer, self._value_writer = key_writer, value_writer
 
     def convert(self, row: list) -> list:
-        """Apply the column converters to a row (copy; SQL NULL stays None)."""
+        """Apply the column converters to a row (copy; SQL NULL stays None). Raises EncodeError
+        naming table, column and type for a value that cannot be converted."""
         out = list(row)
         for i, conv in self._convs:
             v = out[i]
             if v is not None:
                 try:
                     out[i] = conv(v)
-                except (EncodeError, ValueError, TypeError, OverflowError) as exc:
+                except Exception as exc:  # a value no converter expected (a bug): name it, stop
                     col = self.table.columns[i]
                     raise EncodeError(f"table {self.table.qualified}, column "
                                       f"{names.quote_ident(col.name)} ({col.pg_type}): {exc}") from exc
         return out
 
     def key(self, converted: list) -> bytes | None:
-        """Key bytes of a converted row, None for an unkeyed table."""
+        """Key bytes of a converted row, None for an unkeyed table (arrays' lower bounds are
+        not part of keys: FieldType.key)."""
         if not self._key_idx:
             return None
-        datum = {n: converted[i] for n, i in zip(self._key_names, self._key_idx, strict=True)}
+        datum = {n: t.key(converted[i]) for n, i, t in zip(self._key_names, self._key_idx, self._key_types,
+                                                              strict=True)}
         return self._encode(datum, self._key_writer)
 
     def value_datum(self, converted: list) -> dict[str, Any]:
@@ -70,8 +92,25 @@ class RowEncoder:
 
     def _encode(self, datum: dict, writer: AvroWriter | None) -> bytes:
         if self._avro:
-            return writer.encode(datum)
+            return self.encode_avro(writer, datum)
         return encode_json(datum)
+
+    def encode_avro(self, writer: AvroWriter, datum: dict) -> bytes:
+        """writer.encode(datum) for a datum of this table's rows (a key, a value or an
+        envelope holding them); raises EncodeError naming the table (and the column,
+        when fastavro names its field) for a value the schema refuses."""
+        try:
+            return writer.encode(datum)
+        except (ValueError, TypeError, OverflowError) as exc:
+            raise EncodeError(f"table {self.table.qualified}{self._field_of(str(exc))}: {exc}") from exc
+
+    def _field_of(self, message: str) -> str:
+        """``, column "c" (type)`` for fastavro's ``... on field <name>`` message, else empty."""
+        found = _ON_FIELD.search(message)
+        for col, name in zip(self.table.columns, self._names, strict=True):
+            if found and found.group(1) == name:
+                return f", column {names.quote_ident(col.name)} ({col.pg_type})"
+        return ""
 
 
 # One encoder for every message: json.dumps with arguments builds a new encoder per call.

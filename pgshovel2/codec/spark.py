@@ -17,6 +17,12 @@ A row reaches Spark in two steps:
 time-micros stays a BIGINT of microseconds since midnight (Spark has no
 time-of-day type); uuid, json, interval, timetz and the rest stay strings.
 Requires ``spark.sql.session.timeZone=UTC`` (the jobs set it).
+
+Arrays are one-dimensional Spark arrays of the element type (a Spark column
+has one type; a PostgreSQL array column's values may have any number of
+dimensions): a multi-dimensional value is flattened in PostgreSQL's storage
+order (row-major, as ``unnest`` gives it) and lower bounds are dropped. The
+exact value (docs/wire.rst) is in Kafka.
 """
 
 from collections.abc import Callable
@@ -26,6 +32,7 @@ from typing import Any
 
 from pgshovel2 import names
 from pgshovel2.catalog import Table
+from pgshovel2.codec.pgarray import flatten
 from pgshovel2.codec.types import field_type
 
 MAX_SPARK_PRECISION = 38
@@ -59,16 +66,29 @@ def _decimal(scale: int, as_text: bool) -> Callable[[bytes], Any]:
     return convert
 
 
+def _flat(value: Any) -> list:
+    """An array datum (nested lists, or a bounded array ``{lower_bounds, elements}``) as one
+    flat list in storage order."""
+    if isinstance(value, dict):
+        value = value["elements"]
+    return flatten(value)
+
+
 def _spark_type(avro: Any) -> tuple[Any, Callable[[Any], Any] | None, str]:
     """(physical Spark type, Python converter, SQL template) of a non-null Avro schema."""
     from pyspark.sql import types as st
 
+    if isinstance(avro, list):  # an array column: [nested array, bounded-array record]
+        avro = next(s for s in avro if isinstance(s, dict) and s["type"] == "array")
     if isinstance(avro, str):
         return getattr(st, _PRIMITIVE[avro])(), None, "{}"
     if avro["type"] == "array":
-        items = [s for s in avro["items"] if s != "null"][0]
+        items = [s for s in avro["items"] if s != "null" and not (isinstance(s, dict) and s["type"] == "array")][0]
         inner, conv, template = _spark_type(items)
-        convert = None if conv is None else (lambda v: [None if x is None else conv(x) for x in v])
+
+        def convert(value: Any) -> list:
+            flat = _flat(value)
+            return flat if conv is None else [None if x is None else conv(x) for x in flat]
         sql = "{}" if template == "{}" else "transform({}, x -> " + template.format("x") + ")"
         return st.ArrayType(inner, containsNull=True), convert, sql
     logical = avro.get("logicalType")

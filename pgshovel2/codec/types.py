@@ -2,13 +2,14 @@
 
 Input values are the capture trigger's forms (see sql/capture/README.rst):
 JSON numbers for integers, floats, dates and times, ``[months, days, us]``
-for intervals, hex text for bytea, output-function text for everything else.
+for intervals, hex text for bytea, output-function text for everything else;
+arrays as in :func:`pgshovel2.codec.pgarray.from_capture`.
 :func:`field_type` turns a catalog Column into a :class:`FieldType` with its
 Avro schema and two converters; None (SQL NULL) never reaches a converter.
+A type without a mapping of its own travels as its output-function text.
 """
 
 import base64
-import json
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -16,26 +17,42 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from pgshovel2.catalog import Column
-from pgshovel2.codec import temporal
-from pgshovel2.codec.pgarray import parse_array
+from pgshovel2.codec import jsonvalue, temporal
+from pgshovel2.codec.pgarray import MAX_DIMS, from_capture, map_leaves
 from pgshovel2.errors import EncodeError
 
 Convert = Callable[[Any], Any]
+JSON_KINDS = ("json", "jsonb")
 
 
 @dataclass(frozen=True)
 class FieldType:
     """How one column is encoded.
 
-    avro: Avro schema of a non-null value; to_avro / to_json: trigger form ->
-    datum for fastavro / natural JSON value; None means identity.
-    from_text: array-element text -> trigger form.
+    avro: Avro schema of a non-null value (a union, i.e. a list, for arrays);
+    to_avro / to_json: trigger form -> datum for fastavro / natural JSON
+    value; None means identity. from_text: array-element text -> trigger form.
+    key_avro: the Avro schema in a key record when it differs from avro
+    (arrays: without the bounded-array branch); see :meth:`key`.
     """
 
     avro: Any
     to_avro: Convert | None
     to_json: Convert | None
     from_text: Convert
+    key_avro: Any = None
+
+    @property
+    def key_schema(self) -> Any:
+        """The Avro schema of a non-null value in a key record."""
+        return self.avro if self.key_avro is None else self.key_avro
+
+    def key(self, converted: Any) -> Any:
+        """A converted value as a key field: an array's lower bounds are not part of keys
+        (docs/wire.rst), so a bounded array ``{lower_bounds, elements}`` gives its elements."""
+        if self.key_avro is not None and isinstance(converted, dict):
+            return converted["elements"]
+        return converted
 
 
 def _float_in(v: Any) -> float:
@@ -121,8 +138,8 @@ def _scalar(col: Column) -> FieldType:
         return FieldType("string", temporal.timetz_to_iso, temporal.timetz_to_iso, str)
     if kind == "interval":
         return FieldType("string", temporal.interval_to_iso, temporal.interval_to_iso, str)
-    if kind in ("json", "jsonb"):
-        return FieldType("string", None, json.loads, str)
+    if kind in JSON_KINDS:
+        return FieldType("string", None, jsonvalue.embed, str)
     return _string()
 
 
@@ -131,30 +148,71 @@ def _scalar(col: Column) -> FieldType:
 _ARRAY_AS_TEXT = {"box"}
 
 
+def _slug(avro: Any) -> str:
+    """A name part for an element schema: ``int``, ``date``, ``decimal_12_4``."""
+    if isinstance(avro, str):
+        return avro
+    parts = [avro.get("logicalType") or avro["type"]]
+    parts += [str(avro[k]) for k in ("precision", "scale") if k in avro]
+    return "_".join(parts).replace("-", "_")
+
+
+def _nested_items(elem: Any, level: int = 1) -> list:
+    """Items of a dimension: NULL, an element, or (up to MAX_DIMS) a sub-array."""
+    if level == MAX_DIMS:
+        return ["null", elem]
+    return ["null", elem, {"type": "array", "items": _nested_items(elem, level + 1)}]
+
+
+def array_schemas(elem: Any) -> tuple[list, dict]:
+    """(value schema, key schema) of an array column whose elements map to Avro schema elem.
+
+    Value: a union of the (nested) array and the record
+    ``pgshovel.BoundedArray_<element>`` ``{lower_bounds: array<int>, elements:
+    <the nested array>}`` for values whose lower bounds are not all 1. Key: the
+    nested array alone. Both read today's one-dimensional ``array<["null", T]>``.
+    """
+    nested = {"type": "array", "items": _nested_items(elem)}
+    bounded = {"type": "record", "name": f"BoundedArray_{_slug(elem)}", "namespace": "pgshovel",
+               "fields": [{"name": "lower_bounds", "type": {"type": "array", "items": "int"}},
+                          {"name": "elements", "type": nested}]}
+    return [nested, bounded], nested
+
+
 def _array(col: Column) -> FieldType:
     if col.kind in _ARRAY_AS_TEXT:
         return _string()
     elem = _scalar(col)
-    to_avro = _elements(elem, elem.to_avro)
-    to_json = _elements(elem, elem.to_json)
-    return FieldType({"type": "array", "items": ["null", elem.avro]}, to_avro, to_json, str)
+    elem_json = (lambda text: jsonvalue.embed(text, element=True)) if col.kind in JSON_KINDS else elem.to_json
+    value_schema, key_schema = array_schemas(elem.avro)
+    return FieldType(value_schema, _elements(elem, elem.to_avro), _elements(elem, elem_json), str,
+                     key_avro=key_schema)
 
 
 def _elements(elem: FieldType, convert: Convert | None) -> Convert:
-    """Element-wise converter. The trigger writes one-dimensional arrays of types
-    with their own forms (dates, times, intervals, floats, bytea, bool) as JSON
-    arrays of those forms, and every other array as its text literal."""
-    def convert_array(value: str | list) -> list:
-        if isinstance(value, list):  # element forms, from the trigger
-            forms = value
+    """Element-wise converter of an array's capture form (pgarray.from_capture) to
+    nested lists of element values, or ``{"lower_bounds", "elements"}`` when a
+    lower bound is not 1."""
+    def to_values(text: str) -> Any:
+        return convert(elem.from_text(text))
+
+    def require_text(form: Any) -> Any:
+        if not isinstance(form, str):  # e.g. an array of a domain over date queued by an older version
+            raise EncodeError(f"array element {form!r} is not text, and this element type travels as text")
+        return form
+
+    plain_text = convert is None and elem.from_text is str
+
+    def convert_array(value: Any) -> Any:
+        bounds, items, dims, text = from_capture(value)
+        if dims > MAX_DIMS:
+            raise EncodeError(f"array of {dims} dimensions (PostgreSQL allows {MAX_DIMS})")
+        if text:
+            leaf = elem.from_text if convert is None else to_values
         else:
-            items = parse_array(value)
-            if any(isinstance(item, list) for item in items):
-                raise EncodeError("multi-dimensional arrays are not supported")
-            forms = [None if item is None else elem.from_text(item) for item in items]
-        if convert is None:
-            return forms
-        return [None if form is None else convert(form) for form in forms]
+            leaf = require_text if plain_text else convert
+        out = items if leaf is None else map_leaves(items, dims, leaf)
+        return out if bounds is None else {"lower_bounds": bounds, "elements": out}
 
     return convert_array
 

@@ -12,6 +12,7 @@ contract (WIRE.md, docs/wire.rst, docs/consumer.rst).
                 print(txn.txid, change.op, change.table, change.key, change.value)
 """
 
+from pgshovel2.codec.jsonvalue import JsonValue
 from pgshovel2.consumer.decode import Decoder
 from pgshovel2.consumer.errors import ConsumerError, IncompleteTransactionError, OrderError
 from pgshovel2.consumer.model import Change, DataMessage, Transaction, TxnRecord
@@ -19,5 +20,5 @@ from pgshovel2.consumer.reader import SetReader
 from pgshovel2.consumer.reassembly import Reassembler
 from pgshovel2.consumer.topics import SetTopics, TableTopic
 
-__all__ = ["Change", "ConsumerError", "DataMessage", "Decoder", "IncompleteTransactionError", "OrderError",
-           "Reassembler", "SetReader", "SetTopics", "TableTopic", "Transaction", "TxnRecord"]
+__all__ = ["Change", "ConsumerError", "DataMessage", "Decoder", "IncompleteTransactionError", "JsonValue",
+           "OrderError", "Reassembler", "SetReader", "SetTopics", "TableTopic", "Transaction", "TxnRecord"]

@@ -13,7 +13,13 @@ encoding, and finite values outside Python's datetime range (years > 9999),
 which stay the raw Avro number. bytes stay ``bytes``.
 
 JSON: the UTF-8 JSON object as written (WIRE.md's JSON column; bytea is a
-base64 string there).
+base64 string there), except json/jsonb values that travelled escaped
+(``{"pgshovel.json": text}``, docs/wire.rst), which become
+:class:`pgshovel2.codec.jsonvalue.JsonValue` (``JsonValue("null")`` is the JSON
+literal null, None is SQL NULL).
+
+Both: arrays are (nested) lists; an array whose lower bounds are not all 1 is
+``{"lower_bounds": [...], "elements": [...]}``.
 """
 
 import io
@@ -26,12 +32,14 @@ import fastavro
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from fastavro.logical_readers import LOGICAL_READERS
 
+from pgshovel2.codec.jsonvalue import ESCAPE_KEY, unescape
 from pgshovel2.consumer.errors import ConsumerError
 from pgshovel2.wire import INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN, raw_schema
 
 Convert = Callable[[Any], Any]
 _INT32 = (INT32_MIN, INT32_MAX)
 _INT64 = (INT64_MIN, INT64_MAX)
+_ESCAPE = f'"{ESCAPE_KEY}"'.encode()
 _INFINITIES = {"int-date": _INT32, "long-timestamp-micros": _INT64, "long-local-timestamp-micros": _INT64,
                "long-timestamp-millis": _INT64, "long-local-timestamp-millis": _INT64}
 
@@ -55,37 +63,91 @@ def _logical(schema: dict[str, Any], base: str, logical: str) -> Convert | None:
     return convert
 
 
-def converter(schema: Any) -> Convert | None:
+_PRIMITIVE_NAMES = frozenset({"null", "boolean", "int", "long", "float", "double", "bytes", "string"})
+
+
+def _branch_kind(schema: Any) -> str:
+    """How a decoded value of a union branch is told apart: ``array`` (list), ``record``
+    (dict: records and maps) or ``scalar``."""
+    if isinstance(schema, str):
+        return "scalar" if schema in _PRIMITIVE_NAMES else "record"  # a named type: pgshovel's are records
+    kind = schema.get("type") if isinstance(schema, dict) else None
+    if kind == "array":
+        return "array"
+    return "record" if kind in ("record", "map") else "scalar"
+
+
+def _union(branches: list, named: dict[str, Convert | None]) -> Convert | None:
+    """Converter of a union: the branch is chosen by the decoded value's Python type."""
+    convs: dict[str, Convert | None] = {}
+    for branch in branches:
+        kind = _branch_kind(branch)
+        if kind in convs:
+            return None  # two branches of one kind (e.g. int and string): left raw
+        convs[kind] = converter(branch, named)
+    if all(c is None for c in convs.values()):
+        return None
+
+    def union(value: Any) -> Any:
+        if value is None:
+            return None
+        kind = "array" if isinstance(value, list) else "record" if isinstance(value, dict) else "scalar"
+        conv = convs.get(kind)
+        return value if conv is None else conv(value)
+    return union
+
+
+def converter(schema: Any, named: dict[str, Convert | None] | None = None) -> Convert | None:
     """A function applying logical types to a raw fastavro datum of schema; None if nothing to do.
 
-    Unions are converted when they have one non-null branch (every union
-    pgshovel2 writes is ``["null", T]``); other unions are left raw.
+    Unions are converted branch by branch, the branch chosen by the decoded
+    value's type (list: array, dict: record; unions with two branches of one
+    such kind are left raw). named: converters of the named records defined
+    so far in the schema (full name -> converter), for references by name.
     """
+    named = {} if named is None else named
     if isinstance(schema, list):
         branches = [s for s in schema if s != "null"]
-        inner = converter(branches[0]) if len(branches) == 1 else None
+        if len(branches) != 1:
+            return _union(branches, named)
+        inner = converter(branches[0], named)
         return None if inner is None else (lambda v: None if v is None else inner(v))
+    if isinstance(schema, str):
+        return named.get(schema)
     if not isinstance(schema, dict):
         return None
     kind = schema["type"]
-    if not isinstance(kind, str):
-        return converter(kind)
+    if not isinstance(kind, str) or kind not in ("record", "array") and kind not in _PRIMITIVE_NAMES:
+        return converter(kind, named)
     if kind == "record":
-        fields = [(f["name"], converter(f["type"])) for f in schema["fields"]]
+        fields = [(f["name"], converter(f["type"], named)) for f in schema["fields"]]
         active = [(name, conv) for name, conv in fields if conv is not None]
-        if not active:
-            return None
 
         def record(value: dict[str, Any]) -> dict[str, Any]:
             for name, conv in active:
                 value[name] = conv(value[name])
             return value
-        return record
+        if "namespace" in schema:
+            named[f"{schema['namespace']}.{schema['name']}"] = record if active else None
+        return record if active else None
     if kind == "array":
-        inner = converter(schema["items"])
+        inner = converter(schema["items"], named)
         return None if inner is None else (lambda v: [inner(x) for x in v])
     logical = schema.get("logicalType")
     return _logical(schema, kind, logical) if logical else None
+
+
+def _unescape_columns(row: dict[str, Any]) -> dict[str, Any]:
+    """A JSON row (or Debezium event) with the json escapes of its column values replaced by
+    JsonValue (pgshovel2.codec.jsonvalue)."""
+    if "op" in row and "source" in row and ("before" in row or "after" in row):  # debezium envelope
+        for image in ("before", "after"):
+            if isinstance(row.get(image), dict):
+                _unescape_columns(row[image])
+        return row
+    for name, value in row.items():
+        row[name] = unescape(value)
+    return row
 
 
 class Decoder:
@@ -138,7 +200,10 @@ class Decoder:
                 body.seek(5)
                 datum = fastavro.schemaless_reader(body, parsed)
                 return convert(datum) if convert is not None and not self.raw else datum
-            return json.loads(data)
+            datum = json.loads(data)
+            if _ESCAPE in data and isinstance(datum, dict):
+                return _unescape_columns(datum)
+            return datum
         except ConsumerError:
             raise
         except Exception as exc:  # any decoding failure (fastavro, json, utf-8) names the message

@@ -9,7 +9,8 @@ JSON (one object per change per line)::
 Decoded values become JSON as the JSON encoding writes them (WIRE.md):
 bytes -> base64 string, Decimal -> exact string, date/time/datetime ->
 ISO 8601 (aware UTC datetimes end in ``Z``), UUID -> string, NaN/±Infinity
-floats -> "NaN"/"Infinity"/"-Infinity". Truncates have op ``t`` and null
+floats -> "NaN"/"Infinity"/"-Infinity", escaped json values (JsonValue) ->
+``{"pgshovel.json": text}``. Truncates have op ``t`` and null
 key/value; snapshot rows op ``r`` and txid 0.
 
 Pretty::
@@ -31,6 +32,7 @@ from typing import Any
 
 import click
 
+from pgshovel2.codec.jsonvalue import ESCAPE_KEY, JsonValue
 from pgshovel2.consumer.model import Change, Transaction
 
 OP_COLOURS = {"c": "green", "u": "yellow", "d": "red", "t": "magenta", "r": "cyan"}
@@ -49,6 +51,8 @@ def jsonable(value: Any) -> Any:
         return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
     if isinstance(value, Decimal | uuid.UUID):
         return str(value)
+    if isinstance(value, JsonValue):
+        return {ESCAPE_KEY: value.text}
     if isinstance(value, dt.datetime):
         text = value.isoformat()
         return text[:-6] + "Z" if value.utcoffset() == dt.timedelta(0) and text.endswith("+00:00") else text
@@ -73,7 +77,9 @@ def iso_ms(ts_ms: int) -> str:
 def _short(value: Any) -> str:
     if value is None:
         return "null"
-    if isinstance(value, bytes):
+    if isinstance(value, JsonValue):
+        text = "json:" + value.text  # json:null is not SQL NULL (null)
+    elif isinstance(value, bytes):
         text = "\\x" + value.hex()
     elif isinstance(value, str):
         text = json.dumps(value, ensure_ascii=False)

@@ -272,7 +272,7 @@ class DebeziumEnvelope:
             "ts_us": now_ns // 1_000,
             "ts_ns": now_ns,
         }
-        value = self._writer.encode(datum) if self._writer is not None else encode_json(datum)
+        value = enc.encode_avro(self._writer, datum) if self._writer is not None else encode_json(datum)
         return Message(key, value, op)
 
     def _source(self, ctx: Context) -> dict[str, Any]:

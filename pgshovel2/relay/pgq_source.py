@@ -7,7 +7,6 @@ Commit of a batch is complete, and the next batch is read only once the loop has
 acknowledged it (``pgq.finish_batch``, after its Kafka commit): commit_delay is 0.
 """
 
-import json
 import logging
 import time
 from collections.abc import Iterator
@@ -18,6 +17,7 @@ import psycopg2
 
 from pgshovel2.backends import trigger
 from pgshovel2.backends.snapshot import ExportedSnapshot
+from pgshovel2.codec.rows import loads_row
 from pgshovel2.db import connect, outage
 from pgshovel2.errors import FencedError, RelayError, UnavailableError
 from pgshovel2.relay.prefetch import prefetch
@@ -150,7 +150,7 @@ class PgqSource:
 
     def _batch(self, batch: Batch, snapshot: str | None) -> Iterator[Item]:
         """A batch's events as items, skipping transactions visible in snapshot (the handoff)."""
-        loads, tick = json.loads, batch.cur_tick_id
+        loads, tick = loads_row, batch.cur_tick_id  # not json.loads: rows queued by older capture code have -0
         ordinal, current, last_ts = 0, None, 0
         for txid, ts_ms, op, data, table, extra in self._events(batch, snapshot):
             if txid != current:

@@ -4,8 +4,9 @@ The Parquet columns follow pgshovel2.codec.spark (WIRE.md's Avro mapping):
 values go back to PostgreSQL as they are, except the forms Parquet had to
 change: ``time`` is microseconds since midnight, and dates/timestamps at
 WIRE.md's ±infinity sentinels (int32/int64 max and min) are ``infinity`` /
-``-infinity``. Rows are inserted with ``execute_values`` in pages, in the
-caller's transaction.
+``-infinity``; arrays are one-dimensional there (pgshovel2.codec.spark: a
+multi-dimensional value was flattened, lower bounds dropped). Rows are
+inserted with ``execute_values`` in pages, in the caller's transaction.
 """
 
 import datetime
@@ -20,6 +21,8 @@ from psycopg2.extras import execute_values
 
 from pgshovel2.bootstrap.manifest import Manifest
 from pgshovel2.catalog import Column, Table
+from pgshovel2.replica.sql import column_type
+from pgshovel2.replica.values import adapter
 from pgshovel2.wire import INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN
 
 PAGE = 2000
@@ -70,8 +73,13 @@ def load(cur, manifest: Manifest, base: str | Path, tables: tuple[Table, ...]) -
         insert = sql.SQL("INSERT INTO {}.{} ({}) VALUES %s").format(
             sql.Identifier(table.schema), sql.Identifier(table.name),
             sql.SQL(", ").join(sql.Identifier(c.name) for c in table.columns)).as_string(cur)
+        # typed placeholders: a bare -0.0 would be a numeric constant, which has no negative zero
+        template = "(" + ", ".join(f"%s::{column_type(c)}" for c in table.columns) + ")"
+        arrays = {i: adapter(c, json_encoding=False) for i, c in enumerate(table.columns) if c.is_array}
         for batch in dataset.to_batches(batch_size=PAGE):  # streamed: memory stays at a page
             columns = [column_values(batch.column(c.name), c) for c in table.columns]
-            execute_values(cur, insert, list(zip(*columns, strict=True)), page_size=PAGE)
+            for i, adapt in arrays.items():  # as array literals (exact floats), as replica apply sends them
+                columns[i] = [adapt(v) for v in columns[i]]
+            execute_values(cur, insert, list(zip(*columns, strict=True)), template=template, page_size=PAGE)
             total += batch.num_rows
     return total

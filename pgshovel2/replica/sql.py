@@ -7,8 +7,6 @@ consumer library's decoded changes (pgshovel2.consumer.Change); no I/O except
 ``mogrify`` on a cursor, which only quotes values.
 """
 
-import base64
-import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,6 +16,7 @@ from pgshovel2 import names
 from pgshovel2.catalog import Column, Table
 from pgshovel2.consumer import Change
 from pgshovel2.errors import PgshovelError
+from pgshovel2.replica.values import Adapt, adapter
 
 
 class ReplicaError(PgshovelError):
@@ -36,17 +35,20 @@ class TableMap:
     """How the changes of one set table become SQL on the target (same schema.table name).
 
     fields: decoded field name (Avro-escaped or plain column name) -> column
-    name; key: the key columns. Raises ReplicaError for an unkeyed table: its
-    deletes are not in the row envelope, so a replica could not follow them.
+    name; key: the key columns. adapters: column name -> decoded value to what
+    psycopg2 sends (pgshovel2.replica.values). Raises ReplicaError for an
+    unkeyed table: its deletes are not in the row envelope, so a replica could
+    not follow them.
     """
 
     table: Table
     fields: dict[str, str]
-    kinds: dict[str, str]
+    adapters: dict[str, Adapt]
     types: dict[str, str]
 
     @classmethod
-    def of(cls, table: Table) -> "TableMap":
+    def of(cls, table: Table, json_encoding: bool = False) -> "TableMap":
+        """The map of table; json_encoding: the set's encoding is ``json`` (else Avro)."""
         if not table.key:
             raise ReplicaError(f"table {table.qualified} of the set has no key: replica apply needs a primary "
                                "key (or replica identity / configured key) to apply updates and deletes")
@@ -55,7 +57,7 @@ class TableMap:
             for name in (col.name, *col.aliases):
                 fields[names.avro_name(name)] = col.name
                 fields[name] = col.name
-        return cls(table, fields, {c.name: c.kind for c in table.columns},
+        return cls(table, fields, {c.name: adapter(c, json_encoding) for c in table.columns},
                    {c.name: column_type(c) for c in table.columns})
 
     @property
@@ -70,7 +72,7 @@ class TableMap:
             if column is None:
                 raise ReplicaError(f"{where}: field {field!r} is not a column of {self.table.qualified} "
                                    "in the set version applied on the target")
-            out[column] = _adapt(value, self.kinds[column])
+            out[column] = self.adapters[column](value)
         return out
 
     def _insert_head(self, cols: list[str]) -> sql.Composed:
@@ -122,15 +124,6 @@ class TableMap:
         head = sql.SQL("DELETE FROM {} WHERE ({}) IN (").format(
             self.ident, sql.SQL(", ").join(map(sql.Identifier, key))).as_string(cur)
         return head.encode() + values + b")"
-
-
-def _adapt(value: Any, kind: str) -> Any:
-    """A decoded value as psycopg2 can send it: JSON values of json/jsonb as text, base64 bytea as bytes."""
-    if kind in ("json", "jsonb") and value is not None and not isinstance(value, str):
-        return json.dumps(value)
-    if kind == "bytea" and isinstance(value, str):
-        return base64.b64decode(value)
-    return value
 
 
 def create_table(table: Table) -> sql.Composed:

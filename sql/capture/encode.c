@@ -89,7 +89,12 @@ pgshovel2_codec_init(ColumnCodec *codec, Oid type_oid, MemoryContext mcxt)
 	getTypeOutputInfo(type_oid, &out_func, &is_varlena);
 	fmgr_info_cxt(out_func, &codec->out, mcxt);
 	elem_type = get_element_type(codec->base_type);
-	if (OidIsValid(elem_type) && has_own_form(getBaseType(elem_type)))
+
+	/*
+	 * Arrays of a domain keep the text form: the relay maps their elements to
+	 * strings (the catalog does not resolve an element's domain).
+	 */
+	if (OidIsValid(elem_type) && has_own_form(elem_type))
 	{
 		codec->elem = MemoryContextAlloc(mcxt, sizeof(ColumnCodec));
 		pgshovel2_codec_init(codec->elem, elem_type, mcxt);
@@ -98,23 +103,34 @@ pgshovel2_codec_init(ColumnCodec *codec, Oid type_oid, MemoryContext mcxt)
 	}
 }
 
-/* A one-dimensional array as a JSON array of element forms. */
+/*
+ * An array of element forms: a JSON array when it has one dimension with lower
+ * bound 1 (or none: empty), else {"dims": [..], "lower_bounds": [..],
+ * "elements": [..]} with the elements flat in storage (row-major) order.
+ */
 static void
 encode_array(StringInfo buf, ColumnCodec *codec, Datum value)
 {
 	ArrayType  *arr = DatumGetArrayTypeP(value);
+	int			ndim = ARR_NDIM(arr);
+	bool		plain = ndim == 0 || (ndim == 1 && ARR_LBOUND(arr)[0] == 1);
 	Datum	   *elems;
 	bool	   *nulls;
 	int			n;
 	int			i;
 
-	if (ARR_NDIM(arr) > 1)
-	{
-		pgshovel2_json_string(buf, OutputFunctionCall(&codec->out, value));
-		return;
-	}
 	deconstruct_array(arr, codec->elem_type, codec->elem_len, codec->elem_byval,
 					  codec->elem_align, &elems, &nulls, &n);
+	if (!plain)
+	{
+		appendStringInfoString(buf, "{\"dims\":[");
+		for (i = 0; i < ndim; i++)
+			appendStringInfo(buf, i > 0 ? ",%d" : "%d", ARR_DIMS(arr)[i]);
+		appendStringInfoString(buf, "],\"lower_bounds\":[");
+		for (i = 0; i < ndim; i++)
+			appendStringInfo(buf, i > 0 ? ",%d" : "%d", ARR_LBOUND(arr)[i]);
+		appendStringInfoString(buf, "],\"elements\":");
+	}
 	appendStringInfoCharMacro(buf, '[');
 	for (i = 0; i < n; i++)
 	{
@@ -123,6 +139,8 @@ encode_array(StringInfo buf, ColumnCodec *codec, Datum value)
 		pgshovel2_encode_value(buf, codec->elem, elems[i], nulls[i]);
 	}
 	appendStringInfoCharMacro(buf, ']');
+	if (!plain)
+		appendStringInfoCharMacro(buf, '}');
 }
 
 static void
@@ -134,6 +152,8 @@ encode_float(StringInfo buf, double value, bool is_float4)
 		appendStringInfoString(buf, "\"NaN\"");
 	else if (isinf(value))
 		appendStringInfoString(buf, value > 0 ? "\"Infinity\"" : "\"-Infinity\"");
+	else if (value == 0 && signbit(value))
+		appendStringInfoString(buf, "-0.0");	/* JSON readers take "-0" for the integer 0 */
 	else
 	{
 		if (is_float4)

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, TopicPartition
-from pgshovel2.verify import read_topics
 
 from pgshovel2 import names
+from pgshovel2.ops.verify import read_topics
 from tests.helpers import caught_up, pgshovel, write_config
 
 REPO = Path(__file__).resolve().parents[2]

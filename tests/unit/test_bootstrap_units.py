@@ -63,3 +63,16 @@ def test_dsn_to_jdbc_and_redacted():
     url, props = jdbc_url("host=db.example port=6543 dbname=app user=u password=secret")
     assert url == "jdbc:postgresql://db.example:6543/app" and props == {"user": "u", "password": "secret"}
     assert "secret" not in redacted("host=h dbname=d password=secret")
+
+
+def test_spark_arrays_of_any_shape_are_flattened():
+    """A Spark array column is one-dimensional: multi-dimensional values are flattened in storage
+    order and lower bounds dropped (pgshovel2.codec.spark), instead of failing."""
+    table = Table("s", "t", (_col("id", "int4", 1), _col("ia", "int4", 2, True),
+                             _col("na", "numeric", 3, True, precision=5, scale=1)), ("id",), "primary key")
+    cols = spark_codec.columns(table)
+    assert [c.physical.simpleString() for c in cols] == ["int", "array<int>", "array<decimal(5,1)>"]
+    one = (15).to_bytes(1, "big")
+    row = spark_codec.physical_row(cols, [1, [[1, None], [3, 4]], {"lower_bounds": [0], "elements": [one, None]}])
+    assert row == [1, [1, None, 3, 4], [decimal.Decimal("1.5"), None]]
+    assert spark_codec.physical_row(cols, [2, {"lower_bounds": [2, 0], "elements": [[5]]}, []])[1:] == [[5], []]

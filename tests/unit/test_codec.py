@@ -1,12 +1,18 @@
 """Type mapping: trigger forms -> Avro/JSON values, and the name rules."""
 
+import io
+import json
+import math
+import re
 
+import fastavro
 import pytest
 
 from pgshovel2 import names
-from pgshovel2.catalog import Column
-from pgshovel2.codec import temporal
-from pgshovel2.codec.pgarray import parse_array
+from pgshovel2.catalog import Column, Table
+from pgshovel2.codec import avro, jsonvalue, temporal
+from pgshovel2.codec.pgarray import format_array, parse_array
+from pgshovel2.codec.rows import RowEncoder, loads_row
 from pgshovel2.codec.types import field_type
 from pgshovel2.errors import EncodeError
 
@@ -49,10 +55,26 @@ def test_interval_iso(value, iso):
 
 
 def test_array_literals():
-    assert parse_array('{1,NULL,"a \\"b\\"","NULL"}') == ["1", None, 'a "b"', "NULL"]
-    assert parse_array("{{1,2},{3,4}}") == [["1", "2"], ["3", "4"]]
-    assert parse_array("[0:1]={x,y}") == ["x", "y"]
-    assert parse_array("{}") == []
+    assert parse_array('{1,NULL,"a \\"b\\"","NULL"}') == (None, ["1", None, 'a "b"', "NULL"])
+    assert parse_array("{{1,2},{3,4}}") == (None, [["1", "2"], ["3", "4"]])
+    assert parse_array("[0:1]={x,y}") == ([0], ["x", "y"])
+    assert parse_array("[1:1][-3:-2]={{x,y}}") == ([1, -3], [["x", "y"]])
+    assert parse_array("[1:2]={x,y}") == (None, ["x", "y"])  # default bounds are not kept
+    assert parse_array("{}") == (None, [])
+    assert parse_array("1 2 3") == (None, ["1", "2", "3"])  # int2vector, oidvector
+    for bad in ("{1,2", "[0:1]{1}", "{1}x"):
+        with pytest.raises(EncodeError):
+            parse_array(bad)
+
+
+def test_array_literals_render_back():
+    assert format_array([[1, None], [3, 4]], None, str) == "{{1,NULL},{3,4}}"
+    assert format_array(["a b", "", "NULL", 'q"\\'], [0], str) == '[0:3]={"a b","","NULL","q\\"\\\\"}'
+    assert format_array([[1, 2]], [-1, 5], str) == "[-1:-1][5:6]={{1,2}}"
+    assert format_array([], None, str) == "{}"
+    text = '[0:1][1:2]={{"a,b",NULL},{"}",x}}'
+    bounds, items = parse_array(text)
+    assert format_array(items, bounds, str) == text
 
 
 def test_numeric_decimal_bytes():
@@ -76,8 +98,7 @@ def test_arrays_map_elementwise():
     ts = field_type(col("timestamptz", is_array=True))
     assert ts.to_json('{"2000-01-01 00:00:00+00"}') == ["2000-01-01T00:00:00.000000Z"]
     assert ts.to_json([0, None]) == ["2000-01-01T00:00:00.000000Z", None]  # trigger's own form
-    with pytest.raises(EncodeError):
-        ints.to_avro("{{1},{2}}")
+    assert ints.to_avro("{{1},{2}}") == [[1], [2]]
     intervals = field_type(col("interval", is_array=True))
     assert intervals.to_json([[14, 3, 0], None]) == ["P1Y2M3D", None]
 
@@ -97,3 +118,117 @@ def test_money_and_bytea():
 def test_name_escaping(ident, topic, avro):
     assert names.topic_part(ident) == topic
     assert names.avro_name(ident) == avro
+
+
+def _sign(x: float) -> float:
+    return math.copysign(1.0, x)
+
+
+def test_multidimensional_and_bounded_arrays():
+    ints = field_type(col("int4", is_array=True))
+    for convert in (ints.to_avro, ints.to_json):  # text form (element types without own forms)
+        assert convert("{{1,2},{3,NULL}}") == [[1, 2], [3, None]]
+        assert convert("{{{1}},{{2}}}") == [[[1]], [[2]]]
+        assert convert("[0:1]={1,2}") == {"lower_bounds": [0], "elements": [1, 2]}
+        assert convert("[-2:-1][3:3]={{1},{2}}") == {"lower_bounds": [-2, 3], "elements": [[1], [2]]}
+        assert convert("{}") == []
+    f8 = field_type(col("float8", is_array=True))  # the capture's own form: dims, bounds, flat elements
+    form = {"dims": [2, 2], "lower_bounds": [1, 1], "elements": [-0.0, "NaN", "Infinity", None]}
+    got = f8.to_avro(form)
+    assert got[0][1] != got[0][1] and got[1] == [float("inf"), None] and _sign(got[0][0]) == -1
+    assert f8.to_json(form) == [[-0.0, "NaN"], ["Infinity", None]]
+    assert f8.to_json({"dims": [1], "lower_bounds": [0], "elements": [1.5]}) == \
+        {"lower_bounds": [0], "elements": [1.5]}
+    iv = field_type(col("interval", is_array=True))  # element forms that are JSON arrays themselves
+    assert iv.to_json({"dims": [1, 2], "lower_bounds": [1, 1], "elements": [[0, 1, 0], None]}) == [["P1D", None]]
+    dates = field_type(col("date", is_array=True))  # multi-dimensional rows queued by older capture code
+    assert dates.to_json("{{2000-01-02,NULL}}") == [["2000-01-02", None]]
+    with pytest.raises(EncodeError):
+        ints.to_avro({"dims": [3], "lower_bounds": [1], "elements": [1]})
+    with pytest.raises(EncodeError):
+        ints.to_avro("{{{{{{{1}}}}}}}")  # 7 dimensions
+
+
+def test_arrays_of_text_types_refuse_non_text_forms():
+    texts = field_type(Column("c", 1, "d_date[]", "d_date", True, True))  # array of a domain: text
+    assert texts.to_json('{2024-01-01,NULL}') == ["2024-01-01", None]
+    with pytest.raises(EncodeError):
+        texts.to_json([8766])  # the own form an older capture wrote for arrays of domains over date
+
+
+def test_negative_zero_keeps_its_sign():
+    for kind in ("float4", "float8"):
+        ftype = field_type(col(kind))
+        assert _sign(ftype.to_avro(-0.0)) == -1
+        assert json.dumps(ftype.to_json(-0.0)) == "-0.0"
+    assert _sign(field_type(col("float8", is_array=True)).to_avro("{-0,0}")[0]) == -1
+    old = loads_row('[1,-0,"2024-01-01",[-0,0],-0.5]')  # rows queued by older capture code
+    assert old[0] == 1 and isinstance(old[0], int) and _sign(old[1]) == -1 and _sign(old[3][0]) == -1
+    assert _sign(old[3][1]) == 1 and old[2] == "2024-01-01"
+    assert loads_row('["-0,",0]') == ["-0,", 0]
+
+
+def test_json_null_and_escapes():
+    jb = field_type(col("jsonb"))
+    assert jb.to_avro is None and jb.avro == "string"  # Avro: the JSON text, 'null' is not NULL
+    assert jb.to_json('{"a": [1, null]}') == {"a": [1, None]}
+    assert jb.to_json("null") == {"pgshovel.json": "null"}
+    assert jb.to_json('"null"') == "null"
+    assert jb.to_json("[1, 2]") == [1, 2]
+    looks_escaped = '{"x": [{"pgshovel.json": 1}]}'
+    assert jb.to_json(looks_escaped) == {"pgshovel.json": looks_escaped}
+    assert jb.to_json('{"pgshovel\\u002ejson": "x"}') == {"pgshovel.json": '{"pgshovel\\u002ejson": "x"}'}
+    arr = field_type(col("json", is_array=True))
+    assert arr.to_json('{NULL,null,"[1,2]","{\\"a\\": 1}"}') == \
+        [None, {"pgshovel.json": "null"}, {"pgshovel.json": "[1,2]"}, {"a": 1}]
+    assert arr.to_avro('{NULL,null}') == [None, "null"]
+    for text in ("null", looks_escaped, "[1]", '{"pgshovel.json": "x"}'):
+        assert jsonvalue.unescape([jb.to_json(text)]) in ([jsonvalue.JsonValue(text)], [json.loads(text)])
+    assert jsonvalue.unescape({"pgshovel.json": "null"}) == jsonvalue.JsonValue("null")
+
+
+OLD_INT_ARRAY = {"type": "array", "items": ["null", "int"]}  # what pgshovel2 registered before
+
+
+@pytest.mark.parametrize("nullable", [True, False])
+def test_array_schemas_read_todays_data(nullable):
+    """New reader schemas resolve data written with the schemas registered before (BACKWARD),
+    and one-dimensional arrays are written with the same bytes as before."""
+    column = Column("a", 1, "integer[]", "int4", True, nullable)
+    old = {"type": "record", "name": "t", "fields": [
+        {"name": "a", "type": ["null", OLD_INT_ARRAY] if nullable else OLD_INT_ARRAY}]}
+    new = {"type": "record", "name": "t", "fields": [avro._field(column, field_type(column))]}
+    buf = io.BytesIO()
+    fastavro.schemaless_writer(buf, fastavro.parse_schema(old), {"a": [1, None, 3]})
+    buf.seek(0)
+    read = fastavro.schemaless_reader(buf, fastavro.parse_schema(old), fastavro.parse_schema(new))
+    assert read == {"a": [1, None, 3]}
+    if nullable:
+        again = io.BytesIO()
+        fastavro.schemaless_writer(again, fastavro.parse_schema(new), {"a": [1, None, 3]})
+        assert again.getvalue() == buf.getvalue()
+    key_new = {"type": "record", "name": "k", "fields": [avro._field(column, field_type(column), key=True)]}
+    assert key_new["fields"][0]["type"] == (["null", field_type(column).key_avro] if nullable
+                                            else field_type(column).key_avro)
+
+
+def test_keys_leave_out_lower_bounds_and_values_share_named_records():
+    cols = (Column("id", 1, "integer[]", "int4", True, False), Column("a", 2, "integer[]", "int4", True, True),
+            Column("b", 3, "integer[]", "int4", True, True))
+    table = Table("s", "t", cols, ("id",), "primary key")
+    schema = avro.value_schema("x", table)
+    assert schema["fields"][2]["type"][-1] == "pgshovel.BoundedArray_int"  # defined once, then by name
+    writers = avro.AvroWriter(avro.key_schema("x", table), 1), avro.AvroWriter(schema, 2)
+    enc = RowEncoder(table, True, *writers)
+    row = enc.convert(["[0:1]={1,2}", "{{1,2}}", "[3:3]={7}"])
+    assert enc.key(row) == writers[0].encode({"id": [1, 2]})
+    datum = fastavro.schemaless_reader(io.BytesIO(enc.value(row)[5:]), fastavro.parse_schema(schema))
+    assert datum == {"id": {"lower_bounds": [0], "elements": [1, 2]}, "a": [[1, 2]],
+                     "b": {"lower_bounds": [3], "elements": [7]}}
+
+
+def test_encode_errors_name_table_column_and_type():
+    table = Table("s", "t", (Column("id", 1, "integer", "int4", False, False),), ("id",), "primary key")
+    enc = RowEncoder(table, True, None, avro.AvroWriter(avro.value_schema("x", table), 2))
+    with pytest.raises(EncodeError, match=re.escape('table "s"."t", column "id" (integer): ')):
+        enc.value(enc.convert(["x"]))

@@ -10,7 +10,7 @@ import pytest
 
 from pgshovel2.catalog import Column, Table
 from pgshovel2.codec.avro import AvroWriter, value_schema
-from pgshovel2.consumer import ConsumerError, Decoder
+from pgshovel2.consumer import ConsumerError, Decoder, JsonValue
 
 INT32_MAX, INT64_MIN = 2**31 - 1, -(2**63)
 COLUMNS = (Column("id", 1, "integer", "int4", False, False),
@@ -86,3 +86,32 @@ def test_avro_without_registry_and_garbage_name_the_message():
         Decoder().decode(b"not json", "the value of x")
     with pytest.raises(ConsumerError, match="cannot decode"):
         decoder().decode(avro(RAW)[:9], "v")  # truncated body
+
+
+def test_avro_nested_and_bounded_arrays_get_logical_types():
+    cols = (Column("id", 1, "integer", "int4", False, False), Column("ds", 2, "date[]", "date", True, True),
+            Column("ds2", 3, "date[]", "date", True, False), Column("f", 4, "real[]", "float4", True, True))
+    table = Table("public", "a", cols, ("id",), "primary key")
+    schema = value_schema("s", table)
+    data = AvroWriter(schema, 8).encode({"id": 1, "ds": [[0, None], [1, INT32_MAX]],
+                                          "ds2": {"lower_bounds": [0], "elements": [0]}, "f": [-0.0]})
+    got = Decoder(registry=Schemas({8: schema})).decode(data, "v")
+    assert got["ds"] == [[dt.date(1970, 1, 1), None], [dt.date(1970, 1, 2), "infinity"]]
+    assert got["ds2"] == {"lower_bounds": [0], "elements": [dt.date(1970, 1, 1)]}  # by-name record
+    assert str(got["f"][0]) == "-0.0"
+
+
+def test_json_escapes_become_json_values():
+    dec = Decoder()
+    got = dec.decode(b'{"id":1,"j":{"pgshovel.json":"null"},"n":null,"e":{"a":1},'
+                     b'"ja":[{"pgshovel.json":"[1,2]"},null,{"pgshovel.json":"null"}],'
+                     b'"b":{"lower_bounds":[0],"elements":[[{"pgshovel.json":"null"}]]}}', "v")
+    assert got == {"id": 1, "j": JsonValue("null"), "n": None, "e": {"a": 1},
+                   "ja": [JsonValue("[1,2]"), None, JsonValue("null")],
+                   "b": {"lower_bounds": [0], "elements": [[JsonValue("null")]]}}
+    assert got["j"].value is None and got["ja"][0].value == [1, 2]
+    # a column named like the escape key is not an escape: only column values are looked at
+    assert dec.decode(b'{"pgshovel.json":"null"}', "v") == {"pgshovel.json": "null"}
+    event = dec.decode(b'{"before":null,"after":{"pgshovel.json":"x","j":{"pgshovel.json":"null"}},'
+                       b'"op":"c","source":{}}', "v")
+    assert event["after"] == {"pgshovel.json": "x", "j": JsonValue("null")}

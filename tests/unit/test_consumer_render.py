@@ -5,8 +5,8 @@ import json
 
 import click
 
-from pgshovel2.consumer import Change, Transaction
-from pgshovel2.consumer.render import change_json, iso_ms, jsonable, pretty
+from pgshovel2.consumer import Change, JsonValue, Transaction
+from pgshovel2.consumer.render import change_json, change_line, iso_ms, jsonable, pretty
 from tests.unit.test_consumer_decode import RAW, avro, decoder
 
 
@@ -45,3 +45,12 @@ def test_iso_and_jsonable_edges():
     assert iso_ms(1) == "1970-01-01T00:00:00.001Z"
     assert jsonable({"a": [float("inf"), -float("inf"), 1.5, dt.time(1, 2)]}) == {"a": ["Infinity", "-Infinity",
                                                                                         1.5, "01:02:00"]}
+
+
+def test_json_values_and_arrays_render_as_the_json_encoding_writes_them():
+    value = {"j": JsonValue("null"), "n": None, "a": {"lower_bounds": [0], "elements": [[-0.0, None]]}}
+    assert json.dumps(jsonable(value)) == \
+        '{"j": {"pgshovel.json": "null"}, "n": null, "a": {"lower_bounds": [0], "elements": [[-0.0, null]]}}'
+    change = Change("t", "public.t", "c", {"id": 1}, {"id": 1, **value}, 5, "p", 0, 0, 0)
+    assert click.unstyle(change_line(change)) == \
+        "  c public.t {id: 1} -> {id: 1, j: json:null, n: null, a: {lower_bounds: [0], elements: [[-0.0, null]]}}"

@@ -1,0 +1,83 @@
+"""json/jsonb values in the JSON encoding (docs/wire.rst, "json and jsonb").
+
+A json value travels embedded (the JSON value itself), except where that would
+be read as something else; then it travels as the escape object
+``{"pgshovel.json": "<its JSON text>"}``:
+
+- the JSON literal ``null`` (embedded, it would read as SQL NULL);
+- inside an array column, an element that is a JSON array (it would read as
+  a dimension);
+- a value containing, at any depth, an object whose only key is
+  ``pgshovel.json`` (it would read as an escape).
+
+So every object with the single key ``pgshovel.json`` and a string value found
+in a column value of a JSON message is an escape, wherever it is: a reader
+needs no type information to find them.
+"""
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+ESCAPE_KEY = "pgshovel.json"
+
+
+@dataclass(frozen=True)
+class JsonValue:
+    """A json/jsonb value that travelled escaped: text is its JSON text (e.g. ``"null"``).
+
+    The consumer library yields these for the escape objects of the JSON
+    encoding, so that the JSON literal null (``JsonValue("null")``) stays
+    distinct from SQL NULL (None). value: the parsed JSON value.
+    """
+
+    text: str
+
+    @property
+    def value(self) -> Any:
+        return json.loads(self.text)
+
+
+def _looks_like_escape(value: Any) -> bool:
+    if isinstance(value, dict):
+        return (len(value) == 1 and ESCAPE_KEY in value) or any(_looks_like_escape(v) for v in value.values())
+    if isinstance(value, list):
+        return any(_looks_like_escape(v) for v in value)
+    return False
+
+
+def embed(text: str, element: bool = False) -> Any:
+    """The JSON-encoding value of a json/jsonb value given as its JSON text.
+
+    element: the value is an element of an array column. Raises ValueError
+    for text that is not JSON.
+    """
+    value = json.loads(text)
+    if value is None or (element and isinstance(value, list)):
+        return {ESCAPE_KEY: text}
+    # the key can only occur literally or behind a \u escape: skip the walk otherwise
+    if (ESCAPE_KEY in text or "\\u" in text) and _looks_like_escape(value):
+        return {ESCAPE_KEY: text}
+    return value
+
+
+def is_escape(value: Any) -> bool:
+    """True for an escape object ``{"pgshovel.json": "<text>"}``."""
+    return isinstance(value, dict) and len(value) == 1 and isinstance(value.get(ESCAPE_KEY), str)
+
+
+def unescape(value: Any) -> Any:
+    """A decoded column value with every escape object replaced by a JsonValue (in place for
+    containers, which are also returned)."""
+    if isinstance(value, dict):
+        if is_escape(value):
+            return JsonValue(value[ESCAPE_KEY])
+        for k, v in value.items():
+            if isinstance(v, dict | list):
+                value[k] = unescape(v)
+        return value
+    if isinstance(value, list):
+        for i, v in enumerate(value):
+            if isinstance(v, dict | list):
+                value[i] = unescape(v)
+    return value
