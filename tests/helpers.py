@@ -14,8 +14,9 @@ import psycopg2
 import yaml
 from confluent_kafka.schema_registry import SchemaRegistryClient
 
-from pgshovel2 import backends, names
+from pgshovel2 import names
 from pgshovel2.cluster import ClusterStore
+from pgshovel2.ops import status
 from pgshovel2.ops.verify import read_topics, verify_set
 
 BIN = Path(sys.executable).parent
@@ -107,8 +108,7 @@ class RelayProcess:
 def caught_up(stack, cluster: str, set_name: str, timeout: float = 60) -> None:
     """Wait until the set's relay relayed every committed change (either backend)."""
     with ClusterStore(stack.zk, cluster) as store:
-        record, _ = store.get_set(set_name)
-    backends.wait_caught_up(record, timeout)
+        status.wait_caught_up(store, set_name, stack.bootstrap, timeout)
 
 
 class Decoder:

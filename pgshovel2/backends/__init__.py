@@ -1,7 +1,9 @@
 """Capture backends in the database: ``trigger`` (PgQ queue + capture triggers) and ``logical``
 (a replication slot read through our output plugin). Each module owns its install and
-uninstall, its queue or slot lifecycle, its ``encode_row`` function, its lag, its drain wait
-and its exported-snapshot handoff; the functions here pick the module of a set record.
+uninstall, its queue or slot lifecycle, its ``encode_row`` function, its lag and its
+exported-snapshot handoff; the functions here pick the module of a set record. (A drain wait
+that only the database can answer is in each module; pgshovel2.ops.status.wait_caught_up is
+the one that also holds when a relay re-creates its slot.)
 """
 
 from typing import Any
@@ -38,10 +40,3 @@ def lag(record: SetRecord) -> dict[str, Any]:
     return {"kind": "queue", **trigger.queue_lag(record.dsn, record.capture)}
 
 
-def wait_caught_up(record: SetRecord, timeout: float = 120.0) -> None:
-    """Wait until the set's relay has relayed everything committed before the call (its PgQ
-    consumer finished the events, or its slot confirmed the WAL). Raises RelayError on timeout."""
-    if isinstance(record.capture, SlotCapture):
-        logical.wait_caught_up(record.dsn, record.capture.slot, timeout)
-    else:
-        trigger.wait_caught_up(record.dsn, record.capture.queue, record.capture.consumer, timeout)

@@ -240,7 +240,9 @@ def wait_caught_up(dsn: str, slot: str, timeout: float = 120.0) -> Lsn:
 
     Emits a heartbeat and waits until the slot's confirmed_flush_lsn reaches it (the
     relay confirms a heartbeat only once everything before it is in Kafka). Returns the
-    heartbeat's LSN; raises RelayError after timeout seconds.
+    heartbeat's LSN; raises RelayError after timeout seconds. Not valid while a relay
+    re-creates the slot (a new slot starts past the heartbeat before its snapshot is in
+    Kafka): pgshovel2.ops.status.wait_caught_up reads the relay's position in Kafka instead.
     """
     conn = connect(dsn, f"slot {slot}", RelayError)
     conn.autocommit = True

@@ -4,7 +4,6 @@ import json
 
 import click
 
-from pgshovel2 import backends
 from pgshovel2.cli.bootstrap import bootstrap
 from pgshovel2.cli.cluster import cluster_group, relay_group
 from pgshovel2.cli.common import env_option, log_level_option, reports_errors, setup_logging, zookeeper_options
@@ -144,7 +143,7 @@ def set_status(ctx: click.Context, name: str, bootstrap_servers: str, as_json: b
     """Show set NAME's queue lag, active relay, last committed position and Kafka end offsets."""
     with _store(ctx) as store:
         if wait:
-            backends.wait_caught_up(store.get_set(name)[0], timeout)
+            status.wait_caught_up(store, name, bootstrap_servers, timeout)
         info = status.set_status(store, name, bootstrap_servers)
     if as_json:
         click.echo(json.dumps(info, indent=2, sort_keys=True, default=str))
@@ -218,8 +217,8 @@ def set_verify(ctx: click.Context, name: str, bootstrap_servers: str, schema_reg
     """
     with _store(ctx) as store:
         record, _ = store.get_set(name)
-    if wait:
-        backends.wait_caught_up(record)
+        if wait:
+            status.wait_caught_up(store, name, bootstrap_servers)
     reports = verify.verify_set(record, bootstrap_servers, schema_registry)
     for r in reports:
         state = "ok" if r.ok else f"DIFFERENT: {r.first_difference}"

@@ -16,13 +16,45 @@ from typing import Any
 from confluent_kafka.admin import AdminClient
 
 from pgshovel2 import backends
+from pgshovel2.backends import logical, trigger
 from pgshovel2.cluster import ClusterStore
 from pgshovel2.consumer.offsets import end_offsets, partition_counts
-from pgshovel2.db import redacted
-from pgshovel2.errors import PgshovelError
+from pgshovel2.db import connect, redacted
+from pgshovel2.errors import PgshovelError, RelayError
 from pgshovel2.relay import election
-from pgshovel2.setrecord import SetRecord
+from pgshovel2.setrecord import SetRecord, SlotCapture
 from pgshovel2.wire.positions import read_position
+
+
+def wait_caught_up(store: ClusterStore, set_name: str, bootstrap: str, timeout: float = 120.0) -> None:
+    """Wait until the set's relay has relayed everything committed before the call.
+
+    Trigger set: its PgQ consumer finished every event queued before the call (it acknowledges
+    a batch only after its Kafka commit). Logical set: a heartbeat is written into the WAL and
+    the relay's committed position in Kafka must reach it -- not the slot's confirmed position,
+    which a relay re-creating its slot (first start, --snapshot) moves past the heartbeat before
+    its snapshot is committed. Raises RelayError after timeout seconds, ClusterError for no set.
+    """
+    record, _ = store.get_set(set_name)
+    if not isinstance(record.capture, SlotCapture):
+        trigger.wait_caught_up(record.dsn, record.capture.queue, record.capture.consumer, timeout)
+        return
+    conn = connect(record.dsn, f"set {set_name!r}", RelayError)
+    conn.autocommit = True
+    try:
+        with conn.cursor() as cur:
+            target = logical.emit_heartbeat(cur, record.capture.slot)
+    finally:
+        conn.close()
+    deadline, key = time.monotonic() + timeout, f"{store.cluster}/{set_name}"
+    while True:
+        position = read_position(bootstrap, record.topics.positions, key, timeout=10)
+        if position is not None and position.reaches(target, 0, True):
+            return
+        if time.monotonic() > deadline:
+            raise RelayError(f"the relay of set {set_name!r} did not commit past {target} within {timeout:g}s "
+                             f"(committed: {position.describe() if position else 'nothing'}): is it running?")
+        time.sleep(0.2)
 
 
 def kafka_status(record: SetRecord, bootstrap: str) -> dict[str, Any]:
