@@ -33,6 +33,7 @@ from pgshovel2.cluster import ClusterStore
 from pgshovel2.config import SetConfig
 from pgshovel2.relay.logical_source import LogicalSource
 from pgshovel2.relay.pgq_source import Event
+from pgshovel2.sinks.kafka import PARTITIONER
 from pgshovel2.verify import read_topics, verify_set
 from tests.helpers import Decoder, RelayProcess, caught_up, pgshovel, write_config
 
@@ -288,7 +289,7 @@ class ChaosRun:
         topic = names.table_topic(config.topic_prefix, tables[0].schema, tables[0].name)
         key, value, headers = next(m for m in read_topics(self.stack.bootstrap, [topic])[topic]
                                    if m[2]["pgshovel.op"] != "r")
-        producer = Producer({"bootstrap.servers": self.stack.bootstrap})
+        producer = Producer({"bootstrap.servers": self.stack.bootstrap, "partitioner": PARTITIONER})
         producer.produce(topic, value, key, headers=list(headers.items()))
         assert producer.flush(30) == 0
 

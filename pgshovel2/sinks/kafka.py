@@ -6,6 +6,11 @@ transaction (the first produce after a commit begins the next one); a relay
 started later with the same transactional id fences this one. In
 idempotent-only mode commit waits until every message is acknowledged
 (acks=all): at-least-once, kept to measure what transactions cost.
+
+Keyed messages go to the partition Kafka's Java clients choose: murmur2 of
+the serialized key, positive, modulo the partition count (WIRE.md "Keys and
+partitioning"; librdkafka's own default is CRC32). Null keys go to a random
+partition.
 """
 
 import logging
@@ -22,8 +27,12 @@ MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 # snapshot; a crashed relay's open transaction is aborted as soon as its
 # successor calls init_transactions, not after the timeout.
 TRANSACTION_TIMEOUT_MS = 900_000
+# librdkafka's name for the Java client's default partitioner of keyed messages (murmur2; random
+# for a null key). Every producer of set topics uses it: part of the wire contract.
+PARTITIONER = "murmur2_random"
 
 PRODUCER_DEFAULTS = {
+    "partitioner": PARTITIONER,
     "enable.idempotence": True,
     "acks": "all",
     "linger.ms": 5,
@@ -56,10 +65,14 @@ class KafkaSink:
 
     bootstrap: ``host:port[,host:port]``; transactional_id: the set's Kafka
     transactional id, or None for the idempotent-only producer; config:
-    librdkafka overrides.
+    librdkafka overrides (ValueError for another ``partitioner`` than
+    :data:`PARTITIONER`: the partitioning is part of the wire contract).
     """
 
     def __init__(self, bootstrap: str, transactional_id: str | None = None, config: dict | None = None):
+        if (config or {}).get("partitioner", PARTITIONER) != PARTITIONER:
+            raise ValueError(f"Kafka producer setting partitioner={config['partitioner']!r}: set topics are "
+                             f"partitioned with {PARTITIONER!r} (Kafka's murmur2), see WIRE.md")
         self.bootstrap, self.transactional_id = bootstrap, transactional_id
         settings = {"bootstrap.servers": bootstrap, **PRODUCER_DEFAULTS, **(config or {}),
                     "error_cb": self._on_error, "on_delivery": self._delivered,

@@ -17,7 +17,7 @@ from pgshovel2.bootstrap.manifest import BootstrapError, Manifest
 from pgshovel2.cluster import ClusterStore
 from pgshovel2.sparkjobs import bootstrap, session
 from pgshovel2.verify import read_topics
-from tests.helpers import caught_up, pgshovel, write_config
+from tests.helpers import caught_up, kafka_partitions, pgshovel, read_partitioned, write_config
 from tests.integration.bootstrap_helpers import (
     TABLES,
     Writer,
@@ -133,6 +133,18 @@ def test_to_kafka_writes_the_relays_own_snapshot_messages(stack, db, schema, clu
         return sorted((k, v, dict(h)["pgshovel.op"]) for k, v, h in msgs)
     assert messages(ours) == messages(relayed)  # same keys, same value bytes, op r
     assert all(dict(h)["pgshovel.set"] == "tokafka" for _, _, h in ours)
+
+
+def test_to_kafka_partitions_keys_as_kafka_does(stack, db, schema, cluster, relay_factory, spark, tmp_path):
+    create_tables(db, schema, accounts=400)
+    create_set(stack, cluster, tmp_path, schema, "kpart", encoding="json", topics={"partitions": 6})
+    relay_factory("kpart").wait_for("snapshot done")
+    _run(spark, stack, cluster, "kpart", tmp_path / "kp", to_kafka=True, partition_rows=100)
+    for table, rows in (("accounts", 400), ("branches", 10)):
+        got = read_partitioned(stack.bootstrap, f"kpart.{schema}.{table}")
+        assert len(got) == 2 * rows  # the relay's snapshot, then the bootstrap's op r copy
+        expected = kafka_partitions([k for _, k, _ in got], 6)
+        assert [p for p, _, _ in got] == [p for _, p in expected], table
 
 
 def test_bad_cases_leave_no_output(stack, db, schema, cluster, relay_factory, spark, tmp_path):
