@@ -7,14 +7,17 @@ kafka-clients jar), never against a Python reimplementation. The bootstrap's
 ``--to-kafka`` output is checked in test_bootstrap.py.
 """
 
+import os
 import random
 import uuid
 
 import pytest
+from confluent_kafka.admin import AdminClient
 
 from pgshovel2 import names
 from pgshovel2.config import TopicsConfig
-from pgshovel2.sinks.kafka import KafkaSink
+from pgshovel2.errors import UnavailableError
+from pgshovel2.sinks.kafka import KafkaSink, wait_until_served
 from tests.helpers import caught_up, kafka_partitions, pgshovel, read_partitioned, write_config
 
 # Kafka's documented murmur2 vectors (clients/src/test/.../common/utils/UtilsTest.java, testMurmur2).
@@ -85,3 +88,39 @@ def test_relay_partitions_keys_as_kafka_does(stack, cluster, db, schema, tmp_pat
     assert len({k for _, k, _ in got}) == 500 + 500 // 11 - 500 // 77
     assert len({p for p, _, _ in got}) == PARTITIONS
     assert_kafka_partitioned(got, PARTITIONS)
+
+
+FRESH_STARTS = int(os.environ.get("PGSHOVEL2_TEST_FRESH_STARTS", "6"))
+
+
+def test_fresh_relays_produce_only_once_topics_have_leaders(stack, cluster, db, schema, tmp_path, relay_factory):
+    """A relay creating its topics waits for their partition leaders: no NOT_LEADER on a first start."""
+    with db.cursor() as cur:
+        for t in ("a", "b", "c"):
+            cur.execute(f'CREATE TABLE "{schema}".{t} (id int PRIMARY KEY, v text)')
+            cur.execute(f"INSERT INTO \"{schema}\".{t} SELECT g, 'x' FROM generate_series(1, 50) g")
+    relays = []
+    for i in range(FRESH_STARTS):
+        name = f"fresh{i}"
+        cfg = write_config(tmp_path, stack, [{"schema": schema, "name": t} for t in ("a", "b", "c")],
+                           topic_prefix=f"{name}{cluster}", topics={"partitions": 12})
+        pgshovel(stack, cluster, "set", "create", name, str(cfg))
+        relay = relay_factory(name)
+        relay.wait_for("snapshot done")
+        relays.append(relay)
+    with db.cursor() as cur:
+        cur.execute(f"UPDATE \"{schema}\".a SET v = 'y'")
+    for i, relay in enumerate(relays):
+        caught_up(stack, cluster, f"fresh{i}")
+        assert relay.stop() == 0
+        log = relay.log()
+        assert "created topic" in log
+        bad = [line for line in log.splitlines() if "NOT_LEADER" in line or "Not leader" in line]
+        assert not bad, f"relay of set fresh{i}:\n" + "\n".join(bad)
+
+
+def test_topic_never_served_is_named(stack):
+    admin = AdminClient({"bootstrap.servers": stack.bootstrap})
+    with pytest.raises(UnavailableError, match=r"topic 'never-created-[0-9a-f]+' was created .* not ready for use "
+                                               r"after 2s: not in the metadata yet"):
+        wait_until_served(admin, {f"never-created-{uuid.uuid4().hex[:8]}": 3}, stack.bootstrap, timeout=2)
