@@ -44,6 +44,7 @@ _F32 = struct.Struct("<f")
 _EPOCH = dt.datetime(1970, 1, 1)
 _ORDINAL_1970 = _EPOCH.toordinal()
 _FIRST_DAY, _LAST_DAY = 1 - _ORDINAL_1970, dt.date.max.toordinal() - _ORDINAL_1970  # years 1 and 9999
+_FIRST_US, _END_US = _FIRST_DAY * _US_DAY, (_LAST_DAY + 1) * _US_DAY
 
 
 # -- numbers -------------------------------------------------------------------------------------
@@ -183,12 +184,12 @@ def time_text(us: int) -> str:
 
 def timestamp_text(us_1970: int, utc: bool) -> str:
     """Avro timestamp(-micros) / local-timestamp-micros (int64 limits = ±infinity); utc adds ``+00``."""
+    if _FIRST_US <= us_1970 < _END_US:  # datetime's range (years 1 to 9999): its C code is the fast way
+        text = (_EPOCH + dt.timedelta(microseconds=us_1970)).isoformat(" ")
+        return (text.rstrip("0") if us_1970 % _US_SEC else text) + ("+00" if utc else "")
     if us_1970 in (INT64_MAX, INT64_MIN):
         return "infinity" if us_1970 == INT64_MAX else "-infinity"
     days, us = divmod(us_1970, _US_DAY)
-    if _FIRST_DAY <= days <= _LAST_DAY:  # datetime's range
-        text = (_EPOCH + dt.timedelta(days, 0, us)).isoformat(" ")
-        return (text.rstrip("0") if us % _US_SEC else text) + ("+00" if utc else "")
     date, bc = _date(days)
     return f"{date} {_clock(us)}{'+00' if utc else ''}{' BC' if bc else ''}"
 

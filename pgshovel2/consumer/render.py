@@ -95,6 +95,7 @@ _PLAIN_IDENT = re.compile(r"[a-z_][a-z0-9_$]*")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _ESCAPES = {"\\": "\\\\", "'": "\\'", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
 Row = Callable[[dict[str, Any]], str]
+Cells = dict[str, tuple[str, pgtext.Text]]  # Avro field name -> (shown name + ": ", shown value)
 _JSON_DECODE = json.JSONDecoder(parse_float=Decimal).decode  # exact numbers, for jsonb values
 _STYLED_OPS = {op: click.style(op, fg=colour, bold=True) for op, colour in OP_COLOURS.items()}
 
@@ -158,8 +159,9 @@ class Pretty:
             cols = {a: c for c in table.columns for a in (*c.aliases, c.name)}
             self._by_table[f"{table.schema}.{table.name}"] = cols
             self._columns[names.table_topic(prefix, table.schema, table.name)] = cols
-        self._avro: dict[tuple[str, int], tuple[Row, bool]] = {}
+        self._avro: dict[tuple[str, int], tuple[Row, bool, Cells]] = {}
         self._json: dict[str, dict[str, tuple[str, pgtext.Text]]] = {}
+        self._keys: dict[tuple[str, bytes], list[str] | None] = {}  # (topic, key header) -> key fields
 
     def lines(self, txn: Transaction) -> Iterator[str]:
         """The block of txn, line by line (ANSI styles; click.echo drops them off a terminal)."""
@@ -178,30 +180,35 @@ class Pretty:
         op = _STYLED_OPS.get(change.op) or click.style(change.op, bold=True)
         parts = [op, change.table]
         where = f"{change.topic!r} [{change.partition}] offset {change.offset}"
-        if change.key is not None:
-            parts.append(self._render(change, change.key, f"the key of {where}")[0])
+        text = envelope = row = None
         if change.value is not None:
-            text, envelope = self._render(change, change.value, f"the value of {where}")
-            if envelope is None:
-                parts.append(f"-> {text}" if change.key is not None else text)
-            else:
-                before, after = envelope
-                if before is not None:
-                    parts.append(f"before {before}")
-                if after is not None:
-                    parts.append(f"-> {after}")
+            text, envelope, row = self._render(change, change.value, f"the value of {where}")
+        if change.key is not None:
+            key = self._key_from_row(change, change.key, row, where) if row is not None else None
+            parts.append(key if key is not None else self._render(change, change.key, f"the key of {where}")[0])
+        if envelope is not None:
+            before, after = envelope
+            if before is not None:
+                parts.append(f"before {before}")
+            if after is not None:
+                parts.append(f"-> {after}")
+        elif text is not None:
+            parts.append(f"-> {text}" if change.key is not None else text)
         return "  " + " ".join(parts)
 
     # -- decoding and rendering ----------------------------------------------------------------
 
-    def _render(self, change: Change, data: bytes, where: str) -> tuple[str, tuple[str | None, str | None] | None]:
-        """(row text, None), or for a debezium event ("", (before text, after text))."""
+    def _render(self, change: Change, data: bytes, where: str) -> tuple[str, tuple[str | None, str | None] | None,
+                                                                      tuple[dict[str, Any], Cells] | None]:
+        """(row text, None, (Avro datum, its cells) or None), or for a debezium event ("", (before, after), None)."""
         if data[:1] == b"\x00":
             schema_id, writer, datum = self.decoder.avro(data, where)
             cached = self._avro.get((change.topic, schema_id))
             if cached is None:
                 cached = self._avro[(change.topic, schema_id)] = self._avro_row(change, writer)
-            row, envelope = cached
+            row, envelope, cells = cached
+            if not envelope:
+                return row(datum), None, (datum, cells)
         else:
             try:
                 datum = _JSON_DECODE(data.decode("utf-8"))
@@ -211,14 +218,31 @@ class Pretty:
                 raise ConsumerError(f"{where} is {datum!r:.80}, not a JSON object")
             row, envelope = (lambda d: self._json_row(change, d)), self.debezium and "source" in datum
         if not envelope:
-            return row(datum), None
+            return row(datum), None, None
         before, after = datum.get("before"), datum.get("after")
-        return "", (None if before is None else row(before), None if after is None else row(after))
+        return "", (None if before is None else row(before), None if after is None else row(after)), None
+
+    def _key_from_row(self, change: Change, key: bytes, row: tuple[dict[str, Any], Cells], where: str) -> str | None:
+        """The key shown from the value's own fields (a row image holds the key columns): one Avro
+        decode per change instead of two. None when the key is not an Avro record of those fields."""
+        header = key[:5]
+        datum, cells = row
+        if (change.topic, header) not in self._keys:
+            fields = None
+            if header[:1] == b"\x00":
+                _, writer, _ = self.decoder.avro(key, f"the key of {where}")
+                fields = [f["name"] for f in writer.get("fields", ())] if writer.get("type") == "record" else []
+            self._keys[(change.topic, header)] = fields if fields and all(f in cells for f in fields) else None
+        fields = self._keys[(change.topic, header)]
+        if fields is None:
+            return None
+        return "{" + ", ".join([cells[f][0] + ("NULL" if (v := datum[f]) is None else cells[f][1](v))
+                                for f in fields]) + "}"
 
     def _kinds(self, change: Change) -> dict[str, Column]:
         return self._columns.get(change.topic) or self._by_table.get(change.table) or {}
 
-    def _avro_row(self, change: Change, writer: dict[str, Any]) -> tuple[Row, bool]:
+    def _avro_row(self, change: Change, writer: dict[str, Any]) -> tuple[Row, bool, Cells]:
         """The row renderer of an Avro writer schema (a row record, or a debezium Envelope)."""
         envelope = writer.get("name") == "Envelope" and \
             {f["name"] for f in writer["fields"]} >= {"before", "after", "source"}
@@ -231,7 +255,7 @@ class Pretty:
             kind = col.kind if col is not None else pgtext.kind_of_type(f.get("pgshovel.type", ""))
             show = _shown(pgtext.avro_text(f["type"], kind), pgtext.avro_bare(f["type"], kind), self.max_text)
             cells.append((f"{ident(name)}: ", f["name"], show))
-        return _row(cells), envelope
+        return _row(cells), envelope, {f: (prefix, show) for prefix, f, show in cells}
 
     def _json_row(self, change: Change, datum: dict[str, Any]) -> str:
         cells = self._json.setdefault(change.topic, {})
