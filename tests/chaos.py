@@ -33,6 +33,7 @@ from pgshovel2.ops.verify import read_topics, verify_set
 from pgshovel2.relay.logical_source import RECORD_FORMAT, RecordDecoder
 from pgshovel2.relay.source import Change
 from pgshovel2.setrecord import SetRecord
+from pgshovel2.sinks.kafka import PARTITIONER
 from tests.helpers import Decoder, RelayProcess, caught_up, pgshovel, write_config
 
 AUDIT = "chaos_audit"
@@ -304,7 +305,7 @@ class ChaosRun:
         topic = record.topic(record.tables[0])
         key, value, headers = next(m for m in read_topics(self.stack.bootstrap, [topic])[topic]
                                    if m[2]["pgshovel.op"] != "r")
-        producer = Producer({"bootstrap.servers": self.stack.bootstrap})
+        producer = Producer({"bootstrap.servers": self.stack.bootstrap, "partitioner": PARTITIONER})
         producer.produce(topic, value, key, headers=list(headers.items()))
         assert producer.flush(30) == 0
 

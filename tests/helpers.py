@@ -12,6 +12,7 @@ from pathlib import Path
 import fastavro
 import psycopg2
 import yaml
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 from confluent_kafka.schema_registry import SchemaRegistryClient
 
 from pgshovel2 import names
@@ -23,6 +24,7 @@ BIN = Path(sys.executable).parent
 REPO = Path(__file__).resolve().parent.parent
 # A killed active relay is replaced after this many seconds (the ZooKeeper session timeout).
 SESSION_TIMEOUT = os.environ.get("PGSHOVEL2_TEST_SESSION_TIMEOUT", "3")
+KAFKA_LIBS = Path(os.environ.get("KAFKA_LIBS") or REPO / ".cache" / "kafka-libs")
 
 
 def write_config(tmp_path: Path, stack, tables: list, encoding: str = "avro", backend: str = "trigger",
@@ -147,3 +149,41 @@ def assert_verified(reports) -> None:
     """Fail with the first difference of any table."""
     bad = [r for r in reports if not r.ok]
     assert not bad, bad[0].first_difference
+
+
+def kafka_partitions(keys: list[bytes], partitions: int) -> list[tuple[int, int]]:
+    """[(murmur2 hash, partition)] of each serialized key, computed by Kafka's own Java client.
+
+    Runs tests/java/KafkaPartitions.java (Utils.murmur2 and
+    BuiltInPartitioner.partitionForKey of the kafka-clients jar in $KAFKA_LIBS) for a topic
+    of partitions partitions: what a Java producer's default partitioner does with the key.
+    """
+    lines = "".join(k.hex() + "\n" for k in keys)
+    proc = subprocess.run(["java", "-cp", f"{KAFKA_LIBS}/*", str(REPO / "tests" / "java" / "KafkaPartitions.java"),
+                           str(partitions)], input=lines, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    out = [tuple(int(x) for x in line.split()) for line in proc.stdout.splitlines()]
+    assert len(out) == len(keys), proc.stdout
+    return out
+
+
+def read_partitioned(bootstrap: str, topic: str, timeout: float = 60) -> list[tuple[int, bytes | None, bytes | None]]:
+    """[(partition, key, value)] of every committed message of topic (partition by partition)."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"pgshovel-test-{time.monotonic_ns()}",
+                         "isolation.level": "read_committed", "enable.auto.commit": False,
+                         "enable.partition.eof": True})
+    try:
+        parts = consumer.list_topics(topic, timeout=timeout).topics[topic].partitions
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in parts])
+        out, pending = [], set(parts)
+        while pending:
+            msg = consumer.poll(timeout)
+            assert msg is not None, f"no message from {topic} within {timeout}s; waiting for {sorted(pending)}"
+            if msg.error():
+                assert msg.error().code() == KafkaError._PARTITION_EOF, msg.error().str()
+                pending.discard(msg.partition())
+                continue
+            out.append((msg.partition(), msg.key(), msg.value()))
+        return sorted(out, key=lambda m: m[0])
+    finally:
+        consumer.close()

@@ -3,15 +3,18 @@
 import logging
 import os
 import sys
+from collections.abc import Iterable
 
 import click
 
 from pgshovel2.cli.common import env_option, reports_errors
 from pgshovel2.cluster import ClusterStore
-from pgshovel2.consumer import SetReader
-from pgshovel2.consumer.render import change_json, pretty
+from pgshovel2.consumer import SetReader, SetTopics
+from pgshovel2.consumer.render import Pretty, change_json, decoded
 
 log = logging.getLogger("pgshovel2.tail")
+# librdkafka prefetches up to 64 MiB by default; a terminal needs far less to keep up.
+PREFETCH = {"queued.max.messages.kbytes": 4096, "fetch.max.bytes": 4 * 1024 * 1024}
 
 
 @click.command("tail")
@@ -39,20 +42,37 @@ def tail(ctx: click.Context, set_name: str, bootstrap_servers: str, schema_regis
     when the topics break the ordering/count rules of the wire contract.
     """
     with ClusterStore(ctx.obj["hosts"], ctx.obj["cluster"]) as store:
-        reader = SetReader.for_set(store, set_name, bootstrap_servers, schema_registry,
-                                   from_beginning=from_beginning, tables=tables,
-                                   assembly_timeout=assembly_timeout)
+        record, _ = store.get_set(set_name)
+    # Messages stay bytes until printed: a transaction held for reassembly costs its bytes.
+    reader = SetReader(SetTopics.from_record(set_name, record), bootstrap_servers, schema_registry,
+                       from_beginning=from_beginning, tables=tables, assembly_timeout=assembly_timeout,
+                       decode=False, kafka_config=PREFETCH)
     where = "the oldest retained messages" if from_beginning else "the end"
     log.info("reading set %r (%d table topic(s) + %s) from %s", set_name, len(reader.topics.tables),
              reader.topics.transactions, where)
     try:
         with reader:
+            view = Pretty(set_name, record, reader.decoder) if fmt == "pretty" else None
             for txn in reader.transactions(until_caught_up=not follow):
-                lines = [change_json(c) for c in txn.changes] if fmt == "json" else pretty(txn)
-                click.echo("\n".join(lines))
-                sys.stdout.flush()
+                if view is None:
+                    echo(change_json(decoded(c, reader.decoder)) for c in txn.changes)
+                else:
+                    echo(view.lines(txn))
     except KeyboardInterrupt:
         sys.exit(130)
     except BrokenPipeError:  # whoever reads our output went away (e.g. `| head`): stop quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         sys.exit(0)
+
+
+def echo(lines: Iterable[str], batch: int = 1000) -> None:
+    """Print lines as they come, batch lines per write, then flush (one transaction is never joined whole)."""
+    pending: list[str] = []
+    for line in lines:
+        pending.append(line)
+        if len(pending) >= batch:
+            click.echo("\n".join(pending))
+            pending.clear()
+    if pending:
+        click.echo("\n".join(pending))
+    sys.stdout.flush()

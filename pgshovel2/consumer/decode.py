@@ -165,9 +165,9 @@ class Decoder:
                  raw: bool = False):
         self.registry_url, self.raw = registry_url, raw
         self._registry = registry
-        self._schemas: dict[int, tuple[Any, Convert | None]] = {}
+        self._schemas: dict[int, tuple[Any, Convert | None, dict[str, Any]]] = {}
 
-    def _schema(self, schema_id: int, where: str) -> tuple[Any, Convert | None]:
+    def _schema(self, schema_id: int, where: str) -> tuple[Any, Convert | None, dict[str, Any]]:
         cached = self._schemas.get(schema_id)
         if cached is not None:
             return cached
@@ -182,7 +182,7 @@ class Decoder:
             raise ConsumerError(f"cannot fetch schema id {schema_id} of {where} from the schema registry "
                                 f"{self.registry_url or ''}: {exc}") from exc
         writer = json.loads(text)
-        cached = (fastavro.parse_schema(raw_schema(writer)), converter(writer))
+        cached = (fastavro.parse_schema(raw_schema(writer)), converter(writer), writer)
         self._schemas[schema_id] = cached
         return cached
 
@@ -195,7 +195,7 @@ class Decoder:
                 if len(data) < 5:
                     raise ValueError(f"{len(data)} bytes, shorter than the 5-byte Confluent header")
                 _, schema_id = struct.unpack(">bI", data[:5])
-                parsed, convert = self._schema(schema_id, where)
+                parsed, convert, _ = self._schema(schema_id, where)
                 body = io.BytesIO(data)
                 body.seek(5)
                 datum = fastavro.schemaless_reader(body, parsed)
@@ -207,5 +207,26 @@ class Decoder:
         except ConsumerError:
             raise
         except Exception as exc:  # any decoding failure (fastavro, json, utf-8) names the message
+            raise ConsumerError(f"cannot decode {where}: {exc}") from exc
+
+    def avro(self, data: bytes, where: str) -> tuple[int, dict[str, Any], Any]:
+        """(schema id, writer schema, raw datum) of an Avro message (first byte 0).
+
+        The datum is read without logical types (as with raw=True); the writer
+        schema is the registered JSON schema, with its field properties
+        (``pgshovel.column``, ``pgshovel.type``). Raises ConsumerError naming
+        where.
+        """
+        try:
+            if len(data) < 5 or data[:1] != b"\x00":
+                raise ValueError("not an Avro message (Confluent header: magic byte 0, 4-byte schema id)")
+            _, schema_id = struct.unpack(">bI", data[:5])
+            parsed, _, writer = self._schema(schema_id, where)
+            body = io.BytesIO(data)
+            body.seek(5)
+            return schema_id, writer, fastavro.schemaless_reader(body, parsed)
+        except ConsumerError:
+            raise
+        except Exception as exc:  # fastavro and header failures name the message
             raise ConsumerError(f"cannot decode {where}: {exc}") from exc
 

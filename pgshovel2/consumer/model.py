@@ -8,7 +8,7 @@ SNAPSHOT_TXID = 0
 """pgshovel.txid of snapshot rows (op ``r``): they belong to no source transaction."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Change:
     """One change of a row (or a TRUNCATE of a table).
 
@@ -16,8 +16,9 @@ class Change:
     table's topic; the record itself is on the transactions topic).
     table: ``schema.table``, unquoted. op: ``c`` create, ``u`` update,
     ``d`` delete, ``r`` snapshot read, ``t`` truncate. key/value: decoded
-    dicts (column field name -> value; see pgshovel2.consumer.decode), None
-    for a null key (unkeyed table), a tombstone (``d``) or a truncate.
+    dicts (column field name -> value; see pgshovel2.consumer.decode), or
+    the message bytes when read with ``SetReader(decode=False)``; None for a
+    null key (unkeyed table), a tombstone (``d``) or a truncate.
     txid: source transaction (0 for snapshot rows). position: the relay's
     sortable position. ts_ms: capture time, ms since the epoch.
     partition/offset: where the message is in Kafka. version: the set version
@@ -28,8 +29,8 @@ class Change:
     topic: str
     table: str
     op: str
-    key: dict[str, Any] | None
-    value: dict[str, Any] | None
+    key: dict[str, Any] | bytes | None
+    value: dict[str, Any] | bytes | None
     txid: int
     position: str
     ts_ms: int
@@ -60,9 +61,9 @@ class Transaction:
     end_offset: int | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class DataMessage:
-    """A data message of a table topic: headers parsed, key/value decoded."""
+    """A data message of a table topic: headers parsed, key/value decoded (or bytes, see Change)."""
 
     topic: str
     partition: int
@@ -71,8 +72,8 @@ class DataMessage:
     txid: int
     position: str
     ts_ms: int
-    key: dict[str, Any] | None
-    value: dict[str, Any] | None
+    key: dict[str, Any] | bytes | None
+    value: dict[str, Any] | bytes | None
     version: int = 0
 
     @property

@@ -11,6 +11,7 @@ message) or the end of the topics when the reader is created.
 """
 
 import logging
+import sys
 import time
 import uuid
 from collections.abc import Iterable, Iterator
@@ -63,6 +64,10 @@ class SetReader:
     its text; trigger backend) or a slot's ConsistentPoint (logical backend):
     transactions it covers and snapshot rows (op ``r``) are skipped -- they are
     in the bootstrap copy. :meth:`from_manifest` sets both.
+    decode: False leaves data messages' keys and values undecoded: Change.key
+    and Change.value are then the message bytes (None for a null key or a
+    tombstone), decoded by the caller when needed (``reader.decoder``); a
+    transaction held for reassembly then costs its bytes, not Python objects.
 
     Raises ConsumerError when Kafka cannot be reached or a topic is missing.
     Use as a context manager, or call close().
@@ -73,8 +78,9 @@ class SetReader:
                  assembly_timeout: float = 30.0, snapshot_chunk: int = 1000, max_buffered: int = 10000,
                  kafka_config: dict[str, Any] | None = None, timeout: float = 30.0,
                  start_offsets: dict[Partition, int] | None = None,
-                 after_snapshot: TxidSnapshot | ConsistentPoint | str | None = None):
+                 after_snapshot: TxidSnapshot | ConsistentPoint | str | None = None, decode: bool = True):
         self.topics = topics.select(tables)
+        self.decode = decode
         self.bootstrap, self.from_beginning = bootstrap, from_beginning
         self.assembly_timeout, self.max_buffered, self.timeout = assembly_timeout, max_buffered, timeout
         self.decoder = Decoder(registry_url)
@@ -240,10 +246,13 @@ class SetReader:
         except (KeyError, TypeError, ValueError) as exc:
             raise ConsumerError(f"{where}: missing or malformed pgshovel headers {headers!r} "
                                 f"(needs {', '.join(HEADERS)})") from exc
-        self.reassembler.add_data(DataMessage(
-            msg.topic(), msg.partition(), msg.offset(), op, txid_n, position, ts_n,
-            self.decoder.decode(msg.key(), f"the key of {where}"),
-            self.decoder.decode(msg.value(), f"the value of {where}"), version))
+        if self.decode:
+            key, value = (self.decoder.decode(msg.key(), f"the key of {where}"),
+                          self.decoder.decode(msg.value(), f"the value of {where}"))
+        else:
+            key, value = msg.key(), msg.value()
+        self.reassembler.add_data(DataMessage(sys.intern(msg.topic()), msg.partition(), msg.offset(), op, txid_n,
+                                              position, ts_n, key, value, version))
 
     def _flow_control(self) -> None:
         """Pause partitions holding max_buffered messages; resume them below half of it."""

@@ -31,7 +31,7 @@ from pgshovel2.bootstrap.manifest import Manifest
 from pgshovel2.catalog import Table
 from pgshovel2.consumer.offsets import end_offsets, partition_counts
 from pgshovel2.consumer.topics import SetTopics
-from pgshovel2.replica import parquet, state
+from pgshovel2.replica import state
 from pgshovel2.replica.sql import ReplicaError, TableMap, create_table
 from pgshovel2.replica.state import ReplicaState
 from pgshovel2.setrecord import SetRecord
@@ -88,6 +88,8 @@ def bootstrap(target, cluster: str, set_name: str, record: SetRecord, mode: str,
     if mode == "copy":
         offsets, snapshot = _copy(target, set_name, record, tables, kafka_bootstrap)
     elif manifest is not None:
+        from pgshovel2.replica import parquet  # pyarrow and pandas: ~100 MB and seconds, for this mode only
+
         with target.cursor() as cur:
             rows = parquet.load(cur, manifest, manifest_dir, tables)
         log.info("loaded %d rows from the bootstrap %s", rows, manifest_dir)

@@ -6,14 +6,19 @@ transaction (the first produce after a commit begins the next one); a relay
 started later with the same transactional id fences this one. In
 idempotent-only mode commit waits until every message is acknowledged
 (acks=all): at-least-once, kept to measure what transactions cost.
+
+Keyed messages go to the partition Kafka's Java clients choose: murmur2 of
+the serialized key, positive, modulo the partition count (WIRE.md "Keys and
+partitioning"; librdkafka's own default is CRC32). Null keys go to a random
+partition.
 """
 
 import logging
 import threading
 import time
 
-from confluent_kafka import KafkaError, KafkaException, Producer
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
 from pgshovel2.config import TopicsConfig
 from pgshovel2.errors import FencedError, RelayError, StopRequestedError, UnavailableError
@@ -24,8 +29,14 @@ MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 # snapshot; a crashed relay's open transaction is aborted as soon as its
 # successor calls init_transactions, not after the timeout.
 TRANSACTION_TIMEOUT_MS = 900_000
+# librdkafka's name for the Java client's default partitioner of keyed messages (murmur2; random
+# for a null key). Every producer of set topics uses it: part of the wire contract.
+PARTITIONER = "murmur2_random"
+# How long ensure_topics waits for the partitions of the topics it created to be served (s).
+TOPIC_READY_TIMEOUT = 60.0
 
 PRODUCER_DEFAULTS = {
+    "partitioner": PARTITIONER,
     "enable.idempotence": True,
     "acks": "all",
     "linger.ms": 5,
@@ -54,16 +65,83 @@ def _error(exc: KafkaException | KafkaError, what: str) -> RelayError:
     return UnavailableError(f"{what}: {err.str()}")
 
 
+def _unserved(admin: AdminClient, topics: dict[str, int | None], timeout: float) -> dict[str, str]:
+    """Topic -> why it is not served yet, for the topics (name -> partition count) not ready now."""
+    try:
+        meta = admin.list_topics(timeout=timeout)
+    except KafkaException as exc:
+        return {t: f"no metadata ({exc})" for t in topics}
+    out: dict[str, str] = {}
+    led: list[TopicPartition] = []
+    for topic, count in topics.items():
+        info = meta.topics.get(topic)
+        if info is None or info.error is not None:
+            out[topic] = f"not in the metadata yet ({info.error.str() if info is not None else 'unknown topic'})"
+            continue
+        parts = info.partitions
+        wanted = range(count) if count is not None else sorted(parts)
+        leaderless = [p for p in wanted if p not in parts or parts[p].leader < 0 or parts[p].error]
+        if leaderless or not wanted:
+            out[topic] = f"no leader for partition(s) {leaderless}" if leaderless else "no partitions yet"
+        else:
+            led += [TopicPartition(topic, p) for p in wanted]
+    if led:  # a broker lists itself as leader before it serves the partition: ask the leader itself
+        try:
+            futures = admin.list_offsets({tp: OffsetSpec.latest() for tp in led}, request_timeout=timeout)
+        except KafkaException as exc:
+            return {**out, **{tp.topic: f"cannot list offsets ({exc})" for tp in led}}
+        for tp, future in futures.items():
+            try:
+                future.result()
+            except KafkaException as exc:
+                out.setdefault(tp.topic, f"partition {tp.partition}: {exc.args[0].str()}")
+    return out
+
+
+def wait_until_served(admin: AdminClient, topics: dict[str, int | None], bootstrap: str,
+                      timeout: float = TOPIC_READY_TIMEOUT, stop: threading.Event | None = None) -> None:
+    """Return once every partition of topics (name -> partition count, None: as many as the
+    metadata lists) is served by a leader.
+
+    Served: the metadata names a leader for each partition, and that leader
+    answers a ListOffsets request for it (the metadata shows a new leader a
+    moment before the broker serves the partition). Checked every 0.1 s up
+    to timeout (s); raises UnavailableError naming the first topic still not
+    served (Kafka at bootstrap) and why, StopRequestedError when stop is set meanwhile.
+    """
+    deadline = time.monotonic() + timeout
+    pending = dict(topics)
+    while pending:
+        remaining = deadline - time.monotonic()
+        why = _unserved(admin, pending, max(1.0, min(STEP, remaining)))
+        pending = {t: n for t, n in pending.items() if t in why}
+        if not pending:
+            return
+        if time.monotonic() >= deadline:
+            topic = min(pending)
+            raise UnavailableError(f"topic {topic!r} was created in Kafka at {bootstrap} but is not ready for "
+                                   f"use after {timeout:g}s: {why[topic]}"
+                                   + (f" (and {len(pending) - 1} more topic(s))" if len(pending) > 1 else ""))
+        if stop is not None and stop.wait(0.1):
+            raise StopRequestedError(f"stopped while waiting for new topics to be served by Kafka at {bootstrap}")
+        if stop is None:
+            time.sleep(0.1)
+
+
 class KafkaSink:
     """Produces to Kafka.
 
     bootstrap: ``host:port[,host:port]``; transactional_id: the set's Kafka
     transactional id, or None for the idempotent-only producer; config:
-    librdkafka overrides.
+    librdkafka overrides (ValueError for another ``partitioner`` than
+    :data:`PARTITIONER`: the partitioning is part of the wire contract).
     """
 
     def __init__(self, bootstrap: str, transactional_id: str | None = None, config: dict | None = None,
                  stop: threading.Event | None = None):
+        if (config or {}).get("partitioner", PARTITIONER) != PARTITIONER:
+            raise ValueError(f"Kafka producer setting partitioner={config['partitioner']!r}: set topics are "
+                             f"partitioned with {PARTITIONER!r} (Kafka's murmur2), see WIRE.md")
         self.bootstrap, self.transactional_id = bootstrap, transactional_id
         self._stop = stop or threading.Event()
         settings = {"bootstrap.servers": bootstrap, **PRODUCER_DEFAULTS, **(config or {}),
@@ -128,8 +206,12 @@ class KafkaSink:
         """Create missing topics; topics maps name -> cleanup.policy.
 
         Topics in single_partition get one partition (ordered records). Returns
-        the names created. Raises RelayError naming a missing topic when
-        creation is disabled, UnavailableError when Kafka cannot be reached.
+        the names created, once every partition of them is served by its leader
+        (:func:`wait_until_served`, up to TOPIC_READY_TIMEOUT s): producing to or
+        reading offsets of a topic whose leaders are not ready yet fails with
+        NOT_LEADER_OR_FOLLOWER. Raises RelayError naming a missing topic when
+        creation is disabled, UnavailableError when Kafka cannot be reached or
+        a created topic is not served in time.
         """
         try:
             existing = set(self._admin.list_topics(timeout=15).topics)
@@ -144,12 +226,15 @@ class KafkaSink:
                         config={"cleanup.policy": topics[t],
                                 "max.message.bytes": str(MAX_MESSAGE_BYTES)})
                for t in missing]
+        created: dict[str, int | None] = {t.topic: t.num_partitions for t in new}
         for topic, future in (self._admin.create_topics(new).items() if new else ()):
             try:
                 future.result()
             except KafkaException as exc:
                 if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
                     raise RelayError(f"cannot create topic {topic!r}: {exc}") from exc
+                created[topic] = None  # created by someone else meanwhile, maybe with other settings
+        wait_until_served(self._admin, created, self.bootstrap, stop=self._stop)
         return missing
 
     def produce(self, topic: str, key: bytes | None, value: bytes | None, headers: Headers) -> None:

@@ -25,9 +25,11 @@ def create_tables(db, schema: str, accounts: int = 2000) -> None:
         cur.execute(f'INSERT INTO "{schema}".branches SELECT g, 0, \'branch \' || g FROM generate_series(1, 10) g')
 
 
-def create_set(stack, cluster: str, tmp_path: Path, schema: str, name: str, backend: str = "trigger") -> None:
-    """Set name over the two tables (Avro), on backend."""
-    config = write_config(tmp_path, stack, [{"schema": schema, "name": t} for t in TABLES], backend=backend)
+def create_set(stack, cluster: str, tmp_path: Path, schema: str, name: str, backend: str = "trigger",
+               **extra) -> None:
+    """Set name over the two tables (Avro), on backend; extra: more set config (write_config)."""
+    config = write_config(tmp_path, stack, [{"schema": schema, "name": t} for t in TABLES], backend=backend,
+                          **extra)
     pgshovel(stack, cluster, "set", "create", name, str(config))
 
 

@@ -19,7 +19,7 @@ from pgshovel2.cluster import ClusterStore
 from pgshovel2.ops.verify import read_topics
 from pgshovel2.sparkjobs import bootstrap, session
 from pgshovel2.txids import ConsistentPoint
-from tests.helpers import caught_up, pgshovel, write_config
+from tests.helpers import caught_up, kafka_partitions, pgshovel, read_partitioned, write_config
 from tests.integration.bootstrap_helpers import (
     TABLES,
     Writer,
@@ -157,6 +157,18 @@ def test_to_kafka_debezium_snapshot_markers_and_lsn(stack, db, schema, cluster, 
     assert {(e["source"]["lsn"], e["source"]["sequence"], e["source"]["txId"]) for e in ours} == {
         (lsn, f'[null,"{lsn}"]', None)}
     assert [t.rows for t in manifest.tables] == [30, 10] and all(int(t.checksum) for t in manifest.tables)
+
+
+def test_to_kafka_partitions_keys_as_kafka_does(stack, db, schema, cluster, relay_factory, spark, tmp_path):
+    create_tables(db, schema, accounts=400)
+    create_set(stack, cluster, tmp_path, schema, "kpart", encoding="json", topics={"partitions": 6})
+    relay_factory("kpart").wait_for("snapshot done")
+    _run(spark, stack, cluster, "kpart", tmp_path / "kp", to_kafka=True, partition_rows=100)
+    for table, rows in (("accounts", 400), ("branches", 10)):
+        got = read_partitioned(stack.bootstrap, f"kpart.{schema}.{table}")
+        assert len(got) == 2 * rows  # the relay's snapshot, then the bootstrap's op r copy
+        expected = kafka_partitions([k for _, k, _ in got], 6)
+        assert [p for p, _, _ in got] == [p for _, p in expected], table
 
 
 def test_bad_cases_leave_no_output(stack, db, schema, cluster, relay_factory, spark, tmp_path):

@@ -163,10 +163,10 @@ def test_tail_json_and_pretty(stack, cluster, db, schema, tmp_path, relays):
     t1 = expected[0][0]
     block = only_a[only_a.index(next(x for x in only_a if x.startswith(f"BEGIN txid {t1} "))):]
     assert block[0].startswith(f"BEGIN txid {t1} (4 changes, ") and block[0].endswith("Z)")
-    assert block[1:6] == [f"  c {schema}.a {{id: 1}} -> {{id: 1, v: \"one\"}}",
-                          f"  c {schema}.a {{id: 2}} -> {{id: 2, v: \"two\"}}",
-                          f"  c {schema}.a {{id: 3}} -> {{id: 3, v: \"three\"}}",
-                          f"  u {schema}.a {{id: 2}} -> {{id: 2, v: \"TWO\"}}", "COMMIT"]
+    assert block[1:6] == [f"  c {schema}.a {{id: 1}} -> {{id: 1, v: 'one'}}",
+                          f"  c {schema}.a {{id: 2}} -> {{id: 2, v: 'two'}}",
+                          f"  c {schema}.a {{id: 3}} -> {{id: 3, v: 'three'}}",
+                          f"  u {schema}.a {{id: 2}} -> {{id: 2, v: 'TWO'}}", "COMMIT"]
     assert "\x1b[" not in "\n".join(only_a)  # no colour codes when stdout is not a terminal
     assert not any(f"{schema}.b" in x for x in only_a)
 
