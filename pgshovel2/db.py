@@ -41,3 +41,21 @@ def redacted(dsn: str) -> str:
     except psycopg2.ProgrammingError:
         return ""
     return " ".join(f"{k}={v}" for k, v in params.items() if k != "password")
+
+
+def one_row(dsn: str, query: str, params: tuple, fields: tuple[str, ...]) -> dict | None:
+    """The first row of query on dsn as {field: value}, None when there is none, or {"error": why}
+    when the database does not answer or refuses (for status lines: never raises)."""
+    try:
+        conn = psycopg2.connect(dsn, connect_timeout=5, application_name="pgshovel2 status")
+    except psycopg2.Error as exc:
+        return {"error": f"database does not answer: {str(exc).strip()}"}
+    try:
+        with conn.cursor() as cur:
+            cur.execute(query, params)
+            row = cur.fetchone()
+    except psycopg2.Error as exc:
+        return {"error": str(exc).strip()}
+    finally:
+        conn.close()
+    return None if row is None else dict(zip(fields, row, strict=True))

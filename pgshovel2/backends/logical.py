@@ -32,10 +32,10 @@ import psycopg2.extras
 from psycopg2 import sql
 
 from pgshovel2 import names
-from pgshovel2.backends.snapshot import APPLICATION_NAME, ExportedSnapshot
+from pgshovel2.backends.snapshot import ExportedSnapshot
 from pgshovel2.catalog import Table, raise_all
 from pgshovel2.config import SetConfig
-from pgshovel2.db import connect
+from pgshovel2.db import connect, one_row
 from pgshovel2.errors import CaptureError, ConfigError, PgshovelError, RelayError
 from pgshovel2.setrecord import PLUGIN
 from pgshovel2.txids import ConsistentPoint
@@ -209,22 +209,9 @@ def export(dsn: str, error: type[PgshovelError], slot: str | None = None) -> Exp
 def slot_lag(dsn: str, slot: str) -> dict[str, Any]:
     """{lag_seconds, lag_bytes, retained_bytes, wal_status} of a set's slot, or {error} when the
     database does not answer or the slot does not exist (for ``set status``)."""
-    try:
-        conn = psycopg2.connect(dsn, connect_timeout=5, application_name=APPLICATION_NAME)
-    except psycopg2.Error as exc:
-        return {"error": f"database does not answer: {str(exc).strip()}"}
-    try:
-        with conn.cursor() as cur:
-            cur.execute("SELECT lag_seconds, lag_bytes, retained_bytes, wal_status FROM pgshovel2_decoder.slot_lag "
-                        "WHERE slot_name = %s", (slot,))
-            row = cur.fetchone()
-    except psycopg2.Error as exc:
-        return {"error": str(exc).strip()}
-    finally:
-        conn.close()
-    if row is None:
-        return {"error": f"no replication slot {slot} (the relay creates it on its first start)"}
-    return dict(zip(("lag_seconds", "lag_bytes", "retained_bytes", "wal_status"), row, strict=True))
+    row = one_row(dsn, "SELECT lag_seconds, lag_bytes, retained_bytes, wal_status FROM pgshovel2_decoder.slot_lag "
+                  "WHERE slot_name = %s", (slot,), ("lag_seconds", "lag_bytes", "retained_bytes", "wal_status"))
+    return row or {"error": f"no replication slot {slot} (the relay creates it on its first start)"}
 
 
 def missing_slot_message(slot: str) -> str:

@@ -11,12 +11,11 @@ import json
 import time
 from typing import Any
 
-import psycopg2
 from psycopg2 import sql
 
 from pgshovel2.backends.snapshot import ExportedSnapshot, export_txid_snapshot
 from pgshovel2.catalog import Table
-from pgshovel2.db import connect
+from pgshovel2.db import connect, one_row
 from pgshovel2.errors import CaptureError, PgshovelError, RelayError
 from pgshovel2.setrecord import CONSUMER, TriggerCapture
 
@@ -160,22 +159,10 @@ def export(dsn: str, error: type[PgshovelError]) -> ExportedSnapshot:
 def queue_lag(dsn: str, capture: TriggerCapture) -> dict[str, Any]:
     """{lag_seconds, pending_events, last_tick} of the relay's consumer, or {error} when the
     database does not answer or has no such consumer (for ``set status``)."""
-    try:
-        conn = psycopg2.connect(dsn, connect_timeout=5)
-    except psycopg2.Error as exc:
-        return {"error": f"database does not answer: {str(exc).strip()}"}
-    try:
-        with conn.cursor() as cur:
-            cur.execute("SELECT extract(epoch FROM lag)::float8, pending_events, last_tick "
-                        "FROM pgq.get_consumer_info(%s, %s)", (capture.queue, capture.consumer))
-            row = cur.fetchone()
-    except psycopg2.Error as exc:
-        return {"error": str(exc).strip()}
-    finally:
-        conn.close()
-    if row is None:
-        return {"error": f"no consumer {capture.consumer} on queue {capture.queue}"}
-    return dict(zip(("lag_seconds", "pending_events", "last_tick"), row, strict=True))
+    row = one_row(dsn, "SELECT extract(epoch FROM lag)::float8, pending_events, last_tick "
+                  "FROM pgq.get_consumer_info(%s, %s)", (capture.queue, capture.consumer),
+                  ("lag_seconds", "pending_events", "last_tick"))
+    return row or {"error": f"no consumer {capture.consumer} on queue {capture.queue}"}
 
 
 def wait_caught_up(dsn: str, queue: str, consumer: str = CONSUMER, timeout: float = 120.0) -> int:
