@@ -9,14 +9,15 @@ import uuid
 
 import psycopg2
 import pytest
-from pgshovel2.capture import trigger
 from psycopg2 import sql
 
 from pgshovel2 import names
+from pgshovel2.backends import trigger
 from pgshovel2.catalog import Column, Table
 from pgshovel2.codec import avro
 from pgshovel2.errors import SchemaRejectedError
 from pgshovel2.ops.verify import read_topics
+from pgshovel2.setrecord import queue_name
 from pgshovel2.sinks.registry import SchemaRegistry
 from tests.helpers import RelayProcess, caught_up, pgshovel, write_config
 from tests.integration.sweep_types import OWN_TYPES, sweep_columns
@@ -144,7 +145,7 @@ def test_rows_queued_by_older_capture_code_are_read(stack, cluster, db, schema, 
         relay.wait_for("skipping the initial snapshot")
         with db.cursor() as cur:
             cur.execute("SELECT pgq.insert_event(%s, 'I', %s, %s, NULL, NULL, NULL)",
-                        (trigger.queue_name(cluster, "old"), '[1,-0,"{{2024-02-29,NULL}}","{{-0,1}}",[-0,0]]',
+                        (queue_name(cluster, "old"), '[1,-0,"{{2024-02-29,NULL}}","{{-0,1}}",[-0,0]]',
                          names.qualified(schema, "o")))
         caught_up(stack, cluster, "old")
     finally:
