@@ -44,7 +44,7 @@ def tail(ctx: click.Context, set_name: str, bootstrap_servers: str, schema_regis
     with ClusterStore(ctx.obj["hosts"], ctx.obj["cluster"]) as store:
         record, _ = store.get_set(set_name)
     # Messages stay bytes until printed: a transaction held for reassembly costs its bytes.
-    reader = SetReader(SetTopics.from_record(set_name, record), bootstrap_servers, schema_registry,
+    reader = SetReader(SetTopics.from_record(record), bootstrap_servers, schema_registry,
                        from_beginning=from_beginning, tables=tables, assembly_timeout=assembly_timeout,
                        decode=False, kafka_config=PREFETCH)
     where = "the oldest retained messages" if from_beginning else "the end"
@@ -52,7 +52,7 @@ def tail(ctx: click.Context, set_name: str, bootstrap_servers: str, schema_regis
              reader.topics.transactions, where)
     try:
         with reader:
-            view = Pretty(set_name, record, reader.decoder) if fmt == "pretty" else None
+            view = Pretty(record, reader.decoder) if fmt == "pretty" else None
             for txn in reader.transactions(until_caught_up=not follow):
                 if view is None:
                     echo(change_json(decoded(c, reader.decoder)) for c in txn.changes)

@@ -41,13 +41,14 @@ from typing import Any
 import click
 
 from pgshovel2 import names
-from pgshovel2.catalog import Column, Table
+from pgshovel2.catalog import Column
 from pgshovel2.codec.avro import envelope_row_schema
 from pgshovel2.codec.jsonvalue import ESCAPE_KEY, JsonValue
 from pgshovel2.consumer import pgtext
 from pgshovel2.consumer.decode import Decoder
 from pgshovel2.consumer.errors import ConsumerError
 from pgshovel2.consumer.model import Change, Transaction
+from pgshovel2.setrecord import SetRecord
 
 OP_COLOURS = {"c": "green", "u": "yellow", "d": "red", "t": "magenta", "r": "cyan"}
 MAX_TEXT = 60
@@ -141,9 +142,8 @@ def _row(cells: list[tuple[str, str, pgtext.Text]]) -> Row:
 class Pretty:
     """The pretty form of a set's transactions: one block of lines per transaction.
 
-    set_name, record: the set and its record ({config, tables}, as stored in
-    ZooKeeper): column kinds and names for JSON messages (and Avro string
-    fields), the envelope.
+    record: the set's record (pgshovel2.setrecord): column kinds and names for JSON messages
+    (and Avro string fields), the envelope.
     Avro messages are rendered from their writer schema (field property
     ``pgshovel.column`` for the name), fetched through decoder. Changes must
     hold message bytes (``SetReader(decode=False)``): each is decoded as it is
@@ -151,18 +151,15 @@ class Pretty:
     message that cannot be decoded.
     """
 
-    def __init__(self, set_name: str, record: dict[str, Any], decoder: Decoder, max_text: int = MAX_TEXT):
+    def __init__(self, record: SetRecord, decoder: Decoder, max_text: int = MAX_TEXT):
         self.decoder, self.max_text = decoder, max_text
-        config = record["config"]
-        prefix = config.get("topic_prefix") or set_name
-        self.debezium = config.get("envelope", "row") == "debezium"
+        self.debezium = record.config.envelope == "debezium"
         self._columns: dict[str, dict[str, Column]] = {}
         self._by_table: dict[str, dict[str, Column]] = {}
-        for data in record["tables"]:
-            table = Table.from_dict(data)
+        for table in record.tables:
             cols = {a: c for c in table.columns for a in (*c.aliases, c.name)}
             self._by_table[f"{table.schema}.{table.name}"] = cols
-            self._columns[names.table_topic(prefix, table.schema, table.name)] = cols
+            self._columns[record.topic(table)] = cols
         self._avro: dict[tuple[str, int], tuple[Row, bool, Cells]] = {}
         self._json: dict[str, dict[str, tuple[str, pgtext.Text]]] = {}
         self._keys: dict[tuple[str, bytes], list[str] | None] = {}  # (topic, key header) -> key fields

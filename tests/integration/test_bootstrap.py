@@ -153,7 +153,7 @@ def test_to_kafka_debezium_snapshot_markers_and_lsn(stack, db, schema, cluster, 
     assert [e["op"] for e in ours] == ["r"] * 40
     assert [e["source"]["snapshot"] for e in ours] == (
         ["first"] + ["true"] * 28 + ["last_in_data_collection", "first_in_data_collection"] + ["true"] * 8 + ["last"])
-    lsn = ConsistentPoint.parse(manifest.handoff["lsn"]).lsn
+    lsn = int(ConsistentPoint.parse(manifest.handoff["lsn"]).lsn)
     assert {(e["source"]["lsn"], e["source"]["sequence"], e["source"]["txId"]) for e in ours} == {
         (lsn, f'[null,"{lsn}"]', None)}
     assert [t.rows for t in manifest.tables] == [30, 10] and all(int(t.checksum) for t in manifest.tables)

@@ -70,10 +70,10 @@ def wal_transactions(db, slot: str) -> dict[int, dict]:
         for lsn, xid, data in cur.fetchall():
             txn = out.setdefault(xid, {"changes": []})
             if data.startswith("table "):
-                txn["changes"].append(Lsn.parse(lsn))
+                txn["changes"].append(int(Lsn.parse(lsn)))
             elif data.startswith("COMMIT"):
                 at = datetime.fromisoformat(data.split("(at ")[1].rstrip(")").replace("+00", "+00:00"))
-                txn["ts_us"], txn["end_lsn"] = int(at.timestamp()) * 1_000_000 + at.microsecond, Lsn.parse(lsn)
+                txn["ts_us"], txn["end_lsn"] = int(at.timestamp()) * 1_000_000 + at.microsecond, int(Lsn.parse(lsn))
         cur.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
     return out
 
@@ -121,7 +121,7 @@ def test_debezium_envelope(stack, cluster, db, schema, tmp_path, relay_factory, 
     wal: dict = {first_txid: None, txid: None, 0: None}
     if backend == "logical":
         with ClusterStore(stack.zk, cluster) as store:
-            snapshot_lsn = Lsn.parse(store.get_relay_record(SET, "snapshot")["lsn"])
+            snapshot_lsn = int(Lsn.parse(store.get_relay_record(SET, "snapshot")["lsn"]))
         seen = wal_transactions(db, audit)
         first, second = seen[first_txid & XID], seen[txid & XID]
         at = lambda txn, i, last: {"lsn": txn["changes"][i], "last_lsn": last, "ts_us": txn["ts_us"]}  # noqa: E731

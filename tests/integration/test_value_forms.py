@@ -17,6 +17,7 @@ from pgshovel2.catalog import Column, Table
 from pgshovel2.codec import avro
 from pgshovel2.errors import SchemaRejectedError
 from pgshovel2.ops.verify import read_topics
+from pgshovel2.relay.logical_source import RECORD_FORMAT
 from pgshovel2.setrecord import queue_name
 from pgshovel2.sinks.registry import SchemaRegistry
 from tests.helpers import RelayProcess, caught_up, pgshovel, write_config
@@ -25,12 +26,13 @@ from tests.integration.test_types import SPECIAL
 
 
 def _plugin_rows(data: list[bytes]) -> list[str]:
-    """The new rows of the INSERT records of pgshovel2_decoder output (sql/decoder/README.rst)."""
+    """The new rows of the INSERT records of pgshovel2_decoder output (record format 2,
+    sql/decoder/README.rst: kind, change LSN, table index, flags, row length, row)."""
     rows = []
     for record in data:
         if record[:1] == b"I":
-            (length,) = struct.unpack(">I", record[4:8])
-            rows.append(record[8:8 + length].decode("utf-8"))
+            (length,) = struct.unpack(">I", record[12:16])
+            rows.append(record[16:16 + length].decode("utf-8"))
     return rows
 
 
@@ -69,8 +71,8 @@ def test_plugin_writes_the_trigger_forms(stack, db, schema):
             cur.execute("SELECT queue_data_pfx FROM pgq.queue WHERE queue_name = %s", (queue,))
             cur.execute(f"SELECT ev_data FROM {cur.fetchone()[0]} ORDER BY ev_id")
             by_trigger = [r[0] for r in cur.fetchall()]
-            cur.execute("SELECT data FROM pg_logical_slot_get_binary_changes(%s, NULL, NULL, 'tables', %s)",
-                        (slot, f"{oid}:{attnums}"))
+            cur.execute("SELECT data FROM pg_logical_slot_get_binary_changes(%s, NULL, NULL, 'format', %s, "
+                        "'tables', %s)", (slot, RECORD_FORMAT, f"{oid}:{attnums}"))
             by_plugin = _plugin_rows([bytes(r[0]) for r in cur.fetchall()])
             cur.execute(f"SELECT pgshovel2.encode_row(f, '{{{attnums}}}'), "
                         f"pgshovel2_decoder.encode_row(f, '{{{attnums}}}') FROM forms f ORDER BY id")

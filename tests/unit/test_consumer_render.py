@@ -12,9 +12,11 @@ from pgshovel2.catalog import Column, Table
 from pgshovel2.codec import avro
 from pgshovel2.codec.avro import AvroWriter
 from pgshovel2.codec.rows import RowEncoder
+from pgshovel2.config import SetConfig, TableConfig
 from pgshovel2.consumer import Change, ConsumerError, Decoder, Transaction
 from pgshovel2.consumer.render import Pretty, change_json, ident, iso_ms, jsonable, literal
 from pgshovel2.relay.envelopes import Context, DebeziumEnvelope, RowEnvelope, SourceInfo, TxnOrder
+from pgshovel2.setrecord import SetRecord
 from tests.unit.test_consumer_decode import RAW, Schemas, decoder
 from tests.unit.test_consumer_decode import avro as avro_value
 
@@ -76,7 +78,14 @@ SHOWN1B = ("{id: 1, \"person.name/sur\": E'line1\\nline2', \"Mixed Case\": t, r:
 SHOWN2 = ("{id: 2, \"person.name/sur\": NULL, \"Mixed Case\": NULL, r: NULL, \"1st\": NULL, \"with\"\"quote\": NULL, "
           "d: NULL, tz: NULL, iv: NULL, j: NULL, ia: NULL, b: NULL, tt: NULL}")
 TOPIC = "myset.Sch.Odd_x2eTable"
-RECORD = {"config": {"encoding": "avro", "envelope": "row"}, "tables": [TABLE.to_dict()]}
+def set_record(encoding: str = "avro", envelope: str = "row", tables: tuple = (TABLE,)) -> SetRecord:
+    """A set record "myset" of tables (its topic prefix is the set name)."""
+    config = SetConfig(dsn="dbname=d", tables=tuple(TableConfig(t.schema, t.name) for t in tables),
+                       encoding=encoding, envelope=envelope)
+    return SetRecord.new("c", "myset", config, tables)
+
+
+RECORD = set_record()
 
 
 def envelope(encoding: str, kind: str):
@@ -102,8 +111,7 @@ def transactions(encoding: str, kind: str) -> tuple[list[Transaction], Pretty]:
     snap = env.read(ROW1, Context(0, "s", 0, "true"))[0]
     chunk = Transaction(0, "s", 0, [Change(TOPIC, "Sch.Odd.Table", "r", snap.key, snap.value, 0, "s", 0, 0, 0)],
                         snapshot=True)
-    record = {"config": {"encoding": encoding, "envelope": kind}, "tables": [TABLE.to_dict()]}
-    return [chunk, Transaction(77, "p", 1_763_632_800_123, changes)], Pretty("myset", record, dec)
+    return [chunk, Transaction(77, "p", 1_763_632_800_123, changes)], Pretty(set_record(encoding, kind), dec)
 
 
 def lines(encoding: str, kind: str) -> list[str]:
@@ -138,7 +146,7 @@ def test_pretty_debezium_envelope_shows_before_and_after(encoding):
 
 def test_columns_the_set_record_lacks_fall_back_to_the_message():
     (chunk, _), pretty = transactions("json", "row")
-    pretty = Pretty("myset", {"config": {}, "tables": []}, pretty.decoder)
+    pretty = Pretty(set_record(tables=()), pretty.decoder)
     shown = click.unstyle(list(pretty.lines(chunk))[1])
     # without kinds: numbers, booleans and strings as carried (the real's JSON number as a double)
     assert shown.startswith("  r Sch.Odd.Table {id: 1} -> {id: 1, \"person.name/sur\": 'O''Brien', "
@@ -148,12 +156,12 @@ def test_columns_the_set_record_lacks_fall_back_to_the_message():
 def test_long_values_are_cut_and_garbage_is_named():
     env, dec = envelope("avro", "row")
     (msg,) = env.read([3, "x" * 100] + [None] * 11, Context(0, "s", 0, "true"))
-    line = Pretty("myset", RECORD, dec).change_line(Change(TOPIC, "Sch.Odd.Table", "r", msg.key, msg.value, 0, "s",
+    line = Pretty(RECORD, dec).change_line(Change(TOPIC, "Sch.Odd.Table", "r", msg.key, msg.value, 0, "s",
                                                            0, 2, 41))
     assert f"\"person.name/sur\": '{'x' * 59}…'," in click.unstyle(line)
     bad = Change(TOPIC, "Sch.Odd.Table", "c", b"\x00\x00\x00\x00\x08\x02", b"{not json", 5, "p", 0, 2, 42)
     with pytest.raises(ConsumerError, match=r"the value of 'myset.Sch.Odd_x2eTable' \[2\] offset 42"):
-        Pretty("myset", RECORD, dec).change_line(bad)
+        Pretty(RECORD, dec).change_line(bad)
 
 
 def test_json_values_and_arrays_render_as_the_json_encoding_writes_them():

@@ -68,7 +68,7 @@ def wal_transactions() -> list[dict]:
     changes (op, table, row, old row, change LSN)."""
     out: list[dict] = []
     for rec in FIXTURE["wal"]:
-        data, lsn = rec["data"], Lsn.parse(rec["lsn"])
+        data, lsn = rec["data"], int(Lsn.parse(rec["lsn"]))
         if data.startswith("BEGIN"):
             out.append({"xid": int(rec["xid"]), "changes": []})
         elif data.startswith("COMMIT"):
