@@ -263,13 +263,7 @@ def guess_kind(value: Any) -> tuple[str, bool]:
 
 def avro_text(schema: Any, kind: str) -> Text:
     """Text of a raw Avro datum of schema (the field's non-null type); kind: the column's kind."""
-    if isinstance(schema, list):  # ["null", T]
-        return avro_text(next(s for s in schema if s != "null"), kind)
-    if isinstance(schema, str):
-        schema = {"type": schema}
-    base, logical = schema["type"], schema.get("logicalType")
-    if isinstance(base, dict | list):
-        return avro_text(base, kind)
+    schema, base, logical = _field_type(schema)
     if base == "array":
         element = avro_text(schema["items"], kind)
         return lambda v: array_text(v, element)
@@ -300,18 +294,25 @@ def avro_text(schema: Any, kind: str) -> Text:
 
 def avro_bare(schema: Any, kind: str) -> bool:
     """True when values of the Avro field schema are numbers or booleans (shown unquoted)."""
-    if isinstance(schema, list):
-        return avro_bare(next(s for s in schema if s != "null"), kind)
-    if isinstance(schema, str):
-        schema = {"type": schema}
-    base, logical = schema["type"], schema.get("logicalType")
-    if isinstance(base, dict | list):
-        return avro_bare(base, kind)
+    _, base, logical = _field_type(schema)
     if base in ("boolean", "int", "long", "float", "double"):
         return logical is None
     if base == "bytes":
         return logical == "decimal"
     return base == "string" and kind in ("numeric", "money")
+
+
+def _field_type(schema: Any) -> tuple[dict, str, str | None]:
+    """(schema as a dict, its type name, its logicalType) of an Avro field schema, through
+    ``["null", T]`` unions and nested type definitions."""
+    while True:
+        if isinstance(schema, list):  # ["null", T]
+            schema = next(s for s in schema if s != "null")
+        if isinstance(schema, str):
+            schema = {"type": schema}
+        if not isinstance(schema["type"], dict | list):
+            return schema, schema["type"], schema.get("logicalType")
+        schema = schema["type"]
 
 
 def kind_of_type(pg_type: str) -> str:
