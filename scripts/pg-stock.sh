@@ -117,6 +117,8 @@ server_down() {  # major: stop and remove
   rm -rf "$dir"
 }
 
+[ -z "${2:-}" ] || version_of "$2" >/dev/null   # an unknown major stops here, with its name
+
 case "${1:-}" in
   fetch)
     shift
