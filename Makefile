@@ -2,7 +2,7 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: install stack-up stack-down stack-status demo test chaos unit lint bench clean
+.PHONY: install stack-up stack-down stack-status demo test test-matrix chaos unit lint bench clean
 
 install:
 	scripts/install.sh
@@ -22,6 +22,11 @@ demo: stack-up
 # The test suite starts its own stack (ports +1000, state in .stack-test) and stops it.
 test: install
 	$(PY) -m pytest -ra tests
+
+# The tests marked stock (they run on stock PostgreSQL servers, tests/stock.py) on every stock
+# major; make test runs them on PGSHOVEL2_TEST_STOCK (default 14,17).
+test-matrix: install
+	PGSHOVEL2_TEST_STOCK=14,16,17,18 $(PY) -m pytest -ra -m stock tests
 
 # The fault-injection run at full length (100 relay kills); report in bench/results/.
 chaos: install
@@ -46,4 +51,4 @@ requirements.txt: setup.py
 	scripts/requirements.sh > requirements.txt.new && mv requirements.txt.new requirements.txt
 
 clean: stack-down
-	rm -rf .stack .stack-test
+	rm -rf .stack .stack-test .stack-test-*

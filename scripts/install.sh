@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Installs everything pgshovel2 needs on a fresh Debian 12 machine, idempotently:
 # Debian packages, the pgshovel2 PostgreSQL extension, the Python venv, the
-# Kafka broker jars (Maven Central) and the schema registry.
+# Kafka broker jars (Maven Central), the schema registry and the stock PostgreSQL
+# 14/16/17/18 binaries of the tests (scripts/pg-stock.sh).
 set -euo pipefail
 source "$(dirname "$0")/env.sh"
 
 APT_PACKAGES="postgresql-15 postgresql-15-pgq3 pgqd postgresql-server-dev-15 libpq-dev
-  postgresql-contrib zookeeper kcat netcat-openbsd maven openjdk-17-jre-headless libpostgresql-jdbc-java"
+  postgresql-contrib zookeeper kcat netcat-openbsd maven openjdk-17-jre-headless libpostgresql-jdbc-java
+  unzip xz-utils"
 
 missing=""
 for p in $APT_PACKAGES; do
@@ -61,6 +63,9 @@ if [ ! -f "$SPARK_JARS/.complete-$SPARK_VERSION" ]; then
   done
   touch "$SPARK_JARS/.complete-$SPARK_VERSION"
 fi
+
+# Stock PostgreSQL servers (no C of ours, like a managed service) for the tests: Zonky's binaries.
+"$REPO/scripts/pg-stock.sh" fetch
 
 if [ -x "$REPO/scripts/registry/install.sh" ]; then
   "$REPO/scripts/registry/install.sh" "$REGISTRY_HOME"

@@ -1,6 +1,12 @@
 """Session fixtures: a real stack (PostgreSQL+PgQ+pgqd, ZooKeeper, Kafka,
 schema registry) on test ports under .stack-test, started once and stopped
-at the end. Unit tests under tests/unit do not request it."""
+at the end. Unit tests under tests/unit do not request it.
+
+Stock PostgreSQL servers (tests/stock.py): ``stock_pg`` is one per selected major
+(PGSHOVEL2_TEST_STOCK); ``server`` is Debian's PG 15 and each of them. A contract test module
+runs on every server with one line that replaces its ``stack``:
+``from tests.stock import on_every_server as stack  # noqa: F401``. Tests using either are
+marked ``stock`` (``make test-matrix`` runs them on 14, 16, 17 and 18)."""
 
 import os
 import signal
@@ -10,6 +16,8 @@ from pathlib import Path
 
 import psycopg2
 import pytest
+
+from tests.stock import SELECTION_ENV, StockServers, make_target, stock_majors, target_names
 
 REPO = Path(__file__).resolve().parent.parent
 PORTS = {"PG_PORT": "56432", "ZK_PORT": "23181", "KAFKA_PORT": "30092",
@@ -30,8 +38,19 @@ class Stack:
         subprocess.run([str(REPO / "scripts" / "stack.sh"), *args], env=self.env, check=True)
 
 
+def pytest_configure(config):
+    config.addinivalue_line("markers", "stock: runs on stock PostgreSQL servers (PGSHOVEL2_TEST_STOCK; "
+                                       "make test-matrix runs these on 14, 16, 17 and 18)")
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if {"stock_pg", "server"} & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.stock)
+
+
 @pytest.fixture(scope="session")
-def stack():
+def base_stack():
     """The running test stack; fresh state every session."""
     env = {**os.environ, **PORTS, "STACK_DIR": os.environ.get("TEST_STACK_DIR", str(REPO / ".stack-test"))}
     for key in PORTS:
@@ -42,6 +61,39 @@ def stack():
     s.script("up")
     yield s
     s.script("down")
+
+
+@pytest.fixture(scope="session")
+def stack(base_stack):
+    """The test stack (PostgreSQL 15 with our C and PgQ, superuser dsn). A test module may
+    replace it by the ``server`` targets (see the module docstring)."""
+    return base_stack
+
+
+@pytest.fixture(scope="session")
+def stock_servers():
+    """The session's stock servers (tests/stock.py), started on first use, stopped at the end."""
+    servers = StockServers()
+    yield servers
+    servers.stop_all()
+
+
+NO_STOCK = pytest.param(None, id="stock-none",
+                        marks=pytest.mark.skip(reason=f"{SELECTION_ENV} selects no stock server"))
+
+
+@pytest.fixture(scope="session", params=[pytest.param(m, id=f"stock{m}") for m in stock_majors()] or [NO_STOCK])
+def stock_pg(request, stock_servers):
+    """A running stock server (tests.stock.StockServer: major, port, dsn as app, admin_dsn,
+    reset()) for each major of PGSHOVEL2_TEST_STOCK."""
+    return stock_servers.get(request.param)
+
+
+@pytest.fixture(scope="session", params=target_names(stock_majors()))
+def server(request, base_stack, stock_servers):
+    """A tests.stock.Target: "pg15" (the stack's, superuser, our C) then each stock server (as
+    app): name, major, dsn, admin_dsn, has_our_c, is_superuser, and the stack's zk/bootstrap/registry."""
+    return make_target(request.param, base_stack, stock_servers)
 
 
 @pytest.fixture(params=["trigger", "logical"])
