@@ -288,7 +288,8 @@ class Relay:
 
     def _idle(self, item: Idle) -> None:
         wait = item.wait
-        if self._ready is not None:
+        # Not while a source transaction is half produced: the commit would be at _ready, before it
+        if self._ready is not None and (self._txn is None or not self._txn.begun):
             left = self._delay_left()
             if left <= 0 or not self._ready.complete:
                 self._commit_ready()

@@ -8,6 +8,7 @@ the real services."""
 
 import json
 import threading
+import time
 from collections import Counter
 
 import pytest
@@ -19,7 +20,7 @@ from pgshovel2.relay.layout import Layout
 from pgshovel2.relay.loop import Relay, RelayOptions
 from pgshovel2.relay.source import Begin, Change, Commit, Control, Idle, Lag
 from pgshovel2.setrecord import SetRecord
-from pgshovel2.wire import LOGICAL, TRIGGER, Position
+from pgshovel2.wire import LOGICAL, TRIGGER, Position, parse_header
 
 COLS = (Column("id", 1, "integer", "int4", False, False), Column("v", 2, "text", "text", False, True))
 TABLE = Table("public", "t", COLS, ("id",), "primary key")
@@ -91,6 +92,7 @@ class FakeSource:
         self.backend = TRIGGER if kind == "batch" else LOGICAL
         self.commit_delay = 0.0 if kind == "batch" else 0.02
         self.crash_on_ack = False
+        self.idle_inside = False  # an Idle after each change (a server sending a transaction slowly)
         self.handoffs = 0
         self.width = len(V1.tables[0].columns)
 
@@ -115,6 +117,9 @@ class FakeSource:
                     else:
                         row = [arg, f"v{arg}", arg * 10][:self.width]
                         yield Change(txid, 1000, op, row, TAG, None, number, ordinal)
+                        if self.idle_inside:
+                            time.sleep(2 * self.commit_delay)
+                            yield Idle(0.0)
                     ordinal += 1
                 yield Commit(txid, 1000, number, ordinal, i == len(unit) - 1)
             while self.kind == "batch" and not (self.acked and self.acked.reaches(number, 0, True)):
@@ -285,3 +290,22 @@ def test_logical_transactions_share_a_kafka_transaction_and_are_acked_together()
     # the fake source delivers all six at once: at most a few Kafka commits after the handoff, not six
     assert sink.commits <= 1 + 3 and source.acked.unit == 6
     assert Counter(changes(sink).values()) == Counter({1: 6})
+
+
+def test_a_pause_inside_a_transaction_commits_nothing_its_position_does_not_cover():
+    # 52 arrives in pieces while 51 waits out its commit delay: a Kafka commit at 51's end then held
+    # 52's BEGIN and first change, and the restart wrote them again (found by make chaos, logical)
+    units = [[(51, [("I", 1)])], [(52, [("I", 2), ("I", 3)])]]
+    sink = FakeSink()
+    sink.crash_after_commit = 2  # the handoff, then the first commit after it: crash
+    source = FakeSource(units, "txn", threading.Event())
+    source.idle_inside = True
+    with pytest.raises(CrashError):
+        run(source, sink)
+    committed = sink.position()
+    for *_x, headers in sink.data():
+        _backend, unit, _snapshot, ordinal = parse_header(headers["pgshovel.position"])
+        assert committed.covers(unit, ordinal), f"{headers['pgshovel.position']} in Kafka past {committed}"
+    relaunch(units, "txn", sink, acked=None)
+    assert Counter(changes(sink).values()) == Counter({1: 3})
+    assert_transactions_whole(sink)
