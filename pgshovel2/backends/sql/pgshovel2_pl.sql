@@ -220,9 +220,11 @@ $$;
 
 -- Record the layout a set captures a table in (the set's install and upgrade call it, as the
 -- set's role, with the trigger's arguments). Replaces an earlier record of the same queue.
+-- The recorded columns are compared, not sent: they are computed with a fixed search_path
+-- (format_type qualifies every type outside pg_catalog), as _prepare() computes the live ones.
 CREATE OR REPLACE FUNCTION pgshovel2_pl.register(queue text, rel regclass, tag text, cols int2[],
                                                  keys int2[], mode text) RETURNS void
-LANGUAGE sql AS $$
+LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $$
 INSERT INTO pgshovel2_pl.layout (queue, rel, tag, mode, cols, keys, columns)
 VALUES (queue, rel, tag, mode, cols, keys, pgshovel2_pl.table_columns(rel, cols)::text)
 ON CONFLICT (queue, rel) DO UPDATE
@@ -252,11 +254,16 @@ END $$;
 
 -- Once per transaction, table and queue, before the first row event: the captured layout,
 -- after appending an 'S' event when the table's layout differs from the one recorded.
--- The recorded row is locked only then: a concurrent first writer waits, re-reads the new
--- record and appends nothing, and its events follow the 'S' event in ev_id order.
--- SECURITY DEFINER: writers need not read or write the layout table; it only records the
--- live layout, from the recorded mode (never from its caller).
-CREATE OR REPLACE FUNCTION pgshovel2_pl._prepare(queue_name text, rel oid) RETURNS pgshovel2_pl.layout
+-- event_columns: NULL, or table_columns(rel, NULL) computed with the writer's search_path
+-- (the S event carries the captured ones, as the C extension's event trigger writes them
+-- with the DDL's search_path). Returns NULL when the layout changed and event_columns is NULL:
+-- the caller computes them and calls again (so unchanged layouts cost no such query).
+-- The recorded row is locked only on a change: a concurrent first writer waits, re-reads the
+-- new record and appends nothing, and its events follow the 'S' event in ev_id order.
+-- SECURITY DEFINER: writers need not read or write the layout table; the layout recorded is
+-- computed here from the recorded mode (never taken from the caller).
+CREATE OR REPLACE FUNCTION pgshovel2_pl._prepare(queue_name text, rel oid, event_columns json DEFAULT NULL)
+RETURNS pgshovel2_pl.layout
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     rec pgshovel2_pl.layout;
@@ -270,6 +277,8 @@ BEGIN
     live := pgshovel2_pl.live_layout(rec);
     IF (live.cols, live.keys, live.columns) IS NOT DISTINCT FROM (rec.cols, rec.keys, rec.columns) THEN
         RETURN rec;
+    ELSIF event_columns IS NULL THEN
+        RETURN NULL;
     END IF;
     SELECT * INTO rec FROM pgshovel2_pl.layout l WHERE l.queue = queue_name AND l.rel = _prepare.rel
     FOR UPDATE;
@@ -278,11 +287,14 @@ BEGIN
         RETURN rec;
     END IF;
     PERFORM pgq.insert_event(queue_name, 'S',
-        json_build_object('schema', n.nspname, 'name', c.relname, 'columns', live.columns::json,
+        json_build_object('schema', n.nspname, 'name', c.relname,
+                          'columns', (SELECT coalesce(json_agg(e ORDER BY (e ->> 1)::int), '[]'::json)
+                                      FROM json_array_elements(event_columns) e
+                                      WHERE (e ->> 1)::int2 = ANY (live.cols)),
                           'key', to_json(live.keys), 'dropped', false)::text,
         rec.tag, to_json('(statement not known: pgshovel2_pl capture found the table''s new layout '
                          'at the first write after it)'::text)::text, NULL, NULL)
-    FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = rel;
+    FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = rel;
     UPDATE pgshovel2_pl.layout l SET cols = live.cols, keys = live.keys, columns = live.columns
     WHERE l.queue = queue_name AND l.rel = _prepare.rel;
     RETURN live;
@@ -324,6 +336,7 @@ CREATE OR REPLACE FUNCTION pgshovel2_pl.capture() RETURNS trigger
 LANGUAGE plpgsql AS $$
 DECLARE
     cache_key text;
+    layout pgshovel2_pl.layout;
     q text;
     data text;
     before text;
@@ -342,7 +355,11 @@ BEGIN
     q := current_setting(CASE TG_OP WHEN 'UPDATE' THEN 'pgshovel2_pl.u' ELSE 'pgshovel2_pl.i' END || cache_key,
                          true);
     IF q IS NULL OR q = '' THEN
-        PERFORM pgshovel2_pl._cache(pgshovel2_pl._prepare(TG_ARGV[0], TG_RELID), cache_key);
+        layout := pgshovel2_pl._prepare(TG_ARGV[0], TG_RELID);
+        IF layout IS NULL THEN
+            layout := pgshovel2_pl._prepare(TG_ARGV[0], TG_RELID, pgshovel2_pl.table_columns(TG_RELID, NULL));
+        END IF;
+        PERFORM pgshovel2_pl._cache(layout, cache_key);
         q := current_setting(CASE TG_OP WHEN 'UPDATE' THEN 'pgshovel2_pl.u' ELSE 'pgshovel2_pl.i' END
                              || cache_key);
     END IF;
