@@ -4,6 +4,8 @@ A set config is a YAML mapping (see configs/pgbench.yaml)::
 
     database: {dsn: "host=... dbname=..."}
     backend: trigger            # trigger (PgQ) | logical (WAL, sql/decoder)
+    capture: plpgsql            # trigger backend: c (sql/capture) | plpgsql (sql/capture_pl);
+                                # default: c when the server has the pgshovel2 extension
     encoding: avro              # avro | json
     envelope: row               # row (Bottled Water compatible) | debezium
     topic_prefix: pgbench       # default: the set name
@@ -34,7 +36,8 @@ CLUSTER_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}")
 ENCODINGS = ("avro", "json")
 BACKENDS = ("trigger", "logical")
 ENVELOPES = ("row", "debezium")
-_TOP_KEYS = {"database", "backend", "encoding", "envelope", "topic_prefix", "topics", "tables"}
+CAPTURES = ("c", "plpgsql")  # trigger backend: C extension pgshovel2 or PL/pgSQL pgshovel2_pl
+_TOP_KEYS = {"database", "backend", "capture", "encoding", "envelope", "topic_prefix", "topics", "tables"}
 _TABLE_KEYS = {"name", "schema", "columns", "key", "allow_unkeyed"}
 _TOPIC_KEYS = {"create", "partitions", "replication_factor"}
 
@@ -70,6 +73,7 @@ class SetConfig:
     envelope: str = "row"
     topic_prefix: str | None = None
     topics: TopicsConfig = field(default_factory=TopicsConfig)
+    capture: str | None = None  # c | plpgsql; None: chosen at set create (backends.trigger)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form, as stored in ZooKeeper."""
@@ -91,6 +95,7 @@ class SetConfig:
             dsn=data["dsn"], tables=tables, backend=data["backend"],
             encoding=data["encoding"], envelope=data["envelope"],
             topic_prefix=data["topic_prefix"], topics=TopicsConfig(**data["topics"]),
+            capture=data.get("capture"),
         )
 
 
@@ -146,6 +151,7 @@ def parse_config(data: Any, source: str) -> SetConfig:
     backend = _choice(data, "backend", BACKENDS, source)
     encoding = _choice(data, "encoding", ENCODINGS, source)
     envelope = _choice(data, "envelope", ENVELOPES, source)
+    capture = _capture(data, backend, source)
     prefix = data.get("topic_prefix")
     if prefix is not None and (not isinstance(prefix, str) or not prefix):
         raise ConfigError(source, "topic_prefix", prefix, "must be a non-empty string")
@@ -161,7 +167,7 @@ def parse_config(data: Any, source: str) -> SetConfig:
         seen[(t.schema, t.name)] = i
     return SetConfig(dsn=db["dsn"], tables=parsed, backend=backend, encoding=encoding,
                      envelope=envelope, topic_prefix=prefix,
-                     topics=_parse_topics(data.get("topics", {}), source))
+                     topics=_parse_topics(data.get("topics", {}), source), capture=capture)
 
 
 def _no_unknown(data: dict, allowed: set[str], where: str, source: str) -> None:
@@ -175,6 +181,18 @@ def _choice(data: dict, key: str, choices: tuple[str, ...], source: str) -> str:
     value = data.get(key, choices[0])
     if value not in choices:
         raise ConfigError(source, key, value, f"must be one of {', '.join(choices)}")
+    return value
+
+
+def _capture(data: dict, backend: str, source: str) -> str | None:
+    """The ``capture`` key: None when absent; only for the trigger backend."""
+    if "capture" not in data:
+        return None
+    value = data["capture"]
+    if value not in CAPTURES:
+        raise ConfigError(source, "capture", value, f"must be one of {', '.join(CAPTURES)}")
+    if backend != "trigger":
+        raise ConfigError(source, "capture", value, "applies to the trigger backend only")
     return value
 
 

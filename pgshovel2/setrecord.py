@@ -4,6 +4,7 @@ A set's znode (and each ``history/<n>`` znode) holds one JSON record::
 
     {"name", "cluster", "version", "config": SetConfig.to_dict(), "tables": [Table.to_dict()],
      "queue", "trigger", "consumer"            (trigger backend; None for logical),
+     "capture"                                 (trigger backend: "c" | "plpgsql"; absent: "c"),
      "slot"                                    (logical backend),
      "created_at", "upgraded_at", "pgshovel_version",
      "change": {"kind": "create"|"upgrade"|"ddl"|"repoint", ...}}
@@ -30,15 +31,27 @@ PLUGIN = "pgshovel2_decoder"  # our output plugin (sql/decoder), read by a logic
 
 @dataclass(frozen=True)
 class TriggerCapture:
-    """Where a ``trigger`` set captures: its PgQ queue, trigger name and relay consumer."""
+    """Where a ``trigger`` set captures: its PgQ queue, trigger name and relay consumer.
+
+    kind: which capture code its triggers run: ``c`` (the pgshovel2 extension, sql/capture)
+    or ``plpgsql`` (schema pgshovel2_pl, sql/capture_pl). why: how set create chose it (not
+    stored).
+    """
 
     queue: str
     trigger: str
     consumer: str = CONSUMER
+    kind: str = "c"
+    why: str = field(default="", compare=False)
+
+    @property
+    def schema(self) -> str:
+        """The schema of the capture functions: ``pgshovel2`` or ``pgshovel2_pl``."""
+        return "pgshovel2_pl" if self.kind == "plpgsql" else "pgshovel2"
 
     def describe(self) -> str:
-        """``queue <name>`` for operators."""
-        return f"queue {self.queue}"
+        """``queue <name>, capture <kind>`` for operators."""
+        return f"queue {self.queue}, capture {self.kind}"
 
 
 @dataclass(frozen=True)
@@ -179,7 +192,8 @@ class SetRecord:
         if isinstance(self.capture, SlotCapture):
             data["slot"] = self.capture.slot
         else:
-            data.update(queue=self.capture.queue, trigger=self.capture.trigger, consumer=self.capture.consumer)
+            data.update(queue=self.capture.queue, trigger=self.capture.trigger, consumer=self.capture.consumer,
+                        capture=self.capture.kind)
         if self.upgraded_at is not None:
             data["upgraded_at"] = self.upgraded_at
         if self.change is not None:
@@ -196,9 +210,10 @@ class SetRecord:
         try:
             config = SetConfig.from_dict(data["config"])
             capture: Capture = (SlotCapture(data["slot"]) if config.backend == "logical"
-                                else TriggerCapture(data["queue"], data["trigger"], data.get("consumer") or CONSUMER))
+                                else TriggerCapture(data["queue"], data["trigger"], data.get("consumer") or CONSUMER,
+                                                    data.get("capture") or "c"))
             known = {"name", "cluster", "version", "config", "tables", "queue", "trigger", "consumer", "slot",
-                     "created_at", "pgshovel_version", "upgraded_at", "change"}
+                     "capture", "created_at", "pgshovel_version", "upgraded_at", "change"}
             return cls(data["name"], data["cluster"], int(data["version"]), config,
                        tuple(Table.from_dict(t) for t in data["tables"]), capture, data["created_at"],
                        data.get("pgshovel_version", "0"), data.get("upgraded_at"), data.get("change"),

@@ -14,14 +14,17 @@ from pgshovel2.errors import PgshovelError
 from pgshovel2.setrecord import SetRecord, SlotCapture
 
 
-def encode_row(backend: str) -> str:
-    """The SQL function giving a row in the capture form of backend (``trigger``/``logical``)."""
-    return logical.ENCODE_ROW if backend == logical.NAME else trigger.ENCODE_ROW
+def encode_row(record: SetRecord) -> str:
+    """The SQL function giving a row in the capture form of the set (its backend, and for a
+    trigger set its capture kind: pgshovel2.encode_row or pgshovel2_pl.encode_row)."""
+    if isinstance(record.capture, SlotCapture):
+        return logical.ENCODE_ROW
+    return trigger.encode_row(record.capture)
 
 
 def reader(record: SetRecord, error: type[PgshovelError]) -> TableReader:
     """A REPEATABLE READ reader of the set's tables now, in its backend's capture form."""
-    return TableReader(record.dsn, encode_row(record.backend), error)
+    return TableReader(record.dsn, encode_row(record), error)
 
 
 def export(record: SetRecord, error: type[PgshovelError]) -> ExportedSnapshot:
@@ -29,7 +32,7 @@ def export(record: SetRecord, error: type[PgshovelError]) -> ExportedSnapshot:
     handoff; a logical set's uses a temporary slot. Raises error."""
     if isinstance(record.capture, SlotCapture):
         return logical.export(record.dsn, error)
-    return trigger.export(record.dsn, error)
+    return trigger.export(record.dsn, record.capture, error)
 
 
 def lag(record: SetRecord) -> dict[str, Any]:

@@ -2,8 +2,9 @@
 
 Functions taking a cursor run inside the caller's transaction and never commit, so
 the caller decides atomicity. Triggers run ``pgshovel2.capture`` (our C trigger,
-sql/capture), one ROW trigger for INSERT/UPDATE/DELETE and one STATEMENT trigger for
-TRUNCATE per table. The relay reads the queue through
+sql/capture), or ``pgshovel2_pl.capture`` (the same in PL/pgSQL, :mod:`.plcapture`) when
+the set's capture kind is ``plpgsql``: one ROW trigger for INSERT/UPDATE/DELETE and one
+STATEMENT trigger for TRUNCATE per table. The relay reads the queue through
 :class:`pgshovel2.relay.pgq_source.PgqSource`.
 """
 
@@ -13,6 +14,7 @@ from typing import Any
 
 from psycopg2 import sql
 
+from pgshovel2.backends import plcapture
 from pgshovel2.backends.snapshot import ExportedSnapshot, export_txid_snapshot
 from pgshovel2.catalog import Table
 from pgshovel2.db import connect, one_row
@@ -21,13 +23,25 @@ from pgshovel2.setrecord import CONSUMER, TriggerCapture
 
 NAME = "trigger"
 ENCODE_ROW = "pgshovel2.encode_row"  # rows in capture form (sql/capture)
+ENCODE_ROW_PL = "pgshovel2_pl.encode_row"  # the same from sql/capture_pl
 EXTENSION_VERSION = "0.2"  # sql/capture: 0.2 records DDL on captured tables in the queues
 TICKER_MAX_LAG = "50 milliseconds"
 
 
+def encode_row(capture: TriggerCapture) -> str:
+    """The SQL function giving rows in the capture form of the set's capture kind."""
+    return ENCODE_ROW_PL if capture.kind == "plpgsql" else ENCODE_ROW
+
+
+def choose_capture(cur, wanted: str | None) -> tuple[str, str]:
+    """(kind, why): the capture of a new set (:func:`pgshovel2.backends.plcapture.choose`)."""
+    return plcapture.choose(cur, wanted, EXTENSION_VERSION)
+
+
 def install(cur, capture: TriggerCapture, tables: tuple[Table, ...], all_columns: dict,
             before_images: bool = False) -> None:
-    """Create pgq + pgshovel2 extensions, the set's queue, its consumer and the triggers.
+    """Create the pgq extension, the capture functions (the pgshovel2 extension, or schema
+    pgshovel2_pl for capture kind ``plpgsql``), the set's queue, its consumer and the triggers.
 
     all_columns: qualified table name -> number of live columns (to tell a
     column subset). before_images: capture the old row of every UPDATE (not
@@ -35,7 +49,8 @@ def install(cur, capture: TriggerCapture, tables: tuple[Table, ...], all_columns
     """
     queue = capture.queue
     cur.execute("CREATE EXTENSION IF NOT EXISTS pgq")
-    ensure_extension(cur)
+    if capture.kind == "c":
+        ensure_extension(cur)
     cur.execute("SELECT pgq.create_queue(%s)", (queue,))
     if cur.fetchone()[0] == 0:
         raise CaptureError(f"PgQ queue {queue!r} already exists in the database: a set of "
@@ -49,9 +64,13 @@ def install_triggers(cur, capture: TriggerCapture, tables: tuple[Table, ...], al
                      before_images: bool = False) -> None:
     """Create the capture triggers (ROW and TRUNCATE) of tables writing into the set's queue.
 
-    Arguments as :func:`install`; the extension and the queue must exist.
+    Arguments as :func:`install`; the queue must exist. Installs or updates pgshovel2_pl
+    for capture kind ``plpgsql`` and records each table's layout there.
     """
     queue, trigger = capture.queue, capture.trigger
+    function = sql.Identifier(capture.schema, "capture")
+    if capture.kind == "plpgsql":
+        plcapture.ensure(cur)
     for table in tables:
         attnums = ",".join(str(c.attnum) for c in table.columns)
         by_name = {c.name: c.attnum for c in table.columns}
@@ -61,15 +80,17 @@ def install_triggers(cur, capture: TriggerCapture, tables: tuple[Table, ...], al
         target = sql.Identifier(table.schema, table.name)
         cur.execute(sql.SQL(
             "CREATE TRIGGER {} AFTER INSERT OR UPDATE OR DELETE ON {} FOR EACH ROW "
-            "EXECUTE FUNCTION pgshovel2.capture({}, {}, {}, {}, {})").format(
-                sql.Identifier(trigger), target, sql.Literal(queue),
+            "EXECUTE FUNCTION {}({}, {}, {}, {}, {})").format(
+                sql.Identifier(trigger), target, function, sql.Literal(queue),
                 sql.Literal(table.qualified), sql.Literal(attnums), sql.Literal(keys),
                 sql.Literal(mode)))
         cur.execute(sql.SQL(
             "CREATE TRIGGER {} AFTER TRUNCATE ON {} FOR EACH STATEMENT "
-            "EXECUTE FUNCTION pgshovel2.capture({}, {}, '', '', 'all')").format(
-                sql.Identifier(trigger + "_t"), target, sql.Literal(queue),
+            "EXECUTE FUNCTION {}({}, {}, '', '', 'all')").format(
+                sql.Identifier(trigger + "_t"), target, function, sql.Literal(queue),
                 sql.Literal(table.qualified)))
+        if capture.kind == "plpgsql":
+            plcapture.register(cur, queue, table.qualified, attnums, keys, mode)
 
 
 def drop_triggers(cur, capture: TriggerCapture, tables: tuple[Table, ...]) -> list[str]:
@@ -83,6 +104,8 @@ def drop_triggers(cur, capture: TriggerCapture, tables: tuple[Table, ...]) -> li
         for name in (trigger, trigger + "_t"):
             cur.execute(sql.SQL("DROP TRIGGER IF EXISTS {} ON {}").format(
                 sql.Identifier(name), sql.Identifier(table.schema, table.name)))
+        if capture.kind == "plpgsql":
+            plcapture.forget(cur, capture.queue, table.qualified)
         done.append(table.qualified)
     return done
 
@@ -135,6 +158,8 @@ def uninstall(cur, capture: TriggerCapture, tables: tuple[Table, ...]) -> list[s
     """
     queue = capture.queue
     done = [f"triggers on {t}" for t in drop_triggers(cur, capture, tables)]
+    if capture.kind == "plpgsql":
+        plcapture.forget(cur, queue)
     cur.execute("SELECT 1 FROM pg_namespace WHERE nspname = 'pgq'")
     if cur.fetchone() is None:
         return done
@@ -149,11 +174,11 @@ def uninstall(cur, capture: TriggerCapture, tables: tuple[Table, ...]) -> list[s
     return done
 
 
-def export(dsn: str, error: type[PgshovelError]) -> ExportedSnapshot:
-    """Export a snapshot of the set's database for a copy; its handoff is the exporting
-    transaction's txid snapshot: a queued change is in the copy exactly when its transaction
-    is visible in it. Raises error."""
-    return export_txid_snapshot(dsn, ENCODE_ROW, error)
+def export(dsn: str, capture: TriggerCapture, error: type[PgshovelError]) -> ExportedSnapshot:
+    """Export a snapshot of the set's database for a copy, read through the encode_row of
+    the set's capture kind; its handoff is the exporting transaction's txid snapshot: a
+    queued change is in the copy exactly when its transaction is visible in it. Raises error."""
+    return export_txid_snapshot(dsn, encode_row(capture), error)
 
 
 def queue_lag(dsn: str, capture: TriggerCapture) -> dict[str, Any]:

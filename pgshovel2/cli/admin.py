@@ -11,7 +11,7 @@ from pgshovel2.cli.replicate import replicate
 from pgshovel2.cli.tail import tail
 from pgshovel2.cluster import ClusterStore
 from pgshovel2.ops import admin, repoint, skip, status, upgrade, verify
-from pgshovel2.setrecord import SetRecord
+from pgshovel2.setrecord import SetRecord, TriggerCapture
 
 
 @click.group()
@@ -47,6 +47,8 @@ def set_create(ctx: click.Context, name: str, config: str, dry_run: bool) -> Non
     verb = "would create" if dry_run else "created"
     click.echo(f"{verb} set {name!r} (version {record.version}, {record.backend}, {record.capture.describe()}): "
                f"{tables}")
+    if isinstance(record.capture, TriggerCapture) and record.capture.why:
+        click.echo(f"  capture {record.capture.kind}: {record.capture.why}")
     for line in _topic_lines(record):
         click.echo(line)
     if dry_run:

@@ -8,6 +8,7 @@ back; if the command dies half-way, ``pgshovel cluster recover`` finishes or
 undoes it. Upgrades are in :mod:`pgshovel2.upgrade`.
 """
 
+import dataclasses
 import logging
 import time
 from typing import Any
@@ -45,11 +46,20 @@ def create_set(store: ClusterStore, name: str, config_path: str, dry_run: bool =
     what = f"create set {name!r}"
     with twophase.prepared_command(store, intent, config.dsn, what) as (conn, cur):
         tables = catalog.resolve_set(conn, name, config, config_path)
-        record = SetRecord.new(store.cluster, name, config, tables, {"kind": "create", "gid": intent.gid})
+        record = _with_capture(cur, SetRecord.new(store.cluster, name, config, tables,
+                                                  {"kind": "create", "gid": intent.gid}))
         store.check_prefix(record)
         _install(cur, record, config_path)
     twophase.finish(store, intent, config.dsn, lambda: store.create_set(record), what)
     return record
+
+
+def _with_capture(cur, record: SetRecord) -> SetRecord:
+    """A trigger set's record with its capture kind chosen (and why); others as they are."""
+    if isinstance(record.capture, SlotCapture):
+        return record
+    kind, why = trigger.choose_capture(cur, record.config.capture)
+    return record.replace(capture=dataclasses.replace(record.capture, kind=kind, why=why))
 
 
 def _install(cur, record: SetRecord, config_path: str) -> None:
@@ -69,7 +79,8 @@ def _preview(store: ClusterStore, name: str, config: SetConfig, config_path: str
     try:
         conn.set_session(readonly=True)
         tables = catalog.resolve_set(conn, name, config, config_path)
-        record = SetRecord.new(store.cluster, name, config, tables)
+        with conn.cursor() as cur:
+            record = _with_capture(cur, SetRecord.new(store.cluster, name, config, tables))
         store.check_prefix(record)
         if isinstance(record.capture, SlotCapture):
             with conn.cursor() as cur:

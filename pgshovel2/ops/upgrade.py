@@ -24,7 +24,7 @@ from pgshovel2.setrecord import SetRecord, TriggerCapture
 
 # Changing these would change what existing topics mean: a new set is the way.
 IMMUTABLE = {"dsn": "set repoint", "backend": "a new set", "encoding": "a new set",
-             "envelope": "a new set", "topic_prefix": "a new set"}
+             "envelope": "a new set", "topic_prefix": "a new set", "capture": "a new set"}
 
 
 @dataclass

@@ -116,7 +116,7 @@ class PgqSource:
         tick = self.last_tick()
         if not export:
             return Position(tick, 0, True, None, TRIGGER), None, {"txid_snapshot": None, "skipped": True}
-        snap = trigger.export(self.dsn, UnavailableError)
+        snap = trigger.export(self.dsn, self.capture, UnavailableError)
         txids = snap.handoff_record["txid_snapshot"]
         return Position(tick, 0, True, txids, TRIGGER), snap, {"txid_snapshot": txids, "tick": tick}
 

@@ -35,6 +35,8 @@ def test_debezium_envelope_accepted():
     ({"tables": [{"name": "x" * 64}]}, "tables[0].name"),
     ({"topics": {"partitions": 0}}, "topics.partitions"),
     ({"unknown": 1}, "unknown"),
+    ({"capture": "rust"}, "capture"),
+    ({"capture": "plpgsql", "backend": "logical"}, "capture"),
 ])
 def test_bad_fields_are_named(patch, field):
     with pytest.raises(ConfigError) as err:
@@ -61,3 +63,17 @@ def test_missing_file():
 def test_bad_set_names(name):
     with pytest.raises(ConfigError):
         validate_set_name(name)
+
+
+def test_capture_kind_is_kept_and_old_records_read_as_c():
+    from pgshovel2.setrecord import SetRecord, TriggerCapture
+
+    cfg = parse_config({**GOOD, "capture": "plpgsql"}, "f.yaml")
+    assert cfg.capture == "plpgsql" and SetConfig.from_dict(cfg.to_dict()) == cfg
+    record = SetRecord.new("c1", "s", cfg, ())
+    record = record.replace(capture=TriggerCapture(record.queue, record.capture.trigger, kind="plpgsql"))
+    assert SetRecord.from_node(record.to_node()).capture.kind == "plpgsql"
+    old = record.to_dict()
+    del old["capture"]
+    del old["config"]["capture"]
+    assert SetRecord.from_dict(old).capture.kind == "c" and SetRecord.from_dict(old).config.capture is None

@@ -1,0 +1,402 @@
+-- pgshovel2_pl: the capture trigger and row encoder of sql/capture in PL/pgSQL, for servers
+-- where the C extension cannot be installed (managed PostgreSQL, no superuser). PG 14-18.
+-- Installed by "pgshovel set create" (capture: plpgsql) into the schema pgshovel2_pl by the
+-- set's database role; it coexists with the C extension (schema pgshovel2). See README.rst.
+-- Writers of captured tables need what PgQ needs to append (membership in pgq_writer).
+-- Values are written exactly as sql/capture/encode.c writes them (sql/capture/README.rst).
+-- String literals below use E'' where they hold backslashes: their meaning must not depend
+-- on standard_conforming_strings when a body is compiled.
+
+CREATE SCHEMA IF NOT EXISTS pgshovel2_pl;
+
+CREATE OR REPLACE FUNCTION pgshovel2_pl.version() RETURNS text
+LANGUAGE sql IMMUTABLE AS $$ SELECT '1' $$;
+
+-- The layout each (queue, table) was last captured in: captured attnums, key attnums, the
+-- table_columns rows of the captured columns (text), mode and table tag as installed.
+-- Written by register() at install, by _prepare() when a writer finds the layout changed.
+CREATE TABLE IF NOT EXISTS pgshovel2_pl.layout (
+    queue text NOT NULL,
+    rel oid NOT NULL,
+    tag text NOT NULL,
+    mode text NOT NULL,
+    cols int2[] NOT NULL,
+    keys int2[] NOT NULL,
+    columns text NOT NULL,
+    PRIMARY KEY (queue, rel)
+);
+REVOKE ALL ON pgshovel2_pl.layout FROM PUBLIC;
+
+-- Same query as pgshovel2.table_columns (sql/capture) and pgshovel2.catalog._COLUMNS_SQL.
+CREATE OR REPLACE FUNCTION pgshovel2_pl.table_columns(rel oid, attnums int2[]) RETURNS json
+LANGUAGE sql STABLE AS $$
+WITH RECURSIVE base(attnum, typid, typmod, depth) AS (
+    SELECT a.attnum, a.atttypid, a.atttypmod, 0 FROM pg_catalog.pg_attribute a
+    WHERE a.attrelid = rel AND a.attnum > 0 AND NOT a.attisdropped
+      AND (attnums IS NULL OR a.attnum = ANY (attnums))
+  UNION ALL
+    SELECT b.attnum, t.typbasetype, t.typtypmod, b.depth + 1
+    FROM base b JOIN pg_catalog.pg_type t ON t.oid = b.typid WHERE t.typtype = 'd'
+), resolved AS (
+    SELECT DISTINCT ON (attnum) attnum, typid, typmod FROM base ORDER BY attnum, depth DESC
+)
+SELECT coalesce(json_agg(json_build_array(
+           a.attname, a.attnum, format_type(a.atttypid, a.atttypmod), NOT a.attnotnull,
+           t.typname, t.typtype, t.typcategory = 'A', e.typname, e.typtype, r.typmod,
+           CASE WHEN a.atthasmissing THEN to_json(a.attmissingval) -> 0 END)
+         ORDER BY a.attnum), '[]'::json)
+FROM resolved r
+JOIN pg_catalog.pg_attribute a ON a.attrelid = rel AND a.attnum = r.attnum
+JOIN pg_catalog.pg_type t ON t.oid = r.typid
+LEFT JOIN pg_catalog.pg_type e ON t.typcategory = 'A' AND e.oid = t.typelem
+$$;
+
+-- Floats: float4out/float8out give the shortest exact text when extra_float_digits > 0
+-- (the C code calls the same shortest-decimal routines); the SET clause pins it here only,
+-- so the text forms of other types (point, composites) keep the session's setting, as in C.
+CREATE OR REPLACE FUNCTION pgshovel2_pl.f8(v float8) RETURNS text
+LANGUAGE plpgsql IMMUTABLE STRICT SET extra_float_digits = 1 AS $$
+DECLARE
+    t text := v::text;
+BEGIN
+    RETURN CASE t WHEN 'NaN' THEN '"NaN"' WHEN 'Infinity' THEN '"Infinity"'
+                  WHEN '-Infinity' THEN '"-Infinity"' WHEN '-0' THEN '-0.0' ELSE t END;
+END $$;
+
+CREATE OR REPLACE FUNCTION pgshovel2_pl.f4(v float4) RETURNS text
+LANGUAGE plpgsql IMMUTABLE STRICT SET extra_float_digits = 1 AS $$
+DECLARE
+    t text := v::text;
+BEGIN
+    RETURN CASE t WHEN 'NaN' THEN '"NaN"' WHEN 'Infinity' THEN '"Infinity"'
+                  WHEN '-Infinity' THEN '"-Infinity"' WHEN '-0' THEN '-0.0' ELSE t END;
+END $$;
+
+-- A value's output-function text as a JSON string, escaped as encode.c escapes: to_json's
+-- escapes, except that \b and \f become \u0008 and \u000c. format('%s') calls the type's
+-- output function (a cast to text would not: bpchar, inet and "char" casts differ).
+CREATE OR REPLACE FUNCTION pgshovel2_pl.str(v anyelement) RETURNS text
+LANGUAGE plpgsql STABLE STRICT AS $$
+DECLARE
+    j text := to_json(format('%s', v))::text;
+BEGIN
+    IF strpos(j, E'\\b') = 0 AND strpos(j, E'\\f') = 0 THEN
+        RETURN j;
+    END IF;
+    -- Every backslash of to_json's output starts an escape; split at the escaped backslashes
+    -- (left to right, as the escapes are) and fix the others.
+    RETURN array_to_string(ARRAY(
+        SELECT replace(replace(p, E'\\b', E'\\u0008'), E'\\f', E'\\u000c')
+        FROM unnest(string_to_array(j, E'\\\\')) WITH ORDINALITY u(p, i) ORDER BY i), E'\\\\');
+END $$;
+
+-- The base type of a type (domains resolved).
+CREATE OR REPLACE FUNCTION pgshovel2_pl.base_type(typ oid) RETURNS oid
+LANGUAGE plpgsql STABLE STRICT AS $$
+DECLARE
+    b oid;
+BEGIN
+    LOOP
+        SELECT typbasetype INTO b FROM pg_catalog.pg_type WHERE oid = typ AND typtype = 'd';
+        EXIT WHEN NOT FOUND;
+        typ := b;
+    END LOOP;
+    RETURN typ;
+END $$;
+
+-- SQL of the JSON form of a value of type typ (an expression x, evaluated more than once):
+-- text, or NULL when x is NULL. The forms of encode.c's pgshovel2_encode_value.
+CREATE OR REPLACE FUNCTION pgshovel2_pl.value_sql(x text, typ oid) RETURNS text
+LANGUAGE plpgsql STABLE STRICT AS $$
+DECLARE
+    base oid := pgshovel2_pl.base_type(typ);
+    v text := format('(%s)::%s', x, base::regtype);
+    elem oid;
+BEGIN
+    CASE base
+    WHEN 'bool'::regtype THEN
+        RETURN format($f$CASE %s WHEN true THEN 'true' WHEN false THEN 'false' END$f$, v);
+    WHEN 'int2'::regtype, 'int4'::regtype, 'int8'::regtype, 'oid'::regtype THEN
+        RETURN format('%s::text', v);
+    WHEN 'float4'::regtype THEN
+        RETURN format('pgshovel2_pl.f4(%s)', v);
+    WHEN 'float8'::regtype THEN
+        RETURN format('pgshovel2_pl.f8(%s)', v);
+    WHEN 'date'::regtype THEN  -- days since 2000-01-01; infinities int32 max/min
+        RETURN format($f$CASE WHEN %1$s = 'infinity'::date THEN '2147483647' $f$
+                      || $f$WHEN %1$s = '-infinity'::date THEN '-2147483648' $f$
+                      || $f$ELSE (%1$s - '2000-01-01'::date)::text END$f$, v);
+    WHEN 'time'::regtype THEN  -- microseconds since midnight
+        RETURN format('(extract(epoch FROM %s) * 1000000)::int8::text', v);
+    WHEN 'timestamp'::regtype, 'timestamptz'::regtype THEN  -- microseconds since 2000-01-01 UTC
+        RETURN format($f$CASE WHEN %1$s = 'infinity'::%2$s THEN '9223372036854775807' $f$
+                      || $f$WHEN %1$s = '-infinity'::%2$s THEN '-9223372036854775808' $f$
+                      || $f$ELSE ((extract(epoch FROM %1$s) - 946684800) * 1000000)::int8::text END$f$,
+                      v, base::regtype);
+    WHEN 'interval'::regtype THEN  -- [months, days, microseconds]
+        RETURN format($f$CASE WHEN NOT isfinite(%1$s) THEN CASE WHEN %1$s > '0'::interval $f$
+                      || $f$THEN '[2147483647,2147483647,9223372036854775807]' $f$
+                      || $f$ELSE '[-2147483648,-2147483648,-9223372036854775808]' END $f$
+                      || $f$ELSE '[' || (extract(year FROM %1$s) * 12 + extract(month FROM %1$s))::int4 $f$
+                      || $f$|| ',' || extract(day FROM %1$s)::int4 || ',' || (extract(hour FROM %1$s) $f$
+                      || $f$* 3600000000 + extract(minute FROM %1$s) * 60000000 $f$
+                      || $f$+ extract(microseconds FROM %1$s))::int8 || ']' END$f$, v);
+    WHEN 'bytea'::regtype THEN
+        RETURN format($f$'"' || encode(%s, 'hex') || '"'$f$, v);
+    ELSE
+        elem := pgshovel2_pl.own_form_element(base);
+        IF elem IS NULL THEN
+            RETURN format('pgshovel2_pl.str(%s)', x);
+        END IF;
+        RETURN pgshovel2_pl.array_sql(v, elem);
+    END CASE;
+END $$;
+
+-- The element type of an array type whose elements have forms of their own (the types of
+-- value_sql above, not domains over them: encode.c's has_own_form), else NULL.
+CREATE OR REPLACE FUNCTION pgshovel2_pl.own_form_element(typ oid) RETURNS oid
+LANGUAGE sql STABLE STRICT AS $$
+SELECT t.typelem FROM pg_catalog.pg_type t
+WHERE t.oid = typ AND t.typelem <> 0 AND t.typlen = -1
+  AND t.typsubscript = 'pg_catalog.array_subscript_handler'::regproc
+  AND t.typelem IN ('bool'::regtype, 'float4'::regtype, 'float8'::regtype, 'date'::regtype,
+                    'time'::regtype, 'timestamp'::regtype, 'timestamptz'::regtype,
+                    'interval'::regtype, 'bytea'::regtype)
+$$;
+
+-- SQL of an array's form (v: an expression of the array type): a JSON array of the element
+-- forms when it has one dimension with lower bound 1 (or none), else
+-- {"dims": [..], "lower_bounds": [..], "elements": [..]} (elements flat, storage order).
+CREATE OR REPLACE FUNCTION pgshovel2_pl.array_sql(v text, elem oid) RETURNS text
+LANGUAGE plpgsql STABLE STRICT AS $$
+DECLARE
+    elements text := format($f$'[' || coalesce((SELECT string_agg(coalesce(%s, 'null'), ',' $f$
+                            || $f$ORDER BY u.i) FROM unnest(%s) WITH ORDINALITY u(e, i)), '') || ']'$f$,
+                            pgshovel2_pl.value_sql('u.e', elem), v);
+BEGIN
+    RETURN format($f$CASE WHEN %1$s IS NULL THEN NULL $f$
+                  || $f$WHEN array_ndims(%1$s) IS NULL OR (array_ndims(%1$s) = 1 AND array_lower(%1$s, 1) = 1) $f$
+                  || $f$THEN %2$s ELSE '{"dims":[' || array_to_string(ARRAY(SELECT array_length(%1$s, d) $f$
+                  || $f$FROM generate_series(1, array_ndims(%1$s)) d), ',') || '],"lower_bounds":[' $f$
+                  || $f$|| array_to_string(ARRAY(SELECT array_lower(%1$s, d) $f$
+                  || $f$FROM generate_series(1, array_ndims(%1$s)) d), ',') || '],"elements":' || %2$s $f$
+                  || $f$|| '}' END$f$, v, elements);
+END $$;
+
+-- SQL of the JSON array of the columns attnums of the row expression r (a parameter such
+-- as $1) of relation rel, in the order given. Raises an error naming an attnum that is not a
+-- live column.
+CREATE OR REPLACE FUNCTION pgshovel2_pl.row_sql(rel oid, attnums int2[], r text) RETURNS text
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    parts text[] := '{}';
+    n int2;
+    att record;
+BEGIN
+    FOREACH n IN ARRAY attnums LOOP
+        SELECT attname, atttypid INTO att FROM pg_catalog.pg_attribute
+        WHERE attrelid = rel AND attnum = n AND NOT attisdropped;
+        IF NOT FOUND OR n < 1 THEN
+            RAISE EXCEPTION 'pgshovel2_pl: no column with attnum % in %', n, rel::regclass;
+        END IF;
+        parts := parts || format($f$coalesce(%s, 'null')$f$,
+                                 pgshovel2_pl.value_sql(format('(%s).%I', r, att.attname), att.atttypid));
+    END LOOP;
+    IF cardinality(parts) = 0 THEN
+        RETURN $f$'[]'$f$;
+    END IF;
+    RETURN $f$'[' || $f$ || array_to_string(parts, $f$ || ',' || $f$) || $f$ || ']'$f$;
+END $$;
+
+-- SQL of ROW(the columns attnums of r) of relation rel, for binary comparisons
+-- (record_image_eq, the *= operator: datumIsEqual in capture.c; a row constructor compared
+-- with *= would compare column by column with the columns' own *= operators).
+CREATE OR REPLACE FUNCTION pgshovel2_pl.cols_sql(rel oid, attnums int2[], r text) RETURNS text
+LANGUAGE sql STABLE AS $$
+SELECT 'ROW(' || string_agg(format('(%s).%I', r, a.attname), ', ' ORDER BY u.i) || ')'
+FROM unnest(attnums) WITH ORDINALITY u(n, i)
+JOIN pg_catalog.pg_attribute a ON a.attrelid = rel AND a.attnum = u.n AND NOT a.attisdropped
+$$;
+
+-- Record the layout a set captures a table in (the set's install and upgrade call it, as the
+-- set's role, with the trigger's arguments). Replaces an earlier record of the same queue.
+-- The recorded columns are compared, not sent: they are computed with a fixed search_path
+-- (format_type qualifies every type outside pg_catalog), as _prepare() computes the live ones.
+CREATE OR REPLACE FUNCTION pgshovel2_pl.register(queue text, rel regclass, tag text, cols int2[],
+                                                 keys int2[], mode text) RETURNS void
+LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $$
+INSERT INTO pgshovel2_pl.layout (queue, rel, tag, mode, cols, keys, columns)
+VALUES (queue, rel, tag, mode, cols, keys, pgshovel2_pl.table_columns(rel, cols)::text)
+ON CONFLICT (queue, rel) DO UPDATE
+SET tag = EXCLUDED.tag, mode = EXCLUDED.mode, cols = EXCLUDED.cols, keys = EXCLUDED.keys,
+    columns = EXCLUDED.columns
+$$;
+
+-- The layout of (queue, rel) now: the recorded one, or, when the table's columns changed
+-- since (ADD/DROP/RENAME/ALTER TYPE of a column), the new one: mode 'all': every live
+-- column; 'subset': the recorded ones still alive; keys: the recorded ones still alive.
+CREATE OR REPLACE FUNCTION pgshovel2_pl.live_layout(l pgshovel2_pl.layout) RETURNS pgshovel2_pl.layout
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    live int2[];
+BEGIN
+    SELECT coalesce(array_agg(attnum ORDER BY attnum), '{}') INTO live FROM pg_catalog.pg_attribute
+    WHERE attrelid = l.rel AND attnum > 0 AND NOT attisdropped;
+    IF l.mode LIKE 'all%' THEN
+        l.cols := live;
+    ELSE
+        l.cols := ARRAY(SELECT a FROM unnest(l.cols) a WHERE a = ANY (live) ORDER BY a);
+    END IF;
+    l.keys := ARRAY(SELECT k FROM unnest(l.keys) WITH ORDINALITY u(k, i) WHERE k = ANY (live) ORDER BY i);
+    l.columns := pgshovel2_pl.table_columns(l.rel, l.cols)::text;
+    RETURN l;
+END $$;
+
+-- Once per transaction, table and queue, before the first row event: the captured layout,
+-- after appending an 'S' event when the table's layout differs from the one recorded.
+-- event_columns: NULL, or table_columns(rel, NULL) computed with the writer's search_path
+-- (the S event carries the captured ones, as the C extension's event trigger writes them
+-- with the DDL's search_path). Returns NULL when the layout changed and event_columns is NULL:
+-- the caller computes them and calls again (so unchanged layouts cost no such query).
+-- The recorded row is locked only on a change: a concurrent first writer waits, re-reads the
+-- new record and appends nothing, and its events follow the 'S' event in ev_id order.
+-- SECURITY DEFINER: writers need not read or write the layout table; the layout recorded is
+-- computed here from the recorded mode (never taken from the caller).
+CREATE OR REPLACE FUNCTION pgshovel2_pl._prepare(queue_name text, rel oid, event_columns json DEFAULT NULL)
+RETURNS pgshovel2_pl.layout
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    rec pgshovel2_pl.layout;
+    live pgshovel2_pl.layout;
+BEGIN
+    SELECT * INTO rec FROM pgshovel2_pl.layout l WHERE l.queue = queue_name AND l.rel = _prepare.rel;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'pgshovel2_pl: no layout recorded for table % in queue %', rel::regclass, queue_name
+            USING HINT = 'Re-create the set''s triggers ("pgshovel set upgrade") or drop them.';
+    END IF;
+    live := pgshovel2_pl.live_layout(rec);
+    IF (live.cols, live.keys, live.columns) IS NOT DISTINCT FROM (rec.cols, rec.keys, rec.columns) THEN
+        RETURN rec;
+    ELSIF event_columns IS NULL THEN
+        RETURN NULL;
+    END IF;
+    SELECT * INTO rec FROM pgshovel2_pl.layout l WHERE l.queue = queue_name AND l.rel = _prepare.rel
+    FOR UPDATE;
+    live := pgshovel2_pl.live_layout(rec);
+    IF (live.cols, live.keys, live.columns) IS NOT DISTINCT FROM (rec.cols, rec.keys, rec.columns) THEN
+        RETURN rec;
+    END IF;
+    PERFORM pgq.insert_event(queue_name, 'S',
+        json_build_object('schema', n.nspname, 'name', c.relname,
+                          'columns', (SELECT coalesce(json_agg(e ORDER BY (e ->> 1)::int), '[]'::json)
+                                      FROM json_array_elements(event_columns) e
+                                      WHERE (e ->> 1)::int2 = ANY (live.cols)),
+                          'key', to_json(live.keys), 'dropped', false)::text,
+        rec.tag, to_json('(statement not known: pgshovel2_pl capture found the table''s new layout '
+                         'at the first write after it)'::text)::text, NULL, NULL)
+    FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = rel;
+    UPDATE pgshovel2_pl.layout l SET cols = live.cols, keys = live.keys, columns = live.columns
+    WHERE l.queue = queue_name AND l.rel = _prepare.rel;
+    RETURN live;
+END $$;
+
+-- The statements a row trigger of layout l runs, cached in transaction-local settings
+-- (pgshovel2_pl.i<key>: INSERT/DELETE, $1 the row; pgshovel2_pl.u<key>: UPDATE, $1 new,
+-- $2 old, giving (new row or NULL to skip, old row or NULL)).
+CREATE OR REPLACE FUNCTION pgshovel2_pl._cache(l pgshovel2_pl.layout, cache_key text) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    skip text := 'false';
+    before text := 'false';
+BEGIN
+    IF l.mode LIKE 'subset%' AND cardinality(l.cols) > 0 THEN
+        skip := 'pg_catalog.record_image_eq(' || pgshovel2_pl.cols_sql(l.rel, l.cols, '$1') || ', '
+                || pgshovel2_pl.cols_sql(l.rel, l.cols, '$2') || ')';
+    END IF;
+    IF l.mode LIKE '%,before%' THEN
+        before := 'true';
+    ELSIF cardinality(l.keys) > 0 THEN
+        before := 'NOT pg_catalog.record_image_eq(' || pgshovel2_pl.cols_sql(l.rel, l.keys, '$1') || ', '
+                  || pgshovel2_pl.cols_sql(l.rel, l.keys, '$2') || ')';
+    END IF;
+    PERFORM set_config('pgshovel2_pl.i' || cache_key,
+                       'SELECT ' || pgshovel2_pl.row_sql(l.rel, l.cols, '$1'), true);
+    PERFORM set_config('pgshovel2_pl.u' || cache_key,
+                       format('SELECT CASE WHEN %s THEN NULL ELSE %s END, CASE WHEN %s THEN %s END',
+                              skip, pgshovel2_pl.row_sql(l.rel, l.cols, '$1'), before,
+                              pgshovel2_pl.row_sql(l.rel, l.cols, '$2')), true);
+END $$;
+
+-- The capture trigger: sql/capture's pgshovel2.capture() (same arguments, same events).
+-- AFTER ... FOR EACH ROW on INSERT/UPDATE/DELETE, AFTER TRUNCATE FOR EACH STATEMENT.
+-- Arguments: queue, table tag, captured attnums, key attnums, mode; the attnums are those
+-- of register() (the layout record is what is captured once the table's layout changed).
+-- No SET clause: it would undo the transaction-local cache at the function's exit.
+CREATE OR REPLACE FUNCTION pgshovel2_pl.capture() RETURNS trigger
+LANGUAGE plpgsql AS $$
+DECLARE
+    cache_key text;
+    layout pgshovel2_pl.layout;
+    q text;
+    data text;
+    before text;
+BEGIN
+    IF TG_WHEN <> 'AFTER' OR TG_NARGS <> 5 THEN
+        RAISE EXCEPTION 'pgshovel2_pl.capture() must be an AFTER trigger with 5 arguments (trigger % on %)',
+            TG_NAME, TG_RELID::regclass;
+    END IF;
+    IF TG_OP = 'TRUNCATE' THEN
+        PERFORM pgq.insert_event(TG_ARGV[0], 'T', NULL, TG_ARGV[1], NULL, NULL, NULL);
+        RETURN NULL;
+    ELSIF TG_LEVEL <> 'ROW' THEN
+        RAISE EXCEPTION 'pgshovel2_pl.capture() must fire FOR EACH ROW for INSERT/UPDATE/DELETE';
+    END IF;
+    cache_key := TG_RELID || '_' || md5(TG_ARGV[0]);
+    q := current_setting(CASE TG_OP WHEN 'UPDATE' THEN 'pgshovel2_pl.u' ELSE 'pgshovel2_pl.i' END || cache_key,
+                         true);
+    IF q IS NULL OR q = '' THEN
+        layout := pgshovel2_pl._prepare(TG_ARGV[0], TG_RELID);
+        IF layout IS NULL THEN
+            layout := pgshovel2_pl._prepare(TG_ARGV[0], TG_RELID, pgshovel2_pl.table_columns(TG_RELID, NULL));
+        END IF;
+        PERFORM pgshovel2_pl._cache(layout, cache_key);
+        q := current_setting(CASE TG_OP WHEN 'UPDATE' THEN 'pgshovel2_pl.u' ELSE 'pgshovel2_pl.i' END
+                             || cache_key);
+    END IF;
+    IF TG_OP = 'INSERT' THEN
+        EXECUTE q INTO data USING NEW;
+    ELSIF TG_OP = 'DELETE' THEN
+        EXECUTE q INTO data USING OLD;
+    ELSE
+        EXECUTE q INTO data, before USING NEW, OLD;
+        IF data IS NULL THEN
+            RETURN NULL;
+        END IF;
+    END IF;
+    PERFORM pgq.insert_event(TG_ARGV[0], left(TG_OP, 1), data, TG_ARGV[1], before, NULL, NULL);
+    RETURN NULL;
+END $$;
+
+-- sql/capture's pgshovel2.encode_row: a row value in the capture form, for snapshot reads.
+--   SELECT pgshovel2_pl.encode_row(t, '{1,2,5}') FROM some_table t
+-- The statement is cached per transaction and row type (setting pgshovel2_pl.r<type oid>).
+CREATE OR REPLACE FUNCTION pgshovel2_pl.encode_row(r record, attnums int2[]) RETURNS text
+LANGUAGE plpgsql STABLE STRICT AS $$
+DECLARE
+    typ oid := pg_typeof(r)::oid;
+    cache_key text := 'pgshovel2_pl.r' || typ;
+    cached text := current_setting(cache_key, true);
+    head text := attnums::text || ':';
+    q text;
+    data text;
+BEGIN
+    IF cached IS NOT NULL AND left(cached, length(head)) = head THEN
+        q := substr(cached, length(head) + 1);
+    ELSE
+        q := 'SELECT ' || pgshovel2_pl.row_sql((SELECT typrelid FROM pg_catalog.pg_type WHERE oid = typ),
+                                                attnums, '$1');
+        PERFORM set_config(cache_key, head || q, true);
+    END IF;
+    EXECUTE q INTO data USING r;
+    RETURN data;
+END $$;

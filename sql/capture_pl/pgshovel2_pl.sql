@@ -1,0 +1,1 @@
+../../pgshovel2/backends/sql/pgshovel2_pl.sql

@@ -1,0 +1,264 @@
+"""The PL/pgSQL capture (schema pgshovel2_pl, sql/capture_pl) against the C capture
+(sql/capture) on the real stack: the same statements feed a C trigger (queue A) and a PL
+trigger (queue B) on the same tables, under several session settings, and the queued events
+are compared byte for byte; encode_row too. Then DDL without event triggers, a
+non-superuser install, and a set with ``capture: plpgsql`` relayed to Kafka."""
+
+import json
+import threading
+import uuid
+
+import psycopg2
+import pytest
+from psycopg2 import sql
+
+from pgshovel2.backends import plcapture, trigger
+from tests.helpers import RelayProcess, assert_verified, caught_up, pgshovel, verify, write_config
+from tests.integration.sweep_types import OWN_TYPES, sweep_columns
+from tests.integration.test_types import SPECIAL
+
+SETTINGS = [  # session settings the statements run under: the events must not depend on them
+    {},
+    {"DateStyle": "SQL, DMY", "TimeZone": "America/St_Johns", "IntervalStyle": "sql_standard",
+     "extra_float_digits": "0", "bytea_output": "escape"},
+    {"DateStyle": "German", "TimeZone": "Asia/Kathmandu", "IntervalStyle": "postgres_verbose",
+     "extra_float_digits": "-15", "bytea_output": "hex"},
+    {"DateStyle": "Postgres, MDY", "TimeZone": "UTC", "IntervalStyle": "iso_8601", "extra_float_digits": "3"},
+]
+ODD = 'Odd "tbl" ü'  # a quoted table name with a space, a quote and non-ASCII
+ODD_COLS = '"ID" int PRIMARY KEY, "a b" text, "q""uote" float8, "ünï" date[], "MixedCase" int, skipped text'
+
+
+def _events(cur, queue: str) -> list[tuple]:
+    cur.execute("SELECT queue_data_pfx FROM pgq.queue WHERE queue_name = %s", (queue,))
+    cur.execute(f"SELECT ev_type, ev_data, ev_extra1, ev_extra2 FROM {cur.fetchone()[0]} ORDER BY ev_id")
+    return cur.fetchall()
+
+
+def _capture_both(cur, queues: tuple[str, str], table: str, cols: str, keys: str, mode: str) -> None:
+    """C trigger into queues[0], PL trigger into queues[1] (each with its TRUNCATE trigger)."""
+    target = sql.SQL(table)
+    for i, (queue, function) in enumerate(zip(queues, ("pgshovel2.capture", "pgshovel2_pl.capture"), strict=True)):
+        args = [sql.Literal(v) for v in (queue, table, cols, keys, mode)]
+        cur.execute(sql.SQL("CREATE TRIGGER {} AFTER INSERT OR UPDATE OR DELETE ON {} FOR EACH ROW "
+                            "EXECUTE FUNCTION {}({})").format(sql.Identifier(f"cap{i}"), target, sql.SQL(function),
+                                                              sql.SQL(", ").join(args)))
+        cur.execute(sql.SQL("CREATE TRIGGER {} AFTER TRUNCATE ON {} FOR EACH STATEMENT "
+                            "EXECUTE FUNCTION {}({}, {}, '', '', 'all')").format(
+                                sql.Identifier(f"cap{i}_t"), target, sql.SQL(function), sql.Literal(queue),
+                                sql.Literal(table)))
+    plcapture.register(cur, queues[1], table, cols, keys, mode)
+
+
+def _setup(cur, schema: str, queues: tuple[str, str]) -> tuple[str, dict, str]:
+    """The tables, both captures; returns (forms attnums, sweep values by column, forms columns)."""
+    cur.execute("CREATE EXTENSION IF NOT EXISTS citext; CREATE EXTENSION IF NOT EXISTS hstore; "
+                "CREATE EXTENSION IF NOT EXISTS pgq")
+    trigger.ensure_extension(cur)
+    plcapture.ensure(cur)
+    cur.execute(f'SET search_path = "{schema}", public')
+    cur.execute(OWN_TYPES)
+    cols, values, _ = sweep_columns(cur, schema)
+    special = [(f"s_{n}", t) for n, t, _ in SPECIAL]
+    defs = [f"{c.name} {c.pg_type}" for c in cols] + [f"{n} {t}" for n, t in special]
+    cur.execute(f"CREATE TABLE forms (id int PRIMARY KEY, {', '.join(defs)})")
+    cur.execute(f'CREATE TABLE "{ODD.replace(chr(34), chr(34) * 2)}" ({ODD_COLS})')
+    cur.execute("CREATE TABLE bm (k int, v float4, w interval)")
+    for q in queues:
+        cur.execute("SELECT pgq.create_queue(%s)", (q,))
+    attnums = ",".join(str(i) for i in range(1, len(defs) + 2))
+    odd = sql.Identifier(schema, ODD).as_string(cur)
+    _capture_both(cur, queues, sql.Identifier(schema, "forms").as_string(cur), attnums, "1", "all")
+    _capture_both(cur, queues, odd, "1,2,3,4,5", "5,1", "subset")
+    _capture_both(cur, queues, sql.Identifier(schema, "bm").as_string(cur), "1,2,3", "", "all,before")
+    return attnums, values, ", ".join(c.name for c in cols)
+
+
+def _statements(cur, values: dict, names: str, base: int) -> None:
+    """Every kind of change on the three tables (ids from base)."""
+    cur.execute(f"INSERT INTO forms (id, {names}) VALUES ({base}, {', '.join(values.values())})")
+    for row in range(4):
+        special = ", ".join(f"s_{n}" for n, _, _ in SPECIAL)
+        cur.execute(f"INSERT INTO forms (id, {special}) VALUES ({base + row + 1}, "
+                    f"{', '.join(vals[row] for _, _, vals in SPECIAL)})")
+    cur.execute(f"INSERT INTO forms (id) VALUES ({base + 5})")
+    cur.execute(f"UPDATE forms SET s_f8 = 'NaN' WHERE id = {base + 1}")
+    cur.execute(f"UPDATE forms SET id = id + 100 WHERE id = {base + 2}")
+    cur.execute(f"UPDATE forms SET s_f8 = s_f8 WHERE id = {base + 3}")  # no change: 'all' still writes
+    cur.execute(f"DELETE FROM forms WHERE id = {base + 4}")
+    odd = sql.Identifier(ODD).as_string(cur)
+    cur.execute(f"""INSERT INTO {odd} VALUES ({base}, E'x\\by\\f\\\\b', '-0', '{{2024-02-29,infinity}}', 7, 's'),
+                    ({base + 1}, NULL, 'Infinity', '[0:0]={{-infinity}}', NULL, NULL)""")
+    cur.execute(f'UPDATE {odd} SET skipped = \'t\' WHERE "ID" = {base}')  # subset: nothing captured changed
+    cur.execute(f'UPDATE {odd} SET "q""uote" = \'0\' WHERE "ID" = {base}')  # -0 -> 0: binary change
+    cur.execute(f'UPDATE {odd} SET "MixedCase" = 8 WHERE "ID" = {base}')  # key change
+    cur.execute(f'UPDATE {odd} SET "a b" = "a b" WHERE "ID" = {base + 1}')  # subset, same value
+    cur.execute(f'DELETE FROM {odd} WHERE "ID" = {base + 1}')
+    cur.execute(f"INSERT INTO bm VALUES ({base}, 0.1, '1 mon -1 day 00:00:00.000001'), (NULL, NULL, NULL)")
+    cur.execute(f"UPDATE bm SET v = v WHERE k = {base}")  # before always, no key
+    cur.execute("DELETE FROM bm WHERE k IS NULL")
+
+
+def test_pl_capture_writes_the_c_events_byte_for_byte(stack, db, schema):
+    """Both triggers on the same tables, statements over every sweep type and the special
+    values, quoted names, a column subset, key updates, ',before', TRUNCATE, under several
+    session settings: the same events (type, data, tag, before-image) in the same order; and
+    encode_row C vs PL on the same rows."""
+    queues = (f"plc_a_{uuid.uuid4().hex[:8]}", f"plc_b_{uuid.uuid4().hex[:8]}")
+    with db.cursor() as cur:
+        attnums, values, names = _setup(cur, schema, queues)
+        snapshots = []
+        for i, settings in enumerate(SETTINGS):
+            for name, value in settings.items():
+                cur.execute("SELECT set_config(%s, %s, false)", (name, value))
+            _statements(cur, values, names, 1000 * (i + 1))
+            cur.execute(f"SELECT pgshovel2.encode_row(f, '{{{attnums}}}'), "
+                        f"pgshovel2_pl.encode_row(f, '{{{attnums}}}') FROM forms f ORDER BY id")
+            snapshots += cur.fetchall()
+            cur.execute("TRUNCATE forms, bm")
+            cur.execute("RESET ALL")
+            cur.execute(f'SET search_path = "{schema}", public')
+        by_c, by_pl = _events(cur, queues[0]), _events(cur, queues[1])
+    kinds = [e[0] for e in by_c]
+    assert len(by_c) > 60 and {"I", "U", "D", "T"} <= set(kinds), kinds
+    assert any(e[3] is not None and e[0] == "U" for e in by_c)  # key changes and ',before' have before-images
+    for n, (c, pl) in enumerate(zip(by_c, by_pl, strict=False)):  # the first difference, then the lengths
+        assert pl == c, f"event {n}: C {c!r}\nPL {pl!r}"
+    assert len(by_pl) == len(by_c)
+    assert len(snapshots) == 4 * 5 and all(a == b for a, b in snapshots), [s for s in snapshots if s[0] != s[1]][:1]
+
+
+def _s_events(cur, queue: str) -> list[tuple]:
+    return [(t, json.loads(d) if t == "S" else d, x2) for t, d, _, x2 in _events(cur, queue)]
+
+
+def test_ddl_reaches_the_queue_at_its_position(stack, db, schema):
+    """ADD / RENAME / DROP COLUMN of a PL-captured table, each in its own transaction: the next
+    write appends an S event (the same layout as the C extension's event trigger writes) before
+    its row, and encodes the row in the new layout; concurrent first writers after a DDL write
+    one S event, before both rows."""
+    queues = (f"plc_a_{uuid.uuid4().hex[:8]}", f"plc_b_{uuid.uuid4().hex[:8]}")
+    with db.cursor() as cur:
+        cur.execute("CREATE EXTENSION IF NOT EXISTS pgq")
+        trigger.ensure_extension(cur)
+        plcapture.ensure(cur)
+        cur.execute(f'SET search_path = "{schema}", public')
+        cur.execute("CREATE TABLE d (id int PRIMARY KEY, a text, b int)")
+        for q in queues:
+            cur.execute("SELECT pgq.create_queue(%s)", (q,))
+        _capture_both(cur, queues, sql.Identifier(schema, "d").as_string(cur), "1,2,3", "1", "all")
+        cur.execute("INSERT INTO d VALUES (1, 'x', 1)")
+        cur.execute("ALTER TABLE d ADD COLUMN c float8 DEFAULT 0.5")
+        cur.execute("INSERT INTO d VALUES (2, 'y', 2, '-0')")
+        cur.execute("ALTER TABLE d RENAME COLUMN a TO a2")
+        cur.execute("UPDATE d SET b = 3 WHERE id = 1")
+        cur.execute("ALTER TABLE d DROP COLUMN b")
+        _concurrent_inserts(stack, schema, [(3, "z"), (4, "w")])
+        by_c, by_pl = _s_events(cur, queues[0]), _s_events(cur, queues[1])
+    assert [e[0] for e in by_pl] == ["I", "S", "I", "S", "U", "S", "I", "I"], by_pl
+    assert [e[:2] for e in by_pl] == [e[:2] for e in by_c]  # same rows, same layouts in the same places
+    assert by_pl[2][1] == '[2,"y",2,-0.0]' and by_pl[6][1] in ('[3,"z",0.5]', '[4,"w",0.5]')
+    assert [c[0] for c in by_pl[5][1]["columns"]] == ["id", "a2", "c"]
+    assert all("not known" in json.loads(e[2]) for e in by_pl if e[0] == "S")
+
+
+def _concurrent_inserts(stack, schema: str, rows: list[tuple[int, str]]) -> None:
+    """Insert rows from concurrent transactions: the first holds its transaction open until the
+    others have started their insert (they wait on the layout record's lock)."""
+    conns = [psycopg2.connect(stack.dsn) for _ in rows]
+    try:
+        first = conns[0].cursor()
+        first.execute(f'INSERT INTO "{schema}".d (id, a2) VALUES (%s, %s)', rows[0])
+        threads = [threading.Thread(target=_insert_commit, args=(c, schema, r))
+                   for c, r in zip(conns[1:], rows[1:], strict=True)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(0.5)
+        conns[0].commit()
+        for t in threads:
+            t.join(30)
+    finally:
+        for c in conns:
+            c.close()
+
+
+def _insert_commit(conn, schema: str, row: tuple[int, str]) -> None:
+    with conn.cursor() as cur:
+        cur.execute(f'INSERT INTO "{schema}".d (id, a2) VALUES (%s, %s)', row)
+    conn.commit()
+
+
+@pytest.fixture
+def owner_db(stack):
+    """(dsn of a fresh database, owned by a new non-superuser role that may use PgQ, role name)."""
+    role, dbname = f"plc_{uuid.uuid4().hex[:8]}", f"plc_{uuid.uuid4().hex[:8]}"
+    admin = psycopg2.connect(stack.dsn)
+    admin.autocommit = True
+    with admin.cursor() as cur:
+        cur.execute(f"CREATE ROLE {role} LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE")
+        cur.execute(f"CREATE DATABASE {dbname} OWNER {role}")
+    dsn = stack.dsn.replace("dbname=pgshovel", f"dbname={dbname}")
+    conn = psycopg2.connect(dsn)
+    conn.autocommit = True
+    with conn.cursor() as cur:  # PgQ's own installation is not what this test is about
+        cur.execute(f"CREATE EXTENSION pgq; CREATE EXTENSION pgshovel2; GRANT pgq_admin, pgq_writer TO {role}")
+    conn.close()
+    yield dsn.replace("user=postgres", f"user={role}"), dsn, role
+    with admin.cursor() as cur:
+        cur.execute(f"DROP DATABASE {dbname} WITH (FORCE)")
+        cur.execute(f"DROP ROLE {role}")
+    admin.close()
+
+
+def test_installs_and_captures_as_a_non_superuser_table_owner(owner_db):
+    """pgshovel2_pl installed by a role without superuser, on its own table; its writes are
+    queued with the rows the C encoder gives for them."""
+    dsn, admin_dsn, role = owner_db
+    conn = psycopg2.connect(dsn)
+    conn.autocommit = True
+    with conn.cursor() as cur:
+        cur.execute("SELECT rolsuper FROM pg_roles WHERE rolname = current_user")
+        assert cur.fetchone() == (False,)
+        plcapture.ensure(cur)
+        cur.execute("CREATE TABLE t (id int PRIMARY KEY, f float8, d date, b bytea, iv interval)")
+        cur.execute("SELECT pgq.create_queue('q')")
+        cur.execute("CREATE TRIGGER c AFTER INSERT OR UPDATE OR DELETE ON t FOR EACH ROW "
+                    "EXECUTE FUNCTION pgshovel2_pl.capture('q', '\"public\".\"t\"', '1,2,3,4,5', '1', 'all')")
+        plcapture.register(cur, "q", '"public"."t"', "1,2,3,4,5", "1", "all")
+        cur.execute("INSERT INTO t VALUES (1, '-0', 'infinity', '\\x01', '-1 day'), (2, 1e-7, '1999-12-31', '', '1h')")
+        cur.execute("UPDATE t SET id = 3 WHERE id = 2")
+    conn.close()
+    admin = psycopg2.connect(admin_dsn)
+    with admin.cursor() as cur:
+        events = _events(cur, "q")
+        cur.execute("SELECT pgshovel2.encode_row(t, '{1,2,3,4,5}') FROM t ORDER BY id")
+        rows = [r[0] for r in cur.fetchall()]
+    admin.close()
+    assert [e[0] for e in events] == ["I", "I", "U"]
+    assert [events[0][1], events[2][1]] == rows and events[2][3] == events[1][1]
+    assert rows[0] == '[1,-0.0,2147483647,"01",[0,-1,0]]'
+
+
+def test_plpgsql_set_relayed_to_kafka_equals_the_table(stack, cluster, db, schema, tmp_path):
+    """A trigger set with capture: plpgsql (set create says so): snapshot, writes, a key update,
+    ADD COLUMN mid-stream, TRUNCATE-free deletes; the topic state equals the table."""
+    with db.cursor() as cur:
+        cur.execute(f'CREATE TABLE "{schema}".e (id int PRIMARY KEY, f float8, d date, t text, a float8[])')
+        cur.execute(f"INSERT INTO \"{schema}\".e SELECT i, i / 3.0, '2024-01-01'::date + i, 'r' || i, "
+                    f"ARRAY[i, -0.0] FROM generate_series(1, 50) i")
+    cfg = write_config(tmp_path, stack, [{"schema": schema, "name": "e"}], capture="plpgsql")
+    out = pgshovel(stack, cluster, "set", "create", "pl", str(cfg)).stdout
+    assert "capture plpgsql: set config 'capture: plpgsql'" in out, out
+    relay = RelayProcess(stack, cluster, "pl", log_path=tmp_path / "relay.log")
+    try:
+        with db.cursor() as cur:
+            cur.execute(f"INSERT INTO \"{schema}\".e VALUES (100, 'NaN', 'infinity', E'q\\\"\\n', '[0:1]={{1,2}}')")
+            cur.execute(f'UPDATE "{schema}".e SET id = id + 1000 WHERE id <= 5')
+            cur.execute(f'DELETE FROM "{schema}".e WHERE id BETWEEN 10 AND 15')
+            cur.execute(f'ALTER TABLE "{schema}".e ADD COLUMN n int')
+            cur.execute(f'UPDATE "{schema}".e SET n = id WHERE id > 40')
+        caught_up(stack, cluster, "pl")
+    finally:
+        relay.stop()
+    assert_verified(verify(stack, cluster, "pl"))
