@@ -4,6 +4,7 @@ A set's znode (and each ``history/<n>`` znode) holds one JSON record::
 
     {"name", "cluster", "version", "config": SetConfig.to_dict(), "tables": [Table.to_dict()],
      "queue", "trigger", "consumer"            (trigger backend; None for logical),
+     "pgq"                                     (trigger: "extension" | "pl"; absent = extension),
      "slot"                                    (logical backend),
      "created_at", "upgraded_at", "pgshovel_version",
      "change": {"kind": "create"|"upgrade"|"ddl"|"repoint", ...}}
@@ -30,11 +31,14 @@ PLUGIN = "pgshovel2_decoder"  # our output plugin (sql/decoder), read by a logic
 
 @dataclass(frozen=True)
 class TriggerCapture:
-    """Where a ``trigger`` set captures: its PgQ queue, trigger name and relay consumer."""
+    """Where a ``trigger`` set captures: its PgQ queue, trigger name and relay consumer, and
+    which PgQ the database has (pgq: ``extension`` or ``pl``, PgQ's PL/pgSQL-only build; set
+    create picks it, pgshovel2.backends.pgq_install)."""
 
     queue: str
     trigger: str
     consumer: str = CONSUMER
+    pgq: str = "extension"
 
     def describe(self) -> str:
         """``queue <name>`` for operators."""
@@ -179,7 +183,8 @@ class SetRecord:
         if isinstance(self.capture, SlotCapture):
             data["slot"] = self.capture.slot
         else:
-            data.update(queue=self.capture.queue, trigger=self.capture.trigger, consumer=self.capture.consumer)
+            data.update(queue=self.capture.queue, trigger=self.capture.trigger, consumer=self.capture.consumer,
+                        pgq=self.capture.pgq)
         if self.upgraded_at is not None:
             data["upgraded_at"] = self.upgraded_at
         if self.change is not None:
@@ -196,8 +201,9 @@ class SetRecord:
         try:
             config = SetConfig.from_dict(data["config"])
             capture: Capture = (SlotCapture(data["slot"]) if config.backend == "logical"
-                                else TriggerCapture(data["queue"], data["trigger"], data.get("consumer") or CONSUMER))
-            known = {"name", "cluster", "version", "config", "tables", "queue", "trigger", "consumer", "slot",
+                                else TriggerCapture(data["queue"], data["trigger"], data.get("consumer") or CONSUMER,
+                                                    data.get("pgq") or "extension"))
+            known = {"name", "cluster", "version", "config", "tables", "queue", "trigger", "consumer", "slot", "pgq",
                      "created_at", "pgshovel_version", "upgraded_at", "change"}
             return cls(data["name"], data["cluster"], int(data["version"]), config,
                        tuple(Table.from_dict(t) for t in data["tables"]), capture, data["created_at"],

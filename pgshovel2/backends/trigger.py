@@ -13,6 +13,7 @@ from typing import Any
 
 from psycopg2 import sql
 
+from pgshovel2.backends import pgq_install
 from pgshovel2.backends.snapshot import ExportedSnapshot, export_txid_snapshot
 from pgshovel2.catalog import Table
 from pgshovel2.db import connect, one_row
@@ -26,16 +27,18 @@ TICKER_MAX_LAG = "50 milliseconds"
 
 
 def install(cur, capture: TriggerCapture, tables: tuple[Table, ...], all_columns: dict,
-            before_images: bool = False) -> None:
-    """Create pgq + pgshovel2 extensions, the set's queue, its consumer and the triggers.
+            before_images: bool = False, pgq: str = "auto", pgq_sql: str | None = None) -> str:
+    """Create PgQ and the capture functions when missing, the set's queue, its consumer and
+    the triggers; returns the kind of PgQ the database has (``extension`` or ``pl``).
 
     all_columns: qualified table name -> number of live columns (to tell a
     column subset). before_images: capture the old row of every UPDATE (not
-    only of key changes). Raises CaptureError when the queue already exists.
+    only of key changes). pgq, pgq_sql: pgq_install.ensure's mode and PL-only file.
+    Raises CaptureError when the queue already exists or PgQ/capture cannot be installed.
     """
     queue = capture.queue
-    cur.execute("CREATE EXTENSION IF NOT EXISTS pgq")
-    ensure_extension(cur)
+    kind = pgq_install.ensure(cur, pgq, pgq_sql)
+    ensure_capture(cur, kind)
     cur.execute("SELECT pgq.create_queue(%s)", (queue,))
     if cur.fetchone()[0] == 0:
         raise CaptureError(f"PgQ queue {queue!r} already exists in the database: a set of "
@@ -43,6 +46,25 @@ def install(cur, capture: TriggerCapture, tables: tuple[Table, ...], all_columns
     cur.execute("SELECT pgq.set_queue_config(%s, 'ticker_max_lag', %s)", (queue, TICKER_MAX_LAG))
     cur.execute("SELECT pgq.register_consumer(%s, %s)", (queue, capture.consumer))
     install_triggers(cur, capture, tables, all_columns, before_images)
+    return kind
+
+
+def ensure_capture(cur, pgq_kind: str) -> None:
+    """The capture functions (``pgshovel2.capture``, ``pgshovel2.encode_row``) for PgQ of pgq_kind.
+
+    With the pgq extension: our C extension (:func:`ensure_extension`). With PgQ's PL-only
+    build the C extension cannot be created (it requires the pgq extension): the capture
+    functions must already be in schema pgshovel2. Raises CaptureError saying so otherwise.
+    """
+    if pgq_kind == "extension":
+        ensure_extension(cur)
+        return
+    cur.execute("SELECT to_regproc('pgshovel2.capture') IS NOT NULL AND to_regproc('pgshovel2.encode_row') "
+                "IS NOT NULL")
+    if not cur.fetchone()[0]:
+        raise CaptureError("PgQ in this database is the PL-only build (no pgq extension), so the pgshovel2 C "
+                           "capture extension, which requires the pgq extension, cannot be created; the capture "
+                           "functions pgshovel2.capture and pgshovel2.encode_row must be installed first")
 
 
 def install_triggers(cur, capture: TriggerCapture, tables: tuple[Table, ...], all_columns: dict,

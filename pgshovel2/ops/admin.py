@@ -8,6 +8,7 @@ back; if the command dies half-way, ``pgshovel cluster recover`` finishes or
 undoes it. Upgrades are in :mod:`pgshovel2.upgrade`.
 """
 
+import dataclasses
 import logging
 import time
 from typing import Any
@@ -47,20 +48,22 @@ def create_set(store: ClusterStore, name: str, config_path: str, dry_run: bool =
         tables = catalog.resolve_set(conn, name, config, config_path)
         record = SetRecord.new(store.cluster, name, config, tables, {"kind": "create", "gid": intent.gid})
         store.check_prefix(record)
-        _install(cur, record, config_path)
+        record = _install(cur, record, config_path)
     twophase.finish(store, intent, config.dsn, lambda: store.create_set(record), what)
     return record
 
 
-def _install(cur, record: SetRecord, config_path: str) -> None:
-    """The backend's capture objects of a new set, in the command's transaction."""
+def _install(cur, record: SetRecord, config_path: str) -> SetRecord:
+    """The backend's capture objects of a new set, in the command's transaction; returns the
+    record with what install chose (the kind of PgQ)."""
     if isinstance(record.capture, SlotCapture):
         logical.check_tables(cur, record.config, record.tables, config_path)
         logical.install(cur, record.capture.slot)
-    else:
-        counts = trigger.column_counts(cur, record.tables)
-        trigger.install(cur, record.capture, record.tables, counts,
-                        before_images=record.config.envelope == "debezium")
+        return record
+    counts = trigger.column_counts(cur, record.tables)
+    kind = trigger.install(cur, record.capture, record.tables, counts,
+                           before_images=record.config.envelope == "debezium", pgq=record.config.pgq)
+    return record.replace(capture=dataclasses.replace(record.capture, pgq=kind))
 
 
 def _preview(store: ClusterStore, name: str, config: SetConfig, config_path: str) -> SetRecord:
