@@ -1,0 +1,132 @@
+"""The trigger backend on a database like a managed service's: a non-superuser role owning a
+database without the pgq extension, PgQ installed from its PL-only build (``pgq: pl``), no
+pgqd (the relay ticks its queue and runs PgQ's maintenance, which rotates the event tables).
+
+The capture functions themselves are C (sql/capture), whose extension requires the pgq
+extension: the fixture creates ``pgshovel2.capture``/``encode_row`` in the database as the
+superuser, outside an extension, standing in for the PL/pgSQL capture (not part of this test).
+"""
+
+import time
+import uuid
+
+import psycopg2
+import pytest
+
+from pgshovel2 import names
+from pgshovel2.backends import pgq_ticker
+from pgshovel2.cluster import ClusterStore
+from tests.helpers import assert_verified, caught_up, messages, pgshovel, verify, write_config
+
+
+@pytest.fixture
+def owned_db(stack):
+    """(dsn of a non-superuser role owning a fresh database without pgq, superuser dsn there)."""
+    tag = uuid.uuid4().hex[:8]
+    role, dbname = f"plo_{tag}", f"plodb_{tag}"
+    su = psycopg2.connect(stack.dsn)
+    su.autocommit = True
+    with su.cursor() as cur:
+        cur.execute(f"CREATE ROLE {role} LOGIN")
+        cur.execute(f"CREATE DATABASE {dbname} OWNER {role}")
+    su_dsn = stack.dsn.replace("dbname=pgshovel", f"dbname={dbname}")
+    conn = psycopg2.connect(su_dsn)
+    conn.autocommit = True
+    with conn.cursor() as cur:
+        cur.execute(f"CREATE SCHEMA pgshovel2 AUTHORIZATION {role}")
+        cur.execute("CREATE FUNCTION pgshovel2.capture() RETURNS trigger AS '$libdir/pgshovel2', "
+                    "'pgshovel2_capture' LANGUAGE C")
+        cur.execute("CREATE FUNCTION pgshovel2.encode_row(record, int2[]) RETURNS text AS '$libdir/pgshovel2', "
+                    "'pgshovel2_encode_row' LANGUAGE C STRICT STABLE")
+    conn.close()
+    yield su_dsn.replace("user=postgres", f"user={role}"), su_dsn
+    with su.cursor() as cur:
+        cur.execute(f"DROP DATABASE {dbname} WITH (FORCE)")
+        cur.execute(f"DROP ROLE {role}")
+    su.close()
+
+
+@pytest.fixture
+def no_pgqd(stack):
+    """pgqd stopped for the test, started again after."""
+    stack.script("stop", "pgqd")
+    yield
+    stack.script("start", "pgqd")
+
+
+def _query(dsn: str, text: str, args: tuple = ()) -> list[tuple]:
+    conn = psycopg2.connect(dsn)
+    conn.autocommit = True
+    try:
+        with conn.cursor() as cur:
+            cur.execute(text, args)
+            return cur.fetchall() if cur.description else []
+    finally:
+        conn.close()
+
+
+def _wait_messages(stack, topic: str, count: int, timeout: float = 60) -> list:
+    deadline = time.monotonic() + timeout
+    while True:
+        got = messages(stack, topic)
+        if len(got) >= count or time.monotonic() > deadline:
+            return got
+        time.sleep(0.5)
+
+
+def test_pl_only_pgq_relays_without_pgqd(stack, cluster, owned_db, no_pgqd, tmp_path, relay_factory):
+    dsn, su_dsn = owned_db
+    _query(dsn, "CREATE TABLE t (id int PRIMARY KEY, v text)")
+    _query(dsn, "INSERT INTO t VALUES (1, 'before')")
+    cfg = write_config(tmp_path, stack, ["t"], pgq="pl", topic_prefix=f"pl{cluster}")
+    cfg.write_text(cfg.read_text().replace(stack.dsn, dsn))
+    pgshovel(stack, cluster, "set", "create", "pl", str(cfg))
+
+    with ClusterStore(stack.zk, cluster) as store:
+        record, _ = store.get_set("pl")
+    assert record.capture.pgq == "pl"
+    assert _query(dsn, "SELECT count(*) FROM pg_extension WHERE extname = 'pgq'") == [(0,)]
+    assert _query(dsn, "SELECT pgq.version()") == [("3.5",)]
+    assert not _query(dsn, "SELECT rolsuper OR rolcreaterole FROM pg_roles WHERE rolname = current_user")[0][0]
+    queue = record.capture.queue
+    _query(dsn, "SELECT pgq.set_queue_config(%s, 'rotation_period', '1 second')", (queue,))
+    table_before = _query(dsn, "SELECT queue_cur_table FROM pgq.queue WHERE queue_name = %s", (queue,))[0][0]
+
+    relay = relay_factory("pl", "--pgq-maint-interval", "0.5")
+    relay.wait_for("snapshot done")
+    topic = names.table_topic(f"pl{cluster}", "public", "t")
+    for i in range(2, 12):  # several batches, over several rotation periods
+        _query(dsn, "INSERT INTO t VALUES (%s, 'x')", (i,))
+        time.sleep(0.3)
+    # nothing forces a tick here: only the relay ticks (pgqd is stopped)
+    got = _wait_messages(stack, topic, 11)
+    assert sorted(k["id"] for k, _, _ in got) == list(range(1, 12))
+    ticking = pgq_ticker.who_ticks(dsn, queue)
+    assert ticking["ticker"] == "relay", ticking
+
+    deadline = time.monotonic() + 30
+    while _query(dsn, "SELECT queue_cur_table FROM pgq.queue WHERE queue_name = %s", (queue,))[0][0] \
+            == table_before:
+        assert time.monotonic() < deadline, f"the event tables never rotated:\n{relay.log()}"
+        _query(dsn, "UPDATE t SET v = 'y' WHERE id = 1")
+        time.sleep(0.5)
+    assert "PgQ maintenance: pgq.maint_rotate_tables_step1" in relay.log()
+
+    status = pgshovel(stack, cluster, "set", "status", "pl").stdout
+    assert "ticks:" in status and "relay" in status, status
+    caught_up(stack, cluster, "pl")
+    assert_verified(verify(stack, cluster, "pl"))
+    assert relay.stop() == 0
+    pgshovel(stack, cluster, "set", "drop", "pl")
+    assert _query(su_dsn, "SELECT count(*) FROM pgq.queue") == [(0,)]
+
+
+def test_forced_extension_without_privilege_changes_nothing(stack, cluster, owned_db, tmp_path):
+    dsn, _ = owned_db
+    _query(dsn, "CREATE TABLE t (id int PRIMARY KEY)")
+    cfg = write_config(tmp_path, stack, ["t"], pgq="extension")
+    cfg.write_text(cfg.read_text().replace(stack.dsn, dsn))
+    proc = pgshovel(stack, cluster, "set", "create", "ext", str(cfg), check=False)
+    assert proc.returncode != 0 and "CREATE EXTENSION pgq failed" in proc.stderr, proc.stderr
+    assert _query(dsn, "SELECT count(*) FROM pg_namespace WHERE nspname = 'pgq'") == [(0,)]
+    assert "ext" not in pgshovel(stack, cluster, "set", "list", check=False).stdout.split()
