@@ -49,6 +49,7 @@ def create_set(store: ClusterStore, name: str, config_path: str, dry_run: bool =
         record = SetRecord.new(store.cluster, name, config, tables, {"kind": "create", "gid": intent.gid})
         store.check_prefix(record)
         record = _install(cur, record, config_path)
+        twophase.plan(store, intent, {"op": "create", "record": record.to_dict()})
     twophase.finish(store, intent, config.dsn, lambda: store.create_set(record), what)
     return record
 
@@ -100,6 +101,7 @@ def drop_set(store: ClusterStore, name: str) -> list[str]:
             done = []
         else:
             done = trigger.uninstall(cur, record.capture, record.tables)
+        twophase.plan(store, intent, {"op": "delete", "name": name, "version": version, "prefix": record.prefix})
     twophase.finish(store, intent, record.dsn, lambda: store.delete_set(name, version, record.prefix), what)
     done.append(f"znode {store.set_path(name)}")
     if isinstance(record.capture, SlotCapture) and logical.drop_slot(record.dsn, record.capture.slot):
