@@ -14,11 +14,11 @@ import time
 from typing import Any
 
 from pgshovel2 import catalog
-from pgshovel2.backends import logical, trigger
+from pgshovel2.backends import logical, privileges, trigger
 from pgshovel2.cluster import ClusterStore
 from pgshovel2.config import SetConfig, load_config, validate_set_name
 from pgshovel2.db import connect
-from pgshovel2.errors import ClusterError
+from pgshovel2.errors import CaptureError, ClusterError
 from pgshovel2.ops import twophase
 from pgshovel2.ops.twophase import Intent
 from pgshovel2.setrecord import SetRecord, SlotCapture
@@ -46,12 +46,29 @@ def create_set(store: ClusterStore, name: str, config_path: str, dry_run: bool =
     what = f"create set {name!r}"
     with twophase.prepared_command(store, intent, config.dsn, what) as (conn, cur):
         tables = catalog.resolve_set(conn, name, config, config_path)
+        _check_privileges(cur, config, config_path)
         record = SetRecord.new(store.cluster, name, config, tables, {"kind": "create", "gid": intent.gid})
         store.check_prefix(record)
         record = _install(cur, record, config_path)
         twophase.plan(store, intent, {"op": "create", "record": record.to_dict()})
     twophase.finish(store, intent, config.dsn, lambda: store.create_set(record), what)
     return record
+
+
+def grants(config_path: str) -> str:
+    """The SQL granting the role of the config's DSN what its set needs (privileges.grants_sql).
+    Raises ConfigError for a bad config; reads nothing else."""
+    return privileges.grants_sql(load_config(config_path))
+
+
+def _check_privileges(cur, config: SetConfig, config_path: str) -> None:
+    """Raise CaptureError naming every privilege the trigger backend lacks (nothing changed yet)."""
+    if config.backend != "trigger":
+        return
+    problems = privileges.missing(cur, config)
+    if problems:
+        raise CaptureError(f"{config_path}: {len(problems)} missing privilege(s) in the set's database (see "
+                           "'pgshovel set create --print-grants CONFIG'):\n  " + "\n  ".join(problems))
 
 
 def _install(cur, record: SetRecord, config_path: str) -> SetRecord:

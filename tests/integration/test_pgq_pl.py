@@ -130,3 +130,28 @@ def test_forced_extension_without_privilege_changes_nothing(stack, cluster, owne
     assert proc.returncode != 0 and "CREATE EXTENSION pgq failed" in proc.stderr, proc.stderr
     assert _query(dsn, "SELECT count(*) FROM pg_namespace WHERE nspname = 'pgq'") == [(0,)]
     assert "ext" not in pgshovel(stack, cluster, "set", "list", check=False).stdout.split()
+
+
+def test_missing_privileges_named_at_once_then_printed_grants_suffice(stack, cluster, owned_db, tmp_path):
+    dsn, su_dsn = owned_db
+    role = dict(p.split("=") for p in dsn.split())["user"]
+    for t in ("t1", "t2"):  # owned by the superuser: the set's role has no privilege on them
+        _query(su_dsn, f"CREATE TABLE {t} (id int PRIMARY KEY)")
+    cfg = write_config(tmp_path, stack, ["t1", "t2"], pgq="pl")
+    cfg.write_text(cfg.read_text().replace(stack.dsn, dsn))
+    proc = pgshovel(stack, cluster, "set", "create", "g", str(cfg), check=False)
+    assert proc.returncode != 0
+    for what in ("SELECT on table public.t1", "TRIGGER on table public.t1", "SELECT on table public.t2",
+                 "TRIGGER on table public.t2"):
+        assert f"role {role} lacks {what}" in proc.stderr, proc.stderr
+    assert "4 missing privilege(s)" in proc.stderr
+    assert _query(dsn, "SELECT count(*) FROM pg_namespace WHERE nspname = 'pgq'") == [(0,)]
+
+    grants = pgshovel(stack, cluster, "set", "create", "--print-grants", str(cfg)).stdout
+    assert f'GRANT SELECT, TRIGGER ON TABLE "public"."t1" TO "{role}";' in grants, grants
+    for line in grants.splitlines():
+        if line.startswith("GRANT"):
+            _query(su_dsn, line)
+    pgshovel(stack, cluster, "set", "create", "g", str(cfg))
+    with ClusterStore(stack.zk, cluster) as store:
+        assert store.get_set("g")[0].capture.pgq == "pl"
