@@ -23,6 +23,7 @@ def no2pc(stack):
 def tables(no2pc):
     conn = no2pc.connect()
     with conn.cursor() as cur:
+        cur.execute("CREATE EXTENSION IF NOT EXISTS pgq")  # so capture_state can read pgq.queue from the start
         cur.execute("DROP TABLE IF EXISTS a, b")
         cur.execute("CREATE TABLE a (id int PRIMARY KEY, v text, w int)")
         cur.execute("CREATE TABLE b (id int PRIMARY KEY, x text)")
