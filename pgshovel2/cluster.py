@@ -7,7 +7,8 @@ Layout::
     /pgshovel2/<cluster>/sets/<set>/history/<n>   set record of version n (10 digits)
     /pgshovel2/<cluster>/sets/<set>/relay/<key>   the relay's records: snapshot, last_error, leader
     /pgshovel2/<cluster>/sets/<set>/relay/election  the relays' election (kazoo Lock)
-    /pgshovel2/<cluster>/intents/<gid>            running admin commands ({"dsn": ...})
+    /pgshovel2/<cluster>/intents/<gid>            running admin commands ({"dsn", "lock"?, "txid"?, "zk_step"?})
+    /pgshovel2/<cluster>/locks/<set>              gid of the command holding the set (no-PREPARE mode)
     /pgshovel2/<cluster>/prefixes/<prefix>        the set whose topics use this prefix (escaped)
 
 Cluster and set names are validated (pgshovel2.config) before any path is built from them,
@@ -335,20 +336,53 @@ class ClusterStore:
 
     # -- admin intents ------------------------------------------------------------------------
 
-    def record_intent(self, gid: str, dsn: str) -> None:
-        """Create the intent znode of a running admin command (the database to look at if it dies)."""
+    def record_intent(self, gid: str, dsn: str, set_name: str | None = None) -> None:
+        """Create the intent znode of a running admin command (the database to look at if it dies).
+
+        With set_name, also take the set's admin lock (``locks/<set>``) in the same multi-op:
+        raises ConflictError naming the holder's intent when another command holds it.
+        """
         self.zk.ensure_path(self.intents_path)
-        self.zk.create(f"{self.intents_path}/{gid}", _dump({"dsn": dsn}))
+        if set_name is None:
+            self.zk.create(f"{self.intents_path}/{gid}", _dump({"dsn": dsn}))
+            return
+        self.zk.ensure_path(f"{self.path}/locks")
+        txn = self.zk.transaction()
+        txn.create(f"{self.intents_path}/{gid}", _dump({"dsn": dsn, "lock": set_name}))
+        txn.create(f"{self.path}/locks/{set_name}", gid.encode())
+        if any(isinstance(r, Exception) for r in txn.commit()):
+            try:
+                holder = self.zk.get(f"{self.path}/locks/{set_name}")[0].decode()
+            except NoNodeError:
+                holder = "?"
+            raise ConflictError(f"another admin command on set {set_name!r} is running (intent {holder}); "
+                                "retry when it is done, or run 'pgshovel cluster recover' if it died")
+
+    def update_intent(self, gid: str, **fields: Any) -> None:
+        """Add fields to an intent's record (``{"dsn", "lock"?, "txid"?, "zk_step"?}``)."""
+        path = f"{self.intents_path}/{gid}"
+        data, stat = self.zk.get(path)
+        self.zk.set(path, _dump({**json.loads(data), **fields}), version=stat.version)
 
     def clear_intent(self, gid: str) -> None:
-        """Remove an intent znode, if present."""
+        """Remove an intent znode and the set lock it holds, if present."""
+        record = self.intent_records().get(gid, {})
         try:
             self.zk.delete(f"{self.intents_path}/{gid}")
         except NoNodeError:
             pass
+        if record.get("lock"):
+            try:
+                self.zk.delete(f"{self.path}/locks/{record['lock']}")
+            except NoNodeError:
+                pass
 
     def intents(self) -> dict[str, str]:
         """gid -> DSN of every recorded intent of the cluster."""
+        return {gid: data["dsn"] for gid, data in self.intent_records().items()}
+
+    def intent_records(self) -> dict[str, dict[str, Any]]:
+        """gid -> the intent's record of every recorded intent of the cluster."""
         try:
             children = self.zk.get_children(self.intents_path)
         except NoNodeError:
@@ -359,7 +393,7 @@ class ClusterStore:
                 data, _ = self.zk.get(f"{self.intents_path}/{gid}")
             except NoNodeError:
                 continue
-            out[gid] = json.loads(data)["dsn"]
+            out[gid] = json.loads(data)
         return out
 
 

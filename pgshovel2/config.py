@@ -6,6 +6,7 @@ A set config is a YAML mapping (see configs/pgbench.yaml)::
     backend: trigger            # trigger (PgQ) | logical (WAL, sql/decoder)
     capture: plpgsql            # trigger backend: c (sql/capture) | plpgsql (sql/capture_pl);
                                 # default: c when the server has the pgshovel2 extension
+    pgq: auto                   # trigger: auto | extension | pl (PgQ's PL/pgSQL-only build)
     encoding: avro              # avro | json
     envelope: row               # row (Bottled Water compatible) | debezium
     topic_prefix: pgbench       # default: the set name
@@ -35,9 +36,10 @@ SET_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,39}")
 CLUSTER_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}")
 ENCODINGS = ("avro", "json")
 BACKENDS = ("trigger", "logical")
+PGQ_MODES = ("auto", "extension", "pl")
 ENVELOPES = ("row", "debezium")
 CAPTURES = ("c", "plpgsql")  # trigger backend: C extension pgshovel2 or PL/pgSQL pgshovel2_pl
-_TOP_KEYS = {"database", "backend", "capture", "encoding", "envelope", "topic_prefix", "topics", "tables"}
+_TOP_KEYS = {"database", "backend", "capture", "pgq", "encoding", "envelope", "topic_prefix", "topics", "tables"}
 _TABLE_KEYS = {"name", "schema", "columns", "key", "allow_unkeyed"}
 _TOPIC_KEYS = {"create", "partitions", "replication_factor"}
 
@@ -74,6 +76,7 @@ class SetConfig:
     topic_prefix: str | None = None
     topics: TopicsConfig = field(default_factory=TopicsConfig)
     capture: str | None = None  # c | plpgsql; None: chosen at set create (backends.trigger)
+    pgq: str = "auto"
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form, as stored in ZooKeeper."""
@@ -96,6 +99,7 @@ class SetConfig:
             encoding=data["encoding"], envelope=data["envelope"],
             topic_prefix=data["topic_prefix"], topics=TopicsConfig(**data["topics"]),
             capture=data.get("capture"),
+            pgq=data.get("pgq", "auto"),  # records before the key existed: auto
         )
 
 
@@ -149,6 +153,9 @@ def parse_config(data: Any, source: str) -> SetConfig:
     if not isinstance(db, dict) or not isinstance(db.get("dsn"), str) or not db["dsn"].strip():
         raise ConfigError(source, "database.dsn", db, "must be a non-empty libpq DSN string")
     backend = _choice(data, "backend", BACKENDS, source)
+    pgq = _choice(data, "pgq", PGQ_MODES, source)
+    if backend != "trigger" and "pgq" in data:
+        raise ConfigError(source, "pgq", pgq, "only the trigger backend uses PgQ")
     encoding = _choice(data, "encoding", ENCODINGS, source)
     envelope = _choice(data, "envelope", ENVELOPES, source)
     capture = _capture(data, backend, source)
@@ -167,7 +174,7 @@ def parse_config(data: Any, source: str) -> SetConfig:
         seen[(t.schema, t.name)] = i
     return SetConfig(dsn=db["dsn"], tables=parsed, backend=backend, encoding=encoding,
                      envelope=envelope, topic_prefix=prefix,
-                     topics=_parse_topics(data.get("topics", {}), source), capture=capture)
+                     topics=_parse_topics(data.get("topics", {}), source), capture=capture, pgq=pgq)
 
 
 def _no_unknown(data: dict, allowed: set[str], where: str, source: str) -> None:

@@ -5,6 +5,7 @@ A set's znode (and each ``history/<n>`` znode) holds one JSON record::
     {"name", "cluster", "version", "config": SetConfig.to_dict(), "tables": [Table.to_dict()],
      "queue", "trigger", "consumer"            (trigger backend; None for logical),
      "capture"                                 (trigger backend: "c" | "plpgsql"; absent: "c"),
+     "pgq"                                     (trigger: "extension" | "pl"; absent = extension),
      "slot"                                    (logical backend),
      "created_at", "upgraded_at", "pgshovel_version",
      "change": {"kind": "create"|"upgrade"|"ddl"|"repoint", ...}}
@@ -34,14 +35,16 @@ class TriggerCapture:
     """Where a ``trigger`` set captures: its PgQ queue, trigger name and relay consumer.
 
     kind: which capture code its triggers run: ``c`` (the pgshovel2 extension, sql/capture)
-    or ``plpgsql`` (schema pgshovel2_pl, sql/capture_pl). why: how set create chose it (not
-    stored).
+    or ``plpgsql`` (schema pgshovel2_pl, sql/capture_pl). pgq: which PgQ the database has
+    (``extension`` or ``pl``, PgQ's PL/pgSQL-only build; set create picks it,
+    pgshovel2.backends.pgq_install). why: how set create chose the capture (not stored).
     """
 
     queue: str
     trigger: str
     consumer: str = CONSUMER
     kind: str = "c"
+    pgq: str = "extension"
     why: str = field(default="", compare=False)
 
     @property
@@ -193,7 +196,7 @@ class SetRecord:
             data["slot"] = self.capture.slot
         else:
             data.update(queue=self.capture.queue, trigger=self.capture.trigger, consumer=self.capture.consumer,
-                        capture=self.capture.kind)
+                        capture=self.capture.kind, pgq=self.capture.pgq)
         if self.upgraded_at is not None:
             data["upgraded_at"] = self.upgraded_at
         if self.change is not None:
@@ -211,9 +214,9 @@ class SetRecord:
             config = SetConfig.from_dict(data["config"])
             capture: Capture = (SlotCapture(data["slot"]) if config.backend == "logical"
                                 else TriggerCapture(data["queue"], data["trigger"], data.get("consumer") or CONSUMER,
-                                                    data.get("capture") or "c"))
+                                                    data.get("capture") or "c", data.get("pgq") or "extension"))
             known = {"name", "cluster", "version", "config", "tables", "queue", "trigger", "consumer", "slot",
-                     "capture", "created_at", "pgshovel_version", "upgraded_at", "change"}
+                     "capture", "pgq", "created_at", "pgshovel_version", "upgraded_at", "change"}
             return cls(data["name"], data["cluster"], int(data["version"]), config,
                        tuple(Table.from_dict(t) for t in data["tables"]), capture, data["created_at"],
                        data.get("pgshovel_version", "0"), data.get("upgraded_at"), data.get("change"),

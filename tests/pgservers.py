@@ -27,21 +27,31 @@ def extra_port(index: int) -> int:
 
 
 class PgServer:
-    """A PostgreSQL 15 server under {base}-{name} on port, database pgshovel, user postgres (trust)."""
+    """A PostgreSQL 15 server under {base}-{name} on port, database pgshovel, user postgres (trust).
 
-    def __init__(self, name: str, port: int, base: str | None = None):
+    settings: server settings applied with ALTER SYSTEM at start (the server restarts once for
+    them), e.g. {"max_prepared_transactions": "0"}.
+    """
+
+    def __init__(self, name: str, port: int, base: str | None = None, settings: dict[str, str] | None = None):
         base = base or os.environ.get("TEST_STACK_DIR", str(REPO / ".stack-test"))
         self.name, self.port = name, port
         self.dir = Path(f"{base}-{name}")
         self.data = self.dir / "pg" / "data"
         self.dsn = f"host=127.0.0.1 port={port} dbname=pgshovel user=postgres"
         self.env = {**os.environ, "STACK_DIR": str(self.dir), "PG_PORT": str(port)}
+        self.settings = settings or {}
 
     def script(self, *args: str) -> None:
         subprocess.run([str(REPO / "scripts" / "stack.sh"), *args], env=self.env, check=True)
 
     def start(self) -> "PgServer":
         self.script("start", "postgres")
+        if self.settings:
+            for key, value in self.settings.items():
+                self.query(f"ALTER SYSTEM SET {key} = '{value}'")
+            self.script("stop", "postgres")
+            self.script("start", "postgres")
         return self
 
     def stop(self) -> None:

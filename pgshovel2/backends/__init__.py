@@ -8,7 +8,7 @@ the one that also holds when a relay re-creates its slot.)
 
 from typing import Any
 
-from pgshovel2.backends import logical, trigger
+from pgshovel2.backends import logical, pgq_ticker, trigger
 from pgshovel2.backends.snapshot import ExportedSnapshot, TableReader
 from pgshovel2.errors import PgshovelError
 from pgshovel2.setrecord import SetRecord, SlotCapture
@@ -37,9 +37,11 @@ def export(record: SetRecord, error: type[PgshovelError]) -> ExportedSnapshot:
 
 def lag(record: SetRecord) -> dict[str, Any]:
     """How far the set's relay is behind, from the database: {kind: "queue"|"slot", ...} with
-    the fields of trigger.queue_lag or logical.slot_lag (or {error})."""
+    the fields of trigger.queue_lag or logical.slot_lag (or {error}); a queue's also has
+    ``ticking``: pgq_ticker.who_ticks (who ticks the queue: pgqd or the relay)."""
     if isinstance(record.capture, SlotCapture):
         return {"kind": "slot", **logical.slot_lag(record.dsn, record.capture.slot)}
-    return {"kind": "queue", **trigger.queue_lag(record.dsn, record.capture)}
+    return {"kind": "queue", **trigger.queue_lag(record.dsn, record.capture),
+            "ticking": pgq_ticker.who_ticks(record.dsn, record.capture.queue)}
 
 

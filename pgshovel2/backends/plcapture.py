@@ -17,19 +17,25 @@ VERSION = "1"  # pgshovel2_pl.version() of pgshovel2/backends/sql/pgshovel2_pl.s
 C_EXTENSION = "pgshovel2"
 
 
-def choose(cur, wanted: str | None, extension_version: str) -> tuple[str, str]:
+def choose(cur, wanted: str | None, extension_version: str, pgq_extension: bool) -> tuple[str, str]:
     """(kind, why) of a new trigger set's capture: wanted (``c``/``plpgsql``, from the set
     config) when given, else ``c`` when version extension_version of the pgshovel2 extension
-    is installed in the database or available on its server, else ``plpgsql``."""
+    is installed in the database, or available on its server and creatable by the current role
+    (superuser, or the extension trusted), and PgQ is or can be the pgq extension
+    (pgq_extension: the C extension requires it); else ``plpgsql``."""
     if wanted is not None:
         return wanted, f"set config 'capture: {wanted}'"
+    if not pgq_extension:
+        return "plpgsql", (f"PgQ in this database is (or will be) its PL-only build, and the {C_EXTENSION} C "
+                           f"extension requires the pgq extension: PL/pgSQL capture in schema {SCHEMA}")
     cur.execute("SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = %s) OR EXISTS ("
-                "SELECT 1 FROM pg_available_extension_versions WHERE name = %s AND version = %s)",
+                "SELECT 1 FROM pg_available_extension_versions WHERE name = %s AND version = %s "
+                "AND (trusted OR (SELECT rolsuper FROM pg_roles WHERE rolname = current_user)))",
                 (C_EXTENSION, C_EXTENSION, extension_version))
     if cur.fetchone()[0]:
         return "c", f"the {C_EXTENSION} extension (version {extension_version}) is available on the server"
     return "plpgsql", (f"the {C_EXTENSION} C extension (version {extension_version}) is not available "
-                       f"on the server: PL/pgSQL capture in schema {SCHEMA}")
+                       f"on the server or not creatable by this role: PL/pgSQL capture in schema {SCHEMA}")
 
 
 def installed_version(cur) -> str | None:

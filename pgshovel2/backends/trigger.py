@@ -14,7 +14,7 @@ from typing import Any
 
 from psycopg2 import sql
 
-from pgshovel2.backends import plcapture
+from pgshovel2.backends import pgq_install, plcapture
 from pgshovel2.backends.snapshot import ExportedSnapshot, export_txid_snapshot
 from pgshovel2.catalog import Table
 from pgshovel2.db import connect, one_row
@@ -33,24 +33,26 @@ def encode_row(capture: TriggerCapture) -> str:
     return ENCODE_ROW_PL if capture.kind == "plpgsql" else ENCODE_ROW
 
 
-def choose_capture(cur, wanted: str | None) -> tuple[str, str]:
-    """(kind, why): the capture of a new set (:func:`pgshovel2.backends.plcapture.choose`)."""
-    return plcapture.choose(cur, wanted, EXTENSION_VERSION)
+def choose_capture(cur, wanted: str | None, pgq: str) -> tuple[str, str]:
+    """(kind, why): the capture of a new set (:func:`pgshovel2.backends.plcapture.choose`);
+    wanted: the set config's ``capture``, pgq: its ``pgq`` mode (``auto``/``extension``/``pl``)."""
+    return plcapture.choose(cur, wanted, EXTENSION_VERSION, pgq_install.extension_possible(cur, pgq))
 
 
 def install(cur, capture: TriggerCapture, tables: tuple[Table, ...], all_columns: dict,
-            before_images: bool = False) -> None:
-    """Create the pgq extension, the capture functions (the pgshovel2 extension, or schema
-    pgshovel2_pl for capture kind ``plpgsql``), the set's queue, its consumer and the triggers.
+            before_images: bool = False, pgq: str = "auto", pgq_sql: str | None = None) -> str:
+    """Create PgQ and the capture functions when missing, the set's queue, its consumer and
+    the triggers; returns the kind of PgQ the database has (``extension`` or ``pl``).
 
     all_columns: qualified table name -> number of live columns (to tell a
     column subset). before_images: capture the old row of every UPDATE (not
-    only of key changes). Raises CaptureError when the queue already exists.
+    only of key changes). pgq, pgq_sql: pgq_install.ensure's mode and PL-only file.
+    Raises CaptureError when the queue already exists or PgQ/capture cannot be installed.
     """
     queue = capture.queue
-    cur.execute("CREATE EXTENSION IF NOT EXISTS pgq")
+    kind = pgq_install.ensure(cur, pgq, pgq_sql)
     if capture.kind == "c":
-        ensure_extension(cur)
+        ensure_capture(cur, kind)
     cur.execute("SELECT pgq.create_queue(%s)", (queue,))
     if cur.fetchone()[0] == 0:
         raise CaptureError(f"PgQ queue {queue!r} already exists in the database: a set of "
@@ -58,6 +60,25 @@ def install(cur, capture: TriggerCapture, tables: tuple[Table, ...], all_columns
     cur.execute("SELECT pgq.set_queue_config(%s, 'ticker_max_lag', %s)", (queue, TICKER_MAX_LAG))
     cur.execute("SELECT pgq.register_consumer(%s, %s)", (queue, capture.consumer))
     install_triggers(cur, capture, tables, all_columns, before_images)
+    return kind
+
+
+def ensure_capture(cur, pgq_kind: str) -> None:
+    """The capture functions (``pgshovel2.capture``, ``pgshovel2.encode_row``) for PgQ of pgq_kind.
+
+    With the pgq extension: our C extension (:func:`ensure_extension`). With PgQ's PL-only
+    build the C extension cannot be created (it requires the pgq extension): the capture
+    functions must already be in schema pgshovel2. Raises CaptureError saying so otherwise.
+    """
+    if pgq_kind == "extension":
+        ensure_extension(cur)
+        return
+    cur.execute("SELECT to_regproc('pgshovel2.capture') IS NOT NULL AND to_regproc('pgshovel2.encode_row') "
+                "IS NOT NULL")
+    if not cur.fetchone()[0]:
+        raise CaptureError("PgQ in this database is the PL-only build (no pgq extension), so the pgshovel2 C "
+                           "capture extension, which requires the pgq extension, cannot be created: use "
+                           "'capture: plpgsql' in the set config (or leave capture out to let set create choose)")
 
 
 def install_triggers(cur, capture: TriggerCapture, tables: tuple[Table, ...], all_columns: dict,

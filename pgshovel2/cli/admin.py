@@ -35,12 +35,20 @@ def set_group() -> None:
 
 @set_group.command("create")
 @click.argument("name")
-@click.argument("config", type=click.Path(dir_okay=False))
+@click.argument("config", type=click.Path(dir_okay=False), required=False)
 @click.option("--dry-run", is_flag=True, help="Check CONFIG and print what would be created; change nothing.")
+@click.option("--print-grants", is_flag=True,
+              help="Print the SQL granting a non-superuser role what the set needs (set create --print-grants "
+                   "CONFIG); touch nothing.")
 @click.pass_context
 @reports_errors
-def set_create(ctx: click.Context, name: str, config: str, dry_run: bool) -> None:
+def set_create(ctx: click.Context, name: str, config: str | None, dry_run: bool, print_grants: bool) -> None:
     """Create set NAME from the YAML file CONFIG and install its capture."""
+    if print_grants:
+        click.echo(admin.grants(config or name), nl=False)
+        return
+    if config is None:
+        raise click.UsageError("missing argument CONFIG")
     with _store(ctx) as store:
         record = admin.create_set(store, name, config, dry_run=dry_run)
     tables = ", ".join(f"{t.schema}.{t.name}" for t in record.tables)

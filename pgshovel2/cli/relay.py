@@ -35,6 +35,9 @@ log = logging.getLogger("pgshovel2.relay")
             help="Logical backend: warn when the set's slot retains more WAL than this (MiB).")
 @env_option("--heartbeat-interval", default=10.0, type=click.FloatRange(0.1),
             help="Logical backend: seconds without changes before a heartbeat lets the slot advance.")
+@env_option("--pgq-maint-interval", default=60.0, type=click.FloatRange(0.0),
+            help="Trigger backend: seconds between runs of PgQ's maintenance (table rotation; pgqd's job "
+                 "where pgqd runs), 0 for never.")
 @env_option("--zookeeper-session-timeout", default=10.0, type=click.FloatRange(1.0, 60.0),
             help="ZooKeeper session timeout (s): a killed active relay is replaced after about this long.")
 @env_option("--metrics-port", default=None, type=click.IntRange(1, 65535),
@@ -45,7 +48,8 @@ log = logging.getLogger("pgshovel2.relay")
 def main(set_name: str, zookeeper_hosts: str, cluster: str, bootstrap_servers: str,
          schema_registry: str | None, snapshot: bool | None, progress_interval: float,
          poll_interval: float, transactions: bool, max_transaction_messages: int,
-         slot_lag_warn_mb: int, heartbeat_interval: float, zookeeper_session_timeout: float,
+         slot_lag_warn_mb: int, heartbeat_interval: float, pgq_maint_interval: float,
+         zookeeper_session_timeout: float,
          metrics_port: int | None, metrics_address: str, log_level: str) -> None:
     """Relay the changes of replication set SET to Kafka until SIGTERM or SIGINT.
 
@@ -69,7 +73,8 @@ def main(set_name: str, zookeeper_hosts: str, cluster: str, bootstrap_servers: s
     signal.signal(signal.SIGINT, on_signal)
     mode = {None: "auto", True: "force", False: "skip"}[snapshot]
     options = RelayOptions(bootstrap_servers, schema_registry, mode, poll_interval, progress_interval,
-                           transactions, max_transaction_messages, slot_lag_warn_mb << 20, heartbeat_interval)
+                           transactions, max_transaction_messages, slot_lag_warn_mb << 20, heartbeat_interval,
+                           pgq_maint_interval)
     with ClusterStore(zookeeper_hosts, cluster, timeout=zookeeper_session_timeout) as store:
         totals = run_elected(store, set_name, options, stop)
     log.info("stopped after %d changes in %d batches (%d restarts after interruptions)",

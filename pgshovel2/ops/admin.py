@@ -14,11 +14,11 @@ import time
 from typing import Any
 
 from pgshovel2 import catalog
-from pgshovel2.backends import logical, trigger
+from pgshovel2.backends import logical, privileges, trigger
 from pgshovel2.cluster import ClusterStore
 from pgshovel2.config import SetConfig, load_config, validate_set_name
 from pgshovel2.db import connect
-from pgshovel2.errors import ClusterError
+from pgshovel2.errors import CaptureError, ClusterError
 from pgshovel2.ops import twophase
 from pgshovel2.ops.twophase import Intent
 from pgshovel2.setrecord import SetRecord, SlotCapture
@@ -46,10 +46,12 @@ def create_set(store: ClusterStore, name: str, config_path: str, dry_run: bool =
     what = f"create set {name!r}"
     with twophase.prepared_command(store, intent, config.dsn, what) as (conn, cur):
         tables = catalog.resolve_set(conn, name, config, config_path)
+        _check_privileges(cur, config, config_path)
         record = _with_capture(cur, SetRecord.new(store.cluster, name, config, tables,
                                                   {"kind": "create", "gid": intent.gid}))
         store.check_prefix(record)
-        _install(cur, record, config_path)
+        record = _install(cur, record, config_path)
+        twophase.plan(store, intent, {"op": "create", "record": record.to_dict()})
     twophase.finish(store, intent, config.dsn, lambda: store.create_set(record), what)
     return record
 
@@ -58,19 +60,37 @@ def _with_capture(cur, record: SetRecord) -> SetRecord:
     """A trigger set's record with its capture kind chosen (and why); others as they are."""
     if isinstance(record.capture, SlotCapture):
         return record
-    kind, why = trigger.choose_capture(cur, record.config.capture)
+    kind, why = trigger.choose_capture(cur, record.config.capture, record.config.pgq)
     return record.replace(capture=dataclasses.replace(record.capture, kind=kind, why=why))
 
 
-def _install(cur, record: SetRecord, config_path: str) -> None:
-    """The backend's capture objects of a new set, in the command's transaction."""
+def grants(config_path: str) -> str:
+    """The SQL granting the role of the config's DSN what its set needs (privileges.grants_sql).
+    Raises ConfigError for a bad config; reads nothing else."""
+    return privileges.grants_sql(load_config(config_path))
+
+
+def _check_privileges(cur, config: SetConfig, config_path: str) -> None:
+    """Raise CaptureError naming every privilege the trigger backend lacks (nothing changed yet)."""
+    if config.backend != "trigger":
+        return
+    problems = privileges.missing(cur, config)
+    if problems:
+        raise CaptureError(f"{config_path}: {len(problems)} missing privilege(s) in the set's database (see "
+                           "'pgshovel set create --print-grants CONFIG'):\n  " + "\n  ".join(problems))
+
+
+def _install(cur, record: SetRecord, config_path: str) -> SetRecord:
+    """The backend's capture objects of a new set, in the command's transaction; returns the
+    record with what install chose (the kind of PgQ)."""
     if isinstance(record.capture, SlotCapture):
         logical.check_tables(cur, record.config, record.tables, config_path)
         logical.install(cur, record.capture.slot)
-    else:
-        counts = trigger.column_counts(cur, record.tables)
-        trigger.install(cur, record.capture, record.tables, counts,
-                        before_images=record.config.envelope == "debezium")
+        return record
+    counts = trigger.column_counts(cur, record.tables)
+    kind = trigger.install(cur, record.capture, record.tables, counts,
+                           before_images=record.config.envelope == "debezium", pgq=record.config.pgq)
+    return record.replace(capture=dataclasses.replace(record.capture, pgq=kind))
 
 
 def _preview(store: ClusterStore, name: str, config: SetConfig, config_path: str) -> SetRecord:
@@ -108,6 +128,7 @@ def drop_set(store: ClusterStore, name: str) -> list[str]:
             done = []
         else:
             done = trigger.uninstall(cur, record.capture, record.tables)
+        twophase.plan(store, intent, {"op": "delete", "name": name, "version": version, "prefix": record.prefix})
     twophase.finish(store, intent, record.dsn, lambda: store.delete_set(name, version, record.prefix), what)
     done.append(f"znode {store.set_path(name)}")
     if isinstance(record.capture, SlotCapture) and logical.drop_slot(record.dsn, record.capture.slot):

@@ -5,8 +5,11 @@
 time, each ``ALTER EXTENSION ... UPDATE`` in its own short transaction:
 triggers keep firing throughout (backends that loaded the old shared library
 keep it until they end; the trigger's arguments and events do not change
-between versions), so capture never stops. Every database is checked before
-any is changed; a downgrade is refused unless forced.
+between versions), so capture never stops. A database whose PgQ is the PL-only build
+(pgshovel2.backends.pgq_install) gets PgQ's ``pgq_pl_only.upgrade.sql`` from this host when
+that file's version is newer than ``pgq.version()`` there (one transaction; PgQ's functions
+are replaced in place, its tables kept). Every database is checked before any is changed; a
+downgrade is refused unless forced.
 """
 
 from typing import Any
@@ -15,10 +18,11 @@ import psycopg2
 from psycopg2.extensions import make_dsn, parse_dsn
 
 from pgshovel2 import __version__
+from pgshovel2.backends import pgq_install
 from pgshovel2.backends.trigger import EXTENSION_VERSION
 from pgshovel2.cluster import ClusterStore
 from pgshovel2.db import connect
-from pgshovel2.errors import ClusterError
+from pgshovel2.errors import CaptureError, ClusterError
 from pgshovel2.relay import election
 
 EXTENSION = "pgshovel2"
@@ -91,7 +95,9 @@ def upgrade(store: ClusterStore, force: bool = False) -> list[str]:
             raise ClusterError(f"database of set(s) {', '.join(sets)} has {EXTENSION} {installed}, newer "
                                f"than this package's {target}: refusing to downgrade (--force)")
         plan.append((dsn, sets, installed, target))
+    pgq_plan = [(dsn, sets, *_pl_pgq_plan(dsn, sets)) for dsn, sets, _, _ in plan]
     done = [_update(dsn, sets, installed, target) for dsn, sets, installed, target in plan]
+    done += [_pgq_update(dsn, sets, have, source) for dsn, sets, have, source in pgq_plan if have]
     store.put_root({**root, "pgshovel_version": __version__}, root_version)
     done.append(f"cluster {store.cluster!r}: pgshovel2 {recorded} -> {__version__}")
     return done
@@ -114,3 +120,37 @@ def _update(dsn: str, sets: list[str], installed: str | None, target: str) -> st
     finally:
         conn.close()
     return f"{label}: {EXTENSION} {installed} -> {target}"
+
+
+def _pl_pgq_plan(dsn: str, sets: list[str]) -> tuple[str | None, pgq_install.PlSource | None]:
+    """(PgQ version there, this host's PL-only build) when dsn's database has a PL-only PgQ,
+    (None, None) otherwise. Raises ClusterError when this host has no PL-only build to compare."""
+    conn = connect(dsn, "cluster upgrade")
+    try:
+        with conn.cursor() as cur:
+            have = pgq_install.installed(cur)
+    finally:
+        conn.close()
+    if have is None or have[0] != "pl":
+        return None, None
+    try:
+        return have[1], pgq_install.locate()
+    except CaptureError as exc:
+        raise ClusterError(f"database of set(s) {', '.join(sets)} has PgQ {have[1]} installed from its "
+                           f"PL-only build: {exc}") from exc
+
+
+def _pgq_update(dsn: str, sets: list[str], have: str, source: pgq_install.PlSource) -> str:
+    label = f"database {parse_dsn(dsn).get('dbname', '?')} (set(s) {', '.join(sets)})"
+    if have != "unknown" and version_tuple(have) >= version_tuple(source.version):
+        return f"{label}: PgQ (PL-only) {have}, {source.install} is {source.version}: nothing to upgrade"
+    conn = connect(make_dsn(dsn), "cluster upgrade")
+    try:
+        with conn.cursor() as cur:
+            pgq_install.install_pl(cur, source, upgrade=True)
+        conn.commit()
+    except CaptureError as exc:
+        raise ClusterError(f"{label}: upgrading PgQ {have} -> {source.version}: {exc}") from exc
+    finally:
+        conn.close()
+    return f"{label}: PgQ (PL-only) {have} -> {source.version} from {source.upgrade or source.install}"

@@ -1,6 +1,7 @@
 """``pgshovel set status NAME``: how far a set's relay is, from every place that knows.
 
-- the capture's lag: the trigger set's queue (pgq.get_consumer_info of the relay's consumer)
+- the capture's lag: the trigger set's queue (pgq.get_consumer_info of the relay's consumer,
+  and who ticks it: pgqd or the relay, pgshovel2.backends.pgq_ticker.who_ticks)
   or the logical set's slot (pgshovel2_decoder.slot_lag), from the set's database
   (pgshovel2.backends.lag; ``error`` says why when the database does not answer);
 - the active relay and standbys: the election znodes (pgshovel2.relay.election.status);
@@ -116,6 +117,7 @@ def lines(info: dict[str, Any]) -> list[str]:
         committed = f"{pos['text']} (set version {pos['set_version']}, {_ago(pos['committed_at_ms'] / 1000)})"
     out = [f"set {info['set']} (version {info['version']}, {info['backend']}, {info['capture']}, {info['database']})",
            f"  lag:              {_lag_text(info['lag'])}",
+           *([f"  ticks:            {_ticking_text(info['lag']['ticking'])}"] if "ticking" in info["lag"] else []),
            f"  active relay:     {active} ({len(info['relays']['contenders'])} contending)",
            f"  committed at:     {committed}"]
     if kafka.get("error"):
@@ -133,6 +135,14 @@ def lines(info: dict[str, Any]) -> list[str]:
     for topic, parts in kafka.get("end_offsets", {}).items():
         out.append(f"  {topic}: " + ", ".join(f"[{p}] {o}" for p, o in parts.items()))
     return out
+
+
+def _ticking_text(ticking: dict[str, Any]) -> str:
+    if ticking.get("error"):
+        return ticking["error"]
+    who = {"relay": "the relay (no pgqd ticked recently)", "pgqd": "pgqd (or another ticker)",
+           "nobody": "nobody yet"}[ticking["ticker"]]
+    return f"{who}; last tick {ticking['last_tick']}, {ticking['last_tick_age_seconds'] or 0:.1f}s ago"
 
 
 def _ago(at: float) -> str:

@@ -10,6 +10,17 @@ rolls back (:mod:`pgshovel2.recover`). Before the database work starts, an
 when the set is not (or no longer) in ZooKeeper; it is removed at the end.
 
 gid form: ``pgshovel2:<cluster>:<set>:<action>:<version>:<token>``.
+
+Without prepared transactions (``max_prepared_transactions = 0``, as on most managed
+services) the order is: intent (with the set's admin lock, ``locks/<set>``) -> database
+work -> the ZooKeeper step to apply and the transaction's txid are added to the intent ->
+COMMIT -> ZooKeeper multi-op -> intent removed. The database commits first, so a crash
+after COMMIT leaves the ZooKeeper step to do: ``cluster recover`` asks the database for the
+txid's fate (``txid_status``) and rolls forward (applies the recorded step) when it
+committed, or drops the intent when it did not. Same outcome once recover has run; between
+the crash and recover the database is ahead of ZooKeeper (not behind), and while the set
+lock is held no other command can change the set. (The failpoints keep their names:
+``admin_before_prepare`` before COMMIT, ``admin_prepared`` after it.)
 """
 
 import logging
@@ -27,6 +38,7 @@ from pgshovel2 import failpoints
 from pgshovel2.cluster import ClusterStore
 from pgshovel2.db import connect
 from pgshovel2.errors import CaptureError, ClusterError, ConflictError
+from pgshovel2.setrecord import SetRecord
 
 log = logging.getLogger(__name__)
 
@@ -79,17 +91,22 @@ def prepared_command(store: ClusterStore, intent: Intent, dsn: str, what: str) -
     """
     conn = connect(dsn, f"set {intent.set_name!r}")
     try:
-        store.record_intent(intent.gid, dsn)
+        two_phase = supports_prepare(conn)
+        store.record_intent(intent.gid, dsn, None if two_phase else intent.set_name)
     except BaseException:
         conn.close()
         raise
     try:
-        conn.tpc_begin(intent.gid)
+        if two_phase:
+            conn.tpc_begin(intent.gid)
         with conn.cursor() as cur:
             cur.execute(f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'")
             yield conn, cur
+            if not two_phase:
+                cur.execute("SELECT txid_current()")
+                store.update_intent(intent.gid, txid=cur.fetchone()[0])
         failpoints.hit("admin_before_prepare")
-        conn.tpc_prepare()
+        conn.tpc_prepare() if two_phase else conn.commit()
         failpoints.hit("admin_prepared")
     except psycopg2.errors.LockNotAvailable as exc:
         _abandon(store, conn, intent)
@@ -104,10 +121,38 @@ def prepared_command(store: ClusterStore, intent: Intent, dsn: str, what: str) -
     conn.close()
 
 
+def supports_prepare(conn) -> bool:
+    """Whether the server of conn can PREPARE TRANSACTION (max_prepared_transactions > 0)."""
+    with conn.cursor() as cur:
+        cur.execute("SHOW max_prepared_transactions")
+        enabled = int(cur.fetchone()[0]) > 0
+    conn.rollback()
+    return enabled
+
+
+def plan(store: ClusterStore, intent: Intent, step: dict) -> None:
+    """Record in the intent the ZooKeeper step the command will apply (call it inside
+    :func:`prepared_command`'s block, before the commit): what ``cluster recover`` applies
+    when the database committed without it. step: ``{"op": "create", "record": {...}}``,
+    ``{"op": "update", "record": {...}, "znode_version": n}`` or
+    ``{"op": "delete", "name", "version", "prefix"}`` (ClusterStore's methods' arguments)."""
+    store.update_intent(intent.gid, zk_step=step)
+
+
+def apply_step(store: ClusterStore, step: dict) -> None:
+    """Apply a step recorded by :func:`plan`. Raises ClusterError when ZooKeeper refuses."""
+    if step["op"] == "create":
+        store.create_set(SetRecord.from_dict(step["record"]))
+    elif step["op"] == "update":
+        store.update_set(SetRecord.from_dict(step["record"]), step["znode_version"])
+    else:
+        store.delete_set(step["name"], step["version"], step["prefix"])
+
+
 def _abandon(store: ClusterStore, conn, intent: Intent) -> None:
     try:
         conn.tpc_rollback()
-    except psycopg2.Error:
+    except psycopg2.Error:  # not a two-phase transaction: closing rolls it back
         pass
     conn.close()
     store.clear_intent(intent.gid)
@@ -123,18 +168,24 @@ def finish(store: ClusterStore, intent: Intent, dsn: str, zk_step: Callable[[], 
     which decides from what ZooKeeper then shows. Raises ClusterError when the
     database cannot be reached for the final commit (recover commits it later).
     """
+    committed = "txid" in store.intent_records().get(intent.gid, {})
     try:
         zk_step()
     except (ConnectionLoss, SessionExpiredError, KazooTimeoutError) as exc:
+        kept = "its committed database change is kept" if committed else f"prepared transaction {intent.gid} is kept"
         raise ClusterError(f"{what}: ZooKeeper went away during the change ({exc!r}); whether it was "
-                           f"applied is unknown: run 'pgshovel cluster recover' (prepared transaction "
-                           f"{intent.gid} is kept)") from exc
-    except BaseException:
+                           f"applied is unknown: run 'pgshovel cluster recover' ({kept})") from exc
+    except BaseException as exc:
+        if committed:
+            raise ClusterError(f"{what}: the database change is committed (no prepared transactions on this "
+                               f"server) but ZooKeeper refused its step: {exc}; run 'pgshovel cluster recover' "
+                               f"to apply the recorded step (intent {intent.gid})") from exc
         resolve(dsn, intent.gid, commit=False, what=what)
         store.clear_intent(intent.gid)
         raise
     failpoints.hit("admin_zk_done")
-    resolve(dsn, intent.gid, commit=True, what=what)
+    if not committed:
+        resolve(dsn, intent.gid, commit=True, what=what)
     store.clear_intent(intent.gid)
 
 

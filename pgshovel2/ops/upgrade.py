@@ -155,6 +155,7 @@ def upgrade_set(store: ClusterStore, name: str, config_path: str) -> UpgradePlan
         result = diff(name, record, config, tables)
         _replace_triggers(cur, record, result, config, tables)
         new_record = record.next(config=config, tables=tables, change={"kind": "upgrade", "gid": intent.gid})
+        twophase.plan(store, intent, {"op": "update", "record": new_record.to_dict(), "znode_version": znode_version})
     twophase.finish(store, intent, config.dsn, lambda: store.update_set(new_record, znode_version), what)
     return result
 

@@ -31,7 +31,7 @@ def open_source(record: SetRecord, options: RelayOptions) -> Source:
     cannot be reached."""
     if isinstance(record.capture, SlotCapture):
         return LogicalSource(record.dsn, record.capture.slot, record.tables, options.heartbeat_interval)
-    return PgqSource(record.dsn, record.capture, options.poll_interval)
+    return PgqSource(record.dsn, record.capture, options.poll_interval, maint_interval=options.pgq_maint_interval)
 
 
 def build(store: ClusterStore, set_name: str, options: RelayOptions, leadership: Leadership | None = None,

@@ -43,6 +43,7 @@ class RelayOptions:
     progress_interval: seconds. transactional: Kafka transactions (exactly-once) or the
     idempotent-only producer (at-least-once). max_transaction_messages: soft size bound of
     one Kafka transaction. slot_lag_warn_bytes, heartbeat_interval (s): logical backend.
+    pgq_maint_interval (s): trigger backend, how often the relay runs PgQ's maintenance (0: never).
     """
 
     bootstrap: str
@@ -54,6 +55,7 @@ class RelayOptions:
     max_transaction_messages: int = 20000
     slot_lag_warn_bytes: int = 1 << 30
     heartbeat_interval: float = 10.0
+    pgq_maint_interval: float = 60.0
 
 
 class _Txn:

@@ -5,6 +5,9 @@ draws them from a sequence); ordinal: the event's index in the batch (control ev
 count). Events come grouped by transaction, transactions in commit order; the last
 Commit of a batch is complete, and the next batch is read only once the loop has
 acknowledged it (``pgq.finish_batch``, after its Kafka commit): commit_delay is 0.
+
+Without pgqd the source ticks its queue itself and runs PgQ's maintenance
+(:mod:`pgshovel2.backends.pgq_ticker`).
 """
 
 import logging
@@ -15,7 +18,7 @@ from dataclasses import dataclass
 
 import psycopg2
 
-from pgshovel2.backends import trigger
+from pgshovel2.backends import pgq_ticker, trigger
 from pgshovel2.backends.snapshot import ExportedSnapshot
 from pgshovel2.codec.rows import loads_row
 from pgshovel2.db import connect, outage
@@ -52,7 +55,8 @@ ORDER BY tx_last, ev_id
 
 class PgqSource:
     """Reads a trigger set's queue as its relay consumer. dsn: libpq DSN of the set's database;
-    poll_interval: seconds between polls when no tick is ahead; fetch_size: rows per fetch.
+    poll_interval: seconds between polls when no tick is ahead; fetch_size: rows per fetch;
+    maint_interval: seconds between runs of PgQ's maintenance (0: never, pgqd does it).
 
     Raises UnavailableError when the database goes away (retrying is safe), RelayError when
     the queue or consumer is gone, FencedError when another relay acknowledged the batch.
@@ -61,10 +65,13 @@ class PgqSource:
     backend = TRIGGER
     commit_delay = 0.0
 
-    def __init__(self, dsn: str, capture: TriggerCapture, poll_interval: float = 0.02, fetch_size: int = 5000):
+    def __init__(self, dsn: str, capture: TriggerCapture, poll_interval: float = 0.02, fetch_size: int = 5000,
+                 maint_interval: float = pgq_ticker.MAINT_INTERVAL):
         self.dsn, self.capture = dsn, capture
         self.queue, self.consumer = capture.queue, capture.consumer
         self.poll_interval, self.fetch_size = poll_interval, fetch_size
+        self.maint_interval = maint_interval
+        self._next_maint = time.monotonic() + min(maint_interval, 5.0)
         self._ctl = connect(dsn, f"queue {self.queue}", UnavailableError)
         try:
             self._read = connect(dsn, f"queue {self.queue}", UnavailableError)
@@ -128,14 +135,14 @@ class PgqSource:
         """Batches after position; a batch position covers wholly comes as one complete Commit
         (it was committed to Kafka but not acknowledged before a restart)."""
         while True:
-            row = self._query("SELECT batch_id, prev_tick_id, cur_tick_id FROM pgq.next_batch_info(%s, %s)",
-                              (self.queue, self.consumer))
+            self._maintain()
+            row = self._query(pgq_ticker.POLL_SQL, (pgq_ticker.TICK_MARGIN, self.queue, self.consumer, self.queue))
             if row is None or row[0] is None:
-                ticked = self._query("SELECT pgq.ticker(%s)", (self.queue,))
-                if ticked is None or ticked[0] is None:  # a new tick means a batch is ready now
+                # a new tick means a batch is ready now
+                if not (row and row[3] and self._tick()):
                     yield Idle(self.poll_interval)
                 continue
-            batch = self._open = Batch(*row)
+            batch = self._open = Batch(*row[:3])
             if position.reaches(batch.cur_tick_id, 0, True):
                 log.info("batch of ticks %d..%d is already in Kafka (committed before a restart): "
                          "acknowledging it", batch.prev_tick_id, batch.cur_tick_id)
@@ -147,6 +154,27 @@ class PgqSource:
                 yield from self._batch(batch, position.txid_snapshot)
             while self._open is not None:  # the loop acknowledges the batch after its Kafka commit
                 yield Idle(0.0)
+
+    def _tick(self) -> int | None:
+        """Tick the queue (no ticker did for longer than its ticker_max_lag); the new tick id or None."""
+        try:
+            with self._ctl.cursor() as cur:
+                return pgq_ticker.tick(cur, self.queue)
+        except psycopg2.Error as exc:
+            self._raise(exc)
+
+    def _maintain(self) -> None:
+        """PgQ's maintenance (rotation, vacuum, retry) when maint_interval has passed."""
+        if not self.maint_interval or time.monotonic() < self._next_maint:
+            return
+        self._next_maint = time.monotonic() + self.maint_interval
+        try:
+            with self._ctl.cursor() as cur:
+                done = pgq_ticker.maintain(cur)
+        except psycopg2.Error as exc:
+            self._raise(exc)
+        if done:
+            log.info("PgQ maintenance: %s", ", ".join(done))
 
     def _batch(self, batch: Batch, snapshot: str | None) -> Iterator[Item]:
         """A batch's events as items, skipping transactions visible in snapshot (the handoff)."""

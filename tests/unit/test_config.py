@@ -23,6 +23,13 @@ def test_debezium_envelope_accepted():
     assert SetConfig.from_dict(cfg.to_dict()) == cfg
 
 
+def test_pgq_mode_defaults_to_auto_and_old_records_read():
+    cfg = parse_config({**GOOD, "pgq": "pl"}, "f.yaml")
+    assert cfg.pgq == "pl" and SetConfig.from_dict(cfg.to_dict()) == cfg
+    old = {k: v for k, v in parse_config(GOOD, "f.yaml").to_dict().items() if k != "pgq"}
+    assert SetConfig.from_dict(old).pgq == "auto"
+
+
 @pytest.mark.parametrize("patch, field", [
     ({"encoding": "xml"}, "encoding"),
     ({"envelope": "cloudevents"}, "envelope"),
@@ -37,6 +44,8 @@ def test_debezium_envelope_accepted():
     ({"unknown": 1}, "unknown"),
     ({"capture": "rust"}, "capture"),
     ({"capture": "plpgsql", "backend": "logical"}, "capture"),
+    ({"pgq": "c"}, "pgq"),
+    ({"backend": "logical", "pgq": "pl"}, "pgq"),
 ])
 def test_bad_fields_are_named(patch, field):
     with pytest.raises(ConfigError) as err:

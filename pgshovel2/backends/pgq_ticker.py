@@ -1,0 +1,102 @@
+"""PgQ ticking and maintenance without pgqd, done by the relay of a trigger set.
+
+pgqd (PgQ's daemon) ticks every queue (``pgq.ticker()``) and runs ``pgq.maint_operations()``
+(table rotation, vacuum of PgQ's tables, extra maintenance) every ``maint_period``. Managed
+databases have no pgqd, so the relay's source (pgshovel2.relay.pgq_source) ticks its own
+queue when the last tick is older than the queue's ``ticker_max_lag`` plus
+:data:`TICK_MARGIN` seconds -- never when pgqd keeps up, at no extra round trip: the age
+comes with the poll (:data:`POLL_SQL`) -- and runs the maintenance every
+``maint_interval`` seconds. pgqd stays supported; both may run.
+
+Who ticked the queue last is told by the relay's session: its ``application_name`` is
+``pgshovel2 relay <tag> tick <id>`` after it made tick id (:func:`relay_tag`), which
+``set status`` compares with the queue's last tick (:func:`who_ticks`).
+"""
+
+import hashlib
+import logging
+from typing import Any
+
+import psycopg2
+from psycopg2 import sql
+
+from pgshovel2.db import one_row
+
+log = logging.getLogger(__name__)
+
+TICK_MARGIN = 0.1  # seconds past ticker_max_lag before the relay ticks itself
+MAINT_INTERVAL = 60.0  # seconds between maintenance runs (pgqd's maint_period default: 120)
+
+# One row per poll: the next batch (NULLs when none) and whether the relay should tick.
+POLL_SQL = """
+SELECT b.batch_id, b.prev_tick_id, b.cur_tick_id,
+       q.ticker_lag > q.queue_ticker_max_lag + make_interval(secs => %s)
+FROM pgq.next_batch_info(%s, %s) b, pgq.get_queue_info(%s) q
+"""
+
+
+def relay_tag(queue: str) -> str:
+    """A short tag of queue for the relay's application_name (names are up to 63 bytes)."""
+    return hashlib.sha1(queue.encode()).hexdigest()[:8]
+
+
+def tick(cur, queue: str) -> int | None:
+    """``pgq.ticker(queue)`` (a tick when PgQ's rules want one); on a new tick the session's
+    application_name says so. Returns the new tick id or None."""
+    cur.execute("SELECT pgq.ticker(%s)", (queue,))
+    tick_id = cur.fetchone()[0]
+    if tick_id is not None:
+        cur.execute("SELECT set_config('application_name', %s, false)",
+                    (f"pgshovel2 relay {relay_tag(queue)} tick {tick_id}",))
+    return tick_id
+
+
+def maintain(cur) -> list[str]:
+    """Run what ``pgq.maint_operations()`` asks for, each in its own transaction (cur's
+    connection must be in autocommit), as pgqd does; returns what ran. A failing operation is
+    logged and skipped (pgqd does the same); psycopg2.OperationalError (the database went
+    away) is raised."""
+    cur.execute("SELECT func_name, func_arg FROM pgq.maint_operations()")
+    done = []
+    for func, arg in cur.fetchall():
+        try:
+            cur.execute(_statement(func, arg))
+            done.append(f"{func}({arg or ''})")
+        except psycopg2.OperationalError:
+            raise
+        except psycopg2.Error as exc:
+            log.warning("PgQ maintenance %s(%s) failed: %s", func, arg or "", str(exc).strip())
+    cur.execute("SELECT pgq.maint_retry_events()")
+    return done
+
+
+def _statement(func: str, arg: str | None) -> sql.Composable:
+    if func == "vacuum":
+        return sql.SQL("VACUUM {}").format(sql.Identifier(*arg.split(".", 1)))
+    name = sql.Identifier(*func.split(".", 1))
+    if arg is None:
+        return sql.SQL("SELECT {}()").format(name)
+    return sql.SQL("SELECT {}({})").format(name, sql.Literal(arg))
+
+
+def who_ticks(dsn: str, queue: str) -> dict[str, Any]:
+    """{ticker: "relay"|"pgqd"|"nobody", last_tick, last_tick_age_seconds} of queue, or {error}.
+
+    "relay": the set's relay made the queue's last tick; "pgqd": another ticker did (pgqd, or
+    anything calling pgq.ticker); "nobody": the queue never ticked past its creation.
+    """
+    row = one_row(dsn, "SELECT q.last_tick_id, extract(epoch FROM q.ticker_lag)::float8, "
+                  "(SELECT max(substring(application_name FROM ' tick ([0-9]+)$')::int8) FROM pg_stat_activity "
+                  " WHERE datname = current_database() AND application_name LIKE %s) "
+                  "FROM pgq.get_queue_info(%s) q", (f"pgshovel2 relay {relay_tag(queue)} tick %", queue),
+                  ("last_tick", "last_tick_age_seconds", "relay_tick"))
+    if row is None:
+        return {"error": f"no queue {queue}"}
+    if "error" in row:
+        return row
+    relay_tick = row.pop("relay_tick")
+    if relay_tick is not None and relay_tick >= row["last_tick"]:
+        row["ticker"] = "relay"
+    else:
+        row["ticker"] = "pgqd" if row["last_tick"] and row["last_tick"] > 1 else "nobody"
+    return row
