@@ -74,7 +74,7 @@ def test_pl_only_pgq_relays_without_pgqd(stack, cluster, owned_db, no_pgqd, tmp_
 
     with ClusterStore(stack.zk, cluster) as store:
         record, _ = store.get_set("pl")
-    assert record.capture.pgq == "pl"
+    assert record.capture.pgq == "pl" and record.capture.kind == "plpgsql"
     assert _query(dsn, "SELECT count(*) FROM pg_extension WHERE extname = 'pgq'") == [(0,)]
     assert _query(dsn, "SELECT pgq.version()") == [("3.5",)]
     assert not _query(dsn, "SELECT rolsuper OR rolcreaterole FROM pg_roles WHERE rolname = current_user")[0][0]

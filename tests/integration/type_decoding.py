@@ -126,10 +126,10 @@ def _avro_leaf(cur, value: Any, avro_type: Any, pg_type: str, col: Col) -> str:
         kind = "timestamptz" if logical == "timestamp-micros" else "timestamp"
         if abs(value) >= LONG_MAX:
             return f"'{'' if value > 0 else '-'}infinity'::{kind}"
-        epoch = "'1970-01-01 00:00:00+00'::timestamptz" if kind == "timestamptz" else "'1970-01-01'::timestamp"
-        return f"({epoch} + '{value} microseconds'::interval)::{pg_type}"
+        local = f"('1970-01-01'::timestamp + {_span(value)})"
+        return f"({local} AT TIME ZONE 'UTC')::{pg_type}" if kind == "timestamptz" else f"{local}::{pg_type}"
     if logical == "time-micros":
-        return f"('00:00'::time + '{value} microseconds'::interval)::{pg_type}"
+        return f"('00:00'::time + {_span(value)})::{pg_type}"
     if logical == "decimal":
         unscaled = int.from_bytes(value, "big", signed=True)
         return f"'{Decimal(unscaled).scaleb(-avro_type['scale'])}'::{pg_type}"
@@ -182,6 +182,15 @@ def comparable(col: Col) -> str:
     if col.pg_type == "json[]":
         return "jsonb[]"
     return col.pg_type
+
+
+def _span(micros: int) -> str:
+    """An exact interval of micros microseconds, from fields each PostgreSQL 14's interval
+    input takes (it refuses '86399999999 microseconds'); days of 24 hours (added to a
+    timestamp without time zone)."""
+    days, rest = divmod(micros, 86_400_000_000)
+    secs, micros = divmod(rest, 1_000_000)
+    return f"('{days} days'::interval + '{secs} seconds'::interval + '{micros} microseconds'::interval)"
 
 
 def compare(db, schema: str, table: str, row_id: int, cols: list[Col], exprs: dict[str, str]) -> list[str]:
