@@ -3,7 +3,9 @@
 A set config is a YAML mapping (see configs/pgbench.yaml)::
 
     database: {dsn: "host=... dbname=..."}
-    backend: trigger            # trigger (PgQ) | logical (WAL, sql/decoder)
+    backend: trigger            # trigger (PgQ) | logical (WAL)
+    decoder: pgoutput           # logical only: pgshovel2 (our plugin, sql/decoder) | pgoutput
+                                # (stock servers); default: pgshovel2 where its extension is available
     encoding: avro              # avro | json
     envelope: row               # row (Bottled Water compatible) | debezium
     topic_prefix: pgbench       # default: the set name
@@ -34,7 +36,8 @@ CLUSTER_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}")
 ENCODINGS = ("avro", "json")
 BACKENDS = ("trigger", "logical")
 ENVELOPES = ("row", "debezium")
-_TOP_KEYS = {"database", "backend", "encoding", "envelope", "topic_prefix", "topics", "tables"}
+DECODERS = ("pgshovel2", "pgoutput")
+_TOP_KEYS = {"database", "backend", "decoder", "encoding", "envelope", "topic_prefix", "topics", "tables"}
 _TABLE_KEYS = {"name", "schema", "columns", "key", "allow_unkeyed"}
 _TOPIC_KEYS = {"create", "partitions", "replication_factor"}
 
@@ -70,6 +73,7 @@ class SetConfig:
     envelope: str = "row"
     topic_prefix: str | None = None
     topics: TopicsConfig = field(default_factory=TopicsConfig)
+    decoder: str | None = None  # logical: "pgshovel2" | "pgoutput"; None: chosen by set create
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form, as stored in ZooKeeper."""
@@ -91,6 +95,7 @@ class SetConfig:
             dsn=data["dsn"], tables=tables, backend=data["backend"],
             encoding=data["encoding"], envelope=data["envelope"],
             topic_prefix=data["topic_prefix"], topics=TopicsConfig(**data["topics"]),
+            decoder=data.get("decoder"),
         )
 
 
@@ -144,6 +149,10 @@ def parse_config(data: Any, source: str) -> SetConfig:
     if not isinstance(db, dict) or not isinstance(db.get("dsn"), str) or not db["dsn"].strip():
         raise ConfigError(source, "database.dsn", db, "must be a non-empty libpq DSN string")
     backend = _choice(data, "backend", BACKENDS, source)
+    decoder = data.get("decoder")
+    if decoder is not None and (backend != "logical" or decoder not in DECODERS):
+        raise ConfigError(source, "decoder", decoder, f"must be one of {', '.join(DECODERS)}, and only with "
+                          "backend: logical")
     encoding = _choice(data, "encoding", ENCODINGS, source)
     envelope = _choice(data, "envelope", ENVELOPES, source)
     prefix = data.get("topic_prefix")
@@ -161,7 +170,7 @@ def parse_config(data: Any, source: str) -> SetConfig:
         seen[(t.schema, t.name)] = i
     return SetConfig(dsn=db["dsn"], tables=parsed, backend=backend, encoding=encoding,
                      envelope=envelope, topic_prefix=prefix,
-                     topics=_parse_topics(data.get("topics", {}), source))
+                     topics=_parse_topics(data.get("topics", {}), source), decoder=decoder)
 
 
 def _no_unknown(data: dict, allowed: set[str], where: str, source: str) -> None:

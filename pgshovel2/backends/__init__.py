@@ -14,21 +14,24 @@ from pgshovel2.errors import PgshovelError
 from pgshovel2.setrecord import SetRecord, SlotCapture
 
 
-def encode_row(backend: str) -> str:
-    """The SQL function giving a row in the capture form of backend (``trigger``/``logical``)."""
-    return logical.ENCODE_ROW if backend == logical.NAME else trigger.ENCODE_ROW
+def encode_row(record: SetRecord) -> str | None:
+    """The SQL function giving a row of the set in its capture form; None for a logical set
+    read through pgoutput (rows are read as text and converted: pgshovel2.backends.snapshot)."""
+    if isinstance(record.capture, SlotCapture):
+        return logical.encode_row(record.capture.plugin)
+    return trigger.ENCODE_ROW
 
 
 def reader(record: SetRecord, error: type[PgshovelError]) -> TableReader:
     """A REPEATABLE READ reader of the set's tables now, in its backend's capture form."""
-    return TableReader(record.dsn, encode_row(record.backend), error)
+    return TableReader(record.dsn, encode_row(record), error)
 
 
 def export(record: SetRecord, error: type[PgshovelError]) -> ExportedSnapshot:
     """An exported snapshot of the set's database for a copy (a bootstrap), with its backend's
     handoff; a logical set's uses a temporary slot. Raises error."""
     if isinstance(record.capture, SlotCapture):
-        return logical.export(record.dsn, error)
+        return logical.export(record.dsn, error, plugin=record.capture.plugin)
     return trigger.export(record.dsn, error)
 
 

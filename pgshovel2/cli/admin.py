@@ -47,6 +47,8 @@ def set_create(ctx: click.Context, name: str, config: str, dry_run: bool) -> Non
     verb = "would create" if dry_run else "created"
     click.echo(f"{verb} set {name!r} (version {record.version}, {record.backend}, {record.capture.describe()}): "
                f"{tables}")
+    if record.change and record.change.get("decoder"):
+        click.echo(f"decoder: {record.change['decoder']}")
     for line in _topic_lines(record):
         click.echo(line)
     if dry_run:
