@@ -3,10 +3,12 @@
 A set config is a YAML mapping (see configs/pgbench.yaml)::
 
     database: {dsn: "host=... dbname=..."}
-    backend: trigger            # trigger (PgQ) | logical (WAL, sql/decoder)
+    backend: trigger            # trigger (PgQ) | logical (WAL)
     capture: plpgsql            # trigger backend: c (sql/capture) | plpgsql (sql/capture_pl);
                                 # default: c when the server has the pgshovel2 extension
     pgq: auto                   # trigger: auto | extension | pl (PgQ's PL/pgSQL-only build)
+    decoder: pgoutput           # logical only: pgshovel2 (our plugin, sql/decoder) | pgoutput
+                                # (stock servers); default: pgshovel2 where its extension is available
     encoding: avro              # avro | json
     envelope: row               # row (Bottled Water compatible) | debezium
     topic_prefix: pgbench       # default: the set name
@@ -39,7 +41,9 @@ BACKENDS = ("trigger", "logical")
 PGQ_MODES = ("auto", "extension", "pl")
 ENVELOPES = ("row", "debezium")
 CAPTURES = ("c", "plpgsql")  # trigger backend: C extension pgshovel2 or PL/pgSQL pgshovel2_pl
-_TOP_KEYS = {"database", "backend", "capture", "pgq", "encoding", "envelope", "topic_prefix", "topics", "tables"}
+DECODERS = ("pgshovel2", "pgoutput")
+_TOP_KEYS = {"database", "backend", "capture", "pgq", "decoder", "encoding", "envelope", "topic_prefix", "topics",
+             "tables"}
 _TABLE_KEYS = {"name", "schema", "columns", "key", "allow_unkeyed"}
 _TOPIC_KEYS = {"create", "partitions", "replication_factor"}
 
@@ -77,6 +81,7 @@ class SetConfig:
     topics: TopicsConfig = field(default_factory=TopicsConfig)
     capture: str | None = None  # c | plpgsql; None: chosen at set create (backends.trigger)
     pgq: str = "auto"
+    decoder: str | None = None  # logical: "pgshovel2" | "pgoutput"; None: chosen by set create
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form, as stored in ZooKeeper."""
@@ -100,6 +105,7 @@ class SetConfig:
             topic_prefix=data["topic_prefix"], topics=TopicsConfig(**data["topics"]),
             capture=data.get("capture"),
             pgq=data.get("pgq", "auto"),  # records before the key existed: auto
+            decoder=data.get("decoder"),
         )
 
 
@@ -156,6 +162,10 @@ def parse_config(data: Any, source: str) -> SetConfig:
     pgq = _choice(data, "pgq", PGQ_MODES, source)
     if backend != "trigger" and "pgq" in data:
         raise ConfigError(source, "pgq", pgq, "only the trigger backend uses PgQ")
+    decoder = data.get("decoder")
+    if decoder is not None and (backend != "logical" or decoder not in DECODERS):
+        raise ConfigError(source, "decoder", decoder, f"must be one of {', '.join(DECODERS)}, and only with "
+                          "backend: logical")
     encoding = _choice(data, "encoding", ENCODINGS, source)
     envelope = _choice(data, "envelope", ENVELOPES, source)
     capture = _capture(data, backend, source)
@@ -174,7 +184,8 @@ def parse_config(data: Any, source: str) -> SetConfig:
         seen[(t.schema, t.name)] = i
     return SetConfig(dsn=db["dsn"], tables=parsed, backend=backend, encoding=encoding,
                      envelope=envelope, topic_prefix=prefix,
-                     topics=_parse_topics(data.get("topics", {}), source), capture=capture, pgq=pgq)
+                     topics=_parse_topics(data.get("topics", {}), source), capture=capture, pgq=pgq,
+                     decoder=decoder)
 
 
 def _no_unknown(data: dict, allowed: set[str], where: str, source: str) -> None:

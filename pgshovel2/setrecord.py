@@ -6,7 +6,8 @@ A set's znode (and each ``history/<n>`` znode) holds one JSON record::
      "queue", "trigger", "consumer"            (trigger backend; None for logical),
      "capture"                                 (trigger backend: "c" | "plpgsql"; absent: "c"),
      "pgq"                                     (trigger: "extension" | "pl"; absent = extension),
-     "slot"                                    (logical backend),
+     "slot", "plugin"                          (logical backend; plugin: pgshovel2_decoder
+                                               or pgoutput, absent in older records: ours),
      "created_at", "upgraded_at", "pgshovel_version",
      "change": {"kind": "create"|"upgrade"|"ddl"|"repoint", ...}}
 
@@ -28,6 +29,7 @@ from pgshovel2.errors import ClusterError
 
 CONSUMER = "pgshovel2_relay"  # the relay's PgQ consumer name on a trigger set's queue
 PLUGIN = "pgshovel2_decoder"  # our output plugin (sql/decoder), read by a logical set's slot
+PGOUTPUT = "pgoutput"  # PostgreSQL's own plugin, for servers without ours (config: decoder: pgoutput)
 
 
 @dataclass(frozen=True)
@@ -59,7 +61,8 @@ class TriggerCapture:
 
 @dataclass(frozen=True)
 class SlotCapture:
-    """Where a ``logical`` set captures: its replication slot, read through plugin."""
+    """Where a ``logical`` set captures: its replication slot, read through plugin (PLUGIN or
+    PGOUTPUT; a pgoutput set also has a publication named as its slot)."""
 
     slot: str
     plugin: str = PLUGIN
@@ -125,11 +128,11 @@ class SetRecord:
 
     @classmethod
     def new(cls, cluster: str, name: str, config: SetConfig, tables: tuple[Table, ...],
-            change: dict[str, Any] | None = None) -> "SetRecord":
-        """Version 1 of a set, with the capture names of its backend."""
+            change: dict[str, Any] | None = None, plugin: str = PLUGIN) -> "SetRecord":
+        """Version 1 of a set, with the capture names of its backend (plugin: a logical set's)."""
         capture: Capture
         if config.backend == "logical":
-            capture = SlotCapture(slot_name(cluster, name))
+            capture = SlotCapture(slot_name(cluster, name), plugin)
         else:
             capture = TriggerCapture(queue_name(cluster, name), trigger_name(cluster, name))
         return cls(name, cluster, 1, config, tables, capture, time.time(), change=change)
@@ -194,6 +197,7 @@ class SetRecord:
                                 "created_at": self.created_at, "pgshovel_version": self.pgshovel_version}
         if isinstance(self.capture, SlotCapture):
             data["slot"] = self.capture.slot
+            data["plugin"] = self.capture.plugin
         else:
             data.update(queue=self.capture.queue, trigger=self.capture.trigger, consumer=self.capture.consumer,
                         capture=self.capture.kind, pgq=self.capture.pgq)
@@ -212,10 +216,10 @@ class SetRecord:
         """Inverse of :meth:`to_dict`. Raises ClusterError naming the set for a malformed record."""
         try:
             config = SetConfig.from_dict(data["config"])
-            capture: Capture = (SlotCapture(data["slot"]) if config.backend == "logical"
+            capture: Capture = (SlotCapture(data["slot"], data.get("plugin") or PLUGIN) if config.backend == "logical"
                                 else TriggerCapture(data["queue"], data["trigger"], data.get("consumer") or CONSUMER,
                                                     data.get("capture") or "c", data.get("pgq") or "extension"))
-            known = {"name", "cluster", "version", "config", "tables", "queue", "trigger", "consumer", "slot",
+            known = {"name", "cluster", "version", "config", "tables", "queue", "trigger", "consumer", "slot", "plugin",
                      "capture", "pgq", "created_at", "pgshovel_version", "upgraded_at", "change"}
             return cls(data["name"], data["cluster"], int(data["version"]), config,
                        tuple(Table.from_dict(t) for t in data["tables"]), capture, data["created_at"],

@@ -32,8 +32,11 @@ def write_config(tmp_path: Path, stack, tables: list, encoding: str = "avro", ba
     """A set config file for tables (list of table entries) on the test database.
 
     backend logical: also sets REPLICA IDENTITY FULL on the tables (the logical backend
-    requires it for TOASTable columns, see pgshovel2.backends.logical).
+    requires it for TOASTable columns, see pgshovel2.backends.logical). backend pgoutput: a
+    logical set with ``decoder: pgoutput``.
     """
+    if backend == "pgoutput":
+        backend, extra = "logical", {"decoder": "pgoutput", **extra}
     data = {"database": {"dsn": stack.dsn}, "encoding": encoding, "backend": backend, "tables": tables, **extra}
     if backend == "logical":
         replica_identity_full(stack, tables)

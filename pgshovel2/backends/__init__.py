@@ -14,11 +14,13 @@ from pgshovel2.errors import PgshovelError
 from pgshovel2.setrecord import SetRecord, SlotCapture
 
 
-def encode_row(record: SetRecord) -> str:
+def encode_row(record: SetRecord) -> str | None:
     """The SQL function giving a row in the capture form of the set (its backend, and for a
-    trigger set its capture kind: pgshovel2.encode_row or pgshovel2_pl.encode_row)."""
+    trigger set its capture kind: pgshovel2.encode_row or pgshovel2_pl.encode_row); None for
+    a logical set read through pgoutput (rows are read as text and converted:
+    pgshovel2.backends.snapshot)."""
     if isinstance(record.capture, SlotCapture):
-        return logical.ENCODE_ROW
+        return logical.encode_row(record.capture.plugin)
     return trigger.encode_row(record.capture)
 
 
@@ -31,7 +33,7 @@ def export(record: SetRecord, error: type[PgshovelError]) -> ExportedSnapshot:
     """An exported snapshot of the set's database for a copy (a bootstrap), with its backend's
     handoff; a logical set's uses a temporary slot. Raises error."""
     if isinstance(record.capture, SlotCapture):
-        return logical.export(record.dsn, error)
+        return logical.export(record.dsn, error, plugin=record.capture.plugin)
     return trigger.export(record.dsn, record.capture, error)
 
 

@@ -1,7 +1,8 @@
 """The ``logical`` backend in the database: checks, the slot's lifecycle, lag, the handoff.
 
-A logical set reads the WAL through our output plugin ``pgshovel2_decoder``
-(sql/decoder) from one replication slot per set. ``set create`` checks the
+A logical set reads the WAL from one replication slot per set through its decoder: our
+output plugin ``pgshovel2_decoder`` (sql/decoder), or PostgreSQL's ``pgoutput`` with a
+publication per set (:mod:`pgshovel2.backends.pgoutput`; stock servers without our C code). ``set create`` checks the
 server can decode for it (wal_level, the plugin allowed and installed), that
 each table logs in its WAL what the relay needs (replica identity, below),
 and creates the ``pgshovel2_decoder`` extension. The slot itself is created by
@@ -32,6 +33,7 @@ import psycopg2.extras
 from psycopg2 import sql
 
 from pgshovel2 import names
+from pgshovel2.backends import pgoutput
 from pgshovel2.backends.snapshot import ExportedSnapshot
 from pgshovel2.catalog import Table, raise_all
 from pgshovel2.config import SetConfig
@@ -61,32 +63,50 @@ FROM pg_class c WHERE c.oid = %(table)s::regclass
 """
 
 
-def check_server(cur) -> None:
-    """Raise CaptureError unless the server can decode with our plugin: wal_level logical,
-    the plugin allowed by Debian's ``output_plugin_libraries`` (when the server has that
-    setting) and the pgshovel2_decoder extension installed on the server."""
+def choose_decoder(cur, configured: str | None) -> tuple[str, str]:
+    """(decoder, why): configured when given, else pgshovel2_decoder when its extension is
+    available on the server, else pgoutput."""
+    if configured is not None:
+        return (PLUGIN if configured == "pgshovel2" else pgoutput.NAME), f"decoder: {configured} in the config"
+    cur.execute("SELECT 1 FROM pg_available_extensions WHERE name = %s", (EXTENSION,))
+    if cur.fetchone() is not None:
+        return PLUGIN, f"the {EXTENSION} extension is available on the server"
+    return pgoutput.NAME, f"the {EXTENSION} extension is not installed on the server"
+
+
+def check_server(cur, plugin: str = PLUGIN) -> None:
+    """Raise CaptureError unless the server can decode with plugin: wal_level logical, the
+    plugin allowed by Debian's ``output_plugin_libraries`` (when the server has that setting)
+    and, for our plugin, the pgshovel2_decoder extension installed on the server."""
     cur.execute("SELECT current_setting('wal_level'), current_setting('output_plugin_libraries', true)")
     wal_level, allowed = cur.fetchone()
     if wal_level != "logical":
         raise CaptureError(f"the database server has wal_level = {wal_level}: the logical backend needs "
                            "wal_level = logical in postgresql.conf (a restart is needed)")
-    if allowed is not None and PLUGIN not in [p.strip() for p in allowed.split(",")]:
-        raise CaptureError(f"output plugin {PLUGIN} is not in the server's output_plugin_libraries "
+    if allowed is not None and plugin not in [p.strip() for p in allowed.split(",")]:
+        raise CaptureError(f"output plugin {plugin} is not in the server's output_plugin_libraries "
                            f"({allowed!r}): add it in postgresql.conf and reload (scripts/stack.sh does)")
+    if plugin != PLUGIN:
+        return
     cur.execute("SELECT 1 FROM pg_available_extensions WHERE name = %s", (EXTENSION,))
     if cur.fetchone() is None:
         raise CaptureError(f"the {EXTENSION} extension is not installed on the database server: build and "
-                           "install sql/decoder (scripts/install.sh)")
+                           "install sql/decoder (scripts/install.sh), or use decoder: pgoutput")
 
 
-def check_tables(cur, config: SetConfig, tables: tuple[Table, ...], source: str) -> None:
+def check_tables(cur, config: SetConfig, tables: tuple[Table, ...], source: str, plugin: str = PLUGIN) -> None:
     """Raise ConfigError naming every table (``tables[i]``) whose replica identity does not
-    log what the relay needs (module docstring), all of them in one error."""
+    log what the relay needs (module docstring), all of them in one error. With pgoutput a
+    table must also log some old row (PostgreSQL refuses UPDATE/DELETE on a published table
+    without one, and pgoutput sends no DELETE without it)."""
     problems = []
     for i, table in enumerate(tables):
         cur.execute(_IDENTITY_SQL, {"table": table.qualified, "columns": [c.name for c in table.columns]})
         ident, ident_cols, toastable = cur.fetchone()
         problem = _identity_problem(table, config, ident, set(ident_cols), toastable)
+        if problem is None and plugin == pgoutput.NAME and ident != "f" and not ident_cols:
+            problem = ("with decoder pgoutput its replica identity must log an old row, but it logs none "
+                       "(NOTHING, or DEFAULT without a primary key)")
         if problem:
             problems.append(ConfigError(source, f"tables[{i}]", table.qualified,
                                         f"{problem}: run ALTER TABLE {table.qualified} REPLICA IDENTITY FULL "
@@ -113,15 +133,43 @@ def _identity_problem(table: Table, config: SetConfig, ident: str, ident_cols: s
     return None
 
 
-def install(cur, slot: str) -> None:
-    """Create the pgshovel2_decoder extension; raise CaptureError when slot already exists
-    (a set of this name was not dropped cleanly). The slot is created by the relay."""
-    check_server(cur)
-    cur.execute(sql.SQL("CREATE EXTENSION IF NOT EXISTS {}").format(sql.Identifier(EXTENSION)))
+def install(cur, slot: str, plugin: str = PLUGIN, tables: tuple[Table, ...] = ()) -> None:
+    """Create the pgshovel2_decoder extension (our plugin) or the set's publication of tables
+    (pgoutput); raise CaptureError when slot (or the publication) already exists (a set of
+    this name was not dropped cleanly) or the publication cannot be created. The slot is
+    created by the relay."""
+    check_server(cur, plugin)
+    if plugin == PLUGIN:
+        cur.execute(sql.SQL("CREATE EXTENSION IF NOT EXISTS {}").format(sql.Identifier(EXTENSION)))
+    else:
+        _create_publication(cur, slot, tables)
     cur.execute("SELECT active FROM pg_replication_slots WHERE slot_name = %s", (slot,))
     if cur.fetchone() is not None:
         raise CaptureError(f"replication slot {slot!r} already exists: a set of this name was not dropped "
                            f"cleanly; drop it with SELECT pg_drop_replication_slot('{slot}')")
+
+
+def _create_publication(cur, slot: str, tables: tuple[Table, ...]) -> None:
+    name = pgoutput.publication_name(slot)
+    if pgoutput.publication_exists(cur, name):
+        raise CaptureError(f"publication {name!r} already exists: a set of this name was not dropped cleanly; "
+                           f"drop it with DROP PUBLICATION {name}")
+    cur.execute("SAVEPOINT pgshovel2_publication")
+    try:
+        statement = pgoutput.create_publication(cur, name, tables)
+    except psycopg2.Error as exc:
+        cur.execute("ROLLBACK TO SAVEPOINT pgshovel2_publication")
+        raise CaptureError(f"cannot create publication {name!r} for the set's tables: {str(exc).strip()} "
+                           "(the set's database user must own the tables and may CREATE in the database)") from exc
+    log.info("%s", statement)
+
+
+def drop_publication(cur, slot: str) -> bool:
+    """Drop the set's publication (pgoutput) in the caller's transaction; True when it existed."""
+    name = pgoutput.publication_name(slot)
+    existed = pgoutput.publication_exists(cur, name)
+    pgoutput.drop_publication(cur, name)
+    return existed
 
 
 def check_droppable(cur, slot: str) -> None:
@@ -158,21 +206,23 @@ def slot_exists(cur, slot: str) -> bool:
     return cur.fetchone() is not None
 
 
-def replication_connection(dsn: str, what: str, error: type[PgshovelError] = RelayError):
-    """A psycopg2 LogicalReplicationConnection to dsn; raises error naming what on failure."""
+def replication_connection(dsn: str, what: str, error: type[PgshovelError] = RelayError, plugin: str = PLUGIN):
+    """A psycopg2 LogicalReplicationConnection to dsn (pgoutput: with the pinned settings its
+    text output depends on); raises error naming what on failure."""
+    extra = {"options": pgoutput.libpq_options()} if plugin == pgoutput.NAME else {}
     try:
-        return psycopg2.connect(dsn, connection_factory=psycopg2.extras.LogicalReplicationConnection)
+        return psycopg2.connect(dsn, connection_factory=psycopg2.extras.LogicalReplicationConnection, **extra)
     except psycopg2.OperationalError as exc:
         raise error(f"cannot open a replication connection for {what}: {str(exc).strip()}") from exc
 
 
-def create_slot(repl, slot: str, export: bool, temporary: bool = False) -> tuple[Lsn, str | None]:
+def create_slot(repl, slot: str, export: bool, temporary: bool = False, plugin: str = PLUGIN) -> tuple[Lsn, str | None]:
     """Create slot on the replication connection repl: (consistent point, exported snapshot
     name or None). The snapshot stays importable until repl runs its next command or closes.
 
     Raises RelayError when the server refuses (the plugin not installed or not allowed).
     """
-    options = ("TEMPORARY " if temporary else "") + "LOGICAL " + PLUGIN
+    options = ("TEMPORARY " if temporary else "") + "LOGICAL " + plugin
     mode = "EXPORT_SNAPSHOT" if export else "NOEXPORT_SNAPSHOT"
     try:
         with repl.cursor() as cur:
@@ -180,37 +230,53 @@ def create_slot(repl, slot: str, export: bool, temporary: bool = False) -> tuple
             _name, consistent, snapshot, _plugin = cur.fetchone()
     except psycopg2.Error as exc:
         hint = ""
-        if PLUGIN in str(exc):  # not installed, or not allowed by output_plugin_libraries
-            hint = f" (is sql/decoder installed and {PLUGIN} in the server's output_plugin_libraries?)"
-        raise RelayError(f"cannot create replication slot {slot} with output plugin {PLUGIN}: "
+        if plugin in str(exc):  # not installed, or not allowed by output_plugin_libraries
+            hint = f" (is {plugin} installed and in the server's output_plugin_libraries?)"
+        raise RelayError(f"cannot create replication slot {slot} with output plugin {plugin}: "
                          f"{str(exc).strip()}{hint}") from exc
     log.info("created replication slot %s at %s", slot, consistent)
     return Lsn.parse(consistent), snapshot
 
 
-def export(dsn: str, error: type[PgshovelError], slot: str | None = None) -> ExportedSnapshot:
+def export(dsn: str, error: type[PgshovelError], slot: str | None = None, plugin: str = PLUGIN) -> ExportedSnapshot:
     """Create a slot with an exported snapshot for a copy; its handoff is the slot's consistent
     point: a transaction committed before it is in the copy, one committed at or after it is
     streamed by the slot. slot: the set's slot (created for good: the relay's first start), or
-    None for a TEMPORARY slot that goes with the snapshot (a bootstrap). Raises error.
+    None for a TEMPORARY slot that goes with the snapshot (a bootstrap). plugin: the set's
+    decoder (pgoutput: rows are read as text, :func:`encode_row`). Raises error.
     """
     temporary = slot is None
     name = slot or f"pgshovel2_boot_{uuid.uuid4().hex[:12]}"
     repl = replication_connection(dsn, f"slot {name}", error)
     try:
-        lsn, snapshot_id = create_slot(repl, name, export=True, temporary=temporary)
+        lsn, snapshot_id = create_slot(repl, name, export=True, temporary=temporary, plugin=plugin)
     except BaseException:
         repl.close()
         raise
     record = {"backend": NAME, "lsn": str(lsn), "slot": name}
-    return ExportedSnapshot(dsn, ENCODE_ROW, error, snapshot_id, ConsistentPoint(lsn), record, holder=repl)
+    return ExportedSnapshot(dsn, encode_row(plugin), error, snapshot_id, ConsistentPoint(lsn), record, holder=repl)
+
+
+def encode_row(plugin: str) -> str | None:
+    """The SQL function giving rows in capture form with plugin; None with pgoutput (the reader
+    reads output text and converts it: pgshovel2.backends.snapshot)."""
+    return ENCODE_ROW if plugin == PLUGIN else None
+
+
+# pg_replication_slots directly (the extension's slot_lag view is not on stock servers)
+_SLOT_LAG_SQL = """
+SELECT CASE WHEN r.pid IS NULL THEN NULL ELSE coalesce(extract(epoch FROM r.flush_lag), 0)::float8 END,
+       pg_wal_lsn_diff(pg_current_wal_lsn(), s.confirmed_flush_lsn)::int8,
+       pg_wal_lsn_diff(pg_current_wal_lsn(), s.restart_lsn)::int8, s.wal_status
+FROM pg_replication_slots s LEFT JOIN pg_stat_replication r ON r.pid = s.active_pid
+WHERE s.slot_name = %s
+"""
 
 
 def slot_lag(dsn: str, slot: str) -> dict[str, Any]:
     """{lag_seconds, lag_bytes, retained_bytes, wal_status} of a set's slot, or {error} when the
     database does not answer or the slot does not exist (for ``set status``)."""
-    row = one_row(dsn, "SELECT lag_seconds, lag_bytes, retained_bytes, wal_status FROM pgshovel2_decoder.slot_lag "
-                  "WHERE slot_name = %s", (slot,), ("lag_seconds", "lag_bytes", "retained_bytes", "wal_status"))
+    row = one_row(dsn, _SLOT_LAG_SQL, (slot,), ("lag_seconds", "lag_bytes", "retained_bytes", "wal_status"))
     return row or {"error": f"no replication slot {slot} (the relay creates it on its first start)"}
 
 

@@ -18,6 +18,7 @@ import psycopg2
 from psycopg2 import sql
 
 from pgshovel2 import names
+from pgshovel2.backends import pgoutput
 from pgshovel2.catalog import Table
 from pgshovel2.db import connect
 from pgshovel2.errors import PgshovelError
@@ -31,12 +32,15 @@ class TableReader:
     """A read-only REPEATABLE READ transaction on dsn's database (context manager).
 
     encode_row: qualified name of the SQL function turning a row into the capture form
-    (``pgshovel2.encode_row`` or ``pgshovel2_decoder.encode_row``). error: the
+    (``pgshovel2.encode_row`` or ``pgshovel2_decoder.encode_row``), or None when the server
+    has neither (a logical set read through pgoutput): the columns are then read as their
+    output text with the settings pinned and converted as the pgoutput stream's
+    (:mod:`pgshovel2.codec.textforms`). error: the
     PgshovelError class raised when the database cannot be reached or refuses.
     txid_snapshot: ``txid_current_snapshot()`` of the transaction (``xmin:xmax:xip``).
     """
 
-    def __init__(self, dsn: str, encode_row: str, error: type[PgshovelError], snapshot_id: str | None = None):
+    def __init__(self, dsn: str, encode_row: str | None, error: type[PgshovelError], snapshot_id: str | None = None):
         self.dsn, self.encode_row, self.error = dsn, encode_row, error
         self.conn = connect(dsn, "the snapshot", error)
         self.conn.set_session(isolation_level="REPEATABLE READ", readonly=True)
@@ -45,6 +49,8 @@ class TableReader:
                 cur.execute("SET application_name = %s", (APPLICATION_NAME,))
                 if snapshot_id is not None:
                     cur.execute("SET TRANSACTION SNAPSHOT %s", (snapshot_id,))
+                if encode_row is None:
+                    pgoutput.pin_settings(cur)
                 cur.execute("SELECT txid_current_snapshot()::text")
                 self.txid_snapshot: str = cur.fetchone()[0]
         except psycopg2.Error as exc:
@@ -75,6 +81,9 @@ class TableReader:
 
     def rows(self, table: Table, fetch_size: int = 5000) -> Iterator[list]:
         """Stream a table's rows in capture form (lists in table.columns order), bounded memory."""
+        if self.encode_row is None:
+            yield from self._text_rows(table, fetch_size)
+            return
         attnums = [c.attnum for c in table.columns]
         # t.* (not t): a whole-row reference even when the table has a column named t
         query = sql.SQL("SELECT {}(t.*, %s::int2[]) FROM {} t").format(
@@ -84,6 +93,20 @@ class TableReader:
             cur.execute(query, (attnums,))
             for (data,) in cur:
                 yield json.loads(data)
+
+    def _text_rows(self, table: Table, fetch_size: int) -> Iterator[list]:
+        with self.conn.cursor() as cur:
+            types = pgoutput.column_types(cur, table)
+        raw = psycopg2.extensions.new_type(tuple(types.oids), "PGSHOVEL2_TEXT", lambda value, _cur: value)
+        columns = sql.SQL(", ").join(sql.Identifier(c.name) for c in table.columns) if table.columns else sql.SQL("")
+        query = sql.SQL("SELECT {} FROM {} t").format(columns, sql.Identifier(table.schema, table.name))
+        convs = types.converters
+        with self.conn.cursor(name="snapshot_rows") as cur:
+            cur.itersize = fetch_size
+            psycopg2.extensions.register_type(raw, cur)  # this cursor only: every value as its output text
+            cur.execute(query)
+            for values in cur:
+                yield [None if v is None else conv(v) for v, conv in zip(values, convs, strict=True)]
 
     def check_table(self, table: Table) -> None:
         """Raise self.error unless table and its captured columns are readable in the snapshot."""

@@ -57,6 +57,8 @@ def set_create(ctx: click.Context, name: str, config: str | None, dry_run: bool,
                f"{tables}")
     if isinstance(record.capture, TriggerCapture) and record.capture.why:
         click.echo(f"  capture {record.capture.kind}: {record.capture.why}")
+    if record.change and record.change.get("decoder"):
+        click.echo(f"decoder: {record.change['decoder']}")
     for line in _topic_lines(record):
         click.echo(line)
     if dry_run:

@@ -21,7 +21,7 @@ from pgshovel2.db import connect
 from pgshovel2.errors import CaptureError, ClusterError
 from pgshovel2.ops import twophase
 from pgshovel2.ops.twophase import Intent
-from pgshovel2.setrecord import SetRecord, SlotCapture
+from pgshovel2.setrecord import PLUGIN, SetRecord, SlotCapture
 
 log = logging.getLogger(__name__)
 
@@ -47,13 +47,23 @@ def create_set(store: ClusterStore, name: str, config_path: str, dry_run: bool =
     with twophase.prepared_command(store, intent, config.dsn, what) as (conn, cur):
         tables = catalog.resolve_set(conn, name, config, config_path)
         _check_privileges(cur, config, config_path)
-        record = _with_capture(cur, SetRecord.new(store.cluster, name, config, tables,
-                                                  {"kind": "create", "gid": intent.gid}))
+        change = {"kind": "create", "gid": intent.gid}
+        plugin = _decoder(cur, config, change)
+        record = _with_capture(cur, SetRecord.new(store.cluster, name, config, tables, change, plugin))
         store.check_prefix(record)
         record = _install(cur, record, config_path)
         twophase.plan(store, intent, {"op": "create", "record": record.to_dict()})
     twophase.finish(store, intent, config.dsn, lambda: store.create_set(record), what)
     return record
+
+
+def _decoder(cur, config: SetConfig, change: dict[str, Any]) -> str:
+    """A logical set's output plugin (logical.choose_decoder); its reason goes into change."""
+    if config.backend != "logical":
+        return PLUGIN
+    plugin, why = logical.choose_decoder(cur, config.decoder)
+    change["decoder"] = f"{plugin} ({why})"
+    return plugin
 
 
 def _with_capture(cur, record: SetRecord) -> SetRecord:
@@ -84,8 +94,8 @@ def _install(cur, record: SetRecord, config_path: str) -> SetRecord:
     """The backend's capture objects of a new set, in the command's transaction; returns the
     record with what install chose (the kind of PgQ)."""
     if isinstance(record.capture, SlotCapture):
-        logical.check_tables(cur, record.config, record.tables, config_path)
-        logical.install(cur, record.capture.slot)
+        logical.check_tables(cur, record.config, record.tables, config_path, record.capture.plugin)
+        logical.install(cur, record.capture.slot, record.capture.plugin, record.tables)
         return record
     counts = trigger.column_counts(cur, record.tables)
     kind = trigger.install(cur, record.capture, record.tables, counts,
@@ -99,13 +109,15 @@ def _preview(store: ClusterStore, name: str, config: SetConfig, config_path: str
     try:
         conn.set_session(readonly=True)
         tables = catalog.resolve_set(conn, name, config, config_path)
+        change: dict[str, Any] = {"kind": "create"}
         with conn.cursor() as cur:
-            record = _with_capture(cur, SetRecord.new(store.cluster, name, config, tables))
+            plugin = _decoder(cur, config, change)
+            record = _with_capture(cur, SetRecord.new(store.cluster, name, config, tables, change, plugin))
         store.check_prefix(record)
         if isinstance(record.capture, SlotCapture):
             with conn.cursor() as cur:
-                logical.check_server(cur)
-                logical.check_tables(cur, config, tables, config_path)
+                logical.check_server(cur, plugin)
+                logical.check_tables(cur, config, tables, config_path, plugin)
         return record
     finally:
         conn.rollback()
@@ -126,6 +138,8 @@ def drop_set(store: ClusterStore, name: str) -> list[str]:
         if isinstance(record.capture, SlotCapture):
             logical.check_droppable(cur, record.capture.slot)
             done = []
+            if logical.drop_publication(cur, record.capture.slot):
+                done.append(f"publication {record.capture.slot}")
         else:
             done = trigger.uninstall(cur, record.capture, record.tables)
         twophase.plan(store, intent, {"op": "delete", "name": name, "version": version, "prefix": record.prefix})

@@ -30,7 +30,8 @@ def open_source(record: SetRecord, options: RelayOptions) -> Source:
     """The source of the set's backend, connected. Raises UnavailableError when the database
     cannot be reached."""
     if isinstance(record.capture, SlotCapture):
-        return LogicalSource(record.dsn, record.capture.slot, record.tables, options.heartbeat_interval)
+        return LogicalSource(record.dsn, record.capture.slot, record.tables, options.heartbeat_interval,
+                             plugin=record.capture.plugin)
     return PgqSource(record.dsn, record.capture, options.poll_interval, maint_interval=options.pgq_maint_interval)
 
 

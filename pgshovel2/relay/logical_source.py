@@ -1,5 +1,6 @@
-"""Logical source: a logical set's replication slot, read through our output plugin
-(:mod:`pgshovel2.relay.source`).
+"""Logical source: a logical set's replication slot, read through our output plugin or
+through PostgreSQL's ``pgoutput`` (:mod:`pgshovel2.relay.pgoutput_decoder`, the same items;
+:mod:`pgshovel2.relay.source`).
 
 The plugin (sql/decoder, record format in sql/decoder/README.rst) writes, per transaction
 that touches the set's tables, a BEGIN record, one record per change (row images in the
@@ -20,11 +21,12 @@ from collections.abc import Iterator
 
 import psycopg2
 
-from pgshovel2.backends import logical
+from pgshovel2.backends import logical, pgoutput
 from pgshovel2.backends.snapshot import ExportedSnapshot
 from pgshovel2.catalog import Table
 from pgshovel2.db import connect, outage
 from pgshovel2.errors import RelayError, UnavailableError
+from pgshovel2.relay.pgoutput_decoder import PgoutputDecoder, SetTable
 from pgshovel2.relay.source import Begin, Change, Commit, Idle, Item, Lag
 from pgshovel2.setrecord import PLUGIN
 from pgshovel2.wire import LOGICAL, Lsn, Position
@@ -58,6 +60,11 @@ class RecordDecoder:
         self.ends: deque[tuple[int, int]] = deque()
         self.last_lsn: int | None = None
         self._unit = self._txid = self._ts_ms = self._ordinal = 0  # of the open transaction
+
+    def feed(self, data: bytes, _wal_start: int) -> list[Item]:
+        """The items of one record (:meth:`decode`), as a list."""
+        item = self.decode(data)
+        return [] if item is None else [item]
 
     def decode(self, data: bytes) -> Item | None:
         """The item of one plugin record; None for a change the capture trigger would not write.
@@ -100,7 +107,8 @@ class RecordDecoder:
 
 
 class LogicalSource:
-    """A set's slot on its database (dsn), for tables (the set's, in record order).
+    """A set's slot on its database (dsn), for tables (the set's, in record order), read
+    through plugin (``pgshovel2_decoder`` or ``pgoutput``).
 
     heartbeat_interval: seconds without data before a heartbeat message lets the slot advance;
     wait_cap: longest single wait (s). Raises UnavailableError when the database cannot be
@@ -111,20 +119,20 @@ class LogicalSource:
     commit_delay = 0.02  # s from a transaction's end to its Kafka commit, under load
 
     def __init__(self, dsn: str, slot: str, tables: tuple[Table, ...], heartbeat_interval: float = 10.0,
-                 wait_cap: float = 0.5):
-        self.dsn, self.slot = dsn, slot
+                 wait_cap: float = 0.5, plugin: str = PLUGIN):
+        self.dsn, self.slot, self.plugin = dsn, slot, plugin
         self.heartbeat_interval, self.wait_cap = heartbeat_interval, wait_cap
         self._tags = [t.qualified for t in tables]
         self._tables = tables
         self._ctl = connect(dsn, f"slot {slot}", UnavailableError)
         self._ctl.autocommit = True
         try:
-            self._repl = logical.replication_connection(dsn, f"slot {slot}", UnavailableError)
+            self._repl = logical.replication_connection(dsn, f"slot {slot}", UnavailableError, plugin)
         except BaseException:
             self._ctl.close()
             raise
         self._cur = self._repl.cursor()
-        self._decoder = RecordDecoder(self._tags, slot)
+        self._decoder: RecordDecoder | PgoutputDecoder = RecordDecoder(self._tags, slot)
 
     def _sql(self, query: str, params: tuple) -> tuple | None:
         try:
@@ -142,11 +150,11 @@ class LogicalSource:
         self._sql("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = %s",
                   (self.slot,))
         if export:
-            snap = logical.export(self.dsn, UnavailableError, slot=self.slot)
+            snap = logical.export(self.dsn, UnavailableError, slot=self.slot, plugin=self.plugin)
             lsn, snap_record = snap.handoff.lsn, {"slot": self.slot, "lsn": snap.handoff_record["lsn"]}
         else:
             snap = None
-            lsn, _ = logical.create_slot(self._repl, self.slot, export=False)
+            lsn, _ = logical.create_slot(self._repl, self.slot, export=False, plugin=self.plugin)
             snap_record = {"slot": self.slot, "skipped": True, "lsn": str(Lsn(lsn))}
             log.info("skipping the initial snapshot: relaying changes from the slot's consistent point %s", Lsn(lsn))
         return Position(lsn, 0, True, None, LOGICAL), snap, snap_record
@@ -175,10 +183,45 @@ class LogicalSource:
             parts.append(f"{oid}:{','.join(str(c.attnum) for c in table.columns)}")
         return ";".join(parts)
 
+    def pgoutput_options(self) -> dict[str, str]:
+        """pgoutput's options (protocol 1: no streaming, so the server spills large transactions
+        to disk and sends them at commit); makes the decoder from the catalog's column types.
+        Raises RelayError when a table or captured column of the set no longer exists."""
+        tables = {}
+        for table in self._tables:
+            if self._sql("SELECT to_regclass(%s)", (table.qualified,))[0] is None:
+                raise RelayError(f"table {table.qualified} of the set does not exist any more")
+            with self._ctl.cursor() as cur:
+                types = pgoutput.column_types(cur, table)
+            if types.missing:
+                raise RelayError(f"table {table.qualified}: captured column(s) {', '.join(types.missing)} "
+                                 "do not exist any more")
+            tables[table.qualified] = SetTable(table, types.type_oids, types.converters)
+        decoder = PgoutputDecoder(tables, self.slot)
+        decoder.subset_tags = self._subset_tags()
+        decoder.set_xid_reference(self._sql("SELECT txid_snapshot_xmax(txid_current_snapshot())", ())[0])
+        self._decoder = decoder
+        options = {"proto_version": "1", "publication_names": pgoutput.publication_name(self.slot)}
+        if self._sql("SELECT current_setting('server_version_num')::int", ())[0] >= 140000:
+            options["messages"] = "true"
+        return options
+
+    def _subset_tags(self) -> set[str]:
+        subset = set()
+        for table in self._tables:
+            row = self._sql("SELECT count(*) FROM pg_attribute WHERE attrelid = to_regclass(%s) AND attnum > 0 "
+                            "AND NOT attisdropped", (table.qualified,))
+            if len(table.columns) < row[0]:
+                subset.add(table.qualified)
+        return subset
+
     def items(self, position: Position) -> Iterator[Item]:
         """Stream from the slot's confirmed position (PostgreSQL sends from there; what position
         covers comes again and is skipped by the loop). Heartbeats when idle outside a transaction."""
-        options = {"format": RECORD_FORMAT, "tables": self.tables_option()}
+        if self.plugin == pgoutput.NAME:
+            options = self.pgoutput_options()
+        else:
+            options = {"format": RECORD_FORMAT, "tables": self.tables_option()}
         row = self._sql("SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = %s", (self.slot,))
         self._decoder.last_lsn = Lsn.parse(row[0]) if row and row[0] else None
         try:
@@ -199,18 +242,16 @@ class LogicalSource:
                     idle_since = time.monotonic()
                 yield Idle(self.wait_cap)
                 continue
-            item = self._decoder.decode(msg.payload)
-            if item is None:
-                continue
-            kind = type(item)
-            if kind is Begin:
-                in_txn = True
-                if item.unit == position.unit and not position.complete:
-                    log.info("resuming transaction %d (commit LSN %s) after its first %d changes (already in "
-                             "Kafka)", item.txid, Lsn(item.unit), position.ordinal)
-            elif kind is Commit:
-                in_txn, idle_since = False, time.monotonic()
-            yield item
+            for item in self._decoder.feed(msg.payload, msg.data_start):
+                kind = type(item)
+                if kind is Begin:
+                    in_txn = True
+                    if item.unit == position.unit and not position.complete:
+                        log.info("resuming transaction %d (commit LSN %s) after its first %d changes (already "
+                                 "in Kafka)", item.txid, Lsn(item.unit), position.ordinal)
+                elif kind is Commit:
+                    in_txn, idle_since = False, time.monotonic()
+                yield item
 
     def _reraise(self, exc: psycopg2.Error):
         """Raise a replication-connection error as UnavailableError: any failure of the stream is

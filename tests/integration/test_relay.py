@@ -14,6 +14,12 @@ from pgshovel2 import names
 from tests.helpers import assert_verified, caught_up, messages, pgshovel, verify, write_config
 
 
+@pytest.fixture(params=["trigger", "logical", "pgoutput"])
+def backend(request) -> str:
+    """The capture backend of the contract tests here; pgoutput: logical with decoder pgoutput."""
+    return request.param
+
+
 @pytest.mark.parametrize("encoding", ["avro", "json"])
 def test_operations_and_key_update(stack, cluster, db, schema, tmp_path, relay_factory, encoding, backend):
     with db.cursor() as cur:

@@ -4,9 +4,10 @@ that owns the database and is not a superuser, like a managed service's: no C of
 extension, no pgqd, ``max_prepared_transactions = 0``.
 
 The trigger backend runs there with PgQ's PL-only build (installed by set create), the
-PL/pgSQL capture (schema pgshovel2_pl), the relay ticking its own queue, and admin commands
-committing without PREPARE. The same test functions as on Debian's PG 15 (imported; fixtures
-resolve in this module, so ``stack`` is the stock server's)."""
+PL/pgSQL capture (schema pgshovel2_pl) and the relay ticking its own queue; the logical
+backend through pgoutput and a publication; admin commands commit without PREPARE. The same
+test functions as on Debian's PG 15 (imported; fixtures resolve in this module, so ``stack``
+is the stock server's)."""
 
 import pytest
 
@@ -26,7 +27,7 @@ def stack(stock_pg, base_stack, stock_servers):
     return make_target(f"stock{stock_pg.major}", base_stack, stock_servers)
 
 
-@pytest.fixture(params=["trigger"])
+@pytest.fixture(params=["trigger", "pgoutput"])
 def backend(request) -> str:
-    """The backends that run on a stock server (logical waits for the pgoutput decoder)."""
+    """The backends that run on a stock server: trigger, and logical through pgoutput."""
     return request.param

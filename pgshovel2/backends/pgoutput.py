@@ -1,0 +1,113 @@
+"""A logical set read through PostgreSQL's own ``pgoutput`` plugin (stock servers: RDS, Cloud SQL).
+
+What our plugin does in C is done here from the catalog and in the relay: a publication per set
+(:func:`publication_name`, created by ``set create`` in its transaction, dropped by ``set drop``)
+names what the slot sends; values arrive as output-function text in a session whose settings
+are pinned (:data:`pgshovel2.codec.textforms.SESSION_SETTINGS`, :func:`libpq_options`) and
+:func:`column_converters` turns them into the capture forms. Column lists (PG 15+) are used
+only for tables whose replica identity is not FULL: PostgreSQL refuses UPDATE/DELETE on a
+table whose published column list does not cover its replica identity, and FULL covers every
+column. Elsewhere whole rows are published and the relay keeps the set's columns.
+"""
+
+from collections.abc import Callable
+from typing import Any
+
+from psycopg2 import sql
+
+from pgshovel2.catalog import Table
+from pgshovel2.codec.textforms import SESSION_SETTINGS, converter
+
+NAME = "pgoutput"
+
+_TYPES_SQL = """
+WITH RECURSIVE d(attnum, atttypid, typ) AS (
+    SELECT a.attnum, a.atttypid, a.atttypid FROM pg_attribute a
+    WHERE a.attrelid = %(table)s::regclass AND a.attnum = ANY(%(attnums)s::int2[])
+  UNION ALL
+    SELECT d.attnum, d.atttypid, t.typbasetype FROM d JOIN pg_type t ON t.oid = d.typ WHERE t.typtype = 'd')
+SELECT d.attnum, d.atttypid::int8, d.typ::int8,
+       CASE WHEN t.typsubscript = 'array_subscript_handler'::regproc THEN t.typelem::int8 ELSE 0 END
+FROM d JOIN pg_type t ON t.oid = d.typ WHERE t.typtype <> 'd'
+"""
+
+
+def publication_name(slot: str) -> str:
+    """The publication of a set: named as its slot (``[a-z0-9_]``, at most 63 bytes)."""
+    return slot
+
+
+def libpq_options() -> str:
+    """libpq ``options`` pinning the settings output text depends on (``-c name=value ...``)."""
+    return " ".join(f"-c {k}={v}" for k, v in SESSION_SETTINGS.items())
+
+
+def pin_settings(cur) -> None:
+    """SET the pinned settings in cur's session (the snapshot reader)."""
+    for name, value in SESSION_SETTINGS.items():
+        cur.execute(sql.SQL("SET {} = %s").format(sql.Identifier(name)), (value,))
+
+
+class ColumnTypes:
+    """The types of a table's captured columns, from the catalog.
+
+    type_oids: attnum -> the column's type OID (pg_attribute.atttypid: a domain's own OID),
+    as a Relation message carries it. converters: text -> capture form, in table.columns order.
+    oids: every type and base type OID of the columns (for a reader that must get them as text).
+    """
+
+    def __init__(self, rows: list[tuple[int, int, int, int]], table: Table):
+        by_attnum = {r[0]: r for r in rows}
+        self.type_oids = {r[0]: r[1] for r in rows}
+        self.converters: list[Callable[[str], Any]] = [converter(by_attnum[c.attnum][2], by_attnum[c.attnum][3])
+                                                       for c in table.columns if c.attnum in by_attnum]
+        self.oids = {r[1] for r in rows} | {r[2] for r in rows}
+        self.missing = [c.name for c in table.columns if c.attnum not in by_attnum]
+
+
+def column_types(cur, table: Table) -> ColumnTypes:
+    """The ColumnTypes of table's captured columns (missing: columns no longer in the table)."""
+    cur.execute(_TYPES_SQL, {"table": table.qualified, "attnums": [c.attnum for c in table.columns]})
+    return ColumnTypes(cur.fetchall(), table)
+
+
+def _replica_identity_full(cur, table: Table) -> bool:
+    cur.execute("SELECT relreplident = 'f' FROM pg_class WHERE oid = %s::regclass", (table.qualified,))
+    return cur.fetchone()[0]
+
+
+def _live_columns(cur, table: Table) -> int:
+    cur.execute("SELECT count(*) FROM pg_attribute WHERE attrelid = %s::regclass AND attnum > 0 "
+                "AND NOT attisdropped AND attgenerated = ''", (table.qualified,))
+    return cur.fetchone()[0]
+
+
+def create_publication(cur, name: str, tables: tuple[Table, ...]) -> str:
+    """CREATE PUBLICATION name FOR TABLE the set's tables (column lists: module docstring), with
+    publish_via_partition_root; in the caller's transaction. Returns the statement's text.
+    Raises psycopg2 errors (e.g. not the tables' owner) for the caller to report."""
+    cur.execute("SELECT current_setting('server_version_num')::int")
+    version = cur.fetchone()[0]
+    parts = []
+    for table in tables:
+        target = sql.Identifier(table.schema, table.name)
+        if (version >= 150000 and table.columns and len(table.columns) < _live_columns(cur, table)
+                and not _replica_identity_full(cur, table)):
+            cols = sql.SQL(", ").join(sql.Identifier(c.name) for c in table.columns)
+            target = sql.SQL("{} ({})").format(target, cols)
+        parts.append(target)
+    statement = sql.SQL("CREATE PUBLICATION {} FOR TABLE {} WITH (publish_via_partition_root = true)").format(
+        sql.Identifier(name), sql.SQL(", ").join(parts))
+    cur.execute(statement)
+    return statement.as_string(cur)
+
+
+def drop_publication(cur, name: str) -> None:
+    """DROP PUBLICATION IF EXISTS name, in the caller's transaction."""
+    cur.execute(sql.SQL("DROP PUBLICATION IF EXISTS {}").format(sql.Identifier(name)))
+
+
+def publication_exists(cur, name: str) -> bool:
+    """True when the publication exists in the database."""
+    cur.execute("SELECT 1 FROM pg_publication WHERE pubname = %s", (name,))
+    return cur.fetchone() is not None

@@ -1,0 +1,232 @@
+"""pgoutput's logical replication messages (protocol version 1) -> the items our plugin's
+records give (:class:`pgshovel2.relay.logical_source.RecordDecoder`); no I/O.
+
+Formats: https://www.postgresql.org/docs/current/protocol-logicalrep-message-formats.html.
+Begin is held back until the transaction's first change (PostgreSQL 14 sends empty
+transactions; our plugin writes nothing for them). Values are output-function text turned
+into capture forms by the table's converters. A Relation whose columns do not hold the set's
+columns with the types the set was created with stops the stream (RelayError naming the
+table): a wrong row is never written.
+"""
+
+import struct
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from pgshovel2.catalog import Table
+from pgshovel2.errors import RelayError
+from pgshovel2.names import qualified
+from pgshovel2.relay.source import Begin, Change, Commit, Item
+
+PG_EPOCH_US = 946_684_800_000_000
+HEARTBEAT_PREFIX = b"pgshovel2.heartbeat"
+_BEGIN = struct.Struct(">QqI")      # final LSN, commit time (µs since 2000), xid
+_COMMIT = struct.Struct(">BQQq")    # flags, commit LSN, end LSN, commit time
+_I32, _I16, _Q = struct.Struct(">I"), struct.Struct(">H"), struct.Struct(">Q")
+
+
+@dataclass
+class SetTable:
+    """A table of the set as the decoder needs it: tag, columns, their type OIDs and converters."""
+
+    table: Table
+    type_oids: dict[int, int]
+    converters: list[Callable[[str], Any]]
+
+
+@dataclass
+class _Relation:
+    tag: str
+    picks: list[int]                       # index in the relation's columns of each set column
+    converters: list[Callable[[str], Any]]
+
+
+def _cstring(data: bytes, pos: int) -> tuple[str, int]:
+    end = data.index(b"\0", pos)
+    return data[pos:end].decode("utf-8"), end + 1
+
+
+def _tuple(data: bytes, pos: int) -> tuple[list, int]:
+    """TupleData -> ([text | None | ... (unchanged TOAST)], next position)."""
+    (n,) = _I16.unpack_from(data, pos)
+    pos += 2
+    out: list = []
+    for _ in range(n):
+        kind = data[pos]
+        pos += 1
+        if kind == 116:  # t
+            (size,) = _I32.unpack_from(data, pos)
+            out.append(data[pos + 4:pos + 4 + size].decode("utf-8"))
+            pos += 4 + size
+        elif kind == 110:  # n
+            out.append(None)
+        elif kind == 117:  # u
+            out.append(...)
+        else:
+            raise RelayError(f"pgoutput sent a column value of kind {chr(kind)!r} (binary is not asked for)")
+    return out, pos
+
+
+class PgoutputDecoder:
+    """Turns pgoutput messages into items (:meth:`feed`); the attributes of RecordDecoder
+    (ends, last_lsn, subset_tags) mean the same. tables: the set's tables by tag.
+    xid_reference: a full transaction id (epoch << 32 | xid) near the decoded transactions,
+    to widen Begin's 32-bit xid: set it before streaming (:meth:`set_xid_reference`)."""
+
+    def __init__(self, tables: dict[str, SetTable], slot: str = "(slot)"):
+        self.tables, self.slot = tables, slot
+        self.subset_tags: set[str] = set()
+        self.ends: deque[tuple[int, int]] = deque()
+        self.last_lsn: int | None = None
+        self._relations: dict[int, _Relation] = {}
+        self._xid_ref = 0
+        self._begin: Begin | None = None
+        self._open = False
+        self._unit = self._txid = self._ts_ms = self._ordinal = 0
+
+    def set_xid_reference(self, full_xid: int) -> None:
+        """A recent full xid (``txid_snapshot_xmax(txid_current_snapshot())``)."""
+        self._xid_ref = full_xid
+
+    def _full_xid(self, xid: int) -> int:
+        delta = (xid - self._xid_ref) & 0xFFFFFFFF
+        return self._xid_ref + (delta - (1 << 32) if delta >= 1 << 31 else delta)
+
+    def feed(self, data: bytes, wal_start: int) -> list[Item]:
+        """The items of one message; wal_start: the XLogData's start LSN (a change's LSN).
+        Raises RelayError for an unknown message or a Relation that does not fit the set."""
+        kind = data[:1]
+        if kind in (b"I", b"U", b"D"):
+            return self._change(kind, data, wal_start)
+        handler = self._HANDLERS.get(kind)
+        if handler is None:
+            raise RelayError(f"unknown pgoutput message {kind!r} on slot {self.slot}")
+        return handler(self, data, wal_start)
+
+    def _on_begin(self, data: bytes, _lsn: int) -> list[Item]:
+        commit_lsn, ts_us, xid = _BEGIN.unpack_from(data, 1)
+        ts_us += PG_EPOCH_US
+        txid = self._full_xid(xid)
+        self._unit, self._txid, self._ts_ms, self._ordinal = commit_lsn, txid, ts_us // 1000, 0
+        self._begin, self._open = Begin(txid, self._ts_ms, commit_lsn, 0, ts_us, self.last_lsn), False
+        return []
+
+    def _opened(self) -> list[Item]:
+        if self._open or self._begin is None:
+            return []
+        self._open = True
+        return [self._begin]
+
+    def _on_commit(self, data: bytes, _lsn: int) -> list[Item]:
+        _flags, commit_lsn, end_lsn, _ts = _COMMIT.unpack_from(data, 1)
+        if not self._open:  # nothing of the set's tables: our plugin writes nothing either
+            self._begin = None
+            return []
+        self._open, self._begin = False, None
+        self.ends.append((commit_lsn, end_lsn))
+        self.last_lsn = end_lsn
+        return [Commit(self._txid, self._ts_ms, commit_lsn, self._ordinal, True)]
+
+    def _on_message(self, data: bytes, _lsn: int) -> list[Item]:
+        flags = data[1]
+        (lsn,) = _Q.unpack_from(data, 2)
+        end = data.index(b"\0", 10)
+        if flags & 1 or data[10:end] != HEARTBEAT_PREFIX:
+            return []
+        self.ends.append((lsn, lsn))
+        self.last_lsn = lsn
+        return [Commit(None, int(time.time() * 1000), lsn, 0, True)]
+
+    def _on_relation(self, data: bytes, _lsn: int) -> list[Item]:
+        (oid,) = _I32.unpack_from(data, 1)
+        schema, pos = _cstring(data, 5)
+        name, pos = _cstring(data, pos)
+        pos += 1  # replica identity setting
+        (ncols,) = _I16.unpack_from(data, pos)
+        pos += 2
+        columns: dict[str, tuple[int, int]] = {}
+        for i in range(ncols):
+            col, pos = _cstring(data, pos + 1)
+            type_oid, _typmod = struct.unpack_from(">Ii", data, pos)
+            pos += 8
+            columns[col] = (i, type_oid)
+        self._relations[oid] = self._map_relation(schema, name, columns)
+        return []
+
+    def _map_relation(self, schema: str, name: str, columns: dict[str, tuple[int, int]]) -> _Relation:
+        tag = qualified(schema, name)
+        entry = self.tables.get(tag)
+        if entry is None:
+            raise RelayError(f"slot {self.slot} sent changes of table {tag}, which is not in the set "
+                             "(its publication was changed by hand?)")
+        picks = []
+        for col in entry.table.columns:
+            found = columns.get(col.name)
+            if found is None or found[1] != entry.type_oids.get(col.attnum):
+                what = "is not in it any more" if found is None else "changed its type"
+                raise RelayError(f"table {tag}: column {col.name!r} {what} (a DDL statement the logical backend "
+                                 "with decoder pgoutput does not relay yet): nothing after it was relayed; "
+                                 "re-create the set for the new layout")
+            picks.append(found[0])
+        return _Relation(tag, picks, entry.converters)
+
+    def _relation(self, oid: int) -> _Relation:
+        rel = self._relations.get(oid)
+        if rel is None:
+            raise RelayError(f"pgoutput sent a change of relation {oid} before its Relation message")
+        return rel
+
+    def _row(self, rel: _Relation, values: list, old: list | None) -> list:
+        row = []
+        for i, (pick, conv) in enumerate(zip(rel.picks, rel.converters, strict=True)):
+            text = values[pick]
+            if text is ...:
+                text = old[pick] if old is not None else ...
+                if text is ...:
+                    col = self.tables[rel.tag].table.columns[i].name
+                    raise RelayError(f"table {rel.tag}, column {col!r}: an UPDATE left a TOASTed value unchanged "
+                                     "and the WAL has no old value for it: set REPLICA IDENTITY FULL on the table")
+            row.append(None if text is None else conv(text))
+        return row
+
+    def _change(self, kind: bytes, data: bytes, lsn: int) -> list[Item]:
+        (oid,) = _I32.unpack_from(data, 1)
+        rel, pos = self._relation(oid), 5
+        old = None
+        if data[pos:pos + 1] in (b"K", b"O"):
+            old, pos = _tuple(data, pos + 1)
+        new = None
+        if kind != b"D":
+            if data[pos:pos + 1] != b"N":
+                raise RelayError(f"pgoutput sent a {kind.decode()} message of {rel.tag} without its new row")
+            new, pos = _tuple(data, pos + 1)
+        row = self._row(rel, new, old) if new is not None else None
+        before = self._row(rel, old, None) if old is not None else None
+        if kind == b"D":
+            row, before = before, None
+        if kind == b"U" and before is not None and before == row and rel.tag in self.subset_tags:
+            return []
+        items = self._opened()
+        items.append(Change(self._txid, self._ts_ms, kind.decode(), row, rel.tag, before, self._unit,
+                            self._ordinal, lsn))
+        self._ordinal += 1
+        return items
+
+    def _on_truncate(self, data: bytes, lsn: int) -> list[Item]:
+        (n,) = _I32.unpack_from(data, 1)
+        items = self._opened()
+        for i in range(n):
+            (oid,) = _I32.unpack_from(data, 6 + 4 * i)
+            items.append(Change(self._txid, self._ts_ms, "T", None, self._relation(oid).tag, None, self._unit,
+                                self._ordinal, lsn))
+            self._ordinal += 1
+        return items
+
+    def _ignore(self, _data: bytes, _lsn: int) -> list[Item]:
+        return []
+
+    _HANDLERS = {b"B": _on_begin, b"C": _on_commit, b"M": _on_message, b"R": _on_relation,
+                 b"T": _on_truncate, b"Y": _ignore, b"O": _ignore}
