@@ -2,7 +2,6 @@
 non-superuser app there): set create picks pgoutput where our extension is missing and says why,
 then the operations contract (snapshot, insert, update, delete, key update, truncate) holds.
 
-
 The stock servers keep max_prepared_transactions = 0: set create and drop commit without PREPARE
 (pgshovel2.ops.twophase)."""
 
