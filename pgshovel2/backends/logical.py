@@ -76,9 +76,12 @@ def choose_decoder(cur, configured: str | None) -> tuple[str, str]:
 
 def check_server(cur, plugin: str = PLUGIN) -> None:
     """Raise CaptureError unless the server can decode with plugin: wal_level logical, the
-    plugin allowed by Debian's ``output_plugin_libraries`` (when the server has that setting)
+    plugin allowed by Debian's ``output_plugin_libraries`` (when the server has that setting and
+    the role may read it)
     and, for our plugin, the pgshovel2_decoder extension installed on the server."""
-    cur.execute("SELECT current_setting('wal_level'), current_setting('output_plugin_libraries', true)")
+    # pg_settings, not current_setting(): a setting only superusers may read is no row there
+    cur.execute("SELECT current_setting('wal_level'), (SELECT setting FROM pg_settings "
+                "WHERE name = 'output_plugin_libraries')")
     wal_level, allowed = cur.fetchone()
     if wal_level != "logical":
         raise CaptureError(f"the database server has wal_level = {wal_level}: the logical backend needs "

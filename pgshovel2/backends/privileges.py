@@ -3,7 +3,7 @@
 :func:`grants_sql` prints, from a set config alone, the SQL a DBA runs for the role of the
 config's DSN (``pgshovel set create --print-grants CONFIG``). :func:`missing` checks, before
 set create changes anything, the privileges the trigger backend needs in the database and
-names every missing one (``has_*_privilege``).
+names every missing one (``has_*_privilege``), for both backends.
 
 Trigger backend: CREATE on the database (schemas ``pgq``, PgQ's PL-only build, and
 ``pgshovel2``), USAGE on each table's schema, SELECT (the snapshot) and TRIGGER (creating the
@@ -48,7 +48,7 @@ def grants_sql(config: SetConfig) -> str:
                   f"GRANT CREATE ON DATABASE {db} TO {role};",
                   *(f"ALTER TABLE {t} OWNER TO {role};" for t in tables)]
         return "\n".join(lines) + "\n"
-    lines += ["-- schemas pgq (PgQ's PL-only build) and pgshovel2 (capture functions)",
+    lines += ["-- schemas pgq (PgQ's PL-only build) and pgshovel2_pl (PL/pgSQL capture functions)",
               f"GRANT CREATE ON DATABASE {db} TO {role};",
               *(f"GRANT USAGE ON SCHEMA {s} TO {role};" for s in schemas),
               *(f"GRANT SELECT, TRIGGER ON TABLE {t} TO {role};" for t in tables),
@@ -59,15 +59,38 @@ def grants_sql(config: SetConfig) -> str:
     return "\n".join(lines) + "\n"
 
 
-def missing(cur, config: SetConfig) -> list[str]:
-    """Every privilege the trigger backend needs that cur's role lacks, by name (empty when
-    none is missing). Tables that do not exist are left to the catalog checks."""
+def missing(cur, config: SetConfig, plugin: str | None = None) -> list[str]:
+    """Every privilege the set of config needs that cur's role lacks, by name (empty when
+    none is missing); plugin: a logical set's output plugin (``pgoutput`` needs a publication).
+    Tables that do not exist are left to the catalog checks."""
+    cur.execute("SELECT current_database(), current_user, rolsuper, rolreplication FROM pg_roles "
+                "WHERE rolname = current_user")
+    db, role, superuser, replication = cur.fetchone()
+    if superuser:
+        return []
+    if config.backend == "logical":
+        problems = [] if replication else ["the REPLICATION attribute (ALTER ROLE ... REPLICATION)"]
+        problems += _table_problems(cur, config, ("SELECT",), owner=plugin == "pgoutput")
+        if plugin == "pgoutput" and not _can_create_in_database(cur):
+            problems.append(f"CREATE on database {db} (for the set's publication)")
+    else:
+        cur.execute("SELECT to_regnamespace('pgq') IS NULL OR (to_regnamespace('pgshovel2') IS NULL "
+                    "AND to_regnamespace('pgshovel2_pl') IS NULL)")
+        needs_schema = cur.fetchone()[0]
+        problems = [f"CREATE on database {db} (for schemas pgq and pgshovel2_pl)"] \
+            if needs_schema and not _can_create_in_database(cur) else []
+        problems += _table_problems(cur, config, ("SELECT", "TRIGGER"), owner=False)
+    return [f"role {role} lacks {p}" for p in problems]
+
+
+def _can_create_in_database(cur) -> bool:
+    cur.execute("SELECT has_database_privilege(current_database(), 'CREATE')")
+    return bool(cur.fetchone()[0])
+
+
+def _table_problems(cur, config: SetConfig, privileges: tuple[str, ...], owner: bool) -> list[str]:
+    """USAGE on each table's schema, privileges on each table, and (owner) its ownership."""
     problems = []
-    cur.execute("SELECT to_regnamespace('pgq') IS NULL OR to_regnamespace('pgshovel2') IS NULL, "
-                "has_database_privilege(current_database(), 'CREATE'), current_database(), current_user")
-    needs_schema, can_create, db, role = cur.fetchone()
-    if needs_schema and not can_create:
-        problems.append(f"CREATE on database {db} (for schemas pgq and pgshovel2)")
     for t in config.tables:
         cur.execute("SELECT to_regnamespace(%s) IS NOT NULL AND NOT has_schema_privilege(%s, 'USAGE')",
                     (_ident(t.schema), t.schema))
@@ -78,8 +101,12 @@ def missing(cur, config: SetConfig) -> list[str]:
         cur.execute("SELECT to_regclass(%s) IS NOT NULL", (name,))
         if not cur.fetchone()[0]:
             continue
-        for privilege in ("SELECT", "TRIGGER"):
+        for privilege in privileges:
             cur.execute("SELECT has_table_privilege(%s, %s)", (name, privilege))
             if not cur.fetchone()[0]:
                 problems.append(f"{privilege} on table {t.schema}.{t.name}")
-    return [f"role {role} lacks {p}" for p in problems]
+        if owner:
+            cur.execute("SELECT pg_has_role(relowner, 'USAGE') FROM pg_class WHERE oid = %s::regclass", (name,))
+            if not cur.fetchone()[0]:
+                problems.append(f"ownership of table {t.schema}.{t.name} (for the set's publication)")
+    return problems

@@ -46,9 +46,9 @@ def create_set(store: ClusterStore, name: str, config_path: str, dry_run: bool =
     what = f"create set {name!r}"
     with twophase.prepared_command(store, intent, config.dsn, what) as (conn, cur):
         tables = catalog.resolve_set(conn, name, config, config_path)
-        _check_privileges(cur, config, config_path)
         change = {"kind": "create", "gid": intent.gid}
         plugin = _decoder(cur, config, change)
+        _check_privileges(cur, config, config_path, plugin)
         record = _with_capture(cur, SetRecord.new(store.cluster, name, config, tables, change, plugin))
         store.check_prefix(record)
         record = _install(cur, record, config_path)
@@ -80,11 +80,10 @@ def grants(config_path: str) -> str:
     return privileges.grants_sql(load_config(config_path))
 
 
-def _check_privileges(cur, config: SetConfig, config_path: str) -> None:
-    """Raise CaptureError naming every privilege the trigger backend lacks (nothing changed yet)."""
-    if config.backend != "trigger":
-        return
-    problems = privileges.missing(cur, config)
+def _check_privileges(cur, config: SetConfig, config_path: str, plugin: str) -> None:
+    """Raise CaptureError naming every privilege the set lacks (nothing changed yet); plugin: a
+    logical set's output plugin."""
+    problems = privileges.missing(cur, config, plugin if config.backend == "logical" else None)
     if problems:
         raise CaptureError(f"{config_path}: {len(problems)} missing privilege(s) in the set's database (see "
                            "'pgshovel set create --print-grants CONFIG'):\n  " + "\n  ".join(problems))

@@ -11,6 +11,7 @@ import uuid
 
 import psycopg2
 import pytest
+import yaml
 
 from pgshovel2 import names
 from pgshovel2.backends import pgq_ticker
@@ -145,3 +146,30 @@ def test_missing_privileges_named_at_once_then_printed_grants_suffice(stack, clu
     pgshovel(stack, cluster, "set", "create", "g", str(cfg))
     with ClusterStore(stack.zk, cluster) as store:
         assert store.get_set("g")[0].capture.pgq == "pl"
+
+
+def test_logical_set_names_every_missing_privilege_then_printed_grants_suffice(stack, cluster, owned_db,
+                                                                              tmp_path):
+    dsn, su_dsn = owned_db
+    role = dict(p.split("=") for p in dsn.split())["user"]
+    for t in ("t1", "t2"):  # owned by the superuser; the role has no REPLICATION attribute either
+        _query(su_dsn, f"CREATE TABLE {t} (id int PRIMARY KEY, n int)")
+    cfg = tmp_path / "logical.yaml"
+    cfg.write_text(yaml.safe_dump({"database": {"dsn": dsn}, "backend": "logical", "decoder": "pgoutput",
+                                   "encoding": "json", "topic_prefix": f"lg{cluster}", "tables": ["t1", "t2"]}))
+    proc = pgshovel(stack, cluster, "set", "create", "lg", str(cfg), check=False)
+    assert proc.returncode != 0
+    for what in ("the REPLICATION attribute", "SELECT on table public.t1", "ownership of table public.t1",
+                 "SELECT on table public.t2", "ownership of table public.t2"):
+        assert f"role {role} lacks {what}" in proc.stderr, proc.stderr
+    assert "5 missing privilege(s)" in proc.stderr
+    assert _query(su_dsn, "SELECT count(*) FROM pg_publication") == [(0,)]
+    assert _query(su_dsn, "SELECT count(*) FROM pg_replication_slots WHERE database = current_database()") == [(0,)]
+
+    grants = pgshovel(stack, cluster, "set", "create", "--print-grants", str(cfg)).stdout
+    for line in grants.splitlines():
+        if line and not line.startswith("--"):
+            _query(su_dsn, line)
+    pgshovel(stack, cluster, "set", "create", "lg", str(cfg))
+    assert _query(su_dsn, "SELECT count(*) FROM pg_publication") == [(1,)]
+    pgshovel(stack, cluster, "set", "drop", "lg")
