@@ -1,8 +1,10 @@
-"""Capture overhead: pgbench tps with no capture, PgQ's pgq.jsontriga and our
-pgshovel2.capture trigger on the pgbench tables, interleaved rounds.
+"""Capture overhead: pgbench tps with no capture, PgQ's pgq.jsontriga, our C trigger
+pgshovel2.capture and our PL/pgSQL capture (the trigger functions pgshovel2_pl.register
+generates, as a ``capture: plpgsql`` set has) on the pgbench tables, interleaved rounds.
 
     .venv/bin/python -m bench.capture_overhead [--rounds 3] [--seconds 15]
-(local stack up; `make bench` runs it with the other figures).
+(local stack up, PG_PORT etc. as bench/common.py reads them; `make bench` runs it with the
+other figures).
 """
 
 import argparse
@@ -14,6 +16,7 @@ import subprocess
 import psycopg2
 
 from bench.common import DSN, PG_BIN, PG_PORT, summary
+from pgshovel2.backends import plcapture
 
 TABLES = ["pgbench_accounts", "pgbench_branches", "pgbench_tellers", "pgbench_history"]
 QUEUE = "bench_capture"
@@ -34,10 +37,13 @@ def set_triggers(cur, variant: str) -> None:
         if variant == "jsontriga":
             cur.execute(f"CREATE TRIGGER bench_capture AFTER INSERT OR UPDATE OR DELETE ON {table} "
                         f"FOR EACH ROW EXECUTE FUNCTION pgq.jsontriga('{QUEUE}')")
-        elif variant == "pgshovel2":
+        elif variant in ("pgshovel2", "pgshovel2_pl"):
             cols, keys = columns(cur, table)
+            function = "pgshovel2.capture"
+            if variant == "pgshovel2_pl":
+                function = "pgshovel2_pl." + plcapture.register(cur, QUEUE, table, cols, keys, "all")
             cur.execute(f"CREATE TRIGGER bench_capture AFTER INSERT OR UPDATE OR DELETE ON {table} "
-                        f"FOR EACH ROW EXECUTE FUNCTION pgshovel2.capture('{QUEUE}', '{table}', "
+                        f"FOR EACH ROW EXECUTE FUNCTION {function}('{QUEUE}', '{table}', "
                         f"'{cols}', '{keys}', 'all')")
 
 
@@ -53,9 +59,10 @@ def measure(rounds: int, seconds: int, scale: int) -> dict:
     conn.autocommit = True
     cur = conn.cursor()
     cur.execute("CREATE EXTENSION IF NOT EXISTS pgq; CREATE EXTENSION IF NOT EXISTS pgshovel2")
+    plcapture.ensure(cur)
     cur.execute("SELECT pgq.create_queue(%s)", (QUEUE,))
     cur.execute("SELECT pgq.register_consumer(%s, 'bench')", (QUEUE,))
-    variants = ["none", "jsontriga", "pgshovel2"]
+    variants = ["none", "jsontriga", "pgshovel2", "pgshovel2_pl"]
     tps: dict[str, list[float]] = {v: [] for v in variants}
     try:
         for _ in range(rounds):
@@ -66,6 +73,7 @@ def measure(rounds: int, seconds: int, scale: int) -> dict:
                 tps[variant].append(float(re.search(r"tps = ([\d.]+)", out).group(1)))
     finally:
         set_triggers(cur, "none")
+        plcapture.forget(cur, QUEUE)
         cur.execute("SELECT pgq.unregister_consumer(%s, 'bench')", (QUEUE,))
         cur.execute("SELECT pgq.drop_queue(%s)", (QUEUE,))
         conn.close()

@@ -9,11 +9,12 @@ Functions taking a cursor run inside the caller's transaction and never commit.
 from importlib import resources
 
 import psycopg2
+from psycopg2 import sql
 
 from pgshovel2.errors import CaptureError
 
 SCHEMA = "pgshovel2_pl"
-VERSION = "1"  # pgshovel2_pl.version() of pgshovel2/backends/sql/pgshovel2_pl.sql
+VERSION = "2"  # pgshovel2_pl.version() of pgshovel2/backends/sql/pgshovel2_pl.sql
 C_EXTENSION = "pgshovel2"
 
 
@@ -63,20 +64,23 @@ def ensure(cur) -> None:
                            f"{str(exc).strip()}") from exc
 
 
-def register(cur, queue: str, tag: str, cols: str, keys: str, mode: str) -> None:
+def register(cur, queue: str, tag: str, cols: str, keys: str, mode: str) -> str:
     """Record the layout the set of queue captures the table tag (its quoted qualified name)
     in: the trigger's arguments (cols and keys as ``"1,2"``, mode ``all``/``subset`` with
-    ``,before``)."""
+    ``,before``). Returns the name (in schema pgshovel2_pl) of the row trigger function
+    generated for it, which takes the same arguments as ``pgshovel2_pl.capture``."""
     cur.execute("SELECT pgshovel2_pl.register(%s, %s::regclass, %s, %s::int2[], %s::int2[], %s)",
                 (queue, tag, tag, "{" + cols + "}", "{" + keys + "}", mode))
+    return cur.fetchone()[0]
 
 
 def forget(cur, queue: str, tag: str | None = None) -> None:
-    """Delete the recorded layouts of queue (of the table tag only, when given); nothing when
+    """Delete the recorded layouts of queue (of the table tag only, when given) and their
+    generated trigger functions (call it after dropping the triggers); nothing when
     pgshovel2_pl is not installed."""
     if installed_version(cur) is None:
         return
-    if tag is None:
-        cur.execute("DELETE FROM pgshovel2_pl.layout WHERE queue = %s", (queue,))
-    else:
-        cur.execute("DELETE FROM pgshovel2_pl.layout WHERE queue = %s AND rel = to_regclass(%s)", (queue, tag))
+    cur.execute("DELETE FROM pgshovel2_pl.layout WHERE queue = %s AND (%s::text IS NULL OR rel = to_regclass(%s)) "
+                "RETURNING pgshovel2_pl.trigger_function(queue, rel)", (queue, tag, tag))
+    for (function,) in cur.fetchall():
+        cur.execute(sql.SQL("DROP FUNCTION IF EXISTS {}()").format(sql.Identifier(SCHEMA, function)))

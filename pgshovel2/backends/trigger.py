@@ -2,7 +2,7 @@
 
 Functions taking a cursor run inside the caller's transaction and never commit, so
 the caller decides atomicity. Triggers run ``pgshovel2.capture`` (our C trigger,
-sql/capture), or ``pgshovel2_pl.capture`` (the same in PL/pgSQL, :mod:`.plcapture`) when
+sql/capture), or a PL/pgSQL function generated per table (:mod:`.plcapture`; TRUNCATE: ``pgshovel2_pl.capture``) when
 the set's capture kind is ``plpgsql``: one ROW trigger for INSERT/UPDATE/DELETE and one
 STATEMENT trigger for TRUNCATE per table. The relay reads the queue through
 :class:`pgshovel2.relay.pgq_source.PgqSource`.
@@ -99,10 +99,14 @@ def install_triggers(cur, capture: TriggerCapture, tables: tuple[Table, ...], al
         mode = "subset" if len(table.columns) < all_columns[table.qualified] else "all"
         mode += ",before" if before_images else ""
         target = sql.Identifier(table.schema, table.name)
+        row_function = function
+        if capture.kind == "plpgsql":  # the row trigger function generated for the table's layout
+            row_function = sql.Identifier(capture.schema, plcapture.register(
+                cur, queue, table.qualified, attnums, keys, mode))
         cur.execute(sql.SQL(
             "CREATE TRIGGER {} AFTER INSERT OR UPDATE OR DELETE ON {} FOR EACH ROW "
             "EXECUTE FUNCTION {}({}, {}, {}, {}, {})").format(
-                sql.Identifier(trigger), target, function, sql.Literal(queue),
+                sql.Identifier(trigger), target, row_function, sql.Literal(queue),
                 sql.Literal(table.qualified), sql.Literal(attnums), sql.Literal(keys),
                 sql.Literal(mode)))
         cur.execute(sql.SQL(
@@ -110,8 +114,6 @@ def install_triggers(cur, capture: TriggerCapture, tables: tuple[Table, ...], al
             "EXECUTE FUNCTION {}({}, {}, '', '', 'all')").format(
                 sql.Identifier(trigger + "_t"), target, function, sql.Literal(queue),
                 sql.Literal(table.qualified)))
-        if capture.kind == "plpgsql":
-            plcapture.register(cur, queue, table.qualified, attnums, keys, mode)
 
 
 def drop_triggers(cur, capture: TriggerCapture, tables: tuple[Table, ...]) -> list[str]:

@@ -35,10 +35,16 @@ def _events(cur, queue: str) -> list[tuple]:
     return cur.fetchall()
 
 
-def _capture_both(cur, queues: tuple[str, str], table: str, cols: str, keys: str, mode: str) -> None:
-    """C trigger into queues[0], PL trigger into queues[1] (each with its TRUNCATE trigger)."""
+def _capture_both(cur, queues: tuple[str, ...], table: str, cols: str, keys: str, mode: str) -> None:
+    """C trigger into queues[0], the generated PL row trigger (what sets use) into queues[1],
+    and, when given, the generic pgshovel2_pl.capture() (EXECUTE per row) into queues[2];
+    each with its TRUNCATE trigger."""
     target = sql.SQL(table)
-    for i, (queue, function) in enumerate(zip(queues, ("pgshovel2.capture", "pgshovel2_pl.capture"), strict=True)):
+    generated = "pgshovel2_pl." + plcapture.register(cur, queues[1], table, cols, keys, mode)
+    if len(queues) > 2:
+        plcapture.register(cur, queues[2], table, cols, keys, mode)
+    functions = ("pgshovel2.capture", generated, "pgshovel2_pl.capture")
+    for i, (queue, function) in enumerate(zip(queues, functions[:len(queues)], strict=True)):
         args = [sql.Literal(v) for v in (queue, table, cols, keys, mode)]
         cur.execute(sql.SQL("CREATE TRIGGER {} AFTER INSERT OR UPDATE OR DELETE ON {} FOR EACH ROW "
                             "EXECUTE FUNCTION {}({})").format(sql.Identifier(f"cap{i}"), target, sql.SQL(function),
@@ -47,14 +53,16 @@ def _capture_both(cur, queues: tuple[str, str], table: str, cols: str, keys: str
                             "EXECUTE FUNCTION {}({}, {}, '', '', 'all')").format(
                                 sql.Identifier(f"cap{i}_t"), target, sql.SQL(function), sql.Literal(queue),
                                 sql.Literal(table)))
-    plcapture.register(cur, queues[1], table, cols, keys, mode)
 
 
-def _setup(cur, schema: str, queues: tuple[str, str]) -> tuple[str, dict, str]:
-    """The tables, both captures; returns (forms attnums, sweep values by column, forms columns)."""
-    cur.execute("CREATE EXTENSION IF NOT EXISTS citext; CREATE EXTENSION IF NOT EXISTS hstore; "
-                "CREATE EXTENSION IF NOT EXISTS pgq")
-    trigger.ensure_extension(cur)
+def _setup(cur, schema: str, queues: tuple[str, ...], capture=None) -> tuple[str, dict, str, list[str]]:
+    """The tables and their captures (capture: a function like :func:`_capture_both`, the
+    default; :func:`_capture_pl` needs no C extension); returns (forms attnums, sweep values by
+    column, forms sweep columns, the type of each forms column in attnum order)."""
+    cur.execute("CREATE EXTENSION IF NOT EXISTS citext; CREATE EXTENSION IF NOT EXISTS hstore")
+    if capture is None:
+        cur.execute("CREATE EXTENSION IF NOT EXISTS pgq")
+        trigger.ensure_extension(cur)
     plcapture.ensure(cur)
     cur.execute(f'SET search_path = "{schema}", public')
     cur.execute(OWN_TYPES)
@@ -68,10 +76,23 @@ def _setup(cur, schema: str, queues: tuple[str, str]) -> tuple[str, dict, str]:
         cur.execute("SELECT pgq.create_queue(%s)", (q,))
     attnums = ",".join(str(i) for i in range(1, len(defs) + 2))
     odd = sql.Identifier(schema, ODD).as_string(cur)
-    _capture_both(cur, queues, sql.Identifier(schema, "forms").as_string(cur), attnums, "1", "all")
-    _capture_both(cur, queues, odd, "1,2,3,4,5", "5,1", "subset")
-    _capture_both(cur, queues, sql.Identifier(schema, "bm").as_string(cur), "1,2,3", "", "all,before")
-    return attnums, values, ", ".join(c.name for c in cols)
+    capture = capture or _capture_both
+    capture(cur, queues, sql.Identifier(schema, "forms").as_string(cur), attnums, "1", "all")
+    capture(cur, queues, odd, "1,2,3,4,5", "5,1", "subset")
+    capture(cur, queues, sql.Identifier(schema, "bm").as_string(cur), "1,2,3", "", "all,before")
+    types = ["int", *(c.pg_type for c in cols), *(t for _, t in special)]
+    return attnums, values, ", ".join(c.name for c in cols), types
+
+
+def _capture_pl(cur, queues: tuple[str, ...], table: str, cols: str, keys: str, mode: str) -> None:
+    """The generated PL row trigger and the TRUNCATE trigger into queues[0], as set create makes them."""
+    function = sql.Identifier("pgshovel2_pl", plcapture.register(cur, queues[0], table, cols, keys, mode))
+    args = sql.SQL(", ").join(sql.Literal(v) for v in (queues[0], table, cols, keys, mode))
+    cur.execute(sql.SQL("CREATE TRIGGER cap AFTER INSERT OR UPDATE OR DELETE ON {} FOR EACH ROW "
+                        "EXECUTE FUNCTION {}({})").format(sql.SQL(table), function, args))
+    cur.execute(sql.SQL("CREATE TRIGGER cap_t AFTER TRUNCATE ON {} FOR EACH STATEMENT "
+                        "EXECUTE FUNCTION pgshovel2_pl.capture({}, {}, '', '', 'all')").format(
+                            sql.SQL(table), sql.Literal(queues[0]), sql.Literal(table)))
 
 
 def _statements(cur, values: dict, names: str, base: int) -> None:
@@ -100,13 +121,13 @@ def _statements(cur, values: dict, names: str, base: int) -> None:
 
 
 def test_pl_capture_writes_the_c_events_byte_for_byte(stack, db, schema):
-    """Both triggers on the same tables, statements over every sweep type and the special
-    values, quoted names, a column subset, key updates, ',before', TRUNCATE, under several
-    session settings: the same events (type, data, tag, before-image) in the same order; and
-    encode_row C vs PL on the same rows."""
-    queues = (f"plc_a_{uuid.uuid4().hex[:8]}", f"plc_b_{uuid.uuid4().hex[:8]}")
+    """The C, generated PL and generic PL triggers on the same tables, statements over every
+    sweep type and the special values, quoted names, a column subset, key updates, ',before',
+    TRUNCATE, under several session settings: the same events (type, data, tag, before-image)
+    in the same order; and encode_row C vs PL on the same rows."""
+    queues = tuple(f"plc_{x}_{uuid.uuid4().hex[:8]}" for x in "abc")
     with db.cursor() as cur:
-        attnums, values, names = _setup(cur, schema, queues)
+        attnums, values, names, _ = _setup(cur, schema, queues)
         snapshots = []
         for i, settings in enumerate(SETTINGS):
             for name, value in settings.items():
@@ -118,13 +139,14 @@ def test_pl_capture_writes_the_c_events_byte_for_byte(stack, db, schema):
             cur.execute("TRUNCATE forms, bm")
             cur.execute("RESET ALL")
             cur.execute(f'SET search_path = "{schema}", public')
-        by_c, by_pl = _events(cur, queues[0]), _events(cur, queues[1])
+        by_c, by_pl, by_generic = (_events(cur, q) for q in queues)
     kinds = [e[0] for e in by_c]
     assert len(by_c) > 60 and {"I", "U", "D", "T"} <= set(kinds), kinds
     assert any(e[3] is not None and e[0] == "U" for e in by_c)  # key changes and ',before' have before-images
     for n, (c, pl) in enumerate(zip(by_c, by_pl, strict=False)):  # the first difference, then the lengths
         assert pl == c, f"event {n}: C {c!r}\nPL {pl!r}"
     assert len(by_pl) == len(by_c)
+    assert by_generic == by_c
     assert len(snapshots) == 4 * 5 and all(a == b for a, b in snapshots), [s for s in snapshots if s[0] != s[1]][:1]
 
 
@@ -223,9 +245,9 @@ def test_installs_and_captures_as_a_non_superuser_table_owner(owner_db):
         plcapture.ensure(cur)
         cur.execute("CREATE TABLE t (id int PRIMARY KEY, f float8, d date, b bytea, iv interval)")
         cur.execute("SELECT pgq.create_queue('q')")
-        cur.execute("CREATE TRIGGER c AFTER INSERT OR UPDATE OR DELETE ON t FOR EACH ROW "
-                    "EXECUTE FUNCTION pgshovel2_pl.capture('q', '\"public\".\"t\"', '1,2,3,4,5', '1', 'all')")
-        plcapture.register(cur, "q", '"public"."t"', "1,2,3,4,5", "1", "all")
+        function = plcapture.register(cur, "q", '"public"."t"', "1,2,3,4,5", "1", "all")
+        cur.execute(f"CREATE TRIGGER c AFTER INSERT OR UPDATE OR DELETE ON t FOR EACH ROW "
+                    f"EXECUTE FUNCTION pgshovel2_pl.{function}('q', '\"public\".\"t\"', '1,2,3,4,5', '1', 'all')")
         cur.execute("INSERT INTO t VALUES (1, '-0', 'infinity', '\\x01', '-1 day'), (2, 1e-7, '1999-12-31', '', '1h')")
         cur.execute("UPDATE t SET id = 3 WHERE id = 2")
     conn.close()
@@ -262,3 +284,71 @@ def test_plpgsql_set_relayed_to_kafka_equals_the_table(stack, cluster, db, schem
     finally:
         relay.stop()
     assert_verified(verify(stack, cluster, "pl"))
+
+
+PGQ_PL_ONLY = "/usr/share/postgresql/15/contrib/pgq_pl_only.sql"  # PgQ without C (Debian's pgq package)
+
+
+def _pl_events(cur, schema: str, queue: str) -> tuple[list[tuple], list[str]]:
+    """The PL events of the same statements as the C-vs-PL test (every SETTINGS round), and the
+    type of each forms column; cur's database has PgQ, cur's role may use it."""
+    _, values, names, types = _setup(cur, schema, (queue,), capture=_capture_pl)
+    for i, settings in enumerate(SETTINGS):
+        for name, value in settings.items():
+            cur.execute("SELECT set_config(%s, %s, false)", (name, value))
+        _statements(cur, values, names, 1000 * (i + 1))
+        cur.execute("TRUNCATE forms, bm")
+        cur.execute("RESET ALL")
+        cur.execute(f'SET search_path = "{schema}", public')
+    return _events(cur, queue), types
+
+
+def _by_type(events: list[tuple], types: list[str], tag: str) -> list[tuple]:
+    """The events with the row arrays of table tag as {column type: value's JSON text}: the
+    sweep's column set differs between majors; the types both have must be written alike."""
+    keys = [f"{t}#{types[:i].count(t)}" for i, t in enumerate(types)]  # a type may occur twice
+
+    def keyed(data):
+        if data is None:
+            return None
+        return dict(zip(keys, (json.dumps(v) for v in json.loads(data, parse_float=str)), strict=True))
+    return [(t, keyed(d), x1, keyed(x2)) if x1 == tag else (t, d, x1, x2) for t, d, x1, x2 in events]
+
+
+def test_pl_capture_on_stock_servers_equals_pg15(stack, stock_pg, db, schema):
+    """pgshovel2_pl installed and used by the non-superuser app on stock PostgreSQL (14, 17; PgQ
+    from its PL-only script, loaded by the admin) writes, for the statements of the C-vs-PL test,
+    the events the PL capture writes on PG 15 (proven equal to C above): the same events in the
+    same order; forms rows compared by column type over the types both majors have."""
+    stock_pg.reset()
+    queue = f"plc_{uuid.uuid4().hex[:8]}"
+    admin = stock_pg.connect(admin=True)
+    with admin.cursor() as cur, open(PGQ_PL_ONLY) as script:
+        cur.execute(script.read())
+        cur.execute("GRANT pgq_admin, pgq_writer TO app")
+        cur.execute("GRANT SELECT ON pg_statistic_ext_data TO app")  # the sweep's pg_ndistinct etc. values
+        cur.execute(f'CREATE SCHEMA "{schema}" AUTHORIZATION app')
+    admin.close()
+    conn = stock_pg.connect()
+    with conn.cursor() as cur:
+        cur.execute("SELECT rolsuper FROM pg_roles WHERE rolname = current_user")
+        assert cur.fetchone() == (False,)
+        got, got_types = _pl_events(cur, schema, queue)
+    conn.close()
+    with db.cursor() as cur:
+        cur.execute("CREATE EXTENSION IF NOT EXISTS pgq")
+        want, want_types = _pl_events(cur, schema, queue)
+    # values, not their forms, differ: a clock reading, and a node tree with the server's own query positions
+    volatile = {"information_schema.time_stamp#0", "information_schema.time_stamp[]#0", "pg_node_tree#0"}
+    common = ({f"{t}#{got_types[:i].count(t)}" for i, t in enumerate(got_types)}
+              & {f"{t}#{want_types[:i].count(t)}" for i, t in enumerate(want_types)}) - volatile
+    assert len(common) > 150, sorted(set(got_types) ^ set(want_types))
+    tag = sql.Identifier(schema, "forms").as_string(db)
+
+    def restricted(events, types):
+        return [tuple({k: v for k, v in f.items() if k in common} if isinstance(f, dict) else f for f in e)
+                for e in _by_type(events, types, tag)]
+    assert len(got) == len(want) and len(got) > 60
+    for n, (g, w) in enumerate(zip(restricted(got, got_types), restricted(want, want_types), strict=True)):
+        diff = {k: (g[1][k], w[1][k]) for k in g[1] if g[1][k] != w[1][k]} if isinstance(g[1], dict) else None
+        assert g == w, f"event {n}: stock {stock_pg.major} vs pg15: {diff or (g, w)!r}"
