@@ -173,3 +173,25 @@ def test_logical_set_names_every_missing_privilege_then_printed_grants_suffice(s
     pgshovel(stack, cluster, "set", "create", "lg", str(cfg))
     assert _query(su_dsn, "SELECT count(*) FROM pg_publication") == [(1,)]
     pgshovel(stack, cluster, "set", "drop", "lg")
+
+
+def test_cluster_upgrade_brings_a_pl_only_pgq_to_this_hosts_version(stack, cluster, owned_db, tmp_path,
+                                                                   relay_factory):
+    dsn, su_dsn = owned_db
+    _query(dsn, "CREATE TABLE t (id int PRIMARY KEY, v text)")
+    cfg = write_config(tmp_path, stack, ["t"], pgq="pl", topic_prefix=f"up{cluster}")
+    cfg.write_text(cfg.read_text().replace(stack.dsn, dsn))
+    pgshovel(stack, cluster, "set", "create", "up", str(cfg))
+    (current,) = _query(dsn, "SELECT pgq.version()")[0]
+    _query(dsn, "CREATE OR REPLACE FUNCTION pgq.version() RETURNS text LANGUAGE sql AS $$ SELECT '3.0'::text $$")
+    out = pgshovel(stack, cluster, "cluster", "upgrade").stdout
+    assert f"PgQ (PL-only) 3.0 -> {current}" in out, out
+    assert _query(dsn, "SELECT pgq.version()") == [(current,)]
+    again = pgshovel(stack, cluster, "cluster", "upgrade").stdout
+    assert f"PgQ (PL-only) {current}" in again and "nothing to upgrade" in again, again
+    relay = relay_factory("up")  # capture and the queue still work after the upgrade
+    relay.wait_for("snapshot done")
+    _query(dsn, "INSERT INTO t VALUES (1, 'after upgrade')")
+    caught_up(stack, cluster, "up")
+    assert_verified(verify(stack, cluster, "up"))
+    assert [k["id"] for k, _v, _h in messages(stack, names.table_topic(f"up{cluster}", "public", "t"))] == [1]
