@@ -52,13 +52,17 @@ def prepare():
     return cur
 
 
+LOGICAL = ("logical", "pgoutput")  # bench backend names of logical sets (our plugin, pgoutput)
+
+
 def write_config(name: str, tables: list[dict], backend: str = "trigger", encoding: str = "avro",
                  dsn: str = DSN) -> Path:
-    """A set config file (WORK/<name>.yaml) for tables (config entries) of the database dsn."""
+    """A set config file (WORK/<name>.yaml) for tables (config entries) of the database dsn;
+    backend ``pgoutput``: a logical set with ``decoder: pgoutput``."""
     WORK.mkdir(parents=True, exist_ok=True)
     path = WORK / f"{name}.yaml"
-    path.write_text(yaml.safe_dump({"database": {"dsn": dsn}, "encoding": encoding, "backend": backend,
-                                    "tables": tables}))
+    extra = {"backend": "logical", "decoder": "pgoutput"} if backend == "pgoutput" else {"backend": backend}
+    path.write_text(yaml.safe_dump({"database": {"dsn": dsn}, "encoding": encoding, **extra, "tables": tables}))
     return path
 
 
@@ -73,9 +77,10 @@ def save_result(prefix: str, result: dict) -> Path:
 def create_set(cur, name: str, encoding: str = "avro",
                columns: str = "id int PRIMARY KEY, n int, s text", backend: str = "trigger") -> str:
     """A set ``name`` on a new table bench_relay.<name> (columns: SQL column list); returns its queue
-    (backend logical: the table gets REPLICA IDENTITY FULL; returns the queue name all the same)."""
+    (logical backends, ``logical`` or ``pgoutput``: the table gets REPLICA IDENTITY FULL; returns the
+    queue name all the same)."""
     cur.execute(f"CREATE TABLE bench_relay.{name} ({columns})")
-    if backend == "logical":
+    if backend in LOGICAL:
         cur.execute(f"ALTER TABLE bench_relay.{name} REPLICA IDENTITY FULL")
     config = write_config(name, [{"schema": "bench_relay", "name": name}], backend, encoding)
     pgshovel("set", "create", name, str(config))

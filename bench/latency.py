@@ -1,6 +1,6 @@
 """End-to-end latency: commit in PostgreSQL to visibility for a read_committed
 Kafka consumer, at a steady pgbench rate, relay streaming (trigger backend, or
-``--backend logical``).
+``--backend logical`` / ``pgoutput``).
 
 Each pgbench transaction is one INSERT of ``clock_timestamp()`` (autocommit,
 so the commit follows within microseconds); a consumer thread reads the
@@ -24,6 +24,7 @@ from bench.common import (
     BOOTSTRAP,
     CLUSTER,
     DSN,
+    LOGICAL,
     PG_BIN,
     PG_PORT,
     WORK,
@@ -82,7 +83,7 @@ def measure(tps: int, seconds: int, relay_args: tuple[str, ...] = (), backend: s
             out = subprocess.run([str(PG_BIN / "pgbench"), "-n", "-c", "4", "-j", "2", "--rate", str(tps),
                                   "-T", str(seconds), "-f", str(script), "-h", "127.0.0.1", "-p", PG_PORT,
                                   "-U", "postgres", "pgshovel"], check=True, capture_output=True, text=True).stdout
-            if backend == "logical":
+            if backend in LOGICAL:
                 logical.wait_caught_up(DSN, slot_name(CLUSTER, name), timeout=300)
             else:
                 wait_caught_up(DSN, queue, "pgshovel2_relay", timeout=300)
@@ -101,7 +102,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--tps", type=int, default=2000)
     parser.add_argument("--seconds", type=int, default=30)
-    parser.add_argument("--backend", choices=("trigger", "logical"), default="trigger")
+    parser.add_argument("--backend", choices=("trigger", *LOGICAL), default="trigger")
     args = parser.parse_args()
     print(json.dumps(measure(args.tps, args.seconds, backend=args.backend), indent=2))
 

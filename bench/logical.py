@@ -3,12 +3,13 @@
 - capture overhead: pgbench tps (``-N -c 4 -j 2``) with no capture, the trigger backend
   (its set on the pgbench tables; triggers only, and with its relay streaming), REPLICA
   IDENTITY FULL alone (what the logical backend requires of these tables costs in WAL) and
-  the logical backend (its set, FULL, its relay streaming), rounds interleaved; a fresh set
+  the logical backend (its set, FULL, its relay streaming; through our plugin and through
+  pgoutput), rounds interleaved; a fresh set
   per round, the relay caught up after each; the relay's CPU seconds during pgbench (on this
   2-core machine every CPU second of relay, walsender and Kafka is taken from pgbench);
-- relay throughput: changes/s of each backend's relay draining the same N queued inserts
-  (trigger: from the PgQ queue; logical: from the slot, created by a first relay start
-  before the inserts), Avro, exactly-once;
+- relay throughput: changes/s and relay CPU per change of each backend's relay draining the
+  same N queued inserts (trigger: from the PgQ queue; logical: from the slot, created by a first
+  relay start before the inserts, through our plugin and through pgoutput), Avro, exactly-once;
 - the plugin's own cost per change (:mod:`bench.logical_plugin`);
 - commit-to-read_committed latency of both backends at 2,000 tps (:mod:`bench.latency`).
 
@@ -27,7 +28,20 @@ from pathlib import Path
 
 from bench import latency, logical_plugin
 from bench.capture_overhead import pgbench
-from bench.common import BIN, CLUSTER, DSN, ENV, WORK, pgshovel, prepare, save_result, summary, unique, write_config
+from bench.common import (
+    BIN,
+    CLUSTER,
+    DSN,
+    ENV,
+    LOGICAL,
+    WORK,
+    pgshovel,
+    prepare,
+    save_result,
+    summary,
+    unique,
+    write_config,
+)
 from pgshovel2.backends.logical import wait_caught_up as slot_caught_up
 from pgshovel2.backends.trigger import wait_caught_up as queue_caught_up
 from pgshovel2.setrecord import slot_name
@@ -57,7 +71,7 @@ class Relay:
 
 def caught_up(name: str, backend: str, timeout: float = 3600) -> None:
     """Wait until the set's relay relayed everything committed so far."""
-    if backend == "logical":
+    if backend in LOGICAL:
         slot_caught_up(DSN, slot_name(CLUSTER, name), timeout)
     else:
         queue_caught_up(DSN, f"pgshovel2.{CLUSTER}.{name}", "pgshovel2_relay", timeout)
@@ -75,7 +89,9 @@ VARIANTS = {
     "trigger": ("trigger", "DEFAULT", True),
     "identity_full_only": (None, "FULL", False),
     "logical": ("logical", "FULL", True),
+    "pgoutput": ("pgoutput", "FULL", True),
 }
+BACKENDS = ("trigger", *LOGICAL)
 
 
 def cpu_seconds(pid: int) -> float:
@@ -110,7 +126,7 @@ def tps_round(cur, variant: str, seconds: int) -> tuple[float, dict[str, float]]
             relay = Relay(name, "--skip-snapshot")
     try:
         cur.execute("CHECKPOINT")
-        pids = helper_pids(cur, relay, name if backend == "logical" else None)
+        pids = helper_pids(cur, relay, name if backend in LOGICAL else None)
         before = {k: cpu_seconds(p) for k, p in pids.items()}
         out = pgbench("-N", "-n", "-c", "4", "-j", "2", "-T", str(seconds))
         cpu = {k: round(cpu_seconds(p) - before[k], 2) for k, p in pids.items()}
@@ -145,11 +161,12 @@ def measure_tps(rounds: int, seconds: int, scale: int) -> dict:
             "cpu_s": {v: {k: statistics.median(r[k] for r in c) for k in c[0]} for v, c in cpu.items()}}
 
 
-def drain(cur, backend: str, changes: int) -> float:
-    """changes/s of backend's relay draining changes queued inserts (5,000 per transaction)."""
+def drain(cur, backend: str, changes: int) -> tuple[float, float]:
+    """(changes/s, relay CPU µs per change) of backend's relay draining changes queued inserts
+    (5,000 per transaction)."""
     name = unique(f"dr{backend[0]}")
     cur.execute(f"CREATE TABLE bench_relay.{name} (id int PRIMARY KEY, n int, s text)")
-    if backend == "logical":
+    if backend in LOGICAL:
         identity(cur, [f"bench_relay.{name}"], "FULL")
     pgshovel("set", "create", name, str(write_config(name, [{"schema": "bench_relay", "name": name}], backend)))
     Relay(name, "--skip-snapshot").stop()  # logical: creates the slot; both: position committed
@@ -157,25 +174,33 @@ def drain(cur, backend: str, changes: int) -> float:
         cur.execute(f"INSERT INTO bench_relay.{name} SELECT g, g, repeat('x', 100) FROM generate_series(%s, %s) g",
                     (start + 1, min(start + 5000, changes)))
     relay = Relay(name)
-    started = time.monotonic()
+    started, cpu = time.monotonic(), cpu_seconds(relay.proc.pid)
     caught_up(name, backend)
     rate = changes / (time.monotonic() - started)
+    cpu_us = (cpu_seconds(relay.proc.pid) - cpu) * 1e6 / changes
     relay.stop()
     pgshovel("set", "drop", name)
     cur.execute(f"DROP TABLE bench_relay.{name}")
-    return rate
+    return rate, cpu_us
 
 
 def measure_drain(changes: int, rounds: int) -> dict:
-    """{backend: summary of changes/s, ratio_logical_to_trigger, workload}."""
+    """{backend: summary of changes/s, cpu_us: {backend: summary of relay CPU µs per change},
+    ratio_logical_to_trigger, ratio_pgoutput_to_logical, workload}."""
     cur = prepare()
-    runs: dict[str, list[float]] = {"trigger": [], "logical": []}
+    runs: dict[str, list[float]] = {b: [] for b in BACKENDS}
+    cpu: dict[str, list[float]] = {b: [] for b in BACKENDS}
     for round_no in range(rounds):
         for backend in runs:
-            runs[backend].append(drain(cur, backend, changes))
-            print(f"  round {round_no + 1} drain {backend}: {runs[backend][-1]:,.0f} changes/s", flush=True)
+            rate, cpu_us = drain(cur, backend, changes)
+            runs[backend].append(rate)
+            cpu[backend].append(cpu_us)
+            print(f"  round {round_no + 1} drain {backend}: {rate:,.0f} changes/s, relay CPU {cpu_us:.1f} µs/change",
+                  flush=True)
     out: dict = {b: summary(r) for b, r in runs.items()}
+    out["cpu_us"] = {b: summary(c) for b, c in cpu.items()}
     out["ratio_logical_to_trigger"] = out["logical"]["median"] / out["trigger"]["median"]
+    out["ratio_pgoutput_to_logical"] = out["pgoutput"]["median"] / out["logical"]["median"]
     out["workload"] = f"drain {changes} queued inserts (5,000 per source transaction), Avro, exactly-once"
     return out
 
@@ -187,11 +212,13 @@ def table(result: dict) -> list[str]:
         s = result["tps"][v]
         lines.append(f"{'pgbench tps, ' + v:<40} {s['median']:>10,.0f} {s['min']:>10,.0f}..{s['max']:<10,.0f} "
                      f"{result['tps']['ratio_to_none'][v]:.3f} of none, CPU s {result['tps']['cpu_s'][v]}")
-    for b in ("trigger", "logical"):
+    for b in BACKENDS:
         s = result["drain"][b]
         label = f"relay drain changes/s, {b}"
-        lines.append(f"{label:<40} {s['median']:>10,.0f} {s['min']:>10,.0f}..{s['max']:<10,.0f}")
+        lines.append(f"{label:<40} {s['median']:>10,.0f} {s['min']:>10,.0f}..{s['max']:<10,.0f} "
+                     f"relay CPU {result['drain']['cpu_us'][b]['median']:.1f} µs/change")
     lines.append(f"{'drain logical / trigger':<40} {result['drain']['ratio_logical_to_trigger']:>10.3f}")
+    lines.append(f"{'drain pgoutput / our plugin':<40} {result['drain']['ratio_pgoutput_to_logical']:>10.3f}")
     for b, lat in result.get("latency", {}).items():
         label = f"latency ms p50/p95/p99/max, {b}"
         lines.append(f"{label:<40} {lat['p50_ms']}/{lat['p95_ms']}/{lat['p99_ms']}/{lat['max_ms']} "
@@ -211,7 +238,7 @@ def measure(rounds: int, seconds: int, scale: int, changes: int) -> dict:
     print("  relay drain ...", flush=True)
     drained = measure_drain(changes, rounds)
     print("  latency at 2,000 tps ...", flush=True)
-    lat = {b: latency.measure(2000, seconds, backend=b) for b in ("trigger", "logical")}
+    lat = {b: latency.measure(2000, seconds, backend=b) for b in BACKENDS}
     return {"plugin": plugin, "tps": tps, "drain": drained, "latency": lat}
 
 
