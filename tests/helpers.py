@@ -31,9 +31,9 @@ def write_config(tmp_path: Path, stack, tables: list, encoding: str = "avro", ba
                  **extra) -> Path:
     """A set config file for tables (list of table entries) on the test database.
 
-    backend logical: also sets REPLICA IDENTITY FULL on the tables (the logical backend
-    requires it for TOASTable columns, see pgshovel2.backends.logical). backend pgoutput: a
-    logical set with ``decoder: pgoutput``.
+    backend logical: also sets REPLICA IDENTITY FULL on the tables (so values are never unchanged
+    and unlogged; tests of pgshovel.unchanged set DEFAULT afterwards, see pgshovel2.backends.logical).
+    backend pgoutput: a logical set with ``decoder: pgoutput``.
     """
     if backend == "pgoutput":
         backend, extra = "logical", {"decoder": "pgoutput", **extra}

@@ -12,11 +12,12 @@ for the initial copy); ``set drop`` drops it.
 Replica identity rules (``ALTER TABLE ... REPLICA IDENTITY``): a keyed table's
 key columns must be in what the WAL logs for an UPDATE/DELETE's old row (its
 primary key with DEFAULT, the index with USING INDEX, every column with FULL);
-NOTHING is refused. A table with a TOASTable captured column (a varlena type
-whose storage is not PLAIN) needs FULL: an UPDATE that does not change a
-TOASTed value does not log it, and only FULL logs the old row with its
-values inline, from which the plugin takes it (it never writes a wrong
-value; without FULL it stops with an error). The ``debezium`` envelope needs
+NOTHING is refused. An UPDATE that does not change a TOASTed value does not
+log it; only FULL logs the old row with its values inline, from which the
+decoders take it. Without FULL the value is null and the message lists the
+column in its ``pgshovel.unchanged`` header (docs/wire.rst): so with Avro a
+NOT NULL TOASTable captured column (a varlena type whose storage is not
+PLAIN), whose field cannot be null, needs FULL. The ``debezium`` envelope needs
 FULL (it carries every UPDATE's before-image).
 
 Functions taking a cursor run in the caller's transaction and never commit. The relay
@@ -57,7 +58,7 @@ SELECT c.relreplident,
                                                               ELSE i.indisprimary END),
        ARRAY(SELECT a.attname::text FROM pg_attribute a
              WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
-               AND a.attlen = -1 AND a.attstorage <> 'p' AND a.attname = ANY(%(columns)s)
+               AND a.attlen = -1 AND a.attstorage <> 'p' AND a.attnotnull AND a.attname = ANY(%(columns)s)
              ORDER BY a.attnum)
 FROM pg_class c WHERE c.oid = %(table)s::regclass
 """
@@ -105,8 +106,8 @@ def check_tables(cur, config: SetConfig, tables: tuple[Table, ...], source: str,
     problems = []
     for i, table in enumerate(tables):
         cur.execute(_IDENTITY_SQL, {"table": table.qualified, "columns": [c.name for c in table.columns]})
-        ident, ident_cols, toastable = cur.fetchone()
-        problem = _identity_problem(table, config, ident, set(ident_cols), toastable)
+        ident, ident_cols, toastable_not_null = cur.fetchone()
+        problem = _identity_problem(table, config, ident, set(ident_cols), toastable_not_null)
         if problem is None and plugin == pgoutput.NAME and ident != "f" and not ident_cols:
             problem = ("with decoder pgoutput its replica identity must log an old row, but it logs none "
                        "(NOTHING, or DEFAULT without a primary key)")
@@ -118,7 +119,10 @@ def check_tables(cur, config: SetConfig, tables: tuple[Table, ...], source: str,
 
 
 def _identity_problem(table: Table, config: SetConfig, ident: str, ident_cols: set[str],
-                      toastable: list[str]) -> str | None:
+                      toastable_not_null: list[str]) -> str | None:
+    """Why table's replica identity ident (relreplident) is not enough for the set, or None
+    (module docstring). ident_cols: the identity's columns; toastable_not_null: captured NOT
+    NULL columns whose values may be stored out of line."""
     if ident == "f":
         return None
     kind = {"d": "DEFAULT", "i": "USING INDEX", "n": "NOTHING"}[ident]
@@ -126,10 +130,12 @@ def _identity_problem(table: Table, config: SetConfig, ident: str, ident_cols: s
         ident_cols = set()
     if config.envelope == "debezium":
         return f"the debezium envelope needs every old row in the WAL, but its replica identity is {kind}"
-    if toastable:
+    toastable = [c for c in toastable_not_null if c not in table.key]
+    if toastable and config.encoding == "avro":
         cols = ", ".join(names.quote_ident(c) for c in toastable)
-        return (f"TOASTable captured column(s) {cols} need replica identity FULL (an UPDATE that leaves a "
-                f"TOASTed value unchanged does not log it otherwise); it is {kind}")
+        return (f"NOT NULL TOASTable captured column(s) {cols} need replica identity FULL with Avro (an UPDATE "
+                "that leaves a TOASTed value unchanged does not log it otherwise, and its field cannot be null "
+                f"for the pgshovel.unchanged header); it is {kind}")
     if table.key and not set(table.key) <= ident_cols:
         return (f"its key ({', '.join(table.key)}) is not in what the WAL logs of an UPDATE's or DELETE's "
                 f"old row (replica identity {kind}: {', '.join(sorted(ident_cols)) or 'nothing'})")

@@ -86,6 +86,16 @@ class RowEncoder:
         """
         return dict(zip(self._names, converted, strict=True))
 
+    @property
+    def value_writer(self) -> AvroWriter | None:
+        """The value schema's writer (None: JSON)."""
+        return self._value_writer
+
+    def fields_of(self, columns: list[str]) -> list[str]:
+        """The value field names of columns (exact names of the table's columns); KeyError for another name."""
+        by_column = {c.name: n for c, n in zip(self.table.columns, self._names, strict=True)}
+        return [by_column[c] for c in columns]
+
     def value(self, converted: list) -> bytes:
         """Value bytes (after-image) of a converted row."""
         return self._encode(self.value_datum(converted), self._value_writer)

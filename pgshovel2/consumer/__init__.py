@@ -18,7 +18,8 @@ from pgshovel2.consumer.errors import ConsumerError, IncompleteTransactionError,
 from pgshovel2.consumer.model import Change, DataMessage, Transaction, TxnRecord
 from pgshovel2.consumer.reader import SetReader
 from pgshovel2.consumer.reassembly import Reassembler
+from pgshovel2.consumer.state import RowState
 from pgshovel2.consumer.topics import SetTopics, TableTopic
 
 __all__ = ["Change", "ConsumerError", "DataMessage", "Decoder", "IncompleteTransactionError", "JsonValue",
-           "OrderError", "Reassembler", "SetReader", "SetTopics", "TableTopic", "Transaction", "TxnRecord"]
+           "OrderError", "Reassembler", "RowState", "SetReader", "SetTopics", "TableTopic", "Transaction", "TxnRecord"]

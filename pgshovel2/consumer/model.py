@@ -4,8 +4,24 @@ messages it reassembles them from (DataMessage, TxnRecord)."""
 from dataclasses import dataclass, field
 from typing import Any
 
+from pgshovel2 import names
+
 SNAPSHOT_TXID = 0
 """pgshovel.txid of snapshot rows (op ``r``): they belong to no source transaction."""
+
+
+def fill_fields(value: dict[str, Any], previous: dict[str, Any], unchanged: frozenset[str]) -> dict[str, Any]:
+    """A copy of value (a row, or a Debezium event whose ``after`` is filled) with the fields of the
+    unchanged column names taken from previous (same form). A column's field is its name (JSON)
+    or its escaped Avro name."""
+    if "after" in value and "source" in value:
+        prev = previous.get("after") if "after" in previous and "source" in previous else previous
+        return {**value, "after": fill_fields(value["after"], prev, unchanged)}
+    out = dict(value)
+    for col in unchanged:
+        fld = col if col in out else names.avro_name(col)
+        out[fld] = previous.get(fld)
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,7 +39,11 @@ class Change:
     sortable position. ts_ms: capture time, ms since the epoch.
     partition/offset: where the message is in Kafka. version: the set version
     the message was encoded with (header ``pgshovel.version``; 0 when absent:
-    older relays, and TRUNCATE).
+    older relays, and TRUNCATE). unchanged: names (exact column names) of the
+    columns an UPDATE left unchanged whose values the source did not log
+    (header ``pgshovel.unchanged``, docs/wire.rst): their fields in value are
+    null and the row keeps its previous values (:meth:`fill_unchanged`,
+    :class:`pgshovel2.consumer.state.RowState`); empty for every other change.
     """
 
     topic: str
@@ -37,6 +57,22 @@ class Change:
     partition: int
     offset: int
     version: int = 0
+    unchanged: frozenset[str] = frozenset()
+
+    def fill_unchanged(self, previous: dict[str, Any] | None) -> dict[str, Any] | None:
+        """The value with each unchanged column's field taken from previous (the row's value
+        before this change, a decoded value of the same table, row envelope; or the ``after``
+        of a Debezium event). The value itself when nothing is unchanged. Raises ValueError
+        when values are bytes (``decode=False``) or previous is None while columns are
+        unchanged (the previous value was never seen: the result would be wrong)."""
+        if not self.unchanged or self.value is None:
+            return self.value
+        if not isinstance(self.value, dict) or (previous is not None and not isinstance(previous, dict)):
+            raise ValueError(f"{self.topic} offset {self.offset}: unchanged columns need decoded values")
+        if previous is None:
+            raise ValueError(f"{self.topic} offset {self.offset}: columns {sorted(self.unchanged)} are unchanged "
+                             "and the row's previous value is not known")
+        return fill_fields(self.value, previous, self.unchanged)
 
 
 @dataclass(frozen=True)
@@ -75,6 +111,7 @@ class DataMessage:
     key: dict[str, Any] | bytes | None
     value: dict[str, Any] | bytes | None
     version: int = 0
+    unchanged: frozenset[str] = frozenset()
 
     @property
     def is_snapshot(self) -> bool:

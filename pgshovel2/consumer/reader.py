@@ -10,6 +10,7 @@ committed: where to start is ``from_beginning`` (the oldest retained
 message) or the end of the topics when the reader is created.
 """
 
+import json
 import logging
 import sys
 import time
@@ -243,16 +244,18 @@ class SetReader:
             op, txid, position, ts_ms = (headers[h] for h in HEADERS)
             txid_n, ts_n = int(txid), int(ts_ms)
             version = int(headers.get(wire.VERSION) or 0)
+            unchanged = _unchanged(headers.get(wire.UNCHANGED))
         except (KeyError, TypeError, ValueError) as exc:
             raise ConsumerError(f"{where}: missing or malformed pgshovel headers {headers!r} "
-                                f"(needs {', '.join(HEADERS)})") from exc
+                                f"(needs {', '.join(HEADERS)}; {wire.UNCHANGED}: a JSON array of "
+                                "column names)") from exc
         if self.decode:
             key, value = (self.decoder.decode(msg.key(), f"the key of {where}"),
                           self.decoder.decode(msg.value(), f"the value of {where}"))
         else:
             key, value = msg.key(), msg.value()
         self.reassembler.add_data(DataMessage(sys.intern(msg.topic()), msg.partition(), msg.offset(), op, txid_n,
-                                              position, ts_n, key, value, version))
+                                              position, ts_n, key, value, version, unchanged))
 
     def _flow_control(self) -> None:
         """Pause partitions holding max_buffered messages; resume them below half of it."""
@@ -264,3 +267,14 @@ class SetReader:
             elif tp in self._paused and held < self.max_buffered // 2:
                 self._consumer.resume([TopicPartition(*tp)])
                 self._paused.discard(tp)
+
+
+def _unchanged(header: str | None) -> frozenset[str]:
+    """The column names of a ``pgshovel.unchanged`` header; ValueError when it is not a JSON
+    array of strings."""
+    if header is None:
+        return frozenset()
+    cols = json.loads(header)
+    if not isinstance(cols, list) or not all(isinstance(c, str) for c in cols):
+        raise ValueError(f"{header!r} is not a JSON array of column names")
+    return frozenset(cols)

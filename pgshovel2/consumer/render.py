@@ -78,9 +78,11 @@ def jsonable(value: Any) -> Any:
 
 def change_json(change: Change) -> str:
     """One change as a JSON line (no newline)."""
-    return json.dumps({"txid": change.txid, "position": change.position, "ts_ms": change.ts_ms,
-                       "table": change.table, "op": change.op, "key": jsonable(change.key),
-                       "value": jsonable(change.value)}, ensure_ascii=False, allow_nan=False)
+    out = {"txid": change.txid, "position": change.position, "ts_ms": change.ts_ms,
+           "table": change.table, "op": change.op, "key": jsonable(change.key), "value": jsonable(change.value)}
+    if change.unchanged:  # pgshovel.unchanged: these null fields are not the row's values
+        out["unchanged"] = sorted(change.unchanged)
+    return json.dumps(out, ensure_ascii=False, allow_nan=False)
 
 
 def iso_ms(ts_ms: int) -> str:
@@ -195,6 +197,8 @@ class Pretty:
                 parts.append(f"-> {after}")
         elif text is not None:
             parts.append(f"-> {text}" if change.key is not None else text)
+        if change.unchanged:
+            parts.append("(unchanged, not shown: " + ", ".join(ident(c) for c in sorted(change.unchanged)) + ")")
         return "  " + " ".join(parts)
 
     # -- decoding and rendering ----------------------------------------------------------------

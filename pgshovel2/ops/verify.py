@@ -103,16 +103,36 @@ def rebuild(messages: list, truncated_at: str, envelope: Envelope) -> TopicState
     envelope: the table's envelope, which turns values into row images.
     """
     state = TopicState(messages=len(messages), truncated_at=truncated_at)
+    moved: tuple[str, bytes] | None = None  # (position, after-image) of the last keyed delete
     for key, value, headers in messages:
         position = headers.get(wire.POSITION, "")
         before, after = envelope.images(value)
         if key is not None:
+            unchanged = headers.get(wire.UNCHANGED)
+            if unchanged is not None and after is not None:
+                after = _fill(envelope, key, after, json.loads(unchanged), state, moved, position)
+            old = state.keyed.get(key)
+            if after is None and old is not None and old[1] is not None:
+                moved = (position, old[1])
             state.keyed[key] = (position, after)
         elif after is not None:
             state.unkeyed.append((position, after))
         elif before is not None:
             state.removed.append((position, before))
     return state
+
+
+def _fill(envelope: Envelope, key: bytes, after: bytes, columns: list[str], state: TopicState,
+          moved: tuple[str, bytes] | None, position: str) -> bytes:
+    """after with the unchanged columns' values of the row's previous image: the key's (an UPDATE)
+    or the row deleted at the same position (an UPDATE of the key). A row never seen before keeps
+    the nulls (and so differs from the source: verify reports it)."""
+    previous = state.keyed.get(key, (None, None))[1]
+    if previous is None and moved is not None and moved[0] == position:
+        previous = moved[1]
+    if previous is None:
+        return after
+    return envelope.fill_image(after, previous, envelope.encoder.fields_of(columns))
 
 
 def _rows(state: TopicState) -> tuple[dict, Counter]:

@@ -12,6 +12,7 @@ the relay replays the already-committed start of a unit after a restart that way
 END record of a transaction split over two Kafka transactions still counts all of it.
 """
 
+import json
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -67,11 +68,13 @@ class Emitter:
         return [(wire.OP, op), (wire.TXID, str(txid)), (wire.POSITION, position), (wire.TS_MS, str(ts_ms)),
                 (wire.SET, self.set_name), (wire.VERSION, str(self.version))]
 
-    def _send(self, route: TableRoute, msg: Message, ctx: Context) -> None:
+    def _send(self, route: TableRoute, msg: Message, ctx: Context, unchanged: str | None = None) -> None:
         if self.replaying:
             return
-        self.sink.produce(route.topic, msg.key, msg.value,
-                          self._headers(msg.op, ctx.txid, ctx.position, ctx.ts_ms))
+        headers = self._headers(msg.op, ctx.txid, ctx.position, ctx.ts_ms)
+        if unchanged is not None and msg.value is not None and msg.op in ("c", "u"):
+            headers.append((wire.UNCHANGED, unchanged))
+        self.sink.produce(route.topic, msg.key, msg.value, headers)
 
     def snapshot_row(self, table: Table, row: list, position: str, ts_ms: int, snapshot: str = SNAPSHOT_TRUE,
                      lsn: int | None = None) -> None:
@@ -136,6 +139,20 @@ class Emitter:
         msgs = route.envelope.change(ev.op, ev.row, ev.before, ctx)
         if not msgs:
             self.skipped_unkeyed_deletes += 1
+        unchanged = _unchanged_header(route.table, ev) if ev.unchanged else None
         for msg in msgs:
-            self._send(route, msg, ctx)
+            self._send(route, msg, ctx, unchanged)
             self._counts[route.topic] += 1
+
+
+def _unchanged_header(table: Table, ev: Change) -> str:
+    """The ``pgshovel.unchanged`` header of an UPDATE whose ev.unchanged values were not logged:
+    a JSON array of the column names. Raises RelayError for a key column (PostgreSQL logs the
+    replica identity's out-of-line values in the old key, so it never happens; a message without
+    its key value would be wrong)."""
+    cols = [table.columns[i].name for i in ev.unchanged]
+    keys = [c for c in cols if c in table.key]
+    if keys or ev.op != "U":
+        raise RelayError(f"table {table.qualified}: the WAL holds no value of column(s) {', '.join(keys or cols)} "
+                         f"of a change at position {ev.unit}:{ev.ordinal} ({ev.op})")
+    return json.dumps(cols, ensure_ascii=False, separators=(",", ":"))

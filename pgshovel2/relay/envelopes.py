@@ -167,6 +167,9 @@ class Envelope(Protocol):
     def images(self, value: bytes | None) -> tuple[bytes | None, bytes | None]:
         """(before, after) images of a message value, comparable with :meth:`row_image`."""
 
+    def fill_image(self, image: bytes, previous: bytes, fields: list[str]) -> bytes:
+        """image with the value fields taken from previous (both after-images of :meth:`images`)."""
+
 
 class RowEnvelope:
     """The ``row`` envelope: value = the after-image; deletes are tombstones (keyed tables only)."""
@@ -203,6 +206,21 @@ class RowEnvelope:
     def images(self, value: bytes | None) -> tuple[bytes | None, bytes | None]:
         """(None, value): the value is the after-image, a tombstone has none."""
         return None, value
+
+    def fill_image(self, image: bytes, previous: bytes, fields: list[str]) -> bytes:
+        """image (an after-image of :meth:`images`) with fields (value field names: escaped with
+        Avro, see RowEncoder.value_datum) taken from previous: the row an UPDATE with unchanged,
+        unlogged values (``pgshovel.unchanged``) leaves."""
+        writer = self.encoder.value_writer
+        if writer is None:
+            datum, prev = json.loads(image), json.loads(previous)
+            return encode_json({**datum, **{f: prev.get(f) for f in fields}})
+        raw = fastavro.parse_schema(raw_schema(writer.schema))
+        datum = fastavro.schemaless_reader(io.BytesIO(image[5:]), raw)
+        prev = fastavro.schemaless_reader(io.BytesIO(previous[5:]), raw)
+        buf = io.BytesIO()
+        fastavro.schemaless_writer(buf, raw, {**datum, **{f: prev.get(f) for f in fields}})
+        return image[:5] + buf.getvalue()
 
 
 @dataclass(frozen=True)
@@ -306,6 +324,15 @@ class DebeziumEnvelope:
         before, after = event["before"], event["after"]
         return (self._image(before) if before is not None else None,
                 self._image(after) if after is not None else None)
+
+    def fill_image(self, image: bytes, previous: bytes, fields: list[str]) -> bytes:
+        """As RowEnvelope.fill_image, for after-images of :meth:`images`."""
+        if self._writer is None:
+            datum, prev = json.loads(image), json.loads(previous)
+        else:
+            datum = fastavro.schemaless_reader(io.BytesIO(image), self._raw_value)
+            prev = fastavro.schemaless_reader(io.BytesIO(previous), self._raw_value)
+        return self._image({**datum, **{f: prev.get(f) for f in fields}})
 
     def _image(self, datum: dict[str, Any]) -> bytes:
         if self._writer is None:

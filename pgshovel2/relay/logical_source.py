@@ -39,8 +39,9 @@ _COMMIT = struct.Struct(">QQI")
 _CHANGE = struct.Struct(">QHBI")  # change LSN, table index, flags, row length; the row at 16
 _TRUNCATE = struct.Struct(">QH")
 _LSN = struct.Struct(">Q")
-RECORD_FORMAT = "2"  # the plugin's record format this module reads (its "format" option)
-_FLAG_OLD, _FLAG_NO_ROW = 1, 2
+RECORD_FORMAT = "3"  # the plugin's record format this module reads (its "format" option)
+_FLAG_OLD, _FLAG_NO_ROW, _FLAG_UNCHANGED = 1, 2, 4
+_U16 = struct.Struct(">H")
 
 
 class RecordDecoder:
@@ -76,13 +77,19 @@ class RecordDecoder:
             lsn, index, flags, size = _CHANGE.unpack_from(data, 1)
             end = 16 + size
             row = None if flags & _FLAG_NO_ROW else json.loads(data[16:end])
+            unchanged: tuple[int, ...] = ()
+            if flags & _FLAG_UNCHANGED:
+                (count,) = _U16.unpack_from(data, end)
+                unchanged = struct.unpack_from(f">{count}H", data, end + 2)
+                end += 2 + 2 * count
             before = json.loads(data[end:]) if flags & _FLAG_OLD else None
             ordinal = self._ordinal
             self._ordinal += 1
             table = self.tags[index]
             if before is not None and before == row and table in self.subset_tags:
                 return None  # no captured column changed (the trigger backend writes no event either)
-            return Change(self._txid, self._ts_ms, chr(kind), row, table, before, self._unit, ordinal, lsn)
+            return Change(self._txid, self._ts_ms, chr(kind), row, table, before, self._unit, ordinal, lsn,
+                          unchanged)
         if kind == 66:  # B
             commit_lsn, txid, ts_us = _BEGIN.unpack_from(data, 1)
             ts_us += PG_EPOCH_US

@@ -179,23 +179,35 @@ class PgoutputDecoder:
             raise RelayError(f"pgoutput sent a change of relation {oid} before its Relation message")
         return rel
 
-    def _row(self, rel: _Relation, values: list, old: list | None) -> list:
-        row = []
+    def _row(self, rel: _Relation, values: list, old: list | None, full: bool = False) -> tuple[list, tuple]:
+        """(row, unchanged positions) of a TupleData. An unchanged TOASTed value ('u') is taken
+        from old when old holds it: a full old row (full: REPLICA IDENTITY FULL, 'O') or a key
+        tuple ('K') for its key columns, which PostgreSQL logs even when unchanged if stored out
+        of line. Otherwise the value is None and its position is listed as unchanged."""
+        row, unchanged = [], []
         for i, (pick, conv) in enumerate(zip(rel.picks, rel.converters, strict=True)):
             text = values[pick]
             if text is ...:
-                text = old[pick] if old is not None else ...
-                if text is ...:
-                    col = self.tables[rel.tag].table.columns[i].name
-                    raise RelayError(f"table {rel.tag}, column {col!r}: an UPDATE left a TOASTed value unchanged "
-                                     "and the WAL has no old value for it: set REPLICA IDENTITY FULL on the table")
+                known = old[pick] if old is not None else None
+                if known is ... or (known is None and not full):
+                    unchanged.append(i)
+                    row.append(None)
+                    continue
+                text = known
             row.append(None if text is None else conv(text))
+        return row, tuple(unchanged)
+
+    def _old_row(self, rel: _Relation, old: list) -> list:
+        row, unchanged = self._row(rel, old, None)
+        if unchanged:  # PostgreSQL flattens old rows: never seen
+            col = self.tables[rel.tag].table.columns[unchanged[0]].name
+            raise RelayError(f"table {rel.tag}, column {col!r}: pgoutput sent an old row without its value")
         return row
 
     def _change(self, kind: bytes, data: bytes, lsn: int) -> list[Item]:
         (oid,) = _I32.unpack_from(data, 1)
         rel, pos = self._relation(oid), 5
-        old = None
+        old, full = None, data[pos:pos + 1] == b"O"
         if data[pos:pos + 1] in (b"K", b"O"):
             old, pos = _tuple(data, pos + 1)
         new = None
@@ -203,15 +215,15 @@ class PgoutputDecoder:
             if data[pos:pos + 1] != b"N":
                 raise RelayError(f"pgoutput sent a {kind.decode()} message of {rel.tag} without its new row")
             new, pos = _tuple(data, pos + 1)
-        row = self._row(rel, new, old) if new is not None else None
-        before = self._row(rel, old, None) if old is not None else None
+        row, unchanged = self._row(rel, new, old, full) if new is not None else (None, ())
+        before = self._old_row(rel, old) if old is not None else None
         if kind == b"D":
             row, before = before, None
         if kind == b"U" and before is not None and before == row and rel.tag in self.subset_tags:
             return []
         items = self._opened()
         items.append(Change(self._txid, self._ts_ms, kind.decode(), row, rel.tag, before, self._unit,
-                            self._ordinal, lsn))
+                            self._ordinal, lsn, unchanged))
         self._ordinal += 1
         return items
 

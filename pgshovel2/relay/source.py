@@ -50,7 +50,9 @@ class Change(NamedTuple):
     txid, ts_ms: as its Begin; op: I/U/D/T; row, before: decoded capture rows (lists in the
     table's column order) or None; table: table tag (Table.qualified); (unit, ordinal): its
     place; lsn: the change's own LSN (logical backend; None for PgQ). A DELETE carries the old
-    row (its key) in row.
+    row (its key) in row. unchanged: positions (in the table's columns) of the values an UPDATE
+    left unchanged and the source did not log (TOASTed values without REPLICA IDENTITY FULL):
+    None in row, header ``pgshovel.unchanged`` in Kafka (docs/wire.rst); empty otherwise.
     """
 
     txid: int
@@ -62,6 +64,7 @@ class Change(NamedTuple):
     unit: int
     ordinal: int
     lsn: int | None = None
+    unchanged: tuple[int, ...] = ()
 
 
 class Control(NamedTuple):

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from pgshovel2.catalog import Table
 from pgshovel2.cluster import ClusterStore
-from pgshovel2.consumer import ConsumerError, OrderError, SetReader, SetTopics, Transaction
+from pgshovel2.consumer import Change, ConsumerError, OrderError, SetReader, SetTopics, Transaction
 from pgshovel2.db import connect
 from pgshovel2.replica import state
 from pgshovel2.replica.grouping import StatementGroups
@@ -133,14 +133,21 @@ class Replicator:
             self.skipped += 1  # already applied (only possible if offsets were older than the position)
             return
         with self.target.cursor() as cur:
-            for change in txn.changes:
+            moved = None  # the create of an UPDATE of the key whose unchanged values were not logged
+            for change, after in zip(txn.changes, [*txn.changes[1:], None], strict=True):
+                if change is moved:
+                    continue
                 if change.version > st.set_version:
                     self._switch(cur, change.version)
                 tmap = self._maps.get(change.table)
                 if tmap is None:
                     raise ReplicaError(f"{change.topic!r} offset {change.offset}: table {change.table} is not in "
                                        f"set version {st.set_version} applied on the target")
-                self._groups.add(cur, tmap, *tmap.classify(change))
+                kind, values = tmap.classify(change)
+                if kind == "delete" and _moves(change, after):
+                    moved = after
+                    self._groups.raw(cur, tmap.moved_row(cur, values, tmap.classify(after)[1], after.unchanged))
+                self._groups.add(cur, tmap, kind, values)
         for change in txn.changes:
             if change.op != "t":
                 key = (change.topic, change.partition)
@@ -209,3 +216,10 @@ class Replicator:
         self.transactions, self.changes = st.transactions, st.changes
         self.commits += 1
         self._groups, self._pending_changes = StatementGroups(), 0
+
+
+def _moves(delete: Change, after: Change | None) -> bool:
+    """delete and after are an UPDATE of the key (same table and position) whose new row has
+    unchanged columns, which only the old key's row on the target holds."""
+    return (after is not None and after.op == "c" and bool(after.unchanged) and after.table == delete.table
+            and after.position == delete.position)

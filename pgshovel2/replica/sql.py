@@ -97,8 +97,32 @@ class TableMap:
                 raise ReplicaError(f"{where}: a delete without a key")
             return "delete", self.row(change.key, f"the key of {where}")
         if change.op in ("c", "u", "r") and change.value is not None:
-            return "upsert", self.row(change.value, f"the value of {where}")
+            row = self.row(change.value, f"the value of {where}")
+            if change.unchanged:  # keep the target's values (an UPDATE of the key: see moved_row)
+                self._known(change.unchanged, where)
+                row = {c: v for c, v in row.items() if c not in change.unchanged}
+            return "upsert", row
         raise ReplicaError(f"{where}: cannot apply op {change.op!r} with value {change.value!r}")
+
+    def _known(self, columns: frozenset[str], where: str) -> None:
+        unknown = sorted(columns - set(self.adapters))
+        if unknown:
+            raise ReplicaError(f"{where}: unchanged column(s) {unknown} are not columns of {self.table.qualified} "
+                               "in the set version applied on the target")
+
+    def moved_row(self, cur, old_key: dict[str, Any], row: dict[str, Any], unchanged: frozenset[str]) -> bytes:
+        """An UPDATE of the key whose unchanged columns were not logged: INSERT of the new row (row:
+        its logged columns) with the unchanged columns copied from the old key's row, rendered by cur;
+        to run before that row's DELETE. Inserts nothing if the old row is missing (the DELETE's
+        count shows nothing either: the target had already diverged)."""
+        cols, copied = list(row), sorted(unchanged)
+        select = sql.SQL("SELECT {} FROM {} WHERE ({}) = ({})").format(
+            sql.SQL(", ").join([sql.SQL(f"%s::{self.types[c]}") for c in cols] + list(map(sql.Identifier, copied))),
+            self.ident, sql.SQL(", ").join(map(sql.Identifier, self.table.key)),
+            sql.SQL(", ").join(sql.SQL(f"%s::{self.types[k]}") for k in self.table.key))
+        head = self._insert_head(cols + copied)
+        params = [row[c] for c in cols] + [old_key[k] for k in self.table.key]
+        return cur.mogrify((head + sql.SQL(" ") + select).as_string(cur), params)
 
     def truncate(self, cur) -> bytes:
         """TRUNCATE of the table, rendered by cur."""

@@ -8,6 +8,7 @@ every change whose source transaction is visible in the bootstrap's txid
 snapshot (it is in the bootstrap copy already).
 """
 
+import json
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -19,6 +20,7 @@ from pgshovel2.consumer.errors import ConsumerError
 from pgshovel2.txids import TxidSnapshot
 
 OP, POSITION, OFFSET = "__pgshovel_op", "__pgshovel_position", "__pgshovel_offset"
+UNCHANGED = "__pgshovel_unchanged"  # column names whose values the source did not log (pgshovel.unchanged)
 
 
 def _headers(headers: Iterable[Any] | None) -> dict[str, str]:
@@ -27,7 +29,8 @@ def _headers(headers: Iterable[Any] | None) -> dict[str, str]:
 
 def change_rows(table: Table, registry_url: str | None, snapshot: str):
     """mapPartitions function: Kafka rows (key, value, partition, offset, headers) of the table's
-    topic -> physical rows + [op, position, offset]. Raises ConsumerError naming a bad message."""
+    topic -> physical rows + [op, position, offset, unchanged column names]. Raises ConsumerError
+    naming a bad message."""
     cols = spark_codec.columns(table)
 
     def convert(rows: Iterator[Any]) -> Iterator[list]:
@@ -45,8 +48,29 @@ def change_rows(table: Table, registry_url: str | None, snapshot: str):
             datum = value if value is not None else decoder.decode(row["key"], f"the key of {where}")
             if datum is None:
                 continue  # unkeyed delete: nothing identifies the row
-            yield [*spark_codec.physical_row(cols, datum), "d" if value is None else op, position, row["offset"]]
+            unchanged = unchanged_columns(headers, op, where)
+            yield [*spark_codec.physical_row(cols, datum), "d" if value is None else op, position, row["offset"],
+                   unchanged]
     return convert
+
+
+def unchanged_columns(headers: dict[str, str], op: str, where: str) -> list[str]:
+    """The ``pgshovel.unchanged`` column names of a message (empty without the header). Raises
+    ConsumerError for a malformed header, and for a create with unchanged columns (an UPDATE of
+    the key: the values are the old key's, which this job does not carry over yet)."""
+    raw = headers.get(wire.UNCHANGED)
+    if raw is None:
+        return []
+    try:
+        cols = json.loads(raw)
+        if not isinstance(cols, list) or not all(isinstance(c, str) for c in cols):
+            raise ValueError("not a JSON array of column names")
+    except ValueError as exc:
+        raise ConsumerError(f"{where}: malformed {wire.UNCHANGED} header {raw!r}: {exc}") from exc
+    if op != "u":
+        raise ConsumerError(f"{where}: an UPDATE of the key left columns {cols} unchanged and unlogged; "
+                            "materialize cannot carry values from the old key yet (set REPLICA IDENTITY FULL)")
+    return cols
 
 
 def truncations(registry_url: str | None, snapshot: str):

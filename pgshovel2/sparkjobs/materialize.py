@@ -165,16 +165,19 @@ class _Job:
 
         cols = spark_codec.columns(table)
         meta = [st.StructField(changes.OP, st.StringType()), st.StructField(changes.POSITION, st.StringType()),
-                st.StructField(changes.OFFSET, st.LongType())]
+                st.StructField(changes.OFFSET, st.LongType()),
+                st.StructField(changes.UNCHANGED, st.ArrayType(st.StringType()))]
         data = batch.filter(batch.topic == topic).select("key", "value", "partition", "offset", "headers")
         convert = changes.change_rows(table, self.options.registry_url, self.manifest.handoff["txid_snapshot"])
         physical = self.spark.createDataFrame(data.rdd.mapPartitions(convert),
                                               st.StructType(spark_codec.physical_fields(cols) + meta),
                                               verifySchema=False)
-        stream = physical.selectExpr(*spark_codec.logical_exprs(cols), changes.OP, changes.POSITION, changes.OFFSET)
-        base = self._base(table, current).withColumn(changes.OP, sf.lit("r")).withColumn(changes.OFFSET, sf.lit(-1))
-        both = base.unionByName(stream)
+        stream = physical.selectExpr(*spark_codec.logical_exprs(cols), changes.OP, changes.POSITION, changes.OFFSET,
+                                     changes.UNCHANGED)
+        base = (self._base(table, current).withColumn(changes.OP, sf.lit("r")).withColumn(changes.OFFSET, sf.lit(-1))
+                .withColumn(changes.UNCHANGED, sf.array().cast("array<string>")))
         keys = [sf.col(spark_codec.quote(k)) for k in table.key]
+        both = _fill_unchanged(base.unionByName(stream), keys, cols)
         order = Window.partitionBy(*keys).orderBy(sf.col(changes.POSITION).desc(), sf.col(changes.OFFSET).desc())
         latest = both.withColumn("__rank", sf.row_number().over(order)).filter("__rank = 1")
         latest = latest.filter(sf.col(changes.OP) != "d")
@@ -191,3 +194,19 @@ class _Job:
         for old in self.output.glob("state-*"):
             if old != target:
                 shutil.rmtree(old, ignore_errors=True)
+
+
+def _fill_unchanged(rows, keys: list, cols: list):
+    """rows with each value an UPDATE left unchanged and unlogged (listed in changes.UNCHANGED)
+    replaced by the key's previous value of that column (by position, offset): the last row that
+    logged it (a struct, so a logged NULL counts as a value)."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as sf
+
+    history = (Window.partitionBy(*keys).orderBy(sf.col(changes.POSITION), sf.col(changes.OFFSET))
+               .rowsBetween(Window.unboundedPreceding, Window.currentRow))
+    for c in cols:
+        q = spark_codec.quote(c.name)
+        logged = sf.when(~sf.array_contains(sf.col(changes.UNCHANGED), c.name), sf.struct(sf.col(q).alias("v")))
+        rows = rows.withColumn(c.name, sf.last(logged, ignorenulls=True).over(history)["v"])
+    return rows

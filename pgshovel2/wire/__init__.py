@@ -29,6 +29,10 @@ from pgshovel2.errors import RelayError
 OP, TXID, POSITION, TS_MS, SET, VERSION = (
     "pgshovel.op", "pgshovel.txid", "pgshovel.position", "pgshovel.ts_ms", "pgshovel.set", "pgshovel.version")
 DATA_HEADERS = (OP, TXID, POSITION, TS_MS)
+# On an UPDATE's data message only, when the source did not log some of its values (TOASTed values
+# an UPDATE left unchanged, logical backend without REPLICA IDENTITY FULL): the JSON array of those
+# columns' names (exact, unescaped), whose value fields are null. Consumers keep the previous values.
+UNCHANGED = "pgshovel.unchanged"
 
 # Avro stand-ins for ±infinity: date (int) and timestamp (long) columns use the type's min/max.
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1

@@ -28,9 +28,10 @@
 PG_MODULE_MAGIC;
 
 #define HEARTBEAT_PREFIX "pgshovel2.heartbeat"
-#define RECORD_FORMAT "2"		/* sql/decoder/README.rst; 2: change records carry their LSN */
+#define RECORD_FORMAT "3"		/* sql/decoder/README.rst; 3: the list of unchanged values (flag 4) */
 #define FLAG_OLD 1				/* an old image follows the new one */
 #define FLAG_NO_ROW 2			/* DELETE without any old image (replica identity NOTHING) */
+#define FLAG_UNCHANGED 4		/* the new row's unchanged, unlogged values are listed after it */
 
 extern void _PG_output_plugin_init(OutputPluginCallbacks *cb);
 
@@ -199,14 +200,18 @@ check_columns(ShovelTable *t, Relation rel, MemoryContext mcxt)
 }
 
 /*
- * The value of a captured column; an unchanged TOASTed value (a pointer to
- * the TOAST table, not in the WAL record) is taken from the old image, which
- * REPLICA IDENTITY FULL logs with its values inlined (a key-only old image,
- * identity DEFAULT or INDEX, does not have it). Without one it is an error:
- * a wrong value is never written.
+ * The value of a captured column. An unchanged TOASTed value (a pointer to
+ * the TOAST table, not in the WAL record) is taken from the old image when
+ * that has it: REPLICA IDENTITY FULL logs every value inlined, and the old
+ * key of DEFAULT or USING INDEX has the identity's columns (PostgreSQL logs
+ * it, flattened, whenever one of them is stored out of line). Otherwise
+ * *unchanged is set and the value is written as null: the record lists it
+ * (flag 4) and a wrong value is never written. unchanged NULL (old rows,
+ * which PostgreSQL always flattens): such a value is an error.
  */
 static Datum
-column_value(ShovelTable *t, int i, Relation rel, HeapTuple tuple, HeapTuple old, bool *isnull)
+column_value(ShovelTable *t, int i, Relation rel, HeapTuple tuple, HeapTuple old, bool *isnull,
+			 bool *unchanged)
 {
 	TupleDesc	desc = RelationGetDescr(rel);
 	Form_pg_attribute att = TupleDescAttr(desc, t->attnums[i] - 1);
@@ -223,17 +228,23 @@ column_value(ShovelTable *t, int i, Relation rel, HeapTuple tuple, HeapTuple old
 		if (*isnull && rel->rd_rel->relreplident == REPLICA_IDENTITY_FULL)
 			return value;
 	}
-	ereport(ERROR,
-			(errmsg("pgshovel2_decoder: unchanged TOASTed value of column \"%s\" of table \"%s\" "
-					"is not in the WAL", NameStr(att->attname), RelationGetRelationName(rel)),
-			 errhint("Set ALTER TABLE ... REPLICA IDENTITY FULL on tables of a logical set "
-					 "(pgshovel set create requires it for TOASTable columns).")));
+	if (unchanged == NULL)
+		ereport(ERROR,
+				(errmsg("pgshovel2_decoder: value of column \"%s\" of table \"%s\" is not in the WAL's "
+						"old row", NameStr(att->attname), RelationGetRelationName(rel))));
+	*unchanged = true;
+	*isnull = true;
 	return (Datum) 0;
 }
 
-/* Append a row image: JSON array of the captured columns. */
+/*
+ * Append a row image: JSON array of the captured columns. unchanged: where
+ * to list the positions of unchanged values not in the WAL (sized ncols;
+ * *nunchanged counts them), NULL for an old row.
+ */
 static void
-write_row(StringInfo out, ShovelTable *t, Relation rel, HeapTuple tuple, HeapTuple old)
+write_row(StringInfo out, ShovelTable *t, Relation rel, HeapTuple tuple, HeapTuple old,
+		  uint16 *unchanged, int *nunchanged)
 {
 	int			i;
 
@@ -241,10 +252,13 @@ write_row(StringInfo out, ShovelTable *t, Relation rel, HeapTuple tuple, HeapTup
 	for (i = 0; i < t->ncols; i++)
 	{
 		bool		isnull;
-		Datum		value = column_value(t, i, rel, tuple, old, &isnull);
+		bool		missing = false;
+		Datum		value = column_value(t, i, rel, tuple, old, &isnull, unchanged ? &missing : NULL);
 
 		if (i > 0)
 			appendStringInfoCharMacro(out, ',');
+		if (missing)
+			unchanged[(*nunchanged)++] = (uint16) i;
 		pgshovel2_encode_value(out, &t->codecs[i], value, isnull);
 	}
 	appendStringInfoCharMacro(out, ']');
@@ -252,15 +266,38 @@ write_row(StringInfo out, ShovelTable *t, Relation rel, HeapTuple tuple, HeapTup
 
 /* Append a row image preceded by its length (uint32). */
 static void
-write_sized_row(StringInfo out, ShovelTable *t, Relation rel, HeapTuple tuple, HeapTuple old)
+write_sized_row(StringInfo out, ShovelTable *t, Relation rel, HeapTuple tuple, HeapTuple old,
+				uint16 *unchanged, int *nunchanged)
 {
 	int			at = out->len;
 	uint32		len;
 
 	pq_sendint32(out, 0);
-	write_row(out, t, rel, tuple, old);
+	write_row(out, t, rel, tuple, old, unchanged, nunchanged);
 	len = pg_hton32((uint32) (out->len - at - 4));
 	memcpy(out->data + at, &len, 4);
+}
+
+/* Append an INSERT's or UPDATE's flags, new row, unchanged list and old row. */
+static void
+write_new_row(StringInfo out, ShovelTable *t, Relation rel, HeapTuple new_tuple, HeapTuple old_tuple)
+{
+	int			flags_at = out->len;
+	uint16	   *unchanged = palloc(sizeof(uint16) * Max(t->ncols, 1));
+	int			nunchanged = 0;
+	int			i;
+
+	pq_sendbyte(out, old_tuple ? FLAG_OLD : 0);
+	write_sized_row(out, t, rel, new_tuple, old_tuple, unchanged, &nunchanged);
+	if (nunchanged > 0)
+	{
+		out->data[flags_at] |= FLAG_UNCHANGED;
+		pq_sendint16(out, (uint16) nunchanged);
+		for (i = 0; i < nunchanged; i++)
+			pq_sendint16(out, unchanged[i]);
+	}
+	if (old_tuple)
+		write_row(out, t, rel, old_tuple, NULL, NULL, NULL);
 }
 
 static void
@@ -307,17 +344,12 @@ decoder_change(LogicalDecodingContext *ctx, ReorderBufferTXN *txn, Relation rel,
 	{
 		pq_sendbyte(ctx->out, old_tuple ? 0 : FLAG_NO_ROW);
 		if (old_tuple)
-			write_sized_row(ctx->out, t, rel, old_tuple, NULL);
+			write_sized_row(ctx->out, t, rel, old_tuple, NULL, NULL, NULL);
 		else
 			pq_sendint32(ctx->out, 0);
 	}
 	else
-	{
-		pq_sendbyte(ctx->out, old_tuple ? FLAG_OLD : 0);
-		write_sized_row(ctx->out, t, rel, new_tuple, old_tuple);
-		if (old_tuple)
-			write_row(ctx->out, t, rel, old_tuple, NULL);
-	}
+		write_new_row(ctx->out, t, rel, new_tuple, old_tuple);
 	OutputPluginWrite(ctx, true);
 	MemoryContextSwitchTo(old_cxt);
 	MemoryContextReset(state->change_cxt);

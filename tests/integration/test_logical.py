@@ -98,10 +98,11 @@ def test_50mb_value_and_unchanged_toast(stack, cluster, db, schema, tmp_path, re
 
 def test_replica_identity_is_checked(stack, cluster, db, schema, tmp_path):
     with db.cursor() as cur:
-        cur.execute(f'CREATE TABLE "{schema}".t (id int PRIMARY KEY, v text)')
+        cur.execute(f'CREATE TABLE "{schema}".t (id int PRIMARY KEY, v text NOT NULL, nullable text)')
         cur.execute(f'CREATE TABLE "{schema}".n (id int PRIMARY KEY, v int)')
         cur.execute(f'ALTER TABLE "{schema}".n REPLICA IDENTITY NOTHING')
-    for name, expected in (("t", 'TOASTable captured column(s) "v"'), ("n", "replica identity NOTHING")):
+    # with Avro only a NOT NULL TOASTable column needs FULL (its field cannot carry pgshovel.unchanged's null)
+    for name, expected in (("t", 'NOT NULL TOASTable captured column(s) "v" need'), ("n", "replica identity NOTHING")):
         cfg = tmp_path / f"{name}.yaml"
         cfg.write_text(f"database: {{dsn: '{stack.dsn}'}}\nbackend: logical\n"
                        f"tables: [{{schema: {schema}, name: {name}}}]\n")
@@ -177,11 +178,11 @@ def test_plugin_refuses_another_record_format(db, cluster):
         try:
             peek = "SELECT count(*) FROM pg_logical_slot_peek_binary_changes(%s, NULL, NULL, {})"
             with pytest.raises(psycopg2.errors.InvalidParameterValue,
-                               match=r'option "format" is required \(this plugin writes record format 2\)'):
+                               match=r'option "format" is required \(this plugin writes record format 3\)'):
                 cur.execute(peek.format("'tables', '1:1'"), (slot,))
             with pytest.raises(psycopg2.errors.InvalidParameterValue,
-                               match='the reader expects record format "1", this plugin writes format 2'):
-                cur.execute(peek.format("'format', '1', 'tables', '1:1'"), (slot,))
+                               match='the reader expects record format "2", this plugin writes format 3'):
+                cur.execute(peek.format("'format', '2', 'tables', '1:1'"), (slot,))
             cur.execute(peek.format("'format', %s, 'tables', '1:1'"), (slot, RECORD_FORMAT))
             assert cur.fetchone() == (0,)
         finally:

@@ -96,16 +96,31 @@ def _table(key: tuple[str, ...]) -> Table:
     return Table("s", "t", cols, key, "primary key")
 
 
-@pytest.mark.parametrize("ident, ident_cols, toastable, envelope, key, problem", [
-    ("d", {"id"}, [], "row", ("id",), None),
-    ("f", set(), ["v"], "debezium", ("id",), None),
-    ("n", {"id"}, [], "row", ("id",), "NOTHING"),
-    ("d", {"id"}, ["v"], "row", ("id",), "TOASTable"),
-    ("d", {"id"}, [], "debezium", ("id",), "debezium"),
-    ("i", {"n"}, [], "row", ("id",), "its key (id)"),
-    ("d", set(), [], "row", (), None),
+@pytest.mark.parametrize("ident, ident_cols, toastable, envelope, key, problem, encoding", [
+    ("d", {"id"}, [], "row", ("id",), None, "avro"),
+    ("f", set(), ["v"], "debezium", ("id",), None, "avro"),
+    ("n", {"id"}, [], "row", ("id",), "NOTHING", "avro"),
+    ("d", {"id"}, ["v"], "row", ("id",), "NOT NULL TOASTable", "avro"),
+    ("d", {"id"}, ["v"], "row", ("id",), None, "json"),      # unchanged values: null + pgshovel.unchanged
+    ("d", {"id"}, ["id"], "row", ("id",), None, "avro"),     # a key's TOASTed value is in the old key
+    ("d", {"id"}, [], "debezium", ("id",), "debezium", "avro"),
+    ("i", {"n"}, [], "row", ("id",), "its key (id)", "avro"),
+    ("d", set(), [], "row", (), None, "avro"),
 ])
-def test_replica_identity_rules(ident, ident_cols, toastable, envelope, key, problem):
-    config = SetConfig(dsn="x", tables=(TableConfig("s", "t"),), backend="logical", envelope=envelope)
+def test_replica_identity_rules(ident, ident_cols, toastable, envelope, key, problem, encoding):
+    config = SetConfig(dsn="x", tables=(TableConfig("s", "t"),), backend="logical", envelope=envelope,
+                       encoding=encoding)
     got = _identity_problem(_table(key), config, ident, ident_cols, toastable)
     assert (got is None) if problem is None else (problem in got)
+
+
+def test_unchanged_values_are_listed_after_the_new_row():
+    """Flag 4 (record format 3): uint16 count and positions after the new row, before the old row."""
+    src = source()
+    src.decode(b"B" + struct.pack(">QQq", 0x20, 5, 0))
+    listed = struct.pack(">HHH", 2, 1, 3)
+    got = src.decode(change(b"U", 0x21, 0, 4, b"[1,null,7,null]", listed))
+    assert (got.row, got.unchanged, got.before) == ([1, None, 7, None], (1, 3), None)
+    got = src.decode(change(b"U", 0x22, 0, 4 | 1, b"[2,null]", struct.pack(">HH", 1, 1) + b"[1,null]"))
+    assert (got.row, got.unchanged, got.before) == ([2, None], (1,), [1, None])
+    assert src.decode(change(b"U", 0x23, 0, 0, b"[1,2]")).unchanged == ()

@@ -1,0 +1,21 @@
+"""Unchanged TOASTed values through our plugin on pg15 (REPLICA IDENTITY DEFAULT: null + the
+pgshovel.unchanged header; FULL: the value), every shipped consumer keeping the previous value
+(tests/integration/unchanged_toast.py)."""
+
+import pytest
+
+from tests.integration.unchanged_toast import run
+from tests.pgservers import PgServer, extra_port
+
+
+@pytest.fixture
+def target():
+    server = PgServer("target", extra_port(0))
+    server.destroy()
+    yield server.start()
+    server.destroy()
+
+
+@pytest.mark.parametrize("identity", ["DEFAULT", "FULL"])
+def test_unchanged_toast_plugin(stack, cluster, db, schema, tmp_path, relay_factory, target, identity):
+    run(stack, cluster, db, schema, tmp_path, relay_factory, target, "pgshovel2", identity)

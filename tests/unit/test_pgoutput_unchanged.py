@@ -1,0 +1,57 @@
+"""pgoutput's unchanged TOASTed values ('u'): taken from a full old row or the old key when
+it has them, else null and listed in Change.unchanged; never a wrong value (a key-only old row
+is not the row's old values)."""
+
+import struct
+
+from pgshovel2.catalog import Column, Table
+from pgshovel2.relay.pgoutput_decoder import PgoutputDecoder, SetTable
+
+TABLE = Table("s", "t", (Column("id", 1, "integer", "int4", False, False),
+                         Column("n", 2, "integer", "int4", False, True),
+                         Column("v", 3, "text", "text", False, True)), ("id",), "primary key")
+
+
+def _decoder() -> PgoutputDecoder:
+    dec = PgoutputDecoder({TABLE.qualified: SetTable(TABLE, {1: 23, 2: 23, 3: 25}, [int, int, str])})
+    cols = b"".join(b"\x00" + name + b"\x00" + struct.pack(">Ii", oid, -1)
+                    for name, oid in ((b"id", 23), (b"n", 23), (b"v", 25)))
+    dec.feed(b"R" + struct.pack(">I", 7) + b"s\x00t\x00d" + struct.pack(">H", 3) + cols, 0)
+    dec.feed(b"B" + struct.pack(">QqI", 0x90, 0, 5), 0)
+    return dec
+
+
+def _tuple(*values) -> bytes:
+    out = struct.pack(">H", len(values))
+    for v in values:
+        if v is None:
+            out += b"n"
+        elif v is ...:
+            out += b"u"
+        else:
+            out += b"t" + struct.pack(">I", len(v)) + v
+    return out
+
+
+def _update(old_kind: bytes = b"", old: bytes = b"", new: bytes = b"") -> bytes:
+    return b"U" + struct.pack(">I", 7) + old_kind + old + b"N" + new
+
+
+def test_unchanged_without_old_row_is_null_and_listed():
+    begin, change = _decoder().feed(_update(new=_tuple(b"1", b"2", ...)), 0x80)
+    assert (change.row, change.unchanged) == ([1, 2, None], (2,))
+
+
+def test_key_only_old_row_does_not_give_its_nulls_as_values():
+    (change,) = _decoder().feed(_update(b"K", _tuple(b"0", None, None), _tuple(b"1", b"2", ...)), 0x80)[1:]
+    assert (change.row, change.before, change.unchanged) == ([1, 2, None], [0, None, None], (2,))
+
+
+def test_full_old_row_gives_the_value():
+    (change,) = _decoder().feed(_update(b"O", _tuple(b"1", b"1", b"big"), _tuple(b"1", b"2", ...)), 0x80)[1:]
+    assert (change.row, change.unchanged) == ([1, 2, "big"], ())
+
+
+def test_key_value_from_the_old_key():
+    (change,) = _decoder().feed(_update(b"K", _tuple(b"1", None, None), _tuple(..., b"2", b"x")), 0x80)[1:]
+    assert (change.row, change.unchanged) == ([1, 2, "x"], ())
