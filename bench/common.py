@@ -77,11 +77,8 @@ def save_result(prefix: str, result: dict) -> Path:
 def create_set(cur, name: str, encoding: str = "avro",
                columns: str = "id int PRIMARY KEY, n int, s text", backend: str = "trigger") -> str:
     """A set ``name`` on a new table bench_relay.<name> (columns: SQL column list); returns its queue
-    (logical backends, ``logical`` or ``pgoutput``: the table gets REPLICA IDENTITY FULL; returns the
-    queue name all the same)."""
+    (for logical sets, ``logical`` or ``pgoutput``, it returns the queue name all the same)."""
     cur.execute(f"CREATE TABLE bench_relay.{name} ({columns})")
-    if backend in LOGICAL:
-        cur.execute(f"ALTER TABLE bench_relay.{name} REPLICA IDENTITY FULL")
     config = write_config(name, [{"schema": "bench_relay", "name": name}], backend, encoding)
     pgshovel("set", "create", name, str(config))
     return f"pgshovel2.{CLUSTER}.{name}"
