@@ -21,7 +21,7 @@ def _s_columns(cur, queue: str) -> list[tuple]:
 
 def _sig_current(cur, table: str) -> bool:
     """Whether the recorded signature of table's generated function is the live one."""
-    cur.execute("SELECT s.sig = pgshovel2_pl._sig_of(s.rel, pgshovel2_pl._sig_types(s.rel)) "
+    cur.execute("SELECT s.sig = pgshovel2_pl._sig(s.rel) "
                 "FROM pgshovel2_pl.layout_sig s WHERE s.rel = %s::regclass", (table,))
     return cur.fetchone()[0]
 

@@ -64,12 +64,11 @@ JOIN pg_catalog.pg_type t ON t.oid = r.typid
 LEFT JOIN pg_catalog.pg_type e ON t.typcategory = 'A' AND e.oid = t.typelem
 $$;
 
--- The types the layout of rel's live columns depends on: their types, the domains' base
--- types and the arrays' element types, transitively (ascending oids).
-CREATE OR REPLACE FUNCTION pgshovel2_pl._sig_types(rel oid) RETURNS oid[]
+-- The catalog rows the layout of rel's live columns depends on besides rel's pg_attribute
+-- rows: their types, the domains' base types and the arrays' element types, transitively,
+-- and those types' schemas (format_type and table_columns read their names).
+CREATE OR REPLACE FUNCTION pgshovel2_pl._sig_deps(rel oid, OUT types oid[], OUT nsps oid[])
 LANGUAGE plpgsql STABLE AS $$
-DECLARE
-    types oid[];
 BEGIN
     WITH RECURSIVE ty(typ) AS (
         SELECT a.atttypid FROM pg_catalog.pg_attribute a
@@ -79,37 +78,46 @@ BEGIN
              LATERAL (VALUES (t.typbasetype), (t.typelem)) v(x)
         WHERE v.x <> 0
     )
-    SELECT coalesce(array_agg(typ ORDER BY typ), '{}') INTO types FROM ty;
-    RETURN types;
+    SELECT coalesce(array_agg(t.oid ORDER BY t.oid), '{}'),
+           coalesce(array_agg(DISTINCT t.typnamespace ORDER BY t.typnamespace), '{}')
+    INTO types, nsps
+    FROM ty JOIN pg_catalog.pg_type t ON t.oid = ty.typ;
 END $$;
 
--- The catalog signature of rel's layout: what table_columns() and live_layout() read, as text
--- (record and array output: quoted, unambiguous). Every pg_attribute row of rel (dropped
--- ones too): attnum, attname, atttypid, atttypmod, attnotnull, attisdropped, atthasmissing
--- and the row version (xmin; attmissingval only changes with a new row version); the
--- pg_type rows of types (_sig_types: their names, schemas, typmod output and subscript
--- functions, row versions; format_type and the generated code read them) and their
--- schemas' names. A DDL that changes the layout changes the signature (ADD/DROP/RENAME
--- COLUMN, ALTER TYPE, SET/DROP NOT NULL, renaming a column's type, domain, base or element
--- type or its schema, ALTER TYPE SET); some that do not change the layout change it too
--- (SET STATISTICS, ALTER DOMAIN ADD CONSTRAINT): those only cost one full check.
--- Two indexed lookups with cached plans: the generated trigger function calls it once per
--- transaction instead of the full check.
-CREATE OR REPLACE FUNCTION pgshovel2_pl._sig_of(rel oid, types oid[]) RETURNS text
+-- The catalog signature of rel's layout: the row versions (ctid and xmin) of everything
+-- table_columns(), live_layout() and the generated code read: every pg_attribute row of rel
+-- (dropped ones too) and the pg_type and pg_namespace rows of _sig_deps (types, nsps).
+-- Every DDL that changes a layout updates one of those rows, and an update writes a new row
+-- version: ADD COLUMN (a new row), DROP/RENAME COLUMN, ALTER COLUMN TYPE, SET/DROP NOT NULL,
+-- a table rewrite (atthasmissing), renaming a column's type, its domain, the domain's base
+-- type, an element type or their schema, ALTER TYPE ... SET. A second update of the same row
+-- in one transaction keeps the xmin but not the ctid (the first version stays until that
+-- transaction ends); a ctid is reused only after its version is dead and pruned, so equal
+-- (ctid, xmin) would take a transaction id reused after 2^32 others. Some DDL changes the
+-- signature but no layout (SET STATISTICS, ALTER DOMAIN ADD CONSTRAINT, VACUUM FULL of the
+-- catalogs): that costs one full check and a regeneration. Three indexed lookups with cached
+-- plans, row versions as text (no values to format) in the index scans' order (no sort: a
+-- changed order can only make a difference, never hide one): the generated trigger function
+-- runs it once per transaction instead of the full check.
+CREATE OR REPLACE FUNCTION pgshovel2_pl._sig_of(rel oid, types oid[], nsps oid[]) RETURNS text
 LANGUAGE plpgsql STABLE AS $$
 DECLARE
-    atts text;
-    typs text;
+    sig text;
 BEGIN
-    SELECT array_agg(ROW(a.attnum, a.attname, a.atttypid, a.atttypmod, a.attnotnull, a.attisdropped,
-                         a.atthasmissing, a.xmin) ORDER BY a.attnum)::text INTO atts
-    FROM pg_catalog.pg_attribute a WHERE a.attrelid = rel AND a.attnum > 0;
-    SELECT array_agg(ROW(t.oid, t.typname, t.typnamespace, n.nspname, t.typmodout::oid, t.typsubscript::oid,
-                         t.xmin, n.xmin) ORDER BY t.oid)::text INTO typs
-    FROM pg_catalog.pg_type t JOIN pg_catalog.pg_namespace n ON n.oid = t.typnamespace
-    WHERE t.oid = ANY (types);
-    RETURN concat(atts, '|', typs);
+    SELECT concat(
+        (SELECT string_agg(a.ctid::text || a.xmin, ',') FROM pg_catalog.pg_attribute a
+         WHERE a.attrelid = rel AND a.attnum > 0), '|',
+        (SELECT string_agg(t.ctid::text || t.xmin, ',') FROM pg_catalog.pg_type t
+         WHERE t.oid = ANY (types)), '|',
+        (SELECT string_agg(n.ctid::text || n.xmin, ',') FROM pg_catalog.pg_namespace n
+         WHERE n.oid = ANY (nsps)))
+    INTO sig;
+    RETURN sig;
 END $$;
+
+-- The catalog signature of rel now.
+CREATE OR REPLACE FUNCTION pgshovel2_pl._sig(rel oid) RETURNS text
+LANGUAGE sql STABLE AS $$ SELECT pgshovel2_pl._sig_of(rel, d.types, d.nsps) FROM pgshovel2_pl._sig_deps(rel) d $$;
 
 -- Floats: float4out/float8out give the shortest exact text when extra_float_digits > 0
 -- (the C code calls the same shortest-decimal routines); the SET clause pins it here only,
@@ -411,11 +419,11 @@ DECLARE
     skip text := 'false';
     before text := 'false';
     live pgshovel2_pl.layout := pgshovel2_pl.live_layout(l);
-    types oid[] := pgshovel2_pl._sig_types(l.rel);
+    deps record := pgshovel2_pl._sig_deps(l.rel);
     new_sig text;
 BEGIN
     IF (live.cols, live.keys, live.columns) IS NOT DISTINCT FROM (l.cols, l.keys, l.columns) THEN
-        new_sig := pgshovel2_pl._sig_of(l.rel, types);
+        new_sig := pgshovel2_pl._sig_of(l.rel, deps.types, deps.nsps);
     END IF;
     INSERT INTO pgshovel2_pl.layout_sig AS o (queue, rel, sig) VALUES (l.queue, l.rel, new_sig)
     ON CONFLICT (queue, rel) DO UPDATE SET sig = EXCLUDED.sig;
@@ -442,7 +450,7 @@ BEGIN
         RETURN NULL;
     END IF;
     IF pg_catalog.current_setting('pgshovel2_pl.s%4$s', true) IS DISTINCT FROM '%5$s' THEN
-        IF pgshovel2_pl._sig_of(%11$s, %12$L) OPERATOR(pg_catalog.=) %13$L THEN
+        IF pgshovel2_pl._sig_of(%11$s, %12$L, %13$L) OPERATOR(pg_catalog.=) %14$L THEN
             PERFORM pg_catalog.set_config('pgshovel2_pl.s%4$s', '%5$s', true);
         ELSIF pgshovel2_pl._check(TG_ARGV[0], TG_RELID) IS DISTINCT FROM '%5$s' THEN
             PERFORM pgshovel2_pl._row(TG_ARGV[0], TG_ARGV[1], TG_RELID, TG_OP, NEW, OLD);
@@ -466,7 +474,7 @@ BEGIN
     RETURN NULL;
 END $c$ $g$, fname, l.rel::regclass, l.queue, pgshovel2_pl._key(l.queue, l.rel), pgshovel2_pl._stamp(l),
            pgshovel2_pl.row_sql(l.rel, l.cols, 'NEW'), pgshovel2_pl.row_sql(l.rel, l.cols, 'OLD'),
-           skip, before, pgshovel2_pl._generate_queue(l.queue), l.rel::oid, types, new_sig);
+           skip, before, pgshovel2_pl._generate_queue(l.queue), l.rel::oid, deps.types, deps.nsps, new_sig);
     RETURN fname;
 END $$;
 
@@ -516,7 +524,7 @@ BEGIN
     live := pgshovel2_pl.live_layout(rec);
     IF (live.cols, live.keys, live.columns) IS NOT DISTINCT FROM (rec.cols, rec.keys, rec.columns) THEN
         SELECT s.sig INTO recorded_sig FROM pgshovel2_pl.layout_sig s WHERE s.queue = queue_name AND s.rel = _prepare.rel;
-        IF recorded_sig = pgshovel2_pl._sig_of(rel, pgshovel2_pl._sig_types(rel)) THEN
+        IF recorded_sig = pgshovel2_pl._sig(rel) THEN
             RETURN rec;
         END IF;
     ELSIF event_columns IS NULL THEN
@@ -529,7 +537,7 @@ BEGIN
         -- the same layout at another signature (e.g. SET STATISTICS): the generated function's
         -- signature check would fail in every transaction until regenerated
         SELECT s.sig INTO recorded_sig FROM pgshovel2_pl.layout_sig s WHERE s.queue = queue_name AND s.rel = _prepare.rel;
-        IF recorded_sig IS DISTINCT FROM pgshovel2_pl._sig_of(rel, pgshovel2_pl._sig_types(rel)) THEN
+        IF recorded_sig IS DISTINCT FROM pgshovel2_pl._sig(rel) THEN
             PERFORM pgshovel2_pl._generate(rec);
         END IF;
         RETURN rec;
