@@ -14,7 +14,7 @@ from psycopg2 import sql
 from pgshovel2.errors import CaptureError
 
 SCHEMA = "pgshovel2_pl"
-VERSION = "2"  # pgshovel2_pl.version() of pgshovel2/backends/sql/pgshovel2_pl.sql
+VERSION = "3"  # pgshovel2_pl.version() of pgshovel2/backends/sql/pgshovel2_pl.sql
 C_EXTENSION = "pgshovel2"
 
 
@@ -82,5 +82,10 @@ def forget(cur, queue: str, tag: str | None = None) -> None:
         return
     cur.execute("DELETE FROM pgshovel2_pl.layout WHERE queue = %s AND (%s::text IS NULL OR rel = to_regclass(%s)) "
                 "RETURNING pgshovel2_pl.trigger_function(queue, rel)", (queue, tag, tag))
-    for (function,) in cur.fetchall():
+    functions = cur.fetchall()
+    cur.execute("SELECT to_regclass('pgshovel2_pl.layout_sig') IS NOT NULL")  # version 3 on
+    if cur.fetchone()[0]:
+        cur.execute("DELETE FROM pgshovel2_pl.layout_sig WHERE queue = %s "
+                    "AND (%s::text IS NULL OR rel = to_regclass(%s))", (queue, tag, tag))
+    for (function,) in functions:
         cur.execute(sql.SQL("DROP FUNCTION IF EXISTS {}()").format(sql.Identifier(SCHEMA, function)))

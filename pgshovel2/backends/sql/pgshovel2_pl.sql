@@ -10,7 +10,7 @@
 CREATE SCHEMA IF NOT EXISTS pgshovel2_pl;
 
 CREATE OR REPLACE FUNCTION pgshovel2_pl.version() RETURNS text
-LANGUAGE sql IMMUTABLE AS $$ SELECT '2' $$;
+LANGUAGE sql IMMUTABLE AS $$ SELECT '3' $$;
 
 -- The layout each (queue, table) was last captured in: captured attnums, key attnums, the
 -- table_columns rows of the captured columns (text), mode and table tag as installed.
@@ -26,6 +26,19 @@ CREATE TABLE IF NOT EXISTS pgshovel2_pl.layout (
     PRIMARY KEY (queue, rel)
 );
 REVOKE ALL ON pgshovel2_pl.layout FROM PUBLIC;
+
+-- The catalog signature (_sig_of) each (queue, table)'s generated trigger function was
+-- generated at; NULL when generated for a layout other than the live one; no row: generated
+-- by version 2. Written by _generate(). (Not a column of layout: adding one to a version 2
+-- install would be an ALTER TABLE, which the C extension's event trigger, if installed,
+-- refuses to a role without rights on its schema.)
+CREATE TABLE IF NOT EXISTS pgshovel2_pl.layout_sig (
+    queue text NOT NULL,
+    rel oid NOT NULL,
+    sig text,
+    PRIMARY KEY (queue, rel)
+);
+REVOKE ALL ON pgshovel2_pl.layout_sig FROM PUBLIC;
 
 -- Same query as pgshovel2.table_columns (sql/capture) and pgshovel2.catalog._COLUMNS_SQL.
 CREATE OR REPLACE FUNCTION pgshovel2_pl.table_columns(rel oid, attnums int2[]) RETURNS json
@@ -50,6 +63,61 @@ JOIN pg_catalog.pg_attribute a ON a.attrelid = rel AND a.attnum = r.attnum
 JOIN pg_catalog.pg_type t ON t.oid = r.typid
 LEFT JOIN pg_catalog.pg_type e ON t.typcategory = 'A' AND e.oid = t.typelem
 $$;
+
+-- The catalog rows the layout of rel's live columns depends on besides rel's pg_attribute
+-- rows: their types, the domains' base types and the arrays' element types, transitively,
+-- and those types' schemas (format_type and table_columns read their names).
+CREATE OR REPLACE FUNCTION pgshovel2_pl._sig_deps(rel oid, OUT types oid[], OUT nsps oid[])
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    WITH RECURSIVE ty(typ) AS (
+        SELECT a.atttypid FROM pg_catalog.pg_attribute a
+        WHERE a.attrelid = rel AND a.attnum > 0 AND NOT a.attisdropped
+      UNION
+        SELECT v.x FROM ty JOIN pg_catalog.pg_type t ON t.oid = ty.typ,
+             LATERAL (VALUES (t.typbasetype), (t.typelem)) v(x)
+        WHERE v.x <> 0
+    )
+    SELECT coalesce(array_agg(t.oid ORDER BY t.oid), '{}'),
+           coalesce(array_agg(DISTINCT t.typnamespace ORDER BY t.typnamespace), '{}')
+    INTO types, nsps
+    FROM ty JOIN pg_catalog.pg_type t ON t.oid = ty.typ;
+END $$;
+
+-- The catalog signature of rel's layout: the row versions (ctid and xmin) of everything
+-- table_columns(), live_layout() and the generated code read: every pg_attribute row of rel
+-- (dropped ones too) and the pg_type and pg_namespace rows of _sig_deps (types, nsps).
+-- Every DDL that changes a layout updates one of those rows, and an update writes a new row
+-- version: ADD COLUMN (a new row), DROP/RENAME COLUMN, ALTER COLUMN TYPE, SET/DROP NOT NULL,
+-- a table rewrite (atthasmissing), renaming a column's type, its domain, the domain's base
+-- type, an element type or their schema, ALTER TYPE ... SET. A second update of the same row
+-- in one transaction keeps the xmin but not the ctid (the first version stays until that
+-- transaction ends); a ctid is reused only after its version is dead and pruned, so equal
+-- (ctid, xmin) would take a transaction id reused after 2^32 others. Some DDL changes the
+-- signature but no layout (SET STATISTICS, ALTER DOMAIN ADD CONSTRAINT, VACUUM FULL of the
+-- catalogs): that costs one full check and a regeneration. Three indexed lookups with cached
+-- plans, row versions as text (no values to format) in the index scans' order (no sort: a
+-- changed order can only make a difference, never hide one): the generated trigger function
+-- runs it once per transaction instead of the full check.
+CREATE OR REPLACE FUNCTION pgshovel2_pl._sig_of(rel oid, types oid[], nsps oid[]) RETURNS text
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    sig text;
+BEGIN
+    SELECT concat(
+        (SELECT string_agg(a.ctid::text || a.xmin, ',') FROM pg_catalog.pg_attribute a
+         WHERE a.attrelid = rel AND a.attnum > 0), '|',
+        (SELECT string_agg(t.ctid::text || t.xmin, ',') FROM pg_catalog.pg_type t
+         WHERE t.oid = ANY (types)), '|',
+        (SELECT string_agg(n.ctid::text || n.xmin, ',') FROM pg_catalog.pg_namespace n
+         WHERE n.oid = ANY (nsps)))
+    INTO sig;
+    RETURN sig;
+END $$;
+
+-- The catalog signature of rel now.
+CREATE OR REPLACE FUNCTION pgshovel2_pl._sig(rel oid) RETURNS text
+LANGUAGE sql STABLE AS $$ SELECT pgshovel2_pl._sig_of(rel, d.types, d.nsps) FROM pgshovel2_pl._sig_deps(rel) d $$;
 
 -- Floats: float4out/float8out give the shortest exact text when extra_float_digits > 0
 -- (the C code calls the same shortest-decimal routines); the SET clause pins it here only,
@@ -337,16 +405,28 @@ END $$;
 -- Generate (CREATE OR REPLACE) the row trigger function of layout l: its statements are
 -- static (PL/pgSQL caches their plans), the per-row work of _row() without EXECUTE. It
 -- checks once per transaction (setting pgshovel2_pl.s<key>) that the table's layout is
--- still the one it was generated for (_check: may append an S event and regenerate it);
--- otherwise that row goes through _row(). As a TRUNCATE trigger it appends the 'T' event.
--- Returns its name (unqualified).
+-- still the one it was generated for: the catalog signature (_sig_of) it was generated at
+-- unchanged, or else the full check (_check: may append an S event and regenerate it);
+-- when that finds another layout, the row goes through _row(). As a TRUNCATE trigger it
+-- appends the 'T' event. Records the signature (layout_sig; NULL, matching nothing, when l
+-- is not the table's live layout: the first write then appends the S event). Called with
+-- the layout row locked (register's upsert, _prepare's FOR UPDATE). Returns its name
+-- (unqualified).
 CREATE OR REPLACE FUNCTION pgshovel2_pl._generate(l pgshovel2_pl.layout) RETURNS text
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     fname text := pgshovel2_pl.trigger_function(l.queue, l.rel);
     skip text := 'false';
     before text := 'false';
+    live pgshovel2_pl.layout := pgshovel2_pl.live_layout(l);
+    deps record := pgshovel2_pl._sig_deps(l.rel);
+    new_sig text;
 BEGIN
+    IF (live.cols, live.keys, live.columns) IS NOT DISTINCT FROM (l.cols, l.keys, l.columns) THEN
+        new_sig := pgshovel2_pl._sig_of(l.rel, deps.types, deps.nsps);
+    END IF;
+    INSERT INTO pgshovel2_pl.layout_sig AS o (queue, rel, sig) VALUES (l.queue, l.rel, new_sig)
+    ON CONFLICT (queue, rel) DO UPDATE SET sig = EXCLUDED.sig;
     IF l.mode LIKE 'subset%' AND cardinality(l.cols) > 0 THEN
         skip := 'pg_catalog.record_image_eq(' || pgshovel2_pl.cols_sql(l.rel, l.cols, 'NEW') || ', '
                 || pgshovel2_pl.cols_sql(l.rel, l.cols, 'OLD') || ')';
@@ -370,7 +450,9 @@ BEGIN
         RETURN NULL;
     END IF;
     IF pg_catalog.current_setting('pgshovel2_pl.s%4$s', true) IS DISTINCT FROM '%5$s' THEN
-        IF pgshovel2_pl._check(TG_ARGV[0], TG_RELID) IS DISTINCT FROM '%5$s' THEN
+        IF pgshovel2_pl._sig_of(%11$L::pg_catalog.oid, %12$L, %13$L) OPERATOR(pg_catalog.=) %14$L THEN
+            PERFORM pg_catalog.set_config('pgshovel2_pl.s%4$s', '%5$s', true);
+        ELSIF pgshovel2_pl._check(TG_ARGV[0], TG_RELID) IS DISTINCT FROM '%5$s' THEN
             PERFORM pgshovel2_pl._row(TG_ARGV[0], TG_ARGV[1], TG_RELID, TG_OP, NEW, OLD);
             RETURN NULL;
         END IF;
@@ -392,7 +474,7 @@ BEGIN
     RETURN NULL;
 END $c$ $g$, fname, l.rel::regclass, l.queue, pgshovel2_pl._key(l.queue, l.rel), pgshovel2_pl._stamp(l),
            pgshovel2_pl.row_sql(l.rel, l.cols, 'NEW'), pgshovel2_pl.row_sql(l.rel, l.cols, 'OLD'),
-           skip, before, pgshovel2_pl._generate_queue(l.queue));
+           skip, before, pgshovel2_pl._generate_queue(l.queue), l.rel::oid, deps.types, deps.nsps, new_sig);
     RETURN fname;
 END $$;
 
@@ -432,6 +514,7 @@ LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     rec pgshovel2_pl.layout;
     live pgshovel2_pl.layout;
+    recorded_sig text;
 BEGIN
     SELECT * INTO rec FROM pgshovel2_pl.layout l WHERE l.queue = queue_name AND l.rel = _prepare.rel;
     IF NOT FOUND THEN
@@ -440,7 +523,10 @@ BEGIN
     END IF;
     live := pgshovel2_pl.live_layout(rec);
     IF (live.cols, live.keys, live.columns) IS NOT DISTINCT FROM (rec.cols, rec.keys, rec.columns) THEN
-        RETURN rec;
+        SELECT s.sig INTO recorded_sig FROM pgshovel2_pl.layout_sig s WHERE s.queue = queue_name AND s.rel = _prepare.rel;
+        IF recorded_sig = pgshovel2_pl._sig(rel) THEN
+            RETURN rec;
+        END IF;
     ELSIF event_columns IS NULL THEN
         RETURN NULL;
     END IF;
@@ -448,7 +534,15 @@ BEGIN
     FOR UPDATE;
     live := pgshovel2_pl.live_layout(rec);
     IF (live.cols, live.keys, live.columns) IS NOT DISTINCT FROM (rec.cols, rec.keys, rec.columns) THEN
+        -- the same layout at another signature (e.g. SET STATISTICS): the generated function's
+        -- signature check would fail in every transaction until regenerated
+        SELECT s.sig INTO recorded_sig FROM pgshovel2_pl.layout_sig s WHERE s.queue = queue_name AND s.rel = _prepare.rel;
+        IF recorded_sig IS DISTINCT FROM pgshovel2_pl._sig(rel) THEN
+            PERFORM pgshovel2_pl._generate(rec);
+        END IF;
         RETURN rec;
+    ELSIF event_columns IS NULL THEN
+        RETURN NULL;
     END IF;
     PERFORM pgq.insert_event(queue_name, 'S',
         json_build_object('schema', n.nspname, 'name', c.relname,
