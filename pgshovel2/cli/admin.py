@@ -148,15 +148,18 @@ def set_upgrade(ctx: click.Context, name: str, config: str, dry_run: bool) -> No
 @click.option("--wait", is_flag=True, help="First wait until the relay has relayed every change committed "
               "before the command started (a drain check).")
 @click.option("--timeout", default=300.0, show_default=True, help="Seconds --wait waits at most.")
+@click.option("--standby", "standby_dsn", default=None,
+              help="DSN of a physical standby: say whether a logical set's slot is synced to it (PostgreSQL 17+).")
 @click.pass_context
 @reports_errors
 def set_status(ctx: click.Context, name: str, bootstrap_servers: str, as_json: bool, wait: bool,
-               timeout: float) -> None:
-    """Show set NAME's queue lag, active relay, last committed position and Kafka end offsets."""
+               timeout: float, standby_dsn: str | None) -> None:
+    """Show set NAME's queue lag, active relay, last committed position and Kafka end offsets,
+    and for a logical set whether its slot survives a failover."""
     with _store(ctx) as store:
         if wait:
             status.wait_caught_up(store, name, bootstrap_servers, timeout)
-        info = status.set_status(store, name, bootstrap_servers)
+        info = status.set_status(store, name, bootstrap_servers, standby_dsn)
     if as_json:
         click.echo(json.dumps(info, indent=2, sort_keys=True, default=str))
         return
