@@ -64,11 +64,11 @@ def pair():
         primary.stop()
 
 
-def run_writers(dsn: str, count: int = 3) -> tuple[threading.Event, list[threading.Thread]]:
-    """Writers (tests.integration.test_relay.writer) on table acct until stopped or the server goes."""
+def run_writers(dsn: str, table: str = "acct", count: int = 3) -> tuple[threading.Event, list[threading.Thread]]:
+    """Writers (tests.integration.test_relay.writer) on table until stopped or the server goes."""
     def one(seed: int) -> None:
         try:
-            writer(dsn, "acct", stop, seed)
+            writer(dsn, table, stop, seed)
         except psycopg2.Error:
             pass  # the server went away (the failover)
 
