@@ -1,7 +1,9 @@
-"""The set's slot command by server version, and set status's failover wording (pure parts)."""
+"""The set's slot command by server version, set status's failover wording, and the text form of a
+replicate target's handoff (pure parts)."""
 
 from pgshovel2.backends.logical import create_slot_command
 from pgshovel2.ops.status import failover_text
+from pgshovel2.txids import ConsistentPoint, TxidSnapshot, parse_handoff
 
 PRIMARY17 = {"server_version": 170005, "in_recovery": False, "failover": True, "standby_slots": ["standby1"]}
 STANDBY = {"dsn": "host=s", "in_recovery": True, "exists": True, "synced": True, "temporary": False,
@@ -55,3 +57,9 @@ def test_17_without_synchronized_standby_slots_warns():
 def test_no_slot_yet_and_no_answer():
     assert failover_text({**PRIMARY17, "failover": None, "standby": None}).startswith("no slot yet")
     assert failover_text({"error": "database x does not answer: y"}) == "database x does not answer: y"
+
+
+def test_parse_handoff_by_form():
+    assert parse_handoff("0/18F74C8") == ConsistentPoint.parse("0/18F74C8")
+    assert parse_handoff("10:20:12,15") == TxidSnapshot(10, 20, frozenset({12, 15}))
+    assert str(parse_handoff("0/18F74C8")) == "0/18F74C8"
