@@ -73,6 +73,12 @@ class ConsistentPoint:
         return str(Lsn(self.lsn))
 
 
+def parse_handoff(text: str) -> "TxidSnapshot | ConsistentPoint":
+    """A handoff in its text form: ``X/Y`` (an LSN: logical backend) or ``xmin:xmax:xip,...``
+    (a txid snapshot: trigger backend); raises ValueError naming the text when malformed."""
+    return ConsistentPoint.parse(text) if "/" in text else TxidSnapshot.parse(text)
+
+
 def handoff_point(handoff: dict) -> "TxidSnapshot | ConsistentPoint":
     """The handoff rule of a bootstrap manifest's ``handoff`` record (by its backend)."""
     if handoff.get("backend") == "logical":

@@ -4,6 +4,8 @@
 # unpacked into $PG_STOCK_HOME/<major> (bin, lib, share).
 #   scripts/pg-stock.sh fetch [MAJOR...]      fetch + unpack (all known majors by default); idempotent
 #   scripts/pg-stock.sh up|down|status MAJOR  one server under $STACK_DIR-stock<MAJOR>
+#   scripts/pg-stock.sh stop|promote MAJOR    stop it cleanly (fast shutdown, data kept; ``up`` starts it
+#                                             again), or promote it (a standby) to a primary
 #   scripts/pg-stock.sh env MAJOR             its DSNs, as shell exports
 # Port: $STOCK_PORT, else ${STOCK_PG_PORT:-58150} + the major's index in 14 16 17 18.
 # Every server: 127.0.0.1 only, wal_level=logical, max_prepared_transactions=0, database pgshovel
@@ -117,6 +119,19 @@ server_down() {  # major: stop and remove
   rm -rf "$dir"
 }
 
+server_stop() {  # major: fast shutdown (every WAL record sent to standbys first), data kept
+  local dir; dir=$(server_dir "$1")
+  pid_alive "$dir" || return 0
+  as_pg "$PG_STOCK_HOME/$1/bin/pg_ctl" -D "$dir/data" -m fast -w -t 60 stop >/dev/null ||
+    die "stock PostgreSQL $1 did not stop: see $dir/postgres.log"
+}
+
+server_promote() {  # major
+  local dir; dir=$(server_dir "$1")
+  as_pg "$PG_STOCK_HOME/$1/bin/pg_ctl" -D "$dir/data" -w -t 60 promote >/dev/null ||
+    die "stock PostgreSQL $1 in $dir was not promoted: see $dir/postgres.log"
+}
+
 [ -z "${2:-}" ] || version_of "$2" >/dev/null   # an unknown major stops here, with its name
 
 case "${1:-}" in
@@ -125,6 +140,8 @@ case "${1:-}" in
     [ $# -gt 0 ] || set -- "${MAJORS[@]}"
     for m in "$@"; do fetch_one "$m"; done ;;
   up) server_up "${2:?usage: $0 up MAJOR}" ;;
+  stop) server_stop "${2:?usage: $0 stop MAJOR}"; log "stock PostgreSQL $2 stopped (data kept)" ;;
+  promote) server_promote "${2:?usage: $0 promote MAJOR}"; log "stock PostgreSQL $2 promoted" ;;
   down) server_down "${2:?usage: $0 down MAJOR}"; log "stock PostgreSQL $2 stopped and removed" ;;
   status)
     major=${2:?usage: $0 status MAJOR}
@@ -134,5 +151,5 @@ case "${1:-}" in
     port=$(server_port "${2:?usage: $0 env MAJOR}")
     echo "export PGSHOVEL_STOCK_DSN='host=127.0.0.1 port=$port dbname=$PG_DB user=app'"
     echo "export PGSHOVEL_STOCK_ADMIN_DSN='host=127.0.0.1 port=$port dbname=$PG_DB user=postgres'" ;;
-  *) echo "usage: $0 fetch [MAJOR...] | up|down|status|env MAJOR" >&2; exit 2 ;;
+  *) echo "usage: $0 fetch [MAJOR...] | up|down|stop|promote|status|env MAJOR" >&2; exit 2 ;;
 esac

@@ -76,6 +76,31 @@ class StockServer:
         """Stop the server and remove its directory."""
         self.script("down", str(self.major))
 
+    def stop_clean(self) -> None:
+        """Fast shutdown, data kept (a standby receives every WAL record first); start() must
+        not be used to start it again (it re-creates the server): use resume()."""
+        self.script("stop", str(self.major))
+
+    def resume(self) -> None:
+        """Start the server again on its existing data directory."""
+        self.script("up", str(self.major))
+
+    def promote(self) -> None:
+        """pg_ctl promote (waits until the standby accepts writes)."""
+        self.script("promote", str(self.major))
+
+    def configure(self, settings: dict[str, str]) -> None:
+        """ALTER SYSTEM SET each setting (as postgres) and reload; settings needing a restart
+        take effect at the next resume()."""
+        conn = self.connect(admin=True)
+        try:
+            with conn.cursor() as cur:
+                for key, value in settings.items():
+                    cur.execute(f"ALTER SYSTEM SET {key} = %s", (value,))
+                cur.execute("SELECT pg_reload_conf()")
+        finally:
+            conn.close()
+
     def connect(self, admin: bool = False, dbname: str = "pgshovel"):
         """An autocommit connection as app (admin: as postgres) to dbname."""
         dsn = self.admin_dsn if admin else self.dsn
@@ -105,6 +130,39 @@ class StockServer:
                 cur.execute("GRANT CREATE ON DATABASE pgshovel TO app")
         finally:
             conn.close()
+
+
+def make_standby(primary: StockServer, standby: StockServer, slot: str) -> None:
+    """Make standby (same major, its own port and base, not running) a physical streaming standby
+    of primary without pg_basebackup: a physical slot on the primary, a clean stop of the
+    primary, a copy of its data directory, then both started. The standby streams through slot
+    and synchronizes failover slots (PostgreSQL 17+: sync_replication_slots, primary_conninfo
+    with dbname, hot_standby_feedback); the primary waits for slot before sending logical
+    changes (synchronized_standby_slots), so no logical slot gets ahead of the standby."""
+    primary.query("SELECT pg_create_physical_replication_slot(%s, true)", (slot,), admin=True)
+    settings = {"hot_standby_feedback": "on"}
+    if primary.major >= 17:
+        settings["synchronized_standby_slots"] = slot
+    primary.configure(settings)
+    primary.stop_clean()
+    data = standby.dir / "data"
+    subprocess.run(["rm", "-rf", str(standby.dir)], check=True)
+    (standby.dir / "run").mkdir(parents=True)
+    subprocess.run(["cp", "-a", str(primary.dir / "data"), str(data)], check=True)
+    (data / "postmaster.pid").unlink(missing_ok=True)
+    subprocess.run(["rm", "-rf", str(data / "pg_replslot" / slot)], check=True)  # the primary's, not ours
+    conninfo = f"host=127.0.0.1 port={primary.port} user=postgres dbname=pgshovel application_name=standby"
+    lines = [f"port = {standby.port}", f"unix_socket_directories = '{standby.dir}/run'",
+             f"primary_conninfo = '{conninfo}'", f"primary_slot_name = '{slot}'", "hot_standby = on",
+             "hot_standby_feedback = on"]
+    if primary.major >= 17:
+        lines += ["sync_replication_slots = on", "synchronized_standby_slots = ''"]
+    with open(data / "postgresql.auto.conf", "a") as conf:
+        conf.write("\n".join(lines) + "\n")
+    (data / "standby.signal").touch()
+    subprocess.run(["chown", "-R", "postgres:postgres", str(standby.dir)], check=True)
+    primary.resume()
+    standby.resume()
 
 
 def drop_slots(cur, attempts: int = 50) -> None:

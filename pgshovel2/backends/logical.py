@@ -35,6 +35,7 @@ from psycopg2 import sql
 
 from pgshovel2 import names
 from pgshovel2.backends import pgoutput
+from pgshovel2.backends.slot_failover import FAILOVER_VERSION
 from pgshovel2.backends.snapshot import ExportedSnapshot
 from pgshovel2.catalog import Table, raise_all
 from pgshovel2.config import SetConfig
@@ -228,14 +229,13 @@ def replication_connection(dsn: str, what: str, error: type[PgshovelError] = Rel
 def create_slot(repl, slot: str, export: bool, temporary: bool = False, plugin: str = PLUGIN) -> tuple[Lsn, str | None]:
     """Create slot on the replication connection repl: (consistent point, exported snapshot
     name or None). The snapshot stays importable until repl runs its next command or closes.
+    On PostgreSQL 17+ a permanent slot is a failover slot (:func:`create_slot_command`).
 
     Raises RelayError when the server refuses (the plugin not installed or not allowed).
     """
-    options = ("TEMPORARY " if temporary else "") + "LOGICAL " + plugin
-    mode = "EXPORT_SNAPSHOT" if export else "NOEXPORT_SNAPSHOT"
     try:
         with repl.cursor() as cur:
-            cur.execute(f'CREATE_REPLICATION_SLOT "{slot}" {options} {mode}')
+            cur.execute(create_slot_command(slot, plugin, export, temporary, repl.server_version))
             _name, consistent, snapshot, _plugin = cur.fetchone()
     except psycopg2.Error as exc:
         hint = ""
@@ -245,6 +245,20 @@ def create_slot(repl, slot: str, export: bool, temporary: bool = False, plugin: 
                          f"{str(exc).strip()}{hint}") from exc
     log.info("created replication slot %s at %s", slot, consistent)
     return Lsn.parse(consistent), snapshot
+
+
+def create_slot_command(slot: str, plugin: str, export: bool, temporary: bool, server_version: int) -> str:
+    """The replication command creating slot. server_version: server_version_num (170005).
+
+    From PostgreSQL 17 a permanent slot is created with FAILOVER: a standby with
+    sync_replication_slots = on keeps a copy of it that a promoted standby continues
+    (a temporary slot cannot fail over). Below 17, the form every server since 10 knows.
+    """
+    kind = ("TEMPORARY " if temporary else "") + f"LOGICAL {plugin}"
+    if server_version >= FAILOVER_VERSION and not temporary:
+        mode = "'export'" if export else "'nothing'"
+        return f'CREATE_REPLICATION_SLOT "{slot}" {kind} (SNAPSHOT {mode}, FAILOVER)'
+    return f'CREATE_REPLICATION_SLOT "{slot}" {kind} {"EXPORT_SNAPSHOT" if export else "NOEXPORT_SNAPSHOT"}'
 
 
 def export(dsn: str, error: type[PgshovelError], slot: str | None = None, plugin: str = PLUGIN) -> ExportedSnapshot:

@@ -148,15 +148,18 @@ def set_upgrade(ctx: click.Context, name: str, config: str, dry_run: bool) -> No
 @click.option("--wait", is_flag=True, help="First wait until the relay has relayed every change committed "
               "before the command started (a drain check).")
 @click.option("--timeout", default=300.0, show_default=True, help="Seconds --wait waits at most.")
+@click.option("--standby", "standby_dsn", default=None,
+              help="DSN of a physical standby: say whether a logical set's slot is synced to it (PostgreSQL 17+).")
 @click.pass_context
 @reports_errors
 def set_status(ctx: click.Context, name: str, bootstrap_servers: str, as_json: bool, wait: bool,
-               timeout: float) -> None:
-    """Show set NAME's queue lag, active relay, last committed position and Kafka end offsets."""
+               timeout: float, standby_dsn: str | None) -> None:
+    """Show set NAME's queue lag, active relay, last committed position and Kafka end offsets,
+    and for a logical set whether its slot survives a failover."""
     with _store(ctx) as store:
         if wait:
             status.wait_caught_up(store, name, bootstrap_servers, timeout)
-        info = status.set_status(store, name, bootstrap_servers)
+        info = status.set_status(store, name, bootstrap_servers, standby_dsn)
     if as_json:
         click.echo(json.dumps(info, indent=2, sort_keys=True, default=str))
         return
@@ -168,17 +171,19 @@ def set_status(ctx: click.Context, name: str, bootstrap_servers: str, as_json: b
 @click.argument("name")
 @click.option("--dsn", "new_dsn", required=True, help="DSN of the promoted replica that now holds the set's data.")
 @click.option("--force", is_flag=True, help="Accept a database with another system identifier.")
+@click.option("--rebootstrap", is_flag=True, help="Logical set: accept a database without the set's slot "
+              "(it did not fail over); the relay must then run with --snapshot and consumers re-bootstrap.")
 @click.pass_context
 @reports_errors
-def set_repoint(ctx: click.Context, name: str, new_dsn: str, force: bool) -> None:
+def set_repoint(ctx: click.Context, name: str, new_dsn: str, force: bool, rebootstrap: bool) -> None:
     """Move set NAME to the database at --dsn (a promoted streaming replica), as its next version.
 
     Checks that the new database is a primary holding the set's queue and
-    consumer (and is a physical copy of the old one when that still answers);
-    running relays restart on it by themselves.
+    consumer, or its slot (and publication), and is a physical copy of the old one
+    when that still answers; running relays restart on it by themselves.
     """
     with _store(ctx) as store:
-        for line in repoint.repoint_set(store, name, new_dsn, force):
+        for line in repoint.repoint_set(store, name, new_dsn, force, rebootstrap):
             click.echo(line)
 
 

@@ -36,7 +36,7 @@ from pgshovel2.consumer.model import DataMessage, Transaction, TxnRecord
 from pgshovel2.consumer.offsets import end_offsets, partition_counts
 from pgshovel2.consumer.reassembly import Reassembler
 from pgshovel2.consumer.topics import SetTopics
-from pgshovel2.txids import ConsistentPoint, TxidSnapshot
+from pgshovel2.txids import ConsistentPoint, TxidSnapshot, parse_handoff
 
 log = logging.getLogger(__name__)
 kafka_log = logging.getLogger("pgshovel2.consumer.kafka")  # librdkafka's own log lines
@@ -62,7 +62,7 @@ class SetReader:
     start_offsets: (topic, partition) -> offset to start at (overrides
     from_beginning for those partitions; others start at the beginning).
     after_snapshot: the bootstrap's handoff -- a txid snapshot (TxidSnapshot or
-    its text; trigger backend) or a slot's ConsistentPoint (logical backend):
+    its text; trigger backend) or a slot's ConsistentPoint (or its X/Y text; logical backend):
     transactions it covers and snapshot rows (op ``r``) are skipped -- they are
     in the bootstrap copy. :meth:`from_manifest` sets both.
     decode: False leaves data messages' keys and values undecoded: Change.key
@@ -107,7 +107,7 @@ class SetReader:
         self.reassembler = Reassembler(self.topics, self.partitions, drop_orphans=mid_stream,
                                        snapshot_chunk=snapshot_chunk)
         if isinstance(after_snapshot, str):
-            after_snapshot = TxidSnapshot.parse(after_snapshot)
+            after_snapshot = parse_handoff(after_snapshot)
         self.after_snapshot = after_snapshot
         self.skipped_visible = 0
         self._paused: set[Partition] = set()

@@ -4,11 +4,16 @@ holds the same data -- a promoted streaming replica of the set's database.
 The new DSN is stored as the set's next version (``ClusterStore.update_set``, checked
 against the znode version read first: a concurrent admin change makes it fail and
 write nothing). Before that, the new database must be a primary (not in recovery)
-with the set's PgQ queue and relay consumer (they moved with the data: PgQ lives in
-tables), and -- when the old database still answers -- the same PostgreSQL system
-identifier (a physical copy), unless ``force``. Active relays watch the set's znode
-and restart on the new database (pgshovel2.relay.election.RepointedError); the
-queue position comes along with the data, the Kafka position from Kafka.
+holding what the set reads from -- a trigger set's PgQ queue and relay consumer (they
+moved with the data: PgQ lives in tables); a logical set's replication slot (PostgreSQL
+17+: a failover slot synced to the standby before its promotion, pgshovel2.backends.slot_failover)
+and, with pgoutput, its publication -- and, when the old database still answers, the same
+PostgreSQL system identifier (a physical copy), unless ``force``. A logical set whose slot
+did not come along (PostgreSQL < 17) is refused unless ``rebootstrap``: the relay must then
+create a new slot and snapshot (``--snapshot``) and consumers re-bootstrap (docs/runbooks.rst).
+Active relays watch the set's znode and restart on the new database
+(pgshovel2.relay.election.RepointedError); the queue or slot position comes along with the
+data, the Kafka position from Kafka.
 """
 
 from dataclasses import replace
@@ -16,65 +21,104 @@ from typing import Any
 
 import psycopg2
 
+from pgshovel2.backends import pgoutput
 from pgshovel2.cluster import ClusterStore
 from pgshovel2.db import redacted
 from pgshovel2.errors import ClusterError
-from pgshovel2.setrecord import SetRecord, TriggerCapture
+from pgshovel2.setrecord import PGOUTPUT, SetRecord, SlotCapture, TriggerCapture
+
+_SLOT_SQL = ("SELECT to_jsonb(s) ->> 'synced', s.confirmed_flush_lsn::text FROM pg_replication_slots s "
+             "WHERE s.slot_name = %s AND s.slot_type = 'logical'")
 
 
-def _facts(dsn: str, capture: TriggerCapture, timeout: int) -> dict[str, Any]:
-    """{system_identifier, in_recovery, consumer: bool} of the database at dsn (psycopg2.Error if down)."""
+def _facts(dsn: str, record: SetRecord, timeout: int) -> dict[str, Any]:
+    """{system_identifier, in_recovery, holds: what the set reads from is there (bool), slot:
+    {synced, confirmed_flush_lsn} or None (logical sets)} of the database at dsn (psycopg2.Error if down)."""
     conn = psycopg2.connect(dsn, connect_timeout=timeout)
     conn.autocommit = True
     try:
         with conn.cursor() as cur:
             cur.execute("SELECT system_identifier::text, pg_is_in_recovery() FROM pg_control_system()")
             ident, recovery = cur.fetchone()
-            cur.execute("SELECT to_regprocedure('pgq.get_consumer_info(text,text)') IS NOT NULL")
-            has_pgq = cur.fetchone()[0]
-            consumer = False
-            if has_pgq:
-                cur.execute("SELECT count(*) FROM pgq.get_consumer_info() WHERE queue_name = %s "
-                            "AND consumer_name = %s", (capture.queue, capture.consumer))
-                consumer = cur.fetchone()[0] == 1
-        return {"system_identifier": ident, "in_recovery": recovery, "consumer": consumer}
+            out = {"system_identifier": ident, "in_recovery": recovery, "slot": None}
+            if isinstance(record.capture, TriggerCapture):
+                out["holds"] = _has_consumer(cur, record.capture)
+                return out
+            cur.execute(_SLOT_SQL, (record.capture.slot,))
+            row = cur.fetchone()
+            out["slot"] = None if row is None else {"synced": row[0] == "true", "confirmed_flush_lsn": row[1]}
+            out["holds"] = (record.capture.plugin != PGOUTPUT
+                            or pgoutput.publication_exists(cur, pgoutput.publication_name(record.capture.slot)))
+        return out
     finally:
         conn.close()
 
 
-def check_target(name: str, record: SetRecord, new_dsn: str, force: bool) -> list[str]:
+def _has_consumer(cur, capture: TriggerCapture) -> bool:
+    cur.execute("SELECT to_regprocedure('pgq.get_consumer_info(text,text)') IS NOT NULL")
+    if not cur.fetchone()[0]:
+        return False
+    cur.execute("SELECT count(*) FROM pgq.get_consumer_info() WHERE queue_name = %s AND consumer_name = %s",
+                (capture.queue, capture.consumer))
+    return cur.fetchone()[0] == 1
+
+
+def _what(capture: TriggerCapture | SlotCapture) -> str:
+    if isinstance(capture, TriggerCapture):
+        return f"queue {capture.queue} with consumer {capture.consumer}"
+    return f"publication {capture.slot}" if capture.plugin == PGOUTPUT else f"slot {capture.slot}"
+
+
+def _slot_lines(name: str, capture: SlotCapture, new: dict[str, Any], new_dsn: str, rebootstrap: bool) -> list[str]:
+    """What the new database's copy of the set's slot allows; raises ClusterError when the relay
+    could not continue and rebootstrap was not asked for."""
+    slot = new["slot"]
+    if slot is not None:
+        origin = "synced from the old primary" if slot["synced"] else "NOT synced from the old primary"
+        return [f"slot {capture.slot} is on {redacted(new_dsn)} ({origin}, confirmed up to "
+                f"{slot['confirmed_flush_lsn']}): the relay continues from it"]
+    if not rebootstrap:
+        raise ClusterError(f"cannot repoint set {name!r}: {redacted(new_dsn)} has no replication slot "
+                           f"{capture.slot}: it did not fail over (PostgreSQL before 17, or not synced to this "
+                           "standby), so the relay cannot continue the set's stream. Repoint with --rebootstrap, "
+                           "then run the relay once with --snapshot and re-bootstrap consumers (docs/runbooks.rst)")
+    return [f"no slot {capture.slot} on {redacted(new_dsn)} (--rebootstrap): run the relay once with --snapshot "
+            "(a new slot and snapshot), then re-bootstrap every consumer (docs/runbooks.rst)"]
+
+
+def check_target(name: str, record: SetRecord, new_dsn: str, force: bool, rebootstrap: bool = False) -> list[str]:
     """Raise ClusterError unless new_dsn can take over set name; returns what was checked."""
     capture = record.capture
-    if not isinstance(capture, TriggerCapture):
-        raise ClusterError(f"cannot repoint set {name!r}: it is a logical set, whose replication slot does not "
-                           "move with a physical copy on PostgreSQL 15; re-bootstrap it instead (docs/runbooks.rst)")
-    queue, consumer = capture.queue, capture.consumer
     try:
-        new = _facts(new_dsn, capture, 10)
+        new = _facts(new_dsn, record, 10)
     except psycopg2.Error as exc:
         raise ClusterError(f"cannot repoint set {name!r}: the new database {redacted(new_dsn)} does not answer: "
                            f"{str(exc).strip()}") from exc
     if new["in_recovery"]:
         raise ClusterError(f"cannot repoint set {name!r}: {redacted(new_dsn)} is still a standby "
                            "(in recovery): promote it first")
-    if not new["consumer"]:
-        raise ClusterError(f"cannot repoint set {name!r}: {redacted(new_dsn)} has no queue {queue} with consumer "
-                           f"{consumer}: it is not a copy of the set's database")
-    done = [f"{redacted(new_dsn)} is a primary with queue {queue} and consumer {consumer}"]
+    if not new["holds"]:
+        raise ClusterError(f"cannot repoint set {name!r}: {redacted(new_dsn)} has no {_what(capture)}: "
+                           "it is not a copy of the set's database")
+    done = [f"{redacted(new_dsn)} is a primary with {_what(capture)}"]
+    if isinstance(capture, SlotCapture):
+        done += _slot_lines(name, capture, new, new_dsn, rebootstrap)
     try:
-        old = _facts(record.dsn, capture, 3)
+        old = _facts(record.dsn, record, 3)
     except psycopg2.Error:
         return done + ["the old database does not answer: system identifiers not compared"]
     if old["system_identifier"] != new["system_identifier"] and not force:
         raise ClusterError(f"cannot repoint set {name!r}: {redacted(new_dsn)} has system identifier "
                            f"{new['system_identifier']}, the current database {old['system_identifier']}: "
-                           "not a physical copy (use --force if it really holds the same queue)")
+                           f"not a physical copy (use --force if it really holds the same {_what(capture)})")
     return done + [f"same system identifier {new['system_identifier']} as the old database"]
 
 
-def repoint_set(store: ClusterStore, name: str, new_dsn: str, force: bool = False) -> list[str]:
+def repoint_set(store: ClusterStore, name: str, new_dsn: str, force: bool = False,
+                rebootstrap: bool = False) -> list[str]:
     """Store new_dsn as set name's database in its next version; returns lines for the operator.
 
+    rebootstrap: accept, for a logical set, a database without the set's slot (check_target).
     Raises ClusterError (checks failed, no such set) or ConflictError (the set
     changed meanwhile); nothing is written then.
     """
@@ -82,10 +126,9 @@ def repoint_set(store: ClusterStore, name: str, new_dsn: str, force: bool = Fals
     old_dsn = record.dsn
     if old_dsn == new_dsn:
         return [f"set {name!r} already uses {redacted(new_dsn)}: nothing changed"]
-    lines = check_target(name, record, new_dsn, force)
+    lines = check_target(name, record, new_dsn, force, rebootstrap)
     new_record = record.next(config=replace(record.config, dsn=new_dsn),
                              change={"kind": "repoint", "from": redacted(old_dsn), "to": redacted(new_dsn)})
     store.update_set(new_record, znode_version)
     return lines + [f"set {name!r}: version {record.version} -> {new_record.version}, database "
                     f"{redacted(old_dsn)} -> {redacted(new_dsn)}; running relays restart on it"]
-

@@ -8,7 +8,9 @@
 - the last committed position: the set's positions topic (pgshovel2.wire.read_position);
 - the relay's last error (ZooKeeper ``relay/last_error``), marked recovered when the relay
   committed after it;
-- read_committed end offsets of the set's topics (Kafka).
+- read_committed end offsets of the set's topics (Kafka);
+- a logical set's slot: whether it survives a failover (pgshovel2.backends.slot_failover:
+  a failover slot on PostgreSQL 17+, synced to the standby given with ``--standby``).
 """
 
 import time
@@ -17,7 +19,7 @@ from typing import Any
 from confluent_kafka.admin import AdminClient
 
 from pgshovel2 import backends
-from pgshovel2.backends import logical, trigger
+from pgshovel2.backends import logical, slot_failover, trigger
 from pgshovel2.cluster import ClusterStore
 from pgshovel2.consumer.offsets import end_offsets, partition_counts
 from pgshovel2.db import connect, redacted
@@ -75,13 +77,18 @@ def kafka_status(record: SetRecord, bootstrap: str) -> dict[str, Any]:
     return {"end_offsets": nested, "positions_topic": topics.positions}
 
 
-def set_status(store: ClusterStore, set_name: str, bootstrap: str) -> dict[str, Any]:
-    """Everything above as one JSON-able dict. Raises ClusterError for no such set."""
+def set_status(store: ClusterStore, set_name: str, bootstrap: str, standby_dsn: str | None = None) -> dict[str, Any]:
+    """Everything above as one JSON-able dict; ``failover`` (logical sets: slot_failover.slot_failover,
+    with the standby at standby_dsn when given; None for trigger sets). Raises ClusterError for
+    no such set."""
     record, _ = store.get_set(set_name)
     out: dict[str, Any] = {"set": set_name, "version": record.version, "backend": record.backend,
                            "capture": record.capture.describe(), "database": redacted(record.dsn),
                            "lag": backends.lag(record), "relays": election.status(store, set_name)}
     out["kafka"] = kafka_status(record, bootstrap)
+    out["failover"] = None
+    if isinstance(record.capture, SlotCapture):
+        out["failover"] = slot_failover.slot_failover(record.dsn, record.capture.slot, standby_dsn)
     try:
         position = read_position(bootstrap, record.topics.positions, f"{store.cluster}/{set_name}", timeout=10)
         out["position"] = None if position is None else {**position.__dict__, "text": position.describe()}
@@ -120,6 +127,8 @@ def lines(info: dict[str, Any]) -> list[str]:
            *([f"  ticks:            {_ticking_text(info['lag']['ticking'])}"] if "ticking" in info["lag"] else []),
            f"  active relay:     {active} ({len(info['relays']['contenders'])} contending)",
            f"  committed at:     {committed}"]
+    if info.get("failover") is not None:
+        out.append(f"  failover:         {failover_text(info['failover'])}")
     if kafka.get("error"):
         out.append(f"  kafka:            {kafka['error']}")
     if err := info.get("last_error"):
@@ -135,6 +144,47 @@ def lines(info: dict[str, Any]) -> list[str]:
     for topic, parts in kafka.get("end_offsets", {}).items():
         out.append(f"  {topic}: " + ", ".join(f"[{p}] {o}" for p, o in parts.items()))
     return out
+
+
+RUNBOOK = "docs/runbooks.rst"
+
+
+def failover_text(facts: dict[str, Any]) -> str:
+    """One line on whether the slot survives a failover, from slot_failover.slot_failover's dict."""
+    if facts.get("error"):
+        return facts["error"]
+    if facts["server_version"] < slot_failover.FAILOVER_VERSION:
+        return f"the slot will not survive a failover: see {RUNBOOK} (PostgreSQL {facts['server_version'] // 10000})"
+    if facts["failover"] is None:
+        return "no slot yet (the relay creates it, with failover, on its first start)"
+    if not facts["failover"]:
+        return (f"the slot will not survive a failover: it was created without failover; see {RUNBOOK}")
+    parts = ["failover slot"]
+    if not facts["standby_slots"]:
+        parts.append("synchronized_standby_slots is not set on the primary: the relay may get changes a "
+                     "standby has not received, which a promotion then loses from the database but not from Kafka")
+    else:
+        parts.append(f"changes wait for standby slot(s) {', '.join(facts['standby_slots'])}")
+    parts.append(_standby_text(facts.get("standby")))
+    return "; ".join(parts)
+
+
+def _standby_text(standby: dict[str, Any] | None) -> str:
+    if standby is None:
+        return "synced to a standby: not checked (give --standby DSN)"
+    where = f"standby {standby['dsn']}"
+    if standby.get("error"):
+        return f"{where}: {standby['error']}"
+    if not standby["in_recovery"]:
+        return f"{where} is not a standby (not in recovery)"
+    if not standby["exists"]:
+        return (f"NOT synced to {where}: the slot is not there (sync_replication_slots = on, hot_standby_feedback "
+                "= on, primary_slot_name and dbname in primary_conninfo on the standby?)")
+    if not standby["synced"]:
+        return f"NOT synced to {where}: a slot of that name there was not synced from the primary"
+    if standby["temporary"]:
+        return f"NOT yet synced to {where}: its copy is still temporary (a promotion now would drop it)"
+    return f"synced to {where} (at {standby['confirmed_flush_lsn']})"
 
 
 def _ticking_text(ticking: dict[str, Any]) -> str:

@@ -65,9 +65,6 @@ def bootstrap(target, cluster: str, set_name: str, record: SetRecord, mode: str,
     (it resumes instead), when a table is unkeyed or the copy fails; the
     target is unchanged then (one transaction).
     """
-    if mode == "copy" and record.backend != "trigger":
-        raise ReplicaError(f"set {set_name!r} uses the {record.backend} backend: --bootstrap copy "
-                           "hands off at a txid snapshot (trigger sets) only for now; use --bootstrap kafka")
     manifest = None
     if mode == "parquet":  # the tables as the bootstrap copied them (its set version)
         manifest = Manifest.load(manifest_dir or "")
@@ -106,7 +103,9 @@ def bootstrap(target, cluster: str, set_name: str, record: SetRecord, mode: str,
 
 def _copy(target, set_name: str, record: SetRecord, tables: tuple[Table, ...],
           kafka_bootstrap: str) -> tuple[dict[tuple[str, int], int], str]:
-    """COPY every table from the source's exported snapshot; returns (offsets, txid snapshot)."""
+    """COPY every table from the source's exported snapshot; returns (offsets, the handoff's text:
+    a txid snapshot for a trigger set, the temporary slot's consistent point ``X/Y`` for a
+    logical set -- pgshovel2.txids.parse_handoff)."""
     offsets = source_offsets(set_name, record, kafka_bootstrap)  # BEFORE the snapshot
     with backends.export(record, ReplicaError) as exported:
         try:
@@ -116,7 +115,7 @@ def _copy(target, set_name: str, record: SetRecord, tables: tuple[Table, ...],
         except psycopg2.Error as exc:
             raise ReplicaError(f"copying set {set_name!r} into the target failed: {str(exc).strip()}; "
                                "the target was not changed") from exc
-        return offsets, exported.handoff_record["txid_snapshot"]
+        return offsets, str(exported.handoff)
 
 
 def _copy_table(src, dst, table: Table) -> None:

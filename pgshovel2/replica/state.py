@@ -10,7 +10,8 @@ Table (one row per cluster and set)::
     txid                  its source txid (0 after a bootstrap)
     set_version           the set version whose layout the target tables have
     offsets               {"topic": {"partition": next offset to read}} (JSON)
-    txid_snapshot         the bootstrap's handoff snapshot: transactions visible in it are in
+    txid_snapshot         the bootstrap's handoff (a txid snapshot; a logical set's: an LSN X/Y,
+                          pgshovel2.txids.parse_handoff): transactions it covers are in
                           the copy and skipped (NULL for a bootstrap from Kafka snapshot rows)
     bootstrap             how the target was filled: 'copy' or 'kafka'
     transactions, changes applied so far (counters)
