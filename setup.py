@@ -10,7 +10,7 @@ setup(
     license="Apache-2.0",
     python_requires=">=3.11",
     packages=find_packages(include=["pgshovel2", "pgshovel2.*"]),
-    package_data={"pgshovel2.backends": ["sql/*.sql"]},  # the PL/pgSQL capture (sql/capture_pl)
+    package_data={"pgshovel2.backends": ["sql/pgshovel2_pl/*.sql"]},  # the PL/pgSQL capture (sql/capture_pl)
     install_requires=[
         "click>=8.1,<9",
         "kazoo>=2.9,<3",

@@ -14,7 +14,7 @@ from psycopg2 import sql
 from pgshovel2.errors import CaptureError
 
 SCHEMA = "pgshovel2_pl"
-VERSION = "3"  # pgshovel2_pl.version() of pgshovel2/backends/sql/pgshovel2_pl.sql
+VERSION = "3"  # pgshovel2_pl.version() of pgshovel2/backends/sql/pgshovel2_pl/*.sql
 C_EXTENSION = "pgshovel2"
 
 
@@ -56,7 +56,9 @@ def ensure(cur) -> None:
     """
     if installed_version(cur) == VERSION:
         return
-    script = resources.files("pgshovel2.backends").joinpath("sql/pgshovel2_pl.sql").read_text("utf-8")
+    folder = resources.files("pgshovel2.backends").joinpath("sql/pgshovel2_pl")
+    script = "\n".join(f.read_text("utf-8") for f in sorted(folder.iterdir(), key=lambda f: f.name)
+                       if f.name.endswith(".sql"))
     try:
         cur.execute(script)
     except psycopg2.Error as exc:

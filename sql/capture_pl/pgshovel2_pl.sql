@@ -1,1 +1,0 @@
-../../pgshovel2/backends/sql/pgshovel2_pl.sql
