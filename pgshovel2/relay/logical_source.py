@@ -21,7 +21,7 @@ from collections.abc import Iterator
 
 import psycopg2
 
-from pgshovel2.backends import logical, pgoutput
+from pgshovel2.backends import logical, logical_version, pgoutput
 from pgshovel2.backends.snapshot import ExportedSnapshot
 from pgshovel2.catalog import Table
 from pgshovel2.db import connect, outage
@@ -198,7 +198,7 @@ class LogicalSource:
         Also fills the decoder's subset_tags. Raises RelayError when a table of the set no longer exists.
         """
         with self._ctl.cursor() as cur:
-            spec, subset = logical.tables_spec(cur, self._tables, self._mode_all)
+            spec, subset = logical_version.tables_spec(cur, self._tables, self._mode_all)
         self._decoder.subset_tags = subset
         return spec
 

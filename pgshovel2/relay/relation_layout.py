@@ -9,8 +9,8 @@ the trigger backend's event trigger writes (:mod:`pgshovel2.relay.schema_change`
 relayed by one set of rules, at the change's exact place in the stream.
 
 pgoutput does not send attnums, nullability or missing values: they are read from the live
-catalog by the relation's OID and column name (a column renamed or dropped again since is
-named in a RelayError: the layout cannot be known then).
+catalog by the relation's OID and column name, else taken from the table in effect (see
+:func:`_with_attnums` for a column changed again by a later ALTER TABLE).
 """
 
 import json
@@ -20,7 +20,6 @@ from typing import Any, NamedTuple
 
 from pgshovel2.catalog import Table, column_from_row
 from pgshovel2.codec.textforms import converter
-from pgshovel2.errors import RelayError
 from pgshovel2.relay.source import SCHEMA_CHANGE, Control
 from pgshovel2.setrecord import SetRecord
 from pgshovel2.wire import Lsn
@@ -131,7 +130,7 @@ def resolve(cur, layout: RelationLayout, current: Table, mode_all: bool) -> Reso
     """The captured layout that layout gives current (the table in effect): mode_all takes
     every column, else current's columns still there. Raises RelayError when pgoutput's
     layout cannot be matched with the catalog (module docstring)."""
-    columns = layout.columns if layout.captured else _with_attnums(cur, layout)
+    columns = layout.columns if layout.captured else _with_attnums(cur, layout, current)
     if not layout.captured and not mode_all:
         kept = {c.attnum for c in current.columns}
         columns = tuple(c for c in columns if c.attnum in kept)
@@ -159,19 +158,27 @@ def _missing(text: str | None, typname: str) -> Any:
     return text == "t"
 
 
-def _with_attnums(cur, layout: RelationLayout) -> tuple[LayoutColumn, ...]:
-    """pgoutput's columns with attnum, NOT NULL and missing value from the catalog (by name)."""
+def _with_attnums(cur, layout: RelationLayout, current: Table) -> tuple[LayoutColumn, ...]:
+    """pgoutput's columns with attnum, NOT NULL and missing value: from the catalog (by name and
+    type), else from the table in effect (a column renamed or dropped since: same name), else a
+    column added and changed again since: nullable, with the next unused attnum (its values
+    are picked by name; only a later rename of it would look like drop and add)."""
     cur.execute(_ATTRS_SQL, (layout.oid,))
     attrs = {r[0]: r for r in cur.fetchall()}
+    known = {c.name: c for c in current.columns}
+    used = {c.attnum for c in current.columns} | {r[1] for r in attrs.values()}
     out = []
     for c in layout.columns:
         attr = attrs.get(c.name)
-        if attr is None or attr[2] != c.type_oid:
-            raise RelayError(f"table {layout.tag}: column {c.name!r} of the layout pgoutput sent is not in the "
-                             "catalog any more with that type (a later ALTER TABLE): the layout at this point "
-                             "of the stream cannot be known; nothing after it was relayed")
-        missing = None if attr[4] is None else json.loads(attr[4])
-        out.append(c._replace(attnum=attr[1], notnull=attr[3], missing=missing))
+        if attr is not None and attr[2] == c.type_oid:
+            missing = None if attr[4] is None else json.loads(attr[4])
+            out.append(c._replace(attnum=attr[1], notnull=attr[3], missing=missing))
+        elif c.name in known:
+            out.append(c._replace(attnum=known[c.name].attnum, notnull=not known[c.name].nullable))
+        else:
+            attnum = max(used, default=0) + 1
+            used.add(attnum)
+            out.append(c._replace(attnum=attnum, notnull=False))
     return tuple(out)
 
 
