@@ -177,10 +177,10 @@ def test_plugin_refuses_another_record_format(db, cluster):
         try:
             peek = "SELECT count(*) FROM pg_logical_slot_peek_binary_changes(%s, NULL, NULL, {})"
             with pytest.raises(psycopg2.errors.InvalidParameterValue,
-                               match=r'option "format" is required \(this plugin writes record format 2\)'):
+                               match=r'option "format" is required \(this plugin writes record format 3\)'):
                 cur.execute(peek.format("'tables', '1:1'"), (slot,))
             with pytest.raises(psycopg2.errors.InvalidParameterValue,
-                               match='the reader expects record format "1", this plugin writes format 2'):
+                               match='the reader expects record format "1", this plugin writes format 3'):
                 cur.execute(peek.format("'format', '1', 'tables', '1:1'"), (slot,))
             cur.execute(peek.format("'format', %s, 'tables', '1:1'"), (slot, RECORD_FORMAT))
             assert cur.fetchone() == (0,)
