@@ -82,10 +82,8 @@ def _live_columns(cur, table: Table) -> int:
     return cur.fetchone()[0]
 
 
-def create_publication(cur, name: str, tables: tuple[Table, ...]) -> str:
-    """CREATE PUBLICATION name FOR TABLE the set's tables (column lists: module docstring), with
-    publish_via_partition_root; in the caller's transaction. Returns the statement's text.
-    Raises psycopg2 errors (e.g. not the tables' owner) for the caller to report."""
+def _targets(cur, tables: tuple[Table, ...]) -> list[sql.Composable]:
+    """The publication's table list: a column list where the module docstring says."""
     cur.execute("SELECT current_setting('server_version_num')::int")
     version = cur.fetchone()[0]
     parts = []
@@ -96,8 +94,24 @@ def create_publication(cur, name: str, tables: tuple[Table, ...]) -> str:
             cols = sql.SQL(", ").join(sql.Identifier(c.name) for c in table.columns)
             target = sql.SQL("{} ({})").format(target, cols)
         parts.append(target)
+    return parts
+
+
+def create_publication(cur, name: str, tables: tuple[Table, ...]) -> str:
+    """CREATE PUBLICATION name FOR TABLE the set's tables (column lists: module docstring), with
+    publish_via_partition_root; in the caller's transaction. Returns the statement's text.
+    Raises psycopg2 errors (e.g. not the tables' owner) for the caller to report."""
     statement = sql.SQL("CREATE PUBLICATION {} FOR TABLE {} WITH (publish_via_partition_root = true)").format(
-        sql.Identifier(name), sql.SQL(", ").join(parts))
+        sql.Identifier(name), sql.SQL(", ").join(_targets(cur, tables)))
+    cur.execute(statement)
+    return statement.as_string(cur)
+
+
+def set_publication_tables(cur, name: str, tables: tuple[Table, ...]) -> str:
+    """ALTER PUBLICATION name SET TABLE the set's tables (set upgrade), in the caller's transaction.
+    Returns the statement's text."""
+    statement = sql.SQL("ALTER PUBLICATION {} SET TABLE {}").format(
+        sql.Identifier(name), sql.SQL(", ").join(_targets(cur, tables)))
     cur.execute(statement)
     return statement.as_string(cur)
 

@@ -7,12 +7,18 @@ set-version marker in the queue) and the ZooKeeper update (next version,
 checked against the version read) are one two-phase commit, so capture and
 ZooKeeper switch together and the relay switches at the marker's exact place
 in the stream. Two admins upgrading at once: the second gets ConflictError.
+
+Logical sets (:mod:`pgshovel2.backends.logical_version`): the tables touched are locked
+against writers, the publication's tables set (pgoutput) and a transactional
+``pgshovel2.version`` message written in the same transaction: the relay (and our plugin)
+switch at that message's place. Tables added are captured from the upgrade's commit on;
+their existing rows are not copied (online snapshots will).
 """
 
 from dataclasses import dataclass, field
 
 from pgshovel2 import catalog
-from pgshovel2.backends import trigger
+from pgshovel2.backends import logical, logical_version, trigger
 from pgshovel2.catalog import Table
 from pgshovel2.cluster import ClusterStore
 from pgshovel2.config import SetConfig, load_config
@@ -20,7 +26,7 @@ from pgshovel2.db import connect
 from pgshovel2.errors import ConfigError
 from pgshovel2.ops import twophase
 from pgshovel2.ops.twophase import Intent
-from pgshovel2.setrecord import SetRecord, TriggerCapture
+from pgshovel2.setrecord import SetRecord, SlotCapture, TriggerCapture
 
 # Changing these would change what existing topics mean: a new set is the way.
 IMMUTABLE = {"dsn": "set repoint", "backend": "a new set", "encoding": "a new set",
@@ -62,6 +68,7 @@ class UpgradePlan:
     tables: list[TableChange]
     topics_created: list[str]
     triggers: list[str]
+    logical: bool = False
 
     def lines(self) -> list[str]:
         """The diff as printable lines."""
@@ -69,8 +76,15 @@ class UpgradePlan:
             return [f"set {self.set_name!r}: version {self.from_version} already matches the config"]
         out = [f"set {self.set_name!r}: version {self.from_version} -> {self.to_version}"]
         out += [f"  {t.describe()}" for t in self.tables]
-        out += [f"  trigger: {t}" for t in self.triggers]
+        if self.logical:
+            out.append("  switch: a pgshovel2.version message (and the publication's tables, decoder pgoutput) "
+                       "in the upgrade's transaction")
+        else:
+            out += [f"  trigger: {t}" for t in self.triggers]
         out += [f"  topic created by the relay: {t}" for t in self.topics_created]
+        if any(t.kind == "added" for t in self.tables):
+            out.append("  note: added tables are captured from the upgrade's commit on; their existing rows are "
+                       "not copied to Kafka (not until online snapshots exist; bootstrap consumers from the table)")
         return out
 
 
@@ -91,7 +105,8 @@ def diff(set_name: str, record: SetRecord, config: SetConfig, tables: tuple[Tabl
         elif before != after:
             changes.append(_table_change(before, after))
             triggers.append(f"replace on {after.qualified}")
-    return UpgradePlan(set_name, record.version, record.version + 1, changes, topics, triggers)
+    return UpgradePlan(set_name, record.version, record.version + 1, changes, topics, triggers,
+                       isinstance(record.capture, SlotCapture))
 
 
 def _table_change(before: Table, after: Table) -> TableChange:
@@ -103,9 +118,6 @@ def _table_change(before: Table, after: Table) -> TableChange:
 
 
 def _check_immutable(old: SetConfig, new: SetConfig, source: str) -> None:
-    if old.backend == "logical":
-        raise ConfigError(source, "backend", old.backend, "set upgrade is not supported for the logical "
-                          "backend yet: create a new set (its relay snapshots the tables) and drop the old one")
     for name, instead in IMMUTABLE.items():
         if getattr(old, name) != getattr(new, name):
             raise ConfigError(source, name, getattr(new, name),
@@ -153,11 +165,26 @@ def upgrade_set(store: ClusterStore, name: str, config_path: str) -> UpgradePlan
     with twophase.prepared_command(store, intent, config.dsn, what) as (conn, cur):
         tables = catalog.resolve_set(conn, name, config, config_path)
         result = diff(name, record, config, tables)
-        _replace_triggers(cur, record, result, config, tables)
+        if isinstance(record.capture, SlotCapture):
+            _switch_logical(cur, record, result, config, tables, config_path)
+        else:
+            _replace_triggers(cur, record, result, config, tables)
         new_record = record.next(config=config, tables=tables, change={"kind": "upgrade", "gid": intent.gid})
         twophase.plan(store, intent, {"op": "update", "record": new_record.to_dict(), "znode_version": znode_version})
     twophase.finish(store, intent, config.dsn, lambda: store.update_set(new_record, znode_version), what)
     return result
+
+
+def _switch_logical(cur, record: SetRecord, result: UpgradePlan, config: SetConfig, tables: tuple[Table, ...],
+                    source: str) -> None:
+    """Lock the touched tables, then the publication and the version message (logical_version)."""
+    capture = record.capture
+    touched = {c.table for c in result.tables}
+    logical.check_tables(cur, config, tables, source, capture.plugin)
+    logical_version.lock_tables(cur, [t for t in (*record.tables, *tables) if t.qualified in touched])
+    modes = {(tc.schema, tc.name): tc.columns is None for tc in config.tables}
+    mode_all = frozenset(t.qualified for t in tables if modes.get((t.schema, t.name), False))
+    logical_version.mark_version(cur, capture.slot, capture.plugin, result.to_version, tables, mode_all)
 
 
 def _replace_triggers(cur, record: SetRecord, result: UpgradePlan, config: SetConfig,

@@ -12,6 +12,7 @@ from pgshovel2.relay.layout import Layout
 from pgshovel2.relay.logical_source import LogicalSource
 from pgshovel2.relay.loop import Relay, RelayOptions
 from pgshovel2.relay.pgq_source import PgqSource
+from pgshovel2.relay.relation_layout import all_mode_tags
 from pgshovel2.relay.source import Source
 from pgshovel2.setrecord import SetRecord, SlotCapture
 from pgshovel2.sinks.kafka import KafkaSink
@@ -31,7 +32,7 @@ def open_source(record: SetRecord, options: RelayOptions) -> Source:
     cannot be reached."""
     if isinstance(record.capture, SlotCapture):
         return LogicalSource(record.dsn, record.capture.slot, record.tables, options.heartbeat_interval,
-                             plugin=record.capture.plugin)
+                             plugin=record.capture.plugin, mode_all=all_mode_tags(record))
     return PgqSource(record.dsn, record.capture, options.poll_interval, maint_interval=options.pgq_maint_interval)
 
 

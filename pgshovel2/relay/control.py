@@ -21,11 +21,12 @@ in the old layout, events after it in the new one.
 """
 
 import logging
+import time
 
 from pgshovel2 import failpoints
 from pgshovel2.catalog import Table
 from pgshovel2.cluster import ClusterStore
-from pgshovel2.errors import SchemaChangeError, SchemaRejectedError
+from pgshovel2.errors import ClusterError, SchemaChangeError, SchemaRejectedError, UnavailableError
 from pgshovel2.relay import schema_change, setup
 from pgshovel2.relay.emitter import TableRoute
 from pgshovel2.relay.source import SET_VERSION, Control
@@ -60,7 +61,22 @@ class ControlEvents:
             log.info("set version marker %d at or below the version in effect (%d): ignored",
                      version, record.version)
             return None
-        return self.store.get_version(self.set_name, version)
+        return self._wait_version(version)
+
+    def _wait_version(self, version: int, timeout: float = 10.0) -> SetRecord:
+        """The record of version; a marker committed before its ZooKeeper step (a server without
+        prepared transactions, :mod:`pgshovel2.ops.twophase`) is waited for, then raises
+        UnavailableError (the relay retries from its committed position)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                return self.store.get_version(self.set_name, version)
+            except ClusterError as exc:
+                if time.monotonic() >= deadline:
+                    raise UnavailableError(f"set {self.set_name!r}: the stream is at the marker of version {version}, "
+                                           "which ZooKeeper does not have yet (an upgrade still finishing, or "
+                                           "interrupted: run 'pgshovel cluster recover'); waiting") from exc
+                time.sleep(0.2)
 
     def schema_change(self, record: SetRecord, ev: Control) -> tuple[SetRecord, TableRoute] | None:
         """(new set record, the changed table's new route) for an ``S`` event; None when the

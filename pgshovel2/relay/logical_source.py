@@ -21,14 +21,16 @@ from collections.abc import Iterator
 
 import psycopg2
 
-from pgshovel2.backends import logical, pgoutput
+from pgshovel2.backends import logical, logical_version, pgoutput
 from pgshovel2.backends.snapshot import ExportedSnapshot
 from pgshovel2.catalog import Table
 from pgshovel2.db import connect, outage
 from pgshovel2.errors import RelayError, UnavailableError
+from pgshovel2.relay import relation_layout
 from pgshovel2.relay.pgoutput_decoder import PgoutputDecoder, SetTable
-from pgshovel2.relay.source import Begin, Change, Commit, Idle, Item, Lag
-from pgshovel2.setrecord import PLUGIN
+from pgshovel2.relay.relation_layout import Redo, RelationLayout
+from pgshovel2.relay.source import SET_VERSION, Begin, Change, Commit, Control, Idle, Item, Lag
+from pgshovel2.setrecord import PLUGIN, SetRecord
 from pgshovel2.wire import LOGICAL, Lsn, Position
 
 log = logging.getLogger(__name__)
@@ -53,6 +55,8 @@ class RecordDecoder:
     is logged: FULL). ends: (unit, LSN to confirm) of every transaction end and heartbeat
     decoded and not yet acknowledged. last_lsn: the end of the last transaction or heartbeat
     decoded (set it to the slot's confirmed position before streaming): Begin.last_lsn.
+    skip_through: the committed position; a layout record in a unit it reaches fully is held
+    and given (:class:`RelationLayout`) before the table's first change that counts.
     """
 
     def __init__(self, tags: list[str], slot: str = "(slot)"):
@@ -60,12 +64,22 @@ class RecordDecoder:
         self.subset_tags: set[str] = set()
         self.ends: deque[tuple[int, int]] = deque()
         self.last_lsn: int | None = None
+        self.skip_through: Position | None = None
+        self._skip = False
+        self._held: dict[str, RelationLayout] = {}
         self._unit = self._txid = self._ts_ms = self._ordinal = 0  # of the open transaction
 
     def feed(self, data: bytes, _wal_start: int) -> list[Item]:
-        """The items of one record (:meth:`decode`), as a list."""
+        """The items of one record (:meth:`decode`), as a list; a held layout before its table's change."""
         item = self.decode(data)
-        return [] if item is None else [item]
+        if item is None:
+            return []
+        if self._held and type(item) is Change and item.table in self._held:
+            return [self._held.pop(item.table).at(item.txid, item.ts_ms, item.unit, item.ordinal), item]
+        return [item]
+
+    def settle(self, layout: RelationLayout) -> None:
+        """Nothing to do: the plugin's rows are in the layout it reported."""
 
     def decode(self, data: bytes) -> Item | None:
         """The item of one plugin record; None for a change the capture trigger would not write.
@@ -94,6 +108,7 @@ class RecordDecoder:
             commit_lsn, txid, ts_us = _BEGIN.unpack_from(data, 1)
             ts_us += PG_EPOCH_US
             self._unit, self._txid, self._ts_ms, self._ordinal = commit_lsn, txid, ts_us // 1000, 0
+            self._skip = self.skip_through is not None and self.skip_through.reaches(commit_lsn, 0, True)
             return Begin(txid, self._ts_ms, commit_lsn, 0, ts_us, self.last_lsn)
         if kind == 67:  # C
             commit_lsn, end_lsn, _changes = _COMMIT.unpack_from(data, 1)
@@ -110,6 +125,16 @@ class RecordDecoder:
             self.ends.append((lsn, lsn))
             self.last_lsn = lsn
             return Commit(None, int(time.time() * 1000), lsn, 0, True)
+        if kind == 82:  # R
+            layout = relation_layout.parse_record(data, self.tags)
+            if self._skip:
+                self._held[layout.tag] = layout
+                return None
+            self._held.pop(layout.tag, None)
+            return layout.at(self._txid, self._ts_ms, self._unit, self._ordinal)
+        if kind == 86:  # V
+            content = json.loads(data[9:])
+            return Control(self._txid, self._ts_ms, SET_VERSION, content, "", None, self._unit, self._ordinal)
         raise RelayError(f"unknown record {data[:1]!r} from output plugin {PLUGIN} on slot {self.slot}")
 
 
@@ -126,11 +151,13 @@ class LogicalSource:
     commit_delay = 0.02  # s from a transaction's end to its Kafka commit, under load
 
     def __init__(self, dsn: str, slot: str, tables: tuple[Table, ...], heartbeat_interval: float = 10.0,
-                 wait_cap: float = 0.5, plugin: str = PLUGIN):
+                 wait_cap: float = 0.5, plugin: str = PLUGIN, mode_all: frozenset[str] = frozenset()):
         self.dsn, self.slot, self.plugin = dsn, slot, plugin
         self.heartbeat_interval, self.wait_cap = heartbeat_interval, wait_cap
         self._tags = [t.qualified for t in tables]
         self._tables = tables
+        self._mode_all = mode_all
+        self._resolved: dict[str, relation_layout.Resolved] = {}  # the last layout resolved per table
         self._ctl = connect(dsn, f"slot {slot}", UnavailableError)
         self._ctl.autocommit = True
         try:
@@ -173,22 +200,54 @@ class LogicalSource:
         log.info("resuming slot %s after %s", self.slot, position.describe())
 
     def tables_option(self) -> str:
-        """The plugin's ``tables`` option: ``oid:attnum,...;...`` in set order.
+        """The plugin's ``tables`` option (:func:`pgshovel2.backends.logical.tables_spec`).
 
         Also fills the decoder's subset_tags. Raises RelayError when a table of the set no longer exists.
         """
-        parts = []
-        for table in self._tables:
-            row = self._sql("SELECT c.oid, (SELECT count(*) FROM pg_attribute a WHERE a.attrelid = c.oid "
-                            "AND a.attnum > 0 AND NOT a.attisdropped) FROM pg_class c "
-                            "WHERE c.oid = to_regclass(%s)", (table.qualified,))
-            if row is None:
-                raise RelayError(f"table {table.qualified} of the set does not exist any more")
-            oid, live = row
-            if len(table.columns) < live:
-                self._decoder.subset_tags.add(table.qualified)
-            parts.append(f"{oid}:{','.join(str(c.attnum) for c in table.columns)}")
-        return ";".join(parts)
+        with self._ctl.cursor() as cur:
+            spec, subset = logical_version.tables_spec(cur, self._tables, self._mode_all)
+        self._decoder.subset_tags = subset
+        return spec
+
+    def switch(self, record: SetRecord) -> None:
+        """The set version in effect from the next item on (the loop calls it at every switch
+        and before streaming): the decoder reads the record's tables from there on."""
+        self._tables, self._mode_all = record.tables, relation_layout.all_mode_tags(record)
+        self._tags = [t.qualified for t in self._tables]
+        decoder = self._decoder
+        if isinstance(decoder, RecordDecoder):
+            decoder.tags = list(self._tags)
+            decoder.subset_tags = self._subset_tags()
+        elif decoder.tables:
+            decoder.subset_tags = self._subset_tags()
+            decoder.update({t.qualified: self._set_table(t) for t in self._tables})
+
+    def _set_table(self, table: Table) -> SetTable:
+        """The pgoutput decoder's entry for table: types of its last resolved layout, else the catalog's."""
+        resolved = self._resolved.get(table.qualified)
+        if resolved is not None and all(c.attnum in resolved.type_oids for c in table.columns):
+            return SetTable(table, resolved.type_oids, [resolved.converters[c.attnum] for c in table.columns])
+        with self._ctl.cursor() as cur:
+            types = pgoutput.column_types(cur, table)
+        if types.missing:
+            raise RelayError(f"table {table.qualified}: captured column(s) {', '.join(types.missing)} "
+                             "do not exist any more")
+        return SetTable(table, types.type_oids, types.converters)
+
+    def _layout(self, layout: RelationLayout) -> Control | None:
+        """The schema-change Control a table's reported layout makes (None: the layout in effect)."""
+        current = next((t for t in self._tables if t.qualified == layout.tag), None)
+        if current is None:
+            raise RelayError(f"slot {self.slot} sent the layout of table {layout.tag}, which is not in the set")
+        try:
+            with self._ctl.cursor() as cur:
+                resolved = relation_layout.resolve(cur, layout, current, layout.tag in self._mode_all)
+        except psycopg2.Error as exc:
+            if outage(exc, self._ctl):
+                raise UnavailableError(f"slot {self.slot}: the database went away: {str(exc).strip()}") from exc
+            raise
+        self._resolved[layout.tag] = resolved
+        return relation_layout.to_control(resolved, layout, current)
 
     def pgoutput_options(self) -> dict[str, str]:
         """pgoutput's options (protocol 1: no streaming, so the server spills large transactions
@@ -198,12 +257,7 @@ class LogicalSource:
         for table in self._tables:
             if self._sql("SELECT to_regclass(%s)", (table.qualified,))[0] is None:
                 raise RelayError(f"table {table.qualified} of the set does not exist any more")
-            with self._ctl.cursor() as cur:
-                types = pgoutput.column_types(cur, table)
-            if types.missing:
-                raise RelayError(f"table {table.qualified}: captured column(s) {', '.join(types.missing)} "
-                                 "do not exist any more")
-            tables[table.qualified] = SetTable(table, types.type_oids, types.converters)
+            tables[table.qualified] = self._set_table(table)
         decoder = PgoutputDecoder(tables, self.slot)
         decoder.subset_tags = self._subset_tags()
         decoder.set_xid_reference(self._sql("SELECT txid_snapshot_xmax(txid_current_snapshot())", ())[0])
@@ -231,6 +285,7 @@ class LogicalSource:
             options = {"format": RECORD_FORMAT, "tables": self.tables_option()}
         row = self._sql("SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = %s", (self.slot,))
         self._decoder.last_lsn = Lsn.parse(row[0]) if row and row[0] else None
+        self._decoder.skip_through = position
         try:
             self._cur.start_replication(slot_name=self.slot, decode=False, options=options, status_interval=5)
         except psycopg2.errors.UndefinedObject as exc:
@@ -251,6 +306,15 @@ class LogicalSource:
                 continue
             for item in self._decoder.feed(msg.payload, msg.data_start):
                 kind = type(item)
+                if kind is RelationLayout:
+                    control = self._layout(item)
+                    if control is not None:
+                        yield control  # the loop switches (and calls switch()) before this goes on
+                    self._decoder.settle(item)
+                    continue
+                if kind is Redo:
+                    yield from self._decoder.feed(item.data, item.lsn)
+                    continue
                 if kind is Begin:
                     in_txn = True
                     if item.unit == position.unit and not position.complete:

@@ -117,6 +117,7 @@ class Relay:
                                  "backend: the set's topics belong to another set; use another topic_prefix")
             force = self.options.snapshot == "force"
             self.layout.resume(committed.start_version() if committed is not None and not force else 0)
+            self.source.switch(self.layout.record)
             try:
                 self.committed = self._handoff(stop, committed)
             except StopRequestedError:
@@ -285,6 +286,7 @@ class Relay:
             log.info("switching to set version %d at %s", changed[0].version,
                      change_header(self.source.backend, item.unit, item.ordinal))
             self.layout.use(*changed)
+            self.source.switch(self.layout.record)
         log.info("control event %s handled in %.1f ms (set version %d)", item.op,
                  (time.monotonic() - started) * 1000, self.layout.version)
 

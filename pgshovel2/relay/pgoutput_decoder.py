@@ -4,11 +4,17 @@ records give (:class:`pgshovel2.relay.logical_source.RecordDecoder`); no I/O.
 Formats: https://www.postgresql.org/docs/current/protocol-logicalrep-message-formats.html.
 Begin is held back until the transaction's first change (PostgreSQL 14 sends empty
 transactions; our plugin writes nothing for them). Values are output-function text turned
-into capture forms by the table's converters. A Relation whose columns do not hold the set's
-columns with the types the set was created with stops the stream (RelayError naming the
-table): a wrong row is never written.
+into capture forms by the table's converters. A Relation message (the table's layout, sent
+before its first change in a session and after an ALTER TABLE) is held until the relation's
+next change, which is preceded by a :class:`RelationLayout` (the source turns a new layout
+into a schema-change Control, :mod:`pgshovel2.relay.relation_layout`) and a :class:`Redo` of
+the change, decoded once the source (:meth:`PgoutputDecoder.settle`) has settled the layout. A
+Relation that still does not hold the set's columns with their types then stops the stream
+(RelayError naming the table): a wrong row is never written. Transactional messages with
+prefix ``pgshovel2.version`` (``set upgrade``) are set-version Controls at their place.
 """
 
+import json
 import struct
 import time
 from collections import deque
@@ -19,10 +25,13 @@ from typing import Any
 from pgshovel2.catalog import Table
 from pgshovel2.errors import RelayError
 from pgshovel2.names import qualified
-from pgshovel2.relay.source import Begin, Change, Commit, Item
+from pgshovel2.relay.relation_layout import LayoutColumn, Redo, RelationLayout
+from pgshovel2.relay.source import SET_VERSION, Begin, Change, Commit, Control, Item
+from pgshovel2.wire import Position
 
 PG_EPOCH_US = 946_684_800_000_000
 HEARTBEAT_PREFIX = b"pgshovel2.heartbeat"
+VERSION_PREFIX = b"pgshovel2.version"
 _BEGIN = struct.Struct(">QqI")      # final LSN, commit time (µs since 2000), xid
 _COMMIT = struct.Struct(">BQQq")    # flags, commit LSN, end LSN, commit time
 _I32, _I16, _Q = struct.Struct(">I"), struct.Struct(">H"), struct.Struct(">Q")
@@ -82,6 +91,10 @@ class PgoutputDecoder:
         self.ends: deque[tuple[int, int]] = deque()
         self.last_lsn: int | None = None
         self._relations: dict[int, _Relation] = {}
+        self._raw: dict[int, tuple[str, str, list[tuple[str, int, int]]]] = {}  # oid -> schema, name, columns
+        self._pending: set[int] = set()  # relations whose layout came and is not settled yet
+        self.skip_through: Position | None = None  # units it reaches fully are in Kafka (set before streaming)
+        self._skip = False
         self._xid_ref = 0
         self._begin: Begin | None = None
         self._open = False
@@ -112,6 +125,7 @@ class PgoutputDecoder:
         txid = self._full_xid(xid)
         self._unit, self._txid, self._ts_ms, self._ordinal = commit_lsn, txid, ts_us // 1000, 0
         self._begin, self._open = Begin(txid, self._ts_ms, commit_lsn, 0, ts_us, self.last_lsn), False
+        self._skip = self.skip_through is not None and self.skip_through.reaches(commit_lsn, 0, True)
         return []
 
     def _opened(self) -> list[Item]:
@@ -134,6 +148,11 @@ class PgoutputDecoder:
         flags = data[1]
         (lsn,) = _Q.unpack_from(data, 2)
         end = data.index(b"\0", 10)
+        if flags & 1 and data[10:end] == VERSION_PREFIX:
+            content = json.loads(data[end + 5:])
+            items = self._opened()
+            items.append(Control(self._txid, self._ts_ms, SET_VERSION, content, "", None, self._unit, self._ordinal))
+            return items
         if flags & 1 or data[10:end] != HEARTBEAT_PREFIX:
             return []
         self.ends.append((lsn, lsn))
@@ -147,14 +166,43 @@ class PgoutputDecoder:
         pos += 1  # replica identity setting
         (ncols,) = _I16.unpack_from(data, pos)
         pos += 2
-        columns: dict[str, tuple[int, int]] = {}
-        for i in range(ncols):
+        columns = []
+        for _ in range(ncols):
             col, pos = _cstring(data, pos + 1)
-            type_oid, _typmod = struct.unpack_from(">Ii", data, pos)
+            type_oid, typmod = struct.unpack_from(">Ii", data, pos)
             pos += 8
-            columns[col] = (i, type_oid)
-        self._relations[oid] = self._map_relation(schema, name, columns)
+            columns.append((col, type_oid, typmod))
+        self._raw[oid] = (schema, name, columns)
+        self._relations.pop(oid, None)
+        self._pending.add(oid)
         return []
+
+    def _layout(self, oid: int) -> RelationLayout:
+        schema, name, columns = self._raw[oid]
+        cols = tuple(LayoutColumn(c, t, m) for c, t, m in columns)
+        return RelationLayout(qualified(schema, name), oid, schema, name, cols, False, self._txid, self._ts_ms,
+                              self._unit, self._ordinal)
+
+    def settle(self, layout: RelationLayout) -> None:
+        """The source has handled layout (and the loop switched to it, if it was new): map the
+        relation's columns to the set's from now on. Raises RelayError when they do not fit."""
+        self._pending.discard(layout.oid)
+        self._map(layout.oid)
+
+    def update(self, tables: dict[str, SetTable]) -> None:
+        """The set's tables from now on (a new set version): relations mapped so far are mapped
+        again; one that no longer fits waits for its layout to be settled again."""
+        self.tables = tables
+        for oid in list(self._relations):
+            try:
+                self._map(oid)
+            except RelayError:
+                self._relations.pop(oid)
+                self._pending.add(oid)
+
+    def _map(self, oid: int) -> None:
+        schema, name, columns = self._raw[oid]
+        self._relations[oid] = self._map_relation(schema, name, {c: (i, t) for i, (c, t, _) in enumerate(columns)})
 
     def _map_relation(self, schema: str, name: str, columns: dict[str, tuple[int, int]]) -> _Relation:
         tag = qualified(schema, name)
@@ -206,6 +254,12 @@ class PgoutputDecoder:
 
     def _change(self, kind: bytes, data: bytes, lsn: int) -> list[Item]:
         (oid,) = _I32.unpack_from(data, 1)
+        if oid in self._pending:
+            if self._skip:
+                return []  # in Kafka already (the loop would skip it); its layout is settled when it counts
+            items = self._opened()
+            items += [self._layout(oid), Redo(data, lsn)]
+            return items
         rel, pos = self._relation(oid), 5
         old, full = None, data[pos:pos + 1] == b"O"
         if data[pos:pos + 1] in (b"K", b"O"):
@@ -232,8 +286,8 @@ class PgoutputDecoder:
         items = self._opened()
         for i in range(n):
             (oid,) = _I32.unpack_from(data, 6 + 4 * i)
-            items.append(Change(self._txid, self._ts_ms, "T", None, self._relation(oid).tag, None, self._unit,
-                                self._ordinal, lsn))
+            tag = qualified(*self._raw[oid][:2]) if oid in self._raw else self._relation(oid).tag
+            items.append(Change(self._txid, self._ts_ms, "T", None, tag, None, self._unit, self._ordinal, lsn))
             self._ordinal += 1
         return items
 

@@ -127,6 +127,9 @@ class PgqSource:
         txids = snap.handoff_record["txid_snapshot"]
         return Position(tick, 0, True, txids, TRIGGER), snap, {"txid_snapshot": txids, "tick": tick}
 
+    def switch(self, record) -> None:
+        """Nothing to do: the queue's events carry their own layout."""
+
     def resume(self, position: Position) -> None:
         """Check the consumer is still registered (RelayError otherwise)."""
         self.last_tick()

@@ -23,6 +23,7 @@ from collections.abc import Iterator
 from typing import NamedTuple, Protocol
 
 from pgshovel2.backends.snapshot import ExportedSnapshot
+from pgshovel2.setrecord import SetRecord
 from pgshovel2.wire import Position
 
 SCHEMA_CHANGE, SET_VERSION = "S", "V"  # the control events' ops (pgshovel2.relay.control)
@@ -129,6 +130,11 @@ class Source(Protocol):
         """Where a new stream starts: (its position, an exported snapshot of the set's tables at
         exactly that position when export -- to be closed by the caller -- else None, the
         record kept in ZooKeeper as the relay's ``snapshot``)."""
+
+    def switch(self, record: SetRecord) -> None:
+        """The set version in effect from the next item on: called before streaming (the layout the
+        committed position was relayed in) and at every switch, while the stream waits at the
+        Control that made it (a logical source decodes the new version's tables from there)."""
 
     def resume(self, position: Position) -> None:
         """Check the source can go on after position (committed earlier); raise RelayError if not."""

@@ -28,7 +28,8 @@
 PG_MODULE_MAGIC;
 
 #define HEARTBEAT_PREFIX "pgshovel2.heartbeat"
-#define RECORD_FORMAT "3"		/* sql/decoder/README.rst; 3: the list of unchanged values (flag 4) */
+#define VERSION_PREFIX "pgshovel2.version"
+#define RECORD_FORMAT "3"		/* sql/decoder/README.rst; 3: layout (R) and set-version (V) records, the list of unchanged values (flag 4) */
 #define FLAG_OLD 1				/* an old image follows the new one */
 #define FLAG_NO_ROW 2			/* DELETE without any old image (replica identity NOTHING) */
 #define FLAG_UNCHANGED 4		/* the new row's unchanged, unlogged values are listed after it */
@@ -168,35 +169,21 @@ decoder_commit(LogicalDecodingContext *ctx, ReorderBufferTXN *txn, XLogRecPtr co
 	state->begun = false;
 }
 
-/* Look up the table's codecs at its first change, and refuse DDL it cannot follow. */
+/*
+ * Before a table's first change in the session and its first change after an
+ * ALTER TABLE, write its layout record (layout.c); the captured columns and
+ * their codecs follow the new descriptor from here on.
+ */
 static void
-check_columns(ShovelTable *t, Relation rel, MemoryContext mcxt)
+ensure_layout(LogicalDecodingContext *ctx, ShovelTable *t, int index, Relation rel)
 {
-	TupleDesc	desc = RelationGetDescr(rel);
-	int			i;
+	DecoderState *state = ctx->output_plugin_private;
 
-	for (i = 0; i < t->ncols; i++)
-	{
-		Form_pg_attribute att;
-
-		if (t->attnums[i] > desc->natts || TupleDescAttr(desc, t->attnums[i] - 1)->attisdropped)
-			ereport(ERROR,
-					(errmsg("pgshovel2_decoder: captured column %d of table \"%s\" was dropped",
-							t->attnums[i], RelationGetRelationName(rel)),
-					 errhint("DDL on the tables of a logical set is not relayed yet: re-create the set.")));
-		att = TupleDescAttr(desc, t->attnums[i] - 1);
-		if (!t->ready)
-		{
-			t->types[i] = att->atttypid;
-			pgshovel2_codec_init(&t->codecs[i], att->atttypid, mcxt);
-		}
-		else if (t->types[i] != att->atttypid)
-			ereport(ERROR,
-					(errmsg("pgshovel2_decoder: column \"%s\" of table \"%s\" changed its type",
-							NameStr(att->attname), RelationGetRelationName(rel)),
-					 errhint("DDL on the tables of a logical set is not relayed yet: re-create the set.")));
-	}
-	t->ready = true;
+	if (!pgshovel2_layout_changed(t, RelationGetDescr(rel)))
+		return;
+	OutputPluginPrepareWrite(ctx, true);
+	pgshovel2_write_layout(ctx->out, t, index, rel, state->context);
+	OutputPluginWrite(ctx, true);
 }
 
 /*
@@ -333,8 +320,8 @@ decoder_change(LogicalDecodingContext *ctx, ReorderBufferTXN *txn, Relation rel,
 		default:
 			return;
 	}
-	check_columns(t, rel, state->context);
 	ensure_begin(ctx, txn);
+	ensure_layout(ctx, t, index, rel);
 	old_cxt = MemoryContextSwitchTo(state->change_cxt);
 	OutputPluginPrepareWrite(ctx, true);
 	pq_sendbyte(ctx->out, op);
@@ -380,6 +367,51 @@ decoder_truncate(LogicalDecodingContext *ctx, ReorderBufferTXN *txn, int nrelati
 }
 
 /*
+ * The "tables" spec of a set-version message, {"version": N, "tables": "<spec>"}
+ * (the spec holds no quote or backslash), copied into mcxt; NULL when absent.
+ */
+static char *
+version_tables(const char *message, Size size, MemoryContext mcxt)
+{
+	char	   *text = pnstrdup(message, size);
+	char	   *at = strstr(text, "\"tables\"");
+	char	   *end;
+
+	if (at == NULL || (at = strchr(at + 8, '"')) == NULL || (end = strchr(at + 1, '"')) == NULL)
+		return NULL;
+	*end = '\0';
+	return MemoryContextStrdup(mcxt, at + 1);
+}
+
+/*
+ * A set-version marker (transactional message "pgshovel2.version", written by
+ * pgshovel set upgrade in its transaction) is written as 'V' at its place: LSN (8),
+ * the message (JSON) to the end of the record. Its "tables" replace the option's
+ * from here on, so changes after it follow the new version's tables exactly.
+ */
+static void
+version_message(LogicalDecodingContext *ctx, ReorderBufferTXN *txn, XLogRecPtr lsn, Size size,
+				const char *message)
+{
+	DecoderState *state = ctx->output_plugin_private;
+	char	   *spec = version_tables(message, size, state->context);
+	MemoryContext old;
+
+	ensure_begin(ctx, txn);
+	OutputPluginPrepareWrite(ctx, true);
+	pq_sendbyte(ctx->out, 'V');
+	pq_sendint64(ctx->out, lsn);
+	pq_sendbytes(ctx->out, message, size);
+	OutputPluginWrite(ctx, true);
+	if (spec != NULL)
+	{
+		old = MemoryContextSwitchTo(state->context);
+		pgshovel2_parse_tables(state, spec);
+		MemoryContextSwitchTo(old);
+	}
+}
+
+/*
  * Heartbeats (non-transactional messages with prefix "pgshovel2.heartbeat",
  * pgshovel2_decoder.heartbeat()) are written as 'H' with their LSN, so an idle
  * relay can confirm the slot up to there and the slot does not pin WAL.
@@ -388,6 +420,11 @@ static void
 decoder_message(LogicalDecodingContext *ctx, ReorderBufferTXN *txn, XLogRecPtr lsn,
 				bool transactional, const char *prefix, Size size, const char *message)
 {
+	if (transactional && strcmp(prefix, VERSION_PREFIX) == 0)
+	{
+		version_message(ctx, txn, lsn, size, message);
+		return;
+	}
 	if (transactional || strcmp(prefix, HEARTBEAT_PREFIX) != 0)
 		return;
 	OutputPluginPrepareWrite(ctx, true);

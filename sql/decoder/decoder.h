@@ -11,6 +11,8 @@
 #include "fmgr.h"
 #include "access/htup_details.h"
 #include "nodes/pg_list.h"
+#include "lib/stringinfo.h"
+#include "utils/rel.h"
 
 #include "encode.h"
 
@@ -18,11 +20,12 @@
 typedef struct ShovelTable
 {
 	Oid			relid;
+	bool		all;			/* mode all ("<oid>*:"): every live column is captured */
 	int			ncols;
+	int			cap;			/* allocated length of attnums, codecs */
 	int16	   *attnums;		/* captured columns, attnum order */
-	Oid		   *types;			/* atttypid seen at the first change (0: not yet) */
-	ColumnCodec *codecs;		/* initialised at the table's first change */
-	bool		ready;
+	ColumnCodec *codecs;		/* initialised when the layout is written (layout.c) */
+	TupleDesc	sent;			/* the descriptor of the last layout record written (NULL: none) */
 } ShovelTable;
 
 /* Plugin state, one per decoding session (ctx->output_plugin_private). */
@@ -40,5 +43,10 @@ typedef struct DecoderState
 /* options.c */
 extern void pgshovel2_parse_tables(DecoderState *state, const char *spec);
 extern ShovelTable *pgshovel2_find_table(DecoderState *state, Oid relid, int *index);
+
+/* layout.c */
+extern bool pgshovel2_layout_changed(ShovelTable *t, TupleDesc desc);
+extern void pgshovel2_write_layout(StringInfo out, ShovelTable *t, int index, Relation rel,
+								   MemoryContext mcxt);
 
 #endif

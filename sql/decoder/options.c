@@ -1,8 +1,9 @@
 /*
  * options.c - the "tables" plugin option.
  *
- * Form: "<oid>:<attnum>,<attnum>,...;<oid>:..." (a table with no captured
- * column: "<oid>:"). The position of a table in the list is its index in the
+ * Form: "<oid>:<attnum>,<attnum>,...;<oid>*:..." (a table with no captured
+ * column: "<oid>:"; "*" after the oid: mode all, every live column is
+ * captured whatever the list says, following ADD/DROP COLUMN). The position of a table in the list is its index in the
  * output records. The relay builds it from the set record (table oid from
  * to_regclass, captured attnums from the set's columns).
  */
@@ -29,14 +30,22 @@ parse_one(ShovelTable *t, const char *p, const char *spec)
 	unsigned long oid = strtoul(p, &end, 10);
 	int			cap;
 
-	if (end == p || *end != ':' || oid == 0)
+	if (end == p || (*end != ':' && *end != '*') || oid == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("pgshovel2_decoder: bad \"tables\" option \"%s\": expected <oid>:<attnums>", spec)));
 	t->relid = (Oid) oid;
+	t->all = (*end == '*');
+	if (t->all)
+		end++;
+	if (*end != ':')
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("pgshovel2_decoder: bad \"tables\" option \"%s\": expected <oid>[*]:<attnums>", spec)));
 	p = end + 1;
 	cap = count_char(p, ',') + 1;
 	t->attnums = palloc(cap * sizeof(int16));
+	t->cap = cap;
 	t->ncols = 0;
 	while (*p && *p != ';')
 	{
@@ -49,9 +58,8 @@ parse_one(ShovelTable *t, const char *p, const char *spec)
 		t->attnums[t->ncols++] = (int16) attnum;
 		p = (*end == ',') ? end + 1 : end;
 	}
-	t->types = palloc0(Max(t->ncols, 1) * sizeof(Oid));
-	t->codecs = palloc0(Max(t->ncols, 1) * sizeof(ColumnCodec));
-	t->ready = false;
+	t->codecs = palloc0(Max(cap, 1) * sizeof(ColumnCodec));
+	t->sent = NULL;
 	return *p == ';' ? p + 1 : p;
 }
 

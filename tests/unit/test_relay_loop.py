@@ -100,6 +100,9 @@ class FakeSource:
         self.handoffs += 1
         return Position(0, 0, True, None, self.backend), None, {"skipped": True}
 
+    def switch(self, record) -> None:
+        pass
+
     def resume(self, position) -> None:
         pass
 
