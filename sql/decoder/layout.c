@@ -127,6 +127,7 @@ pgshovel2_write_layout(StringInfo out, ShovelTable *t, int index, Relation rel, 
 	old = MemoryContextSwitchTo(mcxt);
 	if (t->sent != NULL)
 		FreeTupleDesc(t->sent);
-	t->sent = CreateTupleDescCopy(desc);
+	/* ...Constr: CreateTupleDescCopy clears attnotnull and atthasmissing, which are compared */
+	t->sent = CreateTupleDescCopyConstr(desc);
 	MemoryContextSwitchTo(old);
 }

@@ -187,3 +187,27 @@ def test_plugin_refuses_another_record_format(db, cluster):
             assert cur.fetchone() == (0,)
         finally:
             cur.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
+
+
+def test_plugin_writes_a_layout_record_once_per_table_and_layout(db, cluster, schema):
+    """A layout record (R) before a table's first change of the session and after a DDL only: not
+    before every change (a NOT NULL key column once made every change look like a new layout)."""
+    slot = f"lay_{cluster}"
+    table = f'"{schema}".lay'
+    with db.cursor() as cur:
+        cur.execute("CREATE EXTENSION IF NOT EXISTS pgshovel2_decoder")
+        cur.execute(f"CREATE TABLE {table} (id int PRIMARY KEY, n int NOT NULL, s text)")
+        cur.execute("SELECT %s::regclass::oid", (table,))
+        (oid,) = cur.fetchone()
+        cur.execute("SELECT pg_create_logical_replication_slot(%s, 'pgshovel2_decoder')", (slot,))
+        try:
+            cur.execute(f"INSERT INTO {table} SELECT g, g, 'x' FROM generate_series(1, 5) g")
+            cur.execute(f"UPDATE {table} SET n = n + 1")
+            cur.execute(f"ALTER TABLE {table} ADD COLUMN w int")
+            cur.execute(f"INSERT INTO {table} VALUES (6, 6, 'x', 6)")
+            cur.execute("SELECT substr(data, 1, 1) FROM pg_logical_slot_peek_binary_changes(%s, NULL, NULL, "
+                        "'format', %s, 'tables', %s)", (slot, RECORD_FORMAT, f"{oid}*:1,2,3"))
+            kinds = b"".join(bytes(r[0]) for r in cur.fetchall())
+        finally:
+            cur.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
+    assert kinds == b"BRIIIIIC" + b"BUUUUUC" + b"BRIC", kinds
