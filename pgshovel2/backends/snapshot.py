@@ -15,6 +15,7 @@ import logging
 from collections.abc import Iterator
 
 import psycopg2
+import psycopg2.errors
 from psycopg2 import sql
 
 from pgshovel2 import names
@@ -55,6 +56,9 @@ class TableReader:
                 self.txid_snapshot: str = cur.fetchone()[0]
         except psycopg2.Error as exc:
             self.close()
+            if snapshot_id is not None and isinstance(exc, psycopg2.errors.InvalidParameterValue):
+                raise error(f"the exported snapshot {snapshot_id} expired (its exporting transaction ended) "
+                            f"before it was adopted: {str(exc).strip()}; nothing was written, run it again") from exc
             raise error(f"cannot open the snapshot transaction: {str(exc).strip()}") from exc
 
     def __enter__(self) -> "TableReader":
