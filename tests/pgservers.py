@@ -20,6 +20,18 @@ REPO = Path(__file__).resolve().parent.parent
 PG_BIN = os.environ.get("PG_BIN", "/usr/lib/postgresql/15/bin")
 
 
+def query(dsn: str, text: str, args: tuple = ()) -> list[tuple]:
+    """Rows of one autocommitted statement on dsn (empty for a statement without a result)."""
+    conn = psycopg2.connect(dsn)
+    conn.autocommit = True
+    try:
+        with conn.cursor() as cur:
+            cur.execute(text, args)
+            return cur.fetchall() if cur.description else []
+    finally:
+        conn.close()
+
+
 def extra_port(index: int) -> int:
     """The index-th extra PostgreSQL port (0: the replica target)."""
     first = int(os.environ.get("TEST_EXTRA_PG_PORT", "58133"))
@@ -84,13 +96,7 @@ class PgServer:
         return conn
 
     def query(self, text: str, args: tuple = ()) -> list[tuple]:
-        conn = self.connect()
-        try:
-            with conn.cursor() as cur:
-                cur.execute(text, args)
-                return cur.fetchall() if cur.description else []
-        finally:
-            conn.close()
+        return query(self.dsn, text, args)
 
     def basebackup_from(self, primary: "PgServer", app_name: str) -> "PgServer":
         """Make this server a streaming replica of primary (application_name app_name) and start it."""

@@ -17,6 +17,8 @@ from pathlib import Path
 import psycopg2
 import pytest
 
+from tests.pgservers import query
+
 REPO = Path(__file__).resolve().parent.parent
 KNOWN_MAJORS = (14, 16, 17, 18)
 SELECTION_ENV = "PGSHOVEL2_TEST_STOCK"
@@ -110,13 +112,7 @@ class StockServer:
 
     def query(self, text: str, args: tuple = (), admin: bool = False) -> list[tuple]:
         """Rows of one statement (empty for statements without a result) on database pgshovel."""
-        conn = self.connect(admin)
-        try:
-            with conn.cursor() as cur:
-                cur.execute(text, args)
-                return cur.fetchall() if cur.description else []
-        finally:
-            conn.close()
+        return query(self.admin_dsn if admin else self.dsn, text, args)
 
     def reset(self) -> None:
         """Drop every replication slot and database pgshovel (its sessions too), and create it

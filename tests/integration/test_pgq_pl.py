@@ -17,6 +17,7 @@ from pgshovel2 import names
 from pgshovel2.backends import pgq_ticker
 from pgshovel2.cluster import ClusterStore
 from tests.helpers import assert_verified, caught_up, messages, pgshovel, verify, write_config
+from tests.pgservers import query as _query
 
 
 @pytest.fixture
@@ -45,15 +46,6 @@ def no_pgqd(stack):
     stack.script("start", "pgqd")
 
 
-def _query(dsn: str, text: str, args: tuple = ()) -> list[tuple]:
-    conn = psycopg2.connect(dsn)
-    conn.autocommit = True
-    try:
-        with conn.cursor() as cur:
-            cur.execute(text, args)
-            return cur.fetchall() if cur.description else []
-    finally:
-        conn.close()
 
 
 def _wait_messages(stack, topic: str, count: int, timeout: float = 60) -> list:
