@@ -110,6 +110,29 @@ def read_table_topic(stack, topic: str) -> list[dict]:
         consumer.close()
 
 
+LAYOUTS = {1: {"id", "n", "s"}, 2: {"id", "n", "s", "extra"}, 3: {"id", "n", "s", "extra", "flag"},
+           4: {"id", "n", "label", "extra", "flag"}, 5: {"id", "n", "label", "flag"}}
+
+
+def assert_stream_follows_the_ddl(stack, msgs: list[dict], writer: Writer, topic: str) -> None:
+    """After the add/add/rename/drop statements of the DDL tests (LAYOUTS): every row, in commit
+    order per key, decoded with its own schema, equals what was written; each message's
+    pgshovel.version names the layout it was encoded with, versions only grow; the registry holds
+    one value schema per version."""
+    expected, got = defaultdict(list), defaultdict(list)
+    for op, key, row, _ in writer.log:
+        expected[key].append((op, row))
+    for m in msgs:
+        got[m["key"]["id"]].append((m["headers"]["pgshovel.op"], m["value"]))
+    assert len(msgs) == len(writer.log) and got == expected
+    versions = [int(m["headers"]["pgshovel.version"]) for m in msgs]
+    assert versions == sorted(versions) and set(versions) == set(LAYOUTS)
+    for m, v in zip(msgs, versions, strict=True):
+        assert m["value"] is None or set(m["value"]) == LAYOUTS[v]
+    registry = SchemaRegistryClient({"url": stack.registry})
+    assert len(registry.get_versions(f"{topic}-value")) == 5
+
+
 def set_up(stack, cluster, db, schema, tmp_path, set_name: str, columns: str = "id int PRIMARY KEY, n int, s text"):
     """Table <schema>.t, a set on it, returns (table, topic, queue)."""
     table = f'"{schema}".t'
@@ -170,25 +193,8 @@ def test_add_drop_rename_while_writing(stack, cluster, db, schema, tmp_path, rel
     msgs = read_table_topic(stack, topic)
     assert relay.proc.poll() is None, relay.log()
 
-    # Every row, in commit order per key, decoded with its own schema, equals what was written.
-    expected, got = defaultdict(list), defaultdict(list)
-    for op, key, row, _ in writer.log:
-        expected[key].append((op, row))
-    for m in msgs:
-        got[m["key"]["id"]].append((m["headers"]["pgshovel.op"], m["value"]))
-    assert len(msgs) == len(writer.log) and got == expected
-
-    # Each message's pgshovel.version names the layout it was encoded with; versions only grow.
-    layouts = {1: {"id", "n", "s"}, 2: {"id", "n", "s", "extra"}, 3: {"id", "n", "s", "extra", "flag"},
-               4: {"id", "n", "label", "extra", "flag"}, 5: {"id", "n", "label", "flag"}}
-    versions = [int(m["headers"]["pgshovel.version"]) for m in msgs]
-    assert versions == sorted(versions) and set(versions) == set(layouts)
-    for m, v in zip(msgs, versions, strict=True):
-        assert m["value"] is None or set(m["value"]) == layouts[v]
-
-    # The registry holds one value schema per version, BACKWARD compatible, checked by the registry.
-    registry = SchemaRegistryClient({"url": stack.registry})
-    assert len(registry.get_versions(f"{topic}-value")) == 5
+    assert_stream_follows_the_ddl(stack, msgs, writer, topic)
+    registry = SchemaRegistryClient({"url": stack.registry})  # BACKWARD, checked by the registry
     assert registry.get_compatibility(f"{topic}-value") == "BACKWARD"
     assert len(registry.get_versions(f"{topic}-key")) == 1
     with ClusterStore(stack.zk, cluster) as store:
