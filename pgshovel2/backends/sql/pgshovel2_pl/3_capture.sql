@@ -103,6 +103,27 @@ END $q$ $g$, fname, queue_name, md5(queue_name), q.queue_id, branches);
     RETURN fname;
 END $$;
 
+-- The SQL tests of an UPDATE of layout l, over the rows named new_row and old_row (NEW/OLD, or $1/$2):
+-- skip, true when no captured column changed (mode subset: no event, as in capture.c); before,
+-- true when the old row is written too (mode ,before: always; else when a key column changed).
+CREATE OR REPLACE FUNCTION pgshovel2_pl._update_tests(l pgshovel2_pl.layout, new_row text, old_row text,
+                                                      OUT skip text, OUT before text)
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    skip := 'false';
+    before := 'false';
+    IF l.mode LIKE 'subset%' AND cardinality(l.cols) > 0 THEN
+        skip := 'pg_catalog.record_image_eq(' || pgshovel2_pl.cols_sql(l.rel, l.cols, new_row) || ', '
+                || pgshovel2_pl.cols_sql(l.rel, l.cols, old_row) || ')';
+    END IF;
+    IF l.mode LIKE '%,before%' THEN
+        before := 'true';
+    ELSIF cardinality(l.keys) > 0 THEN
+        before := 'NOT pg_catalog.record_image_eq(' || pgshovel2_pl.cols_sql(l.rel, l.keys, new_row) || ', '
+                  || pgshovel2_pl.cols_sql(l.rel, l.keys, old_row) || ')';
+    END IF;
+END $$;
+
 -- Generate (CREATE OR REPLACE) the row trigger function of layout l: its statements are
 -- static (PL/pgSQL caches their plans), the per-row work of _row() without EXECUTE. It
 -- checks once per transaction (setting pgshovel2_pl.s<key>) that the table's layout is
@@ -117,8 +138,8 @@ CREATE OR REPLACE FUNCTION pgshovel2_pl._generate(l pgshovel2_pl.layout) RETURNS
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     fname text := pgshovel2_pl.trigger_function(l.queue, l.rel);
-    skip text := 'false';
-    before text := 'false';
+    skip text;
+    before text;
     live pgshovel2_pl.layout := pgshovel2_pl.live_layout(l);
     deps record := pgshovel2_pl._sig_deps(l.rel);
     new_sig text;
@@ -128,16 +149,7 @@ BEGIN
     END IF;
     INSERT INTO pgshovel2_pl.layout_sig AS o (queue, rel, sig) VALUES (l.queue, l.rel, new_sig)
     ON CONFLICT (queue, rel) DO UPDATE SET sig = EXCLUDED.sig;
-    IF l.mode LIKE 'subset%' AND cardinality(l.cols) > 0 THEN
-        skip := 'pg_catalog.record_image_eq(' || pgshovel2_pl.cols_sql(l.rel, l.cols, 'NEW') || ', '
-                || pgshovel2_pl.cols_sql(l.rel, l.cols, 'OLD') || ')';
-    END IF;
-    IF l.mode LIKE '%,before%' THEN
-        before := 'true';
-    ELSIF cardinality(l.keys) > 0 THEN
-        before := 'NOT pg_catalog.record_image_eq(' || pgshovel2_pl.cols_sql(l.rel, l.keys, 'NEW') || ', '
-                  || pgshovel2_pl.cols_sql(l.rel, l.keys, 'OLD') || ')';
-    END IF;
+    SELECT t.skip, t.before INTO skip, before FROM pgshovel2_pl._update_tests(l, 'NEW', 'OLD') t;
     EXECUTE format($g$
 CREATE OR REPLACE FUNCTION pgshovel2_pl.%1$I() RETURNS trigger
 LANGUAGE plpgsql AS $c$
@@ -266,19 +278,10 @@ END $$;
 CREATE OR REPLACE FUNCTION pgshovel2_pl._cache(l pgshovel2_pl.layout, cache_key text) RETURNS void
 LANGUAGE plpgsql AS $$
 DECLARE
-    skip text := 'false';
-    before text := 'false';
+    skip text;
+    before text;
 BEGIN
-    IF l.mode LIKE 'subset%' AND cardinality(l.cols) > 0 THEN
-        skip := 'pg_catalog.record_image_eq(' || pgshovel2_pl.cols_sql(l.rel, l.cols, '$1') || ', '
-                || pgshovel2_pl.cols_sql(l.rel, l.cols, '$2') || ')';
-    END IF;
-    IF l.mode LIKE '%,before%' THEN
-        before := 'true';
-    ELSIF cardinality(l.keys) > 0 THEN
-        before := 'NOT pg_catalog.record_image_eq(' || pgshovel2_pl.cols_sql(l.rel, l.keys, '$1') || ', '
-                  || pgshovel2_pl.cols_sql(l.rel, l.keys, '$2') || ')';
-    END IF;
+    SELECT t.skip, t.before INTO skip, before FROM pgshovel2_pl._update_tests(l, '$1', '$2') t;
     PERFORM set_config('pgshovel2_pl.i' || cache_key,
                        'SELECT ' || pgshovel2_pl.row_sql(l.rel, l.cols, '$1'), true);
     PERFORM set_config('pgshovel2_pl.u' || cache_key,
