@@ -5,7 +5,8 @@ at the end. Unit tests under tests/unit do not request it.
 Stock PostgreSQL servers (tests/stock.py): ``stock_pg`` is one per selected major
 (PGSHOVEL2_TEST_STOCK); ``server`` is Debian's PG 15 and each of them. A contract test module
 runs on every server with one line that replaces its ``stack``:
-``from tests.stock import on_every_server as stack  # noqa: F401``. Tests using either are
+``from tests.pgservers import PgServer, extra_port
+from tests.stock import on_every_server as stack  # noqa: F401``. Tests using either are
 marked ``stock`` (``make test-matrix`` runs them on 14, 16, 17 and 18)."""
 
 import os
@@ -17,6 +18,7 @@ from pathlib import Path
 import psycopg2
 import pytest
 
+from tests.pgservers import PgServer, extra_port
 from tests.stock import SELECTION_ENV, StockServers, make_target, stock_majors, target_names
 
 REPO = Path(__file__).resolve().parent.parent
@@ -176,3 +178,12 @@ def kill_leftover_relays():
         if relay.proc.poll() is None:
             relay.proc.kill()
             relay.proc.wait(30)
+
+
+@pytest.fixture
+def target():
+    """A fresh extra PostgreSQL 15 server (tests.pgservers, extra port 0): a replica target."""
+    server = PgServer("target", extra_port(0))
+    server.destroy()
+    yield server.start()
+    server.destroy()

@@ -16,7 +16,6 @@ import pytest
 
 from tests.chaos import Load
 from tests.helpers import BIN, caught_up, cli_env, pgshovel, write_config
-from tests.pgservers import PgServer, extra_port
 
 AUDIT = """
 CREATE SCHEMA IF NOT EXISTS {s};
@@ -27,14 +26,6 @@ CREATE FUNCTION public.ledger_audit() RETURNS trigger LANGUAGE plpgsql AS
 CREATE TRIGGER audit AFTER INSERT OR UPDATE ON {s}.ledger FOR EACH ROW EXECUTE FUNCTION public.ledger_audit();
 ALTER TABLE {s}.ledger ENABLE ALWAYS TRIGGER audit;
 """
-
-
-@pytest.fixture
-def target():
-    server = PgServer("target", extra_port(0))
-    server.destroy()
-    yield server.start()
-    server.destroy()
 
 
 def make_set(stack, cluster, db, schema, tmp_path, name="rep"):

@@ -5,15 +5,6 @@ pgshovel.unchanged header; FULL: the value), every shipped consumer keeping the 
 import pytest
 
 from tests.integration.unchanged_toast import run
-from tests.pgservers import PgServer, extra_port
-
-
-@pytest.fixture
-def target():
-    server = PgServer("target", extra_port(0))
-    server.destroy()
-    yield server.start()
-    server.destroy()
 
 
 @pytest.mark.parametrize("identity", ["DEFAULT", "FULL"])

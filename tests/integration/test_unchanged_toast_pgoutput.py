@@ -4,16 +4,7 @@ REPLICA IDENTITY DEFAULT and FULL (tests/integration/unchanged_toast.py)."""
 import pytest
 
 from tests.integration.unchanged_toast import run
-from tests.pgservers import PgServer, extra_port
 from tests.stock import on_every_server as stack  # noqa: F401  (the one-line switch)
-
-
-@pytest.fixture
-def target():
-    server = PgServer("target", extra_port(0))
-    server.destroy()
-    yield server.start()
-    server.destroy()
 
 
 @pytest.mark.parametrize("identity", ["DEFAULT", "FULL"])
