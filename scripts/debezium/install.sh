@@ -10,12 +10,13 @@ DEBEZIUM_VERSION="${DEBEZIUM_VERSION:-3.4.3.Final}"
 DEBEZIUM_HOME="${DEBEZIUM_HOME:-$REPO/.cache/debezium}"
 PLUGIN="io.debezium:debezium-connector-postgres:$DEBEZIUM_VERSION:tar.gz:plugin"
 libs="$DEBEZIUM_HOME/libs" plugins="$DEBEZIUM_HOME/plugins"
+pom_sum=$(sha256sum "$REPO/scripts/debezium/pom.xml" | cut -c1-12)
 
-if [ ! -f "$libs/.complete" ]; then
+if [ ! -f "$libs/.complete-$pom_sum" ]; then
   log "fetching Kafka Connect from Maven Central into $libs"
-  mkdir -p "$libs"
+  rm -rf "$libs" && mkdir -p "$libs"
   mvn -q -B -f "$REPO/scripts/debezium/pom.xml" dependency:copy-dependencies -DoutputDirectory="$libs" >&2
-  touch "$libs/.complete"
+  touch "$libs/.complete-$pom_sum"
 fi
 if [ ! -f "$plugins/.complete-$DEBEZIUM_VERSION" ]; then
   log "fetching $PLUGIN from Maven Central into $plugins"
