@@ -170,36 +170,51 @@ def fmt(got: dict) -> str:
     return ", ".join(f"{k} {v:,.1f}" for k, v in got.items())
 
 
+def stream_at_rate(connector: connect.Connector, table: str, tps: int, seconds: int) -> tuple[list, float, str]:
+    """(arrivals [(epoch s, latency ms)], start epoch s, pgbench output) of pgbench inserting rows of
+    clock_timestamp() into table at tps for seconds while connector streams it."""
+    script = WORK / f"{connector.name}.sql"
+    script.write_text(f"INSERT INTO {table} (ts) VALUES (clock_timestamp());\n")
+    arrivals = latency.Arrivals(connector.topic(table), 1, lambda v: json.loads(v)["payload"]["after"]["ts"])
+    arrivals.start()
+    try:
+        started = time.time()
+        out = pgbench("-n", "-c", "4", "-j", "2", "--rate", str(tps), "-T", str(seconds), "-f", str(script))
+        counter = Counter(connector.topic(table), 1 + int(re.search(r"processed: (\d+)", out).group(1)))
+        counter.start()
+        counter.wait(300)
+        time.sleep(1)
+    finally:
+        arrivals.stop.set()
+        arrivals.join(30)
+    return arrivals.latencies, started, out
+
+
 def latency_debezium(tps: int, seconds: int, exactly_once: bool, warmup: float) -> dict:
     """Debezium's commit-to-read_committed latency at a steady pgbench rate (bench/latency.py's method),
-    the first warmup seconds not counted."""
+    the first warmup seconds not counted; a fresh worker, warmed by a drain of WARMUP changes and
+    streaming a first row end to end before pgbench starts."""
     cur = prepare()
     name = unique("dbzlat")
     table = f"bench_relay.{name}"
     cur.execute(f"CREATE TABLE {table} (id bigserial PRIMARY KEY, ts timestamptz)")
-    script = WORK / f"{name}.sql"
-    script.write_text(f"INSERT INTO {table} (ts) VALUES (clock_timestamp());\n")
     worker = connect.Worker(exactly_once)
-    connector = connect.Connector(name, [table], exactly_once)
     try:
-        connector.start(worker)
-        arrivals = latency.Arrivals(connector.topic(table), 1, lambda v: json.loads(v)["payload"]["after"]["ts"])
-        arrivals.start()
+        drain_debezium(cur, worker, workloads.NARROW, WARMUP, exactly_once)  # JIT warm-up, as before a drain
+        connector = connect.Connector(name, [table], exactly_once)
         try:
-            started = time.time()
-            out = pgbench("-n", "-c", "4", "-j", "2", "--rate", str(tps), "-T", str(seconds), "-f", str(script))
-            counter = Counter(connector.topic(table), int(re.search(r"processed: (\d+)", out).group(1)))
-            counter.start()
-            counter.wait(300)
-            time.sleep(1)
+            connector.start(worker)
+            cur.execute(f"INSERT INTO {table} (ts) VALUES (clock_timestamp())")
+            first = Counter(connector.topic(table), 1)  # streaming end to end before the clock starts
+            first.start()
+            first.wait(120)
+            arrived, started, out = stream_at_rate(connector, table, tps, seconds)
         finally:
-            arrivals.stop.set()
-            arrivals.join(30)
+            connector.drop()
     finally:
-        connector.drop()
         worker.stop()
         cur.execute(f"DROP TABLE {table}")
-    values = sorted(ms for at, ms in arrivals.latencies if at - started > warmup)
+    values = sorted(ms for at, ms in arrived if at - started > warmup)
     return {"tps_target": tps, "tps": float(re.search(r"tps = ([\d.]+)", out).group(1)), "samples": len(values),
             **{f"p{q}_ms": round(latency.percentile(values, q), 1) for q in (50, 95, 99)},
             "max_ms": round(values[-1], 1)}
