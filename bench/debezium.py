@@ -15,6 +15,10 @@ tables (bench/workloads.py: ``narrow`` and ``mixed``):
 - pgbench -N tps kept while each tool streams the pgbench tables, rounds interleaved with a run
   without capture (none) (bench/logical.py's rounds for none and pgshovel2).
 
+Debezium is measured warm, as a long-running connector is: every new worker first drains WARMUP
+changes uncounted; before the latency clock starts a first row has streamed end to end; the tps
+round follows an uncounted pgbench run of a third of its length.
+
     .venv/bin/python -m bench.debezium [--changes 100000] [--rounds 1] [--seconds 10]
 """
 
