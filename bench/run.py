@@ -102,7 +102,8 @@ def main() -> None:
         params = p[name]
         result[name] = function(*params) if isinstance(params, tuple) else function(params)
     result["seconds"] = round(time.monotonic() - started)
-    stem = RESULTS / time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    prefix = "-".join(only) + "-" if args.only else ""  # a partial run is named by its sections
+    stem = RESULTS / (prefix + time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()))
     stem.with_suffix(".json").write_text(json.dumps(result, indent=2))
     pngs = plot.plot(result, stem)
     lines = table(result) if set(SECTIONS) - {"debezium"} <= set(only) else []
