@@ -284,8 +284,8 @@ def measure(changes: int, rounds: int, seconds: int, tps: int = 2000, scale: int
     result: dict = {"settings": {"at_least_once": connect.settings(False), "exactly_once": connect.settings(True),
                                  "changes": changes, "rounds": rounds, "pgbench_seconds": seconds,
                                  "latency_tps": tps, "debezium_warmup_changes": WARMUP,
-                                 "pgshovel2_variants": [variant_name(*v) for v in variants], "workloads": {w.name: w.columns for w in
-                                                                   workloads.WORKLOADS.values()}}}
+                                 "pgshovel2_variants": [variant_name(*v) for v in variants],
+                                 "workloads": {w.name: w.columns for w in workloads.WORKLOADS.values()}}}
     print("  drain ...", flush=True)
     result["drain"] = measure_drain(changes, rounds, variants)
     print("  latency ...", flush=True)
