@@ -17,6 +17,7 @@ import urllib.request
 from pathlib import Path
 
 import psycopg2
+from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from bench.common import BOOTSTRAP, DSN, WORK
@@ -71,6 +72,17 @@ def rest(method: str, path: str, body: dict | None = None) -> tuple[int, str]:
             return response.status, response.read().decode()
     except urllib.error.HTTPError as e:
         return e.code, e.read().decode()
+
+
+def delete_topics(topics: list[str]) -> None:
+    """Delete topics of the bench broker, waiting for the broker's answer; missing ones are fine."""
+    admin = AdminClient({"bootstrap.servers": BOOTSTRAP})  # referenced until the answers are in
+    for future in admin.delete_topics(topics, operation_timeout=30).values():
+        try:
+            future.result()
+        except KafkaException as e:
+            if e.args[0].code() != KafkaError.UNKNOWN_TOPIC_OR_PART:
+                raise
 
 
 def install() -> tuple[Path, Path]:
@@ -135,7 +147,7 @@ class Worker:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
-        AdminClient({"bootstrap.servers": BOOTSTRAP}).delete_topics(self.topics)
+        delete_topics(self.topics)
 
 
 def sql(*statements: str) -> None:
@@ -203,7 +215,7 @@ class Connector:
             rest("DELETE", f"/connectors/{self.name}")
             self.worker.wait(f"slot {self.name} released", lambda: not slot_active(self.name), 120)
         sql(f"SELECT pg_drop_replication_slot('{self.name}')", f"DROP PUBLICATION IF EXISTS {self.name}")
-        AdminClient({"bootstrap.servers": BOOTSTRAP}).delete_topics([self.topic(t) for t in self.tables])
+        delete_topics([self.topic(t) for t in self.tables])
 
 
 def settings(exactly_once: bool) -> dict:

@@ -30,7 +30,6 @@ import threading
 import time
 
 from confluent_kafka import Consumer, TopicPartition
-from confluent_kafka.admin import AdminClient
 
 from bench import connect, latency, logical, workloads
 from bench.capture_overhead import pgbench
@@ -124,7 +123,8 @@ def drain_pgshovel2(cur, workload: workloads.Workload, variant: tuple[str, str, 
     finally:
         pgshovel("set", "drop", name)
         cur.execute(f"DROP TABLE {table}")
-        AdminClient({"bootstrap.servers": BOOTSTRAP}).delete_topics([set_topic(name)])  # 1M rows each: disk
+        # a full run writes 1M rows per variant
+        connect.delete_topics([set_topic(name), f"{name}.transactions", f"{name}.positions"])
 
 
 def drain_debezium(cur, worker: connect.Worker, workload: workloads.Workload, changes: int,
