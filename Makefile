@@ -35,9 +35,10 @@ chaos: install
 		$(PY) -m pytest -ra -s tests/integration/test_chaos.py
 
 # Every GOALS.md figure measurable so far, against its reference: bench/results/<time>.json + PNGs.
-# QUICK=1 for a short run.
+# QUICK=1 for a short run; ONLY=debezium (comma-separated sections) runs those alone. The debezium
+# section fetches Kafka Connect and Debezium with Maven (scripts/debezium/install.sh) on first use.
 bench: stack-up
-	$(PY) -m bench.run $(if $(QUICK),--quick)
+	$(PY) -m bench.run $(if $(QUICK),--quick) $(if $(ONLY),--only $(ONLY))
 
 unit: install
 	$(PY) -m pytest -ra tests/unit

@@ -56,12 +56,14 @@ LOGICAL = ("logical", "pgoutput")  # bench backend names of logical sets (our pl
 
 
 def write_config(name: str, tables: list[dict], backend: str = "trigger", encoding: str = "avro",
-                 dsn: str = DSN) -> Path:
+                 dsn: str = DSN, envelope: str = "row") -> Path:
     """A set config file (WORK/<name>.yaml) for tables (config entries) of the database dsn;
-    backend ``pgoutput``: a logical set with ``decoder: pgoutput``."""
+    backend ``pgoutput``: a logical set with ``decoder: pgoutput``; envelope ``row`` or ``debezium``."""
     WORK.mkdir(parents=True, exist_ok=True)
     path = WORK / f"{name}.yaml"
     extra = {"backend": "logical", "decoder": "pgoutput"} if backend == "pgoutput" else {"backend": backend}
+    if envelope != "row":
+        extra["envelope"] = envelope
     path.write_text(yaml.safe_dump({"database": {"dsn": dsn}, "encoding": encoding, **extra, "tables": tables}))
     return path
 

@@ -16,6 +16,7 @@ import re
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from datetime import datetime
 
 from confluent_kafka import Consumer, TopicPartition
@@ -46,12 +47,14 @@ def percentile(sorted_values: list[float], q: float) -> float:
 
 
 class Arrivals(threading.Thread):
-    """Reads topic (read_committed) and records arrival time minus the row's ts, in ms."""
+    """Reads topic (read_committed) and records arrival time minus the row's ts, in ms; ts_of gives
+    the ts column's text of a message value (default: pgshovel2's row envelope in JSON)."""
 
-    def __init__(self, topic: str, partitions: int):
+    def __init__(self, topic: str, partitions: int, ts_of: Callable[[bytes], str] = lambda v: json.loads(v)["ts"]):
         super().__init__(daemon=True)
         self.latencies: list[tuple[float, float]] = []  # (arrival epoch s, latency ms)
         self.stop = threading.Event()
+        self.ts_of = ts_of
         self.consumer = Consumer({"bootstrap.servers": BOOTSTRAP, "group.id": f"bench-latency-{time.time_ns()}",
                                   "isolation.level": "read_committed", "enable.auto.commit": False,
                                   "fetch.wait.max.ms": 5})
@@ -63,13 +66,15 @@ class Arrivals(threading.Thread):
             if msg is None or msg.error() or msg.value() is None:
                 continue
             now = time.time()
-            ts = datetime.fromisoformat(json.loads(msg.value())["ts"]).timestamp()
+            ts = datetime.fromisoformat(self.ts_of(msg.value())).timestamp()
             self.latencies.append((now, (now - ts) * 1000))
         self.consumer.close()
 
 
-def measure(tps: int, seconds: int, relay_args: tuple[str, ...] = (), backend: str = "trigger") -> dict:
-    """{"p50_ms", "p95_ms", "p99_ms", "max_ms", "samples", "tps"} at a steady pgbench --rate tps."""
+def measure(tps: int, seconds: int, relay_args: tuple[str, ...] = (), backend: str = "trigger",
+            warmup: float = 2) -> dict:
+    """{"p50_ms", "p95_ms", "p99_ms", "max_ms", "samples", "tps"} at a steady pgbench --rate tps for
+    seconds, the first warmup seconds not counted."""
     cur = prepare()
     name = unique("lat")
     queue = create_set(cur, name, "json", "id bigserial PRIMARY KEY, ts timestamptz", backend)
@@ -92,7 +97,7 @@ def measure(tps: int, seconds: int, relay_args: tuple[str, ...] = (), backend: s
             arrivals.stop.set()
             arrivals.join(30)
     drop_set(cur, name)
-    values = sorted(ms for at, ms in arrivals.latencies if at - started > 2)
+    values = sorted(ms for at, ms in arrivals.latencies if at - started > warmup)
     return {"tps_target": tps, "tps": float(re.search(r"tps = ([\d.]+)", out).group(1)),
             "samples": len(values), **{f"p{q}_ms": round(percentile(values, q), 1) for q in (50, 95, 99)},
             "max_ms": round(values[-1], 1)}

@@ -2,23 +2,53 @@
 beside its reference from the same run; results in bench/results/<time>.json,
 one PNG per figure, and a table on stdout.
 
-    .venv/bin/python -m bench.run [--quick]
+    .venv/bin/python -m bench.run [--quick] [--only debezium,relay,...]
 
 --quick keeps 3 runs per figure but shortens each (the whole run in a few
-minutes).
+minutes); --only runs the named sections alone. The section ``debezium``
+(bench/debezium.py) measures pgshovel2 beside Debezium in the same run and
+prints every figure as a ratio to Debezium's.
 """
 
 import argparse
 import json
 import time
 
-from bench import bootstrap, capture_overhead, latency, logical, plot, profile, relay_memory, relay_throughput, replica
+from bench import (
+    bootstrap,
+    capture_overhead,
+    debezium,
+    debezium_report,
+    latency,
+    logical,
+    plot,
+    profile,
+    relay_memory,
+    relay_throughput,
+    replica,
+)
 from bench.common import RESULTS
 
 FULL = {"capture": (3, 15, 10), "relay": (1_000_000, 3), "latency": (2000, 30), "memory": 1_000_000,
-        "profile": 300_000, "bootstrap": (50, 1), "replica": (100_000, 10), "logical": (3, 15, 10, 1_000_000)}
+        "profile": 300_000, "bootstrap": (50, 1), "replica": (100_000, 10), "logical": (3, 15, 10, 1_000_000),
+        "debezium": (1_000_000, 3, 60, debezium.PGSHOVEL2)}
 QUICK = {"capture": (3, 5, 10), "relay": (100_000, 3), "latency": (2000, 10), "memory": 200_000,
-         "profile": 100_000, "bootstrap": (5, 1), "replica": (20_000, 10), "logical": (3, 5, 10, 100_000)}
+         "profile": 100_000, "bootstrap": (5, 1), "replica": (20_000, 10), "logical": (3, 5, 10, 100_000),
+         "debezium": (100_000, 1, 15, debezium.QUICK)}
+# section -> (progress line, function of its parameters)
+SECTIONS = {
+    "capture": ("capture overhead", capture_overhead.measure),
+    "relay": ("relay throughput", relay_throughput.measure),
+    "latency": ("end-to-end latency", latency.measure),
+    "memory": ("relay memory", relay_memory.measure),
+    "bootstrap": ("bootstrap (Spark vs COPY)", bootstrap.measure),
+    "replica": ("replica apply vs relay", replica.measure),
+    "profile": ("profile", profile.measure),
+    "logical": ("logical backend (tps, drain, plugin cost)", logical.measure),
+    "debezium": ("pgshovel2 vs Debezium (drain, CPU, latency, tps kept)",
+                 lambda changes, rounds, seconds, variants: debezium.measure(changes, rounds, seconds,
+                                                                             variants=variants)),
+}
 
 
 def table(result: dict) -> list[str]:
@@ -57,31 +87,30 @@ def table(result: dict) -> list[str]:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--only", help="comma-separated sections to run alone: " + ",".join(SECTIONS))
     args = parser.parse_args()
     p = QUICK if args.quick else FULL
+    only = args.only.split(",") if args.only else list(SECTIONS)
+    unknown = set(only) - set(SECTIONS)
+    if unknown:
+        parser.error(f"unknown sections {sorted(unknown)}; known: {', '.join(SECTIONS)}")
     started = time.monotonic()
     result: dict = {"quick": args.quick, "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-    print("capture overhead ...", flush=True)
-    result["capture"] = capture_overhead.measure(*p["capture"])
-    print("relay throughput ...", flush=True)
-    result["relay"] = relay_throughput.measure(*p["relay"])
-    print("end-to-end latency ...", flush=True)
-    result["latency"] = latency.measure(*p["latency"])
-    print("relay memory ...", flush=True)
-    result["memory"] = relay_memory.measure(p["memory"])
-    print("bootstrap (Spark vs COPY) ...", flush=True)
-    result["bootstrap"] = bootstrap.measure(*p["bootstrap"])
-    print("replica apply vs relay ...", flush=True)
-    result["replica"] = replica.measure(*p["replica"])
-    print("profile ...", flush=True)
-    result["profile"] = profile.measure(p["profile"])
-    print("logical backend (tps, drain, plugin cost) ...", flush=True)
-    result["logical"] = logical.measure(*p["logical"])
+    for name in only:
+        label, function = SECTIONS[name]
+        print(f"{label} ...", flush=True)
+        params = p[name]
+        result[name] = function(*params) if isinstance(params, tuple) else function(params)
     result["seconds"] = round(time.monotonic() - started)
-    stem = RESULTS / time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    prefix = "-".join(only) + "-" if args.only else ""  # a partial run is named by its sections
+    stem = RESULTS / (prefix + time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()))
     stem.with_suffix(".json").write_text(json.dumps(result, indent=2))
     pngs = plot.plot(result, stem)
-    print("\n".join(table(result)))
+    lines = table(result) if set(SECTIONS) - {"debezium"} <= set(only) else []
+    if "debezium" in result:
+        pngs += debezium_report.plot(result["debezium"], stem)
+        lines += debezium_report.table(result["debezium"])
+    print("\n".join(lines))
     print(f"results: {stem.with_suffix('.json')}; plots: {', '.join(p.name for p in pngs)}")
 
 

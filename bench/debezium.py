@@ -1,0 +1,312 @@
+"""pgshovel2 against Debezium (bench/connect.py) in the same run, on the same database, broker and
+tables (bench/workloads.py: ``narrow`` and ``mixed``):
+
+- drain: changes/s of N inserts written (5,000 per source transaction) before the tool streams
+  them: pgshovel2's set (logical through our plugin and through pgoutput, trigger; JSON and Avro;
+  row and debezium envelopes; exactly-once, the relay's default) has its position taken by a first
+  relay start, Debezium's slot is created before the inserts; both then drain the same N changes
+  from the WAL (trigger: from its queue). The clock runs from the tool being ready (the relay's
+  ready line; the connector's slot in use) until a read_committed consumer counted N messages on
+  the table's topic. Debezium: JSON converter with schemas, at-least-once and exactly-once;
+- CPU per change of the tool's process (relay; the Connect JVM) and of the Kafka broker over the
+  same window (utime + stime, /proc/<pid>/stat), in µs;
+- latency p50/p99 at a steady pgbench rate (bench/latency.py's method: commit time in the row
+  against arrival at a read_committed consumer);
+- pgbench -N tps kept while each tool streams the pgbench tables, rounds interleaved with a run
+  without capture (none) (bench/logical.py's rounds for none and pgshovel2).
+
+Debezium is measured warm, as a long-running connector is: every new worker first drains WARMUP
+changes uncounted; before the latency clock starts a first row has streamed end to end; the tps
+round follows an uncounted pgbench run of a third of its length.
+
+    .venv/bin/python -m bench.debezium [--changes 100000] [--rounds 1] [--seconds 10]
+"""
+
+import argparse
+import json
+import re
+import statistics
+import threading
+import time
+
+from confluent_kafka import Consumer, TopicPartition
+
+from bench import connect, latency, logical, workloads
+from bench.capture_overhead import pgbench
+from bench.common import BOOTSTRAP, LOGICAL, WORK, pgshovel, prepare, save_result, summary, unique, write_config
+from bench.common import topic as set_topic
+from bench.debezium_report import table
+from bench.logical import PGBENCH, Relay, cpu_seconds, helper_pids
+
+PGSHOVEL2 = [(b, e, env) for b in ("logical", "pgoutput", "trigger") for e in ("json", "avro")
+             for env in ("row", "debezium")]
+QUICK = [("logical", "json", "row"), ("logical", "avro", "row"), ("logical", "json", "debezium"),
+         ("pgoutput", "json", "row"), ("trigger", "json", "row"), ("trigger", "avro", "row")]
+WARMUP = 20_000  # changes of a first Debezium drain on each new worker, not counted
+DEBEZIUM = {"debezium": False, "debezium_eos": True}  # variant -> exactly-once
+
+
+def variant_name(backend: str, encoding: str, envelope: str) -> str:
+    return f"{backend}/{encoding}/{envelope}"
+
+
+class Counter(threading.Thread):
+    """Counts the messages of topic (every partition, from offset 0, read_committed) until n;
+    ``done`` is set then and ``finished_at`` is its time.monotonic()."""
+
+    def __init__(self, topic: str, n: int):
+        super().__init__(daemon=True)
+        self.topic, self.n, self.count = topic, n, 0
+        self.done, self.stop = threading.Event(), threading.Event()
+        self.finished_at = 0.0
+
+    def run(self) -> None:
+        consumer = Consumer({"bootstrap.servers": BOOTSTRAP, "group.id": f"bench-count-{time.time_ns()}",
+                             "isolation.level": "read_committed", "enable.auto.commit": False,
+                             "fetch.wait.max.ms": 20})
+        try:
+            while not self.stop.is_set():
+                meta = consumer.list_topics(self.topic, timeout=5).topics.get(self.topic)
+                if meta is not None and meta.error is None and meta.partitions:
+                    break
+                time.sleep(0.1)
+            consumer.assign([TopicPartition(self.topic, p, 0) for p in meta.partitions])
+            while not self.stop.is_set() and self.count < self.n:
+                self.count += sum(1 for m in consumer.consume(10000, 0.1) if m.error() is None)
+            self.finished_at = time.monotonic()
+            self.done.set()
+        finally:
+            consumer.close()
+
+    def wait(self, timeout: float = 3600) -> None:
+        if not self.done.wait(timeout):
+            self.stop.set()
+            raise SystemExit(f"{self.topic}: {self.count} of {self.n} messages within {timeout} s")
+
+
+def cpu_of(pids: dict[str, int]) -> dict[str, float]:
+    return {k: cpu_seconds(p) for k, p in pids.items()}
+
+
+def figures(changes: int, started: float, counter: Counter, cpu_before: dict, pids: dict) -> dict:
+    """{"rate", "<process>_us"}: changes/s and CPU µs per change of each process since started."""
+    used = {k: cpu_seconds(p) - cpu_before[k] for k, p in pids.items()}
+    return {"rate": changes / (counter.finished_at - started),
+            **{f"{k}_us": v * 1e6 / changes for k, v in used.items()}}
+
+
+def drain_pgshovel2(cur, workload: workloads.Workload, variant: tuple[str, str, str], changes: int) -> dict:
+    """One drain of a pgshovel2 set of variant (backend, encoding, envelope)."""
+    backend, encoding, envelope = variant
+    name = unique("vs")
+    table = f"bench_relay.{name}"
+    cur.execute(f"CREATE TABLE {table} ({workload.columns})")
+    if backend in LOGICAL and (envelope == "debezium" or encoding == "avro"):
+        # what set create demands of these (before-images; NOT NULL TOASTable columns in Avro); it
+        # changes nothing in the WAL of inserts
+        cur.execute(f"ALTER TABLE {table} REPLICA IDENTITY FULL")
+    config = write_config(name, [{"schema": "bench_relay", "name": name}], backend, encoding, envelope=envelope)
+    pgshovel("set", "create", name, str(config))
+    try:
+        Relay(name, "--skip-snapshot").stop()  # logical: creates the slot; both: position committed
+        workloads.fill(cur, workload, table, changes)
+        counter = Counter(set_topic(name), changes)
+        counter.start()
+        relay = Relay(name)
+        pids = {"tool": relay.proc.pid, **helper_pids(cur, None, None)}
+        started, before = time.monotonic(), cpu_of(pids)
+        try:
+            counter.wait()
+            return figures(changes, started, counter, before, pids)
+        finally:
+            relay.stop()
+    finally:
+        pgshovel("set", "drop", name)
+        cur.execute(f"DROP TABLE {table}")
+        # a full run writes 1M rows per variant
+        connect.delete_topics([set_topic(name), f"{name}.transactions", f"{name}.positions"])
+
+
+def drain_debezium(cur, worker: connect.Worker, workload: workloads.Workload, changes: int,
+                   exactly_once: bool) -> dict:
+    """One drain of Debezium's connector (on worker) of changes pre-written inserts."""
+    name = unique("dbz")
+    table = f"bench_relay.{name}"
+    cur.execute(f"CREATE TABLE {table} ({workload.columns})")
+    connector = connect.Connector(name, [table], exactly_once)
+    try:
+        workloads.fill(cur, workload, table, changes)
+        counter = Counter(connector.topic(table), changes)
+        counter.start()
+        connector.start(worker)
+        pids = {"tool": worker.pid, **helper_pids(cur, None, None)}
+        started, before = time.monotonic(), cpu_of(pids)
+        counter.wait()
+        return figures(changes, started, counter, before, pids)
+    finally:
+        connector.drop()
+        cur.execute(f"DROP TABLE {table}")
+
+
+def measure_drain(changes: int, rounds: int, variants: list[tuple[str, str, str]]) -> dict:
+    """{workload: {variant: {"rate"|"tool_us"|"kafka_us": summary}}} over rounds, interleaved."""
+    cur = prepare()
+    runs: dict[str, dict[str, list[dict]]] = {w: {} for w in workloads.WORKLOADS}
+    for round_no in range(rounds):
+        for variant, exactly_once in DEBEZIUM.items():
+            worker = connect.Worker(exactly_once)
+            try:
+                drain_debezium(cur, worker, workloads.NARROW, min(changes, WARMUP), exactly_once)  # JIT warm-up
+                for w, workload in workloads.WORKLOADS.items():
+                    got = drain_debezium(cur, worker, workload, changes, exactly_once)
+                    runs[w].setdefault(variant, []).append(got)
+                    print(f"  round {round_no + 1} {w} {variant}: {fmt(got)}", flush=True)
+            finally:
+                worker.stop()
+        for w, workload in workloads.WORKLOADS.items():
+            for v in variants:
+                got = drain_pgshovel2(cur, workload, v, changes)
+                runs[w].setdefault(variant_name(*v), []).append(got)
+                print(f"  round {round_no + 1} {w} {variant_name(*v)}: {fmt(got)}", flush=True)
+    return {w: {v: {k: summary([r[k] for r in rs]) for k in rs[0]} for v, rs in per.items()}
+            for w, per in runs.items()}
+
+
+def fmt(got: dict) -> str:
+    return ", ".join(f"{k} {v:,.1f}" for k, v in got.items())
+
+
+def stream_at_rate(connector: connect.Connector, table: str, tps: int, seconds: int) -> tuple[list, float, str]:
+    """(arrivals [(epoch s, latency ms)], start epoch s, pgbench output) of pgbench inserting rows of
+    clock_timestamp() into table at tps for seconds while connector streams it."""
+    script = WORK / f"{connector.name}.sql"
+    script.write_text(f"INSERT INTO {table} (ts) VALUES (clock_timestamp());\n")
+    arrivals = latency.Arrivals(connector.topic(table), 1, lambda v: json.loads(v)["payload"]["after"]["ts"])
+    arrivals.start()
+    try:
+        started = time.time()
+        out = pgbench("-n", "-c", "4", "-j", "2", "--rate", str(tps), "-T", str(seconds), "-f", str(script))
+        counter = Counter(connector.topic(table), 1 + int(re.search(r"processed: (\d+)", out).group(1)))
+        counter.start()
+        counter.wait(300)
+        time.sleep(1)
+    finally:
+        arrivals.stop.set()
+        arrivals.join(30)
+    return arrivals.latencies, started, out
+
+
+def latency_debezium(tps: int, seconds: int, exactly_once: bool, warmup: float) -> dict:
+    """Debezium's commit-to-read_committed latency at a steady pgbench rate (bench/latency.py's method),
+    the first warmup seconds not counted; a fresh worker, warmed by a drain of WARMUP changes and
+    streaming a first row end to end before pgbench starts."""
+    cur = prepare()
+    name = unique("dbzlat")
+    table = f"bench_relay.{name}"
+    cur.execute(f"CREATE TABLE {table} (id bigserial PRIMARY KEY, ts timestamptz)")
+    worker = connect.Worker(exactly_once)
+    try:
+        drain_debezium(cur, worker, workloads.NARROW, WARMUP, exactly_once)  # JIT warm-up, as before a drain
+        connector = connect.Connector(name, [table], exactly_once)
+        try:
+            connector.start(worker)
+            cur.execute(f"INSERT INTO {table} (ts) VALUES (clock_timestamp())")
+            first = Counter(connector.topic(table), 1)  # streaming end to end before the clock starts
+            first.start()
+            first.wait(120)
+            arrived, started, out = stream_at_rate(connector, table, tps, seconds)
+        finally:
+            connector.drop()
+    finally:
+        worker.stop()
+        cur.execute(f"DROP TABLE {table}")
+    values = sorted(ms for at, ms in arrived if at - started > warmup)
+    return {"tps_target": tps, "tps": float(re.search(r"tps = ([\d.]+)", out).group(1)), "samples": len(values),
+            **{f"p{q}_ms": round(latency.percentile(values, q), 1) for q in (50, 95, 99)},
+            "max_ms": round(values[-1], 1)}
+
+
+def measure_latency(tps: int, seconds: int) -> dict:
+    """{variant: latency figures}: Debezium at-least-once and exactly-once, pgshovel2's backends
+    (exactly-once, JSON, row envelope); the first third of each run is warm-up (JIT, caches)."""
+    warmup = seconds / 3
+    out = {v: latency_debezium(tps, seconds, eos, warmup) for v, eos in DEBEZIUM.items()}
+    for backend in ("logical", "pgoutput", "trigger"):
+        out[backend] = latency.measure(tps, seconds, backend=backend, warmup=warmup)
+    for v, lat in out.items():
+        print(f"  latency {v}: p50 {lat['p50_ms']} ms, p99 {lat['p99_ms']} ms at {lat['tps']:,.0f} tps", flush=True)
+    return out
+
+
+def tps_debezium(cur, seconds: int) -> tuple[float, dict[str, float]]:
+    """(pgbench -N tps, CPU s of Connect and Kafka meanwhile) with Debezium streaming the pgbench tables;
+    a first pgbench run of seconds / 3, not counted, warms its JVM (a relay has no JIT to warm)."""
+    name = unique("dbztps")
+    worker = connect.Worker(False)
+    connector = connect.Connector(name, [f"public.{t}" for t in PGBENCH])
+    try:
+        connector.start(worker)
+        pgbench("-N", "-n", "-c", "4", "-j", "2", "-T", str(max(1, seconds // 3)))
+        cur.execute("CHECKPOINT")
+        pids = {"connect": worker.pid, **helper_pids(cur, None, None)}
+        before = cpu_of(pids)
+        out = pgbench("-N", "-n", "-c", "4", "-j", "2", "-T", str(seconds))
+        used = {k: round(cpu_seconds(p) - before[k], 2) for k, p in pids.items()}
+    finally:
+        connector.drop()
+        worker.stop()
+    return float(re.search(r"tps = ([\d.]+)", out).group(1)), used
+
+
+def measure_tps(rounds: int, seconds: int, scale: int) -> dict:
+    """{variant: summary of tps, ratio_to_none, cpu_s}: none, debezium, and pgshovel2's backends."""
+    pgbench("-i", "-q", "-s", str(scale))
+    cur = prepare()
+    variants = ["none", "debezium", "logical", "pgoutput", "trigger"]
+    tps: dict[str, list[float]] = {v: [] for v in variants}
+    cpu: dict[str, list[dict]] = {v: [] for v in variants}
+    for round_no in range(rounds):
+        for v in variants:
+            rate, used = tps_debezium(cur, seconds) if v == "debezium" else logical.tps_round(cur, v, seconds)
+            tps[v].append(rate)
+            cpu[v].append(used)
+            print(f"  round {round_no + 1} pgbench with {v}: {rate:,.0f} tps, CPU s {used}", flush=True)
+    base = statistics.median(tps["none"])
+    return {"workload": f"pgbench -N -c 4 -j 2 -T {seconds}, scale {scale}, interleaved",
+            **{v: summary(t) for v, t in tps.items()},
+            "ratio_to_none": {v: statistics.median(t) / base for v, t in tps.items()},
+            "cpu_s": {v: {k: statistics.median(r[k] for r in c) for k in c[0]} if c[0] else {} for v, c in cpu.items()}}
+
+
+def measure(changes: int, rounds: int, seconds: int, tps: int = 2000, scale: int = 10,
+            variants: list[tuple[str, str, str]] = PGSHOVEL2) -> dict:
+    """{"settings", "drain", "latency", "tps"}: the figures of the module docstring."""
+    result: dict = {"settings": {"at_least_once": connect.settings(False), "exactly_once": connect.settings(True),
+                                 "changes": changes, "rounds": rounds, "pgbench_seconds": seconds,
+                                 "latency_tps": tps, "debezium_warmup_changes": WARMUP,
+                                 "pgshovel2_variants": [variant_name(*v) for v in variants],
+                                 "workloads": {w.name: w.columns for w in workloads.WORKLOADS.values()}}}
+    print("  drain ...", flush=True)
+    result["drain"] = measure_drain(changes, rounds, variants)
+    print("  latency ...", flush=True)
+    result["latency"] = measure_latency(tps, seconds)
+    print("  pgbench tps kept ...", flush=True)
+    result["tps"] = measure_tps(rounds, seconds, scale)
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--changes", type=int, default=1_000_000)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--seconds", type=int, default=30)
+    args = parser.parse_args()
+    result = {"started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+              **measure(args.changes, args.rounds, args.seconds)}
+    path = save_result("debezium", result)
+    print("\n".join(table(result)))
+    print(f"results: {path}")
+
+
+if __name__ == "__main__":
+    main()

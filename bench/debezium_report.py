@@ -1,0 +1,101 @@
+"""The printed table and the plots of bench/debezium.py's result: every pgshovel2 figure as a ratio to
+Debezium's in the same run (drain and tps kept: higher is better; CPU and latency: lower is better)."""
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+REFERENCES = ("debezium", "debezium_eos")
+
+
+def _ratio(value: float, reference: float) -> str:
+    return f"{value / reference:.2f}x" if reference else "-"
+
+
+def drain_lines(drain: dict) -> list[str]:
+    """Per workload and variant: changes/s (median, min..max), ratio to Debezium at-least-once and
+    exactly-once, tool and broker CPU µs per change with their ratios to Debezium's (at-least-once)."""
+    lines = [f"{'drain (changes/s; CPU µs/change)':<40} {'median':>9} {'min..max':>19} {'/dbz':>6} {'/dbz eos':>8}"
+             f" {'tool µs':>8} {'/dbz':>6} {'kafka µs':>8} {'/dbz':>6}"]
+    for workload, variants in drain.items():
+        ref, eos = variants["debezium"], variants.get("debezium_eos")
+        for name, s in variants.items():
+            rate = s["rate"]
+            kafka = s.get("kafka_us", {"median": 0.0})["median"]
+            ref_kafka = ref.get("kafka_us", {"median": 0.0})["median"]
+            tool, ref_tool = s["tool_us"]["median"], ref["tool_us"]["median"]
+            lines.append(f"{workload + ' ' + name:<40} {rate['median']:>9,.0f}"
+                         f" {rate['min']:>9,.0f}..{rate['max']:<9,.0f}"
+                         f" {_ratio(rate['median'], ref['rate']['median']):>6}"
+                         f" {_ratio(rate['median'], eos['rate']['median']) if eos else '-':>8}"
+                         f" {tool:>8.1f} {_ratio(tool, ref_tool):>6} {kafka:>8.1f} {_ratio(kafka, ref_kafka):>6}")
+    return lines
+
+
+def latency_lines(lat: dict) -> list[str]:
+    ref = lat["debezium"]
+    lines = [f"{'latency ms at ' + str(ref['tps_target']) + ' tps':<40} {'p50':>7} {'p99':>7} {'max':>7}"
+             f" {'p99/dbz':>8} {'p99/dbz eos':>11}"]
+    for name, s in lat.items():
+        eos = lat.get("debezium_eos")
+        to_eos = _ratio(s["p99_ms"], eos["p99_ms"]) if eos else "-"
+        lines.append(f"{name:<40} {s['p50_ms']:>7} {s['p99_ms']:>7} {s['max_ms']:>7}"
+                     f" {_ratio(s['p99_ms'], ref['p99_ms']):>8} {to_eos:>11}")
+    return lines
+
+
+def tps_lines(tps: dict) -> list[str]:
+    ratios = tps["ratio_to_none"]
+    lines = [f"{'pgbench -N tps while streaming':<40} {'median':>9} {'of none':>8} {'- dbz':>7}  CPU s (median)"]
+    for name, ratio in ratios.items():
+        lines.append(f"{name:<40} {tps[name]['median']:>9,.0f} {ratio:>8.3f} {ratio - ratios['debezium']:>+7.3f}"
+                     f"  {tps['cpu_s'].get(name, {})}")
+    return lines
+
+
+def table(result: dict) -> list[str]:
+    """The human summary of a bench/debezium.py result."""
+    settings = result["settings"]
+    head = (f"pgshovel2 vs Debezium {settings['at_least_once']['debezium']} (Kafka Connect "
+            f"{settings['at_least_once']['kafka_connect']}, pgoutput, JSON with schemas), "
+            f"{settings['changes']:,} changes x {settings['rounds']} rounds; pgshovel2 exactly-once")
+    return [head, *drain_lines(result["drain"]), *latency_lines(result["latency"]), *tps_lines(result["tps"])]
+
+
+def _bars(path: Path, title: str, ylabel: str, items: dict[str, float], reference: float) -> Path:
+    fig, ax = plt.subplots(figsize=(10, 5))
+    labels = list(items)
+    colors = ["#c44e52" if k.startswith("debezium") else "#4c72b0" for k in labels]
+    ax.bar(labels, [items[k] for k in labels], color=colors)
+    ax.axhline(reference, color="#c44e52", linestyle="--", label="Debezium (at-least-once)")
+    ax.legend()
+    ax.set_title(title)
+    ax.set_ylabel(ylabel)
+    ax.tick_params(axis="x", labelrotation=60, labelsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def plot(result: dict, stem: Path) -> list[Path]:
+    """<stem>-vs-debezium-<figure>.png per figure; returns the paths."""
+    out = []
+    for workload, variants in result["drain"].items():
+        for key, title, unit in (("rate", "drain", "changes/s"), ("tool_us", "tool CPU per change", "µs"),
+                                 ("kafka_us", "broker CPU per change", "µs")):
+            if all(key in s for s in variants.values()):
+                items = {name: s[key]["median"] for name, s in variants.items()}
+                out.append(_bars(stem.with_name(f"{stem.name}-vs-debezium-{workload}-{key}.png"),
+                                 f"{title}, {workload} table", unit, items, items["debezium"]))
+    lat = result["latency"]
+    out.append(_bars(stem.with_name(f"{stem.name}-vs-debezium-latency-p99.png"),
+                     f"p99 latency at {lat['debezium']['tps_target']} tps", "ms",
+                     {k: v["p99_ms"] for k, v in lat.items()}, lat["debezium"]["p99_ms"]))
+    ratios = result["tps"]["ratio_to_none"]
+    out.append(_bars(stem.with_name(f"{stem.name}-vs-debezium-tps-kept.png"), "pgbench -N tps kept while streaming",
+                     "of none", ratios, ratios["debezium"]))
+    return out
