@@ -40,7 +40,7 @@ import fastavro
 
 from pgshovel2 import __version__
 from pgshovel2.codec.avro import AvroWriter, envelope_row_schema
-from pgshovel2.codec.rows import RowEncoder, encode_json
+from pgshovel2.codec.rows import RowEncoder, as_values, encode_json
 from pgshovel2.wire import raw_schema
 
 CONNECTOR = "pgshovel"
@@ -179,25 +179,50 @@ class RowEnvelope:
 
     def read(self, row: list, ctx: Context) -> list[Message]:
         """(key, row, r)."""
-        conv = self.encoder.convert(row)
+        got = self.encoder.encode_native(row)
+        if got is not None:
+            return [Message(got[0], got[1], "r")]
+        conv = self.encoder.convert(as_values(row))
         return [Message(self.encoder.key(conv), self.encoder.value(conv), "r")]
 
-    def change(self, op: str, row: list, before: list | None, ctx: Context) -> list[Message]:
-        """See the module docstring; an unkeyed DELETE yields no message."""
+    def change(self, op: str, row: Any, before: Any, ctx: Context) -> list[Message]:
+        """See the module docstring; an unkeyed DELETE yields no message. Rows: JSON text or lists."""
         enc = self.encoder
-        conv = enc.convert(row)
+        if enc.native is not None:
+            out = self._native_change(op, row, before)
+            if out is not None:
+                return out
+        conv = enc.convert(as_values(row))
         key = enc.key(conv)
         if op == "D":
             return [Message(key, None, "d")] if key is not None else []
         out = []
         new_op = "c" if op == "I" else "u"
         if before is not None:
-            old_key = enc.key(enc.convert(before))
+            old_key = enc.key(enc.convert(as_values(before)))
             if old_key != key:
                 out.append(Message(old_key, None, "d"))
                 new_op = "c"
         out.append(Message(key, enc.value(conv), new_op))
         return out
+
+    def _native_change(self, op: str, row: Any, before: Any) -> list[Message] | None:
+        """:meth:`change` by the native codec; None when it leaves a row to Python."""
+        enc = self.encoder
+        got = enc.native.encode(row, True)  # every value, as convert() checks them all
+        if got is None:
+            return None
+        key, value = got
+        if op == "D":
+            return [Message(key, None, "d")] if key is not None else []
+        if before is None:
+            return [Message(key, value, "c" if op == "I" else "u")]
+        old = enc.native.encode(before, True)
+        if old is None:
+            return None
+        if old[0] != key:
+            return [Message(old[0], None, "d"), Message(key, value, "c")]
+        return [Message(key, value, "c" if op == "I" else "u")]
 
     def row_image(self, converted: list) -> bytes:
         """The value bytes of the row."""
@@ -256,20 +281,20 @@ class DebeziumEnvelope:
 
     def read(self, row: list, ctx: Context) -> list[Message]:
         """(key, op r event with after = row, transaction null)."""
-        conv = self.encoder.convert(row)
+        conv = self.encoder.convert(as_values(row))
         return [self._event(self.encoder.key(conv), "r", None, conv, ctx)]
 
     def change(self, op: str, row: list, before: list | None, ctx: Context) -> list[Message]:
         """See the module docstring."""
         enc = self.encoder
-        conv = enc.convert(row)
+        conv = enc.convert(as_values(row))
         key = enc.key(conv)
         if op == "I":
             return [self._event(key, "c", None, conv, ctx)]
         if op == "D":
             deleted = [self._event(key, "d", conv, None, ctx)]
             return deleted + [Message(key, None, "d")] if key is not None else deleted
-        old = enc.convert(before) if before is not None else None
+        old = enc.convert(as_values(before)) if before is not None else None
         old_key = enc.key(old) if old is not None else key
         if old_key == key:
             return [self._event(key, "u", old, conv, ctx)]
