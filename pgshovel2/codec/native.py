@@ -48,22 +48,25 @@ def _nullable(schema: dict | None, names: list[str]) -> list[bool] | None:
     return [isinstance(f["type"], list) and f["type"][:1] == ["null"] for f in fields]
 
 
+Schema = tuple[dict, bytes] | None  # (Avro record schema, prefix of its messages)
+
+
 def row_codec(types: list[FieldType], names: list[str], json_names: list[str], key_idx: list[int],
-              avro: bool, key_writer: Any, value_writer: Any) -> Any:
+              avro: bool, key: Schema, value: Schema) -> Any:
     """A native RowCodec for rows of columns of types, or None (see the module docstring).
 
     names: the value's field names (escaped Avro names with Avro); json_names: the column
-    names; key_idx: key columns' positions in key order; key_writer/value_writer: the
-    AvroWriters (Avro; value_writer None: keys only).
+    names; key_idx: key columns' positions in key order; key/value (Avro): the key and value
+    record schemas with the prefix their messages get (``b""``: a record inside another).
     """
     mod = module()
-    if mod is None or (avro and (value_writer is None or (key_idx and key_writer is None))):
+    if mod is None or (avro and (value is None or (key_idx and key is None))):
         return None
     key_names = [names[i] for i in key_idx]
     if avro:
-        nullable = _nullable(value_writer.schema, names)
-        key_nullable = _nullable(key_writer.schema, key_names) if key_idx else []
-        headers = (key_writer.header if key_idx else b"", value_writer.header)
+        nullable = _nullable(value[0], names)
+        key_nullable = _nullable(key[0], key_names) if key_idx else []
+        headers = (key[1] if key_idx else b"", value[1])
     else:
         nullable, key_nullable, headers = [False] * len(names), [False] * len(key_idx), (b"", b"")
     if nullable is None or key_nullable is None:

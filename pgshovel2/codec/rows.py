@@ -64,8 +64,18 @@ class RowEncoder:
         self._key_types = [types[i] for i in self._key_idx]
         self._avro = avro
         self._key_writer, self._value_writer = key_writer, value_writer
-        self.native = row_codec(types, field_names, [c.name for c in table.columns], self._key_idx, avro,
-                                key_writer, value_writer)
+        self._types = types
+        self.native = self.native_for(value_writer.schema, value_writer.header) if value_writer else \
+            self.native_for(None, b"") if not avro else None
+
+    def native_for(self, value_schema: dict | None, value_header: bytes) -> Any:
+        """A native codec (pgshovel2_native.RowCodec, or None: see codec/native.py) of this table's keys
+        and of values of value_schema (Avro: a record of this table's value fields; None with JSON)
+        prefixed with value_header."""
+        key = (self._key_writer.schema, self._key_writer.header) if self._key_writer else None
+        value = (value_schema, value_header) if value_schema is not None else None
+        return row_codec(self._types, self._names, [c.name for c in self.table.columns], self._key_idx,
+                         self._avro, key, value)
 
     def encode_native(self, row: Any, with_value: bool = True) -> tuple[bytes | None, bytes | None] | None:
         """(key, value) bytes of a row (JSON text or trigger-form list) by the native codec: equal to
