@@ -284,7 +284,10 @@ pub fn write_float(f: f64, out: &mut Vec<u8>) {
         Some(m) => (true, m),
         None => (false, mantissa),
     };
-    let digits: String = mantissa.chars().filter(|c| *c != '.').collect();
+    let mut digits: String = mantissa.chars().filter(|c| *c != '.').collect();
+    if let Some(even) = half_even(f.abs(), &digits, exp) {
+        digits = even;
+    }
     if neg {
         out.push(b'-');
     }
@@ -304,6 +307,72 @@ pub fn write_float(f: f64, out: &mut Vec<u8>) {
         format!("{}{}e{}{:02}", &digits[..1], rest, sign, exp.abs())
     };
     out.extend_from_slice(text.as_bytes());
+}
+
+/// When |f|'s exact value lies exactly halfway between two n-digit strings, one of them Rust's
+/// shortest digits, and the other has the even last digit and also reads back as f: that one
+/// (Python's repr rounds half to even there; Rust's shortest digits round half up).
+fn half_even(f: f64, digits: &str, exp: i32) -> Option<String> {
+    let exact = exact_digits(f)?;
+    let n = digits.len();
+    if exact.len() != n + 1 || !exact.ends_with('5') {
+        return None;
+    }
+    let lo = &exact[..n];
+    let last = lo.as_bytes()[n - 1];
+    if last == b'9' {
+        return None;
+    }
+    let hi = format!("{}{}", &lo[..n - 1], (last + 1) as char);
+    if digits != lo && digits != hi {
+        return None;
+    }
+    let even = if (last - b'0').is_multiple_of(2) { lo.to_string() } else { hi };
+    let text = format!("{}.{}e{}", &even[..1], &even[1..], exp);
+    (even != digits && text.parse::<f64>().ok() == Some(f)).then_some(even)
+}
+
+/// The significant digits (no trailing zeros) of a finite positive f's exact decimal value.
+fn exact_digits(f: f64) -> Option<String> {
+    let bits = f.to_bits();
+    let biased = ((bits >> 52) & 0x7ff) as i64;
+    let frac = bits & ((1u64 << 52) - 1);
+    let (mut m, mut e) = if biased == 0 { (frac, -1074) } else { (frac | (1 << 52), biased - 1075) };
+    if m == 0 {
+        return None;
+    }
+    while m & 1 == 0 {
+        m >>= 1;
+        e += 1;
+    }
+    let text = if e < 0 {
+        if -e > 26 {
+            return None; // m * 5^-e has more than 18 digits: no tie at <= 17 digits
+        }
+        (m as u128 * 5u128.pow((-e) as u32)).to_string()
+    } else {
+        let mut limbs: Vec<u64> = vec![m % 1_000_000_000, m / 1_000_000_000 % 1_000_000_000, m / 1_000_000_000_000_000_000];
+        for _ in 0..e {
+            let mut carry = 0;
+            for limb in limbs.iter_mut() {
+                let v = *limb * 2 + carry;
+                *limb = v % 1_000_000_000;
+                carry = v / 1_000_000_000;
+            }
+            if carry > 0 {
+                limbs.push(carry);
+            }
+        }
+        while limbs.len() > 1 && limbs.last() == Some(&0) {
+            limbs.pop();
+        }
+        let mut text = limbs.last()?.to_string();
+        for limb in limbs.iter().rev().skip(1) {
+            text.push_str(&format!("{limb:09}"));
+        }
+        text
+    };
+    Some(text.trim_end_matches('0').to_string())
 }
 
 /// Appends v as compact JSON (Python's json.dumps with separators (",", ":")).

@@ -118,16 +118,73 @@ pub fn json_value(kind: Kind, v: &Value, out: &mut Vec<u8>) -> Option<()> {
         (Kind::TimestampTz, Value::Int(t)) => json::write_str(&timestamp_json(*t, true)?, out),
         (Kind::TimeTz, Value::Str(s)) => json::write_str(&timetz(s)?, out),
         (Kind::Interval, _) => json::write_str(&interval(v)?, out),
-        (Kind::Json, Value::Str(s)) => embed(s, out)?,
+        (Kind::Json, Value::Str(s)) => embed(s, false, out)?,
         _ => return None,
     }
     Some(())
 }
 
-/// jsonvalue.embed (not in an array): the JSON value itself, or the escape object.
-fn embed(text: &str, out: &mut Vec<u8>) -> Option<()> {
+/// The elements of a one-dimensional array with lower bound 1 in its capture forms: a JSON
+/// array, or ``{"dims": [n], "lower_bounds": [1], "elements": [...]}``; None for other forms.
+fn plain_elements(v: &Value) -> Option<&[Value]> {
+    match v {
+        Value::Arr(items) => Some(items),
+        Value::Obj(fields) => {
+            let get = |name: &str| fields.iter().find(|(k, _)| k == name).map(|(_, x)| x);
+            let (Some(Value::Arr(dims)), Some(Value::Arr(lower)), Some(Value::Arr(items))) =
+                (get("dims"), get("lower_bounds"), get("elements"))
+            else {
+                return None;
+            };
+            let one_dim = dims.len() == 1 && dims[0] == Value::Int(items.len() as i64);
+            (fields.len() == 3 && one_dim && lower.as_slice() == [Value::Int(1)]).then_some(items.as_slice())
+        }
+        _ => None,
+    }
+}
+
+/// Appends the Avro body of an array value (the nested-array branch): blocks of items, each
+/// item a union ``["null", element, sub-array]`` (branch 0 or 1 here).
+pub fn avro_array(elem: Kind, v: &Value, out: &mut Vec<u8>) -> Option<()> {
+    let items = plain_elements(v)?;
+    if !items.is_empty() {
+        write_long(items.len() as i64, out);
+        for item in items {
+            if *item == Value::Null {
+                out.push(0);
+            } else {
+                out.push(2);
+                avro(elem, item, out)?;
+            }
+        }
+    }
+    out.push(0);
+    Some(())
+}
+
+/// Appends the JSON-encoding value of an array value: the array of its element values.
+pub fn json_array(elem: Kind, v: &Value, out: &mut Vec<u8>) -> Option<()> {
+    let items = plain_elements(v)?;
+    out.push(b'[');
+    for (n, item) in items.iter().enumerate() {
+        if n > 0 {
+            out.push(b',');
+        }
+        match (item, elem) {
+            (Value::Null, _) => out.extend_from_slice(b"null"),
+            (Value::Str(s), Kind::Json) => embed(s, true, out)?,
+            _ => json_value(elem, item, out)?,
+        }
+    }
+    out.push(b']');
+    Some(())
+}
+
+/// jsonvalue.embed: the JSON value itself, or the escape object (also for an array element
+/// that is a JSON array).
+fn embed(text: &str, element: bool, out: &mut Vec<u8>) -> Option<()> {
     let value = json::parse(text, false)?;
-    if value == Value::Null || json::looks_like_escape(&value) {
+    if value == Value::Null || (element && matches!(value, Value::Arr(_))) || json::looks_like_escape(&value) {
         out.extend_from_slice(b"{\"pgshovel.json\":");
         json::write_str(text, out);
         out.push(b'}');

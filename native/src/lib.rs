@@ -17,12 +17,18 @@ use pyo3::types::{PyBool, PyBytes, PyFloat, PyInt, PyList, PyString, PyTuple};
 /// The key and value of one row (None where absent); None: left to the Python codec.
 type Encoded = Option<(Option<Vec<u8>>, Option<Vec<u8>>)>;
 
+/// How a field's value is written in Avro: its schema is a union with null first (nullable),
+/// and the branch index of a non-null plain value (-1: the field is no union).
+type Union = (bool, i64);
+
 #[pyclass(frozen)]
 struct RowCodec {
     kinds: Vec<Kind>,
-    nullable: Vec<bool>,
+    /// Per column: the element kind of a one-dimensional array column (plan ``array:<kind>``).
+    elems: Vec<Option<Kind>>,
+    nullable: Vec<Union>,
     key_idx: Vec<usize>,
-    key_nullable: Vec<bool>,
+    key_nullable: Vec<Union>,
     json_names: Vec<Vec<u8>>,
     avro: bool,
     key_header: Vec<u8>,
@@ -36,14 +42,15 @@ enum Row<'a> {
 
 #[pymethods]
 impl RowCodec {
-    /// plans: (plan name, decimal scale) per column; nullable: the value schema's field is
-    /// ``["null", T]`` (Avro); key_idx: key columns' positions in key order; key_nullable: per
-    /// key field; names: the JSON field names (column names); avro: Avro (else JSON);
+    /// plans: (plan name, decimal scale) per column (``array:<plan>``: an array of that element);
+    /// nullable: per value field (Avro), whether its union has null first and the branch of a
+    /// plain value (-1: no union); key_idx: key columns' positions in key order; key_nullable:
+    /// the same per key field; names: the JSON field names (column names); avro: Avro (else JSON);
     /// key_header/value_header: the registry prefixes (Avro).
     #[new]
     #[allow(clippy::too_many_arguments)]
     #[pyo3(signature = (plans, nullable, key_idx, key_nullable, names, avro, key_header, value_header))]
-    fn new(plans: Vec<(String, u32)>, nullable: Vec<bool>, key_idx: Vec<usize>, key_nullable: Vec<bool>,
+    fn new(plans: Vec<(String, u32)>, nullable: Vec<Union>, key_idx: Vec<usize>, key_nullable: Vec<Union>,
            names: Vec<String>, avro: bool, key_header: Vec<u8>, value_header: Vec<u8>) -> PyResult<Self> {
         let n = plans.len();
         if nullable.len() != n || names.len() != n || key_idx.iter().any(|&i| i >= n)
@@ -62,6 +69,10 @@ impl RowCodec {
             .collect();
         Ok(RowCodec {
             kinds: plans.iter().map(|(name, scale)| Kind::parse(name, *scale)).collect(),
+            elems: plans
+                .iter()
+                .map(|(name, scale)| name.strip_prefix("array:").map(|elem| Kind::parse(elem, *scale)))
+                .collect(),
             nullable, key_idx, key_nullable, json_names, avro, key_header, value_header,
         })
     }
@@ -123,19 +134,23 @@ impl RowCodec {
         self.record(values, self.nullable.iter().copied().enumerate(), &self.value_header)
     }
 
-    fn record(&self, values: &[Value], fields: impl Iterator<Item = (usize, bool)>, header: &[u8]) -> Option<Vec<u8>> {
+    fn record(&self, values: &[Value], fields: impl Iterator<Item = (usize, Union)>, header: &[u8]) -> Option<Vec<u8>> {
         let mut out = Vec::with_capacity(256);
         if self.avro {
             out.extend_from_slice(header);
-            for (i, nullable) in fields {
-                match (&values[i], nullable) {
-                    (Value::Null, true) => out.push(0),
-                    (Value::Null, false) => return None,
-                    (v, true) => {
-                        out.push(2);
-                        kinds::avro(self.kinds[i], v, &mut out)?;
+            for (i, (nullable, branch)) in fields {
+                match &values[i] {
+                    Value::Null if nullable => out.push(0),
+                    Value::Null => return None,
+                    v => {
+                        if branch >= 0 {
+                            kinds::write_long(branch, &mut out);
+                        }
+                        match self.elems[i] {
+                            Some(elem) => kinds::avro_array(elem, v, &mut out)?,
+                            None => kinds::avro(self.kinds[i], v, &mut out)?,
+                        }
                     }
-                    (v, false) => kinds::avro(self.kinds[i], v, &mut out)?,
                 }
             }
         } else {
@@ -145,9 +160,10 @@ impl RowCodec {
                     out.push(b',');
                 }
                 out.extend_from_slice(&self.json_names[i]);
-                match &values[i] {
-                    Value::Null => out.extend_from_slice(b"null"),
-                    v => kinds::json_value(self.kinds[i], v, &mut out)?,
+                match (&values[i], self.elems[i]) {
+                    (Value::Null, _) => out.extend_from_slice(b"null"),
+                    (v, Some(elem)) => kinds::json_array(elem, v, &mut out)?,
+                    (v, None) => kinds::json_value(self.kinds[i], v, &mut out)?,
                 }
             }
             out.push(b'}');

@@ -37,15 +37,21 @@ def module() -> Any:
     return _LOADED[0]
 
 
-def _nullable(schema: dict | None, names: list[str]) -> list[bool] | None:
-    """Per field of an Avro record schema: its type is a union with null first; None when the
-    fields are not names in that order (the codec then stays Python)."""
-    if schema is None:
-        return [False] * len(names)
+def _unions(schema: dict, names: list[str]) -> list[tuple[bool, int]] | None:
+    """Per field of an Avro record schema: (its type is a union with null first, the branch of a
+    non-null value: the first other one, -1 when the type is no union); None when the fields
+    are not names in that order (the codec then stays Python)."""
     fields = schema.get("fields", [])
     if [f["name"] for f in fields] != names:
         return None
-    return [isinstance(f["type"], list) and f["type"][:1] == ["null"] for f in fields]
+    out = []
+    for f in fields:
+        t = f["type"]
+        if not isinstance(t, list):
+            out.append((False, -1))
+        else:
+            out.append((t[:1] == ["null"], 1 if t[:1] == ["null"] else 0))
+    return out
 
 
 Schema = tuple[dict, bytes] | None  # (Avro record schema, prefix of its messages)
@@ -64,11 +70,11 @@ def row_codec(types: list[FieldType], names: list[str], json_names: list[str], k
         return None
     key_names = [names[i] for i in key_idx]
     if avro:
-        nullable = _nullable(value[0], names)
-        key_nullable = _nullable(key[0], key_names) if key_idx else []
+        nullable = _unions(value[0], names)
+        key_nullable = _unions(key[0], key_names) if key_idx else []
         headers = (key[1] if key_idx else b"", value[1])
     else:
-        nullable, key_nullable, headers = [False] * len(names), [False] * len(key_idx), (b"", b"")
+        nullable, key_nullable, headers = [(False, -1)] * len(names), [(False, -1)] * len(key_idx), (b"", b"")
     if nullable is None or key_nullable is None:
         return None
     return mod.RowCodec([t.native for t in types], nullable, key_idx, key_nullable, json_names, avro, *headers)

@@ -35,7 +35,9 @@ class FieldType:
     key_avro: the Avro schema in a key record when it differs from avro
     (arrays: without the bounded-array branch); see :meth:`key`.
     native: the plan of the native codec (pgshovel2_native, native/src/kinds.rs) for this
-    type: (name, decimal scale); ``("other", 0)`` takes only NULL natively.
+    type: (name, decimal scale); ``array:<name>`` an array of that element (one dimension,
+    lower bound 1, in the capture's JSON forms: others stay Python); ``("other", 0)`` takes
+    only NULL natively.
     """
 
     avro: Any
@@ -198,7 +200,7 @@ def _array(col: Column) -> FieldType:
     elem_json = (lambda text: jsonvalue.embed(text, element=True)) if col.kind in JSON_KINDS else elem.to_json
     value_schema, key_schema = array_schemas(elem.avro)
     return FieldType(value_schema, _elements(elem, elem.to_avro), _elements(elem, elem_json), str,
-                     key_avro=key_schema)
+                     key_avro=key_schema, native=(f"array:{elem.native[0]}", elem.native[1]))
 
 
 def _elements(elem: FieldType, convert: Convert | None) -> Convert:

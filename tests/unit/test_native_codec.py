@@ -196,3 +196,18 @@ def test_debezium_envelope_native_equals_python(use_avro):
         assert got == want, (op, row)
         taken += env._native.encode(json.dumps(row), True) is not None
     assert taken > len(data) // 2, f"the native codec took only {taken} of {len(data)} rows"
+
+
+def test_float_text_is_python_repr():
+    """JSON floats as Python's repr: random bit patterns, and halfway cases (dyadic values whose
+    exact value ends in 5 one digit past the shortest, where Python rounds half to even)."""
+    import struct
+    cols = (Column("id", 1, "bigint", "int8", False, False), Column("v", 2, "double precision", "float8", False, True))
+    enc = encoders(Table("s", "t", cols, ("id",), "primary key"), False, "row")
+    rng = random.Random(7)
+    values = [struct.unpack("<d", rng.getrandbits(64).to_bytes(8, "little"))[0] for _ in range(20000)]
+    values += [rng.randrange(1, 2**53) / 2 ** rng.randrange(0, 30) * 10 ** rng.randrange(-5, 20) for _ in range(20000)]
+    values += [891492719324795.25, 2.0**70, 5e-324, 1.7976931348623157e308, 0.1 + 0.2, 1e22, 1e23]
+    for v in values:
+        got = enc.encode_native([1, v])
+        assert got is not None and got[1] == enc.value(enc.convert([1, v])), v
