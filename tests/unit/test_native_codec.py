@@ -211,3 +211,23 @@ def test_float_text_is_python_repr():
     for v in values:
         got = enc.encode_native([1, v])
         assert got is not None and got[1] == enc.value(enc.convert([1, v])), v
+
+
+def test_one_dimensional_arrays_are_taken_natively():
+    """Arrays in the capture's JSON forms (a list, or dims/lower_bounds 1/elements) of element types
+    with a form of their own: native, and equal; key and value, Avro and JSON, NULL elements."""
+    rng = random.Random(3)
+    for kind, pg_type in [("int4", "integer[]"), ("float8", "double precision[]"), ("bool", "boolean[]"),
+                          ("date", "date[]"), ("timestamptz", "timestamptz[]"), ("interval", "interval[]"),
+                          ("bytea", "bytea[]"), ("jsonb", "jsonb[]")]:
+        cols = (Column("id", 1, "bigint", "int8", False, False), Column("a", 2, pg_type, kind, True, False),
+                Column("b", 3, pg_type, kind, True, True))
+        tbl = Table("s", "t", cols, ("id", "a"), "primary key")
+        for use_avro in (True, False):
+            enc = encoders(tbl, use_avro, "row")
+            for n in range(100):
+                elems = [value(rng, kind, False, None, None) for _ in range(rng.randint(0, 4))]
+                a = elems if n % 2 else {"dims": [len(elems)], "lower_bounds": [1], "elements": elems}
+                row = [n, a, rng.choice([None, elems])]
+                conv = enc.convert(row)
+                assert enc.encode_native(json.dumps(row)) == (enc.key(conv), enc.value(conv)), (kind, row)
