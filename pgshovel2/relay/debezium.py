@@ -5,6 +5,7 @@ ts_us, ts_ns}`` (every field: docs/wire.rst).
 
 import io
 import json
+import struct
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -14,6 +15,7 @@ import fastavro
 
 from pgshovel2 import __version__
 from pgshovel2.codec.avro import AvroWriter, envelope_row_schema
+from pgshovel2.codec.avro_fast import compile_record
 from pgshovel2.codec.rows import RowEncoder, as_values, encode_json
 from pgshovel2.relay.envelopes import CONNECTOR, SNAPSHOT_FALSE, XID_MASK, Context, Message
 from pgshovel2.wire import raw_schema
@@ -52,6 +54,9 @@ class DebeziumEnvelope:
         # the native codec writes keys and before/after bodies; _spliced puts the event around them
         self._native = encoder.native_for(envelope_row_schema(writer.schema), b"") if writer is not None \
             else encoder.native
+        self._tail = None  # Avro: the fields after before/after, compiled (avro_fast), when it can
+        if writer is not None and [f["name"] for f in writer.schema["fields"][:2]] == ["before", "after"]:
+            self._tail = compile_record({"type": "record", "name": "Tail", "fields": writer.schema["fields"][2:]})
 
     def read(self, row: list, ctx: Context) -> list[Message]:
         """(key, op r event with after = row, transaction null)."""
@@ -109,10 +114,19 @@ class DebeziumEnvelope:
             value = b"".join((b'{"before":', before or b"null", b',"after":', after or b"null", b",",
                               encode_json(rest)[1:]))
         else:
-            full = self.encoder.encode_avro(self._writer, {"before": None, "after": None, **rest})
-            value = b"".join((full[:5], b"\x00" if before is None else b"\x02" + before,
-                              b"\x00" if after is None else b"\x02" + after, full[7:]))
+            value = b"".join((self._writer.header, b"\x00" if before is None else b"\x02" + before,
+                              b"\x00" if after is None else b"\x02" + after, self._avro_tail(rest)))
         return Message(key, value, op)
+
+    def _avro_tail(self, rest: dict[str, Any]) -> bytes:
+        """The Avro body of the envelope's fields after before/after (compiled, else as fastavro
+        writes the whole envelope with both null, cut after them)."""
+        if self._tail is not None:
+            try:
+                return self._tail(rest)
+            except (TypeError, AttributeError, OverflowError, struct.error):
+                pass  # fastavro names the field
+        return self.encoder.encode_avro(self._writer, {"before": None, "after": None, **rest})[7:]
 
     def _event(self, key: bytes | None, op: str, before: list | None, after: list | None,
                ctx: Context) -> Message:
