@@ -8,6 +8,7 @@
 
 mod json;
 mod kinds;
+mod pyfloat;
 
 use json::Value;
 use kinds::Kind;
