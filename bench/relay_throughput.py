@@ -10,7 +10,10 @@ relay runs; the clock runs from the relay's "skipping the initial snapshot"
 line (connections, topics, schemas ready) until its consumer has finished the
 last tick.
 
-    .venv/bin/python -m bench.relay_throughput [--changes 1000000] [--rounds 3]
+    .venv/bin/python -m bench.relay_throughput [--changes 1000000] [--rounds 3] [--workload mixed]
+
+``--workload mixed``: the ten-type table of bench/workloads.py instead (the default,
+``narrow``, is the table above).
 """
 
 import argparse
@@ -20,6 +23,7 @@ import time
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from bench import workloads
 from bench.common import BOOTSTRAP, CLUSTER, DSN, create_set, drop_set, prepare, relay_running, summary, topic, unique
 from pgshovel2.backends.trigger import wait_caught_up
 from pgshovel2.ops.verify import read_topics
@@ -35,11 +39,15 @@ def fill(cur, table: str, changes: int) -> None:
                     (start + 1, min(start + 5000, changes)))
 
 
-def drain(cur, encoding: str, mode: str, changes: int) -> tuple[float, str]:
-    """(changes/s, topic) of one drain; the set is dropped, its topic stays."""
+def drain(cur, encoding: str, mode: str, changes: int, workload: str = "narrow") -> tuple[float, str]:
+    """(changes/s, topic) of one drain of workload's rows; the set is dropped, its topic stays."""
     name = unique("tp")
-    queue = create_set(cur, name, encoding)
-    fill(cur, f"bench_relay.{name}", changes)
+    chosen = workloads.WORKLOADS[workload]
+    queue = create_set(cur, name, encoding, chosen.columns)
+    if workload == "narrow":
+        fill(cur, f"bench_relay.{name}", changes)
+    else:
+        workloads.fill(cur, chosen, f"bench_relay.{name}", changes)
     with relay_running(name, *MODES[mode]):
         started = time.monotonic()
         wait_caught_up(DSN, queue, "pgshovel2_relay", timeout=3600)
@@ -71,14 +79,14 @@ def ceiling(topic: str) -> float:
     return rate
 
 
-def measure(changes: int, rounds: int, encodings: tuple[str, ...] = ("avro", "json")) -> dict:
+def measure(changes: int, rounds: int, encodings: tuple[str, ...] = ("avro", "json"), workload: str = "narrow") -> dict:
     """{"<encoding>/<mode>": summary of changes/s, "<encoding>/ceiling": summary of messages/s, ratios}."""
     cur = prepare()
     runs: dict[str, list[float]] = {}
     for round_no in range(rounds):
         for encoding in encodings:
             for mode in MODES:
-                rate, topic = drain(cur, encoding, mode, changes)
+                rate, topic = drain(cur, encoding, mode, changes, workload)
                 runs.setdefault(f"{encoding}/{mode}", []).append(rate)
                 print(f"  round {round_no + 1} {encoding}/{mode}: {rate:,.0f} changes/s", flush=True)
                 if mode == "transactions":
@@ -90,7 +98,7 @@ def measure(changes: int, rounds: int, encodings: tuple[str, ...] = ("avro", "js
         tx, idem, ceil = (out[f"{encoding}/{m}"]["median"] for m in ("transactions", "idempotent-only", "ceiling"))
         out[f"{encoding}/ratio_transactions_to_idempotent"] = tx / idem
         out[f"{encoding}/ratio_transactions_to_ceiling"] = tx / ceil
-    out["workload"] = (f"drain {changes} queued inserts (5,000 per source transaction), one table, "
+    out["workload"] = (f"drain {changes} queued inserts (5,000 per source transaction), one {workload} table, "
                        f"cluster {CLUSTER}")
     return out
 
@@ -99,8 +107,9 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--changes", type=int, default=1_000_000)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--workload", default="narrow", choices=sorted(workloads.WORKLOADS))
     args = parser.parse_args()
-    print(json.dumps(measure(args.changes, args.rounds), indent=2))
+    print(json.dumps(measure(args.changes, args.rounds, workload=args.workload), indent=2))
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs everything pgshovel2 needs on a fresh Debian 12 machine, idempotently:
 # Debian packages, the pgshovel2 PostgreSQL extension, the Python venv, the
-# Kafka broker jars (Maven Central), the schema registry and the stock PostgreSQL
+# native row codec (Rust), the Kafka broker jars (Maven Central), the schema registry and the stock PostgreSQL
 # 14/16/17/18 binaries of the tests (scripts/pg-stock.sh).
 set -euo pipefail
 source "$(dirname "$0")/env.sh"
@@ -39,6 +39,20 @@ if ! cmp -s "$REPO/requirements.txt" "$VENV/.installed-requirements" 2>/dev/null
   cp "$REPO/requirements.txt" "$VENV/.installed-requirements"
 fi
 "$VENV/bin/pip" install -q --no-deps -e "$REPO"
+
+# The native row codec (native/, Rust + PyO3): built with maturin into a wheel and installed as
+# the module pgshovel2_native; without it the relay runs the pure-Python codec (it logs which).
+if ! command -v cargo >/dev/null; then
+  log "installing Rust (Debian's cargo) for the native codec"
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
+  $SUDO apt-get update -q && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q cargo
+fi
+log "building the native row codec (native/)"
+"$VENV/bin/pip" install -q "maturin>=1.5,<2"
+rm -rf "$REPO/native/target/wheels"
+"$VENV/bin/maturin" build -q --release -m "$REPO/native/Cargo.toml" -i "$VENV/bin/python" \
+    -o "$REPO/native/target/wheels"
+"$VENV/bin/pip" install -q --no-deps --force-reinstall "$REPO"/native/target/wheels/pgshovel2_native-*.whl
 
 if [ ! -f "$KAFKA_LIBS/.complete" ]; then
   log "fetching Apache Kafka jars from Maven Central"

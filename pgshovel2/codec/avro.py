@@ -173,6 +173,11 @@ class AvroWriter:
         self._header = struct.pack(">bI", 0, schema_id)
         self._fast = compile_record(schema)
 
+    @property
+    def header(self) -> bytes:
+        """The 5-byte registry prefix (magic 0, schema id) of every message."""
+        return self._header
+
     def encode(self, datum: dict[str, Any]) -> bytes:
         """Header + body of datum. Raises ValueError (naming the field, ``on field <name>``)
         when datum does not fit the schema."""

@@ -8,6 +8,7 @@ from typing import Any
 from pgshovel2 import names
 from pgshovel2.catalog import Table
 from pgshovel2.codec.avro import AvroWriter
+from pgshovel2.codec.native import row_codec
 from pgshovel2.codec.types import field_type
 from pgshovel2.errors import EncodeError
 
@@ -23,12 +24,21 @@ def _int_or_minus_zero(token: str) -> int | float:
     return -0.0 if token == "-0" else int(token)
 
 
-def loads_row(text: str) -> Any:
+def loads_row(text: str | bytes) -> Any:
     """A captured row (trigger-form JSON text) as Python values: json.loads, except that the
     number -0 (float negative zero, as rows queued by older capture code have it) stays -0.0."""
+    if isinstance(text, bytes):
+        text = text.decode("utf-8")
     if "-0" in text and _MINUS_ZERO.search(text):
         return json.loads(text, parse_int=_int_or_minus_zero)
     return json.loads(text)
+
+
+def as_values(row: Any) -> Any:
+    """A captured row as a list of trigger-form values: sources hand rows on as their JSON text
+    (str or bytes) for the native codec to read, which :func:`loads_row` reads here; a list (a
+    snapshot row) or None is returned as is."""
+    return loads_row(row) if isinstance(row, str | bytes) else row
 
 
 class RowEncoder:
@@ -54,6 +64,24 @@ class RowEncoder:
         self._key_types = [types[i] for i in self._key_idx]
         self._avro = avro
         self._key_writer, self._value_writer = key_writer, value_writer
+        self._types = types
+        self.native = self.native_for(value_writer.schema, value_writer.header) if value_writer else \
+            self.native_for(None, b"") if not avro else None
+
+    def native_for(self, value_schema: dict | None, value_header: bytes) -> Any:
+        """A native codec (pgshovel2_native.RowCodec, or None: see codec/native.py) of this table's keys
+        and of values of value_schema (Avro: a record of this table's value fields; None with JSON)
+        prefixed with value_header."""
+        key = (self._key_writer.schema, self._key_writer.header) if self._key_writer else None
+        value = (value_schema, value_header) if value_schema is not None else None
+        return row_codec(self._types, self._names, [c.name for c in self.table.columns], self._key_idx,
+                         self._avro, key, value)
+
+    def encode_native(self, row: Any, with_value: bool = True) -> tuple[bytes | None, bytes | None] | None:
+        """(key, value) bytes of a row (JSON text or trigger-form list) by the native codec: equal to
+        key(convert(row)) and value(convert(row)) (value None unless with_value); None when the
+        native codec is off or leaves this row to Python (encode it with convert/key/value)."""
+        return None if self.native is None else self.native.encode(row, with_value)
 
     def convert(self, row: list) -> list:
         """Apply the column converters to a row (copy; SQL NULL stays None). Raises EncodeError

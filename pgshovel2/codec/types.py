@@ -13,7 +13,7 @@ import base64
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from decimal import Decimal, InvalidOperation
+from decimal import MAX_EMAX, MAX_PREC, MIN_EMIN, Context, Decimal, InvalidOperation
 from typing import Any
 
 from pgshovel2.catalog import Column
@@ -34,6 +34,10 @@ class FieldType:
     value; None means identity. from_text: array-element text -> trigger form.
     key_avro: the Avro schema in a key record when it differs from avro
     (arrays: without the bounded-array branch); see :meth:`key`.
+    native: the plan of the native codec (pgshovel2_native, native/src/kinds.rs) for this
+    type: (name, decimal scale); ``array:<name>`` an array of that element (one dimension,
+    lower bound 1, in the capture's JSON forms: others stay Python); ``("other", 0)`` takes
+    only NULL natively.
     """
 
     avro: Any
@@ -41,6 +45,7 @@ class FieldType:
     to_json: Convert | None
     from_text: Convert
     key_avro: Any = None
+    native: tuple[str, int] = ("other", 0)
 
     @property
     def key_schema(self) -> Any:
@@ -72,6 +77,11 @@ def _float_text(text: str) -> Any:
     return f
 
 
+# numeric has at most 131072 digits before and 16383 after the point: scaleb must not round
+# (the default context keeps 28 digits, which lost the rest of a numeric(38,10) value).
+_EXACT = Context(prec=MAX_PREC, Emax=MAX_EMAX, Emin=MIN_EMIN)
+
+
 def _decimal_to_avro(scale: int) -> Convert:
     def convert(v: str) -> bytes:
         try:
@@ -81,7 +91,7 @@ def _decimal_to_avro(scale: int) -> Convert:
         if not d.is_finite():
             raise EncodeError(f"numeric value {v} has no Avro decimal form; "
                               "use an unconstrained numeric column")
-        unscaled = int(d.scaleb(scale))
+        unscaled = int(d.scaleb(scale, _EXACT))
         return unscaled.to_bytes((unscaled.bit_length() + 8) // 8, "big", signed=True)
     return convert
 
@@ -97,49 +107,53 @@ def _bytea_text(text: str) -> str:
 
 
 def _string(avro: Any = "string") -> FieldType:
-    return FieldType(avro, None, None, str)
+    return FieldType(avro, None, None, str, native=("string", 0))
 
 
 def _scalar(col: Column) -> FieldType:
     kind = col.kind
     if kind == "bool":
-        return FieldType("boolean", None, None, lambda t: t == "t")
+        return FieldType("boolean", None, None, lambda t: t == "t", native=("bool", 0))
     if kind in ("int2", "int4"):
-        return FieldType("int", None, None, int)
+        return FieldType("int", None, None, int, native=("int", 0))
     if kind in ("int8", "oid"):
-        return FieldType("long", None, None, int)
+        return FieldType("long", None, None, int, native=("int", 0))
     if kind in ("float4", "float8"):
-        return FieldType("float" if kind == "float4" else "double", _float_in, _float_json, _float_text)
+        return FieldType("float" if kind == "float4" else "double", _float_in, _float_json, _float_text,
+                         native=(kind, 0))
     if kind == "numeric":
         if col.precision is not None and 0 <= col.scale <= col.precision:
             avro = {"type": "bytes", "logicalType": "decimal",
                     "precision": col.precision, "scale": col.scale}
-            return FieldType(avro, _decimal_to_avro(col.scale), None, str)
+            return FieldType(avro, _decimal_to_avro(col.scale), None, str, native=("decimal", col.scale))
         return _string()
     if kind == "money":
-        return FieldType("string", _money, _money, str)
+        return FieldType("string", _money, _money, str, native=("money", 0))
     if kind == "bytea":
         return FieldType("bytes", bytes.fromhex,
-                         lambda v: base64.b64encode(bytes.fromhex(v)).decode("ascii"), _bytea_text)
+                         lambda v: base64.b64encode(bytes.fromhex(v)).decode("ascii"), _bytea_text,
+                         native=("bytea", 0))
     if kind == "uuid":
         return _string({"type": "string", "logicalType": "uuid"})
     if kind == "date":
         return FieldType({"type": "int", "logicalType": "date"}, temporal.date_to_avro,
-                         temporal.date_to_json, temporal.date_from_text)
+                         temporal.date_to_json, temporal.date_from_text, native=("date", 0))
     if kind == "time":
         return FieldType({"type": "long", "logicalType": "time-micros"}, None,
-                         temporal.time_to_json, temporal.time_from_text)
+                         temporal.time_to_json, temporal.time_from_text, native=("time", 0))
     if kind in ("timestamp", "timestamptz"):
         utc = kind == "timestamptz"
         logical = "timestamp-micros" if utc else "local-timestamp-micros"
         return FieldType({"type": "long", "logicalType": logical}, temporal.timestamp_to_avro,
-                         lambda v: temporal.timestamp_to_json(v, utc), temporal.timestamp_from_text)
+                         lambda v: temporal.timestamp_to_json(v, utc), temporal.timestamp_from_text,
+                         native=(kind, 0))
     if kind == "timetz":
-        return FieldType("string", temporal.timetz_to_iso, temporal.timetz_to_iso, str)
+        return FieldType("string", temporal.timetz_to_iso, temporal.timetz_to_iso, str, native=("timetz", 0))
     if kind == "interval":
-        return FieldType("string", temporal.interval_to_iso, temporal.interval_to_iso, str)
+        return FieldType("string", temporal.interval_to_iso, temporal.interval_to_iso, str,
+                         native=("interval", 0))
     if kind in JSON_KINDS:
-        return FieldType("string", None, jsonvalue.embed, str)
+        return FieldType("string", None, jsonvalue.embed, str, native=("json", 0))
     return _string()
 
 
@@ -186,7 +200,7 @@ def _array(col: Column) -> FieldType:
     elem_json = (lambda text: jsonvalue.embed(text, element=True)) if col.kind in JSON_KINDS else elem.to_json
     value_schema, key_schema = array_schemas(elem.avro)
     return FieldType(value_schema, _elements(elem, elem.to_avro), _elements(elem, elem_json), str,
-                     key_avro=key_schema)
+                     key_avro=key_schema, native=(f"array:{elem.native[0]}", elem.native[1]))
 
 
 def _elements(elem: FieldType, convert: Convert | None) -> Convert:

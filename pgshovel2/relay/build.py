@@ -5,6 +5,7 @@ import threading
 import time
 
 from pgshovel2.cluster import ClusterStore
+from pgshovel2.codec import native
 from pgshovel2.relay.control import ControlEvents
 from pgshovel2.relay.election import Leadership
 from pgshovel2.relay.emitter import Emitter
@@ -32,8 +33,10 @@ def open_source(record: SetRecord, options: RelayOptions) -> Source:
     cannot be reached."""
     if isinstance(record.capture, SlotCapture):
         return LogicalSource(record.dsn, record.capture.slot, record.tables, options.heartbeat_interval,
-                             plugin=record.capture.plugin, mode_all=all_mode_tags(record))
-    return PgqSource(record.dsn, record.capture, options.poll_interval, maint_interval=options.pgq_maint_interval)
+                             plugin=record.capture.plugin, mode_all=all_mode_tags(record),
+                             raw_rows=native.module() is not None)
+    return PgqSource(record.dsn, record.capture, options.poll_interval, maint_interval=options.pgq_maint_interval,
+                     raw_rows=native.module() is not None)
 
 
 def build(store: ClusterStore, set_name: str, options: RelayOptions, leadership: Leadership | None = None,

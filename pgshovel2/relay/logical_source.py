@@ -46,6 +46,11 @@ _FLAG_OLD, _FLAG_NO_ROW, _FLAG_UNCHANGED = 1, 2, 4
 _U16 = struct.Struct(">H")
 
 
+def _parsed(row: bytes | list | None) -> list | None:
+    """A row as a list whether the decoder keeps rows as text (raw_rows) or not."""
+    return json.loads(row) if isinstance(row, bytes) else row
+
+
 class RecordDecoder:
     """Turns the plugin's records into items (:meth:`decode`); no I/O.
 
@@ -57,10 +62,12 @@ class RecordDecoder:
     decoded (set it to the slot's confirmed position before streaming): Begin.last_lsn.
     skip_through: the committed position; a layout record in a unit it reaches fully is held
     and given (:class:`RelationLayout`) before the table's first change that counts.
+    raw_rows: changes carry their rows as the plugin's JSON text (bytes) for the native codec
+    to read, else as lists (json.loads).
     """
 
-    def __init__(self, tags: list[str], slot: str = "(slot)"):
-        self.tags, self.slot = tags, slot
+    def __init__(self, tags: list[str], slot: str = "(slot)", raw_rows: bool = False):
+        self.tags, self.slot, self.raw_rows = tags, slot, raw_rows
         self.subset_tags: set[str] = set()
         self.ends: deque[tuple[int, int]] = deque()
         self.last_lsn: int | None = None
@@ -90,17 +97,18 @@ class RecordDecoder:
         if kind in b"IUD":
             lsn, index, flags, size = _CHANGE.unpack_from(data, 1)
             end = 16 + size
-            row = None if flags & _FLAG_NO_ROW else json.loads(data[16:end])
+            loads = bytes if self.raw_rows else json.loads
+            row = None if flags & _FLAG_NO_ROW else loads(data[16:end])
             unchanged: tuple[int, ...] = ()
             if flags & _FLAG_UNCHANGED:
                 (count,) = _U16.unpack_from(data, end)
                 unchanged = struct.unpack_from(f">{count}H", data, end + 2)
                 end += 2 + 2 * count
-            before = json.loads(data[end:]) if flags & _FLAG_OLD else None
+            before = loads(data[end:]) if flags & _FLAG_OLD else None
             ordinal = self._ordinal
             self._ordinal += 1
             table = self.tags[index]
-            if before is not None and before == row and table in self.subset_tags:
+            if before is not None and table in self.subset_tags and _parsed(before) == _parsed(row):
                 return None  # no captured column changed (the trigger backend writes no event either)
             return Change(self._txid, self._ts_ms, chr(kind), row, table, before, self._unit, ordinal, lsn,
                           unchanged)
@@ -151,7 +159,8 @@ class LogicalSource:
     commit_delay = 0.02  # s from a transaction's end to its Kafka commit, under load
 
     def __init__(self, dsn: str, slot: str, tables: tuple[Table, ...], heartbeat_interval: float = 10.0,
-                 wait_cap: float = 0.5, plugin: str = PLUGIN, mode_all: frozenset[str] = frozenset()):
+                 wait_cap: float = 0.5, plugin: str = PLUGIN, mode_all: frozenset[str] = frozenset(),
+                 raw_rows: bool = False):
         self.dsn, self.slot, self.plugin = dsn, slot, plugin
         self.heartbeat_interval, self.wait_cap = heartbeat_interval, wait_cap
         self._tags = [t.qualified for t in tables]
@@ -166,7 +175,7 @@ class LogicalSource:
             self._ctl.close()
             raise
         self._cur = self._repl.cursor()
-        self._decoder: RecordDecoder | PgoutputDecoder = RecordDecoder(self._tags, slot)
+        self._decoder: RecordDecoder | PgoutputDecoder = RecordDecoder(self._tags, slot, raw_rows)
 
     def _sql(self, query: str, params: tuple) -> tuple | None:
         try:

@@ -56,7 +56,9 @@ ORDER BY tx_last, ev_id
 class PgqSource:
     """Reads a trigger set's queue as its relay consumer. dsn: libpq DSN of the set's database;
     poll_interval: seconds between polls when no tick is ahead; fetch_size: rows per fetch;
-    maint_interval: seconds between runs of PgQ's maintenance (0: never, pgqd does it).
+    maint_interval: seconds between runs of PgQ's maintenance (0: never, pgqd does it);
+    raw_rows: changes carry their rows as the queue's JSON text for the native codec to read
+    (rows.as_values reads it otherwise), else as lists.
 
     Raises UnavailableError when the database goes away (retrying is safe), RelayError when
     the queue or consumer is gone, FencedError when another relay acknowledged the batch.
@@ -66,11 +68,11 @@ class PgqSource:
     commit_delay = 0.0
 
     def __init__(self, dsn: str, capture: TriggerCapture, poll_interval: float = 0.02, fetch_size: int = 5000,
-                 maint_interval: float = pgq_ticker.MAINT_INTERVAL):
+                 maint_interval: float = pgq_ticker.MAINT_INTERVAL, raw_rows: bool = False):
         self.dsn, self.capture = dsn, capture
         self.queue, self.consumer = capture.queue, capture.consumer
         self.poll_interval, self.fetch_size = poll_interval, fetch_size
-        self.maint_interval = maint_interval
+        self.maint_interval, self.raw_rows = maint_interval, raw_rows
         self._next_maint = time.monotonic() + min(maint_interval, 5.0)
         self._ctl = connect(dsn, f"queue {self.queue}", UnavailableError)
         try:
@@ -183,6 +185,7 @@ class PgqSource:
         """A batch's events as items, skipping transactions visible in snapshot (the handoff)."""
         loads, tick = loads_row, batch.cur_tick_id  # not json.loads: rows queued by older capture code have -0
         ordinal, current, last_ts = 0, None, 0
+        rows = str if self.raw_rows else loads
         for txid, ts_ms, op, data, table, extra in self._events(batch, snapshot):
             if txid != current:
                 if current is not None:
@@ -194,8 +197,8 @@ class PgqSource:
                               loads(extra) if extra else None, tick, ordinal)
             else:
                 last_ts = ts_ms
-                yield Change(txid, ts_ms, op, loads(data) if data else None, table,
-                             loads(extra) if extra else None, tick, ordinal)
+                yield Change(txid, ts_ms, op, rows(data) if data else None, table,
+                             rows(extra) if extra else None, tick, ordinal)
             ordinal += 1
         yield Commit(current, last_ts, tick, ordinal, True)
 

@@ -8,8 +8,9 @@ from pgshovel2.codec.avro import AvroWriter
 from pgshovel2.codec.rows import RowEncoder
 from pgshovel2.db import connect
 from pgshovel2.errors import RelayError
+from pgshovel2.relay.debezium import DebeziumEnvelope, SourceInfo
 from pgshovel2.relay.emitter import TableRoute
-from pgshovel2.relay.envelopes import DebeziumEnvelope, Envelope, RowEnvelope, SourceInfo
+from pgshovel2.relay.envelopes import Envelope, RowEnvelope
 from pgshovel2.setrecord import SetRecord
 from pgshovel2.sinks.registry import SchemaRegistry
 

@@ -64,8 +64,24 @@ def test_nan_floats_encode_like_fastavro():
     assert encode(datum) == reference(datum)
 
 
-def test_records_with_arrays_or_nested_records_are_left_to_fastavro():
+def test_records_with_arrays_named_references_or_wider_unions_are_left_to_fastavro():
     array = {"type": "record", "name": "a", "fields": [{"name": "x", "type": {"type": "array", "items": "int"}}]}
-    nested = {"type": "record", "name": "n", "fields": [{"name": "x", "type": ["null", SCHEMA]}]}
+    named = {"type": "record", "name": "n", "fields": [{"name": "x", "type": ["null", "some.Record"]}]}
     triple = {"type": "record", "name": "u", "fields": [{"name": "x", "type": ["null", "int", "string"]}]}
-    assert compile_record(array) is None and compile_record(nested) is None and compile_record(triple) is None
+    assert compile_record(array) is None and compile_record(named) is None and compile_record(triple) is None
+
+
+def test_records_defined_in_place_encode_like_fastavro():
+    """A record field and a ["null", record] field (the debezium envelope's source and transaction)."""
+    inner = {**SCHEMA, "name": "inner"}
+    outer = {"type": "record", "name": "o", "fields": [
+        {"name": "a", "type": SCHEMA}, {"name": "b", "type": ["null", inner]}, {"name": "c", "type": "string"}]}
+    encode = compile_record(outer)
+    assert encode is not None
+    parsed = fastavro.parse_schema(outer)
+    rnd = random.Random(9)
+    for _ in range(1000):
+        datum = {"a": random_datum(rnd), "b": None if rnd.random() < 0.3 else random_datum(rnd), "c": "op"}
+        buf = io.BytesIO()
+        fastavro.schemaless_writer(buf, parsed, datum)
+        assert encode(datum) == buf.getvalue(), datum

@@ -25,8 +25,9 @@ from pgshovel2.catalog import Column, Table
 from pgshovel2.codec import avro
 from pgshovel2.codec.avro import AvroWriter
 from pgshovel2.codec.rows import RowEncoder
+from pgshovel2.relay.debezium import DebeziumEnvelope, SourceInfo
 from pgshovel2.relay.emitter import Emitter, TableRoute
-from pgshovel2.relay.envelopes import DebeziumEnvelope, SnapshotMarks, SourceInfo
+from pgshovel2.relay.envelopes import SnapshotMarks
 from pgshovel2.relay.source import Change
 from pgshovel2.wire import Lsn
 

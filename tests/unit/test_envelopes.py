@@ -13,8 +13,9 @@ from pgshovel2.catalog import Column, Table
 from pgshovel2.codec import avro
 from pgshovel2.codec.avro import AvroWriter
 from pgshovel2.codec.rows import RowEncoder
+from pgshovel2.relay.debezium import DebeziumEnvelope, SourceInfo
 from pgshovel2.relay.emitter import Emitter, TableRoute
-from pgshovel2.relay.envelopes import Context, DebeziumEnvelope, RowEnvelope, SnapshotMarks, SourceInfo, TxnOrder
+from pgshovel2.relay.envelopes import Context, RowEnvelope, SnapshotMarks, TxnOrder
 from pgshovel2.relay.setup import database_name
 from pgshovel2.relay.source import Change
 

@@ -1,0 +1,317 @@
+//! JSON read and written exactly as Python's `json` module does it in pgshovel2: `json.loads`
+//! (with `rows.loads_row`'s `-0` rule when asked) and
+//! `json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))`.
+//!
+//! Floats are written by [`pyfloat`].
+//!
+//! Anything Python would read differently from this grammar (NaN/Infinity literals, duplicate
+//! object keys, lone surrogates, nesting deeper than `MAX_DEPTH`) is refused with `None`, so the
+//! caller leaves that row to the Python codec.
+
+use crate::pyfloat;
+
+/// A parsed JSON value; `BigInt` keeps an integer token beyond i64 as its digits.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Value {
+    Null,
+    Bool(bool),
+    Int(i64),
+    BigInt(String),
+    Float(f64),
+    Str(String),
+    Arr(Vec<Value>),
+    Obj(Vec<(String, Value)>),
+}
+
+const MAX_DEPTH: usize = 200;
+
+/// Parses a whole JSON text; `minus_zero_float`: the integer token `-0` reads as the float -0.0
+/// (rows.loads_row), else as the integer 0 (json.loads).
+pub fn parse(text: &str, minus_zero_float: bool) -> Option<Value> {
+    let mut p = Parser { s: text.as_bytes(), pos: 0, minus_zero_float };
+    let v = p.value(0)?;
+    p.ws();
+    (p.pos == p.s.len()).then_some(v)
+}
+
+struct Parser<'a> {
+    s: &'a [u8],
+    pos: usize,
+    minus_zero_float: bool,
+}
+
+impl Parser<'_> {
+    fn ws(&mut self) {
+        while self.pos < self.s.len() && matches!(self.s[self.pos], b' ' | b'\t' | b'\n' | b'\r') {
+            self.pos += 1;
+        }
+    }
+
+    fn lit(&mut self, word: &[u8], v: Value) -> Option<Value> {
+        if self.s[self.pos..].starts_with(word) {
+            self.pos += word.len();
+            Some(v)
+        } else {
+            None
+        }
+    }
+
+    fn value(&mut self, depth: usize) -> Option<Value> {
+        if depth > MAX_DEPTH {
+            return None;
+        }
+        self.ws();
+        match *self.s.get(self.pos)? {
+            b'{' => self.object(depth),
+            b'[' => self.array(depth),
+            b'"' => self.string().map(Value::Str),
+            b'n' => self.lit(b"null", Value::Null),
+            b't' => self.lit(b"true", Value::Bool(true)),
+            b'f' => self.lit(b"false", Value::Bool(false)),
+            b'-' | b'0'..=b'9' => self.number(),
+            _ => None,
+        }
+    }
+
+    fn array(&mut self, depth: usize) -> Option<Value> {
+        self.pos += 1;
+        let mut out = Vec::new();
+        self.ws();
+        if self.s.get(self.pos) == Some(&b']') {
+            self.pos += 1;
+            return Some(Value::Arr(out));
+        }
+        loop {
+            out.push(self.value(depth + 1)?);
+            self.ws();
+            match *self.s.get(self.pos)? {
+                b',' => self.pos += 1,
+                b']' => {
+                    self.pos += 1;
+                    return Some(Value::Arr(out));
+                }
+                _ => return None,
+            }
+        }
+    }
+
+    fn object(&mut self, depth: usize) -> Option<Value> {
+        self.pos += 1;
+        let mut out: Vec<(String, Value)> = Vec::new();
+        self.ws();
+        if self.s.get(self.pos) == Some(&b'}') {
+            self.pos += 1;
+            return Some(Value::Obj(out));
+        }
+        loop {
+            self.ws();
+            if self.s.get(self.pos) != Some(&b'"') {
+                return None;
+            }
+            let key = self.string()?;
+            self.ws();
+            if self.s.get(self.pos) != Some(&b':') {
+                return None;
+            }
+            self.pos += 1;
+            let v = self.value(depth + 1)?;
+            if out.iter().any(|(k, _)| *k == key) {
+                return None; // a Python dict keeps the first position and the last value
+            }
+            out.push((key, v));
+            self.ws();
+            match *self.s.get(self.pos)? {
+                b',' => self.pos += 1,
+                b'}' => {
+                    self.pos += 1;
+                    return Some(Value::Obj(out));
+                }
+                _ => return None,
+            }
+        }
+    }
+
+    fn hex4(&mut self) -> Option<u32> {
+        let digits = std::str::from_utf8(self.s.get(self.pos..self.pos + 4)?).ok()?;
+        if !digits.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return None;
+        }
+        self.pos += 4;
+        u32::from_str_radix(digits, 16).ok()
+    }
+
+    fn string(&mut self) -> Option<String> {
+        self.pos += 1;
+        let mut out = String::new();
+        loop {
+            let start = self.pos;
+            while self.pos < self.s.len() && !matches!(self.s[self.pos], b'"' | b'\\' | 0..=0x1f) {
+                self.pos += 1;
+            }
+            out.push_str(std::str::from_utf8(&self.s[start..self.pos]).ok()?);
+            match *self.s.get(self.pos)? {
+                b'"' => {
+                    self.pos += 1;
+                    return Some(out);
+                }
+                b'\\' => {
+                    self.pos += 1;
+                    let esc = *self.s.get(self.pos)?;
+                    self.pos += 1;
+                    match esc {
+                        b'"' => out.push('"'),
+                        b'\\' => out.push('\\'),
+                        b'/' => out.push('/'),
+                        b'b' => out.push('\u{8}'),
+                        b'f' => out.push('\u{c}'),
+                        b'n' => out.push('\n'),
+                        b'r' => out.push('\r'),
+                        b't' => out.push('\t'),
+                        b'u' => out.push(self.unicode_escape()?),
+                        _ => return None,
+                    }
+                }
+                _ => return None, // a control character: json.loads (strict) refuses it
+            }
+        }
+    }
+
+    fn unicode_escape(&mut self) -> Option<char> {
+        let hi = self.hex4()?;
+        if (0xD800..0xDC00).contains(&hi) {
+            if self.s.get(self.pos..self.pos + 2)? != b"\\u" {
+                return None; // a lone surrogate: no UTF-8 form
+            }
+            self.pos += 2;
+            let lo = self.hex4()?;
+            if !(0xDC00..0xE000).contains(&lo) {
+                return None;
+            }
+            return char::from_u32(0x10000 + ((hi - 0xD800) << 10) + (lo - 0xDC00));
+        }
+        char::from_u32(hi)
+    }
+
+    fn number(&mut self) -> Option<Value> {
+        let start = self.pos;
+        let digits = |p: &mut Self| {
+            let from = p.pos;
+            while p.pos < p.s.len() && p.s[p.pos].is_ascii_digit() {
+                p.pos += 1;
+            }
+            p.pos - from
+        };
+        if self.s[self.pos] == b'-' {
+            self.pos += 1;
+        }
+        let first = *self.s.get(self.pos)?;
+        let n = digits(self);
+        if n == 0 || (first == b'0' && n > 1) {
+            return None;
+        }
+        let mut float = false;
+        if self.s.get(self.pos) == Some(&b'.') {
+            self.pos += 1;
+            float = true;
+            if digits(self) == 0 {
+                return None;
+            }
+        }
+        if matches!(self.s.get(self.pos), Some(b'e' | b'E')) {
+            self.pos += 1;
+            float = true;
+            if matches!(self.s.get(self.pos), Some(b'+' | b'-')) {
+                self.pos += 1;
+            }
+            if digits(self) == 0 {
+                return None;
+            }
+        }
+        let token = std::str::from_utf8(&self.s[start..self.pos]).ok()?;
+        if float {
+            return token.parse::<f64>().ok().map(Value::Float);
+        }
+        if token == "-0" {
+            return Some(if self.minus_zero_float { Value::Float(-0.0) } else { Value::Int(0) });
+        }
+        Some(match token.parse::<i64>() {
+            Ok(i) => Value::Int(i),
+            Err(_) if token.len() < 4300 => Value::BigInt(token.to_string()), // Python's int digit limit
+            Err(_) => return None,
+        })
+    }
+}
+
+/// Appends s as a JSON string, escaped as Python's encoder does with ensure_ascii=False.
+pub fn write_str(s: &str, out: &mut Vec<u8>) {
+    out.push(b'"');
+    let bytes = s.as_bytes();
+    let mut start = 0;
+    for (i, &b) in bytes.iter().enumerate() {
+        let esc: &[u8] = match b {
+            b'"' => b"\\\"",
+            b'\\' => b"\\\\",
+            b'\n' => b"\\n",
+            b'\r' => b"\\r",
+            b'\t' => b"\\t",
+            0x08 => b"\\b",
+            0x0c => b"\\f",
+            0..=0x1f => b"",
+            _ => continue,
+        };
+        out.extend_from_slice(&bytes[start..i]);
+        if esc.is_empty() {
+            out.extend_from_slice(format!("\\u{:04x}", b).as_bytes());
+        } else {
+            out.extend_from_slice(esc);
+        }
+        start = i + 1;
+    }
+    out.extend_from_slice(&bytes[start..]);
+    out.push(b'"');
+}
+
+/// Appends v as compact JSON (Python's json.dumps with separators (",", ":")).
+pub fn write(v: &Value, out: &mut Vec<u8>) {
+    match v {
+        Value::Null => out.extend_from_slice(b"null"),
+        Value::Bool(b) => out.extend_from_slice(if *b { b"true" } else { b"false" }),
+        Value::Int(i) => out.extend_from_slice(i.to_string().as_bytes()),
+        Value::BigInt(t) => out.extend_from_slice(t.as_bytes()),
+        Value::Float(f) => pyfloat::write_float(*f, out),
+        Value::Str(s) => write_str(s, out),
+        Value::Arr(items) => {
+            out.push(b'[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                write(item, out);
+            }
+            out.push(b']');
+        }
+        Value::Obj(fields) => {
+            out.push(b'{');
+            for (i, (k, item)) in fields.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                write_str(k, out);
+                out.push(b':');
+                write(item, out);
+            }
+            out.push(b'}');
+        }
+    }
+}
+
+/// True when some object in v has exactly one key, `pgshovel.json` (jsonvalue._looks_like_escape).
+pub fn looks_like_escape(v: &Value) -> bool {
+    match v {
+        Value::Obj(fields) => {
+            (fields.len() == 1 && fields[0].0 == "pgshovel.json") || fields.iter().any(|(_, x)| looks_like_escape(x))
+        }
+        Value::Arr(items) => items.iter().any(looks_like_escape),
+        _ => false,
+    }
+}

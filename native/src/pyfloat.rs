@@ -1,0 +1,109 @@
+//! Python's `repr` of a float (what `json` writes for it), from Rust's shortest digits.
+
+/// Appends Python's `repr(f)` (json writes it so; NaN and the infinities as its literals).
+pub fn write_float(f: f64, out: &mut Vec<u8>) {
+    if f.is_nan() {
+        out.extend_from_slice(b"NaN");
+        return;
+    }
+    if f.is_infinite() {
+        out.extend_from_slice(if f > 0.0 { b"Infinity" } else { b"-Infinity" });
+        return;
+    }
+    let sci = format!("{:e}", f); // shortest round-trip digits: "-1.25e-7"
+    let (mantissa, exp) = sci.split_once('e').unwrap_or((&sci, "0"));
+    let exp: i32 = exp.parse().unwrap_or(0);
+    let (neg, mantissa) = match mantissa.strip_prefix('-') {
+        Some(m) => (true, m),
+        None => (false, mantissa),
+    };
+    let mut digits: String = mantissa.chars().filter(|c| *c != '.').collect();
+    if let Some(even) = half_even(f.abs(), &digits, exp) {
+        digits = even;
+    }
+    if neg {
+        out.push(b'-');
+    }
+    let decpt = exp + 1;
+    let n = digits.len() as i32;
+    let text = if decpt > -4 && decpt <= 16 {
+        if decpt <= 0 {
+            format!("0.{}{}", "0".repeat((-decpt) as usize), digits)
+        } else if decpt >= n {
+            format!("{}{}.0", digits, "0".repeat((decpt - n) as usize))
+        } else {
+            format!("{}.{}", &digits[..decpt as usize], &digits[decpt as usize..])
+        }
+    } else {
+        let rest = if n > 1 { format!(".{}", &digits[1..]) } else { String::new() };
+        let sign = if exp < 0 { '-' } else { '+' };
+        format!("{}{}e{}{:02}", &digits[..1], rest, sign, exp.abs())
+    };
+    out.extend_from_slice(text.as_bytes());
+}
+
+/// When |f|'s exact value lies exactly halfway between two n-digit strings, one of them Rust's
+/// shortest digits, and the other has the even last digit and also reads back as f: that one
+/// (Python's repr rounds half to even there; Rust's shortest digits round half up).
+fn half_even(f: f64, digits: &str, exp: i32) -> Option<String> {
+    let exact = exact_digits(f)?;
+    let n = digits.len();
+    if exact.len() != n + 1 || !exact.ends_with('5') {
+        return None;
+    }
+    let lo = &exact[..n];
+    let last = lo.as_bytes()[n - 1];
+    if last == b'9' {
+        return None;
+    }
+    let hi = format!("{}{}", &lo[..n - 1], (last + 1) as char);
+    if digits != lo && digits != hi {
+        return None;
+    }
+    let even = if (last - b'0').is_multiple_of(2) { lo.to_string() } else { hi };
+    let text = format!("{}.{}e{}", &even[..1], &even[1..], exp);
+    (even != digits && text.parse::<f64>().ok() == Some(f)).then_some(even)
+}
+
+/// The significant digits (no trailing zeros) of a finite positive f's exact decimal value.
+fn exact_digits(f: f64) -> Option<String> {
+    let bits = f.to_bits();
+    let biased = ((bits >> 52) & 0x7ff) as i64;
+    let frac = bits & ((1u64 << 52) - 1);
+    let (mut m, mut e) = if biased == 0 { (frac, -1074) } else { (frac | (1 << 52), biased - 1075) };
+    if m == 0 {
+        return None;
+    }
+    while m & 1 == 0 {
+        m >>= 1;
+        e += 1;
+    }
+    let text = if e < 0 {
+        if -e > 26 {
+            return None; // m * 5^-e has more than 18 digits: no tie at <= 17 digits
+        }
+        (m as u128 * 5u128.pow((-e) as u32)).to_string()
+    } else {
+        let mut limbs: Vec<u64> = vec![m % 1_000_000_000, m / 1_000_000_000 % 1_000_000_000, m / 1_000_000_000_000_000_000];
+        for _ in 0..e {
+            let mut carry = 0;
+            for limb in limbs.iter_mut() {
+                let v = *limb * 2 + carry;
+                *limb = v % 1_000_000_000;
+                carry = v / 1_000_000_000;
+            }
+            if carry > 0 {
+                limbs.push(carry);
+            }
+        }
+        while limbs.len() > 1 && limbs.last() == Some(&0) {
+            limbs.pop();
+        }
+        let mut text = limbs.last()?.to_string();
+        for limb in limbs.iter().rev().skip(1) {
+            text.push_str(&format!("{limb:09}"));
+        }
+        text
+    };
+    Some(text.trim_end_matches('0').to_string())
+}

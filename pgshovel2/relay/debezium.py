@@ -1,0 +1,209 @@
+"""The ``debezium`` envelope (see :mod:`pgshovel2.relay.envelopes` for the messages of each change):
+Debezium 3.x PostgreSQL connector change events ``{before, after, source, transaction, op, ts_ms,
+ts_us, ts_ns}`` (every field: docs/wire.rst).
+"""
+
+import io
+import json
+import struct
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import fastavro
+
+from pgshovel2 import __version__
+from pgshovel2.codec.avro import AvroWriter, envelope_row_schema
+from pgshovel2.codec.avro_fast import compile_record
+from pgshovel2.codec.rows import RowEncoder, as_values, encode_json
+from pgshovel2.relay.envelopes import CONNECTOR, SNAPSHOT_FALSE, XID_MASK, Context, Message
+from pgshovel2.wire import raw_schema
+
+
+@dataclass(frozen=True)
+class SourceInfo:
+    """The fixed part of a table's Debezium ``source`` block (exact, unescaped names).
+
+    name: the set name; db: the database name.
+    """
+
+    name: str
+    db: str
+    schema: str
+    table: str
+
+
+class DebeziumEnvelope:
+    """The ``debezium`` envelope: Debezium PostgreSQL connector change events.
+
+    writer: the registered Envelope schema's writer (Avro), None for JSON.
+    collection: the data collection events are numbered in (the table's topic).
+    clock: ns since the epoch, for the envelope's ``ts_ms``/``ts_us``/``ts_ns``
+    (processing time, as Debezium's).
+    """
+
+    def __init__(self, encoder: RowEncoder, source: SourceInfo, collection: str,
+                 writer: AvroWriter | None = None, clock: Callable[[], int] = time.time_ns):
+        self.encoder, self.source, self.collection = encoder, source, collection
+        self._writer, self._clock = writer, clock
+        self._raw_envelope = self._raw_value = None
+        if writer is not None:
+            self._raw_envelope = fastavro.parse_schema(raw_schema(writer.schema))
+            self._raw_value = fastavro.parse_schema(raw_schema(envelope_row_schema(writer.schema)))
+        # the native codec writes keys and before/after bodies; _spliced puts the event around them
+        self._native = encoder.native_for(envelope_row_schema(writer.schema), b"") if writer is not None \
+            else encoder.native
+        self._tail = None  # Avro: the fields after before/after, compiled (avro_fast), when it can
+        if writer is not None and [f["name"] for f in writer.schema["fields"][:2]] == ["before", "after"]:
+            self._tail = compile_record({"type": "record", "name": "Tail", "fields": writer.schema["fields"][2:]})
+
+    def read(self, row: list, ctx: Context) -> list[Message]:
+        """(key, op r event with after = row, transaction null)."""
+        conv = self.encoder.convert(as_values(row))
+        return [self._event(self.encoder.key(conv), "r", None, conv, ctx)]
+
+    def change(self, op: str, row: list, before: list | None, ctx: Context) -> list[Message]:
+        """See the module docstring."""
+        if self._native is not None:
+            out = self._native_change(op, row, before, ctx)
+            if out is not None:
+                return out
+        enc = self.encoder
+        conv = enc.convert(as_values(row))
+        key = enc.key(conv)
+        if op == "I":
+            return [self._event(key, "c", None, conv, ctx)]
+        if op == "D":
+            deleted = [self._event(key, "d", conv, None, ctx)]
+            return deleted + [Message(key, None, "d")] if key is not None else deleted
+        old = enc.convert(as_values(before)) if before is not None else None
+        old_key = enc.key(old) if old is not None else key
+        if old_key == key:
+            return [self._event(key, "u", old, conv, ctx)]
+        return [self._event(old_key, "d", old, None, ctx), Message(old_key, None, "d"),
+                self._event(key, "c", None, conv, ctx)]
+
+    def _native_change(self, op: str, row: Any, before: Any, ctx: Context) -> list[Message] | None:
+        """:meth:`change` with rows encoded by the native codec; None (nothing done) when it leaves
+        a row to Python."""
+        got = self._native.encode(row, True)
+        old = self._native.encode(before, True) if before is not None else None
+        if got is None or (before is not None and old is None):
+            return None
+        key, body = got
+        if op == "I":
+            return [self._spliced(key, "c", None, body, ctx)]
+        if op == "D":
+            deleted = [self._spliced(key, "d", body, None, ctx)]
+            return deleted + [Message(key, None, "d")] if key is not None else deleted
+        old_key, old_body = old if old is not None else (key, None)
+        if old_key == key:
+            return [self._spliced(key, "u", old_body, body, ctx)]
+        return [self._spliced(old_key, "d", old_body, None, ctx), Message(old_key, None, "d"),
+                self._spliced(key, "c", None, body, ctx)]
+
+    def _spliced(self, key: bytes | None, op: str, before: bytes | None, after: bytes | None,
+                 ctx: Context) -> Message:
+        """:meth:`_event` of rows already encoded (Avro record bodies or JSON objects): the same bytes,
+        the rest of the event encoded as there with before and after null."""
+        now_ns = self._clock()
+        rest = {"source": self._source(ctx), "transaction": self._transaction(ctx), "op": op,
+                "ts_ms": now_ns // 1_000_000, "ts_us": now_ns // 1_000, "ts_ns": now_ns}
+        if self._writer is None:
+            value = b"".join((b'{"before":', before or b"null", b',"after":', after or b"null", b",",
+                              encode_json(rest)[1:]))
+        else:
+            value = b"".join((self._writer.header, b"\x00" if before is None else b"\x02" + before,
+                              b"\x00" if after is None else b"\x02" + after, self._avro_tail(rest)))
+        return Message(key, value, op)
+
+    def _avro_tail(self, rest: dict[str, Any]) -> bytes:
+        """The Avro body of the envelope's fields after before/after (compiled, else as fastavro
+        writes the whole envelope with both null, cut after them)."""
+        if self._tail is not None:
+            try:
+                return self._tail(rest)
+            except (TypeError, AttributeError, OverflowError, struct.error):
+                pass  # fastavro names the field
+        return self.encoder.encode_avro(self._writer, {"before": None, "after": None, **rest})[7:]
+
+    def _event(self, key: bytes | None, op: str, before: list | None, after: list | None,
+               ctx: Context) -> Message:
+        enc = self.encoder
+        now_ns = self._clock()
+        datum = {
+            "before": enc.value_datum(before) if before is not None else None,
+            "after": enc.value_datum(after) if after is not None else None,
+            "source": self._source(ctx),
+            "transaction": self._transaction(ctx),
+            "op": op,
+            "ts_ms": now_ns // 1_000_000,
+            "ts_us": now_ns // 1_000,
+            "ts_ns": now_ns,
+        }
+        value = enc.encode_avro(self._writer, datum) if self._writer is not None else encode_json(datum)
+        return Message(key, value, op)
+
+    def _source(self, ctx: Context) -> dict[str, Any]:
+        s = self.source
+        ts_us = ctx.ts_us if ctx.ts_us is not None else ctx.ts_ms * 1000
+        return {"version": __version__, "connector": CONNECTOR, "name": s.name, "ts_ms": ctx.ts_ms,
+                "snapshot": ctx.snapshot, "db": s.db, "sequence": sequence(ctx.last_lsn, ctx.lsn),
+                "ts_us": ts_us, "ts_ns": ts_us * 1000, "schema": s.schema, "table": s.table,
+                "txId": ctx.txid & XID_MASK if ctx.snapshot == SNAPSHOT_FALSE else None, "lsn": ctx.lsn,
+                "xmin": None, "position": ctx.position}
+
+    def _transaction(self, ctx: Context) -> dict[str, Any] | None:
+        if ctx.order is None:
+            return None
+        total, in_collection = ctx.order.next(self.collection)
+        return {"id": transaction_id(ctx.txid, ctx.lsn), "total_order": total,
+                "data_collection_order": in_collection}
+
+    def row_image(self, converted: list) -> bytes:
+        """The row's value datum, encoded without logical types (Avro) or as JSON."""
+        return self._image(self.encoder.value_datum(converted))
+
+    def images(self, value: bytes | None) -> tuple[bytes | None, bytes | None]:
+        """(before, after) of an event, each as :meth:`row_image` encodes it; a tombstone: (None, None)."""
+        if value is None:
+            return None, None
+        if self._writer is None:
+            event = json.loads(value)
+        else:
+            event = fastavro.schemaless_reader(io.BytesIO(value[5:]), self._raw_envelope)
+        before, after = event["before"], event["after"]
+        return (self._image(before) if before is not None else None,
+                self._image(after) if after is not None else None)
+
+    def fill_image(self, image: bytes, previous: bytes, fields: list[str]) -> bytes:
+        """As RowEnvelope.fill_image, for after-images of :meth:`images`."""
+        if self._writer is None:
+            datum, prev = json.loads(image), json.loads(previous)
+        else:
+            datum = fastavro.schemaless_reader(io.BytesIO(image), self._raw_value)
+            prev = fastavro.schemaless_reader(io.BytesIO(previous), self._raw_value)
+        return self._image({**datum, **{f: prev.get(f) for f in fields}})
+
+    def _image(self, datum: dict[str, Any]) -> bytes:
+        if self._writer is None:
+            return encode_json(datum)
+        buf = io.BytesIO()
+        fastavro.schemaless_writer(buf, self._raw_value, datum)
+        return buf.getvalue()
+
+
+
+def sequence(last_lsn: int | None, lsn: int | None) -> str | None:
+    """Debezium's PostgreSQL ``source.sequence``: the JSON array text ``["<last committed LSN>",
+    "<LSN>"]`` (decimal strings, null where unknown; Jackson's compact form), None without an LSN."""
+    if lsn is None:
+        return None
+    return json.dumps([None if last_lsn is None else str(int(last_lsn)), str(int(lsn))], separators=(",", ":"))
+
+
+def transaction_id(txid: int, lsn: int | None) -> str:
+    """``transaction.id``: Debezium's ``"<xid>:<LSN of the event>"`` when the LSN is known (the 32-bit
+    xid, as Debezium's source.txId), else the 64-bit epoch txid, unique without an LSN."""
+    return f"{txid & XID_MASK}:{int(lsn)}" if lsn is not None else str(txid)
