@@ -42,6 +42,8 @@ fi
 
 # The native row codec (native/, Rust + PyO3): built with maturin into a wheel and installed as
 # the module pgshovel2_native; without it the relay runs the pure-Python codec (it logs which).
+# rustup's cargo (~/.cargo/bin) where the machine has it, even when the caller's PATH lacks it.
+[ -x "$HOME/.cargo/bin/cargo" ] && PATH="$HOME/.cargo/bin:$PATH"
 if ! command -v cargo >/dev/null; then
   log "installing Rust (Debian's cargo) for the native codec"
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
