@@ -126,9 +126,10 @@ def set_inspect(ctx: click.Context, name: str, as_json: bool, version: int | Non
 @click.argument("name")
 @click.argument("config", type=click.Path(dir_okay=False))
 @click.option("--dry-run", is_flag=True, help="Print the diff (tables, columns, triggers, topics); change nothing.")
+@click.option("--no-snapshot", is_flag=True, help="Do not request an online snapshot of the tables added.")
 @click.pass_context
 @reports_errors
-def set_upgrade(ctx: click.Context, name: str, config: str, dry_run: bool) -> None:
+def set_upgrade(ctx: click.Context, name: str, config: str, dry_run: bool, no_snapshot: bool) -> None:
     """Apply CONFIG to set NAME as its next version, while writes and relays go on.
 
     Atomic across the database and ZooKeeper (two-phase commit); if someone
@@ -136,8 +137,13 @@ def set_upgrade(ctx: click.Context, name: str, config: str, dry_run: bool) -> No
     """
     with _store(ctx) as store:
         result = (upgrade.plan if dry_run else upgrade.upgrade_set)(store, name, config)
-    for line in result.lines():
+        added = [t.table for t in result.tables if t.kind == "added"]
+        req, notes = (None, []) if dry_run or no_snapshot or not added else resnapshot.after_upgrade(store, name, added)
+    for line in result.lines() + notes:
         click.echo(line)
+    if req is not None:
+        click.echo(f"online snapshot {req.id} requested: {', '.join(req.tables)} ('pgshovel set snapshot {name} "
+                   "--status' shows it)")
     if dry_run and result.tables:
         click.echo("dry run: nothing was changed")
 

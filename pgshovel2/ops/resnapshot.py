@@ -13,8 +13,8 @@ from pgshovel2.backends import chunks
 from pgshovel2.catalog import Table
 from pgshovel2.cluster import ClusterStore
 from pgshovel2.db import connect
-from pgshovel2.errors import ConfigError
-from pgshovel2.relay.online_request import ACTIVE, CANCELLED, DONE, PAUSED, SnapshotRequest
+from pgshovel2.errors import RequestError
+from pgshovel2.relay.online_request import ACTIVE, CANCELLED, DEFAULT_CHUNK_SIZE, DONE, PAUSED, SnapshotRequest
 from pgshovel2.setrecord import SetRecord
 
 
@@ -23,13 +23,13 @@ def _table(record: SetRecord, name: str) -> Table:
         if name in (table.qualified, f"{table.schema}.{table.name}"):
             return table
     names = ", ".join(f"{t.schema}.{t.name}" for t in record.tables)
-    raise ConfigError(f"--table {name}: no such table in set {record.name!r} (its tables: {names})")
+    raise RequestError(f"--table {name}: no such table in set {record.name!r} (its tables: {names})")
 
 
 def validate(record: SetRecord, tables: list[Table], where: str | None) -> dict[str, int]:
     """Check each table on the set's database (key, where: chunks.check_table); returns the row
-    estimates (tag -> pg_class.reltuples). Raises ConfigError naming the table."""
-    conn = connect(record.dsn, f"set {record.name!r}", ConfigError)
+    estimates (tag -> pg_class.reltuples). Raises RequestError naming the table."""
+    conn = connect(record.dsn, f"set {record.name!r}", RequestError)
     estimates = {}
     try:
         with conn.cursor() as cur:
@@ -37,11 +37,11 @@ def validate(record: SetRecord, tables: list[Table], where: str | None) -> dict[
                 try:
                     chunks.check_table(cur, table, where)
                 except ValueError as exc:
-                    raise ConfigError(f"set {record.name!r}: {exc}") from exc
+                    raise RequestError(f"set {record.name!r}: {exc}") from exc
                 estimates[table.qualified] = chunks.estimate_rows(cur, table)
                 conn.rollback()
     except psycopg2.Error as exc:
-        raise ConfigError(f"set {record.name!r}: cannot check the tables: {str(exc).strip()}") from exc
+        raise RequestError(f"set {record.name!r}: cannot check the tables: {str(exc).strip()}") from exc
     finally:
         conn.close()
     return estimates
@@ -50,14 +50,14 @@ def validate(record: SetRecord, tables: list[Table], where: str | None) -> dict[
 def request(store: ClusterStore, name: str, table_names: list[str], where: str | None,
             chunk_size: int) -> SnapshotRequest:
     """Write a new active request for table_names (all of the set's when empty), replacing any
-    previous one. Raises ClusterError (no such set), ConfigError (a table, the key, where or the
+    previous one. Raises ClusterError (no such set), RequestError (a table, the key, where or the
     chunk size is wrong: nothing is written)."""
     record, _ = store.get_set(name)
     tables = [_table(record, n) for n in table_names] if table_names else list(record.tables)
     try:
         new = SnapshotRequest.new([t.qualified for t in tables], where, chunk_size)
     except ValueError as exc:
-        raise ConfigError(str(exc)) from exc
+        raise RequestError(str(exc)) from exc
     validate(record, tables, where)
     _, version = store.get_snapshot_request(name)
     store.put_snapshot_request(name, new.to_dict(), version)
@@ -65,15 +65,15 @@ def request(store: ClusterStore, name: str, table_names: list[str], where: str |
 
 
 def change_state(store: ClusterStore, name: str, state: str) -> SnapshotRequest:
-    """Pause (PAUSED), resume (ACTIVE) or cancel (CANCELLED) the set's request. Raises ConfigError
+    """Pause (PAUSED), resume (ACTIVE) or cancel (CANCELLED) the set's request. Raises RequestError
     when there is none or it is done or cancelled, ConflictError when it changed meanwhile."""
     store.get_set(name)
     data, version = store.get_snapshot_request(name)
     if data is None:
-        raise ConfigError(f"set {name!r} has no online snapshot request")
+        raise RequestError(f"set {name!r} has no online snapshot request")
     current = SnapshotRequest.from_dict(data)
     if current.state in (DONE, CANCELLED):
-        raise ConfigError(f"the online snapshot {current.id} of set {name!r} is {current.state} already")
+        raise RequestError(f"the online snapshot {current.id} of set {name!r} is {current.state} already")
     new = current.with_state(state)
     store.put_snapshot_request(name, new.to_dict(), version)
     return new
@@ -112,3 +112,22 @@ def lines(info: dict | None) -> list[str]:
 
 
 STATES = {"pause": PAUSED, "resume": ACTIVE, "cancel": CANCELLED}
+
+
+def after_upgrade(store: ClusterStore, name: str, added: list[str]) -> tuple[SnapshotRequest | None, list[str]]:
+    """Request an online snapshot of the tables an upgrade added (tags), with those of a request still
+    running or paused (its own progress restarts: a table read twice is still exact). Returns (the
+    request or None, notes for the operator: keyless tables left out)."""
+    record, _ = store.get_set(name)
+    keyed = [t for t in record.tables if t.qualified in added and t.key]
+    notes = [f"table {t.qualified} has no key: not snapshotted online (bootstrap consumers from the table)"
+             for t in record.tables if t.qualified in added and not t.key]
+    data, _ = store.get_snapshot_request(name)
+    running = SnapshotRequest.from_dict(data) if data is not None else None
+    wanted = [t.qualified for t in keyed]
+    if running is not None and running.state in (ACTIVE, PAUSED):
+        wanted = [t for t in running.tables if record.table(t) is not None and t not in wanted] + wanted
+        notes.append(f"online snapshot {running.id} was {running.state}: replaced by one with its tables too")
+    if not wanted:
+        return None, notes
+    return request(store, name, wanted, None, running.chunk_size if running is not None else DEFAULT_CHUNK_SIZE), notes

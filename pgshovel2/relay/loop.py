@@ -28,7 +28,7 @@ from pgshovel2.relay.control import ControlEvents
 from pgshovel2.relay.election import Leadership
 from pgshovel2.relay.envelopes import SNAPSHOT_INCREMENTAL, SnapshotMarks
 from pgshovel2.relay.layout import Layout
-from pgshovel2.relay.online_snapshot import OnlineSnapshot
+from pgshovel2.relay.online_snapshot import Emission, OnlineSnapshot
 from pgshovel2.relay.source import Begin, Change, Commit, Control, Idle, Source
 from pgshovel2.sinks.kafka import KafkaSink
 from pgshovel2.wire import LOGICAL, Position, change_header, snapshot_header
@@ -276,7 +276,7 @@ class Relay:
                 self.source.ack(point)  # in Kafka before a restart: only the acknowledgement was missing
             return
         if self.online is not None and self.online.chunk is not None:
-            self.online.at_commit(item, lambda table, row, i: self._online_row(table, row, item.unit, i))
+            self._online_emit(self.online.at_commit(item), item.unit)
         self._ready = point
         if item.complete and not self._ready_at:
             self._ready_at = time.monotonic()
@@ -347,14 +347,25 @@ class Relay:
             self.online.step(self.layout.record)
         self._progress()
 
-    def _online_row(self, table, row: list, unit: int, index: int) -> None:
-        """Produce one row of an online snapshot chunk as op r at the snapshot position (unit, index)."""
-        header = snapshot_header(self.source.backend, unit, index)
-        try:
-            self.emitter.snapshot_row(table, row, header, int(time.time() * 1000), SNAPSHOT_INCREMENTAL,
-                                      unit if self.source.backend == LOGICAL else None)
-        except EncodeError as exc:
-            self._unencodable(exc, header, {"table": table.qualified, "op": "r", "txid": 0})
+    def _online_emit(self, emission: Emission | None, unit: int) -> None:
+        """Produce an online snapshot chunk's rows as op r at the snapshot positions of unit, framed
+        by the table's SNAPSHOT_BEGIN/SNAPSHOT_END records on its first and last chunk."""
+        if emission is None:
+            return
+        backend, table, now_ms = self.source.backend, emission.table, int(time.time() * 1000)
+        topic = self.emitter.routes[table.qualified].topic
+        if emission.first:
+            self.emitter.snapshot_mark("SNAPSHOT_BEGIN", topic, snapshot_header(backend, unit, 0), now_ms)
+        for index, row in enumerate(emission.rows):
+            header = snapshot_header(backend, unit, index)
+            try:
+                self.emitter.snapshot_row(table, row, header, now_ms, SNAPSHOT_INCREMENTAL,
+                                          unit if backend == LOGICAL else None)
+            except EncodeError as exc:
+                self._unencodable(exc, header, {"table": table.qualified, "op": "r", "txid": 0})
+        if emission.last:
+            self.emitter.snapshot_mark("SNAPSHOT_END", topic, snapshot_header(backend, unit, len(emission.rows)),
+                                       now_ms, emission.total)
 
     def _commit(self, position: Position) -> Position:
         """Commit the open Kafka transaction with position as its last record."""

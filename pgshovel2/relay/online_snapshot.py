@@ -22,6 +22,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from pgshovel2.backends import chunks
 from pgshovel2.catalog import Table
@@ -49,6 +50,18 @@ class _Chunk:
     started: float = field(default_factory=time.monotonic)
 
 
+class Emission(NamedTuple):
+    """What a chunk emits: rows of table (op r), whether it is the table's first chunk (a
+    SNAPSHOT_BEGIN record goes before them) and its last (a SNAPSHOT_END record after them, with
+    total, the table's rows emitted by the request)."""
+
+    table: Table
+    rows: list[list]
+    first: bool
+    last: bool
+    total: int
+
+
 class OnlineSnapshot:
     """The online snapshot of one set's relay (module docstring).
 
@@ -70,7 +83,7 @@ class OnlineSnapshot:
         self._znode_version = -1
         self._next_poll = 0.0
         self._stats: dict = {}
-        self._last_report = 0.0
+        self._last_report = self._last_wait_log = 0.0
 
     def resume(self, progress: dict | None) -> None:
         """Start from the committed position's progress (None: none)."""
@@ -92,10 +105,13 @@ class OnlineSnapshot:
             self._finish(request)
             return
         table = record.table(progress["table"])
-        if table is None:
-            log.warning("online snapshot %s: table %s is not in the set any more: skipped", request.id,
-                        progress["table"])
-            self.progress = self._next_table(request, progress)
+        if table is None:  # added by an upgrade whose marker the stream has not reached yet
+            self._next_poll = time.monotonic() + POLL_INTERVAL
+            if time.monotonic() - self._last_wait_log >= 60:
+                self._last_wait_log = time.monotonic()
+                log.warning("online snapshot %s: waiting for the set version with table %s (stream at version %d); "
+                            "cancel the request if the table left the set", request.id, progress["table"],
+                            record.version)
             return
         self._start(request, table, progress)
 
@@ -165,32 +181,31 @@ class OnlineSnapshot:
             log.info("online snapshot: chunk of %s discarded (%s); it is read again", self.chunk.table.qualified, why)
             self.chunk = None
 
-    def at_commit(self, item: Commit, emit: Callable[[Table, list, int], None]) -> bool:
-        """At a complete Commit after HIGH: emit the chunk's untouched rows (emit(table, row, index))
-        and advance the progress; True when it did."""
+    def at_commit(self, item: Commit) -> Emission | None:
+        """At a complete Commit after HIGH: the chunk's untouched rows to emit there (the loop
+        produces them), with the progress advanced for the next commit; None otherwise."""
         chunk = self.chunk
         if chunk is None or not chunk.high_seen or not item.complete:
-            return False
+            return None
         self.chunk = None
         request, progress = self.request, self._progress_of(self.request)
-        keys, sent = chunk.keys, 0
-        for row in chunk.rows:
-            if keys(row) not in chunk.touched:
-                emit(chunk.table, row, sent)
-                sent += 1
-        tag = chunk.table.qualified
+        keys = chunk.keys
+        rows = [row for row in chunk.rows if keys(row) not in chunk.touched]
+        tag, sent = chunk.table.qualified, len(rows)
         metrics.SNAPSHOT_ROWS.labels(self.set_name, tag).inc(sent)
         metrics.SNAPSHOT_CHUNKS.labels(self.set_name, tag).inc()
         metrics.SNAPSHOT_DROPPED.labels(self.set_name, tag).inc(len(chunk.rows) - sent)
+        first = progress["chunk"] == 0
         progress = {**progress, "last_key": chunk.last_key, "chunk": progress["chunk"] + 1,
                     "rows": progress["rows"] + sent}
-        if len(chunk.rows) < request.chunk_size:
+        emission = Emission(chunk.table, rows, first, len(chunk.rows) < request.chunk_size, progress["rows"])
+        if emission.last:
             log.info("online snapshot %s: %s done, %d rows in %d chunks", request.id, tag, progress["rows"],
                      progress["chunk"])
             progress = self._next_table(request, progress)
         self.progress = progress
         self._count(tag, sent, len(chunk.rows) - sent)
-        return True
+        return emission
 
     def _next_table(self, request: SnapshotRequest, progress: dict) -> dict:
         index = request.tables.index(progress["table"]) + 1 if progress["table"] in request.tables else len(

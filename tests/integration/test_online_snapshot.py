@@ -9,7 +9,7 @@ import time
 import pytest
 
 from pgshovel2 import names
-from tests.helpers import assert_verified, caught_up, pgshovel, verify, write_config
+from tests.helpers import assert_verified, caught_up, messages, pgshovel, verify, write_config
 from tests.online import check_suffix, end_offsets, start_writers, stop_writers, wait_state
 
 ROWS = 6000
@@ -48,6 +48,11 @@ def finish(stack, cluster, set_name, schema, start, stop, threads, relay) -> int
     assert reads > ROWS // 4, reads  # most rows came from the online snapshot
     assert max(per_key.values()) == 1, per_key.most_common(3)
     assert_verified(verify(stack, cluster, set_name))
+    marks = [v for _, v, _ in messages(stack, names.transactions_topic(f"{set_name}{cluster}"))
+             if v["type"].startswith("SNAPSHOT_")]
+    topic = topic_of(schema, set_name, cluster)
+    assert [(m["type"], m["table"]) for m in marks] == [("SNAPSHOT_BEGIN", topic), ("SNAPSHOT_END", topic)]
+    assert marks[1]["event_count"] == reads and marks[0]["txid"] == 0
     assert relay.stop() == 0
     return reads
 
@@ -74,10 +79,18 @@ def test_refused_requests_change_nothing(stack, cluster, db, schema, tmp_path):
     cases = [(["--table", f"{schema}.nope"], "no such table"),
              (["--where", "no_such_column > 1"], "no_such_column"),
              (["--where", "true; DROP TABLE " + f'"{schema}".bad'], "bad"),
-             (["--chunk-size", "0"], "chunk-size")]
+             (["--chunk-size", "0"], "chunk-size"),
+             (["--table", f"{schema}.nokey"], "no such table")]
+    with db.cursor() as cur:  # a keyless table of the set is refused by name
+        cur.execute(f'CREATE TABLE "{schema}".nokey2 (a int)')
+    cfg = write_config(tmp_path, stack, [{"schema": schema, "name": "nokey2", "allow_unkeyed": True}],
+                       topic_prefix=f"nk{cluster}")
+    pgshovel(stack, cluster, "set", "create", "nk", str(cfg))
+    proc = pgshovel(stack, cluster, "set", "snapshot", "nk", check=False)
+    assert proc.returncode == 1 and 'nokey2" has no primary key' in proc.stderr, proc.stderr
     for args, text in cases:
         proc = pgshovel(stack, cluster, "set", "snapshot", "bad", *args, check=False)
-        assert proc.returncode != 0 and text in proc.stderr, (args, proc.stderr)
+        assert proc.returncode == 1 and proc.stderr.startswith("error:") and text in proc.stderr, (args, proc.stderr)
     with db.cursor() as cur:
         cur.execute(f'SELECT count(*) FROM "{schema}".bad')
         assert cur.fetchone()[0] == ROWS
@@ -122,6 +135,28 @@ def test_pause_resume_cancel(stack, cluster, db, schema, tmp_path, relay_factory
     pgshovel(stack, cluster, "set", "snapshot", "pau", "--cancel")
     wait_state(stack, cluster, "pau", "cancelled")
     proc = pgshovel(stack, cluster, "set", "snapshot", "pau", "--resume", check=False)
-    assert proc.returncode != 0 and "cancelled" in proc.stderr
+    assert proc.returncode == 1 and proc.stderr.startswith("error:") and "cancelled" in proc.stderr, proc.stderr
     caught_up(stack, cluster, "pau")
     assert_verified(verify(stack, cluster, "pau"))
+
+
+def test_upgrade_adding_a_table_snapshots_it(stack, cluster, db, schema, tmp_path, relay_factory, backend):
+    make_set(stack, cluster, db, schema, tmp_path, "upg", backend)
+    added = f'"{schema}".added'
+    with db.cursor() as cur:
+        cur.execute(f"CREATE TABLE {added} (id int PRIMARY KEY, n int, s text)")
+        cur.execute(f"INSERT INTO {added} SELECT g, 0, 'x' FROM generate_series(1, %s) g", (ROWS,))
+    relay = relay_factory("upg")
+    relay.wait_for("snapshot done")
+    stop, threads = start_writers(stack.dsn, added, ROWS)
+    cfg = write_config(tmp_path, stack, [{"schema": schema, "name": "upg"}, {"schema": schema, "name": "added"}],
+                       topic_prefix=f"upg{cluster}", backend=backend)
+    out = pgshovel(stack, cluster, "set", "upgrade", "upg", str(cfg)).stdout
+    assert "online snapshot" in out and "requested" in out, out
+    wait_state(stack, cluster, "upg", "done")
+    stop_writers(stop, threads)
+    caught_up(stack, cluster, "upg")
+    reads, per_key = check_suffix(stack, cluster, "upg", names.qualified(schema, "added"), {0: 0})
+    assert reads > ROWS // 4 and max(per_key.values()) == 1, (reads, per_key.most_common(2))
+    assert_verified(verify(stack, cluster, "upg"))
+    assert relay.stop() == 0
