@@ -1,14 +1,18 @@
 """Helpers of the online snapshot tests: writers that move keys across chunks, the topic read from
 a point on, and the check that the state rebuilt from that suffix alone equals the table."""
 
+import io
+import json
 import random
 import threading
 import time
 import uuid
 from collections import Counter
 
+import fastavro
 import psycopg2
 from confluent_kafka import Consumer, KafkaError, TopicPartition
+from confluent_kafka.schema_registry import SchemaRegistryClient
 
 from pgshovel2 import backends
 from pgshovel2.cluster import ClusterStore
@@ -128,3 +132,23 @@ def wait_state(stack, cluster: str, set_name: str, state: str, timeout: float = 
                 return data
             assert time.monotonic() < deadline, f"snapshot request never {state}: {data}"
             time.sleep(0.2)
+
+
+def rebuilt_with_latest_schema(stack, topic: str, start: dict[int, int]) -> dict:
+    """{id: row dict} rebuilt from topic's messages from start on, each value read with the schema it
+    was written with, resolved to the subject's latest schema (rows written before a DDL too)."""
+    registry = SchemaRegistryClient({"url": stack.registry})
+    latest = fastavro.parse_schema(json.loads(registry.get_latest_version(f"{topic}-value").schema.schema_str))
+    keys = fastavro.parse_schema(json.loads(registry.get_latest_version(f"{topic}-key").schema.schema_str))
+    writers: dict[int, dict] = {}
+    state = {}
+    for key, value, _ in read_from(stack.bootstrap, topic, start):
+        k = fastavro.schemaless_reader(io.BytesIO(key[5:]), keys)["id"]
+        if value is None:
+            state.pop(k, None)
+            continue
+        sid = int.from_bytes(value[1:5], "big")
+        if sid not in writers:
+            writers[sid] = fastavro.parse_schema(json.loads(registry.get_schema(sid).schema_str))
+        state[k] = fastavro.schemaless_reader(io.BytesIO(value[5:]), writers[sid], latest)
+    return state

@@ -14,7 +14,8 @@ from pgshovel2.catalog import Table
 from pgshovel2.cluster import ClusterStore
 from pgshovel2.db import connect
 from pgshovel2.errors import RequestError
-from pgshovel2.relay.online_request import ACTIVE, CANCELLED, DEFAULT_CHUNK_SIZE, DONE, PAUSED, SnapshotRequest
+from pgshovel2.relay import online_request
+from pgshovel2.relay.online_request import ACTIVE, CANCELLED, DONE, FAILED, PAUSED, SnapshotRequest
 from pgshovel2.setrecord import SetRecord
 
 
@@ -72,7 +73,7 @@ def change_state(store: ClusterStore, name: str, state: str) -> SnapshotRequest:
     if data is None:
         raise RequestError(f"set {name!r} has no online snapshot request")
     current = SnapshotRequest.from_dict(data)
-    if current.state in (DONE, CANCELLED):
+    if current.state in (DONE, CANCELLED, FAILED):
         raise RequestError(f"the online snapshot {current.id} of set {name!r} is {current.state} already")
     new = current.with_state(state)
     store.put_snapshot_request(name, new.to_dict(), version)
@@ -100,7 +101,8 @@ def lines(info: dict | None) -> list[str]:
     """``set snapshot --status`` / ``set status`` lines for show()'s result."""
     if info is None:
         return ["online snapshot: none requested"]
-    out = [f"online snapshot {info['id']}: {info['state']}, tables {', '.join(info['tables'])}, "
+    failed = f" ({info['error']})" if info.get("error") else ""
+    out = [f"online snapshot {info['id']}: {info['state']}{failed}, tables {', '.join(info['tables'])}, "
            f"chunks of {info['chunk_size']} rows" + (f", where {info['where']}" if info.get("where") else "")]
     p = info.get("progress") or {}
     if p:
@@ -130,4 +132,5 @@ def after_upgrade(store: ClusterStore, name: str, added: list[str]) -> tuple[Sna
         notes.append(f"online snapshot {running.id} was {running.state}: replaced by one with its tables too")
     if not wanted:
         return None, notes
-    return request(store, name, wanted, None, running.chunk_size if running is not None else DEFAULT_CHUNK_SIZE), notes
+    size = running.chunk_size if running is not None else online_request.DEFAULT_CHUNK_SIZE
+    return request(store, name, wanted, None, size), notes

@@ -3,16 +3,18 @@
 JSON ``{id, tables, where, chunk_size, state, created_ms}``: tables are table tags
 (``"schema"."table"``, Table.qualified) in the order they are read; where an SQL condition
 every chunk adds (or null); state ``active`` (the set's relay reads chunks), ``paused``,
-``cancelled`` (both set by ``pgshovel set snapshot``) or ``done`` (set by the relay once the
-last chunk is in Kafka). A new request replaces the previous one (a new id).
+``cancelled`` (both set by ``pgshovel set snapshot``), ``done`` (set by the relay once the
+last chunk is in Kafka) or ``failed`` (set by the relay when the database refuses a chunk's
+query, e.g. a column --where names was dropped: ``error`` says why; the stream goes on).
+A new request replaces the previous one (a new id).
 """
 
 import time
 import uuid
 from dataclasses import asdict, dataclass, replace
 
-ACTIVE, PAUSED, CANCELLED, DONE = "active", "paused", "cancelled", "done"
-STATES = (ACTIVE, PAUSED, CANCELLED, DONE)
+ACTIVE, PAUSED, CANCELLED, DONE, FAILED = "active", "paused", "cancelled", "done", "failed"
+STATES = (ACTIVE, PAUSED, CANCELLED, DONE, FAILED)
 DEFAULT_CHUNK_SIZE = 4096
 
 
@@ -26,6 +28,7 @@ class SnapshotRequest:
     chunk_size: int = DEFAULT_CHUNK_SIZE
     state: str = ACTIVE
     created_ms: int = 0
+    error: str | None = None
 
     @classmethod
     def new(cls, tables: list[str], where: str | None, chunk_size: int) -> "SnapshotRequest":
@@ -41,7 +44,7 @@ class SnapshotRequest:
         """Parse the znode's JSON; raises ValueError naming what is wrong."""
         try:
             req = cls(str(data["id"]), tuple(data["tables"]), data.get("where"), int(data["chunk_size"]),
-                      str(data["state"]), int(data.get("created_ms", 0)))
+                      str(data["state"]), int(data.get("created_ms", 0)), data.get("error"))
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"unreadable online snapshot request {data!r}: {exc}") from exc
         if req.state not in STATES or req.chunk_size < 1:
@@ -54,6 +57,6 @@ class SnapshotRequest:
         data["tables"] = list(self.tables)
         return data
 
-    def with_state(self, state: str) -> "SnapshotRequest":
-        """This request in state."""
-        return replace(self, state=state)
+    def with_state(self, state: str, error: str | None = None) -> "SnapshotRequest":
+        """This request in state (error: why it failed)."""
+        return replace(self, state=state, error=error)

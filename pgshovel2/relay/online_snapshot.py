@@ -24,10 +24,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+import psycopg2
+
 from pgshovel2.backends import chunks
 from pgshovel2.catalog import Table
+from pgshovel2.db import outage
+from pgshovel2.errors import UnavailableError
 from pgshovel2.relay import metrics
-from pgshovel2.relay.online_request import ACTIVE, DONE, SnapshotRequest
+from pgshovel2.relay.online_request import ACTIVE, DONE, FAILED, SnapshotRequest
 from pgshovel2.relay.source import SET_VERSION, Change, Commit, Control
 from pgshovel2.setrecord import SetRecord
 
@@ -142,7 +146,14 @@ class OnlineSnapshot:
             log.info("online snapshot %s: reading %s in chunks of %d rows", request.id, table.qualified,
                      request.chunk_size)
         self.reader.watermark({**mark, "mark": "low"})
-        read = self.reader.read(table, progress["last_key"], request.where, request.chunk_size)
+        try:
+            read = self.reader.read(table, progress["last_key"], request.where, request.chunk_size)
+        except psycopg2.Error as exc:
+            self.chunk = None
+            if outage(exc, self.reader.conn):
+                raise UnavailableError(f"online snapshot: the database went away: {str(exc).strip()}") from exc
+            self._fail(request, f"reading a chunk of {table.qualified} failed: {str(exc).strip()}")
+            return
         self.chunk.rows, self.chunk.last_key = read.rows, read.last_key
         self.reader.watermark({**mark, "mark": "high"})
 
@@ -214,6 +225,15 @@ class OnlineSnapshot:
             return {**progress, "done": True}
         return {"id": request.id, "table": request.tables[index], "last_key": None, "chunk": 0, "rows": 0,
                 "done": False}
+
+    def _fail(self, request: SnapshotRequest, error: str) -> None:
+        """The database refused the request's query: mark it failed (the stream goes on)."""
+        log.error("online snapshot %s failed: %s", request.id, error)
+        try:
+            self.save(request.with_state(FAILED, error).to_dict(), self._znode_version)
+        except Exception as exc:  # changed meanwhile: read again next step
+            log.info("online snapshot %s: not marked failed: %s", request.id, exc)
+        self._next_poll = time.monotonic() + POLL_INTERVAL
 
     def _finish(self, request: SnapshotRequest) -> None:
         """The committed progress says the request is done: record it (once)."""

@@ -10,7 +10,7 @@ import pytest
 
 from pgshovel2 import names
 from tests.helpers import assert_verified, caught_up, messages, pgshovel, verify, write_config
-from tests.online import check_suffix, end_offsets, start_writers, stop_writers, wait_state
+from tests.online import check_suffix, end_offsets, rebuilt_with_latest_schema, start_writers, stop_writers, wait_state
 
 ROWS = 6000
 
@@ -159,4 +159,35 @@ def test_upgrade_adding_a_table_snapshots_it(stack, cluster, db, schema, tmp_pat
     reads, per_key = check_suffix(stack, cluster, "upg", names.qualified(schema, "added"), {0: 0})
     assert reads > ROWS // 4 and max(per_key.values()) == 1, (reads, per_key.most_common(2))
     assert_verified(verify(stack, cluster, "upg"))
+    assert relay.stop() == 0
+
+
+def test_ddl_during_the_online_snapshot(stack, cluster, db, schema, tmp_path, relay_factory):
+    """ADD COLUMN while chunks are read: a chunk read across it is read again in the new layout; the
+    state rebuilt from the request on (each value read with its own schema, resolved to the latest)
+    equals the table."""
+    table = make_set(stack, cluster, db, schema, tmp_path, "ddl", "trigger")
+    relay = relay_factory("ddl")
+    relay.wait_for("snapshot done")
+    stop, threads = start_writers(stack.dsn, table, ROWS)
+    topic = topic_of(schema, "ddl", cluster)
+    start = end_offsets(stack.bootstrap, topic)
+    pgshovel(stack, cluster, "set", "snapshot", "ddl", "--chunk-size", "100")
+    relay.wait_for("online snapshot")
+    time.sleep(1)
+    with db.cursor() as cur:
+        cur.execute(f"ALTER TABLE {table} ADD COLUMN extra text")
+    time.sleep(1)
+    with db.cursor() as cur:
+        cur.execute(f"UPDATE {table} SET extra = 'e' || id WHERE id %% 97 = 0")
+    wait_state(stack, cluster, "ddl", "done")
+    stop_writers(stop, threads)
+    caught_up(stack, cluster, "ddl")
+    rebuilt = rebuilt_with_latest_schema(stack, topic, start)
+    with db.cursor() as cur:
+        cur.execute(f"SELECT id, to_jsonb(t.*) FROM {table} t")
+        source = dict(cur.fetchall())
+    assert rebuilt.keys() == source.keys()
+    differ = [k for k in source if rebuilt[k] != source[k]]
+    assert not differ, [(rebuilt[k], source[k]) for k in differ[:3]]
     assert relay.stop() == 0
