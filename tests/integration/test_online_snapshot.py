@@ -179,7 +179,7 @@ def test_ddl_during_the_online_snapshot(stack, cluster, db, schema, tmp_path, re
         cur.execute(f"ALTER TABLE {table} ADD COLUMN extra text")
     time.sleep(1)
     with db.cursor() as cur:
-        cur.execute(f"UPDATE {table} SET extra = 'e' || id WHERE id %% 97 = 0")
+        cur.execute(f"UPDATE {table} SET extra = 'e' || id WHERE id % 97 = 0")
     wait_state(stack, cluster, "ddl", "done")
     stop_writers(stop, threads)
     caught_up(stack, cluster, "ddl")
