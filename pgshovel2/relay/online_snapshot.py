@@ -215,7 +215,7 @@ class OnlineSnapshot:
                      progress["chunk"])
             progress = self._next_table(request, progress)
         self.progress = progress
-        self._count(tag, sent, len(chunk.rows) - sent)
+        self._count(tag, sent, len(chunk.rows) - sent, emission.last)
         return emission
 
     def _next_table(self, request: SnapshotRequest, progress: dict) -> dict:
@@ -246,7 +246,7 @@ class OnlineSnapshot:
             log.info("online snapshot %s: not marked done yet: %s", request.id, exc)
         self._next_poll = time.monotonic() + POLL_INTERVAL
 
-    def _count(self, tag: str, sent: int, dropped: int) -> None:
+    def _count(self, tag: str, sent: int, dropped: int, last: bool) -> None:
         stats = self._stats
         if stats.get("table") != tag:  # resumed mid-table after a restart
             stats.update({"table": tag, "started": time.time(), "rows": 0, "chunks": 0, "dropped": 0,
@@ -255,7 +255,7 @@ class OnlineSnapshot:
         stats["chunks"] += 1
         stats["dropped"] = stats.get("dropped", 0) + dropped
         now = time.monotonic()
-        if now - self._last_report >= 2.0 or (self.progress or {}).get("table") != tag:
+        if now - self._last_report >= 2.0 or last:
             self._last_report = now
             elapsed = max(time.time() - stats["started"], 1e-6)
             log.info("online snapshot %s: %s: %d rows in %d chunks (%.0f rows/s, %d left out as changed)",
