@@ -26,9 +26,9 @@ from pgshovel2.errors import EncodeError, RelayError, SchemaChangeError, StopReq
 from pgshovel2.relay import metrics
 from pgshovel2.relay.control import ControlEvents
 from pgshovel2.relay.election import Leadership
-from pgshovel2.relay.envelopes import SNAPSHOT_INCREMENTAL, SnapshotMarks
+from pgshovel2.relay.envelopes import SnapshotMarks
 from pgshovel2.relay.layout import Layout
-from pgshovel2.relay.online_snapshot import Emission, OnlineSnapshot
+from pgshovel2.relay.online_snapshot import Emission, OnlineSnapshot, emit_chunk
 from pgshovel2.relay.source import Begin, Change, Commit, Control, Idle, Source
 from pgshovel2.sinks.kafka import KafkaSink
 from pgshovel2.wire import LOGICAL, Position, change_header, snapshot_header
@@ -348,24 +348,11 @@ class Relay:
         self._progress()
 
     def _online_emit(self, emission: Emission | None, unit: int) -> None:
-        """Produce an online snapshot chunk's rows as op r at the snapshot positions of unit, framed
-        by the table's SNAPSHOT_BEGIN/SNAPSHOT_END records on its first and last chunk."""
-        if emission is None:
-            return
-        backend, table, now_ms = self.source.backend, emission.table, int(time.time() * 1000)
-        topic = self.emitter.routes[table.qualified].topic
-        if emission.first:
-            self.emitter.snapshot_mark("SNAPSHOT_BEGIN", topic, snapshot_header(backend, unit, 0), now_ms)
-        for index, row in enumerate(emission.rows):
-            header = snapshot_header(backend, unit, index)
-            try:
-                self.emitter.snapshot_row(table, row, header, now_ms, SNAPSHOT_INCREMENTAL,
-                                          unit if backend == LOGICAL else None)
-            except EncodeError as exc:
-                self._unencodable(exc, header, {"table": table.qualified, "op": "r", "txid": 0})
-        if emission.last:
-            self.emitter.snapshot_mark("SNAPSHOT_END", topic, snapshot_header(backend, unit, len(emission.rows)),
-                                       now_ms, emission.total)
+        """Produce an online snapshot chunk's rows at the snapshot positions of unit (emit_chunk)."""
+        if emission is not None:
+            emit_chunk(self.emitter, emission, self.source.backend, unit,
+                       lambda exc, header: self._unencodable(exc, header, {"table": emission.table.qualified,
+                                                                            "op": "r", "txid": 0}))
 
     def _commit(self, position: Position) -> Position:
         """Commit the open Kafka transaction with position as its last record."""

@@ -29,11 +29,14 @@ import psycopg2
 from pgshovel2.backends import chunks
 from pgshovel2.catalog import Table
 from pgshovel2.db import outage
-from pgshovel2.errors import UnavailableError
+from pgshovel2.errors import EncodeError, UnavailableError
 from pgshovel2.relay import metrics
+from pgshovel2.relay.emitter import Emitter
+from pgshovel2.relay.envelopes import SNAPSHOT_INCREMENTAL
 from pgshovel2.relay.online_request import ACTIVE, DONE, FAILED, SnapshotRequest
 from pgshovel2.relay.source import SET_VERSION, Change, Commit, Control
 from pgshovel2.setrecord import SetRecord
+from pgshovel2.wire import LOGICAL, snapshot_header
 
 log = logging.getLogger(__name__)
 POLL_INTERVAL = 0.5  # seconds between reads of the request while no chunk is due
@@ -270,3 +273,24 @@ def _watermark(item: Control) -> dict | None:
     if item.op == SET_VERSION and isinstance(item.row, dict) and "version" not in item.row:
         return item.row.get("watermark") or {}
     return None
+
+
+def emit_chunk(emitter: Emitter, emission: Emission, backend: str, unit: int,
+               unencodable: Callable[[EncodeError, str], None]) -> None:
+    """Produce emission's rows as op r at the snapshot positions ``<unit>:s<i>`` (unit: where the
+    chunk is emitted, a tick or commit LSN by backend), framed by the table's SNAPSHOT_BEGIN /
+    SNAPSHOT_END records on its first and last chunk; a row that cannot be encoded goes to
+    unencodable(error, position) (which raises unless the operator asked to skip it)."""
+    table, now_ms = emission.table, int(time.time() * 1000)
+    topic = emitter.routes[table.qualified].topic
+    if emission.first:
+        emitter.snapshot_mark("SNAPSHOT_BEGIN", topic, snapshot_header(backend, unit, 0), now_ms)
+    for index, row in enumerate(emission.rows):
+        header = snapshot_header(backend, unit, index)
+        try:
+            emitter.snapshot_row(table, row, header, now_ms, SNAPSHOT_INCREMENTAL, unit if backend == LOGICAL else None)
+        except EncodeError as exc:
+            unencodable(exc, header)
+    if emission.last:
+        emitter.snapshot_mark("SNAPSHOT_END", topic, snapshot_header(backend, unit, len(emission.rows)), now_ms,
+                              emission.total)
