@@ -7,6 +7,7 @@ Layout::
     /pgshovel2/<cluster>/sets/<set>/history/<n>   set record of version n (10 digits)
     /pgshovel2/<cluster>/sets/<set>/relay/<key>   the relay's records: snapshot, last_error, leader
     /pgshovel2/<cluster>/sets/<set>/relay/election  the relays' election (kazoo Lock)
+    /pgshovel2/<cluster>/sets/<set>/snapshot_request  the online snapshot request (versioned JSON)
     /pgshovel2/<cluster>/intents/<gid>            running admin commands ({"dsn", "lock"?, "txid"?, "zk_step"?})
     /pgshovel2/<cluster>/locks/<set>              gid of the command holding the set (no-PREPARE mode)
     /pgshovel2/<cluster>/prefixes/<prefix>        the set whose topics use this prefix (escaped)
@@ -273,6 +274,28 @@ class ClusterStore:
         """Call callback(data or None when deleted, stat) now and at every change of the set's
         znode, until it returns False (kazoo DataWatch)."""
         self.zk.DataWatch(self.set_path(name), callback)
+
+    def get_snapshot_request(self, name: str) -> tuple[dict[str, Any] | None, int]:
+        """(the set's online snapshot request, its znode version); (None, -1) when there is none."""
+        try:
+            data, stat = self.zk.get(f"{self.set_path(name)}/snapshot_request")
+        except NoNodeError:
+            return None, -1
+        return json.loads(data), stat.version
+
+    def put_snapshot_request(self, name: str, request: dict[str, Any], version: int) -> None:
+        """Write the set's online snapshot request if its znode is still at version (-1: absent).
+        Raises ConflictError when it changed meanwhile, ClusterError when the set is gone."""
+        path = f"{self.set_path(name)}/snapshot_request"
+        try:
+            if version < 0:
+                self.zk.create(path, _dump(request))
+            else:
+                self.zk.set(path, _dump(request), version=version)
+        except (BadVersionError, NodeExistsError) as exc:
+            raise ConflictError(f"the snapshot request of set {name!r} changed meanwhile; run it again") from exc
+        except NoNodeError as exc:
+            raise ClusterError(f"set {name!r} does not exist (or was dropped)") from exc
 
     # -- the relay's records and election ------------------------------------------------------
 

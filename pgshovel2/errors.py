@@ -70,3 +70,8 @@ class SchemaChangeError(RelayError):
     The relay stops before the change; every event before it is in Kafka and
     the rest stays in the queue.
     """
+
+
+class RequestError(PgshovelError):
+    """An operator's request (e.g. ``pgshovel set snapshot``) names something that does not exist or
+    cannot be done; nothing was written."""

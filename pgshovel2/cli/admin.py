@@ -10,7 +10,8 @@ from pgshovel2.cli.common import env_option, log_level_option, reports_errors, s
 from pgshovel2.cli.replicate import replicate
 from pgshovel2.cli.tail import tail
 from pgshovel2.cluster import ClusterStore
-from pgshovel2.ops import admin, repoint, skip, status, upgrade, verify
+from pgshovel2.ops import admin, repoint, resnapshot, skip, status, upgrade, verify
+from pgshovel2.relay.online_request import DEFAULT_CHUNK_SIZE
 from pgshovel2.setrecord import SetRecord, TriggerCapture
 
 
@@ -125,9 +126,10 @@ def set_inspect(ctx: click.Context, name: str, as_json: bool, version: int | Non
 @click.argument("name")
 @click.argument("config", type=click.Path(dir_okay=False))
 @click.option("--dry-run", is_flag=True, help="Print the diff (tables, columns, triggers, topics); change nothing.")
+@click.option("--no-snapshot", is_flag=True, help="Do not request an online snapshot of the tables added.")
 @click.pass_context
 @reports_errors
-def set_upgrade(ctx: click.Context, name: str, config: str, dry_run: bool) -> None:
+def set_upgrade(ctx: click.Context, name: str, config: str, dry_run: bool, no_snapshot: bool) -> None:
     """Apply CONFIG to set NAME as its next version, while writes and relays go on.
 
     Atomic across the database and ZooKeeper (two-phase commit); if someone
@@ -135,8 +137,13 @@ def set_upgrade(ctx: click.Context, name: str, config: str, dry_run: bool) -> No
     """
     with _store(ctx) as store:
         result = (upgrade.plan if dry_run else upgrade.upgrade_set)(store, name, config)
-    for line in result.lines():
+        added = [t.table for t in result.tables if t.kind == "added"]
+        req, notes = (None, []) if dry_run or no_snapshot or not added else resnapshot.after_upgrade(store, name, added)
+    for line in result.lines() + notes:
         click.echo(line)
+    if req is not None:
+        click.echo(f"online snapshot {req.id} requested: {', '.join(req.tables)} ('pgshovel set snapshot {name} "
+                   "--status' shows it)")
     if dry_run and result.tables:
         click.echo("dry run: nothing was changed")
 
@@ -243,6 +250,37 @@ def set_verify(ctx: click.Context, name: str, bootstrap_servers: str, schema_reg
                    f"{r.source_rows} rows in {r.table}: {state}")
     if not all(r.ok for r in reports):
         raise SystemExit(1)
+
+
+@set_group.command("snapshot")
+@click.argument("name")
+@click.option("--table", "tables", multiple=True, help="A table to snapshot, as in 'set inspect' (e.g. "
+              "public.orders); repeat it; all of the set's tables when none is given.")
+@click.option("--where", default=None, help="An SQL condition: only rows matching it are snapshotted.")
+@click.option("--chunk-size", default=DEFAULT_CHUNK_SIZE, show_default=True, help="Rows per chunk.")
+@click.option("--pause", "action", flag_value="pause", help="Pause the running request.")
+@click.option("--resume", "action", flag_value="resume", help="Resume a paused request.")
+@click.option("--cancel", "action", flag_value="cancel", help="Cancel the request.")
+@click.option("--status", "action", flag_value="status", help="Show the request and its progress.")
+@click.pass_context
+@reports_errors
+def set_snapshot(ctx: click.Context, name: str, tables: tuple[str, ...], where: str | None, chunk_size: int,
+                 action: str | None) -> None:
+    """Snapshot tables of set NAME again while its relay streams (an online snapshot: key chunks
+    between watermarks, rows as op r); or pause, resume, cancel or show the request."""
+    with _store(ctx) as store:
+        if action == "status":
+            info = resnapshot.show(store, name)
+        elif action is not None:
+            req = resnapshot.change_state(store, name, resnapshot.STATES[action])
+            click.echo(f"online snapshot {req.id} of set {name!r}: {req.state}")
+            return
+        else:
+            req = resnapshot.request(store, name, list(tables), where, chunk_size)
+            click.echo(f"online snapshot {req.id} of set {name!r} requested: {', '.join(req.tables)}")
+            return
+    for line in resnapshot.lines(info):
+        click.echo(line)
 
 
 main.add_command(tail)

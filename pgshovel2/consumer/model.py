@@ -123,9 +123,10 @@ class DataMessage:
 class TxnRecord:
     """A record of the transactions topic.
 
-    kind: ``BEGIN``, ``END`` or ``TRUNCATE``. counts (END only): data topic ->
-    number of data messages of the transaction in it. table (TRUNCATE only):
-    the truncated table's topic.
+    kind: ``BEGIN``, ``END``, ``TRUNCATE``, or ``SNAPSHOT_BEGIN``/``SNAPSHOT_END`` (a table's
+    online snapshot starts / is complete: txid 0, event_count its rows at END). counts (END only):
+    data topic -> number of data messages of the transaction in it. table (TRUNCATE and the
+    snapshot records): the table's topic.
     """
 
     kind: str

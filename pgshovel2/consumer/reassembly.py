@@ -9,7 +9,8 @@ Rules (WIRE.md, docs/consumer.rst):
 - Data messages are taken from partition heads only: a transaction's messages
   are contiguous and in order within a partition, so a head message either
   belongs to the open transaction (taken), to a later one (waits), is a
-  snapshot row (txid 0, op ``r``: yielded at once, in chunks), an orphan
+  snapshot row (txid 0, op ``r``: yielded at once, in chunks; one behind data of the open
+  transaction in its partition -- an online snapshot's -- after that transaction), an orphan
   (dropped), or breaks the contract (OrderError).
 - Orphans exist only when reading did not start at the beginning: data
   messages whose position is lower than the first BEGIN read, or whose txid
@@ -29,6 +30,8 @@ from pgshovel2.consumer.model import Change, DataMessage, Transaction, TxnRecord
 from pgshovel2.consumer.topics import SetTopics
 
 TAKE, WAIT, SNAPSHOT, ORPHAN = "take", "wait", "snapshot", "orphan"
+# An online snapshot of a table starts / is complete (docs/wire.rst): kept in Reassembler.snapshot_marks
+SNAPSHOT_MARKS = frozenset({"SNAPSHOT_BEGIN", "SNAPSHOT_END"})
 
 
 @dataclass
@@ -39,6 +42,7 @@ class _Open:
     end: TxnRecord | None = None
     changes: list[Change] = field(default_factory=list)
     taken: Counter[str] = field(default_factory=Counter)
+    parts: set[tuple[str, int]] = field(default_factory=set)  # (topic, partition) it took data from
 
 
 @dataclass(frozen=True)
@@ -76,6 +80,7 @@ class Reassembler:
         self._current: _Open | None = None
         self._chunk: list[Change] = []
         self._first_begin: str | None = None
+        self.snapshot_marks: list[TxnRecord] = []  # SNAPSHOT_BEGIN/END records read (online snapshots)
         self._orphan_txids: set[int] = set()
         self._done: TxnRecord | None = None  # END of the last completed transaction
         self._moved = False
@@ -97,6 +102,9 @@ class Reassembler:
 
     def add_record(self, rec: TxnRecord) -> None:
         """Queue a transactions-topic record (in topic order)."""
+        if rec.kind in SNAPSHOT_MARKS:
+            self.snapshot_marks.append(rec)  # outside every transaction: not a step of reassembly
+            return
         if rec.kind not in ("BEGIN", "END", "TRUNCATE"):
             raise self._txn_error(f"unknown record type {rec.kind!r}", rec)
         last = self._last_position.get((self.topics.transactions, rec.partition))
@@ -233,12 +241,15 @@ class Reassembler:
                     cur = self._current
                     cur.changes.append(self._change(msg))
                     cur.taken[msg.topic] += 1
+                    cur.parts.add((msg.topic, msg.partition))
 
     def _classify(self, msg: DataMessage) -> str:
         if msg.is_snapshot:
             if msg.op != "r":
                 raise _error(f"txid 0 (snapshot) with op {msg.op!r}", msg)
-            return SNAPSHOT
+            cur = self._current
+            # behind the open transaction's data in its partition (an online snapshot's row): after it
+            return WAIT if cur is not None and (msg.topic, msg.partition) in cur.parts else SNAPSHOT
         if msg.op == "r":
             raise _error("op 'r' (snapshot read) with a transaction's txid", msg)
         if self.drop_orphans and msg.txid in self._orphan_txids:

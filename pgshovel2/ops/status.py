@@ -24,6 +24,7 @@ from pgshovel2.cluster import ClusterStore
 from pgshovel2.consumer.offsets import end_offsets, partition_counts
 from pgshovel2.db import connect, redacted
 from pgshovel2.errors import PgshovelError, RelayError
+from pgshovel2.ops import resnapshot
 from pgshovel2.relay import election
 from pgshovel2.setrecord import SetRecord, SlotCapture
 from pgshovel2.wire.positions import read_position
@@ -100,6 +101,7 @@ def set_status(store: ClusterStore, set_name: str, bootstrap: str, standby_dsn: 
         error["recovered"] = committed_ms > error["at"] * 1000
     out["last_error"] = error
     out["skips"] = store.get_relay_record(set_name, "skips")
+    out["online_snapshot"] = resnapshot.show(store, set_name)
     return out
 
 
@@ -141,6 +143,8 @@ def lines(info: dict[str, Any]) -> list[str]:
         state = (f"left out: {done['op']} of txid {done['txid']} on {done['table']}" if done
                  else "requested, not met yet")
         out.append(f"  skip {position}: {state} (asked by {request['by']}: {request['reason']})")
+    if info.get("online_snapshot") is not None:
+        out += ["  " + line for line in resnapshot.lines(info["online_snapshot"])]
     for topic, parts in kafka.get("end_offsets", {}).items():
         out.append(f"  {topic}: " + ", ".join(f"[{p}] {o}" for p, o in parts.items()))
     return out

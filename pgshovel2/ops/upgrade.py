@@ -83,8 +83,8 @@ class UpgradePlan:
             out += [f"  trigger: {t}" for t in self.triggers]
         out += [f"  topic created by the relay: {t}" for t in self.topics_created]
         if any(t.kind == "added" for t in self.tables):
-            out.append("  note: added tables are captured from the upgrade's commit on; their existing rows are "
-                       "not copied to Kafka (not until online snapshots exist; bootstrap consumers from the table)")
+            out.append("  note: added tables are captured from the upgrade's commit on; their existing rows come "
+                       "as an online snapshot the upgrade requests (unless --no-snapshot)")
         return out
 
 

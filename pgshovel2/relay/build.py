@@ -4,14 +4,19 @@ import logging
 import threading
 import time
 
+from pgshovel2 import backends
+from pgshovel2.backends import chunks
+from pgshovel2.catalog import Table
 from pgshovel2.cluster import ClusterStore
 from pgshovel2.codec import native
+from pgshovel2.errors import UnavailableError
 from pgshovel2.relay.control import ControlEvents
 from pgshovel2.relay.election import Leadership
 from pgshovel2.relay.emitter import Emitter
 from pgshovel2.relay.layout import Layout
 from pgshovel2.relay.logical_source import LogicalSource
 from pgshovel2.relay.loop import Relay, RelayOptions
+from pgshovel2.relay.online_snapshot import OnlineSnapshot
 from pgshovel2.relay.pgq_source import PgqSource
 from pgshovel2.relay.relation_layout import all_mode_tags
 from pgshovel2.relay.source import Source
@@ -64,4 +69,22 @@ def build(store: ClusterStore, set_name: str, options: RelayOptions, leadership:
                  key.encode(),
                  leadership, lambda rec: store.put_relay_record(set_name, "snapshot", rec),
                  frozenset((store.get_relay_record(set_name, "skips") or {}).get("requested", {})),
-                 lambda position, what: store.update_skips(set_name, "skipped", position, {**what, "at": time.time()}))
+                 lambda position, what: store.update_skips(set_name, "skipped", position, {**what, "at": time.time()}),
+                 online_snapshot(store, record, emitter))
+
+
+def online_snapshot(store: ClusterStore, record: SetRecord, emitter: Emitter) -> OnlineSnapshot:
+    """The set's online snapshots (pgshovel2.relay.online_snapshot): request in ZooKeeper, chunks and
+    watermarks on connections of their own, keys by the emitter's routes in effect. Raises
+    UnavailableError when the database cannot be reached."""
+    name = record.name
+    reader = chunks.ChunkReader(record, backends.encode_row(record), UnavailableError)
+
+    def key_of(table: Table):
+        enc = emitter.routes[table.qualified].encoder
+        return lambda row: enc.key(enc.convert(row))
+
+    return OnlineSnapshot(name, lambda: store.get_snapshot_request(name),
+                          lambda data, version: store.put_snapshot_request(name, data, version),
+                          lambda stats: store.put_relay_record(name, "online_snapshot", stats),
+                          reader, key_of)

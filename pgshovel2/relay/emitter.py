@@ -106,6 +106,12 @@ class Emitter:
                                            for t, n in sorted(self._counts.items())],
                       "table": None})
 
+    def snapshot_mark(self, kind: str, topic: str, position: str, ts_ms: int, rows: int | None = None) -> None:
+        """A table's online snapshot starts (kind SNAPSHOT_BEGIN) or is complete (SNAPSHOT_END, rows: the
+        op r rows it emitted) on the transactions topic; table: the table's data topic, txid 0."""
+        self._record({"type": kind, "txid": 0, "position": position, "ts_ms": ts_ms, "event_count": rows,
+                      "data_collections": None, "table": topic})
+
     def _record(self, datum: dict) -> None:
         if self.replaying:
             return

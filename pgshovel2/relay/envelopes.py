@@ -40,10 +40,11 @@ from pgshovel2.codec.rows import RowEncoder, as_values, encode_json
 from pgshovel2.wire import raw_schema
 
 CONNECTOR = "pgshovel"
-# Debezium's source.snapshot values (io.debezium.connector.SnapshotRecord, minus "incremental")
+# Debezium's source.snapshot values (io.debezium.connector.SnapshotRecord)
 SNAPSHOT_FALSE, SNAPSHOT_TRUE, SNAPSHOT_LAST = "false", "true", "last"
 SNAPSHOT_FIRST, SNAPSHOT_FIRST_IN_COLLECTION = "first", "first_in_data_collection"
 SNAPSHOT_LAST_IN_COLLECTION = "last_in_data_collection"
+SNAPSHOT_INCREMENTAL = "incremental"  # rows of an online snapshot (pgshovel2.relay.online_snapshot)
 XID_MASK = 0xFFFFFFFF  # a 64-bit epoch txid's 32-bit xid
 
 

@@ -28,6 +28,7 @@ from pgshovel2.relay.control import ControlEvents
 from pgshovel2.relay.election import Leadership
 from pgshovel2.relay.envelopes import SnapshotMarks
 from pgshovel2.relay.layout import Layout
+from pgshovel2.relay.online_snapshot import Emission, OnlineSnapshot, emit_chunk
 from pgshovel2.relay.source import Begin, Change, Commit, Control, Idle, Source
 from pgshovel2.sinks.kafka import KafkaSink
 from pgshovel2.wire import LOGICAL, Position, change_header, snapshot_header
@@ -75,7 +76,8 @@ class Relay:
     position_topic/position_key: where position records go; on_handoff(record): keeps
     the handoff record (ZooKeeper ``relay/snapshot``); skips: positions an operator asked to
     leave out when their change cannot be encoded (pgshovel2.ops.skip), on_skip(position, what)
-    records each one left out.
+    records each one left out. online: the set's online snapshots (hooked in between Kafka
+    transactions, at changes, controls and commits), None for none.
 
     Raises UnavailableError when a service goes away (retrying is safe), FencedError when
     another relay took over, RelayError/EncodeError when it cannot go on without losing or
@@ -86,12 +88,13 @@ class Relay:
                  options: RelayOptions, read_position: Callable[[], Position | None], position_topic: str,
                  position_key: bytes, leadership: Leadership | None = None,
                  on_handoff: Callable[[dict], None] = lambda record: None,
-                 skips: frozenset[str] = frozenset(), on_skip: Callable[[str, dict], None] = lambda p, what: None):
+                 skips: frozenset[str] = frozenset(), on_skip: Callable[[str, dict], None] = lambda p, what: None,
+                 online: OnlineSnapshot | None = None):
         self.set_name, self.source, self.sink, self.layout = set_name, source, sink, layout
         self.emitter, self.control, self.options = layout.emitter, control, options
         self.read_position, self.position_topic, self.position_key = read_position, position_topic, position_key
         self.leadership, self.on_handoff = leadership, on_handoff
-        self.skips, self.on_skip = skips, on_skip
+        self.skips, self.on_skip, self.online = skips, on_skip, online
         self.soft = options.max_transaction_messages
         self.hard = 10 * self.soft
         self.committed: Position | None = None
@@ -123,8 +126,12 @@ class Relay:
             except StopRequestedError:
                 log.info("stopped during the snapshot; nothing of it is visible, it restarts on the next start")
                 return
+            if self.online is not None:
+                self.online.resume(self.committed.snapshot)
             self._stream(stop)
         finally:
+            if self.online is not None:
+                self.online.reader.close()
             self.source.close()
             self.sink.close()
 
@@ -224,6 +231,8 @@ class Relay:
     def _change(self, item: Change) -> None:
         if self.committed.reaches(item.unit, 0, True):
             return  # its whole unit is in Kafka (streamed again after a restart): nothing to rebuild
+        if self.online is not None and self.online.chunk is not None:
+            self.online.touch(item)
         covered = self.committed.covers(item.unit, item.ordinal)
         if not covered and item.ordinal and self._pending() >= self.hard:
             self._commit_at(self._point(item.unit, item.ordinal, False))  # inside one huge transaction
@@ -266,6 +275,8 @@ class Relay:
             if item.complete and self._ready is None:
                 self.source.ack(point)  # in Kafka before a restart: only the acknowledgement was missing
             return
+        if self.online is not None and self.online.chunk is not None:
+            self._online_emit(self.online.at_commit(item), item.unit)
         self._ready = point
         if item.complete and not self._ready_at:
             self._ready_at = time.monotonic()
@@ -275,6 +286,8 @@ class Relay:
     def _control(self, item: Control) -> None:
         """Apply a control event (also when replayed below the committed position: idempotent)."""
         self._at_unit(item.unit)
+        if self.online is not None and self.online.control(item):
+            return  # a watermark of an online snapshot
         started = time.monotonic()
         try:
             changed = self.control.apply(self.layout.record, item)
@@ -299,6 +312,8 @@ class Relay:
                 self._commit_ready()
             else:
                 wait = min(wait, left)
+        elif self._ready is None and self.online is not None:
+            self.online.step(self.layout.record)
         self._check_leadership()
         self._progress()
         self.source.wait(wait)
@@ -328,11 +343,21 @@ class Relay:
         if done is not None:
             failpoints.hit("before_finish")
             self.source.ack(done)
+        if self.online is not None:
+            self.online.step(self.layout.record)
         self._progress()
+
+    def _online_emit(self, emission: Emission | None, unit: int) -> None:
+        """Produce an online snapshot chunk's rows at the snapshot positions of unit (emit_chunk)."""
+        if emission is not None:
+            emit_chunk(self.emitter, emission, self.source.backend, unit,
+                       lambda exc, header: self._unencodable(exc, header, {"table": emission.table.qualified,
+                                                                            "op": "r", "txid": 0}))
 
     def _commit(self, position: Position) -> Position:
         """Commit the open Kafka transaction with position as its last record."""
-        position = replace(position, set_version=self.layout.version, batch_version=self._unit_version)
+        position = replace(position, set_version=self.layout.version, batch_version=self._unit_version,
+                           snapshot=self.online.progress if self.online is not None else position.snapshot)
         self.sink.produce(self.position_topic, self.position_key, position.encode(), [])
         self._check_leadership()
         failpoints.hit("before_commit")

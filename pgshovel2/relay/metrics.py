@@ -35,3 +35,9 @@ def serve(port: int, address: str = "127.0.0.1") -> None:
 def error(set_name: str, exc: BaseException) -> None:
     """Count one error of exc's class for set_name."""
     ERRORS.labels(set_name, type(exc).__name__).inc()
+SNAPSHOT_ROWS = Counter("pgshovel2_relay_online_snapshot_rows", "Online snapshot: rows emitted as op r",
+                        ["set", "table"])
+SNAPSHOT_CHUNKS = Counter("pgshovel2_relay_online_snapshot_chunks", "Online snapshot: chunks emitted", ["set", "table"])
+SNAPSHOT_DROPPED = Counter("pgshovel2_relay_online_snapshot_dropped_rows",
+                           "Online snapshot: chunk rows left out because the stream changed their key meanwhile",
+                           ["set", "table"])

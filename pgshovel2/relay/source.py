@@ -5,7 +5,8 @@ A source turns a set's capture into one stream of items, in commit order:
 - :class:`Begin` -- a source transaction starts;
 - :class:`Change` -- one captured change (I/U/D/T) of that transaction;
 - :class:`Control` -- a control event in the stream (a set-version marker ``V`` or a
-  schema change ``S``, :mod:`pgshovel2.relay.control`): no data, switches the layout;
+  schema change ``S``, :mod:`pgshovel2.relay.control`): no data, switches the layout; or an
+  online snapshot's watermark (``W``, or a ``V`` whose row has no version: :mod:`pgshovel2.relay.online_snapshot`);
 - :class:`Commit` -- the transaction ends (txid None: a point with no transaction of its
   own, e.g. an empty PgQ batch or a heartbeat of the slot);
 - :class:`Idle` -- nothing to read now.
@@ -22,12 +23,14 @@ Sources never know Kafka; the loop never knows PgQ or slots.
 from collections.abc import Iterator
 from typing import NamedTuple, Protocol
 
+from pgshovel2.backends.chunks import WATERMARK_EVENT
 from pgshovel2.backends.snapshot import ExportedSnapshot
 from pgshovel2.setrecord import SetRecord
 from pgshovel2.wire import Position
 
 SCHEMA_CHANGE, SET_VERSION = "S", "V"  # the control events' ops (pgshovel2.relay.control)
-CONTROL_OPS = frozenset({SCHEMA_CHANGE, SET_VERSION})
+# W: an online snapshot's watermark in a PgQ queue (pgshovel2.relay.online_snapshot)
+CONTROL_OPS = frozenset({SCHEMA_CHANGE, SET_VERSION, WATERMARK_EVENT})
 
 
 class Begin(NamedTuple):

@@ -115,7 +115,10 @@ class Position:
     (``xmin:xmax:xip``) the queue is filtered against, None when the initial snapshot was
     skipped (and always for logical). set_version: the set version in effect at this
     position (0: unknown); batch_version: the one in effect at the start of unit, from which
-    a restart replays a partly committed unit (0: as set_version).
+    a restart replays a partly committed unit (0: as set_version). snapshot: the progress of
+    the online snapshot committed with this position (:mod:`pgshovel2.relay.online_snapshot`:
+    ``{id, table, last_key, chunk, rows, done}``), None when none ran (records written before
+    online snapshots have no such field and decode as None).
     """
 
     unit: int
@@ -126,6 +129,7 @@ class Position:
     set_version: int = 0
     committed_at_ms: int = 0
     batch_version: int = 0
+    snapshot: dict | None = None
 
     def covers(self, unit: int, ordinal: int) -> bool:
         """True when event ordinal of unit is in Kafka."""

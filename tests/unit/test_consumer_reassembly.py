@@ -273,3 +273,18 @@ def test_orphans_of_an_end_read_before_any_begin_are_dropped_without_waiting_for
     r, log = Reassembler(TOPICS, PARTS, drop_orphans=True), Log()
     assert feed(r, log.end(3, pos(1, 5), {A: 1}), log.data(A, 0, "c", 3, pos(1, 5), 1)) == []
     assert r.orphans_dropped == 1 and r.buffered(A, 0) == 0 and r.idle
+
+
+def test_online_snapshot_rows_and_marks_between_transactions():
+    """An online snapshot's rows come between stream transactions, framed by SNAPSHOT_BEGIN/END
+    records (txid 0) that open no transaction: they are kept in snapshot_marks."""
+    r, log = strict(), Log()
+    first = [log.begin(1, pos(1, 0)), log.data(A, 0, "c", 1, pos(1, 0), 1), log.end(1, pos(1, 0), {A: 1})]
+    mark = TxnRecord("SNAPSHOT_BEGIN", 0, "00000000000000000001:s0000000000", 1000, 0, log._next(TXN, 0), table=A)
+    rows = [log.data(A, 0, "r", 0, f"00000000000000000001:s{i:010d}", i) for i in range(2)]
+    done = TxnRecord("SNAPSHOT_END", 0, "00000000000000000001:s0000000002", 1000, 0, log._next(TXN, 0), 2, table=A)
+    second = [log.begin(2, pos(2, 0)), log.data(A, 0, "u", 2, pos(2, 0), 1), log.end(2, pos(2, 0), {A: 1})]
+    out = feed(r, *first, mark, *rows, done, *second)
+    assert [(t.snapshot, t.txid, len(t.changes)) for t in out] == [(False, 1, 1), (True, 0, 2), (False, 2, 1)]
+    assert [m.kind for m in r.snapshot_marks] == ["SNAPSHOT_BEGIN", "SNAPSHOT_END"]
+    assert r.snapshot_marks[1].event_count == 2 and r.idle

@@ -52,3 +52,11 @@ def test_position_describes_itself_for_operators():
 def test_failpoint_spec_parsing():
     assert failpoints._parse("after_commit=0.5, before_commit ,") == {"after_commit": 0.5, "before_commit": 1.0}
     assert failpoints._parse("") == {}
+
+
+def test_online_snapshot_progress_round_trips_and_older_records_have_none():
+    progress = {"id": "abc", "table": '"public"."t"', "last_key": ["42"], "chunk": 3, "rows": 300, "done": False}
+    back = Position.decode(Position(unit=7, ordinal=0, complete=True, snapshot=progress).encode())
+    assert back.snapshot == progress
+    old = b'{"tick": 7, "ordinal": 0, "complete": true, "txid_snapshot": null, "backend": "trigger"}'
+    assert Position.decode(old).snapshot is None

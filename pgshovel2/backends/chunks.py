@@ -1,0 +1,188 @@
+"""Online snapshots in the database: key-ordered chunks of a table and the watermarks around them.
+
+A chunk is ``SELECT <row in capture form>, <key as text> FROM t WHERE (key) > (last) [AND (where)]
+ORDER BY key LIMIT n``, read in a transaction of its own (:class:`ChunkReader`). The last key is
+kept as the key columns' output text and cast back with each column's type, which round-trips
+every type a primary key can have.
+
+A watermark is a point in the set's stream written in a transaction of its own
+(:func:`write_watermark`): the trigger backend queues a PgQ event of type ``W`` in the set's
+queue; the logical backend writes the transactional message ``pgshovel2.version`` with a JSON
+object that has a ``watermark`` and no ``version`` field -- the one prefix both decoders (our
+plugin and pgoutput) pass on at its place, so no decoder changes; the relay reads such a
+message as a watermark, never as a set version.
+"""
+
+import json
+from typing import NamedTuple
+
+import psycopg2
+import psycopg2.errors
+import psycopg2.extensions
+from psycopg2 import sql
+
+from pgshovel2.backends import logical_version, pgoutput
+from pgshovel2.catalog import Table
+from pgshovel2.db import connect
+from pgshovel2.errors import PgshovelError
+from pgshovel2.setrecord import SetRecord, SlotCapture
+
+WATERMARK_EVENT = "W"  # the PgQ ev_type of a watermark (trigger backend)
+
+
+class Chunk(NamedTuple):
+    """Rows read for one chunk: rows in capture form (table.columns order), in key order; last_key:
+    the key columns' text of the last row (None when the chunk is empty)."""
+
+    rows: list[list]
+    last_key: list[str] | None
+
+
+def _key_types(cur, table: Table) -> list[str]:
+    cur.execute("SELECT a.attname, format_type(a.atttypid, a.atttypmod) FROM pg_attribute a "
+                "WHERE a.attrelid = %s::regclass AND a.attnum > 0 AND NOT a.attisdropped", (table.qualified,))
+    types = dict(cur.fetchall())
+    return [types[k] for k in table.key]
+
+
+def _where(table: Table, key_types: list[str], last_key: list[str] | None, where: str | None) -> sql.Composable:
+    parts: list[sql.Composable] = []
+    if last_key is not None:
+        cols = sql.SQL(", ").join(sql.SQL("t.{}").format(sql.Identifier(k)) for k in table.key)
+        vals = sql.SQL(", ").join(sql.SQL("%s::" + t) for t in key_types)  # format_type output: trusted SQL
+        parts.append(sql.SQL("(({})) > (({}))").format(cols, vals) if len(table.key) > 1
+                     else sql.SQL("{} > {}").format(cols, vals))
+    if where:
+        parts.append(sql.SQL("(") + sql.SQL(where) + sql.SQL(")"))
+    return sql.SQL(" WHERE ") + sql.SQL(" AND ").join(parts) if parts else sql.SQL("")
+
+
+class ChunkReader:
+    """Reads chunks of a set's tables on a connection of its own (each chunk in a fresh
+    transaction). record: the set record (dsn, backend, capture form); error: the PgshovelError
+    class raised when the database cannot be reached."""
+
+    def __init__(self, record: SetRecord, encode_row: str | None, error: type[PgshovelError]):
+        self.record, self.encode_row, self.error = record, encode_row, error
+        self.conn = connect(record.dsn, "the online snapshot", error)
+        self.conn.set_session(isolation_level="REPEATABLE READ", readonly=True)
+        try:
+            self.marks = connect(record.dsn, "the online snapshot's watermarks", error)
+        except BaseException:
+            self.conn.close()
+            raise
+        self._types: dict[str, list[str]] = {}
+
+    def read(self, table: Table, last_key: list[str] | None, where: str | None, limit: int) -> Chunk:
+        """The next chunk of table after last_key (None: from the start) matching where (SQL or None),
+        at most limit rows. Raises psycopg2.Error as the server does."""
+        try:
+            with self.conn.cursor() as cur:
+                if self.encode_row is None:
+                    pgoutput.pin_settings(cur)
+                if table.qualified not in self._types:
+                    self._types[table.qualified] = _key_types(cur, table)
+                types = self._types[table.qualified]
+                keys = sql.SQL(", ").join(sql.SQL("{}::text").format(sql.Identifier(k)) for k in table.key)
+                # t.<key>: a bare name would be the "<key>"::text output column, sorted as text
+                order = sql.SQL(", ").join(sql.SQL("t.{}").format(sql.Identifier(k)) for k in table.key)
+                query = sql.SQL("SELECT {}, {} FROM {} t{} ORDER BY {} LIMIT %s").format(
+                    self._select(table), keys, sql.Identifier(table.schema, table.name),
+                    _where(table, types, last_key, where), order)
+                convert = self._converter(cur, table)
+                cur.execute(query, [*(last_key or []), limit])
+                fetched = cur.fetchall()
+        finally:
+            self.conn.rollback()
+        width = len(table.key)
+        rows = [convert(r[:-width]) for r in fetched]
+        return Chunk(rows, [str(v) for v in fetched[-1][-width:]] if fetched else None)
+
+    def _select(self, table: Table) -> sql.Composable:
+        if self.encode_row is not None:
+            attnums = sql.Literal([c.attnum for c in table.columns])
+            return sql.SQL("{}(t.*, {}::int2[])").format(sql.Identifier(*self.encode_row.split(".")), attnums)
+        return sql.SQL(", ").join(sql.Identifier(c.name) for c in table.columns)
+
+    def _converter(self, cur, table: Table):
+        if self.encode_row is not None:
+            return lambda values: json.loads(values[0])
+        types = pgoutput.column_types(cur, table)
+        raw = psycopg2.extensions.new_type(tuple(types.oids), "PGSHOVEL2_TEXT", lambda value, _cur: value)
+        psycopg2.extensions.register_type(raw, cur)  # this cursor only: every value as its output text
+        convs = types.converters
+        return lambda values: [None if v is None else conv(v) for v, conv in zip(values, convs, strict=True)]
+
+    def watermark(self, payload: dict) -> None:
+        """Commit a watermark carrying payload into the set's stream (:func:`write_watermark`)."""
+        write_watermark(self.marks, self.record, payload)
+
+    def estimate(self, table: Table) -> int:
+        """The table's estimated rows (:func:`estimate_rows`)."""
+        try:
+            with self.conn.cursor() as cur:
+                return estimate_rows(cur, table)
+        finally:
+            self.conn.rollback()
+
+    def close(self) -> None:
+        """Close both connections (never raises)."""
+        for conn in (self.conn, self.marks):
+            try:
+                conn.close()
+            except psycopg2.Error:
+                pass
+
+
+def write_watermark(conn, record: SetRecord, payload: dict) -> None:
+    """Commit a watermark carrying payload (JSON object) into the set's stream on conn (autocommit
+    off; the transaction is committed here). Raises psycopg2.Error."""
+    with conn.cursor() as cur:
+        if isinstance(record.capture, SlotCapture):
+            cur.execute("SELECT pg_logical_emit_message(true, %s, %s)",
+                        (logical_version.VERSION_PREFIX, json.dumps({"watermark": payload})))
+        else:
+            cur.execute("SELECT pgq.insert_event(%s, %s, %s)",
+                        (record.capture.queue, WATERMARK_EVENT, json.dumps(payload)))
+    conn.commit()
+    if not isinstance(record.capture, SlotCapture):
+        _tick_now(conn, record.capture.queue)
+
+
+def _tick_now(conn, queue: str) -> None:
+    """Tick the queue at once (pgq.force_tick, then pgq.ticker), so the batch holding a watermark is
+    ready without waiting for the ticker. A PgQ without force_tick leaves it to the ticker."""
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT pgq.force_tick(%s)", (queue,))
+            cur.execute("SELECT pgq.ticker(%s)", (queue,))
+        conn.commit()
+    except psycopg2.errors.UndefinedFunction:
+        conn.rollback()
+
+
+def check_table(cur, table: Table, where: str | None) -> None:
+    """Raise ValueError naming the table when it has no key, or when where does not parse and plan
+    against it (EXPLAIN of the chunk query in a read-only transaction, rolled back: nothing is run or
+    changed, even by a where holding a second statement). cur: a cursor whose connection is not in
+    autocommit."""
+    if not table.key:
+        raise ValueError(f"table {table.qualified} has no primary key (or replica identity index): an online "
+                         "snapshot reads it in key order and cannot; add a primary key")
+    query = sql.SQL("EXPLAIN SELECT 1 FROM {} t{}").format(sql.Identifier(table.schema, table.name),
+                                                           _where(table, [], None, where))
+    try:
+        cur.execute("SET TRANSACTION READ ONLY")
+        cur.execute(query)
+    except psycopg2.Error as exc:
+        raise ValueError(f"--where {where!r} does not apply to table {table.qualified}: "
+                         f"{str(exc).strip()}") from exc
+    finally:
+        cur.connection.rollback()
+
+
+def estimate_rows(cur, table: Table) -> int:
+    """pg_class.reltuples of table (0 when never analyzed): the ETA's row estimate."""
+    cur.execute("SELECT greatest(reltuples, 0)::int8 FROM pg_class WHERE oid = %s::regclass", (table.qualified,))
+    row = cur.fetchone()
+    return int(row[0]) if row else 0
