@@ -32,7 +32,8 @@ def open_source(record: SetRecord, options: RelayOptions) -> Source:
     cannot be reached."""
     if isinstance(record.capture, SlotCapture):
         return LogicalSource(record.dsn, record.capture.slot, record.tables, options.heartbeat_interval,
-                             plugin=record.capture.plugin, mode_all=all_mode_tags(record))
+                             plugin=record.capture.plugin, mode_all=all_mode_tags(record),
+                             spill_dir=options.spill_dir, decoding_work_mem=options.logical_decoding_work_mem)
     return PgqSource(record.dsn, record.capture, options.poll_interval, maint_interval=options.pgq_maint_interval)
 
 

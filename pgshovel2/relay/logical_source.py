@@ -17,7 +17,7 @@ import select
 import struct
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 import psycopg2
 
@@ -26,8 +26,9 @@ from pgshovel2.backends.snapshot import ExportedSnapshot
 from pgshovel2.catalog import Table
 from pgshovel2.db import connect, outage
 from pgshovel2.errors import RelayError, UnavailableError
-from pgshovel2.relay import relation_layout
+from pgshovel2.relay import pgoutput_stream, relation_layout
 from pgshovel2.relay.pgoutput_decoder import PgoutputDecoder, SetTable
+from pgshovel2.relay.pgoutput_stream import StreamAssembler
 from pgshovel2.relay.relation_layout import Redo, RelationLayout
 from pgshovel2.relay.source import SET_VERSION, Begin, Change, Commit, Control, Idle, Item, Lag
 from pgshovel2.setrecord import PLUGIN, SetRecord
@@ -143,16 +144,21 @@ class LogicalSource:
     through plugin (``pgshovel2_decoder`` or ``pgoutput``).
 
     heartbeat_interval: seconds without data before a heartbeat message lets the slot advance;
-    wait_cap: longest single wait (s). Raises UnavailableError when the database cannot be
-    reached or goes away (retrying is safe), RelayError when the slot is gone.
+    wait_cap: longest single wait (s). pgoutput only: spill_dir, where streamed transactions are
+    spilled (:mod:`pgshovel2.relay.pgoutput_stream`; None: the system's temp dir);
+    decoding_work_mem: the walsender's logical_decoding_work_mem (e.g. ``64kB``; None: the
+    server's), above which a transaction is streamed before its commit. Raises UnavailableError
+    when the database cannot be reached or goes away (retrying is safe), RelayError when the slot
+    is gone.
     """
 
     backend = LOGICAL
     commit_delay = 0.02  # s from a transaction's end to its Kafka commit, under load
 
     def __init__(self, dsn: str, slot: str, tables: tuple[Table, ...], heartbeat_interval: float = 10.0,
-                 wait_cap: float = 0.5, plugin: str = PLUGIN, mode_all: frozenset[str] = frozenset()):
-        self.dsn, self.slot, self.plugin = dsn, slot, plugin
+                 wait_cap: float = 0.5, plugin: str = PLUGIN, mode_all: frozenset[str] = frozenset(),
+                 spill_dir: str | None = None, decoding_work_mem: str | None = None):
+        self.dsn, self.slot, self.plugin, self.spill_dir = dsn, slot, plugin, spill_dir
         self.heartbeat_interval, self.wait_cap = heartbeat_interval, wait_cap
         self._tags = [t.qualified for t in tables]
         self._tables = tables
@@ -161,12 +167,15 @@ class LogicalSource:
         self._ctl = connect(dsn, f"slot {slot}", UnavailableError)
         self._ctl.autocommit = True
         try:
-            self._repl = logical.replication_connection(dsn, f"slot {slot}", UnavailableError, plugin)
+            self._repl = logical.replication_connection(dsn, f"slot {slot}", UnavailableError, plugin,
+                                                        decoding_work_mem)
         except BaseException:
             self._ctl.close()
             raise
         self._cur = self._repl.cursor()
         self._decoder: RecordDecoder | PgoutputDecoder = RecordDecoder(self._tags, slot)
+        self.stream: StreamAssembler | None = None  # pgoutput's streamed transactions
+        self._in_txn = False  # between a Begin and its Commit
 
     def _sql(self, query: str, params: tuple) -> tuple | None:
         try:
@@ -250,8 +259,9 @@ class LogicalSource:
         return relation_layout.to_control(resolved, layout, current)
 
     def pgoutput_options(self) -> dict[str, str]:
-        """pgoutput's options (protocol 1: no streaming, so the server spills large transactions
-        to disk and sends them at commit); makes the decoder from the catalog's column types.
+        """pgoutput's options: the highest protocol version the server speaks, with streaming of
+        large in-progress transactions from 2 on (PostgreSQL 14+); makes the decoder from the
+        catalog's column types and the assembler of streamed transactions.
         Raises RelayError when a table or captured column of the set no longer exists."""
         tables = {}
         for table in self._tables:
@@ -262,10 +272,25 @@ class LogicalSource:
         decoder.subset_tags = self._subset_tags()
         decoder.set_xid_reference(self._sql("SELECT txid_snapshot_xmax(txid_current_snapshot())", ())[0])
         self._decoder = decoder
-        options = {"proto_version": "1", "publication_names": pgoutput.publication_name(self.slot)}
-        if self._sql("SELECT current_setting('server_version_num')::int", ())[0] >= 140000:
-            options["messages"] = "true"
+        version = pgoutput_stream.protocol_version(self._repl.server_version)
+        options = {"proto_version": str(version), "publication_names": pgoutput.publication_name(self.slot)}
+        if version >= 2:
+            options.update(messages="true", streaming="on")
+            self.stream = pgoutput_stream.StreamAssembler(self.spill_dir, self.slot, self._keepalive)
         return options
+
+    def _keepalive(self) -> None:
+        """Standby feedback of the positions confirmed so far (nothing new is confirmed)."""
+        try:
+            self._cur.send_feedback(force=True)
+        except psycopg2.Error as exc:
+            self._reraise(exc)
+
+    def _messages(self, msg) -> Iterable[tuple[bytes, int]]:
+        """The (message, WAL start) pairs a received message gives the decoder."""
+        if self.stream is None:
+            return ((msg.payload, msg.data_start),)
+        return self.stream.route(msg.payload, msg.data_start)
 
     def _subset_tags(self) -> set[str]:
         subset = set()
@@ -292,37 +317,46 @@ class LogicalSource:
             raise RelayError(logical.missing_slot_message(self.slot)) from exc
         except psycopg2.Error as exc:
             self._reraise(exc)
-        in_txn, idle_since = False, time.monotonic()
+        self._in_txn, idle_since = False, time.monotonic()
+        if self.stream is not None:
+            self.stream.reset()
         while True:
             try:
                 msg = self._cur.read_message()
             except psycopg2.Error as exc:
                 self._reraise(exc)
             if msg is None:
-                if not in_txn and time.monotonic() - idle_since >= self.heartbeat_interval:
+                if not self._in_txn and time.monotonic() - idle_since >= self.heartbeat_interval:
                     self._sql("SELECT pg_logical_emit_message(false, 'pgshovel2.heartbeat', %s)", (self.slot,))
                     idle_since = time.monotonic()
                 yield Idle(self.wait_cap)
                 continue
-            for item in self._decoder.feed(msg.payload, msg.data_start):
-                kind = type(item)
-                if kind is RelationLayout:
-                    control = self._layout(item)
-                    if control is not None:
-                        yield control  # the loop switches (and calls switch()) before this goes on
-                    self._decoder.settle(item)
-                    continue
-                if kind is Redo:
-                    yield from self._decoder.feed(item.data, item.lsn)
-                    continue
-                if kind is Begin:
-                    in_txn = True
-                    if item.unit == position.unit and not position.complete:
-                        log.info("resuming transaction %d (commit LSN %s) after its first %d changes (already "
-                                 "in Kafka)", item.txid, Lsn(item.unit), position.ordinal)
-                elif kind is Commit:
-                    in_txn, idle_since = False, time.monotonic()
-                yield item
+            for data, lsn in self._messages(msg):
+                yield from self._decoded(data, lsn, position)
+            if not self._in_txn:
+                idle_since = time.monotonic()
+
+    def _decoded(self, data: bytes, lsn: int, position: Position) -> Iterator[Item]:
+        """The items of one message; layouts are settled (a schema-change Control when new)."""
+        for item in self._decoder.feed(data, lsn):
+            kind = type(item)
+            if kind is RelationLayout:
+                control = self._layout(item)
+                if control is not None:
+                    yield control  # the loop switches (and calls switch()) before this goes on
+                self._decoder.settle(item)
+                continue
+            if kind is Redo:
+                yield from self._decoder.feed(item.data, item.lsn)
+                continue
+            if kind is Begin:
+                self._in_txn = True
+                if item.unit == position.unit and not position.complete:
+                    log.info("resuming transaction %d (commit LSN %s) after its first %d changes (already "
+                             "in Kafka)", item.txid, Lsn(item.unit), position.ordinal)
+            elif kind is Commit:
+                self._in_txn = False
+            yield item
 
     def _reraise(self, exc: psycopg2.Error):
         """Raise a replication-connection error as UnavailableError: any failure of the stream is
