@@ -201,4 +201,6 @@ def test_add_column_inside_a_streamed_transaction(stack, cluster, db, schema, tm
     assert "replaying streamed transaction" in relay.log()
     assert _streamed(stack, cluster, "ddl") >= 1
     assert relay.stop() == 0
-    assert_verified(verify(stack, cluster, "ddl"))
+    with db.cursor() as cur:  # rows of version 1 have no extra (JSON: no reader schema fills it in)
+        cur.execute(f"SELECT id, n, pad, extra FROM {table} ORDER BY id")
+        assert [(v["id"], v["n"], v["pad"], v.get("extra")) for _, v, _ in got] == cur.fetchall()
