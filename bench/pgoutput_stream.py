@@ -1,7 +1,7 @@
-"""Relay memory and drain rate of one huge transaction through decoder pgoutput, with the
-transaction streamed before its commit (the relay's walsender at logical_decoding_work_mem =
-64kB: the relay spills it to a file and replays it at the commit) and without (the server's
-logical_decoding_work_mem: PostgreSQL spills it itself and sends it after the commit).
+"""Relay memory and drain rate of one huge transaction through decoder pgoutput, streamed before
+its commit (the relay spills it to a file and replays it at the commit) in 64kB pieces and in
+pieces of the server's logical_decoding_work_mem, and not streamed (the walsender's
+logical_decoding_work_mem at 4GB: PostgreSQL keeps it and sends it after the commit).
 
 Per mode: a pgoutput set on a new table, its relay started (the slot is created), then one
 INSERT of ``rows`` rows (id, n, 100-byte text) committed; peak RSS of the relay (VmHWM, sampled
@@ -36,7 +36,10 @@ from pgshovel2.backends.logical import wait_caught_up
 from pgshovel2.ops.verify import read_topics
 from pgshovel2.setrecord import slot_name
 
-MODES = {"streamed": ("--logical-decoding-work-mem", "64kB"), "not_streamed": ()}
+# mode -> the relay's walsender logical_decoding_work_mem: streamed in 64kB pieces; streamed in
+# pieces of the server's default (64MB); not streamed (4GB: the server keeps it and sends it after
+# its commit, as with protocol 1)
+MODES = {"streamed_64kB": "64kB", "streamed_server_default": None, "not_streamed_4GB": "4GB"}
 
 
 def status_mib(pid: int, field: str) -> float:
@@ -56,7 +59,8 @@ def measure(cur, mode: str, rows: int) -> dict:
     create_set(cur, name, columns="id int PRIMARY KEY, n int, s text", backend="pgoutput")
     spill = WORK / f"{name}-spill"
     spill.mkdir(parents=True, exist_ok=True)
-    with relay_running(name, "--spill-dir", str(spill), *MODES[mode]) as (proc, log):
+    work_mem = ("--logical-decoding-work-mem", MODES[mode]) if MODES[mode] else ()
+    with relay_running(name, "--spill-dir", str(spill), *work_mem) as (proc, log):
         rss_before = status_mib(proc.pid, "VmRSS")
         peak, done = [status_mib(proc.pid, "VmHWM")], threading.Event()
 
