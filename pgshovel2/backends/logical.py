@@ -216,10 +216,15 @@ def slot_exists(cur, slot: str) -> bool:
     return cur.fetchone() is not None
 
 
-def replication_connection(dsn: str, what: str, error: type[PgshovelError] = RelayError, plugin: str = PLUGIN):
+def replication_connection(dsn: str, what: str, error: type[PgshovelError] = RelayError, plugin: str = PLUGIN,
+                           decoding_work_mem: str | None = None):
     """A psycopg2 LogicalReplicationConnection to dsn (pgoutput: with the pinned settings its
-    text output depends on); raises error naming what on failure."""
-    extra = {"options": pgoutput.libpq_options()} if plugin == pgoutput.NAME else {}
+    text output depends on; decoding_work_mem: the session's logical_decoding_work_mem, e.g.
+    ``64kB``); raises error naming what on failure."""
+    options = [pgoutput.libpq_options()] if plugin == pgoutput.NAME else []
+    if decoding_work_mem:
+        options.append(f"-c logical_decoding_work_mem={decoding_work_mem}")
+    extra = {"options": " ".join(options)} if options else {}
     try:
         return psycopg2.connect(dsn, connection_factory=psycopg2.extras.LogicalReplicationConnection, **extra)
     except psycopg2.OperationalError as exc:

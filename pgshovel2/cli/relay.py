@@ -1,6 +1,7 @@
 """``pgshovel-kafka-relay SET``: relay a replication set's changes to Kafka."""
 
 import logging
+import re
 import signal
 import threading
 
@@ -14,6 +15,12 @@ from pgshovel2.relay.loop import RelayOptions
 from pgshovel2.relay.supervisor import run_elected
 
 log = logging.getLogger("pgshovel2.relay")
+
+
+def _memory_setting(_ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    if value is not None and not re.fullmatch(r"[0-9]+(kB|MB|GB|TB)?", value.strip()):
+        raise click.BadParameter(f"{value!r} is not a PostgreSQL memory size such as 64kB or 256MB", param=param)
+    return value.strip() if value else None
 
 
 @click.command()
@@ -38,6 +45,12 @@ log = logging.getLogger("pgshovel2.relay")
 @env_option("--pgq-maint-interval", default=60.0, type=click.FloatRange(0.0),
             help="Trigger backend: seconds between runs of PgQ's maintenance (table rotation; pgqd's job "
                  "where pgqd runs), 0 for never.")
+@env_option("--spill-dir", default=None, type=click.Path(file_okay=False, exists=True, writable=True),
+            help="Logical backend, decoder pgoutput: directory of the spill files of large transactions "
+                 "streamed before their commit (default: the system's temp dir).")
+@env_option("--logical-decoding-work-mem", default=None, callback=_memory_setting,
+            help="Logical backend: logical_decoding_work_mem of the relay's walsender (e.g. 64MB; default: "
+                 "the server's); with decoder pgoutput, larger transactions are streamed and spilled here.")
 @env_option("--zookeeper-session-timeout", default=10.0, type=click.FloatRange(1.0, 60.0),
             help="ZooKeeper session timeout (s): a killed active relay is replaced after about this long.")
 @env_option("--metrics-port", default=None, type=click.IntRange(1, 65535),
@@ -49,7 +62,7 @@ def main(set_name: str, zookeeper_hosts: str, cluster: str, bootstrap_servers: s
          schema_registry: str | None, snapshot: bool | None, progress_interval: float,
          poll_interval: float, transactions: bool, max_transaction_messages: int,
          slot_lag_warn_mb: int, heartbeat_interval: float, pgq_maint_interval: float,
-         zookeeper_session_timeout: float,
+         spill_dir: str | None, logical_decoding_work_mem: str | None, zookeeper_session_timeout: float,
          metrics_port: int | None, metrics_address: str, log_level: str) -> None:
     """Relay the changes of replication set SET to Kafka until SIGTERM or SIGINT.
 
@@ -74,7 +87,7 @@ def main(set_name: str, zookeeper_hosts: str, cluster: str, bootstrap_servers: s
     mode = {None: "auto", True: "force", False: "skip"}[snapshot]
     options = RelayOptions(bootstrap_servers, schema_registry, mode, poll_interval, progress_interval,
                            transactions, max_transaction_messages, slot_lag_warn_mb << 20, heartbeat_interval,
-                           pgq_maint_interval)
+                           pgq_maint_interval, spill_dir, logical_decoding_work_mem)
     with ClusterStore(zookeeper_hosts, cluster, timeout=zookeeper_session_timeout) as store:
         totals = run_elected(store, set_name, options, stop)
     log.info("stopped after %d changes in %d batches (%d restarts after interruptions)",

@@ -1,23 +1,18 @@
 """Logical source: a logical set's replication slot, read through our output plugin or
-through PostgreSQL's ``pgoutput`` (:mod:`pgshovel2.relay.pgoutput_decoder`, the same items;
-:mod:`pgshovel2.relay.source`).
+through PostgreSQL's ``pgoutput`` (:mod:`pgshovel2.relay.record_decoder`,
+:mod:`pgshovel2.relay.pgoutput_decoder` with :mod:`pgshovel2.relay.pgoutput_stream`: the same
+items, :mod:`pgshovel2.relay.source`).
 
-The plugin (sql/decoder, record format in sql/decoder/README.rst) writes, per transaction
-that touches the set's tables, a BEGIN record, one record per change (row images in the
-capture trigger's value forms: JSON arrays) and a COMMIT record; plus heartbeat records.
 Unit: a transaction, by its commit LSN; ordinal: the change's index in it. A heartbeat is
 a Commit without transaction at the heartbeat's LSN. Several transactions may share one
 Kafka transaction (commit_delay 20 ms); the slot is confirmed (standby feedback, the end
 of the last transaction in Kafka) only by :meth:`LogicalSource.ack`, after the commit.
 """
 
-import json
 import logging
 import select
-import struct
 import time
-from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 import psycopg2
 
@@ -26,124 +21,16 @@ from pgshovel2.backends.snapshot import ExportedSnapshot
 from pgshovel2.catalog import Table
 from pgshovel2.db import connect, outage
 from pgshovel2.errors import RelayError, UnavailableError
-from pgshovel2.relay import relation_layout
+from pgshovel2.relay import pgoutput_stream, relation_layout
 from pgshovel2.relay.pgoutput_decoder import PgoutputDecoder, SetTable
+from pgshovel2.relay.pgoutput_stream import StreamAssembler
+from pgshovel2.relay.record_decoder import RECORD_FORMAT, RecordDecoder
 from pgshovel2.relay.relation_layout import Redo, RelationLayout
-from pgshovel2.relay.source import SET_VERSION, Begin, Change, Commit, Control, Idle, Item, Lag
+from pgshovel2.relay.source import Begin, Commit, Control, Idle, Item, Lag
 from pgshovel2.setrecord import PLUGIN, SetRecord
 from pgshovel2.wire import LOGICAL, Lsn, Position
 
 log = logging.getLogger(__name__)
-
-PG_EPOCH_US = 946_684_800_000_000  # 2000-01-01 in microseconds since the Unix epoch
-_BEGIN = struct.Struct(">QQq")
-_COMMIT = struct.Struct(">QQI")
-_CHANGE = struct.Struct(">QHBI")  # change LSN, table index, flags, row length; the row at 16
-_TRUNCATE = struct.Struct(">QH")
-_LSN = struct.Struct(">Q")
-RECORD_FORMAT = "3"  # the plugin's record format this module reads (its "format" option)
-_FLAG_OLD, _FLAG_NO_ROW, _FLAG_UNCHANGED = 1, 2, 4
-_U16 = struct.Struct(">H")
-
-
-def _parsed(row: bytes | list | None) -> list | None:
-    """A row as a list whether the decoder keeps rows as text (raw_rows) or not."""
-    return json.loads(row) if isinstance(row, bytes) else row
-
-
-class RecordDecoder:
-    """Turns the plugin's records into items (:meth:`decode`); no I/O.
-
-    tags: table tags in the order of the plugin's ``tables`` option (a change names its
-    table by index). subset_tags: tables captured with a column subset: like the capture
-    trigger, an UPDATE that changes no captured column is dropped (known when the old row
-    is logged: FULL). ends: (unit, LSN to confirm) of every transaction end and heartbeat
-    decoded and not yet acknowledged. last_lsn: the end of the last transaction or heartbeat
-    decoded (set it to the slot's confirmed position before streaming): Begin.last_lsn.
-    skip_through: the committed position; a layout record in a unit it reaches fully is held
-    and given (:class:`RelationLayout`) before the table's first change that counts.
-    raw_rows: changes carry their rows as the plugin's JSON text (bytes) for the native codec
-    to read, else as lists (json.loads).
-    """
-
-    def __init__(self, tags: list[str], slot: str = "(slot)", raw_rows: bool = False):
-        self.tags, self.slot, self.raw_rows = tags, slot, raw_rows
-        self.subset_tags: set[str] = set()
-        self.ends: deque[tuple[int, int]] = deque()
-        self.last_lsn: int | None = None
-        self.skip_through: Position | None = None
-        self._skip = False
-        self._held: dict[str, RelationLayout] = {}
-        self._unit = self._txid = self._ts_ms = self._ordinal = 0  # of the open transaction
-
-    def feed(self, data: bytes, _wal_start: int) -> list[Item]:
-        """The items of one record (:meth:`decode`), as a list; a held layout before its table's change."""
-        item = self.decode(data)
-        if item is None:
-            return []
-        if self._held and type(item) is Change and item.table in self._held:
-            return [self._held.pop(item.table).at(item.txid, item.ts_ms, item.unit, item.ordinal), item]
-        return [item]
-
-    def settle(self, layout: RelationLayout) -> None:
-        """Nothing to do: the plugin's rows are in the layout it reported."""
-
-    def decode(self, data: bytes) -> Item | None:
-        """The item of one plugin record; None for a change the capture trigger would not write.
-
-        Raises RelayError for an unknown record.
-        """
-        kind = data[0]
-        if kind in b"IUD":
-            lsn, index, flags, size = _CHANGE.unpack_from(data, 1)
-            end = 16 + size
-            loads = bytes if self.raw_rows else json.loads
-            row = None if flags & _FLAG_NO_ROW else loads(data[16:end])
-            unchanged: tuple[int, ...] = ()
-            if flags & _FLAG_UNCHANGED:
-                (count,) = _U16.unpack_from(data, end)
-                unchanged = struct.unpack_from(f">{count}H", data, end + 2)
-                end += 2 + 2 * count
-            before = loads(data[end:]) if flags & _FLAG_OLD else None
-            ordinal = self._ordinal
-            self._ordinal += 1
-            table = self.tags[index]
-            if before is not None and table in self.subset_tags and _parsed(before) == _parsed(row):
-                return None  # no captured column changed (the trigger backend writes no event either)
-            return Change(self._txid, self._ts_ms, chr(kind), row, table, before, self._unit, ordinal, lsn,
-                          unchanged)
-        if kind == 66:  # B
-            commit_lsn, txid, ts_us = _BEGIN.unpack_from(data, 1)
-            ts_us += PG_EPOCH_US
-            self._unit, self._txid, self._ts_ms, self._ordinal = commit_lsn, txid, ts_us // 1000, 0
-            self._skip = self.skip_through is not None and self.skip_through.reaches(commit_lsn, 0, True)
-            return Begin(txid, self._ts_ms, commit_lsn, 0, ts_us, self.last_lsn)
-        if kind == 67:  # C
-            commit_lsn, end_lsn, _changes = _COMMIT.unpack_from(data, 1)
-            self.ends.append((commit_lsn, end_lsn))
-            self.last_lsn = end_lsn
-            return Commit(self._txid, self._ts_ms, commit_lsn, self._ordinal, True)
-        if kind == 84:  # T
-            lsn, index = _TRUNCATE.unpack_from(data, 1)
-            ordinal = self._ordinal
-            self._ordinal += 1
-            return Change(self._txid, self._ts_ms, "T", None, self.tags[index], None, self._unit, ordinal, lsn)
-        if kind == 72:  # H
-            (lsn,) = _LSN.unpack_from(data, 1)
-            self.ends.append((lsn, lsn))
-            self.last_lsn = lsn
-            return Commit(None, int(time.time() * 1000), lsn, 0, True)
-        if kind == 82:  # R
-            layout = relation_layout.parse_record(data, self.tags)
-            if self._skip:
-                self._held[layout.tag] = layout
-                return None
-            self._held.pop(layout.tag, None)
-            return layout.at(self._txid, self._ts_ms, self._unit, self._ordinal)
-        if kind == 86:  # V
-            content = json.loads(data[9:])
-            return Control(self._txid, self._ts_ms, SET_VERSION, content, "", None, self._unit, self._ordinal)
-        raise RelayError(f"unknown record {data[:1]!r} from output plugin {PLUGIN} on slot {self.slot}")
 
 
 class LogicalSource:
@@ -151,8 +38,12 @@ class LogicalSource:
     through plugin (``pgshovel2_decoder`` or ``pgoutput``).
 
     heartbeat_interval: seconds without data before a heartbeat message lets the slot advance;
-    wait_cap: longest single wait (s). Raises UnavailableError when the database cannot be
-    reached or goes away (retrying is safe), RelayError when the slot is gone.
+    wait_cap: longest single wait (s). pgoutput only: spill_dir, where streamed transactions are
+    spilled (:mod:`pgshovel2.relay.pgoutput_stream`; None: the system's temp dir);
+    decoding_work_mem: the walsender's logical_decoding_work_mem (e.g. ``64kB``; None: the
+    server's), above which a transaction is streamed before its commit. Raises UnavailableError
+    when the database cannot be reached or goes away (retrying is safe), RelayError when the slot
+    is gone.
     """
 
     backend = LOGICAL
@@ -160,8 +51,8 @@ class LogicalSource:
 
     def __init__(self, dsn: str, slot: str, tables: tuple[Table, ...], heartbeat_interval: float = 10.0,
                  wait_cap: float = 0.5, plugin: str = PLUGIN, mode_all: frozenset[str] = frozenset(),
-                 raw_rows: bool = False):
-        self.dsn, self.slot, self.plugin = dsn, slot, plugin
+                 spill_dir: str | None = None, decoding_work_mem: str | None = None, raw_rows: bool = False):
+        self.dsn, self.slot, self.plugin, self.spill_dir = dsn, slot, plugin, spill_dir
         self.heartbeat_interval, self.wait_cap = heartbeat_interval, wait_cap
         self._tags = [t.qualified for t in tables]
         self._tables = tables
@@ -170,12 +61,17 @@ class LogicalSource:
         self._ctl = connect(dsn, f"slot {slot}", UnavailableError)
         self._ctl.autocommit = True
         try:
-            self._repl = logical.replication_connection(dsn, f"slot {slot}", UnavailableError, plugin)
+            self._repl = logical.replication_connection(dsn, f"slot {slot}", UnavailableError, plugin,
+                                                        decoding_work_mem)
         except BaseException:
             self._ctl.close()
             raise
         self._cur = self._repl.cursor()
         self._decoder: RecordDecoder | PgoutputDecoder = RecordDecoder(self._tags, slot, raw_rows)
+        self.stream: StreamAssembler | None = None  # pgoutput's streamed transactions
+        self._in_txn = False  # between a Begin and its Commit
+        self._last_start: int | None = None  # XLogData start of the last message read
+        self._flushed = 0  # the highest position confirmed
 
     def _sql(self, query: str, params: tuple) -> tuple | None:
         try:
@@ -259,8 +155,9 @@ class LogicalSource:
         return relation_layout.to_control(resolved, layout, current)
 
     def pgoutput_options(self) -> dict[str, str]:
-        """pgoutput's options (protocol 1: no streaming, so the server spills large transactions
-        to disk and sends them at commit); makes the decoder from the catalog's column types.
+        """pgoutput's options: the highest protocol version the server speaks, with streaming of
+        large in-progress transactions from 2 on (PostgreSQL 14+); makes the decoder from the
+        catalog's column types and the assembler of streamed transactions.
         Raises RelayError when a table or captured column of the set no longer exists."""
         tables = {}
         for table in self._tables:
@@ -271,10 +168,25 @@ class LogicalSource:
         decoder.subset_tags = self._subset_tags()
         decoder.set_xid_reference(self._sql("SELECT txid_snapshot_xmax(txid_current_snapshot())", ())[0])
         self._decoder = decoder
-        options = {"proto_version": "1", "publication_names": pgoutput.publication_name(self.slot)}
-        if self._sql("SELECT current_setting('server_version_num')::int", ())[0] >= 140000:
-            options["messages"] = "true"
+        version = pgoutput_stream.protocol_version(self._repl.server_version)
+        options = {"proto_version": str(version), "publication_names": pgoutput.publication_name(self.slot)}
+        if version >= 2:
+            options.update(messages="true", streaming="on")
+            self.stream = pgoutput_stream.StreamAssembler(self.spill_dir, self.slot, self._keepalive)
         return options
+
+    def _keepalive(self) -> None:
+        """Standby feedback of the positions confirmed so far (nothing new is confirmed)."""
+        try:
+            self._cur.send_feedback(force=True)
+        except psycopg2.Error as exc:
+            self._reraise(exc)
+
+    def _messages(self, msg) -> Iterable[tuple[bytes, int]]:
+        """The (message, WAL start) pairs a received message gives the decoder."""
+        if self.stream is None:
+            return ((msg.payload, msg.data_start),)
+        return self.stream.route(msg.payload, msg.data_start)
 
     def _subset_tags(self) -> set[str]:
         subset = set()
@@ -301,37 +213,59 @@ class LogicalSource:
             raise RelayError(logical.missing_slot_message(self.slot)) from exc
         except psycopg2.Error as exc:
             self._reraise(exc)
-        in_txn, idle_since = False, time.monotonic()
+        self._in_txn, idle_since = False, time.monotonic()
+        if self.stream is not None:
+            self.stream.reset()
         while True:
+            if self._keepalive_would_confirm_unrelayed():
+                yield Idle(self.commit_delay)  # the loop commits what is ready and acknowledges it first
+                continue
             try:
                 msg = self._cur.read_message()
             except psycopg2.Error as exc:
                 self._reraise(exc)
             if msg is None:
-                if not in_txn and time.monotonic() - idle_since >= self.heartbeat_interval:
+                if not self._in_txn and time.monotonic() - idle_since >= self.heartbeat_interval:
                     self._sql("SELECT pg_logical_emit_message(false, 'pgshovel2.heartbeat', %s)", (self.slot,))
                     idle_since = time.monotonic()
                 yield Idle(self.wait_cap)
                 continue
-            for item in self._decoder.feed(msg.payload, msg.data_start):
-                kind = type(item)
-                if kind is RelationLayout:
-                    control = self._layout(item)
-                    if control is not None:
-                        yield control  # the loop switches (and calls switch()) before this goes on
-                    self._decoder.settle(item)
-                    continue
-                if kind is Redo:
-                    yield from self._decoder.feed(item.data, item.lsn)
-                    continue
-                if kind is Begin:
-                    in_txn = True
-                    if item.unit == position.unit and not position.complete:
-                        log.info("resuming transaction %d (commit LSN %s) after its first %d changes (already "
-                                 "in Kafka)", item.txid, Lsn(item.unit), position.ordinal)
-                elif kind is Commit:
-                    in_txn, idle_since = False, time.monotonic()
-                yield item
+            self._last_start = msg.data_start
+            for data, lsn in self._messages(msg):
+                yield from self._decoded(data, lsn, position)
+            if not self._in_txn:
+                idle_since = time.monotonic()
+
+    def _keepalive_would_confirm_unrelayed(self) -> bool:
+        """True when a keepalive read now could confirm a transaction not yet in Kafka: psycopg2
+        moves the flush position to a keepalive's WAL end once the confirmed position reaches the
+        start LSN of the last message read. Starts are not monotonic when transactions interleave
+        (a Begin carries its transaction's first LSN, a Stream Stop its last streamed change's),
+        so a received, unacknowledged transaction (decoder.ends) may lie below that WAL end."""
+        return (not self._in_txn and bool(self._decoder.ends) and self._last_start is not None
+                and self._last_start <= self._flushed)
+
+    def _decoded(self, data: bytes, lsn: int, position: Position) -> Iterator[Item]:
+        """The items of one message; layouts are settled (a schema-change Control when new)."""
+        for item in self._decoder.feed(data, lsn):
+            kind = type(item)
+            if kind is RelationLayout:
+                control = self._layout(item)
+                if control is not None:
+                    yield control  # the loop switches (and calls switch()) before this goes on
+                self._decoder.settle(item)
+                continue
+            if kind is Redo:
+                yield from self._decoder.feed(item.data, item.lsn)
+                continue
+            if kind is Begin:
+                self._in_txn = True
+                if item.unit == position.unit and not position.complete:
+                    log.info("resuming transaction %d (commit LSN %s) after its first %d changes (already "
+                             "in Kafka)", item.txid, Lsn(item.unit), position.ordinal)
+            elif kind is Commit:
+                self._in_txn = False
+            yield item
 
     def _reraise(self, exc: psycopg2.Error):
         """Raise a replication-connection error as UnavailableError: any failure of the stream is
@@ -349,10 +283,15 @@ class LogicalSource:
                 self._cur.send_feedback(write_lsn=confirm, flush_lsn=confirm, force=True)
             except psycopg2.Error as exc:
                 self._reraise(exc)
+            self._flushed = max(self._flushed, confirm)
 
     def wait(self, timeout: float) -> None:
-        """Block until the server sends something or timeout (s) passes."""
-        select.select([self._cur], [], [], min(timeout, self.wait_cap))
+        """Block until the server sends something or timeout (s) passes (sleep while the stream
+        must not be read: :meth:`_keepalive_would_confirm_unrelayed`)."""
+        if self._keepalive_would_confirm_unrelayed():
+            time.sleep(min(timeout, self.wait_cap))
+        else:
+            select.select([self._cur], [], [], min(timeout, self.wait_cap))
 
     def lag(self) -> Lag:
         """WAL bytes written since the confirmed position, and WAL bytes the slot retains."""

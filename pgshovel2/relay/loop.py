@@ -45,6 +45,9 @@ class RelayOptions:
     idempotent-only producer (at-least-once). max_transaction_messages: soft size bound of
     one Kafka transaction. slot_lag_warn_bytes, heartbeat_interval (s): logical backend.
     pgq_maint_interval (s): trigger backend, how often the relay runs PgQ's maintenance (0: never).
+    spill_dir, logical_decoding_work_mem: logical backend with decoder pgoutput, where streamed
+    transactions are spilled (None: the system's temp dir) and the walsender's memory limit
+    above which a transaction is streamed before its commit (None: the server's setting).
     """
 
     bootstrap: str
@@ -57,6 +60,8 @@ class RelayOptions:
     slot_lag_warn_bytes: int = 1 << 30
     heartbeat_interval: float = 10.0
     pgq_maint_interval: float = 60.0
+    spill_dir: str | None = None
+    logical_decoding_work_mem: str | None = None
 
 
 class _Txn:

@@ -8,7 +8,7 @@ import pytest
 from pgshovel2.backends.logical import _identity_problem
 from pgshovel2.catalog import Column, Table
 from pgshovel2.config import SetConfig, TableConfig
-from pgshovel2.relay.logical_source import PG_EPOCH_US, RecordDecoder
+from pgshovel2.relay.record_decoder import PG_EPOCH_US, RecordDecoder
 from pgshovel2.relay.source import Begin, Change, Commit
 from pgshovel2.setrecord import slot_name
 from pgshovel2.wire import LOGICAL, Lsn, change_header, parse_header, snapshot_header

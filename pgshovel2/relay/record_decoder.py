@@ -1,0 +1,130 @@
+"""Our output plugin's records -> the relay's items (:class:`RecordDecoder`); no I/O.
+
+The plugin (sql/decoder, record format in sql/decoder/README.rst) writes, per transaction
+that touches the set's tables, a BEGIN record, one record per change (row images in the
+capture trigger's value forms: JSON arrays) and a COMMIT record; plus heartbeat, layout (R)
+and set-version (V) records. Unit: a transaction, by its commit LSN; ordinal: the change's
+index in it.
+"""
+
+import json
+import struct
+import time
+from collections import deque
+
+from pgshovel2.errors import RelayError
+from pgshovel2.relay import relation_layout
+from pgshovel2.relay.relation_layout import RelationLayout
+from pgshovel2.relay.source import SET_VERSION, Begin, Change, Commit, Control, Item
+from pgshovel2.setrecord import PLUGIN
+from pgshovel2.wire import Position
+
+PG_EPOCH_US = 946_684_800_000_000  # 2000-01-01 in microseconds since the Unix epoch
+_BEGIN = struct.Struct(">QQq")
+_COMMIT = struct.Struct(">QQI")
+_CHANGE = struct.Struct(">QHBI")  # change LSN, table index, flags, row length; the row at 16
+_TRUNCATE = struct.Struct(">QH")
+_LSN = struct.Struct(">Q")
+RECORD_FORMAT = "3"  # the plugin's record format this module reads (its "format" option)
+_FLAG_OLD, _FLAG_NO_ROW, _FLAG_UNCHANGED = 1, 2, 4
+_U16 = struct.Struct(">H")
+
+
+def _parsed(row: bytes | list | None) -> list | None:
+    """A row as a list whether the decoder keeps rows as text (raw_rows) or not."""
+    return json.loads(row) if isinstance(row, bytes) else row
+
+
+class RecordDecoder:
+    """Turns the plugin's records into items (:meth:`decode`); no I/O.
+
+    tags: table tags in the order of the plugin's ``tables`` option (a change names its
+    table by index). subset_tags: tables captured with a column subset: like the capture
+    trigger, an UPDATE that changes no captured column is dropped (known when the old row
+    is logged: FULL). ends: (unit, LSN to confirm) of every transaction end and heartbeat
+    decoded and not yet acknowledged. last_lsn: the end of the last transaction or heartbeat
+    decoded (set it to the slot's confirmed position before streaming): Begin.last_lsn.
+    skip_through: the committed position; a layout record in a unit it reaches fully is held
+    and given (:class:`RelationLayout`) before the table's first change that counts.
+    raw_rows: changes carry their rows as the plugin's JSON text (bytes) for the native codec
+    to read, else as lists (json.loads).
+    """
+
+    def __init__(self, tags: list[str], slot: str = "(slot)", raw_rows: bool = False):
+        self.tags, self.slot, self.raw_rows = tags, slot, raw_rows
+        self.subset_tags: set[str] = set()
+        self.ends: deque[tuple[int, int]] = deque()
+        self.last_lsn: int | None = None
+        self.skip_through: Position | None = None
+        self._skip = False
+        self._held: dict[str, RelationLayout] = {}
+        self._unit = self._txid = self._ts_ms = self._ordinal = 0  # of the open transaction
+
+    def feed(self, data: bytes, _wal_start: int) -> list[Item]:
+        """The items of one record (:meth:`decode`), as a list; a held layout before its table's change."""
+        item = self.decode(data)
+        if item is None:
+            return []
+        if self._held and type(item) is Change and item.table in self._held:
+            return [self._held.pop(item.table).at(item.txid, item.ts_ms, item.unit, item.ordinal), item]
+        return [item]
+
+    def settle(self, layout: RelationLayout) -> None:
+        """Nothing to do: the plugin's rows are in the layout it reported."""
+
+    def decode(self, data: bytes) -> Item | None:
+        """The item of one plugin record; None for a change the capture trigger would not write.
+
+        Raises RelayError for an unknown record.
+        """
+        kind = data[0]
+        if kind in b"IUD":
+            lsn, index, flags, size = _CHANGE.unpack_from(data, 1)
+            end = 16 + size
+            loads = bytes if self.raw_rows else json.loads
+            row = None if flags & _FLAG_NO_ROW else loads(data[16:end])
+            unchanged: tuple[int, ...] = ()
+            if flags & _FLAG_UNCHANGED:
+                (count,) = _U16.unpack_from(data, end)
+                unchanged = struct.unpack_from(f">{count}H", data, end + 2)
+                end += 2 + 2 * count
+            before = loads(data[end:]) if flags & _FLAG_OLD else None
+            ordinal = self._ordinal
+            self._ordinal += 1
+            table = self.tags[index]
+            if before is not None and table in self.subset_tags and _parsed(before) == _parsed(row):
+                return None  # no captured column changed (the trigger backend writes no event either)
+            return Change(self._txid, self._ts_ms, chr(kind), row, table, before, self._unit, ordinal, lsn,
+                          unchanged)
+        if kind == 66:  # B
+            commit_lsn, txid, ts_us = _BEGIN.unpack_from(data, 1)
+            ts_us += PG_EPOCH_US
+            self._unit, self._txid, self._ts_ms, self._ordinal = commit_lsn, txid, ts_us // 1000, 0
+            self._skip = self.skip_through is not None and self.skip_through.reaches(commit_lsn, 0, True)
+            return Begin(txid, self._ts_ms, commit_lsn, 0, ts_us, self.last_lsn)
+        if kind == 67:  # C
+            commit_lsn, end_lsn, _changes = _COMMIT.unpack_from(data, 1)
+            self.ends.append((commit_lsn, end_lsn))
+            self.last_lsn = end_lsn
+            return Commit(self._txid, self._ts_ms, commit_lsn, self._ordinal, True)
+        if kind == 84:  # T
+            lsn, index = _TRUNCATE.unpack_from(data, 1)
+            ordinal = self._ordinal
+            self._ordinal += 1
+            return Change(self._txid, self._ts_ms, "T", None, self.tags[index], None, self._unit, ordinal, lsn)
+        if kind == 72:  # H
+            (lsn,) = _LSN.unpack_from(data, 1)
+            self.ends.append((lsn, lsn))
+            self.last_lsn = lsn
+            return Commit(None, int(time.time() * 1000), lsn, 0, True)
+        if kind == 82:  # R
+            layout = relation_layout.parse_record(data, self.tags)
+            if self._skip:
+                self._held[layout.tag] = layout
+                return None
+            self._held.pop(layout.tag, None)
+            return layout.at(self._txid, self._ts_ms, self._unit, self._ordinal)
+        if kind == 86:  # V
+            content = json.loads(data[9:])
+            return Control(self._txid, self._ts_ms, SET_VERSION, content, "", None, self._unit, self._ordinal)
+        raise RelayError(f"unknown record {data[:1]!r} from output plugin {PLUGIN} on slot {self.slot}")
