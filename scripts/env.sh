@@ -16,12 +16,20 @@ FLINK_VENV="${FLINK_VENV:-$REPO/.cache/flink-venv}"
 FLINK_JARS="${FLINK_JARS:-$REPO/.cache/flink-jars}"
 SPARK_JARS="${SPARK_JARS:-$REPO/.cache/spark-jars}"
 JDBC_JAR="${JDBC_JAR:-/usr/share/java/postgresql.jar}"
-export STACK_DIR PG_PORT PG_DB ZK_PORT KAFKA_PORT KAFKA_CONTROLLER_PORT REGISTRY_PORT
+ICEBERG_VERSION="${ICEBERG_VERSION:-1.10.0}"
+# The Spark standalone cluster (scripts/stack.sh spark-up): a master and SPARK_WORKERS workers.
+SPARK_MASTER_PORT="${SPARK_MASTER_PORT:-27077}"
+SPARK_MASTER_WEBUI_PORT="${SPARK_MASTER_WEBUI_PORT:-27080}"
+SPARK_WORKER_WEBUI_PORT="${SPARK_WORKER_WEBUI_PORT:-27081}"  # worker i (from 0) uses this + i
+SPARK_WORKERS="${SPARK_WORKERS:-2}"
+SPARK_WORKER_MEMORY="${SPARK_WORKER_MEMORY:-1500m}"
+export STACK_DIR PG_PORT PG_DB ZK_PORT KAFKA_PORT KAFKA_CONTROLLER_PORT REGISTRY_PORT SPARK_MASTER_PORT
 
 PG_DSN="host=127.0.0.1 port=$PG_PORT dbname=$PG_DB user=postgres"
 ZK_HOSTS="127.0.0.1:$ZK_PORT"
 KAFKA_BOOTSTRAP="127.0.0.1:$KAFKA_PORT"
 REGISTRY_URL="http://127.0.0.1:$REGISTRY_PORT/apis/ccompat/v7"
+SPARK_MASTER="spark://127.0.0.1:$SPARK_MASTER_PORT"
 
 log() { echo "[stack] $*" >&2; }
 die() { echo "[stack] error: $*" >&2; exit 1; }
