@@ -61,7 +61,7 @@ class SparkCluster:
         env.update(SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=str(VENV / "bin" / "python"))
         with open(log, "ab") as out:
             return subprocess.Popen([*cmd, str(REPO / "spark" / script), *args], stdout=out,
-                                    stderr=subprocess.STDOUT, env=env, cwd="/", start_new_session=True)
+                                    stderr=subprocess.STDOUT, env=env, cwd=log.parent, start_new_session=True)
 
     def run(self, script: str, *args: str, log: Path, timeout: float = 600, **kw) -> None:
         """submit and wait; raises AssertionError with the log's tail when the job fails."""

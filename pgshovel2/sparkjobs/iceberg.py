@@ -51,6 +51,16 @@ class Catalog:
                 f"{prefix}.warehouse": self.location}
 
 
+def require_runtime(spark) -> None:
+    """Raise BootstrapError unless Iceberg's Spark runtime and the ``pgshovel`` catalog are configured."""
+    from pgshovel2.sparkjobs.session import require_class
+
+    require_class(spark, RUNTIME_CLASS, "pass iceberg-spark-runtime-4.0_2.13 (scripts/install.sh fetches it "
+                  "into .cache/spark-jars; spark-submit --jars)")
+    if not spark.conf.get(f"spark.sql.catalog.{CATALOG}", None):
+        raise BootstrapError(f"no Iceberg catalog {CATALOG!r} in the Spark session: pass --catalog hadoop:PATH")
+
+
 def quote(part: str) -> str:
     """A Spark SQL identifier part in backquotes."""
     return "`" + part.replace("`", "``") + "`"

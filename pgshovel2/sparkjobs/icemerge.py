@@ -39,13 +39,13 @@ def run(spark, options: MaterializeOptions, catalog: iceberg.Catalog) -> None:
         raise BootstrapError(f"materialize --format iceberg supports sets with encoding avro and envelope row; "
                              f"set {manifest.set!r} has {manifest.set_record.config.encoding}/"
                              f"{manifest.set_record.config.envelope}")
-    if manifest.output != "parquet":
-        raise BootstrapError(f"bootstrap {options.bootstrap} went to Kafka: materialize needs a Parquet bootstrap")
+    if manifest.output not in ("parquet", "iceberg"):
+        raise BootstrapError(f"bootstrap {options.bootstrap} went to {manifest.output}: materialize --format "
+                             "iceberg needs a Parquet or Iceberg bootstrap")
     if not options.stream or not options.checkpoint:
         raise BootstrapError("materialize --format iceberg runs as a stream: pass --stream --checkpoint DIR "
                              "(--available-now to stop when caught up)")
-    require_class(spark, iceberg.RUNTIME_CLASS, "pass iceberg-spark-runtime-4.0_2.13 (scripts/install.sh "
-                  "fetches it into .cache/spark-jars; spark-submit --jars)")
+    iceberg.require_runtime(spark)
     require_class(spark, "org.apache.spark.sql.kafka010.KafkaSourceProvider",
                   "pass the spark-sql-kafka-0-10 package (scripts/install.sh fetches it into .cache/spark-jars)")
     job = IcebergJob(spark, manifest, options)
@@ -73,7 +73,11 @@ class IcebergJob(_Job):
                 raise BootstrapError(f"table {table.qualified} has no key: an Iceberg MERGE needs one")
             target = self.ident(table)
             if iceberg.exists(self.spark, target):
+                self._check_handoff(target)
                 continue
+            if self.manifest.output == "iceberg":
+                raise BootstrapError(f"Iceberg table {target} of bootstrap {self.options.bootstrap} is missing "
+                                     "from the catalog: pass the catalog the bootstrap wrote to")
             self.spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {target.rsplit('.', 1)[0]}")
             base = self.spark.read.parquet(self.manifest.table_path(self.options.bootstrap, copy))
             base = base.withColumn(changes.POSITION, sf.lit(""))
@@ -83,6 +87,13 @@ class IcebergJob(_Job):
              .tableProperty(iceberg.OFFSETS_KEY, _offsets_json(self.manifest))
              .create())
             log.info("created Iceberg table %s from the bootstrap (%d rows)", target, copy.rows)
+
+    def _check_handoff(self, target: str) -> None:
+        """Raise BootstrapError when an existing table was started from another bootstrap."""
+        recorded = iceberg.properties(self.spark, target).get(iceberg.HANDOFF_KEY)
+        if recorded != str(self.manifest.handoff_point):
+            raise BootstrapError(f"Iceberg table {target} starts at handoff {recorded!r}, not at this bootstrap's "
+                                 f"{self.manifest.handoff_point}: use its own bootstrap or a new catalog")
 
     def merge(self, batch, batch_id: int) -> None:
         """Apply one micro-batch to every table (a MERGE per table that the batch changes)."""
