@@ -2,7 +2,7 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: install stack-up stack-down stack-status demo test test-matrix chaos unit lint bench clean
+.PHONY: install stack-up stack-down stack-status spark-up spark-down demo test test-matrix chaos unit lint bench clean
 
 install:
 	scripts/install.sh
@@ -15,6 +15,13 @@ stack-down:
 
 stack-status:
 	scripts/stack.sh status
+
+# A Spark standalone cluster (master + 2 workers on 127.0.0.1) for spark-submit --master spark://...
+spark-up: install
+	scripts/stack.sh spark-up
+
+spark-down:
+	scripts/stack.sh spark-down
 
 demo: stack-up
 	$(PY) scripts/demo.py

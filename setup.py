@@ -27,6 +27,8 @@ setup(
         # 4.0.x: newer releases' spark-token-provider-kafka (a dependency of the Kafka
         # connector) is missing from Maven Central. pandas: PySpark's mapInArrow insists on it.
         "spark": ["pyspark>=4.0,<4.1", "pyarrow>=15", "pandas>=2.0,<3"],
+        # PyIceberg: the second engine reading the Iceberg tables materialize writes (tests, audit).
+        "iceberg": ["pyiceberg>=0.9,<1"],
     },
     entry_points={
         "console_scripts": [

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs everything pgshovel2 needs on a fresh Debian 12 machine, idempotently:
 # Debian packages, the pgshovel2 PostgreSQL extension, the Python venv, the
-# native row codec (Rust), the Kafka broker jars (Maven Central), the schema registry and the stock PostgreSQL
+# native row codec (Rust), the Kafka broker jars, Spark's Kafka connector and Iceberg runtime (Maven
+# Central), the schema registry and the stock PostgreSQL
 # 14/16/17/18 binaries of the tests (scripts/pg-stock.sh).
 set -euo pipefail
 source "$(dirname "$0")/env.sh"
@@ -78,6 +79,14 @@ if [ ! -f "$SPARK_JARS/.complete-$SPARK_VERSION" ]; then
     if ls "$pyspark_jars/$artifact"-[0-9]*.jar >/dev/null 2>&1; then rm "$jar"; fi
   done
   touch "$SPARK_JARS/.complete-$SPARK_VERSION"
+fi
+# Apache Iceberg's Spark runtime (one shaded jar) for materialize/bootstrap --format iceberg.
+if [ ! -f "$SPARK_JARS/.complete-iceberg-$ICEBERG_VERSION" ]; then
+  log "fetching iceberg-spark-runtime-4.0_2.13 $ICEBERG_VERSION from Maven Central"
+  rm -f "$SPARK_JARS"/iceberg-spark-runtime-*.jar
+  mvn -q -B -s "$REPO/scripts/spark/settings.xml" dependency:copy \
+      -Dartifact="org.apache.iceberg:iceberg-spark-runtime-4.0_2.13:$ICEBERG_VERSION" -DoutputDirectory="$SPARK_JARS"
+  touch "$SPARK_JARS/.complete-iceberg-$ICEBERG_VERSION"
 fi
 
 # Stock PostgreSQL servers (no C of ours, like a managed service) for the tests: Zonky's binaries.

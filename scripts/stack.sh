@@ -3,6 +3,7 @@
 # when installed, the schema registry. All state lives under $STACK_DIR; every
 # service listens on 127.0.0.1 only.
 #   scripts/stack.sh up|down|status|env
+#   scripts/stack.sh spark-up|spark-down   (a Spark standalone master + workers, scripts/env.sh SPARK_*)
 #   scripts/stack.sh start|stop postgres|pgqd|zookeeper|kafka|registry   (one service)
 #   scripts/stack.sh crash postgres|zookeeper|kafka   (a crash: immediate shutdown / SIGKILL, for fault tests)
 set -euo pipefail
@@ -190,6 +191,49 @@ registry_up() {
   log "schema registry ready at $REGISTRY_URL"
 }
 
+# The Spark standalone cluster, from the venv's pyspark (its spark-class): a master and
+# $SPARK_WORKERS workers of 1 core each, all on 127.0.0.1. Executors run $VENV/bin/python (the
+# Python that came with this Spark); the jobs ship pgshovel2 itself with --py-files.
+spark_up() {
+  local dir="$STACK_DIR/spark"
+  local spark_class="$VENV/bin/spark-class"
+  [ -x "$spark_class" ] || die "no spark-class in $VENV/bin: install pyspark (scripts/install.sh)"
+  mkdir -p "$dir"
+  export SPARK_LOCAL_IP=127.0.0.1 SPARK_LOCAL_HOSTNAME=127.0.0.1 PYSPARK_PYTHON="$VENV/bin/python"
+  if alive "$dir/master.pid"; then
+    log "spark master already running on $SPARK_MASTER_PORT"
+  else
+    require_free_port spark-master "$SPARK_MASTER_PORT" SPARK_MASTER_PORT
+    require_free_port spark-master-webui "$SPARK_MASTER_WEBUI_PORT" SPARK_MASTER_WEBUI_PORT
+    SPARK_DAEMON_MEMORY=256m nohup "$spark_class" org.apache.spark.deploy.master.Master --host 127.0.0.1 \
+      --port "$SPARK_MASTER_PORT" --webui-port "$SPARK_MASTER_WEBUI_PORT" > "$dir/master.log" 2>&1 &
+    echo $! > "$dir/master.pid"
+    wait_for spark-master 60 port_open "$SPARK_MASTER_PORT"
+  fi
+  local i
+  for i in $(seq 0 $((SPARK_WORKERS - 1))); do
+    if alive "$dir/worker-$i.pid"; then continue; fi
+    local webui=$((SPARK_WORKER_WEBUI_PORT + i))
+    require_free_port spark-worker-webui "$webui" SPARK_WORKER_WEBUI_PORT
+    mkdir -p "$dir/work-$i"
+    SPARK_DAEMON_MEMORY=256m nohup "$spark_class" org.apache.spark.deploy.worker.Worker "$SPARK_MASTER" \
+      --host 127.0.0.1 --cores 1 --memory "$SPARK_WORKER_MEMORY" --webui-port "$webui" \
+      --work-dir "$dir/work-$i" > "$dir/worker-$i.log" 2>&1 &
+    echo $! > "$dir/worker-$i.pid"
+  done
+  wait_for spark-workers 60 bash -c "[ \$(curl -sf http://127.0.0.1:$SPARK_MASTER_WEBUI_PORT/json/ |
+    $VENV/bin/python -c 'import json,sys; print(sum(w[\"state\"] == \"ALIVE\" for w in json.load(sys.stdin)[\"workers\"]))') -ge $SPARK_WORKERS ]"
+  log "spark master $SPARK_MASTER with $SPARK_WORKERS worker(s)"
+}
+
+spark_down() {
+  local f
+  for f in "$STACK_DIR"/spark/worker-*.pid "$STACK_DIR/spark/master.pid"; do
+    [ -e "$f" ] && java_down "$f"
+  done
+  return 0
+}
+
 java_down() {  # pidfile
   if alive "$1"; then
     local pid; pid=$(cat "$1")
@@ -204,7 +248,12 @@ case "${1:-}" in
   up)
     mkdir -p "$STACK_DIR"
     pg_up; pgqd_up; zk_up; kafka_up; registry_up ;;
+  spark-up)
+    mkdir -p "$STACK_DIR"; spark_up ;;
+  spark-down)
+    spark_down; log "spark stopped" ;;
   down)
+    spark_down
     pgqd_down
     java_down "$STACK_DIR/registry/registry.pid"
     java_down "$STACK_DIR/kafka/kafka.pid"
@@ -246,6 +295,7 @@ case "${1:-}" in
     echo "export PGSHOVEL_ZOOKEEPER_HOSTS=$ZK_HOSTS"
     echo "export PGSHOVEL_TEST_DSN='$PG_DSN'"
     echo "export PGSHOVEL_KAFKA_BOOTSTRAP=$KAFKA_BOOTSTRAP"
-    echo "export PGSHOVEL_SCHEMA_REGISTRY=$REGISTRY_URL" ;;
-  *) echo "usage: $0 up|down|status|env | start|stop|crash SERVICE" >&2; exit 2 ;;
+    echo "export PGSHOVEL_SCHEMA_REGISTRY=$REGISTRY_URL"
+    echo "export PGSHOVEL_SPARK_MASTER=$SPARK_MASTER" ;;
+  *) echo "usage: $0 up|down|status|env | spark-up|spark-down | start|stop|crash SERVICE" >&2; exit 2 ;;
 esac

@@ -19,6 +19,7 @@ import psycopg2
 import pytest
 
 from tests.pgservers import PgServer, extra_port
+from tests.spark_cluster import spark_cluster  # noqa: F401  (a fixture)
 from tests.stock import SELECTION_ENV, StockServers, make_target, stock_majors, target_names
 
 REPO = Path(__file__).resolve().parent.parent

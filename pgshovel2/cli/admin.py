@@ -4,6 +4,7 @@ import json
 
 import click
 
+from pgshovel2.cli.audit import audit
 from pgshovel2.cli.bootstrap import bootstrap
 from pgshovel2.cli.cluster import cluster_group, relay_group
 from pgshovel2.cli.common import env_option, log_level_option, reports_errors, setup_logging, zookeeper_options
@@ -288,3 +289,4 @@ main.add_command(replicate)
 main.add_command(cluster_group)
 main.add_command(relay_group)
 main.add_command(bootstrap)
+main.add_command(audit)

@@ -21,6 +21,10 @@ def _options(func):
                      help="Directory to create: manifest.json and tables/<schema>.<table>/ (Parquet)."),
         click.option("--to-kafka", is_flag=True,
                      help="Write the relay's op=r messages to the set's topics instead of Parquet."),
+        click.option("--format", "fmt", type=click.Choice(["parquet", "iceberg"]), default="parquet",
+                     show_default=True, help="iceberg: write the Iceberg tables pgshovel.<set>.<schema>.<table> "
+                     "of --catalog (handoff in their properties); the manifest still goes to --output."),
+        click.option("--catalog", default=None, help="Iceberg catalog (--format iceberg): hadoop:WAREHOUSE_PATH."),
         env_option("--bootstrap-servers", default="127.0.0.1:9092", help="Kafka bootstrap servers."),
         env_option("--schema-registry", default=None, help="Schema registry URL (Avro sets, --to-kafka)."),
         click.option("--master", default=None, help="Spark master (default local[*]; under spark-submit, "
@@ -39,17 +43,20 @@ def _options(func):
     return func
 
 
-def bootstrap_set(hosts: str, cluster: str, set_name: str, output: str, to_kafka: bool, bootstrap_servers: str,
-                  schema_registry: str | None, master: str | None, jdbc_jar: str, partition_rows: int,
-                  fetch_size: int, native: bool = True) -> None:
+def bootstrap_set(hosts: str, cluster: str, set_name: str, output: str, to_kafka: bool, fmt: str,
+                  catalog: str | None, bootstrap_servers: str, schema_registry: str | None, master: str | None,
+                  jdbc_jar: str, partition_rows: int, fetch_size: int, native: bool = True) -> None:
     """Run the bootstrap job and print where its manifest is."""
-    from pgshovel2.sparkjobs import bootstrap, session
+    from pgshovel2.sparkjobs import bootstrap, iceberg, session
 
+    if (fmt == "iceberg") != (catalog is not None) or (fmt == "iceberg" and to_kafka):
+        raise click.UsageError("--format iceberg needs --catalog (and no --to-kafka); --catalog needs it")
+    ice = iceberg.Catalog.parse(catalog) if catalog else None
     master = master or default_master()
     jars = session.jars(jdbc_jar) if master else None
-    spark = session.session(master, f"pgshovel2 bootstrap {set_name}", jars)
+    spark = session.session(master, f"pgshovel2 bootstrap {set_name}", jars, ice.settings() if ice else None)
     options = bootstrap.BootstrapOptions(output, bootstrap_servers, schema_registry, to_kafka, partition_rows,
-                                         fetch_size=fetch_size, native=native)
+                                         fetch_size=fetch_size, native=native, iceberg=ice)
     try:
         with ClusterStore(hosts, cluster) as store:
             manifest = bootstrap.run(spark, store, set_name, options)

@@ -39,7 +39,8 @@ from pgshovel2.consumer.topics import SetTopics
 from pgshovel2.db import redacted
 from pgshovel2.errors import PgshovelError
 from pgshovel2.setrecord import SetRecord
-from pgshovel2.sparkjobs import readplan
+from pgshovel2.sparkjobs import icebootstrap, readplan
+from pgshovel2.sparkjobs.iceberg import Catalog
 from pgshovel2.sparkjobs.readplan import ROW_ALIAS, ReadPlan, jdbc_url
 from pgshovel2.sparkjobs.session import require_class
 from pgshovel2.wire import snapshot_header
@@ -59,6 +60,9 @@ class BootstrapOptions:
     max_partitions: per table; fetch_size: JDBC rows per round trip.
     native: read tables of plain types (readplan.is_native) as JDBC columns
     straight into Parquet, without Python per row (Parquet output only).
+    iceberg: write the tables into this Iceberg catalog (pgshovel2.sparkjobs.iceberg:
+    pgshovel.<set>.<schema>.<table>, handoff and offsets in their properties) instead of
+    Parquet; the manifest is still written to output.
     """
 
     output: str
@@ -69,6 +73,7 @@ class BootstrapOptions:
     max_partitions: int = 64
     fetch_size: int = 10_000
     native: bool = True
+    iceberg: Catalog | None = None
 
 
 def run(spark, store: ClusterStore, set_name: str, options: BootstrapOptions) -> Manifest:
@@ -91,20 +96,26 @@ def run(spark, store: ClusterStore, set_name: str, options: BootstrapOptions) ->
     offsets = _kafka_offsets(topics, options.bootstrap_servers)
     tmp = output.parent / f".{output.name}.tmp-{uuid.uuid4().hex[:8]}"
     tmp.mkdir(parents=True)
+    kafka_offsets = {t: {str(p): o for (tt, p), o in sorted(offsets.items()) if tt == t}
+                     for t in sorted({t for t, _ in offsets})}
+    tables = icebootstrap.Tables(spark, set_name, kafka_offsets) if options.iceberg else None
+    if tables:
+        tables.check_absent(record.tables)
     try:
-        copies, handoff = _copy(spark, record, topics, tmp, options)
+        copies, handoff = _copy(spark, record, topics, tmp, options, tables)
         manifest = Manifest(
             set=set_name, cluster=store.cluster, set_version=record.version,
             record=record.replace(config=replace(record.config, dsn=redacted(record.dsn))).to_dict(),
-            output="kafka" if options.to_kafka else "parquet", tables=copies,
+            output=_output_kind(options), tables=copies,
             handoff=handoff,
-            kafka_offsets={t: {str(p): o for (tt, p), o in sorted(offsets.items()) if tt == t}
-                           for t in sorted({t for t, _ in offsets})},
+            kafka_offsets=kafka_offsets,
             created_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
         manifest.write(tmp)
         os.rename(tmp, output)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
+        if tables:
+            tables.drop_created()
         raise
     log.info("bootstrap of set %r complete: %s (%d rows)", set_name, output, sum(c.rows for c in copies))
     return manifest
@@ -119,8 +130,12 @@ def _kafka_offsets(topics: SetTopics, bootstrap: str) -> dict[tuple[str, int], i
     return end_offsets(admin, [data, [(topics.transactions, 0)]], bootstrap)
 
 
-def _copy(spark, record: SetRecord, topics: SetTopics, tmp: Path,
-          options: BootstrapOptions) -> tuple[list[TableCopy], dict]:
+def _output_kind(options: BootstrapOptions) -> str:
+    return "kafka" if options.to_kafka else "iceberg" if options.iceberg else "parquet"
+
+
+def _copy(spark, record: SetRecord, topics: SetTopics, tmp: Path, options: BootstrapOptions,
+          tables: "icebootstrap.Tables | None") -> tuple[list[TableCopy], dict]:
     """Export the snapshot and copy every table under it; returns (copies, handoff record)."""
     url, props = jdbc_url(record.dsn)
     by_table = {(t.schema, t.name): t.topic for t in topics.tables}
@@ -136,7 +151,13 @@ def _copy(spark, record: SetRecord, topics: SetTopics, tmp: Path,
                 raw = _read(spark, plan, url, props, snap.snapshot_id, options.fetch_size)
                 topic = by_table[(plan.table.schema, plan.table.name)]
                 try:
-                    copy = (writer.write(plan, raw, topic) if writer else _write_parquet(spark, plan, raw, tmp, topic))
+                    if writer:
+                        copy = writer.write(plan, raw, topic)
+                    elif tables:
+                        copy = tables.write(plan.table, logical_frame(plan, raw), topic, plan.partitions,
+                                            str(snap.handoff))
+                    else:
+                        copy = _write_parquet(spark, plan, raw, tmp, topic)
                 except PgshovelError:
                     raise
                 except Exception as exc:  # Spark/JDBC failures arrive as Py4JJavaError or PySpark errors
@@ -200,20 +221,25 @@ def table_dir(schema: str, name: str) -> str:
     return f"{names.topic_part(schema)}.{names.topic_part(name)}"
 
 
-def _write_parquet(spark, plan: ReadPlan, raw, tmp: Path, topic: str) -> TableCopy:
+def logical_frame(plan: ReadPlan, raw):
+    """The table's rows as the codec's logical Spark columns (pgshovel2.codec.spark)."""
     from pyspark.sql.pandas.types import to_arrow_schema
     from pyspark.sql.types import StructType
 
-    table = plan.table
-    cols = spark_codec.columns(table)
+    cols = spark_codec.columns(plan.table)
     physical = StructType(spark_codec.physical_fields(cols))
     if plan.native:  # JDBC already gives the codec's values; only the Spark types are aligned
         df = raw.select(*[raw[spark_codec.quote(c.name)].cast(c.physical).alias(c.name) for c in cols])
     else:
-        df = raw.select(ROW_ALIAS).mapInArrow(physical_converter(table, to_arrow_schema(physical)), physical)
+        df = raw.select(ROW_ALIAS).mapInArrow(physical_converter(plan.table, to_arrow_schema(physical)), physical)
+    return df.selectExpr(*spark_codec.logical_exprs(cols))
+
+
+def _write_parquet(spark, plan: ReadPlan, raw, tmp: Path, topic: str) -> TableCopy:
+    table = plan.table
     rel = f"tables/{table_dir(table.schema, table.name)}"
     path = str(tmp / rel)
-    df.selectExpr(*spark_codec.logical_exprs(cols)).write.parquet(path)
+    logical_frame(plan, raw).write.parquet(path)
     n, checksum = spark.read.parquet(path).selectExpr(
         "count(*)", "CAST(coalesce(sum(CAST(xxhash64(*) AS DECIMAL(38,0))), 0) AS STRING)").first()
     return TableCopy(table.schema, table.name, topic, rel, int(n), checksum, plan.partitions)
@@ -289,4 +315,5 @@ class _KafkaWriter:
         self.sink.close()
 
 
-__all__ = ["BootstrapError", "BootstrapOptions", "ConsumerError", "physical_converter", "run", "table_dir"]
+__all__ = ["BootstrapError", "BootstrapOptions", "ConsumerError", "logical_frame", "physical_converter", "run",
+           "table_dir"]

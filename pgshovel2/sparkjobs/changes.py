@@ -4,8 +4,8 @@ Python; runs inside Spark's Python workers).
 A data message becomes ``physical values + (op, position, offset)``: the
 value's Avro datum (decoded without logical types, pgshovel2.consumer.decode)
 or, for a tombstone, the key's fields. Skipped: snapshot rows (op ``r``) and
-every change whose source transaction is visible in the bootstrap's txid
-snapshot (it is in the bootstrap copy already).
+every change the bootstrap's handoff covers (in the copy already): a txid
+snapshot (trigger backend) or an LSN (logical backend), in their text form.
 """
 
 import json
@@ -17,7 +17,7 @@ from pgshovel2.catalog import Table
 from pgshovel2.codec import spark as spark_codec
 from pgshovel2.consumer.decode import Decoder
 from pgshovel2.consumer.errors import ConsumerError
-from pgshovel2.txids import TxidSnapshot
+from pgshovel2.txids import parse_handoff
 
 OP, POSITION, OFFSET = "__pgshovel_op", "__pgshovel_position", "__pgshovel_offset"
 UNCHANGED = "__pgshovel_unchanged"  # column names whose values the source did not log (pgshovel.unchanged)
@@ -27,14 +27,14 @@ def _headers(headers: Iterable[Any] | None) -> dict[str, str]:
     return {h[0]: (h[1].decode("utf-8") if h[1] is not None else None) for h in headers or ()}
 
 
-def change_rows(table: Table, registry_url: str | None, snapshot: str):
+def change_rows(table: Table, registry_url: str | None, handoff: str):
     """mapPartitions function: Kafka rows (key, value, partition, offset, headers) of the table's
     topic -> physical rows + [op, position, offset, unchanged column names]. Raises ConsumerError
     naming a bad message."""
     cols = spark_codec.columns(table)
 
     def convert(rows: Iterator[Any]) -> Iterator[list]:
-        decoder, snap = Decoder(registry_url, raw=True), TxidSnapshot.parse(snapshot)
+        decoder, point = Decoder(registry_url, raw=True), parse_handoff(handoff)
         for row in rows:
             where = f"{table.qualified} message at partition {row['partition']} offset {row['offset']}"
             headers = _headers(row["headers"])
@@ -42,7 +42,7 @@ def change_rows(table: Table, registry_url: str | None, snapshot: str):
                 op, txid, position = headers[wire.OP], int(headers[wire.TXID]), headers[wire.POSITION]
             except (KeyError, TypeError, ValueError) as exc:
                 raise ConsumerError(f"{where}: missing or malformed pgshovel headers {headers!r}") from exc
-            if op == "r" or snap.visible(txid):
+            if op == "r" or point.covers(txid, position):
                 continue
             value = decoder.decode(row["value"], f"the value of {where}")
             datum = value if value is not None else decoder.decode(row["key"], f"the key of {where}")
@@ -73,13 +73,13 @@ def unchanged_columns(headers: dict[str, str], op: str, where: str) -> list[str]
     return cols
 
 
-def truncations(registry_url: str | None, snapshot: str):
+def truncations(registry_url: str | None, handoff: str):
     """mapPartitions function: transactions-topic rows -> (table topic, position) of each TRUNCATE
-    not visible in the snapshot."""
+    the handoff (text form) does not cover."""
     def convert(rows: Iterator[Any]) -> Iterator[tuple[str, str]]:
-        decoder, snap = Decoder(registry_url, raw=True), TxidSnapshot.parse(snapshot)
+        decoder, point = Decoder(registry_url, raw=True), parse_handoff(handoff)
         for row in rows:
             rec = decoder.decode(row["value"], f"transactions record at offset {row['offset']}")
-            if rec and rec.get("type") == "TRUNCATE" and not snap.visible(rec["txid"]):
+            if rec and rec.get("type") == "TRUNCATE" and not point.covers(rec["txid"], rec["position"]):
                 yield rec["table"], rec["position"]
     return convert

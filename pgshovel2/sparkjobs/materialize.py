@@ -2,7 +2,7 @@
 
 Changes are read from Kafka (spark-sql-kafka-0-10, ``read_committed``) from
 the bootstrap manifest's offsets, decoded by the project's consumer decoder
-(pgshovel2.sparkjobs.changes), filtered by the manifest's txid snapshot and
+(pgshovel2.sparkjobs.changes), filtered by the manifest's handoff (txid snapshot or LSN) and
 applied per key in ``pgshovel.position`` order (a tombstone deletes; a
 TRUNCATE on the transactions topic deletes every row older than it).
 
@@ -80,7 +80,6 @@ def run(spark, options: MaterializeOptions) -> None:
 class _Job:
     def __init__(self, spark, manifest: Manifest, options: MaterializeOptions):
         self.spark, self.manifest, self.options = spark, manifest, options
-        manifest.txid_snapshot  # noqa: B018 -- raises BootstrapError for a logical set's bootstrap (LSN handoff)
         record = manifest.set_record
         self.topics = SetTopics.from_record(record)
         self.tables = {(t.schema, t.name): t for t in record.tables}
@@ -139,7 +138,7 @@ class _Job:
 
     def _truncations(self, batch) -> dict[str, str]:
         """Table topic -> position of its last TRUNCATE in the batch (not visible in the snapshot)."""
-        snapshot = self.manifest.handoff["txid_snapshot"]
+        snapshot = str(self.manifest.handoff_point)
         txns = batch.filter(batch.topic == self.topics.transactions).select("value", "offset")
         out: dict[str, str] = {}
         for topic, position in txns.rdd.mapPartitions(changes.truncations(self.options.registry_url,
@@ -168,7 +167,7 @@ class _Job:
                 st.StructField(changes.OFFSET, st.LongType()),
                 st.StructField(changes.UNCHANGED, st.ArrayType(st.StringType()))]
         data = batch.filter(batch.topic == topic).select("key", "value", "partition", "offset", "headers")
-        convert = changes.change_rows(table, self.options.registry_url, self.manifest.handoff["txid_snapshot"])
+        convert = changes.change_rows(table, self.options.registry_url, str(self.manifest.handoff_point))
         physical = self.spark.createDataFrame(data.rdd.mapPartitions(convert),
                                               st.StructType(spark_codec.physical_fields(cols) + meta),
                                               verifySchema=False)

@@ -1,9 +1,9 @@
 """The SparkSession of the jobs: settings they rely on, the JDBC driver and Kafka connector jars.
 
 Jars: the PostgreSQL JDBC driver (Debian's libpostgresql-jdbc-java,
-``/usr/share/java/postgresql.jar``) and spark-sql-kafka-0-10 with its
-dependencies (fetched from Maven Central by scripts/install.sh into
-``.cache/spark-jars``). Under spark-submit on a cluster pass them with
+``/usr/share/java/postgresql.jar``), spark-sql-kafka-0-10 with its
+dependencies and iceberg-spark-runtime-4.0_2.13 (fetched from Maven Central by
+scripts/install.sh into ``.cache/spark-jars``). Under spark-submit on a cluster pass them with
 ``--jars``/``--packages`` instead; they are then already on the classpath.
 """
 

@@ -1,0 +1,173 @@
+"""The materialize job into Apache Iceberg: one MERGE INTO per table and micro-batch.
+
+Start: each captured table's Iceberg table (pgshovel2.sparkjobs.iceberg) is
+created from the bootstrap's Parquet copy when it does not exist yet, in one
+atomic CREATE TABLE AS SELECT that records the handoff and start offsets in
+its properties. Then Structured Streaming reads the set's topics from the
+manifest's offsets; foreachBatch decodes each batch (pgshovel2.sparkjobs.changes,
+changes the handoff covers skipped), keeps the batch's last change per key in
+``pgshovel.position`` order (values an UPDATE left unchanged and unlogged
+taken from the key's previous change in the batch, else from the table), and
+MERGEs it: deletes, updates, inserts; a TRUNCATE in the batch also deletes
+every row the batch does not write after it (WHEN NOT MATCHED BY SOURCE).
+
+Exactly once: the commit's snapshot summary names the checkpoint and batch
+id; a replayed batch (driver killed after the MERGE, before the checkpoint
+committed) finds it and is skipped.
+"""
+
+import logging
+import os
+
+from pgshovel2.bootstrap.manifest import BootstrapError, Manifest
+from pgshovel2.catalog import Table
+from pgshovel2.codec import spark as spark_codec
+from pgshovel2.sparkjobs import changes, iceberg
+from pgshovel2.sparkjobs.materialize import MaterializeOptions, _Job
+from pgshovel2.sparkjobs.session import require_class
+
+log = logging.getLogger(__name__)
+KEEP = "__pgshovel_keep_"  # + column index: true when the batch did not log that column's value
+
+
+def run(spark, options: MaterializeOptions, catalog: iceberg.Catalog) -> None:
+    """Create the Iceberg tables from the bootstrap if needed, then merge micro-batches until
+    stopped (options.available_now: until caught up). Raises BootstrapError for an unusable
+    bootstrap or missing jars; the stream's errors propagate (StreamingQueryException)."""
+    manifest = Manifest.load(options.bootstrap)
+    if manifest.set_record.config.encoding != "avro" or manifest.set_record.config.envelope != "row":
+        raise BootstrapError(f"materialize --format iceberg supports sets with encoding avro and envelope row; "
+                             f"set {manifest.set!r} has {manifest.set_record.config.encoding}/"
+                             f"{manifest.set_record.config.envelope}")
+    if manifest.output not in ("parquet", "iceberg"):
+        raise BootstrapError(f"bootstrap {options.bootstrap} went to {manifest.output}: materialize --format "
+                             "iceberg needs a Parquet or Iceberg bootstrap")
+    if not options.stream or not options.checkpoint:
+        raise BootstrapError("materialize --format iceberg runs as a stream: pass --stream --checkpoint DIR "
+                             "(--available-now to stop when caught up)")
+    iceberg.require_runtime(spark)
+    require_class(spark, "org.apache.spark.sql.kafka010.KafkaSourceProvider",
+                  "pass the spark-sql-kafka-0-10 package (scripts/install.sh fetches it into .cache/spark-jars)")
+    job = IcebergJob(spark, manifest, options)
+    job.create_tables()
+    job.stream()
+
+
+class IcebergJob(_Job):
+    """The Parquet job's Kafka reading and TRUNCATE decoding, with an Iceberg merge."""
+
+    def __init__(self, spark, manifest: Manifest, options: MaterializeOptions):
+        super().__init__(spark, manifest, options)
+        self.checkpoint = os.path.abspath(options.checkpoint or "")
+
+    def ident(self, table: Table) -> str:
+        return iceberg.ident(self.manifest.set, table.schema, table.name)
+
+    def create_tables(self) -> None:
+        """CREATE TABLE AS the bootstrap copy (position '') for every table not created yet."""
+        from pyspark.sql import functions as sf
+
+        for copy in self.manifest.tables:
+            table = self.tables[(copy.schema, copy.name)]
+            if not table.key:
+                raise BootstrapError(f"table {table.qualified} has no key: an Iceberg MERGE needs one")
+            target = self.ident(table)
+            if iceberg.exists(self.spark, target):
+                self._check_handoff(target)
+                continue
+            if self.manifest.output == "iceberg":
+                raise BootstrapError(f"Iceberg table {target} of bootstrap {self.options.bootstrap} is missing "
+                                     "from the catalog: pass the catalog the bootstrap wrote to")
+            self.spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {target.rsplit('.', 1)[0]}")
+            base = self.spark.read.parquet(self.manifest.table_path(self.options.bootstrap, copy))
+            base = base.withColumn(changes.POSITION, sf.lit(""))
+            (base.writeTo(target).using("iceberg").tableProperty("format-version", "2")
+             .tableProperty(iceberg.SET_KEY, self.manifest.set)
+             .tableProperty(iceberg.HANDOFF_KEY, str(self.manifest.handoff_point))
+             .tableProperty(iceberg.OFFSETS_KEY, _offsets_json(self.manifest))
+             .create())
+            log.info("created Iceberg table %s from the bootstrap (%d rows)", target, copy.rows)
+
+    def _check_handoff(self, target: str) -> None:
+        """Raise BootstrapError when an existing table was started from another bootstrap."""
+        recorded = iceberg.properties(self.spark, target).get(iceberg.HANDOFF_KEY)
+        if recorded != str(self.manifest.handoff_point):
+            raise BootstrapError(f"Iceberg table {target} starts at handoff {recorded!r}, not at this bootstrap's "
+                                 f"{self.manifest.handoff_point}: use its own bootstrap or a new catalog")
+
+    def merge(self, batch, batch_id: int) -> None:
+        """Apply one micro-batch to every table (a MERGE per table that the batch changes)."""
+        batch = batch.persist()
+        try:
+            truncated = self._truncations(batch)
+            for t in self.topics.tables:
+                table = self.tables[(t.schema, t.name)]
+                target = self.ident(table)
+                if iceberg.committed(self.spark, target, self.checkpoint, batch_id):
+                    log.info("%s: micro-batch %d was merged before a restart: skipping it", target, batch_id)
+                    continue
+                latest = self._latest(table, t.topic, batch, truncated.get(t.topic))
+                if t.topic not in truncated and latest.isEmpty():
+                    continue
+                view = f"pgshovel_batch_{abs(hash(target))}"
+                latest.createOrReplaceTempView(view)
+                summary = {iceberg.CHECKPOINT_KEY: self.checkpoint, iceberg.BATCH_KEY: str(batch_id)}
+                iceberg.run_with_summary(self.spark, merge_sql(table, target, view, t.topic in truncated), summary)
+                self.spark.catalog.dropTempView(view)
+        finally:
+            batch.unpersist()
+        log.info("merged micro-batch %d", batch_id)
+
+    def _latest(self, table: Table, topic: str, batch, truncated_at: str | None):
+        """The batch's last change per key: logical columns, KEEP flags, op and position."""
+        from pyspark.sql import Window
+        from pyspark.sql import functions as sf
+        from pyspark.sql import types as st
+
+        cols = spark_codec.columns(table)
+        meta = [st.StructField(changes.OP, st.StringType()), st.StructField(changes.POSITION, st.StringType()),
+                st.StructField(changes.OFFSET, st.LongType()),
+                st.StructField(changes.UNCHANGED, st.ArrayType(st.StringType()))]
+        data = batch.filter(batch.topic == topic).select("key", "value", "partition", "offset", "headers")
+        convert = changes.change_rows(table, self.options.registry_url, str(self.manifest.handoff_point))
+        physical = self.spark.createDataFrame(data.rdd.mapPartitions(convert),
+                                              st.StructType(spark_codec.physical_fields(cols) + meta),
+                                              verifySchema=False)
+        rows = physical.selectExpr(*spark_codec.logical_exprs(cols), changes.OP, changes.POSITION, changes.OFFSET,
+                                   changes.UNCHANGED)
+        if truncated_at is not None:
+            rows = rows.filter(sf.col(changes.POSITION) > truncated_at)
+        keys = [sf.col(spark_codec.quote(k)) for k in table.key]
+        history = (Window.partitionBy(*keys).orderBy(sf.col(changes.POSITION), sf.col(changes.OFFSET))
+                   .rowsBetween(Window.unboundedPreceding, Window.currentRow))
+        for i, c in enumerate(cols):
+            q = spark_codec.quote(c.name)
+            logged = sf.when(~sf.array_contains(sf.col(changes.UNCHANGED), c.name), sf.struct(sf.col(q).alias("v")))
+            last = sf.last(logged, ignorenulls=True).over(history)
+            rows = rows.withColumn(f"{KEEP}{i}", last.isNull()).withColumn(c.name, last["v"])
+        order = Window.partitionBy(*keys).orderBy(sf.col(changes.POSITION).desc(), sf.col(changes.OFFSET).desc())
+        return rows.withColumn("__rank", sf.row_number().over(order)).filter("__rank = 1").drop("__rank")
+
+
+def merge_sql(table: Table, target: str, source: str, truncated: bool) -> str:
+    """The MERGE INTO statement applying source (IcebergJob._latest rows) to target."""
+    cols = spark_codec.columns(table)
+    q = spark_codec.quote
+    on = " AND ".join(f"t.{q(k)} = s.{q(k)}" for k in table.key)
+    sets = [f"{q(c.name)} = CASE WHEN s.{KEEP}{i} THEN t.{q(c.name)} ELSE s.{q(c.name)} END"
+            for i, c in enumerate(cols)] + [f"{changes.POSITION} = s.{changes.POSITION}"]
+    names = [q(c.name) for c in cols] + [changes.POSITION]
+    statement = (f"MERGE INTO {target} t USING {source} s ON {on} "
+                 f"WHEN MATCHED AND s.{changes.OP} = 'd' THEN DELETE "
+                 f"WHEN MATCHED THEN UPDATE SET {', '.join(sets)} "
+                 f"WHEN NOT MATCHED AND s.{changes.OP} <> 'd' THEN INSERT ({', '.join(names)}) "
+                 f"VALUES ({', '.join('s.' + n for n in names)})")
+    if truncated:
+        statement += " WHEN NOT MATCHED BY SOURCE THEN DELETE"
+    return statement
+
+
+def _offsets_json(manifest: Manifest) -> str:
+    import json
+
+    return json.dumps(manifest.kafka_offsets, sort_keys=True)
