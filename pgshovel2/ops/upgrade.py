@@ -12,7 +12,8 @@ Logical sets (:mod:`pgshovel2.backends.logical_version`): the tables touched are
 against writers, the publication's tables set (pgoutput) and a transactional
 ``pgshovel2.version`` message written in the same transaction: the relay (and our plugin)
 switch at that message's place. Tables added are captured from the upgrade's commit on;
-their existing rows are not copied (online snapshots will).
+their existing rows come as the online snapshot the CLI requests after the upgrade
+(:mod:`pgshovel2.ops.resnapshot`), unless ``--no-snapshot``.
 """
 
 from dataclasses import dataclass, field

@@ -90,7 +90,8 @@ def test_upgrade_adds_table_and_column_while_writing(stack, cluster, db, two_tab
         assert "version 1 -> 2" in dry and "columns added: w" in dry and "added table" in dry
         assert "dry run: nothing was changed" in dry
         assert assert_agree(stack, db, cluster, "up", schema)["version"] == 1
-        out = pgshovel(stack, cluster, "set", "upgrade", "up", str(v2)).stdout
+        # the online snapshot of the table added (the default) is test_online_snapshot's
+        out = pgshovel(stack, cluster, "set", "upgrade", "up", str(v2), "--no-snapshot").stdout
         assert "version 1 -> 2" in out
         at_upgrade = len(written)
         while len(written) < at_upgrade + 200:
