@@ -48,7 +48,9 @@ class SparkColumn:
 
     name: the column's PostgreSQL name (also the Parquet column name);
     field: its Avro field name (the key of decoded Avro datums);
-    sql: expression template over the physical column, ``{}`` = the column.
+    sql: expression template over the physical column, ``{}`` = the column;
+    aliases: the Avro field names of the column's former names (RENAME COLUMN while relayed),
+    under which datums written before the rename carry its value.
     """
 
     name: str
@@ -57,6 +59,7 @@ class SparkColumn:
     convert: Callable[[Any], Any] | None
     sql: str
     nullable: bool
+    aliases: tuple[str, ...] = ()
 
 
 def _decimal(scale: int, as_text: bool) -> Callable[[bytes], Any]:
@@ -109,9 +112,30 @@ def columns(table: Table) -> list[SparkColumn]:
     return out
 
 
+def from_field(field: dict[str, Any]) -> SparkColumn:
+    """The column of one field of a registered value schema (pgshovel2.codec.avro: ``pgshovel.column``,
+    a ``["null", ...]`` union when nullable, ``aliases`` after a rename). Raises KeyError or
+    ValueError for a field pgshovel2 did not write."""
+    avro, nullable = field["type"], False
+    if isinstance(avro, list) and "null" in avro:
+        nullable, branches = True, [b for b in avro if b != "null"]
+        avro = branches[0] if len(branches) == 1 else branches
+    physical, convert, sql = _spark_type(avro)
+    return SparkColumn(field["pgshovel.column"], field["name"], physical, convert, sql, nullable,
+                       tuple(field.get("aliases", ())))
+
+
+def _field_value(col: SparkColumn, datum: dict) -> Any:
+    if col.field in datum:
+        return datum[col.field]
+    return next((datum[a] for a in col.aliases if a in datum), None)
+
+
 def physical_row(cols: list[SparkColumn], datum: list | dict) -> list:
-    """Avro datums (a list in column order, or a dict by Avro field name) -> physical values."""
-    values = datum if isinstance(datum, list) else [datum.get(c.field) for c in cols]
+    """Avro datums (a list in column order, or a dict by Avro field name) -> physical values. A
+    column missing from a dict datum (written before the column was added) is None; one written
+    before a rename is read under its former name (SparkColumn.aliases)."""
+    values = datum if isinstance(datum, list) else [_field_value(c, datum) for c in cols]
     return [v if v is None or c.convert is None else c.convert(v) for c, v in zip(cols, values, strict=True)]
 
 

@@ -186,6 +186,10 @@ class Decoder:
         self._schemas[schema_id] = cached
         return cached
 
+    def writer_schema(self, schema_id: int, where: str) -> dict[str, Any]:
+        """The registered JSON schema of schema_id (cached). Raises ConsumerError naming where."""
+        return self._schema(schema_id, where)[2]
+
     def decode(self, data: bytes | None, where: str) -> dict[str, Any] | None:
         """Decode one key or value; where names it in errors (topic, partition, offset, key/value)."""
         if data is None:

@@ -27,11 +27,11 @@ def _headers(headers: Iterable[Any] | None) -> dict[str, str]:
     return {h[0]: (h[1].decode("utf-8") if h[1] is not None else None) for h in headers or ()}
 
 
-def change_rows(table: Table, registry_url: str | None, handoff: str):
+def change_rows(table: Table, cols: list[spark_codec.SparkColumn], registry_url: str | None, handoff: str):
     """mapPartitions function: Kafka rows (key, value, partition, offset, headers) of the table's
-    topic -> physical rows + [op, position, offset, unchanged column names]. Raises ConsumerError
-    naming a bad message."""
-    cols = spark_codec.columns(table)
+    topic -> physical rows of cols (spark_codec.columns of the table, or the batch's columns
+    after DDL: pgshovel2.sparkjobs.evolve) + [op, position, offset, unchanged column names].
+    Raises ConsumerError naming a bad message."""
 
     def convert(rows: Iterator[Any]) -> Iterator[list]:
         decoder, point = Decoder(registry_url, raw=True), parse_handoff(handoff)

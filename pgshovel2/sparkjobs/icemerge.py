@@ -10,6 +10,9 @@ changes the handoff covers skipped), keeps the batch's last change per key in
 taken from the key's previous change in the batch, else from the table), and
 MERGEs it: deletes, updates, inserts; a TRUNCATE in the batch also deletes
 every row the batch does not write after it (WHEN NOT MATCHED BY SOURCE).
+A batch carrying a newer set version (DDL) first evolves the Iceberg table
+(pgshovel2.sparkjobs.evolve: ADD / RENAME COLUMN; a dropped column stays and
+gets null in the rows the batch writes).
 
 Exactly once: the commit's snapshot summary names the checkpoint and batch
 id; a replayed batch (driver killed after the MERGE, before the checkpoint
@@ -22,7 +25,8 @@ import os
 from pgshovel2.bootstrap.manifest import BootstrapError, Manifest
 from pgshovel2.catalog import Table
 from pgshovel2.codec import spark as spark_codec
-from pgshovel2.sparkjobs import changes, iceberg
+from pgshovel2.consumer.decode import Decoder
+from pgshovel2.sparkjobs import changes, evolve, iceberg
 from pgshovel2.sparkjobs.materialize import MaterializeOptions, _Job
 from pgshovel2.sparkjobs.session import require_class
 
@@ -99,37 +103,43 @@ class IcebergJob(_Job):
         """Apply one micro-batch to every table (a MERGE per table that the batch changes)."""
         batch = batch.persist()
         try:
-            truncated = self._truncations(batch)
+            truncated, schemas = self._truncations(batch), evolve.batch_schemas(batch)
+            decoder = Decoder(self.options.registry_url)
             for t in self.topics.tables:
                 table = self.tables[(t.schema, t.name)]
                 target = self.ident(table)
                 if iceberg.committed(self.spark, target, self.checkpoint, batch_id):
                     log.info("%s: micro-batch %d was merged before a restart: skipping it", target, batch_id)
                     continue
-                latest = self._latest(table, t.topic, batch, truncated.get(t.topic))
+                ids = schemas.get(t.topic, [])
+                cols = evolve.batch_columns(table, ids, decoder)
+                latest = self._latest(table, cols, t.topic, batch, truncated.get(t.topic))
                 if t.topic not in truncated and latest.isEmpty():
                     continue
+                dropped = evolve.evolve(self.spark, target, cols,
+                                        evolve.newest_defaults(ids, decoder, f"the value schema of {target}"))
                 view = f"pgshovel_batch_{abs(hash(target))}"
                 latest.createOrReplaceTempView(view)
                 summary = {iceberg.CHECKPOINT_KEY: self.checkpoint, iceberg.BATCH_KEY: str(batch_id)}
-                iceberg.run_with_summary(self.spark, merge_sql(table, target, view, t.topic in truncated), summary)
+                statement = merge_sql(table, cols, dropped, target, view, t.topic in truncated)
+                iceberg.run_with_summary(self.spark, statement, summary)
                 self.spark.catalog.dropTempView(view)
         finally:
             batch.unpersist()
         log.info("merged micro-batch %d", batch_id)
 
-    def _latest(self, table: Table, topic: str, batch, truncated_at: str | None):
-        """The batch's last change per key: logical columns, KEEP flags, op and position."""
+    def _latest(self, table: Table, cols: list, topic: str, batch, truncated_at: str | None):
+        """The batch's last change per key: logical columns (cols: evolve.batch_columns), KEEP
+        flags, op and position."""
         from pyspark.sql import Window
         from pyspark.sql import functions as sf
         from pyspark.sql import types as st
 
-        cols = spark_codec.columns(table)
         meta = [st.StructField(changes.OP, st.StringType()), st.StructField(changes.POSITION, st.StringType()),
                 st.StructField(changes.OFFSET, st.LongType()),
                 st.StructField(changes.UNCHANGED, st.ArrayType(st.StringType()))]
         data = batch.filter(batch.topic == topic).select("key", "value", "partition", "offset", "headers")
-        convert = changes.change_rows(table, self.options.registry_url, str(self.manifest.handoff_point))
+        convert = changes.change_rows(table, cols, self.options.registry_url, str(self.manifest.handoff_point))
         physical = self.spark.createDataFrame(data.rdd.mapPartitions(convert),
                                               st.StructType(spark_codec.physical_fields(cols) + meta),
                                               verifySchema=False)
@@ -149,19 +159,21 @@ class IcebergJob(_Job):
         return rows.withColumn("__rank", sf.row_number().over(order)).filter("__rank = 1").drop("__rank")
 
 
-def merge_sql(table: Table, target: str, source: str, truncated: bool) -> str:
-    """The MERGE INTO statement applying source (IcebergJob._latest rows) to target."""
-    cols = spark_codec.columns(table)
+def merge_sql(table: Table, cols: list, dropped: list[str], target: str, source: str, truncated: bool) -> str:
+    """The MERGE INTO statement applying source (IcebergJob._latest rows of cols) to target;
+    dropped: target's columns the batch does not carry (DROP COLUMN), null in the rows it writes."""
     q = spark_codec.quote
     on = " AND ".join(f"t.{q(k)} = s.{q(k)}" for k in table.key)
     sets = [f"{q(c.name)} = CASE WHEN s.{KEEP}{i} THEN t.{q(c.name)} ELSE s.{q(c.name)} END"
-            for i, c in enumerate(cols)] + [f"{changes.POSITION} = s.{changes.POSITION}"]
+            for i, c in enumerate(cols)] + [f"{q(n)} = NULL" for n in dropped]
+    sets.append(f"{changes.POSITION} = s.{changes.POSITION}")
     names = [q(c.name) for c in cols] + [changes.POSITION]
+    nulls = [q(n) for n in dropped]
     statement = (f"MERGE INTO {target} t USING {source} s ON {on} "
                  f"WHEN MATCHED AND s.{changes.OP} = 'd' THEN DELETE "
                  f"WHEN MATCHED THEN UPDATE SET {', '.join(sets)} "
-                 f"WHEN NOT MATCHED AND s.{changes.OP} <> 'd' THEN INSERT ({', '.join(names)}) "
-                 f"VALUES ({', '.join('s.' + n for n in names)})")
+                 f"WHEN NOT MATCHED AND s.{changes.OP} <> 'd' THEN INSERT ({', '.join(names + nulls)}) "
+                 f"VALUES ({', '.join(['s.' + n for n in names] + ['NULL'] * len(nulls))})")
     if truncated:
         statement += " WHEN NOT MATCHED BY SOURCE THEN DELETE"
     return statement

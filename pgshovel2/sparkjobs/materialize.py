@@ -167,7 +167,7 @@ class _Job:
                 st.StructField(changes.OFFSET, st.LongType()),
                 st.StructField(changes.UNCHANGED, st.ArrayType(st.StringType()))]
         data = batch.filter(batch.topic == topic).select("key", "value", "partition", "offset", "headers")
-        convert = changes.change_rows(table, self.options.registry_url, str(self.manifest.handoff_point))
+        convert = changes.change_rows(table, cols, self.options.registry_url, str(self.manifest.handoff_point))
         physical = self.spark.createDataFrame(data.rdd.mapPartitions(convert),
                                               st.StructType(spark_codec.physical_fields(cols) + meta),
                                               verifySchema=False)

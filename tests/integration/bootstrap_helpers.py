@@ -86,9 +86,9 @@ class Writer(threading.Thread):
             raise self.error
 
 
-def source_rows(dsn: str, schema: str, table: str) -> dict:
-    """key -> row tuple of a source table, now."""
-    cols = TABLES[table]
+def source_rows(dsn: str, schema: str, table: str, cols: list[str] | None = None) -> dict:
+    """key -> row tuple of a source table's cols (default TABLES[table]), now."""
+    cols = cols or TABLES[table]
     conn = psycopg2.connect(dsn)
     try:
         with conn.cursor() as cur:

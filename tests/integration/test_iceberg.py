@@ -26,9 +26,9 @@ def _metadata(warehouse: Path, set_name: str, schema: str, table: str) -> Path |
     return folder / f"v{hint.read_text().strip()}.metadata.json" if hint.exists() else None
 
 
-def iceberg_rows(warehouse: Path, set_name: str, schema: str, table: str) -> dict:
-    """key -> row tuple of the Iceberg table, read by PyIceberg (not Spark)."""
-    cols = TABLES[table]
+def iceberg_rows(warehouse: Path, set_name: str, schema: str, table: str, cols: list[str] | None = None) -> dict:
+    """key -> row tuple of the Iceberg table's cols (default TABLES[table]), read by PyIceberg (not Spark)."""
+    cols = cols or TABLES[table]
     static = StaticTable.from_metadata(str(_metadata(warehouse, set_name, schema, table)))
     data = static.scan(selected_fields=tuple(cols)).to_arrow().to_pylist()
     return {row[cols[0]]: tuple(row[c] for c in cols) for row in data}
@@ -89,13 +89,23 @@ def test_cluster_bootstrap_and_iceberg_stream_equal_the_source(stack, db, schema
     with db.cursor() as cur:  # a TRUNCATE, then rows again
         cur.execute(f'TRUNCATE "{schema}".branches')
         cur.execute(f'INSERT INTO "{schema}".branches VALUES (100, 1, \'after truncate\'), (7, 2, NULL)')
+    with db.cursor() as cur:  # DDL mid-stream: a column added, then one renamed (new set versions)
+        cur.execute(f'ALTER TABLE "{schema}".branches ADD COLUMN region text')
+        cur.execute(f'UPDATE "{schema}".branches SET region = \'r\' || bid WHERE bid = 100')
+        cur.execute(f'INSERT INTO "{schema}".branches VALUES (8, 3, \'added after\', \'west\')')
+    with db.cursor() as cur:
+        cur.execute(f'ALTER TABLE "{schema}".branches RENAME COLUMN note TO memo')
+        cur.execute(f'UPDATE "{schema}".branches SET memo = \'renamed\' WHERE bid = 7')
     caught_up(stack, cluster, "ice")
     spark_cluster.run("materialize.py", *materialize, "--available-now", log=tmp_path / "mat2.log")
 
     assert ("created Iceberg table" in (tmp_path / "mat1.log").read_text()) == (boot_format == "parquet")
-    for table in TABLES:
-        assert iceberg_rows(warehouse, "ice", schema, table) == source_rows(stack.dsn, schema, table), table
-    assert sorted(source_rows(stack.dsn, schema, "branches")) == [7, 100]
+    assert iceberg_rows(warehouse, "ice", schema, "accounts") == source_rows(stack.dsn, schema, "accounts")
+    evolved = ["bid", "bbalance", "memo", "region"]  # the Iceberg table followed the DDL
+    branches = source_rows(stack.dsn, schema, "branches", evolved)
+    assert iceberg_rows(warehouse, "ice", schema, "branches", evolved) == branches
+    assert branches == {7: (7, 2, "renamed", None), 8: (8, 3, "added after", "west"),
+                        100: (100, 1, "after truncate", "r100")}
     batches = committed_batches(warehouse, "ice", schema, "accounts")
     assert batches == sorted(batches) and len(set(batches)) == len(batches)  # no batch merged twice
 

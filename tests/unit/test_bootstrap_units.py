@@ -76,3 +76,23 @@ def test_spark_arrays_of_any_shape_are_flattened():
     row = spark_codec.physical_row(cols, [1, [[1, None], [3, 4]], {"lower_bounds": [0], "elements": [one, None]}])
     assert row == [1, [1, None, 3, 4], [decimal.Decimal("1.5"), None]]
     assert spark_codec.physical_row(cols, [2, {"lower_bounds": [2, 0], "elements": [[5]]}, []])[1:] == [[5], []]
+
+
+def test_columns_of_a_registered_schema_equal_the_tables_and_read_renamed_fields():
+    """evolve reads a batch's columns from the value schema the relay registered: same types as
+    spark_codec.columns of the table; a renamed column reads datums written under its old name."""
+    from pgshovel2.codec import avro
+
+    table = Table("s", "t", (_col("id", "int8", 1), _col("n", "numeric", 2, precision=10, scale=2),
+                             _col("d", "date", 3), _col("da", "date", 4, True),
+                             Column("memo", 5, "text", "text", False, True, aliases=("my note",))),
+                  ("id",), "primary key")
+    fields = avro.value_schema("ice", table)["fields"]
+    cols = [spark_codec.from_field(f) for f in fields]
+    expected = spark_codec.columns(table)
+    assert [(c.name, c.field, c.physical, c.sql) for c in cols] == [(c.name, c.field, c.physical, c.sql)
+                                                                    for c in expected]
+    assert cols[4].aliases == ("my_x20note",)
+    old = {"id": 1, "n": (1234).to_bytes(2, "big"), "d": 3, "da": [[1, 2]], "my_x20note": "before"}
+    assert spark_codec.physical_row(cols, old) == [1, decimal.Decimal("12.34"), 3, [1, 2], "before"]
+    assert spark_codec.physical_row(cols, {"id": 2}) == [2, None, None, None, None]  # added later: null
