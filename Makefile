@@ -2,7 +2,7 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: install stack-up stack-down stack-status spark-up spark-down demo test test-matrix chaos unit lint bench clean
+.PHONY: install stack-up stack-down stack-status spark-up spark-down demo test test-spark test-matrix chaos unit lint bench clean
 
 install:
 	scripts/install.sh
@@ -27,8 +27,12 @@ demo: stack-up
 	$(PY) scripts/demo.py
 
 # The test suite starts its own stack (ports +1000, state in .stack-test) and stops it.
+# The Spark-cluster tests (bootstrap/materialize into Iceberg via spark-submit) run in test-spark.
 test: install
-	$(PY) -m pytest -ra tests
+	$(PY) -m pytest -ra -m "not spark_cluster" tests
+
+test-spark: install
+	$(PY) -m pytest -ra -m spark_cluster tests
 
 # The tests marked stock (they run on stock PostgreSQL servers, tests/stock.py) on every stock
 # major; make test runs them on PGSHOVEL2_TEST_STOCK (default 14,17).

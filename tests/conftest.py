@@ -44,12 +44,17 @@ class Stack:
 def pytest_configure(config):
     config.addinivalue_line("markers", "stock: runs on stock PostgreSQL servers (PGSHOVEL2_TEST_STOCK; "
                                        "make test-matrix runs these on 14, 16, 17 and 18)")
+    config.addinivalue_line("markers", "spark_cluster: submits jobs to a Spark standalone cluster "
+                                       "(make test-spark; make test leaves them out: ~10 min each)")
 
 
 def pytest_collection_modifyitems(items):
     for item in items:
-        if {"stock_pg", "server"} & set(getattr(item, "fixturenames", ())):
+        fixtures = set(getattr(item, "fixturenames", ()))
+        if {"stock_pg", "server"} & fixtures:
             item.add_marker(pytest.mark.stock)
+        if "spark_cluster" in fixtures:
+            item.add_marker(pytest.mark.spark_cluster)
 
 
 @pytest.fixture(scope="session")
