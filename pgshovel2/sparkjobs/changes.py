@@ -83,3 +83,19 @@ def truncations(registry_url: str | None, handoff: str):
             if rec and rec.get("type") == "TRUNCATE" and not point.covers(rec["txid"], rec["position"]):
                 yield rec["table"], rec["position"]
     return convert
+
+
+def change_frame(spark, batch, topic: str, table: Table, cols: list[spark_codec.SparkColumn],
+                 registry_url: str | None, handoff: str):
+    """The DataFrame of a micro-batch's changes of table (batch: Kafka rows of every topic; topic:
+    the table's): the logical columns cols, then OP, POSITION, OFFSET and UNCHANGED
+    (:func:`change_rows`; snapshot rows and changes the handoff covers left out). Runs on the
+    driver; the decoding runs in Spark's Python workers."""
+    from pyspark.sql import types as st
+
+    meta = [st.StructField(OP, st.StringType()), st.StructField(POSITION, st.StringType()),
+            st.StructField(OFFSET, st.LongType()), st.StructField(UNCHANGED, st.ArrayType(st.StringType()))]
+    data = batch.filter(batch.topic == topic).select("key", "value", "partition", "offset", "headers")
+    physical = spark.createDataFrame(data.rdd.mapPartitions(change_rows(table, cols, registry_url, handoff)),
+                                     st.StructType(spark_codec.physical_fields(cols) + meta), verifySchema=False)
+    return physical.selectExpr(*spark_codec.logical_exprs(cols), OP, POSITION, OFFSET, UNCHANGED)

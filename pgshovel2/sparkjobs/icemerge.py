@@ -133,18 +133,9 @@ class IcebergJob(_Job):
         flags, op and position."""
         from pyspark.sql import Window
         from pyspark.sql import functions as sf
-        from pyspark.sql import types as st
 
-        meta = [st.StructField(changes.OP, st.StringType()), st.StructField(changes.POSITION, st.StringType()),
-                st.StructField(changes.OFFSET, st.LongType()),
-                st.StructField(changes.UNCHANGED, st.ArrayType(st.StringType()))]
-        data = batch.filter(batch.topic == topic).select("key", "value", "partition", "offset", "headers")
-        convert = changes.change_rows(table, cols, self.options.registry_url, str(self.manifest.handoff_point))
-        physical = self.spark.createDataFrame(data.rdd.mapPartitions(convert),
-                                              st.StructType(spark_codec.physical_fields(cols) + meta),
-                                              verifySchema=False)
-        rows = physical.selectExpr(*spark_codec.logical_exprs(cols), changes.OP, changes.POSITION, changes.OFFSET,
-                                   changes.UNCHANGED)
+        rows = changes.change_frame(self.spark, batch, topic, table, cols, self.options.registry_url,
+                                    str(self.manifest.handoff_point))
         if truncated_at is not None:
             rows = rows.filter(sf.col(changes.POSITION) > truncated_at)
         keys = [sf.col(spark_codec.quote(k)) for k in table.key]

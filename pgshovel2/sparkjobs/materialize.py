@@ -160,19 +160,10 @@ class _Job:
         """Latest row per key by (position, offset); tombstones and rows before a TRUNCATE removed."""
         from pyspark.sql import Window
         from pyspark.sql import functions as sf
-        from pyspark.sql import types as st
 
         cols = spark_codec.columns(table)
-        meta = [st.StructField(changes.OP, st.StringType()), st.StructField(changes.POSITION, st.StringType()),
-                st.StructField(changes.OFFSET, st.LongType()),
-                st.StructField(changes.UNCHANGED, st.ArrayType(st.StringType()))]
-        data = batch.filter(batch.topic == topic).select("key", "value", "partition", "offset", "headers")
-        convert = changes.change_rows(table, cols, self.options.registry_url, str(self.manifest.handoff_point))
-        physical = self.spark.createDataFrame(data.rdd.mapPartitions(convert),
-                                              st.StructType(spark_codec.physical_fields(cols) + meta),
-                                              verifySchema=False)
-        stream = physical.selectExpr(*spark_codec.logical_exprs(cols), changes.OP, changes.POSITION, changes.OFFSET,
-                                     changes.UNCHANGED)
+        stream = changes.change_frame(self.spark, batch, topic, table, cols, self.options.registry_url,
+                                      str(self.manifest.handoff_point))
         base = (self._base(table, current).withColumn(changes.OP, sf.lit("r")).withColumn(changes.OFFSET, sf.lit(-1))
                 .withColumn(changes.UNCHANGED, sf.array().cast("array<string>")))
         keys = [sf.col(spark_codec.quote(k)) for k in table.key]
