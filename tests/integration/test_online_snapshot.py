@@ -9,6 +9,7 @@ import time
 import pytest
 
 from pgshovel2 import names
+from pgshovel2.cluster import ClusterStore
 from tests.helpers import assert_verified, caught_up, messages, pgshovel, verify, write_config
 from tests.online import check_suffix, end_offsets, rebuilt_with_latest_schema, start_writers, stop_writers, wait_state
 
@@ -162,11 +163,11 @@ def test_upgrade_adding_a_table_snapshots_it(stack, cluster, db, schema, tmp_pat
     assert relay.stop() == 0
 
 
-def test_ddl_during_the_online_snapshot(stack, cluster, db, schema, tmp_path, relay_factory):
-    """ADD COLUMN while chunks are read: a chunk read across it is read again in the new layout; the
-    state rebuilt from the request on (each value read with its own schema, resolved to the latest)
-    equals the table."""
-    table = make_set(stack, cluster, db, schema, tmp_path, "ddl", "trigger")
+def test_ddl_during_the_online_snapshot(stack, cluster, db, schema, tmp_path, relay_factory, backend):
+    """ADD COLUMN while chunks are read (each backend and decoder): a chunk read across it is read
+    again in the new layout; the state rebuilt from the request on (each value read with its own
+    schema, resolved to the latest) equals the table."""
+    table = make_set(stack, cluster, db, schema, tmp_path, "ddl", backend)
     relay = relay_factory("ddl")
     relay.wait_for("snapshot done")
     stop, threads = start_writers(stack.dsn, table, ROWS)
@@ -177,6 +178,8 @@ def test_ddl_during_the_online_snapshot(stack, cluster, db, schema, tmp_path, re
     time.sleep(1)
     with db.cursor() as cur:
         cur.execute(f"ALTER TABLE {table} ADD COLUMN extra text")
+    with ClusterStore(stack.zk, cluster) as store:  # the DDL committed while chunks were still due
+        assert store.get_snapshot_request("ddl")[0]["state"] == "active"
     time.sleep(1)
     with db.cursor() as cur:
         cur.execute(f"UPDATE {table} SET extra = 'e' || id WHERE id % 97 = 0")
