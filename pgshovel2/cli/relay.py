@@ -30,7 +30,8 @@ def _memory_setting(_ctx: click.Context, param: click.Parameter, value: str | No
 @env_option("--schema-registry", default=None,
             help="Confluent-compatible schema registry URL (needed for Avro).")
 @env_option("--snapshot/--skip-snapshot", "snapshot", default=None,
-            help="Force a new initial snapshot, or skip it; default: snapshot on the first start.")
+            help="Snapshot every table again (an online snapshot request when the set has a position to "
+                 "resume from, else a new initial snapshot), or skip it; default: snapshot on the first start.")
 @env_option("--progress-interval", default=10.0, type=float, help="Seconds between progress lines.")
 @env_option("--poll-interval", default=0.02, type=float,
             help="Seconds between polls of PgQ when idle (lower: less latency, more queries).")

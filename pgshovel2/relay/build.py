@@ -9,6 +9,7 @@ from pgshovel2.backends import chunks
 from pgshovel2.catalog import Table
 from pgshovel2.cluster import ClusterStore
 from pgshovel2.codec import native
+from pgshovel2.codec.rows import as_values
 from pgshovel2.errors import UnavailableError
 from pgshovel2.relay.control import ControlEvents
 from pgshovel2.relay.election import Leadership
@@ -83,7 +84,8 @@ def online_snapshot(store: ClusterStore, record: SetRecord, emitter: Emitter) ->
 
     def key_of(table: Table):
         enc = emitter.routes[table.qualified].encoder
-        return lambda row: enc.key(enc.convert(row))
+        # stream rows come as their JSON text (for the native codec): as_values reads them
+        return lambda row: enc.key(enc.convert(as_values(row)))
 
     return OnlineSnapshot(name, lambda: store.get_snapshot_request(name),
                           lambda data, version: store.put_snapshot_request(name, data, version),

@@ -123,11 +123,11 @@ class Relay:
             if committed is not None and committed.backend != self.source.backend:
                 raise RelayError(f"the position record of set {self.set_name!r} is of the {committed.backend} "
                                  "backend: the set's topics belong to another set; use another topic_prefix")
-            force = self.options.snapshot == "force"
+            force = self.options.snapshot == "force" and not self._snapshot_online(committed)
             self.layout.resume(committed.start_version() if committed is not None and not force else 0)
             self.source.switch(self.layout.record)
             try:
-                self.committed = self._handoff(stop, committed)
+                self.committed = self._handoff(stop, committed, "force" if force else "auto")
             except StopRequestedError:
                 log.info("stopped during the snapshot; nothing of it is visible, it restarts on the next start")
                 return
@@ -142,8 +142,27 @@ class Relay:
 
     # -- the handoff ------------------------------------------------------------------------
 
-    def _handoff(self, stop: threading.Event, committed: Position | None) -> Position:
-        mode = self.options.snapshot
+    def _snapshot_online(self, committed: Position | None) -> bool:
+        """--snapshot with a committed position the source can resume from: request an online
+        snapshot of every table of the set (as ``pgshovel set snapshot``) and stream on; True
+        then. False (the old path: a new handoff, every table re-sent in one Kafka transaction)
+        when there is no position, the source cannot resume from it (a logical set whose slot
+        was lost) or a table has no key (online snapshots need one)."""
+        if committed is None or self.online is None:
+            return False
+        try:
+            self.source.resume(committed)
+        except RelayError as exc:
+            log.info("--snapshot: a new initial snapshot, the set cannot resume from its position (%s)", exc)
+            return False
+        request = self.online.request_all(self.layout.record.tables)
+        if request is None:
+            log.info("--snapshot: a new initial snapshot, the set has a table without a key")
+            return False
+        log.info("--snapshot: online snapshot %s of every table of the set requested; streaming on", request.id)
+        return True
+
+    def _handoff(self, stop: threading.Event, committed: Position | None, mode: str) -> Position:
         if mode == "force" or (committed is None and mode == "auto"):
             position, snap, record = self.source.handoff(export=True)
             log.info("taking the initial snapshot of %d table(s) at %s", len(self.layout.record.tables),

@@ -33,7 +33,7 @@ from pgshovel2.errors import EncodeError, UnavailableError
 from pgshovel2.relay import metrics
 from pgshovel2.relay.emitter import Emitter
 from pgshovel2.relay.envelopes import SNAPSHOT_INCREMENTAL
-from pgshovel2.relay.online_request import ACTIVE, DONE, FAILED, SnapshotRequest
+from pgshovel2.relay.online_request import ACTIVE, DEFAULT_CHUNK_SIZE, DONE, FAILED, SnapshotRequest
 from pgshovel2.relay.source import SET_VERSION, Change, Commit, Control
 from pgshovel2.setrecord import SetRecord
 from pgshovel2.wire import LOGICAL, snapshot_header
@@ -95,6 +95,17 @@ class OnlineSnapshot:
     def resume(self, progress: dict | None) -> None:
         """Start from the committed position's progress (None: none)."""
         self.progress = progress
+
+    def request_all(self, tables: tuple[Table, ...]) -> SnapshotRequest | None:
+        """Write a new active request (default chunk size) for tables, replacing any previous
+        one, as ``pgshovel set snapshot`` without options; None (nothing written) when a table
+        has no key. Raises ConflictError when the request changed meanwhile."""
+        if not tables or any(not t.key for t in tables):
+            return None
+        new = SnapshotRequest.new([t.qualified for t in tables], None, DEFAULT_CHUNK_SIZE)
+        _, version = self.load()
+        self.save(new.to_dict(), version)
+        return new
 
     # -- between Kafka transactions -----------------------------------------------------------
 

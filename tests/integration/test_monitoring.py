@@ -11,7 +11,9 @@ import urllib.request
 import pytest
 import yaml
 
-from tests.helpers import caught_up, pgshovel, write_config
+from pgshovel2 import names
+from tests.helpers import caught_up, messages, pgshovel, write_config
+from tests.online import start_writers, stop_writers, wait_state
 
 
 def _free_port() -> int:
@@ -125,3 +127,41 @@ def test_set_status_shows_the_last_relay_error(stack, cluster, db, table_set, re
     assert status["last_error"]["kind"] in ("OperationalError", "InterfaceError", "UnavailableError")
     assert "last relay error:" in pgshovel(stack, cluster, "set", "status", "mon").stdout
     assert relay.stop() == 0
+
+
+def test_online_snapshot_rows_metric_equals_snapshot_end(stack, cluster, db, schema, tmp_path, relay_factory):
+    """pgshovel2_relay_online_snapshot_rows (exposed as ..._total) counts the op r rows of an online
+    snapshot under writers: scraped while it runs (at most the final count) and after it, it equals
+    the event_count of the table's SNAPSHOT_END record."""
+    table = f'"{schema}".mos'
+    with db.cursor() as cur:
+        cur.execute(f"CREATE TABLE {table} (id int PRIMARY KEY, n int, s text)")
+        cur.execute(f"INSERT INTO {table} SELECT g, 0, 'x' FROM generate_series(1, 3000) g")
+    pgshovel(stack, cluster, "set", "create", "mos", str(write_config(
+        tmp_path, stack, [{"schema": schema, "name": "mos"}], topic_prefix=f"mos{cluster}")))
+    port = _free_port()
+    relay = relay_factory("mos", "--metrics-port", str(port))
+    relay.wait_for("snapshot done")
+    stop, threads = start_writers(stack.dsn, table, 3000)
+    try:
+        pgshovel(stack, cluster, "set", "snapshot", "mos", "--chunk-size", "100")
+        relay.wait_for("online snapshot")
+        during = _online_rows(port)
+        wait_state(stack, cluster, "mos", "done")
+    finally:
+        stop_writers(stop, threads)
+    caught_up(stack, cluster, "mos")
+    after = _online_rows(port)
+    ends = [v for _, v, _ in messages(stack, names.transactions_topic(f"mos{cluster}")) if v["type"] == "SNAPSHOT_END"]
+    assert len(ends) == 1 and ends[0]["table"] == names.table_topic(f"mos{cluster}", schema, "mos"), ends
+    assert after == ends[0]["event_count"] > 1000, (after, ends)
+    assert during <= after, (during, after)
+    assert relay.stop() == 0
+
+
+def _online_rows(port: int) -> float:
+    """The set mos's pgshovel2_relay_online_snapshot_rows sample (0 before its first chunk)."""
+    found = [v for k, v in _scrape(port).items()
+             if k.startswith("pgshovel2_relay_online_snapshot_rows_total{") and 'set="mos"' in k]
+    assert len(found) <= 1, found
+    return found[0] if found else 0.0

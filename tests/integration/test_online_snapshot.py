@@ -9,6 +9,7 @@ import time
 import pytest
 
 from pgshovel2 import names
+from pgshovel2.cluster import ClusterStore
 from tests.helpers import assert_verified, caught_up, messages, pgshovel, verify, write_config
 from tests.online import check_suffix, end_offsets, rebuilt_with_latest_schema, start_writers, stop_writers, wait_state
 
@@ -162,11 +163,11 @@ def test_upgrade_adding_a_table_snapshots_it(stack, cluster, db, schema, tmp_pat
     assert relay.stop() == 0
 
 
-def test_ddl_during_the_online_snapshot(stack, cluster, db, schema, tmp_path, relay_factory):
-    """ADD COLUMN while chunks are read: a chunk read across it is read again in the new layout; the
-    state rebuilt from the request on (each value read with its own schema, resolved to the latest)
-    equals the table."""
-    table = make_set(stack, cluster, db, schema, tmp_path, "ddl", "trigger")
+def test_ddl_during_the_online_snapshot(stack, cluster, db, schema, tmp_path, relay_factory, backend):
+    """ADD COLUMN while chunks are read (each backend and decoder): a chunk read across it is read
+    again in the new layout; the state rebuilt from the request on (each value read with its own
+    schema, resolved to the latest) equals the table."""
+    table = make_set(stack, cluster, db, schema, tmp_path, "ddl", backend)
     relay = relay_factory("ddl")
     relay.wait_for("snapshot done")
     stop, threads = start_writers(stack.dsn, table, ROWS)
@@ -177,6 +178,8 @@ def test_ddl_during_the_online_snapshot(stack, cluster, db, schema, tmp_path, re
     time.sleep(1)
     with db.cursor() as cur:
         cur.execute(f"ALTER TABLE {table} ADD COLUMN extra text")
+    with ClusterStore(stack.zk, cluster) as store:  # the DDL committed while chunks were still due
+        assert store.get_snapshot_request("ddl")[0]["state"] == "active"
     time.sleep(1)
     with db.cursor() as cur:
         cur.execute(f"UPDATE {table} SET extra = 'e' || id WHERE id % 97 = 0")
@@ -190,4 +193,34 @@ def test_ddl_during_the_online_snapshot(stack, cluster, db, schema, tmp_path, re
     assert rebuilt.keys() == source.keys()
     differ = [k for k in source if rebuilt[k] != source[k]]
     assert not differ, [(rebuilt[k], source[k]) for k in differ[:3]]
+    assert relay.stop() == 0
+
+
+@pytest.mark.parametrize("backend", ["trigger", "logical"])
+def test_relay_snapshot_option_uses_the_online_mechanism(stack, cluster, db, schema, tmp_path, relay_factory,
+                                                         backend):
+    """A relay started with --snapshot on a set with a committed position requests an online snapshot
+    of every table (no new handoff, no table re-sent in one Kafka transaction): under writers, the
+    state rebuilt from that start on equals each table, no key read twice."""
+    table = make_set(stack, cluster, db, schema, tmp_path, "fsn", backend, extra_tables=1)
+    relay = relay_factory("fsn")
+    relay.wait_for("snapshot done")
+    stop, threads = start_writers(stack.dsn, table, ROWS)
+    time.sleep(0.5)
+    assert relay.stop() == 0
+    start = end_offsets(stack.bootstrap, topic_of(schema, "fsn", cluster))
+    other = names.table_topic(f"fsn{cluster}", schema, "other0")
+    other_start = end_offsets(stack.bootstrap, other)
+    relay = relay_factory("fsn", "--snapshot")
+    relay.wait_for("every table of the set requested")
+    request = wait_state(stack, cluster, "fsn", "done")
+    assert sorted(request["tables"]) == sorted([f'"{schema}"."fsn"', f'"{schema}"."other0"']), request
+    assert relay.log().count("taking the initial snapshot") == 1  # the first start's only (one log file)
+    stop_writers(stop, threads)
+    caught_up(stack, cluster, "fsn")
+    reads, per_key = check_suffix(stack, cluster, "fsn", names.qualified(schema, "fsn"), start)
+    assert reads > ROWS // 4 and max(per_key.values()) == 1, (reads, per_key.most_common(2))
+    reads, per_key = check_suffix(stack, cluster, "fsn", names.qualified(schema, "other0"), other_start)
+    assert reads == 1000 and max(per_key.values()) == 1, (reads, per_key.most_common(2))
+    assert_verified(verify(stack, cluster, "fsn"))
     assert relay.stop() == 0
