@@ -123,11 +123,14 @@ class Relay:
             if committed is not None and committed.backend != self.source.backend:
                 raise RelayError(f"the position record of set {self.set_name!r} is of the {committed.backend} "
                                  "backend: the set's topics belong to another set; use another topic_prefix")
-            force = self.options.snapshot == "force" and not self._snapshot_online(committed)
+            mode = self.options.snapshot
+            if mode == "force" and self._snapshot_online(committed):
+                mode = "auto"  # an online snapshot was requested: resume from committed
+            force = mode == "force"
             self.layout.resume(committed.start_version() if committed is not None and not force else 0)
             self.source.switch(self.layout.record)
             try:
-                self.committed = self._handoff(stop, committed, "force" if force else "auto")
+                self.committed = self._handoff(stop, committed, mode)
             except StopRequestedError:
                 log.info("stopped during the snapshot; nothing of it is visible, it restarts on the next start")
                 return
