@@ -38,12 +38,16 @@ def test_replicate_through_an_online_snapshot(stack, cluster, db, schema, tmp_pa
         except AssertionError as exc:
             raise AssertionError(f"{exc}\nrelay log:\n{relay.log()[-3000:]}") from None
         time.sleep(0.5)
-    finally:
         stop_writers(stop, threads)
-    caught_up(stack, cluster, "rpo")
-    assert proc.poll() is None, (tmp_path / "replicate.log").read_text()
-    proc.terminate()
-    assert proc.wait(60) == 0, (tmp_path / "replicate.log").read_text()
+        caught_up(stack, cluster, "rpo")
+        assert proc.poll() is None, (tmp_path / "replicate.log").read_text()
+        proc.terminate()
+        assert proc.wait(60) == 0, (tmp_path / "replicate.log").read_text()
+    finally:
+        stop_writers(stop, threads)  # again after a failure: stopped threads join at once
+        if proc.poll() is None:  # a failed test leaves no replicate process behind
+            proc.kill()
+            proc.wait()
     done = subprocess.run([str(BIN / "pgshovel"), "replicate", "rpo", "--target", target.dsn,
                            "--until-caught-up"], env=cli_env(stack, cluster), capture_output=True, text=True,
                           timeout=300)
