@@ -115,8 +115,9 @@ def test_killed_relay_resumes_without_duplicates(stack, cluster, db, schema, tmp
     finish(stack, cluster, "kil", schema, start, stop, threads, relay)
 
 
-def test_pause_resume_cancel(stack, cluster, db, schema, tmp_path, relay_factory):
-    table = make_set(stack, cluster, db, schema, tmp_path, "pau", "trigger")
+@pytest.mark.parametrize("backend", ["trigger", "logical"])
+def test_pause_resume_cancel(stack, cluster, db, schema, tmp_path, relay_factory, backend):
+    table = make_set(stack, cluster, db, schema, tmp_path, "pau", backend)
     relay = relay_factory("pau")
     relay.wait_for("snapshot done")
     stop, threads = start_writers(stack.dsn, table, ROWS)
