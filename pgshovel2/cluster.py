@@ -30,15 +30,12 @@ from pgshovel2 import __version__, names
 from pgshovel2.config import validate_cluster_name, validate_set_name
 from pgshovel2.errors import ClusterError, ConflictError
 from pgshovel2.setrecord import SetRecord
+from pgshovel2.zkintents import IntentStore, dump
 
 ROOT = "/pgshovel2"
 
 
-def _dump(data: dict[str, Any]) -> bytes:
-    return json.dumps(data, sort_keys=True).encode("utf-8")
-
-
-class ClusterStore:
+class ClusterStore(IntentStore):
     """A cluster's znodes. Use as a context manager (connects and closes).
 
     hosts: ZooKeeper connect string, e.g. ``127.0.0.1:2181``; cluster: name (ConfigError
@@ -89,7 +86,7 @@ class ClusterStore:
             return False
         self.zk.ensure_path(ROOT)
         tx = self.zk.transaction()
-        tx.create(self.path, _dump({"pgshovel_version": __version__, "created_at": time.time()}))
+        tx.create(self.path, dump({"pgshovel_version": __version__, "created_at": time.time()}))
         tx.create(f"{self.path}/sets", b"")
         _check(tx.commit(), f"initialize cluster {self.cluster!r}")
         return True
@@ -106,7 +103,7 @@ class ClusterStore:
     def put_root(self, record: dict[str, Any], version: int) -> None:
         """Replace the cluster record if its znode is still at version; else ConflictError."""
         try:
-            self.zk.set(self.path, _dump(record), version=version)
+            self.zk.set(self.path, dump(record), version=version)
         except BadVersionError as exc:
             raise ConflictError(f"cluster {self.cluster!r} was changed by another command; retry") from exc
 
@@ -289,9 +286,9 @@ class ClusterStore:
         path = f"{self.set_path(name)}/snapshot_request"
         try:
             if version < 0:
-                self.zk.create(path, _dump(request))
+                self.zk.create(path, dump(request))
             else:
-                self.zk.set(path, _dump(request), version=version)
+                self.zk.set(path, dump(request), version=version)
         except (BadVersionError, NodeExistsError) as exc:
             raise ConflictError(f"the snapshot request of set {name!r} changed meanwhile; run it again") from exc
         except NoNodeError as exc:
@@ -314,9 +311,9 @@ class ClusterStore:
         """
         path = self.relay_path(name, key)
         try:
-            self.zk.create(path, _dump(record), ephemeral=ephemeral)
+            self.zk.create(path, dump(record), ephemeral=ephemeral)
         except NodeExistsError:
-            self.zk.set(path, _dump(record))
+            self.zk.set(path, dump(record))
         except NoNodeError as exc:
             raise ClusterError(f"set {name!r} was dropped while its relay ran") from exc
 
@@ -356,68 +353,6 @@ class ClusterStore:
     def remove_listener(self, listener: Callable[[str], None]) -> None:
         """Stop calling listener."""
         self.zk.remove_listener(listener)
-
-    # -- admin intents ------------------------------------------------------------------------
-
-    def record_intent(self, gid: str, dsn: str, set_name: str | None = None) -> None:
-        """Create the intent znode of a running admin command (the database to look at if it dies).
-
-        With set_name, also take the set's admin lock (``locks/<set>``) in the same multi-op:
-        raises ConflictError naming the holder's intent when another command holds it.
-        """
-        self.zk.ensure_path(self.intents_path)
-        if set_name is None:
-            self.zk.create(f"{self.intents_path}/{gid}", _dump({"dsn": dsn}))
-            return
-        self.zk.ensure_path(f"{self.path}/locks")
-        txn = self.zk.transaction()
-        txn.create(f"{self.intents_path}/{gid}", _dump({"dsn": dsn, "lock": set_name}))
-        txn.create(f"{self.path}/locks/{set_name}", gid.encode())
-        if any(isinstance(r, Exception) for r in txn.commit()):
-            try:
-                holder = self.zk.get(f"{self.path}/locks/{set_name}")[0].decode()
-            except NoNodeError:
-                holder = "?"
-            raise ConflictError(f"another admin command on set {set_name!r} is running (intent {holder}); "
-                                "retry when it is done, or run 'pgshovel cluster recover' if it died")
-
-    def update_intent(self, gid: str, **fields: Any) -> None:
-        """Add fields to an intent's record (``{"dsn", "lock"?, "txid"?, "zk_step"?}``)."""
-        path = f"{self.intents_path}/{gid}"
-        data, stat = self.zk.get(path)
-        self.zk.set(path, _dump({**json.loads(data), **fields}), version=stat.version)
-
-    def clear_intent(self, gid: str) -> None:
-        """Remove an intent znode and the set lock it holds, if present."""
-        record = self.intent_records().get(gid, {})
-        try:
-            self.zk.delete(f"{self.intents_path}/{gid}")
-        except NoNodeError:
-            pass
-        if record.get("lock"):
-            try:
-                self.zk.delete(f"{self.path}/locks/{record['lock']}")
-            except NoNodeError:
-                pass
-
-    def intents(self) -> dict[str, str]:
-        """gid -> DSN of every recorded intent of the cluster."""
-        return {gid: data["dsn"] for gid, data in self.intent_records().items()}
-
-    def intent_records(self) -> dict[str, dict[str, Any]]:
-        """gid -> the intent's record of every recorded intent of the cluster."""
-        try:
-            children = self.zk.get_children(self.intents_path)
-        except NoNodeError:
-            return {}
-        out = {}
-        for gid in children:
-            try:
-                data, _ = self.zk.get(f"{self.intents_path}/{gid}")
-            except NoNodeError:
-                continue
-            out[gid] = json.loads(data)
-        return out
 
 
 def _check(results: list, what: str) -> None:
