@@ -105,10 +105,18 @@ def helper_pids(cur, relay: "Relay | None", logical_set: str | None) -> dict[str
     """Processes besides pgbench and the backends it talks to: the relay, the logical set's
     walsender, and the Kafka broker (when STACK_DIR names the stack)."""
     pids = {"relay": relay.proc.pid} if relay else {}
-    if logical_set:
-        cur.execute("SELECT active_pid FROM pg_replication_slots WHERE slot_name = %s",
-                    (slot_name(CLUSTER, logical_set),))
-        pids["walsender"] = cur.fetchone()[0]
+    if logical_set and relay:  # the walsender exists once the relay streams: wait for it (60 s at most)
+        deadline = time.monotonic() + 60
+        while True:
+            cur.execute("SELECT active_pid FROM pg_replication_slots WHERE slot_name = %s",
+                        (slot_name(CLUSTER, logical_set),))
+            pid = cur.fetchone()[0]
+            if pid is not None:
+                pids["walsender"] = pid
+                break
+            if time.monotonic() > deadline:
+                raise SystemExit(f"set {logical_set}: no walsender streams its slot after 60 s")
+            time.sleep(0.1)
     kafka_pid = Path(os.environ.get("STACK_DIR", "/nonexistent")) / "kafka" / "kafka.pid"
     if kafka_pid.exists():
         pids["kafka"] = int(kafka_pid.read_text())

@@ -22,6 +22,7 @@ from pgshovel2.catalog import Table
 from pgshovel2.db import connect, outage
 from pgshovel2.errors import RelayError, UnavailableError
 from pgshovel2.relay import pgoutput_stream, relation_layout
+from pgshovel2.relay.feedback_keeper import FeedbackKeeper
 from pgshovel2.relay.pgoutput_decoder import PgoutputDecoder, SetTable
 from pgshovel2.relay.pgoutput_stream import StreamAssembler
 from pgshovel2.relay.record_decoder import RECORD_FORMAT, RecordDecoder
@@ -67,6 +68,7 @@ class LogicalSource:
             self._ctl.close()
             raise
         self._cur = self._repl.cursor()
+        self._keeper = FeedbackKeeper(self._cur)  # no keepalive mid-transaction (relay/feedback_keeper.py)
         self._decoder: RecordDecoder | PgoutputDecoder = RecordDecoder(self._tags, slot, raw_rows)
         self.stream: StreamAssembler | None = None  # pgoutput's streamed transactions
         self._in_txn = False  # between a Begin and its Commit
@@ -172,15 +174,8 @@ class LogicalSource:
         options = {"proto_version": str(version), "publication_names": pgoutput.publication_name(self.slot)}
         if version >= 2:
             options.update(messages="true", streaming="on")
-            self.stream = pgoutput_stream.StreamAssembler(self.spill_dir, self.slot, self._keepalive)
+            self.stream = pgoutput_stream.StreamAssembler(self.spill_dir, self.slot)
         return options
-
-    def _keepalive(self) -> None:
-        """Standby feedback of the positions confirmed so far (nothing new is confirmed)."""
-        try:
-            self._cur.send_feedback(force=True)
-        except psycopg2.Error as exc:
-            self._reraise(exc)
 
     def _messages(self, msg) -> Iterable[tuple[bytes, int]]:
         """The (message, WAL start) pairs a received message gives the decoder."""
@@ -216,6 +211,13 @@ class LogicalSource:
         self._in_txn, idle_since = False, time.monotonic()
         if self.stream is not None:
             self.stream.reset()
+        self._keeper.start()
+        try:
+            yield from self._read(position, idle_since)
+        finally:
+            self._keeper.stop()
+
+    def _read(self, position: Position, idle_since: float) -> Iterator[Item]:
         while True:
             if self._keepalive_would_confirm_unrelayed():
                 yield Idle(self.commit_delay)  # the loop commits what is ready and acknowledges it first
@@ -306,6 +308,7 @@ class LogicalSource:
 
     def close(self) -> None:
         """Close both connections (never raises)."""
+        self._keeper.stop()
         for conn in (self._repl, self._ctl):
             try:
                 conn.close()

@@ -25,8 +25,7 @@ same. Formats: https://www.postgresql.org/docs/current/protocol-logicalrep-messa
 import logging
 import struct
 import tempfile
-import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from typing import BinaryIO
 
 from pgshovel2.errors import RelayError
@@ -41,7 +40,6 @@ _RECORD = struct.Struct(">IQ")     # spilled: message length, its XLogData start
 _BEGIN = struct.Struct(">QqI")     # non-streamed Begin: final (commit) LSN, commit time, xid
 _END = struct.Struct(">BQQq")      # non-streamed Commit: flags, commit LSN, end LSN, commit time
 STREAMED = frozenset(b"IUDTRYM")   # the message types that carry an xid inside a stream block
-KEEPALIVE_SECONDS = 2.0            # while replaying, feedback at least this often (wal_sender_timeout)
 
 
 def protocol_version(server_version_num: int) -> int:
@@ -125,14 +123,14 @@ class StreamAssembler:
     """Routes pgoutput messages (:meth:`route`): streamed transactions are spilled and given back
     whole at their Stream Commit; everything else passes through unchanged.
 
-    spill_dir: where spill files go (None: the system's temp dir). keepalive(): called at least
-    every KEEPALIVE_SECONDS while a transaction is replayed (the replication connection is not
-    read meanwhile: standby feedback keeps the walsender from timing out). Raises RelayError when
+    spill_dir: where spill files go (None: the system's temp dir). The replication connection is
+    not read while a transaction is replayed: the source's FeedbackKeeper thread keeps replying
+    to the walsender meanwhile (relay/feedback_keeper.py). Raises RelayError when
     the stream breaks the protocol (a block never started, a commit of a transaction never seen).
     """
 
-    def __init__(self, spill_dir: str | None, slot: str, keepalive: Callable[[], None] = lambda: None):
-        self.spill_dir, self.slot, self.keepalive = spill_dir, slot, keepalive
+    def __init__(self, spill_dir: str | None, slot: str):
+        self.spill_dir, self.slot = spill_dir, slot
         self.files: dict[int, SpillFile] = {}
         self._block: SpillFile | None = None  # the open S..E block's transaction
         self.streamed = 0  # transactions committed through a spill file (for tests and logs)
@@ -205,12 +203,8 @@ class StreamAssembler:
         self.streamed += 1
         try:
             yield b"B" + _BEGIN.pack(commit_lsn, ts_us, spill.xid), commit_lsn
-            last = time.monotonic()
-            for count, (message, wal_start) in enumerate(spill.records()):
+            for message, wal_start in spill.records():
                 yield message[:1] + message[5:], wal_start
-                if (count & 1023) == 0 and time.monotonic() - last >= KEEPALIVE_SECONDS:
-                    self.keepalive()
-                    last = time.monotonic()
             yield b"C" + _END.pack(0, commit_lsn, end_lsn, ts_us), end_lsn
         finally:
             spill.close()

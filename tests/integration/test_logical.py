@@ -7,14 +7,18 @@ format check."""
 import hashlib
 import os
 import signal
+import time
 from collections import Counter
 
 import psycopg2
 import pytest
 
 from pgshovel2 import names
-from pgshovel2.relay.logical_source import RECORD_FORMAT
+from pgshovel2.cluster import ClusterStore
+from pgshovel2.relay.logical_source import RECORD_FORMAT, LogicalSource
+from pgshovel2.relay.source import Change, Commit, Idle
 from pgshovel2.setrecord import slot_name
+from pgshovel2.wire import LOGICAL, Position
 from tests.helpers import RelayProcess, assert_verified, caught_up, messages, pgshovel, verify, write_config
 
 # The issue asks for 1M rows; the default suite uses 200k (set LOGICAL_BIG_ROWS=1000000 for the full size).
@@ -73,6 +77,74 @@ def test_huge_transaction_split_and_killed(stack, cluster, db, schema, tmp_path,
     records = [v for _, v, _ in messages(stack, names.transactions_topic(prefix))]
     assert [r["type"] for r in records] == ["BEGIN", "END"] and records[1]["event_count"] == BIG_ROWS
     assert_verified(verify(stack, cluster, "big"))
+
+
+def _slot_confirmed(db, slot: str) -> int:
+    with db.cursor() as cur:
+        cur.execute("SELECT pg_wal_lsn_diff(confirmed_flush_lsn, '0/0')::int8 FROM pg_replication_slots "
+                    "WHERE slot_name = %s", (slot,))
+        return cur.fetchone()[0]
+
+
+def _until(source, items, kind, count: int = 1) -> list:
+    """Advance items (of source) until count items of kind have come; the items read but Idle."""
+    read = []
+    while count:
+        item = next(items)
+        if isinstance(item, Idle):
+            source.wait(0.1)
+            continue
+        read.append(item)
+        count -= isinstance(item, kind)
+    return read
+
+
+def test_a_keepalive_mid_transaction_confirms_nothing_unrelayed(stack, cluster, db, schema, tmp_path, relay):
+    """psycopg2 moves its flush position to a keepalive's WAL end once the position confirmed has
+    reached the start of the last message read (relay/feedback_keeper.py). T2 began before T1,
+    which is confirmed; T3 is received and not acknowledged (not in Kafka yet); then the reader
+    stalls inside T2 past wal_sender_timeout / 2 (as the loop does while Kafka takes no more
+    messages), so the walsender asks with a keepalive carrying a WAL end past T3 unless the source
+    replies meanwhile. The slot must never be confirmed past what was acknowledged."""
+    table, _ = make_set(stack, cluster, db, tmp_path, "ka", "id int PRIMARY KEY, pad text", schema)
+    first = relay("ka")
+    first.wait_for("snapshot done")
+    assert first.stop() == 0
+    with ClusterStore(stack.zk, cluster) as store:
+        record, _ = store.get_set("ka")
+    with db.cursor() as cur:
+        cur.execute("ALTER SYSTEM SET wal_sender_timeout = '20s'")
+        cur.execute("SELECT pg_reload_conf()")
+    source = LogicalSource(stack.dsn, record.capture.slot, record.tables)
+    big = psycopg2.connect(stack.dsn)
+    try:
+        items = source.items(Position(0, 0, True, backend=LOGICAL))
+        with big.cursor() as cur:  # T2's changes get LSNs below T1's commit
+            cur.execute(f"INSERT INTO {table} SELECT g, repeat(md5(g::text), 10) FROM generate_series(1, 60000) g")
+        with db.cursor() as cur:
+            cur.execute(f"INSERT INTO {table} VALUES (0, 't1')")
+        t1 = _until(source, items, Commit)[-1]
+        source.ack(Position(t1.unit, t1.ordinal, True, backend=LOGICAL))
+        deadline = time.monotonic() + 30
+        while (acknowledged := _slot_confirmed(db, record.capture.slot)) <= t1.unit:  # T1's end, once processed
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        with db.cursor() as cur:
+            cur.execute(f"INSERT INTO {table} VALUES (-1, 't3')")
+        big.commit()
+        t3 = _until(source, items, Commit)[-1]
+        assert t3.unit < _until(source, items, Change, 1000)[0].unit  # inside T2, which committed after T3
+        time.sleep(12)  # stalled: > wal_sender_timeout / 2 since the last reply, < wal_sender_timeout
+        _until(source, items, Commit)  # the rest of T2, and a keepalive if the walsender sent one
+        time.sleep(1)
+        assert _slot_confirmed(db, record.capture.slot) == acknowledged
+        items.close()
+    finally:
+        source.close()
+        big.close()
+        with db.cursor() as cur:
+            cur.execute("ALTER SYSTEM RESET wal_sender_timeout")
+            cur.execute("SELECT pg_reload_conf()")
 
 
 def test_50mb_value_and_unchanged_toast(stack, cluster, db, schema, tmp_path, relay_factory):
