@@ -8,8 +8,8 @@ import pytest
 
 from pgshovel2 import names
 from pgshovel2.consumer import Change, RowState, Transaction
-from pgshovel2.consumer.model import TxnRecord
 from pgshovel2.consumer.errors import ConsumerError
+from pgshovel2.consumer.model import TxnRecord
 from pgshovel2.consumer.render import change_json
 from pgshovel2.sparkjobs.changes import unchanged_columns
 
