@@ -264,7 +264,10 @@ class OnlineSnapshot:
         last = len(chunk.rows) < request.chunk_size
         found = self.reader.read_keys(chunk.table, chunk.after, None if last else chunk.last_key, request.where,
                                       list(chunk.partial.values()))
-        return [row for row in found if chunk.keys(row) in chunk.partial]
+        rows = [row for row in found if chunk.keys(row) in chunk.partial]
+        log.info("online snapshot %s: %d of %d row(s) of %s re-read (UPDATEs with unchanged values in the "
+                 "window)", request.id, len(rows), len(chunk.partial), chunk.table.qualified)
+        return rows
 
     def _next_table(self, request: SnapshotRequest, progress: dict) -> dict:
         index = request.tables.index(progress["table"]) + 1 if progress["table"] in request.tables else len(
