@@ -12,6 +12,10 @@ progress (``{id, table, last_key, chunk, rows, done}``) goes into the position t
 next -- in the same Kafka transaction (the loop commits at that complete point before reading on).
 Why this is exact: docs/internals.rst, "Online snapshots".
 
+A table's chunk 0 reads no rows: it only places the table's SNAPSHOT_BEGIN before every window of
+a chunk with rows, so a consumer starting there sees every change those chunks drop. Keys whose
+last change in a window is an UPDATE with unlogged unchanged values are re-read at the emission.
+
 A watermark of no chunk in memory (replayed after a restart, or of a discarded chunk) is ignored. A
 schema change, a set version or a TRUNCATE of the table while a chunk is in flight discards the
 chunk; the next step reads it again from the same last key in the layout then in effect.
@@ -49,7 +53,8 @@ class _Chunk:
     """The chunk in flight: token (in both watermarks), table, rows read, the last key read, the
     Kafka keys of the table touched since the step, whether HIGH was seen. after: the last key of
     the chunk before (None: the first). partial: Kafka key -> key values (table.key order) of the
-    keys whose last change in the window left unlogged values unchanged (re-read at the emission)."""
+    keys whose last change in the window left unlogged values unchanged (re-read at the emission).
+    opening: the table's chunk 0, which reads nothing and only places its SNAPSHOT_BEGIN."""
 
     token: str
     table: Table
@@ -57,6 +62,7 @@ class _Chunk:
     last_key: list[str] | None
     keys: Callable[[list], bytes | None]
     after: list[str] | None = None
+    opening: bool = False
     touched: set[bytes] = field(default_factory=set)
     partial: dict[bytes, list] = field(default_factory=dict)
     high_seen: bool = False
@@ -159,15 +165,17 @@ class OnlineSnapshot:
     def _start(self, request: SnapshotRequest, table: Table, progress: dict) -> None:
         token = uuid.uuid4().hex[:12]
         mark = {"id": request.id, "chunk": progress["chunk"], "token": token}
-        self.chunk = _Chunk(token, table, [], progress["last_key"], self.key_of(table), progress["last_key"])
-        if progress["chunk"] == 0:
+        opening = progress["chunk"] == 0
+        self.chunk = _Chunk(token, table, [], progress["last_key"], self.key_of(table), progress["last_key"], opening)
+        if opening:
             self._stats = {"id": request.id, "table": table.qualified, "started": time.time(),
                            "estimate": self.reader.estimate(table), "rows": 0, "chunks": 0, "dropped": 0}
             log.info("online snapshot %s: reading %s in chunks of %d rows", request.id, table.qualified,
                      request.chunk_size)
         self.reader.watermark({**mark, "mark": "low"})
         try:
-            read = self.reader.read(table, progress["last_key"], request.where, request.chunk_size)
+            read = chunks.Chunk([], None) if opening else self.reader.read(table, progress["last_key"], request.where,
+                                                                           request.chunk_size)
         except psycopg2.Error as exc:
             self.chunk = None
             if outage(exc, self.reader.conn):
@@ -246,7 +254,8 @@ class OnlineSnapshot:
         first = progress["chunk"] == 0
         progress = {**progress, "last_key": chunk.last_key, "chunk": progress["chunk"] + 1,
                     "rows": progress["rows"] + sent}
-        emission = Emission(chunk.table, rows, first, len(chunk.rows) < request.chunk_size, progress["rows"])
+        last = not chunk.opening and len(chunk.rows) < request.chunk_size
+        emission = Emission(chunk.table, rows, first, last, progress["rows"])
         if emission.last:
             log.info("online snapshot %s: %s done, %d rows in %d chunks", request.id, tag, progress["rows"],
                      progress["chunk"])
@@ -259,7 +268,7 @@ class OnlineSnapshot:
         """The current rows of chunk's partial keys in its key range (after its last key, up to
         its own; unbounded for the table's last chunk) matching the request's where, read now:
         docs/internals.rst "Unchanged values in the window" says why they are exact."""
-        if not chunk.partial:
+        if not chunk.partial or chunk.opening:
             return []
         last = len(chunk.rows) < request.chunk_size
         found = self.reader.read_keys(chunk.table, chunk.after, None if last else chunk.last_key, request.where,

@@ -37,13 +37,16 @@ def test_online_snapshot_keeps_toasted_values_of_partial_updates(stack, cluster,
                          extra_env={"PGSHOVEL2_FAILPOINTS": f"online_chunk_read=pause:{held}"})
     relay.wait_for("snapshot done")
     pgshovel(stack, cluster, "set", "snapshot", set_name, "--table", f"{schema}.t", "--chunk-size", "3")
-    # chunks: keys 1-3, 4-6, 7-8 (+ what is inserted); each held between its read and HIGH
-    in_window = {1: ["UPDATE {t} SET n = 1 WHERE id = 2",            # before SNAPSHOT_BEGIN in the stream
+    # chunk 0 reads nothing (it places SNAPSHOT_BEGIN), then keys 1-3, 4-6, 7-8 (+ what is inserted);
+    # each held between its read and HIGH
+    in_window = {1: ["UPDATE {t} SET n = 1 WHERE id = 1"],           # before SNAPSHOT_BEGIN
+                 2: ["UPDATE {t} SET n = 1 WHERE id = 2",
+                     "UPDATE {t} SET n = 7, big = 'full' WHERE id = 3",  # a full change: left to the stream
                      "UPDATE {t} SET n = 1 WHERE id = 5"],           # ahead of its chunk
-                 2: ["UPDATE {t} SET n = 2 WHERE id = 4",
+                 3: ["UPDATE {t} SET n = 2 WHERE id = 4",
                      "UPDATE {t} SET n = 2 WHERE id = 7",            # a consumer has no row of 7 yet
                      "UPDATE {t} SET n = 3 WHERE id = 6", "UPDATE {t} SET big = 'small', n = 4 WHERE id = 6"],
-                 3: ["UPDATE {t} SET n = 3 WHERE id = 8",
+                 4: ["UPDATE {t} SET n = 3 WHERE id = 8",
                      "INSERT INTO {t} VALUES (9, 0, " + BIG + ")", "UPDATE {t} SET n = 3 WHERE id = 9"]}
     for hit, statements in in_window.items():
         _wait_reached(held, hit, relay)
