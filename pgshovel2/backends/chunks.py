@@ -71,7 +71,12 @@ def _where(table: Table, key_types: list[str], last_key: list[str] | None, where
 
 # Key types whose capture form is the value itself (ints) or the type's output text (the rest):
 # such a key is given back to the server as text cast to the type (ChunkReader.read_keys).
-_TEXT_KEYS = ("smallint", "integer", "bigint", "text", "uuid", "character varying")
+_TEXT_KEYS = frozenset({"smallint", "integer", "bigint", "text", "uuid", "character varying"})
+
+
+def _text_key(key_type: str) -> bool:
+    """True for a format_type output of _TEXT_KEYS (a typmod allowed; arrays, domains: False)."""
+    return key_type.split("(")[0] in _TEXT_KEYS and not key_type.endswith("]")
 
 
 class ChunkReader:
@@ -117,7 +122,7 @@ class ChunkReader:
             if upto is not None:
                 extra.append(_compare(table, types, "<="))
                 params += upto
-            if all(t.startswith(_TEXT_KEYS) for t in types):
+            if all(_text_key(t) for t in types):
                 one = sql.SQL("({})").format(sql.SQL(", ").join(sql.SQL("%s::" + t) for t in types))
                 extra.append(sql.SQL("({}) IN ({})").format(_key_list(table), sql.SQL(", ").join([one] * len(keys))))
                 params += [str(v) for k in keys for v in k]
