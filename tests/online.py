@@ -21,6 +21,7 @@ from pgshovel2.ops.verify import compare, rebuild
 from pgshovel2.relay import setup
 from pgshovel2.sinks.registry import SchemaRegistry
 from pgshovel2.wire import OP
+from tests.helpers import Decoder
 
 
 def writer(dsn: str, table: str, stop: threading.Event, seed: int, keys: int) -> int:
@@ -152,3 +153,37 @@ def rebuilt_with_latest_schema(stack, topic: str, start: dict[int, int]) -> dict
             writers[sid] = fastavro.parse_schema(json.loads(registry.get_schema(sid).schema_str))
         state[k] = fastavro.schemaless_reader(io.BytesIO(value[5:]), writers[sid], latest)
     return state
+
+
+def snapshot_begin_offsets(stack, transactions: str, topic: str) -> dict[tuple[str, int], int]:
+    """Where a consumer starting at table topic's (first) SNAPSHOT_BEGIN starts: {(topic,
+    partition): offset} of that record on the transactions topic and, in each partition of topic,
+    of the first message at or after its position (the partition's end when none is)."""
+    decode = Decoder(stack.registry)
+    consumer = Consumer({"bootstrap.servers": stack.bootstrap, "group.id": f"t-{uuid.uuid4()}",
+                         "isolation.level": "read_committed", "enable.auto.commit": False,
+                         "enable.partition.eof": True})
+    try:
+        begin = next((msg.offset(), value["position"]) for msg in _all(consumer, transactions, {0: 0})
+                     if (value := decode(msg.value()))["type"] == "SNAPSHOT_BEGIN" and value["table"] == topic)
+        out = {(transactions, 0): begin[0]}
+        for part, end in end_offsets(stack.bootstrap, topic).items():
+            out[(topic, part)] = next((msg.offset() for msg in _all(consumer, topic, {part: 0})
+                                       if dict(msg.headers())["pgshovel.position"].decode() >= begin[1]), end)
+        return out
+    finally:
+        consumer.close()
+
+
+def _all(consumer: Consumer, topic: str, start: dict[int, int]):
+    """The committed messages of topic's partitions from start ({partition: offset}) on."""
+    consumer.assign([TopicPartition(topic, p, o) for p, o in start.items()])
+    pending = set(start)
+    while pending:
+        msg = consumer.poll(60)
+        assert msg is not None, f"nothing from {topic} in 60s"
+        if msg.error():
+            assert msg.error().code() == KafkaError._PARTITION_EOF, msg.error().str()
+            pending.discard(msg.partition())
+            continue
+        yield msg

@@ -14,6 +14,7 @@ message as a watermark, never as a set version.
 """
 
 import json
+from collections.abc import Callable
 from typing import NamedTuple
 
 import psycopg2
@@ -45,16 +46,37 @@ def _key_types(cur, table: Table) -> list[str]:
     return [types[k] for k in table.key]
 
 
-def _where(table: Table, key_types: list[str], last_key: list[str] | None, where: str | None) -> sql.Composable:
+def _key_list(table: Table) -> sql.Composable:
+    return sql.SQL(", ").join(sql.SQL("t.{}").format(sql.Identifier(k)) for k in table.key)
+
+
+def _compare(table: Table, key_types: list[str], op: str) -> sql.Composable:
+    """(key) <op> (%s::type, ...): the key against one key given as its columns' text."""
+    vals = sql.SQL(", ").join(sql.SQL("%s::" + t) for t in key_types)  # format_type output: trusted SQL
+    if len(table.key) > 1:
+        return sql.SQL("(({})) " + op + " (({}))").format(_key_list(table), vals)
+    return sql.SQL("{} " + op + " {}").format(_key_list(table), vals)
+
+
+def _where(table: Table, key_types: list[str], last_key: list[str] | None, where: str | None,
+           extra: tuple[sql.Composable, ...] = ()) -> sql.Composable:
     parts: list[sql.Composable] = []
     if last_key is not None:
-        cols = sql.SQL(", ").join(sql.SQL("t.{}").format(sql.Identifier(k)) for k in table.key)
-        vals = sql.SQL(", ").join(sql.SQL("%s::" + t) for t in key_types)  # format_type output: trusted SQL
-        parts.append(sql.SQL("(({})) > (({}))").format(cols, vals) if len(table.key) > 1
-                     else sql.SQL("{} > {}").format(cols, vals))
+        parts.append(_compare(table, key_types, ">"))
+    parts.extend(extra)
     if where:
         parts.append(sql.SQL("(") + sql.SQL(where) + sql.SQL(")"))
     return sql.SQL(" WHERE ") + sql.SQL(" AND ").join(parts) if parts else sql.SQL("")
+
+
+# Key types whose capture form is the value itself (ints) or the type's output text (the rest):
+# such a key is given back to the server as text cast to the type (ChunkReader.read_keys).
+_TEXT_KEYS = frozenset({"smallint", "integer", "bigint", "text", "uuid", "character varying"})
+
+
+def _text_key(key_type: str) -> bool:
+    """True for a format_type output of _TEXT_KEYS (a typmod allowed; arrays, domains: False)."""
+    return key_type.split("(")[0] in _TEXT_KEYS and not key_type.endswith("]")
 
 
 class ChunkReader:
@@ -76,27 +98,60 @@ class ChunkReader:
     def read(self, table: Table, last_key: list[str] | None, where: str | None, limit: int) -> Chunk:
         """The next chunk of table after last_key (None: from the start) matching where (SQL or None),
         at most limit rows. Raises psycopg2.Error as the server does."""
+        width = len(table.key)
+        fetched, convert = self._fetch(table, lambda types: (
+            _where(table, types, last_key, where), [*(last_key or [])]), limit)
+        rows = [convert(r[:-width]) for r in fetched]
+        return Chunk(rows, [str(v) for v in fetched[-1][-width:]] if fetched else None)
+
+    def read_keys(self, table: Table, after: list[str] | None, upto: list[str] | None, where: str | None,
+                  keys: list[list]) -> list[list]:
+        """The current rows (capture form, as :meth:`read`, in key order) of table in the chunk range
+        after < key <= upto (key columns' text as Chunk.last_key; None: unbounded) matching where,
+        read in one query in a fresh transaction, narrowed to keys (each the key columns' capture
+        values in table.key order, as a change row holds them) when every key column's type is in
+        _TEXT_KEYS; otherwise every row of the range. The caller picks its keys among them (by
+        Kafka key); a key no longer in the table gives nothing. Raises psycopg2.Error as the server
+        does."""
+        if not keys:
+            return []
+        width = len(table.key)
+
+        def condition(types: list[str]) -> tuple[sql.Composable, list]:
+            extra, params = [], [*(after or [])]
+            if upto is not None:
+                extra.append(_compare(table, types, "<="))
+                params += upto
+            if all(_text_key(t) for t in types):
+                one = sql.SQL("({})").format(sql.SQL(", ").join(sql.SQL("%s::" + t) for t in types))
+                extra.append(sql.SQL("({}) IN ({})").format(_key_list(table), sql.SQL(", ").join([one] * len(keys))))
+                params += [str(v) for k in keys for v in k]
+            return _where(table, types, after, where, tuple(extra)), params
+
+        fetched, convert = self._fetch(table, condition, None)
+        return [convert(r[:-width]) for r in fetched]
+
+    def _fetch(self, table: Table, condition, limit: int | None) -> tuple[list[tuple], Callable]:
+        """Rows of SELECT <capture row>, <key>::text FROM table t <condition(key types)> ORDER BY key
+        [LIMIT limit], read in a fresh transaction (rolled back), and the capture-form converter."""
         try:
             with self.conn.cursor() as cur:
                 if self.encode_row is None:
                     pgoutput.pin_settings(cur)
                 if table.qualified not in self._types:
                     self._types[table.qualified] = _key_types(cur, table)
-                types = self._types[table.qualified]
+                where, params = condition(self._types[table.qualified])
                 keys = sql.SQL(", ").join(sql.SQL("{}::text").format(sql.Identifier(k)) for k in table.key)
                 # t.<key>: a bare name would be the "<key>"::text output column, sorted as text
-                order = sql.SQL(", ").join(sql.SQL("t.{}").format(sql.Identifier(k)) for k in table.key)
-                query = sql.SQL("SELECT {}, {} FROM {} t{} ORDER BY {} LIMIT %s").format(
-                    self._select(table), keys, sql.Identifier(table.schema, table.name),
-                    _where(table, types, last_key, where), order)
+                query = sql.SQL("SELECT {}, {} FROM {} t{} ORDER BY {}").format(
+                    self._select(table), keys, sql.Identifier(table.schema, table.name), where, _key_list(table))
+                if limit is not None:
+                    query, params = query + sql.SQL(" LIMIT %s"), [*params, limit]
                 convert = self._converter(cur, table)
-                cur.execute(query, [*(last_key or []), limit])
-                fetched = cur.fetchall()
+                cur.execute(query, params)
+                return cur.fetchall(), convert
         finally:
             self.conn.rollback()
-        width = len(table.key)
-        rows = [convert(r[:-width]) for r in fetched]
-        return Chunk(rows, [str(v) for v in fetched[-1][-width:]] if fetched else None)
 
     def _select(self, table: Table) -> sql.Composable:
         if self.encode_row is not None:

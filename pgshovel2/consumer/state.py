@@ -5,12 +5,20 @@ value per (table, key); an UPDATE whose values the source did not log (``Change.
 header ``pgshovel.unchanged``) keeps the previous values of those columns. An UPDATE of the
 key arrives as the old key's delete and the new key's create at the same position: the create's
 unchanged columns come from the row that delete removed.
+
+Online snapshots: a consumer that starts at a table's ``SNAPSHOT_BEGIN`` (docs/wire.rst) may see
+such an UPDATE of a key before the snapshot's op ``r`` row of it. While the table's online
+snapshot is in progress (between its ``SNAPSHOT_BEGIN`` and ``SNAPSHOT_END`` records, which the
+caller hands in: :meth:`RowState.apply_all` with ``marks``, or :meth:`RowState.snapshot_begin` /
+:meth:`RowState.snapshot_end`), the key is kept *incomplete* (not in :attr:`RowState.tables`)
+until an op ``r`` row or a change with every value replaces it; one still incomplete at the
+table's ``SNAPSHOT_END`` is an error.
 """
 
-from collections.abc import Hashable, Iterable
+from collections.abc import Hashable, Iterable, Sequence
 from typing import Any
 
-from pgshovel2.consumer.model import Change, Transaction
+from pgshovel2.consumer.model import Change, Transaction, TxnRecord
 
 
 def _hashable(value: Any) -> Hashable:
@@ -25,29 +33,78 @@ class RowState:
     """table -> {key -> value} of keyed tables (decoded values, row envelope or Debezium
     events' ``after``). Unkeyed tables are not kept (their deletes are not in the row envelope).
 
+    incomplete: table topic -> {key -> the last UPDATE of the key with unchanged values} while
+    the table's online snapshot is in progress and the key's previous value was never seen
+    (module docstring); such keys are not in tables.
+
     Raises ValueError from :meth:`apply` when an UPDATE has unchanged columns and the row's
-    previous value was never seen (start the state from the beginning of the topics).
+    previous value was never seen outside an online snapshot of its table (start the state from
+    the beginning of the topics, or at the table's SNAPSHOT_BEGIN with the marks handed in), and
+    from :meth:`snapshot_end` for a key still incomplete then.
     """
 
     def __init__(self) -> None:
         self.tables: dict[str, dict[Hashable, dict[str, Any]]] = {}
+        self.incomplete: dict[str, dict[Hashable, Change]] = {}
+        self._online: set[str] = set()  # table topics whose online snapshot is in progress
+        self._marks_applied = 0  # marks of apply_all's list applied so far
         self._removed: tuple[str, str, dict[str, Any]] | None = None  # (table, position, value) of the last delete
 
-    def apply_all(self, transactions: Iterable[Transaction]) -> None:
-        """Apply every change of transactions, in order."""
+    def apply_all(self, transactions: Iterable[Transaction], marks: Sequence[TxnRecord] | None = None) -> None:
+        """Apply every change of transactions, in order. marks: the reader's SNAPSHOT_BEGIN/END
+        records (``SetReader.reassembler.snapshot_marks``, a list that grows while reading; the
+        same list on every call): each is applied right before the first change after it (by
+        position); those left when transactions end wait for the next call or :meth:`apply_marks`."""
         for txn in transactions:
             for change in txn.changes:
+                if marks is not None:
+                    self.apply_marks(marks, change.position)
                 self.apply(change)
+
+    def apply_marks(self, marks: Sequence[TxnRecord], before: str | None = None) -> None:
+        """Apply the marks of the list not applied yet that come before a change at position before
+        (None: all of them; call it so once the reader is caught up: every row written before them
+        has been applied). Raises ValueError as :meth:`snapshot_end`."""
+        while self._marks_applied < len(marks):
+            mark = marks[self._marks_applied]
+            if before is not None and (mark.position > before if mark.kind == "SNAPSHOT_BEGIN"
+                                       else mark.position >= before):
+                return
+            self._marks_applied += 1
+            if mark.kind == "SNAPSHOT_BEGIN":
+                self.snapshot_begin(mark.table)
+            elif mark.kind == "SNAPSHOT_END":
+                self.snapshot_end(mark.table)
+
+    def snapshot_begin(self, topic: str) -> None:
+        """The online snapshot of the table of topic (its data topic) starts here."""
+        self._online.add(topic)
+
+    def snapshot_end(self, topic: str) -> None:
+        """The online snapshot of the table of topic is complete here. Raises ValueError (as
+        :meth:`apply` would have at that UPDATE) when a key of it is still incomplete."""
+        self._online.discard(topic)
+        left = self.incomplete.pop(topic, {})
+        if left:
+            change = next(iter(left.values()))
+            try:
+                change.fill_unchanged(None)
+            except ValueError as exc:
+                raise ValueError(f"{exc} (still at the end of the table's online snapshot, "
+                                 f"{len(left)} key(s) so)") from None
 
     def apply(self, change: Change) -> None:
         """Apply one change (ops c, u, r, d, t)."""
         rows = self.tables.setdefault(change.table, {})
         if change.op == "t":
             rows.clear()
+            self.incomplete.pop(change.topic, None)
             return
         if change.key is None:
             return
         key = _hashable(change.key)
+        incomplete = self.incomplete.get(change.topic, {})
+        incomplete.pop(key, None)
         if change.op == "d":
             old = rows.pop(key, None)
             if old is not None:
@@ -58,6 +115,10 @@ class RowState:
         value = _image(change.value)
         if change.unchanged:
             previous = rows.get(key) if change.op == "u" else self._moved_from(change)
+            if previous is None and change.topic in self._online:
+                rows.pop(key, None)
+                self.incomplete.setdefault(change.topic, {})[key] = change
+                return
             value = _image(change.fill_unchanged(previous))
         rows[key] = value
 

@@ -124,13 +124,14 @@ class Relay:
                 raise RelayError(f"the position record of set {self.set_name!r} is of the {committed.backend} "
                                  "backend: the set's topics belong to another set; use another topic_prefix")
             mode = self.options.snapshot
-            if mode == "force" and self._snapshot_online(committed):
+            resumed = mode == "force" and self._snapshot_online(committed)  # checked source.resume already
+            if resumed:
                 mode = "auto"  # an online snapshot was requested: resume from committed
             force = mode == "force"
             self.layout.resume(committed.start_version() if committed is not None and not force else 0)
             self.source.switch(self.layout.record)
             try:
-                self.committed = self._handoff(stop, committed, mode)
+                self.committed = self._handoff(stop, committed, mode, resumed)
             except StopRequestedError:
                 log.info("stopped during the snapshot; nothing of it is visible, it restarts on the next start")
                 return
@@ -165,7 +166,11 @@ class Relay:
         log.info("--snapshot: online snapshot %s of every table of the set requested; streaming on", request.id)
         return True
 
-    def _handoff(self, stop: threading.Event, committed: Position | None, mode: str) -> Position:
+    def _handoff(self, stop: threading.Event, committed: Position | None, mode: str,
+                 resumed: bool = False) -> Position:
+        """The position to stream after: a new snapshot (mode force, or auto without a committed
+        position), a new start without one (mode skip) or committed, after source.resume checked
+        the source can go on from it (resumed: _snapshot_online did that check already)."""
         if mode == "force" or (committed is None and mode == "auto"):
             position, snap, record = self.source.handoff(export=True)
             log.info("taking the initial snapshot of %d table(s) at %s", len(self.layout.record.tables),
@@ -183,7 +188,8 @@ class Relay:
             log.info("skipping the initial snapshot: relaying changes after %s", position.describe())
             self.on_handoff(record)
             return self._commit(position)
-        self.source.resume(committed)
+        if not resumed:
+            self.source.resume(committed)
         log.info("resuming after %s (set version %d)", committed.describe(), committed.set_version)
         return committed
 

@@ -12,6 +12,10 @@ progress (``{id, table, last_key, chunk, rows, done}``) goes into the position t
 next -- in the same Kafka transaction (the loop commits at that complete point before reading on).
 Why this is exact: docs/internals.rst, "Online snapshots".
 
+A table's chunk 0 reads no rows: it only places the table's SNAPSHOT_BEGIN before every window of
+a chunk with rows, so a consumer starting there sees every change those chunks drop. Keys whose
+last change in a window is an UPDATE with unlogged unchanged values are re-read at the emission.
+
 A watermark of no chunk in memory (replayed after a restart, or of a discarded chunk) is ignored. A
 schema change, a set version or a TRUNCATE of the table while a chunk is in flight discards the
 chunk; the next step reads it again from the same last key in the layout then in effect.
@@ -26,8 +30,10 @@ from typing import NamedTuple
 
 import psycopg2
 
+from pgshovel2 import failpoints
 from pgshovel2.backends import chunks
 from pgshovel2.catalog import Table
+from pgshovel2.codec.rows import as_values
 from pgshovel2.db import outage
 from pgshovel2.errors import EncodeError, UnavailableError
 from pgshovel2.relay import metrics
@@ -45,14 +51,20 @@ POLL_INTERVAL = 0.5  # seconds between reads of the request while no chunk is du
 @dataclass
 class _Chunk:
     """The chunk in flight: token (in both watermarks), table, rows read, the last key read, the
-    Kafka keys of the table touched since the step, whether HIGH was seen."""
+    Kafka keys of the table touched since the step, whether HIGH was seen. after: the last key of
+    the chunk before (None: the first). partial: Kafka key -> key values (table.key order) of the
+    keys whose last change in the window left unlogged values unchanged (re-read at the emission).
+    opening: the table's chunk 0, which reads nothing and only places its SNAPSHOT_BEGIN."""
 
     token: str
     table: Table
     rows: list[list]
     last_key: list[str] | None
     keys: Callable[[list], bytes | None]
+    after: list[str] | None = None
+    opening: bool = False
     touched: set[bytes] = field(default_factory=set)
+    partial: dict[bytes, list] = field(default_factory=dict)
     high_seen: bool = False
     started: float = field(default_factory=time.monotonic)
 
@@ -153,15 +165,17 @@ class OnlineSnapshot:
     def _start(self, request: SnapshotRequest, table: Table, progress: dict) -> None:
         token = uuid.uuid4().hex[:12]
         mark = {"id": request.id, "chunk": progress["chunk"], "token": token}
-        self.chunk = _Chunk(token, table, [], progress["last_key"], self.key_of(table))
-        if progress["chunk"] == 0:
+        opening = progress["chunk"] == 0
+        self.chunk = _Chunk(token, table, [], progress["last_key"], self.key_of(table), progress["last_key"], opening)
+        if opening:
             self._stats = {"id": request.id, "table": table.qualified, "started": time.time(),
                            "estimate": self.reader.estimate(table), "rows": 0, "chunks": 0, "dropped": 0}
             log.info("online snapshot %s: reading %s in chunks of %d rows", request.id, table.qualified,
                      request.chunk_size)
         self.reader.watermark({**mark, "mark": "low"})
         try:
-            read = self.reader.read(table, progress["last_key"], request.where, request.chunk_size)
+            read = chunks.Chunk([], None) if opening else self.reader.read(table, progress["last_key"], request.where,
+                                                                           request.chunk_size)
         except psycopg2.Error as exc:
             self.chunk = None
             if outage(exc, self.reader.conn):
@@ -169,24 +183,34 @@ class OnlineSnapshot:
             self._fail(request, f"reading a chunk of {table.qualified} failed: {str(exc).strip()}")
             return
         self.chunk.rows, self.chunk.last_key = read.rows, read.last_key
+        failpoints.hit("online_chunk_read")  # tests hold the window open here (pause)
         self.reader.watermark({**mark, "mark": "high"})
 
     # -- in the stream --------------------------------------------------------------------------
 
     def touch(self, item: Change) -> None:
         """Note the Kafka keys item (a change) touched, when it is of the chunk's table; a
-        TRUNCATE of it discards the chunk."""
+        TRUNCATE of it discards the chunk. The new key of an UPDATE with unlogged unchanged values
+        (item.unchanged) is noted as partial (re-read at the emission, :meth:`at_commit`); any
+        other change of a key (an old key included) takes it out of partial again."""
         chunk = self.chunk
         if item.table != chunk.table.qualified:
             return
         if item.op == "T":
             self.discard("a TRUNCATE of the table")
             return
-        for row in (item.row, item.before):
-            if row is not None:
-                key = chunk.keys(row)
-                if key is not None:
-                    chunk.touched.add(key)
+        for row in (item.before, item.row):
+            if row is None:
+                continue
+            key = chunk.keys(row)
+            if key is None:
+                continue
+            chunk.touched.add(key)
+            if row is item.row and item.op == "U" and item.unchanged:
+                values = as_values(row)
+                chunk.partial[key] = [values[i] for i in _key_positions(chunk.table)]
+            else:
+                chunk.partial.pop(key, None)
 
     def control(self, item: Control) -> bool:
         """True when item is a watermark (handled here: not a control event); a schema change of
@@ -216,21 +240,43 @@ class OnlineSnapshot:
         request, progress = self.request, self._progress_of(self.request)
         keys = chunk.keys
         rows = [row for row in chunk.rows if keys(row) not in chunk.touched]
+        try:
+            rows += self._reread(chunk, request)
+        except psycopg2.Error as exc:
+            if outage(exc, self.reader.conn):
+                raise UnavailableError(f"online snapshot: the database went away: {str(exc).strip()}") from exc
+            self._fail(request, f"re-reading rows of {chunk.table.qualified} failed: {str(exc).strip()}")
+            return None
         tag, sent = chunk.table.qualified, len(rows)
         metrics.SNAPSHOT_ROWS.labels(self.set_name, tag).inc(sent)
         metrics.SNAPSHOT_CHUNKS.labels(self.set_name, tag).inc()
-        metrics.SNAPSHOT_DROPPED.labels(self.set_name, tag).inc(len(chunk.rows) - sent)
+        metrics.SNAPSHOT_DROPPED.labels(self.set_name, tag).inc(max(len(chunk.rows) - sent, 0))
         first = progress["chunk"] == 0
         progress = {**progress, "last_key": chunk.last_key, "chunk": progress["chunk"] + 1,
                     "rows": progress["rows"] + sent}
-        emission = Emission(chunk.table, rows, first, len(chunk.rows) < request.chunk_size, progress["rows"])
+        last = not chunk.opening and len(chunk.rows) < request.chunk_size
+        emission = Emission(chunk.table, rows, first, last, progress["rows"])
         if emission.last:
             log.info("online snapshot %s: %s done, %d rows in %d chunks", request.id, tag, progress["rows"],
                      progress["chunk"])
             progress = self._next_table(request, progress)
         self.progress = progress
-        self._count(tag, sent, len(chunk.rows) - sent, emission.last)
+        self._count(tag, sent, max(len(chunk.rows) - sent, 0), emission.last)
         return emission
+
+    def _reread(self, chunk: _Chunk, request: SnapshotRequest) -> list[list]:
+        """The current rows of chunk's partial keys in its key range (after its last key, up to
+        its own; unbounded for the table's last chunk) matching the request's where, read now:
+        docs/internals.rst "Unchanged values in the window" says why they are exact."""
+        if not chunk.partial or chunk.opening:
+            return []
+        last = len(chunk.rows) < request.chunk_size
+        found = self.reader.read_keys(chunk.table, chunk.after, None if last else chunk.last_key, request.where,
+                                      list(chunk.partial.values()))
+        rows = [row for row in found if chunk.keys(row) in chunk.partial]
+        log.info("online snapshot %s: %d of %d row(s) of %s re-read (UPDATEs with unchanged values in the "
+                 "window)", request.id, len(rows), len(chunk.partial), chunk.table.qualified)
+        return rows
 
     def _next_table(self, request: SnapshotRequest, progress: dict) -> dict:
         index = request.tables.index(progress["table"]) + 1 if progress["table"] in request.tables else len(
@@ -275,6 +321,12 @@ class OnlineSnapshot:
             log.info("online snapshot %s: %s: %d rows in %d chunks (%.0f rows/s, %d left out as changed)",
                      stats.get("id"), tag, stats["rows"], stats["chunks"], stats["rows"] / elapsed, stats["dropped"])
             self.report({**stats, "rate": stats["rows"] / elapsed, "updated": time.time()})
+
+
+def _key_positions(table: Table) -> list[int]:
+    """The positions of table's key columns in its columns, in table.key order."""
+    names = [c.name for c in table.columns]
+    return [names.index(k) for k in table.key]
 
 
 def _watermark(item: Control) -> dict | None:

@@ -52,6 +52,7 @@ def test_position_describes_itself_for_operators():
 def test_failpoint_spec_parsing():
     assert failpoints._parse("after_commit=0.5, before_commit ,") == {"after_commit": 0.5, "before_commit": 1.0}
     assert failpoints._parse("") == {}
+    assert failpoints._parse("online_chunk_read=pause:/tmp/x") == {"online_chunk_read": "/tmp/x"}
 
 
 def test_online_snapshot_progress_round_trips_and_older_records_have_none():

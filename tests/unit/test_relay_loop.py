@@ -13,11 +13,13 @@ from collections import Counter
 
 import pytest
 
+from pgshovel2.backends.chunks import Chunk
 from pgshovel2.catalog import Column, Table
 from pgshovel2.config import SetConfig, TableConfig
 from pgshovel2.relay.emitter import Emitter
 from pgshovel2.relay.layout import Layout
 from pgshovel2.relay.loop import Relay, RelayOptions
+from pgshovel2.relay.online_snapshot import OnlineSnapshot
 from pgshovel2.relay.source import Begin, Change, Commit, Control, Idle, Lag
 from pgshovel2.setrecord import SetRecord
 from pgshovel2.wire import LOGICAL, TRIGGER, Position, parse_header
@@ -312,3 +314,44 @@ def test_a_pause_inside_a_transaction_commits_nothing_its_position_does_not_cove
     relaunch(units, "txn", sink, acked=None)
     assert Counter(changes(sink).values()) == Counter({1: 3})
     assert_transactions_whole(sink)
+
+
+class CountingSource(FakeSource):
+    """A FakeSource that counts the calls of resume."""
+
+    resumes = 0
+
+    def resume(self, position) -> None:
+        self.resumes += 1
+
+
+class IdleChunks:
+    """The ChunkReader as OnlineSnapshot uses it: empty chunks, watermarks that reach no stream."""
+
+    def estimate(self, table) -> int:
+        return 0
+
+    def watermark(self, payload) -> None:
+        pass
+
+    def read(self, table, last_key, where, limit):
+        return Chunk([], None)
+
+    def close(self) -> None:
+        pass
+
+
+def test_snapshot_option_on_a_resumable_set_requests_an_online_snapshot_and_checks_the_source_once():
+    sink = FakeSink()
+    relaunch(BATCHES, "batch", sink, None)
+    stored: dict = {}
+    online = OnlineSnapshot("s", lambda: (stored.get("request"), 0), lambda data, v: stored.update(request=data),
+                            lambda stats: None, IdleChunks(), lambda table: lambda row: str(row[0]).encode())
+    source = CountingSource(BATCHES, "batch", threading.Event(), sink.position())
+    emitter = Emitter("s", {}, V1.topics.transactions, None, sink)
+    layout = Layout(V1, emitter, None, {1: V1, 2: V2}.__getitem__, lambda *a: None)
+    relay = Relay("s", source, sink, layout, FakeControl(), RelayOptions("kafka", snapshot="force"), sink.position,
+                  POSITIONS, b"c/s", online=online)
+    relay.run(source.stop)
+    assert stored["request"]["state"] == "active" and source.handoffs == 0
+    assert source.resumes == 1
