@@ -8,10 +8,12 @@ covers: a unit committed but not acknowledged is only acknowledged, a unit split
 several Kafka transactions resumes after its last committed event (the committed start is
 replayed muted, so a transaction's END record still counts all of it).
 
-A Kafka transaction ends at a complete point (the end of a unit) when the source's
-commit_delay has passed since the first one, at a transaction boundary once it holds
-``max_transaction_messages``, and inside one huge source transaction at ten times that,
-so Kafka transactions stay bounded.
+A Kafka transaction ends at a complete point (the end of a unit): when the source goes idle
+(nothing more to read now) once its commit_delay has passed since the first complete point;
+while the source keeps delivering (a backlog), once ``busy_commit_delay`` has passed since
+then, so a busy source fills fewer, larger Kafka transactions; at a transaction boundary once
+it holds ``max_transaction_messages``; and inside one huge source transaction at ten times
+that, so Kafka transactions stay bounded.
 """
 
 import logging
@@ -48,6 +50,11 @@ class RelayOptions:
     spill_dir, logical_decoding_work_mem: logical backend with decoder pgoutput, where streamed
     transactions are spilled (None: the system's temp dir) and the walsender's memory limit
     above which a transaction is streamed before its commit (None: the server's setting).
+    busy_commit_delay: seconds a Kafka transaction may grow from its first complete point while
+    the source keeps delivering without going idle (a backlog: fewer, larger Kafka transactions,
+    less broker work per change); a source that goes idle commits after its own commit_delay
+    (logical: 20 ms), so latency at a rate the relay keeps up with does not grow. Values below
+    the source's commit_delay count as commit_delay.
     """
 
     bootstrap: str
@@ -62,6 +69,7 @@ class RelayOptions:
     pgq_maint_interval: float = 60.0
     spill_dir: str | None = None
     logical_decoding_work_mem: str | None = None
+    busy_commit_delay: float = 0.25
 
 
 class _Txn:
@@ -102,6 +110,7 @@ class Relay:
         self.skips, self.on_skip, self.online = skips, on_skip, online
         self.soft = options.max_transaction_messages
         self.hard = 10 * self.soft
+        self._busy_delay = max(source.commit_delay, options.busy_commit_delay)
         self.committed: Position | None = None
         self.changes = self.batches = 0
         self._counted = 0  # changes already added to the metric
@@ -307,7 +316,8 @@ class Relay:
         self._ready = point
         if item.complete and not self._ready_at:
             self._ready_at = time.monotonic()
-        if self._pending() >= self.soft or (item.complete and self._delay_left() <= 0):
+        # the source delivered this without an Idle in between: it may have more (see _idle)
+        if self._pending() >= self.soft or (item.complete and self._open_for() >= self._busy_delay):
             self._commit_ready()
 
     def _control(self, item: Control) -> None:
@@ -350,8 +360,12 @@ class Relay:
     def _point(self, unit: int, ordinal: int, complete: bool) -> Position:
         return Position(unit, ordinal, complete, self.committed.txid_snapshot, self.source.backend)
 
+    def _open_for(self) -> float:
+        """Seconds since the first complete point of the open Kafka transaction."""
+        return time.monotonic() - self._ready_at
+
     def _delay_left(self) -> float:
-        return self.source.commit_delay - (time.monotonic() - self._ready_at)
+        return self.source.commit_delay - self._open_for()
 
     def _pending(self) -> int:
         """Messages produced since the last commit."""
