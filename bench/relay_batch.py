@@ -1,7 +1,7 @@
 """How a relay batches its Kafka transactions while draining: changes/s, CPU µs per change of the
 relay and of the Kafka broker, and the number of Kafka transactions, for pgshovel2 sets (bench/
 debezium.py's drain of pre-written inserts of a workload, default ``mixed``, 5,000 per source
-transaction), plus the commit-to-read_committed latency at a steady rate (bench/latency.py,
+transaction, ``--per-transaction``), plus the commit-to-read_committed latency at a steady rate (bench/latency.py,
 logical backend, JSON). Kafka transactions are counted as the committed records of the set's
 positions topic (one per Kafka transaction). ``--profile`` samples each drain with py-spy and
 adds its top functions (own and total share of samples).
@@ -10,7 +10,7 @@ Run it twice in one stack to compare two versions of the relay: the relay proces
 pgshovel2 from PYTHONPATH first (e.g. an exported older commit).
 
     .venv/bin/python -m bench.relay_batch [--changes 200000] [--rounds 2] [--variants logical/json/row,...]
-        [--tps 2000] [--seconds 20] [--profile] [--label before]
+        [--per-transaction 5000] [--tps 2000] [--seconds 20] [--profile] [--label before]
 """
 
 import argparse
@@ -45,7 +45,8 @@ def committed_count(topic: str, settle: float = 1.0) -> int:
         consumer.close()
 
 
-def drain(cur, workload: workloads.Workload, variant: tuple[str, str, str], changes: int, profile: bool) -> dict:
+def drain(cur, workload: workloads.Workload, variant: tuple[str, str, str], changes: int, profile: bool,
+          per_transaction: int = 5000) -> dict:
     """One drain of a pgshovel2 set of variant (backend, encoding, envelope): bench.debezium's
     figures plus ``kafka_txns`` (and ``profile``)."""
     backend, encoding, envelope = variant
@@ -60,7 +61,7 @@ def drain(cur, workload: workloads.Workload, variant: tuple[str, str, str], chan
     try:
         Relay(name, "--skip-snapshot").stop()
         before_txns = committed_count(positions)
-        workloads.fill(cur, workload, table, changes)
+        workloads.fill(cur, workload, table, changes, per_transaction)
         counter = Counter(set_topic(name), changes)
         counter.start()
         relay = Relay(name)
@@ -97,6 +98,7 @@ def main() -> None:
     parser.add_argument("--variants", default="logical/json/row,logical/avro/row")
     parser.add_argument("--tps", type=int, default=2000)
     parser.add_argument("--seconds", type=int, default=20, help="latency run length (0: none)")
+    parser.add_argument("--per-transaction", type=int, default=5000, help="rows per source transaction")
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--label", default="")
     args = parser.parse_args()
@@ -105,13 +107,15 @@ def main() -> None:
     runs: dict[str, list[dict]] = {}
     for round_no in range(args.rounds):
         for v in variants:
-            got = drain(cur, workloads.WORKLOADS[args.workload], v, args.changes, args.profile)
+            got = drain(cur, workloads.WORKLOADS[args.workload], v, args.changes, args.profile,
+                        args.per_transaction)
             runs.setdefault("/".join(v), []).append(got)
             shown = {k: round(x, 1) for k, x in got.items() if k != "profile"}
             print(f"  round {round_no + 1} {'/'.join(v)}: {shown}", flush=True)
             if args.profile:
                 print(json.dumps(got["profile"], indent=1), flush=True)
     result: dict = {"label": args.label, "workload": args.workload, "changes": args.changes,
+                    "per_transaction": args.per_transaction,
                     "drain": {v: {k: summary([r[k] for r in rs]) for k in rs[0] if k != "profile"}
                               for v, rs in runs.items()}}
     if args.profile:

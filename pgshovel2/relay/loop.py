@@ -33,7 +33,7 @@ from pgshovel2.relay.layout import Layout
 from pgshovel2.relay.online_snapshot import Emission, OnlineSnapshot, emit_chunk
 from pgshovel2.relay.source import Begin, Change, Commit, Control, Idle, Source
 from pgshovel2.sinks.kafka import KafkaSink
-from pgshovel2.wire import LOGICAL, Position, change_header, snapshot_header
+from pgshovel2.wire import LOGICAL, Position, change_header, position_prefix, snapshot_header
 
 log = logging.getLogger(__name__)
 
@@ -120,6 +120,7 @@ class Relay:
         self._txn: _Txn | None = None
         self._unit: int | None = None
         self._unit_version = 0  # set version at the start of the unit being relayed
+        self._prefix_unit, self._prefix = -1, ""  # wire.position_prefix of that unit
         self._m_commit = metrics.COMMIT_SECONDS.labels(set_name)
         self._started = self._last_progress = time.monotonic()
 
@@ -265,15 +266,19 @@ class Relay:
         self._txn = _Txn(item)
 
     def _change(self, item: Change) -> None:
-        if self.committed.reaches(item.unit, 0, True):
+        committed, unit = self.committed, item.unit
+        past = unit > committed.unit  # the usual case, neither reached nor covered: skip both checks
+        if not past and committed.reaches(unit, 0, True):
             return  # its whole unit is in Kafka (streamed again after a restart): nothing to rebuild
         if self.online is not None and self.online.chunk is not None:
             self.online.touch(item)
-        covered = self.committed.covers(item.unit, item.ordinal)
-        if not covered and item.ordinal and self._pending() >= self.hard:
-            self._commit_at(self._point(item.unit, item.ordinal, False))  # inside one huge transaction
+        covered = not past and committed.covers(unit, item.ordinal)
+        if not covered and item.ordinal and self.sink.produced - self._committed_produced >= self.hard:
+            self._commit_at(self._point(unit, item.ordinal, False))  # inside one huge transaction
         txn, emitter = self._txn, self.emitter
-        header = change_header(self.source.backend, item.unit, item.ordinal)
+        if unit != self._prefix_unit:
+            self._prefix_unit, self._prefix = unit, position_prefix(self.source.backend, unit)
+        header = f"{self._prefix}{item.ordinal:010d}"  # change_header(backend, unit, ordinal)
         emitter.replaying = covered
         if not txn.begun:
             begin = txn.begin

@@ -78,6 +78,12 @@ def change_header(backend: str, unit: int, ordinal: int) -> str:
     return f"{unit:020d}:{ordinal:010d}"
 
 
+def position_prefix(backend: str, unit: int) -> str:
+    """The part of :func:`change_header` before the ordinal: change_header(backend, unit, n) ==
+    position_prefix(backend, unit) + f"{n:010d}" (for the relay's per-change path)."""
+    return f"{unit:016X}:" if backend == LOGICAL else f"{unit:020d}:"
+
+
 def snapshot_header(backend: str, unit: int, ordinal: int) -> str:
     """``pgshovel.position`` of the ordinal-th snapshot row handed off at unit (tick or LSN)."""
     if backend == LOGICAL:
