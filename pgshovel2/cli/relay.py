@@ -40,8 +40,9 @@ def _memory_setting(_ctx: click.Context, param: click.Parameter, value: str | No
 @env_option("--max-transaction-messages", default=20000, type=click.IntRange(100),
             help="Split a PgQ batch into Kafka transactions of about this many messages.")
 @env_option("--busy-commit-delay", default=0.25, type=click.FloatRange(0.0),
-            help="Seconds a Kafka transaction may keep growing while the source has a backlog (fewer, "
-                 "larger transactions); an idle source commits after its own delay (logical: 20 ms).")
+            help="Seconds a Kafka transaction may keep growing while the relay works through a backlog "
+                 "(changes committed longer ago than this): fewer, larger transactions; otherwise it commits "
+                 "after the source's own delay (logical: 20 ms).")
 @env_option("--slot-lag-warn-mb", default=1024, type=click.IntRange(1),
             help="Logical backend: warn when the set's slot retains more WAL than this (MiB).")
 @env_option("--heartbeat-interval", default=10.0, type=click.FloatRange(0.1),

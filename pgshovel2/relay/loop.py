@@ -8,12 +8,13 @@ covers: a unit committed but not acknowledged is only acknowledged, a unit split
 several Kafka transactions resumes after its last committed event (the committed start is
 replayed muted, so a transaction's END record still counts all of it).
 
-A Kafka transaction ends at a complete point (the end of a unit): when the source goes idle
-(nothing more to read now) once its commit_delay has passed since the first complete point;
-while the source keeps delivering (a backlog), once ``busy_commit_delay`` has passed since
-then, so a busy source fills fewer, larger Kafka transactions; at a transaction boundary once
-it holds ``max_transaction_messages``; and inside one huge source transaction at ten times
-that, so Kafka transactions stay bounded.
+A Kafka transaction ends at a complete point (the end of a unit) once the source's
+commit_delay has passed since the first complete point it holds -- but while the relay works
+through a backlog (the source keeps delivering without going idle, and the point's source
+commit is older than ``busy_commit_delay``) only once ``busy_commit_delay`` has passed, so a
+backlog fills fewer, larger Kafka transactions while a relay that keeps up commits as soon as
+before; at a transaction boundary once it holds ``max_transaction_messages``; and inside one
+huge source transaction at ten times that, so Kafka transactions stay bounded.
 """
 
 import logging
@@ -51,10 +52,11 @@ class RelayOptions:
     transactions are spilled (None: the system's temp dir) and the walsender's memory limit
     above which a transaction is streamed before its commit (None: the server's setting).
     busy_commit_delay: seconds a Kafka transaction may grow from its first complete point while
-    the source keeps delivering without going idle (a backlog: fewer, larger Kafka transactions,
-    less broker work per change); a source that goes idle commits after its own commit_delay
-    (logical: 20 ms), so latency at a rate the relay keeps up with does not grow. Values below
-    the source's commit_delay count as commit_delay.
+    the relay works through a backlog: the source keeps delivering without going idle and the
+    point's source commit (Commit.ts_ms, the database's clock) is older than this. Fewer,
+    larger Kafka transactions then, less broker work per change; a source that goes idle, or
+    delivers changes younger than this, commits after its own commit_delay (logical: 20 ms), so
+    latency while the relay keeps up does not grow. Values below commit_delay count as commit_delay.
     """
 
     bootstrap: str
@@ -321,8 +323,7 @@ class Relay:
         self._ready = point
         if item.complete and not self._ready_at:
             self._ready_at = time.monotonic()
-        # the source delivered this without an Idle in between: it may have more (see _idle)
-        if self._pending() >= self.soft or (item.complete and self._open_for() >= self._busy_delay):
+        if self._pending() >= self.soft or (item.complete and self._due(item.ts_ms)):
             self._commit_ready()
 
     def _control(self, item: Control) -> None:
@@ -368,6 +369,17 @@ class Relay:
     def _open_for(self) -> float:
         """Seconds since the first complete point of the open Kafka transaction."""
         return time.monotonic() - self._ready_at
+
+    def _due(self, ts_ms: int) -> bool:
+        """Whether a complete point the source delivered without an Idle (it may have more, see
+        _idle), whose source commit was at ts_ms, ends the Kafka transaction now: after the
+        source's commit_delay, or after busy_commit_delay while relaying a backlog."""
+        open_for = self._open_for()
+        if open_for >= self._busy_delay:
+            return True
+        if open_for < self.source.commit_delay:
+            return False
+        return time.time() * 1000 - ts_ms < self._busy_delay * 1000  # the source is not behind
 
     def _delay_left(self) -> float:
         return self.source.commit_delay - self._open_for()

@@ -95,6 +95,7 @@ class FakeSource:
         self.idle_inside = False  # an Idle after each change (a server sending a transaction slowly)
         self.gap = 0.0  # s before each transaction: a busy source (no Idle) slower than the relay
         self.idle_between = False  # an Idle after each unit, 2 x commit_delay later (a source at a low rate)
+        self.current = False  # transactions committed just now (else at ts 1 s after the epoch: a backlog)
         self.handoffs = 0
         self.width = len(V1.tables[0].columns)
 
@@ -127,7 +128,8 @@ class FakeSource:
                             time.sleep(2 * self.commit_delay)
                             yield Idle(0.0)
                     ordinal += 1
-                yield Commit(txid, 1000, number, ordinal, i == len(unit) - 1)
+                yield Commit(txid, int(time.time() * 1000) if self.current else 1000, number, ordinal,
+                             i == len(unit) - 1)
             if self.idle_between:
                 time.sleep(2 * self.commit_delay)
                 yield Idle(0.0)
@@ -320,9 +322,9 @@ def test_a_pause_inside_a_transaction_commits_nothing_its_position_does_not_cove
     assert_transactions_whole(sink)
 
 
-def test_a_busy_source_fills_one_kafka_transaction_up_to_busy_commit_delay():
-    # each transaction comes 30 ms after the last without an Idle (a backlog read slower than 20 ms
-    # a transaction): one Kafka transaction for all eight, not one per 20 ms
+def test_a_backlog_fills_one_kafka_transaction_up_to_busy_commit_delay():
+    # each old transaction comes 30 ms after the last without an Idle (a backlog read slower than
+    # 20 ms a transaction): one Kafka transaction for all eight, not one per 20 ms
     units = [[(61 + i, [("I", i)])] for i in range(8)]
     sink = FakeSink()
     source = FakeSource(units, "txn", threading.Event())
@@ -333,7 +335,7 @@ def test_a_busy_source_fills_one_kafka_transaction_up_to_busy_commit_delay():
     assert_transactions_whole(sink)
 
 
-def test_a_busy_source_still_commits_at_busy_commit_delay_and_max_transaction_messages():
+def test_a_backlog_still_commits_at_busy_commit_delay_and_max_transaction_messages():
     units = [[(61 + i, [("I", i)])] for i in range(8)]
     sink = FakeSink()
     source = FakeSource(units, "txn", threading.Event())
@@ -358,3 +360,16 @@ def test_a_source_that_goes_idle_commits_after_commit_delay_whatever_busy_commit
     run(source, sink, busy=30.0)
     assert sink.commits == 1 + 4 and source.acked.unit == 4
     assert Counter(changes(sink).values()) == Counter({1: 4})
+
+
+def test_a_source_that_keeps_up_commits_after_commit_delay_without_going_idle():
+    # transactions committed just now, 30 ms apart, no Idle: the relay is not behind, so each
+    # Kafka transaction ends commit_delay (20 ms) after its first point, whatever busy_commit_delay
+    units = [[(81 + i, [("I", i)])] for i in range(8)]
+    sink = FakeSink()
+    source = FakeSource(units, "txn", threading.Event())
+    source.gap, source.current = 0.03, True
+    run(source, sink, busy=30.0)
+    assert sink.commits >= 1 + 3 and source.acked.unit == 8
+    assert Counter(changes(sink).values()) == Counter({1: 8})
+    assert_transactions_whole(sink)
