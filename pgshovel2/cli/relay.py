@@ -41,7 +41,7 @@ def _memory_setting(_ctx: click.Context, param: click.Parameter, value: str | No
             help="Split a PgQ batch into Kafka transactions of about this many messages.")
 @env_option("--busy-commit-delay", default=0.25, type=click.FloatRange(0.0),
             help="Seconds a Kafka transaction may keep growing while the relay works through a backlog "
-                 "(changes committed longer ago than this): fewer, larger transactions; otherwise it commits "
+                 "(changes committed over a second ago): fewer, larger transactions; otherwise it commits "
                  "after the source's own delay (logical: 20 ms).")
 @env_option("--slot-lag-warn-mb", default=1024, type=click.IntRange(1),
             help="Logical backend: warn when the set's slot retains more WAL than this (MiB).")

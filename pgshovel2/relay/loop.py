@@ -11,10 +11,11 @@ replayed muted, so a transaction's END record still counts all of it).
 A Kafka transaction ends at a complete point (the end of a unit) once the source's
 commit_delay has passed since the first complete point it holds -- but while the relay works
 through a backlog (the source keeps delivering without going idle, and the point's source
-commit is older than ``busy_commit_delay``) only once ``busy_commit_delay`` has passed, so a
-backlog fills fewer, larger Kafka transactions while a relay that keeps up commits as soon as
-before; at a transaction boundary once it holds ``max_transaction_messages``; and inside one
-huge source transaction at ten times that, so Kafka transactions stay bounded.
+commit is older than BACKLOG_SECONDS, or busy_commit_delay if longer) only once
+``busy_commit_delay`` has passed, so a backlog fills fewer, larger Kafka transactions while a
+relay that keeps up commits as soon as before; at a transaction boundary once it holds
+``max_transaction_messages``; and inside one huge source transaction at ten times that, so
+Kafka transactions stay bounded.
 """
 
 import logging
@@ -37,6 +38,10 @@ from pgshovel2.sinks.kafka import KafkaSink
 from pgshovel2.wire import LOGICAL, Position, change_header, position_prefix, snapshot_header
 
 log = logging.getLogger(__name__)
+# s: a point whose source commit is older than this (or busy_commit_delay) is relayed from a backlog.
+# Not just busy_commit_delay: a relay only slightly behind (a loaded host) would then hold every
+# Kafka transaction that long and lengthen its latency tail.
+BACKLOG_SECONDS = 1.0
 
 
 @dataclass(frozen=True)
@@ -53,10 +58,11 @@ class RelayOptions:
     above which a transaction is streamed before its commit (None: the server's setting).
     busy_commit_delay: seconds a Kafka transaction may grow from its first complete point while
     the relay works through a backlog: the source keeps delivering without going idle and the
-    point's source commit (Commit.ts_ms, the database's clock) is older than this. Fewer,
-    larger Kafka transactions then, less broker work per change; a source that goes idle, or
-    delivers changes younger than this, commits after its own commit_delay (logical: 20 ms), so
-    latency while the relay keeps up does not grow. Values below commit_delay count as commit_delay.
+    point's source commit (Commit.ts_ms, the database's clock) is older than BACKLOG_SECONDS
+    (1 s) or this, whichever is longer. Fewer, larger Kafka transactions then, less broker work
+    per change; a source that goes idle, or delivers younger changes, commits after its own
+    commit_delay (logical: 20 ms), so latency while the relay keeps up does not grow. Values
+    below commit_delay count as commit_delay.
     """
 
     bootstrap: str
@@ -113,6 +119,7 @@ class Relay:
         self.soft = options.max_transaction_messages
         self.hard = 10 * self.soft
         self._busy_delay = max(source.commit_delay, options.busy_commit_delay)
+        self._backlog_ms = 1000 * max(BACKLOG_SECONDS, self._busy_delay)
         self.committed: Position | None = None
         self.changes = self.batches = 0
         self._counted = 0  # changes already added to the metric
@@ -379,7 +386,7 @@ class Relay:
             return True
         if open_for < self.source.commit_delay:
             return False
-        return time.time() * 1000 - ts_ms < self._busy_delay * 1000  # the source is not behind
+        return time.time() * 1000 - ts_ms < self._backlog_ms  # the source is not behind
 
     def _delay_left(self) -> float:
         return self.source.commit_delay - self._open_for()
