@@ -39,6 +39,10 @@ def _memory_setting(_ctx: click.Context, param: click.Parameter, value: str | No
             help="Exactly-once Kafka transactions, or the idempotent-only producer (at-least-once).")
 @env_option("--max-transaction-messages", default=20000, type=click.IntRange(100),
             help="Split a PgQ batch into Kafka transactions of about this many messages.")
+@env_option("--busy-commit-delay", default=0.25, type=click.FloatRange(0.0),
+            help="Seconds a Kafka transaction may keep growing while the relay works through a backlog "
+                 "(changes committed over a second ago): fewer, larger transactions; otherwise it commits "
+                 "after the source's own delay (logical: 20 ms).")
 @env_option("--slot-lag-warn-mb", default=1024, type=click.IntRange(1),
             help="Logical backend: warn when the set's slot retains more WAL than this (MiB).")
 @env_option("--heartbeat-interval", default=10.0, type=click.FloatRange(0.1),
@@ -61,7 +65,7 @@ def _memory_setting(_ctx: click.Context, param: click.Parameter, value: str | No
 @reports_errors
 def main(set_name: str, zookeeper_hosts: str, cluster: str, bootstrap_servers: str,
          schema_registry: str | None, snapshot: bool | None, progress_interval: float,
-         poll_interval: float, transactions: bool, max_transaction_messages: int,
+         poll_interval: float, transactions: bool, max_transaction_messages: int, busy_commit_delay: float,
          slot_lag_warn_mb: int, heartbeat_interval: float, pgq_maint_interval: float,
          spill_dir: str | None, logical_decoding_work_mem: str | None, zookeeper_session_timeout: float,
          metrics_port: int | None, metrics_address: str, log_level: str) -> None:
@@ -88,7 +92,8 @@ def main(set_name: str, zookeeper_hosts: str, cluster: str, bootstrap_servers: s
     mode = {None: "auto", True: "force", False: "skip"}[snapshot]
     options = RelayOptions(bootstrap_servers, schema_registry, mode, poll_interval, progress_interval,
                            transactions, max_transaction_messages, slot_lag_warn_mb << 20, heartbeat_interval,
-                           pgq_maint_interval, spill_dir, logical_decoding_work_mem)
+                           pgq_maint_interval, spill_dir, logical_decoding_work_mem,
+                           busy_commit_delay=busy_commit_delay)
     with ClusterStore(zookeeper_hosts, cluster, timeout=zookeeper_session_timeout) as store:
         totals = run_elected(store, set_name, options, stop)
     log.info("stopped after %d changes in %d batches (%d restarts after interruptions)",

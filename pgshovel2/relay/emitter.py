@@ -54,6 +54,8 @@ class Emitter:
         self.skipped_unkeyed_deletes = 0
         self.version = 0  # the set version the routes were built from: header pgshovel.version
         self.replaying = False  # build and count messages, produce none
+        self._fixed_for: tuple | None = None  # (txid, ts_ms, version) of _fixed
+        self._fixed: tuple = ()  # the headers every message of that transaction shares
 
     def switch(self, routes: dict[str, TableRoute], version: int, txn_writer: AvroWriter | None) -> None:
         """Use routes (table tag -> TableRoute) of set version from the next change on."""
@@ -65,13 +67,20 @@ class Emitter:
         self.version = version
 
     def _headers(self, op: str, txid: int, position: str, ts_ms: int) -> list[tuple[str, str]]:
-        return [(wire.OP, op), (wire.TXID, str(txid)), (wire.POSITION, position), (wire.TS_MS, str(ts_ms)),
-                (wire.SET, self.set_name), (wire.VERSION, str(self.version))]
+        """A data message's headers, in the order op, txid, position, ts_ms, set, version (the
+        four but op and position are built once per transaction: this runs per message)."""
+        if self._fixed_for != (txid, ts_ms, self.version):
+            self._fixed_for = (txid, ts_ms, self.version)
+            self._fixed = ((wire.TXID, str(txid)), (wire.TS_MS, str(ts_ms)), (wire.SET, self.set_name),
+                           (wire.VERSION, str(self.version)))
+        txid_h, ts_h, set_h, version_h = self._fixed
+        return [(wire.OP, op), txid_h, (wire.POSITION, position), ts_h, set_h, version_h]
 
-    def _send(self, route: TableRoute, msg: Message, ctx: Context, unchanged: str | None = None) -> None:
+    def _send(self, route: TableRoute, msg: Message, txid: int, position: str, ts_ms: int,
+              unchanged: str | None = None) -> None:
         if self.replaying:
             return
-        headers = self._headers(msg.op, ctx.txid, ctx.position, ctx.ts_ms)
+        headers = self._headers(msg.op, txid, position, ts_ms)
         if unchanged is not None and msg.value is not None and msg.op in ("c", "u"):
             headers.append((wire.UNCHANGED, unchanged))
         self.sink.produce(route.topic, msg.key, msg.value, headers)
@@ -86,7 +95,7 @@ class Emitter:
         route = self.routes[table.qualified]
         ctx = Context(0, position, ts_ms, snapshot, lsn=lsn)
         for msg in route.envelope.read(row, ctx):
-            self._send(route, msg, ctx)
+            self._send(route, msg, 0, position, ts_ms)
 
     def begin(self, txid: int, position: str, ts_ms: int, ts_us: int | None = None,
               last_lsn: int | None = None) -> None:
@@ -140,15 +149,17 @@ class Emitter:
                           "ts_ms": ev.ts_ms, "event_count": None, "data_collections": None,
                           "table": route.topic})
             return
+        envelope = route.envelope
         ctx = Context(ev.txid, position, ev.ts_ms, order=self._order, lsn=ev.lsn, last_lsn=self._txn_last_lsn,
-                      ts_us=self._txn_ts_us)
-        msgs = route.envelope.change(ev.op, ev.row, ev.before, ctx)
+                      ts_us=self._txn_ts_us) if getattr(envelope, "uses_context", True) else None
+        msgs = envelope.change(ev.op, ev.row, ev.before, ctx)
         if not msgs:
             self.skipped_unkeyed_deletes += 1
         unchanged = _unchanged_header(route.table, ev) if ev.unchanged else None
         for msg in msgs:
-            self._send(route, msg, ctx, unchanged)
-            self._counts[route.topic] += 1
+            self._send(route, msg, ev.txid, position, ev.ts_ms, unchanged)
+        if msgs:
+            self._counts[route.topic] += len(msgs)
 
 
 def _unchanged_header(table: Table, ev: Change) -> str:

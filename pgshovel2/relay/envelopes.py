@@ -148,7 +148,11 @@ class SnapshotMarks:
 
 
 class Envelope(Protocol):
-    """Builds the data messages of one table's changes; ops are the trigger's I/U/D."""
+    """Builds the data messages of one table's changes; ops are the trigger's I/U/D.
+
+    uses_context (optional, default True): False when :meth:`change` ignores its ctx, so the
+    emitter need not build one per change.
+    """
 
     encoder: RowEncoder
 
@@ -169,7 +173,12 @@ class Envelope(Protocol):
 
 
 class RowEnvelope:
-    """The ``row`` envelope: value = the after-image; deletes are tombstones (keyed tables only)."""
+    """The ``row`` envelope: value = the after-image; deletes are tombstones (keyed tables only).
+
+    uses_context: False, :meth:`change` reads nothing of its Context (the emitter passes None).
+    """
+
+    uses_context = False
 
     def __init__(self, encoder: RowEncoder):
         self.encoder = encoder
@@ -182,7 +191,7 @@ class RowEnvelope:
         conv = self.encoder.convert(as_values(row))
         return [Message(self.encoder.key(conv), self.encoder.value(conv), "r")]
 
-    def change(self, op: str, row: Any, before: Any, ctx: Context) -> list[Message]:
+    def change(self, op: str, row: Any, before: Any, ctx: Context | None) -> list[Message]:
         """See the module docstring; an unkeyed DELETE yields no message. Rows: JSON text or lists."""
         enc = self.encoder
         if enc.native is not None:

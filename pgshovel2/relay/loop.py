@@ -8,10 +8,14 @@ covers: a unit committed but not acknowledged is only acknowledged, a unit split
 several Kafka transactions resumes after its last committed event (the committed start is
 replayed muted, so a transaction's END record still counts all of it).
 
-A Kafka transaction ends at a complete point (the end of a unit) when the source's
-commit_delay has passed since the first one, at a transaction boundary once it holds
-``max_transaction_messages``, and inside one huge source transaction at ten times that,
-so Kafka transactions stay bounded.
+A Kafka transaction ends at a complete point (the end of a unit) once the source's
+commit_delay has passed since the first complete point it holds -- but while the relay works
+through a backlog (the source keeps delivering without going idle, and the point's source
+commit is older than BACKLOG_SECONDS, or busy_commit_delay if longer) only once
+``busy_commit_delay`` has passed, so a backlog fills fewer, larger Kafka transactions while a
+relay that keeps up commits as soon as before; at a transaction boundary once it holds
+``max_transaction_messages``; and inside one huge source transaction at ten times that, so
+Kafka transactions stay bounded.
 """
 
 import logging
@@ -31,9 +35,13 @@ from pgshovel2.relay.layout import Layout
 from pgshovel2.relay.online_snapshot import Emission, OnlineSnapshot, emit_chunk
 from pgshovel2.relay.source import Begin, Change, Commit, Control, Idle, Source
 from pgshovel2.sinks.kafka import KafkaSink
-from pgshovel2.wire import LOGICAL, Position, change_header, snapshot_header
+from pgshovel2.wire import LOGICAL, Position, change_header, change_header_at, position_prefix, snapshot_header
 
 log = logging.getLogger(__name__)
+# s: a point whose source commit is older than this (or busy_commit_delay) is relayed from a backlog.
+# Not just busy_commit_delay: a relay only slightly behind (a loaded host) would then hold every
+# Kafka transaction that long and lengthen its latency tail.
+BACKLOG_SECONDS = 1.0
 
 
 @dataclass(frozen=True)
@@ -48,6 +56,13 @@ class RelayOptions:
     spill_dir, logical_decoding_work_mem: logical backend with decoder pgoutput, where streamed
     transactions are spilled (None: the system's temp dir) and the walsender's memory limit
     above which a transaction is streamed before its commit (None: the server's setting).
+    busy_commit_delay: seconds a Kafka transaction may grow from its first complete point while
+    the relay works through a backlog: the source keeps delivering without going idle and the
+    point's source commit (Commit.ts_ms, the database's clock) is older than BACKLOG_SECONDS
+    (1 s) or this, whichever is longer. Fewer, larger Kafka transactions then, less broker work
+    per change; a source that goes idle, or delivers younger changes, commits after its own
+    commit_delay (logical: 20 ms), so latency while the relay keeps up does not grow. Values
+    below commit_delay count as commit_delay.
     """
 
     bootstrap: str
@@ -62,6 +77,7 @@ class RelayOptions:
     pgq_maint_interval: float = 60.0
     spill_dir: str | None = None
     logical_decoding_work_mem: str | None = None
+    busy_commit_delay: float = 0.25
 
 
 class _Txn:
@@ -102,6 +118,8 @@ class Relay:
         self.skips, self.on_skip, self.online = skips, on_skip, online
         self.soft = options.max_transaction_messages
         self.hard = 10 * self.soft
+        self._busy_delay = max(source.commit_delay, options.busy_commit_delay)
+        self._backlog_ms = 1000 * max(BACKLOG_SECONDS, self._busy_delay)
         self.committed: Position | None = None
         self.changes = self.batches = 0
         self._counted = 0  # changes already added to the metric
@@ -111,6 +129,7 @@ class Relay:
         self._txn: _Txn | None = None
         self._unit: int | None = None
         self._unit_version = 0  # set version at the start of the unit being relayed
+        self._prefix_unit, self._prefix = -1, ""  # wire.position_prefix of that unit
         self._m_commit = metrics.COMMIT_SECONDS.labels(set_name)
         self._started = self._last_progress = time.monotonic()
 
@@ -262,15 +281,19 @@ class Relay:
         self._txn = _Txn(item)
 
     def _change(self, item: Change) -> None:
-        if self.committed.reaches(item.unit, 0, True):
+        committed, unit = self.committed, item.unit
+        past = unit > committed.unit  # the usual case, neither reached nor covered: skip both checks
+        if not past and committed.reaches(unit, 0, True):
             return  # its whole unit is in Kafka (streamed again after a restart): nothing to rebuild
         if self.online is not None and self.online.chunk is not None:
             self.online.touch(item)
-        covered = self.committed.covers(item.unit, item.ordinal)
-        if not covered and item.ordinal and self._pending() >= self.hard:
-            self._commit_at(self._point(item.unit, item.ordinal, False))  # inside one huge transaction
+        covered = not past and committed.covers(unit, item.ordinal)
+        if not covered and item.ordinal and self.sink.produced - self._committed_produced >= self.hard:
+            self._commit_at(self._point(unit, item.ordinal, False))  # inside one huge transaction
         txn, emitter = self._txn, self.emitter
-        header = change_header(self.source.backend, item.unit, item.ordinal)
+        if unit != self._prefix_unit:
+            self._prefix_unit, self._prefix = unit, position_prefix(self.source.backend, unit)
+        header = change_header_at(self._prefix, item.ordinal)
         emitter.replaying = covered
         if not txn.begun:
             begin = txn.begin
@@ -313,7 +336,7 @@ class Relay:
         self._ready = point
         if item.complete and not self._ready_at:
             self._ready_at = time.monotonic()
-        if self._pending() >= self.soft or (item.complete and self._delay_left() <= 0):
+        if self._pending() >= self.soft or (item.complete and self._due(item.ts_ms)):
             self._commit_ready()
 
     def _control(self, item: Control) -> None:
@@ -356,8 +379,23 @@ class Relay:
     def _point(self, unit: int, ordinal: int, complete: bool) -> Position:
         return Position(unit, ordinal, complete, self.committed.txid_snapshot, self.source.backend)
 
+    def _open_for(self) -> float:
+        """Seconds since the first complete point of the open Kafka transaction."""
+        return time.monotonic() - self._ready_at
+
+    def _due(self, ts_ms: int) -> bool:
+        """Whether a complete point the source delivered without an Idle (it may have more, see
+        _idle), whose source commit was at ts_ms, ends the Kafka transaction now: after the
+        source's commit_delay, or after busy_commit_delay while relaying a backlog."""
+        open_for = self._open_for()
+        if open_for >= self._busy_delay:
+            return True
+        if open_for < self.source.commit_delay:
+            return False
+        return time.time() * 1000 - ts_ms < self._backlog_ms  # the source is not behind
+
     def _delay_left(self) -> float:
-        return self.source.commit_delay - (time.monotonic() - self._ready_at)
+        return self.source.commit_delay - self._open_for()
 
     def _pending(self) -> int:
         """Messages produced since the last commit."""

@@ -73,9 +73,18 @@ class Lsn(int):
 
 def change_header(backend: str, unit: int, ordinal: int) -> str:
     """``pgshovel.position`` of the ordinal-th event of unit (a tick or a commit LSN, by backend)."""
-    if backend == LOGICAL:
-        return f"{unit:016X}:{ordinal:010d}"
-    return f"{unit:020d}:{ordinal:010d}"
+    return change_header_at(position_prefix(backend, unit), ordinal)
+
+
+def position_prefix(backend: str, unit: int) -> str:
+    """The part of :func:`change_header` before the ordinal (the relay's per-change path computes
+    it once per unit and calls :func:`change_header_at`)."""
+    return f"{unit:016X}:" if backend == LOGICAL else f"{unit:020d}:"
+
+
+def change_header_at(prefix: str, ordinal: int) -> str:
+    """:func:`change_header` of the ordinal-th event of the unit whose position_prefix is prefix."""
+    return f"{prefix}{ordinal:010d}"
 
 
 def snapshot_header(backend: str, unit: int, ordinal: int) -> str:

@@ -302,3 +302,34 @@ def test_table_route_defaults_to_row_envelope():
                                        ("postgresql://u@h:5432/shop?sslmode=disable", "shop")])
 def test_database_name_from_dsn(dsn, name):
     assert database_name(dsn) == name
+
+
+def test_emitter_headers_of_row_messages_follow_each_transaction_and_version():
+    # the headers shared by a transaction's messages are built once per (txid, ts_ms, version)
+    sink = RecordingSink()
+    enc = RowEncoder(TABLE, False)
+    em = Emitter("myset", {TABLE.qualified: TableRoute(TABLE, "topic.x", enc)}, "txns", None, sink)
+    em.begin(7, "p1", 10)
+    em.change(Change(7, 10, "I", ROW1, TABLE.qualified, None, 1, 0), "p1")
+    em.change(Change(7, 10, "U", ROW2, TABLE.qualified, ROW1, 1, 1), "p2")  # key change: d, then c
+    em.end(7, "p2", 10)
+    em.begin(8, "p3", 11)
+    em.change(Change(8, 11, "D", ROW2, TABLE.qualified, None, 2, 0), "p3")
+    em.switch_table(TableRoute(TABLE, "topic.x", enc), 3)
+    em.change(Change(8, 11, "I", ROW1, TABLE.qualified, None, 2, 1), "p4")
+    data = [(list(h), h) for t, _, _, h in sink.produced if t == "topic.x"]
+    assert all(keys == ["pgshovel.op", "pgshovel.txid", "pgshovel.position", "pgshovel.ts_ms", "pgshovel.set",
+                        "pgshovel.version"] for keys, _ in data)
+    assert [(h["pgshovel.op"], h["pgshovel.txid"], h["pgshovel.position"], h["pgshovel.ts_ms"], h["pgshovel.set"],
+             h["pgshovel.version"]) for _, h in data] == [
+        ("c", "7", "p1", "10", "myset", "0"), ("d", "7", "p2", "10", "myset", "0"),
+        ("c", "7", "p2", "10", "myset", "0"), ("d", "8", "p3", "11", "myset", "0"),
+        ("c", "8", "p4", "11", "myset", "3")]
+    end = [json.loads(v) for t, _, v, _ in sink.produced if t == "txns"][1]
+    assert end["event_count"] == 3 and end["data_collections"] == [{"data_collection": "topic.x", "event_count": 3}]
+
+
+def test_row_envelope_reads_no_context():
+    env = RowEnvelope(RowEncoder(TABLE, False))
+    assert env.uses_context is False
+    assert env.change("I", ROW1, None, None) == env.change("I", ROW1, None, Context(1, "p", 1, order=TxnOrder()))

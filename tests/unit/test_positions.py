@@ -4,7 +4,16 @@ import pytest
 
 from pgshovel2 import failpoints
 from pgshovel2.errors import RelayError
-from pgshovel2.wire import LOGICAL, TRIGGER, Lsn, Position, change_header, parse_header, snapshot_header
+from pgshovel2.wire import (
+    LOGICAL,
+    TRIGGER,
+    Lsn,
+    Position,
+    change_header,
+    parse_header,
+    position_prefix,
+    snapshot_header,
+)
 
 
 def test_complete_unit_is_covered_and_later_ones_are_not():
@@ -61,3 +70,10 @@ def test_online_snapshot_progress_round_trips_and_older_records_have_none():
     assert back.snapshot == progress
     old = b'{"tick": 7, "ordinal": 0, "complete": true, "txid_snapshot": null, "backend": "trigger"}'
     assert Position.decode(old).snapshot is None
+
+
+@pytest.mark.parametrize("backend", [TRIGGER, LOGICAL])
+@pytest.mark.parametrize("unit", [0, 1, 41, 0x16B374D848, 2**64 - 1])
+def test_position_prefix_is_change_headers_start(backend, unit):
+    for ordinal in (0, 7, 9_999_999_999):
+        assert position_prefix(backend, unit) + f"{ordinal:010d}" == change_header(backend, unit, ordinal)

@@ -95,6 +95,9 @@ class FakeSource:
         self.commit_delay = 0.0 if kind == "batch" else 0.02
         self.crash_on_ack = False
         self.idle_inside = False  # an Idle after each change (a server sending a transaction slowly)
+        self.gap = 0.0  # s before each transaction: a busy source (no Idle) slower than the relay
+        self.idle_between = False  # an Idle after each unit, 2 x commit_delay later (a source at a low rate)
+        self.current = False  # transactions committed just now (else at ts 1 s after the epoch: a backlog)
         self.handoffs = 0
         self.width = len(V1.tables[0].columns)
 
@@ -114,6 +117,7 @@ class FakeSource:
                 continue
             ordinal = 0
             for i, (txid, events) in enumerate(unit):
+                time.sleep(self.gap)
                 yield Begin(txid, 1000, number, ordinal)
                 for op, arg in events:
                     if op == "V":  # captured in version arg's layout from here on
@@ -126,7 +130,11 @@ class FakeSource:
                             time.sleep(2 * self.commit_delay)
                             yield Idle(0.0)
                     ordinal += 1
-                yield Commit(txid, 1000, number, ordinal, i == len(unit) - 1)
+                yield Commit(txid, int(time.time() * 1000) if self.current else 1000, number, ordinal,
+                             i == len(unit) - 1)
+            if self.idle_between:
+                time.sleep(2 * self.commit_delay)
+                yield Idle(0.0)
             while self.kind == "batch" and not (self.acked and self.acked.reaches(number, 0, True)):
                 yield Idle(0.0)
         while True:
@@ -160,12 +168,12 @@ class FakeControl:
         return None if version <= record.version else ({1: V1, 2: V2}[version], None)
 
 
-def run(source: FakeSource, sink: FakeSink, soft: int = 20000, latest: SetRecord = V1) -> Relay:
+def run(source: FakeSource, sink: FakeSink, soft: int = 20000, latest: SetRecord = V1, busy: float = 0.25) -> Relay:
     """One relay over source and sink until the source is drained (or a CrashError); latest: the set's
-    latest record in ZooKeeper."""
+    latest record in ZooKeeper; busy: the busy_commit_delay."""
     emitter = Emitter("s", {}, V1.topics.transactions, None, sink)
     layout = Layout(latest, emitter, None, {1: V1, 2: V2}.__getitem__, lambda *a: None)
-    options = RelayOptions("kafka", snapshot="skip", max_transaction_messages=soft)
+    options = RelayOptions("kafka", snapshot="skip", max_transaction_messages=soft, busy_commit_delay=busy)
     relay = Relay("s", source, sink, layout, FakeControl(), options, sink.position, POSITIONS, b"c/s")
     relay.run(source.stop)
     return relay
@@ -355,3 +363,56 @@ def test_snapshot_option_on_a_resumable_set_requests_an_online_snapshot_and_chec
     relay.run(source.stop)
     assert stored["request"]["state"] == "active" and source.handoffs == 0
     assert source.resumes == 1
+
+
+def test_a_backlog_fills_one_kafka_transaction_up_to_busy_commit_delay():
+    # each old transaction comes 30 ms after the last without an Idle (a backlog read slower than
+    # 20 ms a transaction): one Kafka transaction for all eight, not one per 20 ms
+    units = [[(61 + i, [("I", i)])] for i in range(8)]
+    sink = FakeSink()
+    source = FakeSource(units, "txn", threading.Event())
+    source.gap = 0.03
+    run(source, sink, busy=30.0)
+    assert sink.commits == 1 + 1 and source.acked.unit == 8  # the handoff, then one
+    assert Counter(changes(sink).values()) == Counter({1: 8})
+    assert_transactions_whole(sink)
+
+
+def test_a_backlog_still_commits_at_busy_commit_delay_and_max_transaction_messages():
+    units = [[(61 + i, [("I", i)])] for i in range(8)]
+    sink = FakeSink()
+    source = FakeSource(units, "txn", threading.Event())
+    source.gap = 0.03
+    run(source, sink, busy=0.0)  # 0: commit_delay (20 ms) as for an idle source
+    assert sink.commits >= 1 + 3
+    sink2 = FakeSink()
+    source2 = FakeSource(units, "txn", threading.Event())
+    source2.gap = 0.03
+    run(source2, sink2, soft=3 * 3, busy=30.0)  # BEGIN, change, END: a commit at every third transaction
+    assert sink2.commits == 1 + 3
+    for s in (sink, sink2):
+        assert Counter(changes(s).values()) == Counter({1: 8})
+        assert_transactions_whole(s)
+
+
+def test_a_source_that_goes_idle_commits_after_commit_delay_whatever_busy_commit_delay():
+    units = [[(71 + i, [("I", i)])] for i in range(4)]
+    sink = FakeSink()
+    source = FakeSource(units, "txn", threading.Event())
+    source.idle_between = True
+    run(source, sink, busy=30.0)
+    assert sink.commits == 1 + 4 and source.acked.unit == 4
+    assert Counter(changes(sink).values()) == Counter({1: 4})
+
+
+def test_a_source_that_keeps_up_commits_after_commit_delay_without_going_idle():
+    # transactions committed just now, 30 ms apart, no Idle: the relay is not behind, so each
+    # Kafka transaction ends commit_delay (20 ms) after its first point, whatever busy_commit_delay
+    units = [[(81 + i, [("I", i)])] for i in range(8)]
+    sink = FakeSink()
+    source = FakeSource(units, "txn", threading.Event())
+    source.gap, source.current = 0.03, True
+    run(source, sink, busy=30.0)
+    assert sink.commits >= 1 + 3 and source.acked.unit == 8
+    assert Counter(changes(sink).values()) == Counter({1: 8})
+    assert_transactions_whole(sink)

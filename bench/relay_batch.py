@@ -1,0 +1,130 @@
+"""How a relay batches its Kafka transactions while draining: changes/s, CPU µs per change of the
+relay and of the Kafka broker, and the number of Kafka transactions, for pgshovel2 sets (bench/
+debezium.py's drain of pre-written inserts of a workload, default ``mixed``, 5,000 per source
+transaction, ``--per-transaction``), plus the commit-to-read_committed latency at a steady rate (bench/latency.py,
+logical backend, JSON). Kafka transactions are counted as the committed records of the set's
+positions topic (one per Kafka transaction). ``--profile`` samples each drain with py-spy and
+adds its top functions (own and total share of samples).
+
+Run it twice in one stack to compare two versions of the relay: the relay processes import
+pgshovel2 from PYTHONPATH first (e.g. an exported older commit).
+
+    .venv/bin/python -m bench.relay_batch [--changes 200000] [--rounds 2] [--variants logical/json/row,...]
+        [--per-transaction 5000] [--tps 2000] [--seconds 20] [--profile] [--label before]
+"""
+
+import argparse
+import json
+import signal
+import subprocess
+import time
+
+from confluent_kafka import Consumer, TopicPartition
+
+from bench import connect, latency, workloads
+from bench.common import BIN, BOOTSTRAP, LOGICAL, WORK, pgshovel, prepare, save_result, summary, unique, write_config
+from bench.common import topic as set_topic
+from bench.debezium import Counter, cpu_of, figures
+from bench.logical import Relay, helper_pids
+from bench.profile import top
+
+
+def committed_count(topic: str, settle: float = 1.0) -> int:
+    """Committed messages of a one-partition topic (read_committed, from offset 0)."""
+    consumer = Consumer({"bootstrap.servers": BOOTSTRAP, "group.id": f"bench-count-{time.time_ns()}",
+                         "isolation.level": "read_committed", "enable.auto.commit": False})
+    try:
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        count, quiet_since = 0, time.monotonic()
+        while time.monotonic() - quiet_since < settle:
+            got = [m for m in consumer.consume(10000, 0.2) if m.error() is None]
+            if got:
+                count, quiet_since = count + len(got), time.monotonic()
+        return count
+    finally:
+        consumer.close()
+
+
+def drain(cur, workload: workloads.Workload, variant: tuple[str, str, str], changes: int, profile: bool,
+          per_transaction: int = 5000) -> dict:
+    """One drain of a pgshovel2 set of variant (backend, encoding, envelope): bench.debezium's
+    figures plus ``kafka_txns`` (and ``profile``)."""
+    backend, encoding, envelope = variant
+    name = unique("rb")
+    table = f"bench_relay.{name}"
+    cur.execute(f"CREATE TABLE {table} ({workload.columns})")
+    if backend in LOGICAL and (envelope == "debezium" or encoding == "avro"):
+        cur.execute(f"ALTER TABLE {table} REPLICA IDENTITY FULL")
+    config = write_config(name, [{"schema": "bench_relay", "name": name}], backend, encoding, envelope=envelope)
+    pgshovel("set", "create", name, str(config))
+    positions = f"{name}.positions"
+    try:
+        Relay(name, "--skip-snapshot").stop()
+        before_txns = committed_count(positions)
+        workloads.fill(cur, workload, table, changes, per_transaction)
+        counter = Counter(set_topic(name), changes)
+        counter.start()
+        relay = Relay(name)
+        spy, out = None, WORK / f"profile-{name}.txt"
+        if profile:
+            spy = subprocess.Popen([str(BIN / "py-spy"), "record", "--pid", str(relay.proc.pid), "--rate", "250",
+                                    "--format", "raw", "--output", str(out), "--nonblocking"],
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        pids = {"tool": relay.proc.pid, **helper_pids(cur, None, None)}
+        started, before = time.monotonic(), cpu_of(pids)
+        try:
+            counter.wait()
+            got = figures(changes, started, counter, before, pids)
+        finally:
+            if spy is not None:
+                spy.send_signal(signal.SIGINT)
+                spy.wait(60)
+            relay.stop()
+        got["kafka_txns"] = committed_count(positions) - before_txns
+        if profile:
+            got["profile"] = top(out, 25)
+        return got
+    finally:
+        pgshovel("set", "drop", name)
+        cur.execute(f"DROP TABLE {table}")
+        connect.delete_topics([set_topic(name), f"{name}.transactions", positions])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--workload", default="mixed", choices=sorted(workloads.WORKLOADS))
+    parser.add_argument("--changes", type=int, default=200_000)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--variants", default="logical/json/row,logical/avro/row")
+    parser.add_argument("--tps", type=int, default=2000)
+    parser.add_argument("--seconds", type=int, default=20, help="latency run length (0: none)")
+    parser.add_argument("--per-transaction", type=int, default=5000, help="rows per source transaction")
+    parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--label", default="")
+    args = parser.parse_args()
+    cur = prepare()
+    variants = [tuple(v.split("/")) for v in args.variants.split(",")]
+    runs: dict[str, list[dict]] = {}
+    for round_no in range(args.rounds):
+        for v in variants:
+            got = drain(cur, workloads.WORKLOADS[args.workload], v, args.changes, args.profile,
+                        args.per_transaction)
+            runs.setdefault("/".join(v), []).append(got)
+            shown = {k: round(x, 1) for k, x in got.items() if k != "profile"}
+            print(f"  round {round_no + 1} {'/'.join(v)}: {shown}", flush=True)
+            if args.profile:
+                print(json.dumps(got["profile"], indent=1), flush=True)
+    result: dict = {"label": args.label, "workload": args.workload, "changes": args.changes,
+                    "per_transaction": args.per_transaction,
+                    "drain": {v: {k: summary([r[k] for r in rs]) for k in rs[0] if k != "profile"}
+                              for v, rs in runs.items()}}
+    if args.profile:
+        result["profiles"] = {v: [r["profile"] for r in rs] for v, rs in runs.items()}
+    if args.seconds:
+        result["latency"] = latency.measure(args.tps, args.seconds, backend="logical", warmup=args.seconds / 3)
+        print(f"  latency: {result['latency']}", flush=True)
+    print(save_result(f"relay-batch-{args.label}" if args.label else "relay-batch", result))
+
+
+if __name__ == "__main__":
+    main()
