@@ -25,17 +25,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from pgshovel2 import failpoints
-from pgshovel2.backends.snapshot import ExportedSnapshot
 from pgshovel2.errors import EncodeError, RelayError, SchemaChangeError, StopRequestedError
 from pgshovel2.relay import metrics
 from pgshovel2.relay.control import ControlEvents
 from pgshovel2.relay.election import Leadership
-from pgshovel2.relay.envelopes import SnapshotMarks
+from pgshovel2.relay.initial_snapshot import emit_initial_snapshot
 from pgshovel2.relay.layout import Layout
 from pgshovel2.relay.online_snapshot import Emission, OnlineSnapshot, emit_chunk
+from pgshovel2.relay.progress import Progress
 from pgshovel2.relay.source import Begin, Change, Commit, Control, Idle, Source
 from pgshovel2.sinks.kafka import KafkaSink
-from pgshovel2.wire import LOGICAL, Position, change_header, change_header_at, position_prefix, snapshot_header
+from pgshovel2.wire import Position, change_header, change_header_at, position_prefix
 
 log = logging.getLogger(__name__)
 # s: a point whose source commit is older than this (or busy_commit_delay) is relayed from a backlog.
@@ -131,7 +131,7 @@ class Relay:
         self._unit_version = 0  # set version at the start of the unit being relayed
         self._prefix_unit, self._prefix = -1, ""  # wire.position_prefix of that unit
         self._m_commit = metrics.COMMIT_SECONDS.labels(set_name)
-        self._started = self._last_progress = time.monotonic()
+        self.progress = Progress(set_name, source, options.progress_interval, options.slot_lag_warn_bytes)
 
     def run(self, stop: threading.Event) -> None:
         """Fence older relays, hand off (snapshot) if needed, then relay until stop is set."""
@@ -195,7 +195,12 @@ class Relay:
             log.info("taking the initial snapshot of %d table(s) at %s", len(self.layout.record.tables),
                      position.describe())
             try:
-                rows, ts_ms, seconds = self._emit_snapshot(stop, snap, position)
+                rows, ts_ms, seconds = emit_initial_snapshot(
+                    stop, snap, self.source.backend, position, self.layout.record.tables, self.emitter,
+                    lambda exc, header, table: self._unencodable(exc, header, {"table": table, "op": "r", "txid": 0}))
+            except BaseException:
+                self.sink.abort()
+                raise
             finally:
                 snap.close()
             position = self._commit(position)
@@ -211,46 +216,6 @@ class Relay:
             self.source.resume(committed)
         log.info("resuming after %s (set version %d)", committed.describe(), committed.set_version)
         return committed
-
-    def _emit_snapshot(self, stop: threading.Event, snap: ExportedSnapshot, at: Position
-                       ) -> tuple[int, int, float]:
-        """Produce every table's rows in snap as op ``r`` into the open Kafka transaction, each with
-        the snapshot position of at and its Debezium snapshot marker (SnapshotMarks, one row
-        behind); returns (rows, capture time in ms, seconds).
-
-        Aborts the Kafka transaction on any error; raises StopRequestedError when stop is set.
-        """
-        now_ms, started, ordinal, last_log = int(time.time() * 1000), time.monotonic(), 0, time.monotonic()
-        backend, unit = self.source.backend, at.unit
-        lsn = unit if backend == LOGICAL else None
-
-        def emit(item: tuple, marker: str) -> None:
-            table, row, header = item
-            try:
-                self.emitter.snapshot_row(table, row, header, now_ms, marker, lsn)
-            except EncodeError as exc:
-                self._unencodable(exc, header, {"table": table.qualified, "op": "r", "txid": 0})
-
-        marks = SnapshotMarks(emit)
-        try:
-            for table in self.layout.record.tables:
-                total, done = snap.count(table), 0
-                for row in snap.rows(table):
-                    if stop.is_set():
-                        raise StopRequestedError("stopped during the initial snapshot")
-                    marks.add(table.qualified, (table, row, snapshot_header(backend, unit, ordinal)))
-                    ordinal += 1
-                    done += 1
-                    if done % 1000 == 0 and time.monotonic() - last_log >= 5:
-                        last_log = time.monotonic()
-                        log.info("snapshot %s: %d/%d rows (%.0f rows/s)", table.qualified, done, total,
-                                 ordinal / max(last_log - started, 1e-6))
-                log.info("snapshot %s: %d rows", table.qualified, done)
-            marks.finish()
-        except BaseException:
-            self.sink.abort()
-            raise
-        return ordinal, now_ms, time.monotonic() - started
 
     # -- the stream -------------------------------------------------------------------------
 
@@ -449,28 +414,4 @@ class Relay:
             self.leadership.check()
 
     def _progress(self) -> None:
-        now = time.monotonic()
-        if now - self._last_progress < self.options.progress_interval:
-            return
-        self._last_progress = now
-        lag = self.source.lag()
-        rate = self.changes / max(now - self._started, 1e-6)
-        if lag.bytes is not None:
-            metrics.SLOT_LAG_BYTES.labels(self.set_name).set(lag.bytes)
-            log.info("relayed %d changes in %d Kafka transactions (%.0f changes/s); %s lags %d bytes, retains "
-                     "%d bytes of WAL", self.changes, self.batches, rate, self.source.describe(), lag.bytes,
-                     lag.retained_bytes)
-            self._warn_retention(lag.retained_bytes or 0)
-        else:
-            metrics.LAG_SECONDS.labels(self.set_name).set(lag.seconds or 0)
-            metrics.LAG_EVENTS.labels(self.set_name).set(lag.events or 0)
-            log.info("relayed %d changes in %d Kafka transactions (%.0f changes/s); queue lag %.1fs, %d events (%s)",
-                     self.changes, self.batches, rate, lag.seconds or 0, lag.events or 0, self.source.describe())
-
-    def _warn_retention(self, retained: int) -> None:
-        warn = self.options.slot_lag_warn_bytes
-        if retained > warn:
-            log.warning("%s retains %d MiB of WAL (warning above %d MiB): the relay is behind or was stopped; "
-                        "PostgreSQL keeps this WAL until the slot confirms it (cap it with "
-                        "max_slot_wal_keep_size, at the price of losing the slot)", self.source.describe(),
-                        retained >> 20, warn >> 20)
+        self.progress.report(self.changes, self.batches)
