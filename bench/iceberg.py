@@ -95,13 +95,14 @@ def measure_bootstrap(scale: int, runs: int, work: Path) -> dict:
 
 
 def measure(scale: int = 10, runs: int = 1, tps: float = 100, seconds: float = 180, trigger: float = 5) -> dict:
-    """Both halves (see the module docstring); the stream on 2 workers."""
+    """Both halves (see the module docstring; scale 0: the stream alone); the stream on 2 workers."""
     work = WORK / "iceberg"
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     subprocess.run([str(BIN / "pgshovel"), "cluster", "initialize"], env=ENV, capture_output=True)
     result: dict = {"load_average_at_start": os.getloadavg()}  # the host is shared: say how busy it was
-    result["bootstrap"] = measure_bootstrap(scale, runs, work)
+    if scale:
+        result["bootstrap"] = measure_bootstrap(scale, runs, work)
     with spark_cluster(2, work) as cluster:
         result["materialize"] = measure_stream(cluster, work, tps, seconds, trigger)
     result["load_average_at_end"] = os.getloadavg()
@@ -109,9 +110,8 @@ def measure(scale: int = 10, runs: int = 1, tps: float = 100, seconds: float = 1
     return result
 
 
-def lines(result: dict) -> list[str]:
-    """The human table of a result."""
-    boot, mat = result["bootstrap"], result["materialize"]
+def bootstrap_lines(boot: dict) -> list[str]:
+    """The human table of measure_bootstrap's result."""
     out = [f"Spark standalone bootstrap of pgbench_accounts, {boot['rows']:,} rows (rows/s, median of "
            f"{boot['runs']})",
            f"  {'COPY TO STDOUT -> Parquet (pyarrow)':<44} {boot['copy_parquet']['median']:>12,.0f}  reference"]
@@ -119,6 +119,13 @@ def lines(result: dict) -> list[str]:
         s, r = boot[_label(*v)], boot["ratio_to_copy"][_label(*v)]
         for kind, what in (("command", "whole spark-submit"), ("copy", "copy only")):
             out.append(f"  {f'{_label(*v)}, {what}':<44} {s[kind]['median']:>12,.0f}  {r[kind]:.2f} x COPY")
+    return out
+
+
+def lines(result: dict) -> list[str]:
+    """The human table of a result."""
+    out = bootstrap_lines(result["bootstrap"]) if "bootstrap" in result else []
+    mat = result["materialize"]
     out.append(f"materialize --format iceberg --stream, 2 workers, {mat['trigger_seconds']:g}s trigger, "
                f"{mat['seconds']:.0f}s writer")
     drained = (f"until the last was visible: {mat['applied_with_drain_changes_per_s']:,.0f}" if mat["drained"]
@@ -134,7 +141,8 @@ def lines(result: dict) -> list[str]:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--scale", type=int, default=10, help="pgbench scale (100,000 rows each)")
+    parser.add_argument("--scale", type=int, default=10, help="pgbench scale (100,000 rows each; 0: no bootstrap "
+                        "figures, the stream alone)")
     parser.add_argument("--runs", type=int, default=1)
     parser.add_argument("--tps", type=float, default=100, help="writer transactions/s (2 changes each)")
     parser.add_argument("--seconds", type=float, default=180, help="how long the writer runs")
