@@ -94,8 +94,10 @@ def measure_bootstrap(scale: int, runs: int, work: Path) -> dict:
     return result
 
 
-def measure(scale: int = 10, runs: int = 1, tps: float = 100, seconds: float = 180, trigger: float = 5) -> dict:
-    """Both halves (see the module docstring; scale 0: the stream alone); the stream on 2 workers."""
+def measure(scale: int = 10, runs: int = 1, tps: float = 100, seconds: float = 180, trigger: float = 5,
+            drain_timeout: float = 600) -> dict:
+    """Both halves (see the module docstring; scale 0: the stream alone); the stream on 2 workers,
+    given drain_timeout seconds to catch up after the writer stops."""
     work = WORK / "iceberg"
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
@@ -104,7 +106,7 @@ def measure(scale: int = 10, runs: int = 1, tps: float = 100, seconds: float = 1
     if scale:
         result["bootstrap"] = measure_bootstrap(scale, runs, work)
     with spark_cluster(2, work) as cluster:
-        result["materialize"] = measure_stream(cluster, work, tps, seconds, trigger)
+        result["materialize"] = measure_stream(cluster, work, tps, seconds, trigger, drain_timeout=drain_timeout)
     result["load_average_at_end"] = os.getloadavg()
     shutil.rmtree(work, ignore_errors=True)
     return result
@@ -147,8 +149,10 @@ def main() -> None:
     parser.add_argument("--tps", type=float, default=100, help="writer transactions/s (2 changes each)")
     parser.add_argument("--seconds", type=float, default=180, help="how long the writer runs")
     parser.add_argument("--trigger-seconds", type=float, default=5)
+    parser.add_argument("--drain-timeout", type=float, default=600, help="seconds to wait for the stream to "
+                        "catch up after the writer stops (lag figures then cover the rows visible)")
     args = parser.parse_args()
-    result = measure(args.scale, args.runs, args.tps, args.seconds, args.trigger_seconds)
+    result = measure(args.scale, args.runs, args.tps, args.seconds, args.trigger_seconds, args.drain_timeout)
     path = save_result("iceberg", result)
     print("\n".join(lines(result)))
     print(f"results: {path}")
