@@ -7,7 +7,9 @@ one PNG per figure, and a table on stdout.
 --quick keeps 3 runs per figure but shortens each (the whole run in a few
 minutes); --only runs the named sections alone. The section ``debezium``
 (bench/debezium.py) measures pgshovel2 beside Debezium in the same run and
-prints every figure as a ratio to Debezium's.
+prints every figure as a ratio to Debezium's. The section ``iceberg``
+(bench/iceberg.py: the Spark standalone cluster's bootstrap and Iceberg
+materialize) takes 15-25 minutes, so only ``--only iceberg`` runs it.
 """
 
 import argparse
@@ -19,6 +21,7 @@ from bench import (
     capture_overhead,
     debezium,
     debezium_report,
+    iceberg,
     latency,
     logical,
     plot,
@@ -31,10 +34,10 @@ from bench.common import RESULTS
 
 FULL = {"capture": (3, 15, 10), "relay": (1_000_000, 3), "latency": (2000, 30), "memory": 1_000_000,
         "profile": 300_000, "bootstrap": (50, 1), "replica": (100_000, 10), "logical": (3, 15, 10, 1_000_000),
-        "debezium": (1_000_000, 3, 60, debezium.PGSHOVEL2)}
+        "debezium": (1_000_000, 3, 60, debezium.PGSHOVEL2), "iceberg": (10, 1, 100, 180, 5)}
 QUICK = {"capture": (3, 5, 10), "relay": (100_000, 3), "latency": (2000, 10), "memory": 200_000,
          "profile": 100_000, "bootstrap": (5, 1), "replica": (20_000, 10), "logical": (3, 5, 10, 100_000),
-         "debezium": (100_000, 1, 15, debezium.QUICK)}
+         "debezium": (100_000, 1, 15, debezium.QUICK), "iceberg": (2, 1, 100, 60, 5)}
 # section -> (progress line, function of its parameters)
 SECTIONS = {
     "capture": ("capture overhead", capture_overhead.measure),
@@ -48,7 +51,9 @@ SECTIONS = {
     "debezium": ("pgshovel2 vs Debezium (drain, CPU, latency, tps kept)",
                  lambda changes, rounds, seconds, variants: debezium.measure(changes, rounds, seconds,
                                                                              variants=variants)),
+    "iceberg": ("Spark cluster: bootstrap vs COPY, Iceberg materialize changes/s and lag", iceberg.measure),
 }
+OPTIONAL = {"iceberg"}  # 15-25 min on 2 cores: only with --only
 
 
 def table(result: dict) -> list[str]:
@@ -90,7 +95,7 @@ def main() -> None:
     parser.add_argument("--only", help="comma-separated sections to run alone: " + ",".join(SECTIONS))
     args = parser.parse_args()
     p = QUICK if args.quick else FULL
-    only = args.only.split(",") if args.only else list(SECTIONS)
+    only = args.only.split(",") if args.only else [s for s in SECTIONS if s not in OPTIONAL]
     unknown = set(only) - set(SECTIONS)
     if unknown:
         parser.error(f"unknown sections {sorted(unknown)}; known: {', '.join(SECTIONS)}")
@@ -106,10 +111,12 @@ def main() -> None:
     stem = RESULTS / (prefix + time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()))
     stem.with_suffix(".json").write_text(json.dumps(result, indent=2))
     pngs = plot.plot(result, stem)
-    lines = table(result) if set(SECTIONS) - {"debezium"} <= set(only) else []
+    lines = table(result) if set(SECTIONS) - {"debezium"} - OPTIONAL <= set(only) else []
     if "debezium" in result:
         pngs += debezium_report.plot(result["debezium"], stem)
         lines += debezium_report.table(result["debezium"])
+    if "iceberg" in result:
+        lines += iceberg.lines(result["iceberg"])
     print("\n".join(lines))
     print(f"results: {stem.with_suffix('.json')}; plots: {', '.join(p.name for p in pngs)}")
 
