@@ -103,7 +103,8 @@ def cpu_seconds(pid: int) -> float:
 
 def helper_pids(cur, relay: "Relay | None", logical_set: str | None) -> dict[str, int]:
     """Processes besides pgbench and the backends it talks to: the relay, the logical set's
-    walsender, and the Kafka broker (when STACK_DIR names the stack)."""
+    walsender, and the Kafka broker of the stack (STACK_DIR, default the repository's .stack, as
+    scripts/env.sh)."""
     pids = {"relay": relay.proc.pid} if relay else {}
     if logical_set and relay:  # the walsender exists once the relay streams: wait for it (60 s at most)
         deadline = time.monotonic() + 60
@@ -117,7 +118,8 @@ def helper_pids(cur, relay: "Relay | None", logical_set: str | None) -> dict[str
             if time.monotonic() > deadline:
                 raise SystemExit(f"set {logical_set}: no walsender streams its slot after 60 s")
             time.sleep(0.1)
-    kafka_pid = Path(os.environ.get("STACK_DIR", "/nonexistent")) / "kafka" / "kafka.pid"
+    stack_dir = os.environ.get("STACK_DIR", str(Path(__file__).resolve().parent.parent / ".stack"))
+    kafka_pid = Path(stack_dir) / "kafka" / "kafka.pid"
     if kafka_pid.exists():
         pids["kafka"] = int(kafka_pid.read_text())
     return pids
