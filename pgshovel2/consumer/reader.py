@@ -16,6 +16,7 @@ import sys
 import time
 import uuid
 from collections.abc import Iterable, Iterator
+from dataclasses import replace
 from typing import Any
 
 from confluent_kafka import (
@@ -32,7 +33,7 @@ from pgshovel2.bootstrap.manifest import Manifest
 from pgshovel2.cluster import ClusterStore
 from pgshovel2.consumer.decode import Decoder
 from pgshovel2.consumer.errors import ConsumerError, IncompleteTransactionError
-from pgshovel2.consumer.model import DataMessage, Transaction, TxnRecord
+from pgshovel2.consumer.model import Change, DataMessage, Transaction, TxnRecord
 from pgshovel2.consumer.offsets import end_offsets, partition_counts
 from pgshovel2.consumer.reassembly import Reassembler
 from pgshovel2.consumer.topics import SetTopics
@@ -63,8 +64,12 @@ class SetReader:
     from_beginning for those partitions; others start at the beginning).
     after_snapshot: the bootstrap's handoff -- a txid snapshot (TxidSnapshot or
     its text; trigger backend) or a slot's ConsistentPoint (or its X/Y text; logical backend):
-    transactions it covers and snapshot rows (op ``r``) are skipped -- they are
-    in the bootstrap copy. :meth:`from_manifest` sets both.
+    transactions it covers and the snapshot rows (op ``r``) of copied_tables are skipped
+    -- they are in the bootstrap copy -- except, with a ConsistentPoint, snapshot rows
+    whose position is after it (an online snapshot's, read after the copy: newer).
+    :meth:`from_manifest` sets both. copied_tables: the tables (``schema.table``) the
+    bootstrap filled; None: every table. Snapshot rows of the others (tables added to the
+    set later, sent by an online snapshot) are never skipped.
     decode: False leaves data messages' keys and values undecoded: Change.key
     and Change.value are then the message bytes (None for a null key or a
     tombstone), decoded by the caller when needed (``reader.decoder``); a
@@ -79,7 +84,8 @@ class SetReader:
                  assembly_timeout: float = 30.0, snapshot_chunk: int = 1000, max_buffered: int = 10000,
                  kafka_config: dict[str, Any] | None = None, timeout: float = 30.0,
                  start_offsets: dict[Partition, int] | None = None,
-                 after_snapshot: TxidSnapshot | ConsistentPoint | str | None = None, decode: bool = True):
+                 after_snapshot: TxidSnapshot | ConsistentPoint | str | None = None, decode: bool = True,
+                 copied_tables: Iterable[str] | None = None):
         self.topics = topics.select(tables)
         self.decode = decode
         self.bootstrap, self.from_beginning = bootstrap, from_beginning
@@ -109,6 +115,7 @@ class SetReader:
         if isinstance(after_snapshot, str):
             after_snapshot = parse_handoff(after_snapshot)
         self.after_snapshot = after_snapshot
+        self.copied_tables = None if copied_tables is None else frozenset(copied_tables)
         self.skipped_visible = 0
         self._paused: set[Partition] = set()
         self._closed = False
@@ -194,7 +201,8 @@ class SetReader:
                 self._position[where] = msg.offset() + 1
                 self._feed(msg)
             for txn in self.reassembler.ready():
-                if self._already_copied(txn):
+                txn = self._after_bootstrap(txn)
+                if txn is None:
                     continue
                 yield txn
                 stall_since = time.monotonic()  # time spent in the caller does not count
@@ -211,14 +219,30 @@ class SetReader:
             if idle_timeout is not None and time.monotonic() - last_message > idle_timeout:
                 return
 
-    def _already_copied(self, txn: Transaction) -> bool:
-        """True for what the bootstrap of after_snapshot holds: snapshot rows, visible transactions."""
+    def _after_bootstrap(self, txn: Transaction) -> Transaction | None:
+        """txn without what the bootstrap of after_snapshot holds (None: nothing of it left): a
+        transaction it covers, snapshot rows it copied (:meth:`_copied`)."""
         if self.after_snapshot is None:
+            return txn
+        if not txn.snapshot:
+            if self.after_snapshot.covers(txn.txid, txn.position):
+                self.skipped_visible += 1
+                return None
+            return txn
+        kept = [change for change in txn.changes if not self._copied(change)]
+        if len(kept) == len(txn.changes):
+            return txn
+        return replace(txn, changes=kept) if kept else None
+
+    def _copied(self, row: Change) -> bool:
+        """Whether the bootstrap holds snapshot row (op r): its table was copied and, for a logical
+        set's ConsistentPoint, the row was emitted before the point (after it: an online snapshot's
+        row, a state newer than the copy's)."""
+        if self.copied_tables is not None and row.table not in self.copied_tables:
             return False
-        if txn.snapshot or self.after_snapshot.covers(txn.txid, txn.position):
-            self.skipped_visible += 0 if txn.snapshot else 1
-            return True
-        return False
+        if isinstance(self.after_snapshot, ConsistentPoint):
+            return self.after_snapshot.covers(0, row.position)
+        return True
 
     def _kafka_error(self, msg: Message) -> None:
         err = msg.error()

@@ -58,6 +58,7 @@ class Replicator:
         record, _ = store.get_set(set_name)
         self.txn_topic = record.topics.transactions  # the prefix never changes
         with self.target.cursor() as cur:
+            state.ensure_table(cur)  # adds the columns an older position table lacks
             try:
                 cur.execute("SET session_replication_role = replica")
             except Exception as exc:
@@ -98,8 +99,11 @@ class Replicator:
     def _reader(self, record: SetRecord) -> SetReader:
         topics = SetTopics.from_record(record)
         known = self.state.offsets if (topics.transactions, 0) in self.state.offsets else None
-        return SetReader(topics, self.options.bootstrap, self.options.registry_url,
-                         from_beginning=True, start_offsets=known, after_snapshot=self.state.txid_snapshot)
+        boot = self.state.bootstrap_version
+        copied = None if boot is None else frozenset(f"{t.schema}.{t.name}"
+                                                     for t in self.store.get_version(self.set_name, boot).tables)
+        return SetReader(topics, self.options.bootstrap, self.options.registry_url, from_beginning=True,
+                         start_offsets=known, after_snapshot=self.state.txid_snapshot, copied_tables=copied)
 
     def _consume(self, reader: SetReader, stop: threading.Event, until_caught_up: bool) -> bool:
         """Apply what reader yields; True when done (caught up), False when stopped."""

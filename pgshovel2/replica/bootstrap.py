@@ -92,7 +92,7 @@ def bootstrap(target, cluster: str, set_name: str, record: SetRecord, mode: str,
         log.info("loaded %d rows from the bootstrap %s", rows, manifest_dir)
         offsets, snapshot = manifest.offsets(), str(manifest.txid_snapshot)  # trigger sets only, for now
     version = manifest.set_version if manifest is not None else record.version
-    st = ReplicaState(cluster, set_name, "", 0, version, offsets, snapshot, mode)
+    st = ReplicaState(cluster, set_name, "", 0, version, offsets, snapshot, mode, bootstrap_version=version)
     with target.cursor() as cur:
         cur.execute(state.save(st))
     target.commit()
