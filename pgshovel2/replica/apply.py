@@ -58,7 +58,7 @@ class Replicator:
         record, _ = store.get_set(set_name)
         self.txn_topic = record.topics.transactions  # the prefix never changes
         with self.target.cursor() as cur:
-            state.ensure_table(cur)  # adds the columns an older position table lacks
+            state.migrate(cur)  # an older target's position table gains its new columns
             try:
                 cur.execute("SET session_replication_role = replica")
             except Exception as exc:

@@ -43,8 +43,9 @@ CREATE TABLE IF NOT EXISTS {SCHEMA}.position (
     changes bigint NOT NULL DEFAULT 0,
     applied_at timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (cluster, set_name)
-);
-ALTER TABLE {SCHEMA}.position ADD COLUMN IF NOT EXISTS bootstrap_version int"""
+)"""
+# columns added after the table's first form (run on every start: an older target gains them)
+MIGRATE = f"ALTER TABLE IF EXISTS {SCHEMA}.position ADD COLUMN IF NOT EXISTS bootstrap_version int"
 
 Partition = tuple[str, int]
 
@@ -77,6 +78,13 @@ def ensure_table(cur) -> None:
     """Create the position table if missing, or add the columns an older one lacks (in the caller's
     transaction)."""
     cur.execute(DDL)
+    migrate(cur)
+
+
+def migrate(cur) -> None:
+    """Add the columns an older position table lacks; nothing when there is no table (in the
+    caller's transaction)."""
+    cur.execute(MIGRATE)
 
 
 def load(cur, cluster: str, set_name: str) -> ReplicaState | None:
