@@ -124,3 +124,10 @@ def summary(values: list[float]) -> dict[str, float]:
 def unique(prefix: str) -> str:
     """A set/table name not used before."""
     return f"{prefix}{time.time_ns() % 10**12}"
+
+
+def py_spy(pid: int, out: Path, rate: int) -> subprocess.Popen:
+    """Start py-spy recording pid's stacks at rate Hz into out (raw format); stop it with SIGINT."""
+    return subprocess.Popen([str(BIN / "py-spy"), "record", "--pid", str(pid), "--rate", str(rate),
+                             "--format", "raw", "--output", str(out), "--nonblocking"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -95,10 +95,12 @@ def figures(changes: int, started: float, counter: Counter, cpu_before: dict, pi
             **{f"{k}_us": v * 1e6 / changes for k, v in used.items()}}
 
 
-def drain_pgshovel2(cur, workload: workloads.Workload, variant: tuple[str, str, str], changes: int) -> dict:
-    """One drain of a pgshovel2 set of variant (backend, encoding, envelope)."""
+def create_variant_set(cur, workload: workloads.Workload, variant: tuple[str, str, str], prefix: str
+                       ) -> tuple[str, str]:
+    """(set name, table): a new table of workload in schema bench_relay and a pgshovel2 set of
+    variant (backend, encoding, envelope) on it."""
     backend, encoding, envelope = variant
-    name = unique("vs")
+    name = unique(prefix)
     table = f"bench_relay.{name}"
     cur.execute(f"CREATE TABLE {table} ({workload.columns})")
     if backend in LOGICAL and (envelope == "debezium" or encoding == "avro"):
@@ -107,6 +109,12 @@ def drain_pgshovel2(cur, workload: workloads.Workload, variant: tuple[str, str, 
         cur.execute(f"ALTER TABLE {table} REPLICA IDENTITY FULL")
     config = write_config(name, [{"schema": "bench_relay", "name": name}], backend, encoding, envelope=envelope)
     pgshovel("set", "create", name, str(config))
+    return name, table
+
+
+def drain_pgshovel2(cur, workload: workloads.Workload, variant: tuple[str, str, str], changes: int) -> dict:
+    """One drain of a pgshovel2 set of variant (backend, encoding, envelope)."""
+    name, table = create_variant_set(cur, workload, variant, "vs")
     try:
         Relay(name, "--skip-snapshot").stop()  # logical: creates the slot; both: position committed
         workloads.fill(cur, workload, table, changes)

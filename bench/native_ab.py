@@ -11,11 +11,10 @@ drain with py-spy instead and prints its top functions (own and total share of s
 import argparse
 import json
 import signal
-import subprocess
 import time
 
 from bench import common
-from bench.common import BIN, WORK, pgshovel, prepare, save_result, summary, unique, write_config
+from bench.common import WORK, pgshovel, prepare, py_spy, save_result, summary, unique, write_config
 from bench.logical import Relay, caught_up, cpu_seconds
 from bench.profile import top
 from bench.workloads import WORKLOADS, Workload, fill
@@ -41,9 +40,7 @@ def drain(cur, workload: Workload, backend: str, encoding: str, envelope: str, n
     relay = Relay(name)
     spy, out = None, WORK / f"profile-native-{name}.txt"
     if profile:
-        spy = subprocess.Popen([str(BIN / "py-spy"), "record", "--pid", str(relay.proc.pid), "--rate", "200",
-                                "--format", "raw", "--output", str(out), "--nonblocking"],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        spy = py_spy(relay.proc.pid, out, 200)
     started, cpu = time.monotonic(), cpu_seconds(relay.proc.pid)
     try:
         caught_up(name, backend)

@@ -16,15 +16,14 @@ pgshovel2 from PYTHONPATH first (e.g. an exported older commit).
 import argparse
 import json
 import signal
-import subprocess
 import time
 
 from confluent_kafka import Consumer, TopicPartition
 
 from bench import connect, latency, workloads
-from bench.common import BIN, BOOTSTRAP, LOGICAL, WORK, pgshovel, prepare, save_result, summary, unique, write_config
+from bench.common import BOOTSTRAP, WORK, pgshovel, prepare, py_spy, save_result, summary
 from bench.common import topic as set_topic
-from bench.debezium import Counter, cpu_of, figures
+from bench.debezium import Counter, cpu_of, create_variant_set, figures
 from bench.logical import Relay, helper_pids
 from bench.profile import top
 
@@ -49,14 +48,7 @@ def drain(cur, workload: workloads.Workload, variant: tuple[str, str, str], chan
           per_transaction: int = 5000) -> dict:
     """One drain of a pgshovel2 set of variant (backend, encoding, envelope): bench.debezium's
     figures plus ``kafka_txns`` (and ``profile``)."""
-    backend, encoding, envelope = variant
-    name = unique("rb")
-    table = f"bench_relay.{name}"
-    cur.execute(f"CREATE TABLE {table} ({workload.columns})")
-    if backend in LOGICAL and (envelope == "debezium" or encoding == "avro"):
-        cur.execute(f"ALTER TABLE {table} REPLICA IDENTITY FULL")
-    config = write_config(name, [{"schema": "bench_relay", "name": name}], backend, encoding, envelope=envelope)
-    pgshovel("set", "create", name, str(config))
+    name, table = create_variant_set(cur, workload, variant, "rb")
     positions = f"{name}.positions"
     try:
         Relay(name, "--skip-snapshot").stop()
@@ -67,9 +59,7 @@ def drain(cur, workload: workloads.Workload, variant: tuple[str, str, str], chan
         relay = Relay(name)
         spy, out = None, WORK / f"profile-{name}.txt"
         if profile:
-            spy = subprocess.Popen([str(BIN / "py-spy"), "record", "--pid", str(relay.proc.pid), "--rate", "250",
-                                    "--format", "raw", "--output", str(out), "--nonblocking"],
-                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            spy = py_spy(relay.proc.pid, out, 250)
         pids = {"tool": relay.proc.pid, **helper_pids(cur, None, None)}
         started, before = time.monotonic(), cpu_of(pids)
         try:

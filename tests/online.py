@@ -86,16 +86,8 @@ def read_from(bootstrap: str, topic: str, start: dict[int, int]) -> list[tuple]:
                          "isolation.level": "read_committed", "enable.auto.commit": False,
                          "enable.partition.eof": True})
     try:
-        consumer.assign([TopicPartition(topic, p, o) for p, o in start.items()])
         out: dict[int, list] = {p: [] for p in start}
-        pending = set(start)
-        while pending:
-            msg = consumer.poll(60)
-            assert msg is not None, f"nothing from {topic} in 60s"
-            if msg.error():
-                assert msg.error().code() == KafkaError._PARTITION_EOF, msg.error().str()
-                pending.discard(msg.partition())
-                continue
+        for msg in _all(consumer, topic, start):
             out[msg.partition()].append((msg.key(), msg.value(), {k: v.decode() for k, v in msg.headers() or []}))
         return [m for p in sorted(out) for m in out[p]]
     finally:

@@ -18,6 +18,15 @@ def rows(conn, table: str) -> list[tuple]:
         return cur.fetchall()
 
 
+def assert_same_rows(db, target, table: str) -> None:
+    """table has the same rows on the source (db) and the replica target."""
+    tconn = target.connect()
+    src, dst = rows(db, table), rows(tconn, table)
+    tconn.close()
+    assert len(src) == len(dst), (len(src), len(dst))
+    assert src == dst, next((a, b) for a, b in zip(src, dst, strict=True) if a != b)
+
+
 @pytest.mark.parametrize("backend", ["trigger", "logical"])
 @pytest.mark.parametrize("mode", ["copy", "kafka"])
 def test_replicate_through_an_online_snapshot(stack, cluster, db, schema, tmp_path, relay_factory, target,
@@ -52,11 +61,7 @@ def test_replicate_through_an_online_snapshot(stack, cluster, db, schema, tmp_pa
                            "--until-caught-up"], env=cli_env(stack, cluster), capture_output=True, text=True,
                           timeout=300)
     assert done.returncode == 0, done.stderr
-    tconn = target.connect()
-    src, dst = rows(db, table), rows(tconn, table)
-    tconn.close()
-    assert len(src) == len(dst), (len(src), len(dst))
-    assert src == dst, next((a, b) for a, b in zip(src, dst, strict=True) if a != b)
+    assert_same_rows(db, target, table)
     assert relay.stop() == 0
 
 
@@ -89,9 +94,5 @@ def test_a_table_added_after_a_copy_bootstrap_gets_its_rows_on_the_replica(stack
     done = subprocess.run([str(BIN / "pgshovel"), "replicate", "rpa", "--target", target.dsn, "--until-caught-up"],
                           env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
-    tconn = target.connect()
-    src, dst = rows(db, added), rows(tconn, added)
-    tconn.close()
-    assert len(src) == len(dst), (len(src), len(dst))
-    assert src == dst, next((a, b) for a, b in zip(src, dst, strict=True) if a != b)
+    assert_same_rows(db, target, added)
     assert relay.stop() == 0
