@@ -12,6 +12,7 @@ marked ``stock`` (``make test-matrix`` runs them on 14, 16, 17 and 18)."""
 import os
 import signal
 import subprocess
+import time
 import uuid
 from pathlib import Path
 
@@ -121,13 +122,56 @@ def db(stack):
 
 @pytest.fixture
 def cluster(stack):
-    """A fresh, initialized cluster name (one per test keeps tests apart)."""
+    """A fresh, initialized cluster name (one per test keeps tests apart); its logical sets'
+    replication slots are dropped afterwards."""
     from pgshovel2.cluster import ClusterStore
 
     name = f"t{uuid.uuid4().hex[:8]}"
     with ClusterStore(stack.zk, name) as store:
         store.initialize()
-    return name
+    yield name
+    _drop_slots(stack, name)
+
+
+def _drop_slots(stack, cluster: str) -> None:
+    """Drop the replication slots of the cluster's logical sets (ending their walsenders): the
+    session's servers would otherwise keep one per logical set of every test and run out of
+    max_replication_slots. Best effort: a test may have stopped ZooKeeper or PostgreSQL."""
+    from pgshovel2.cluster import ClusterStore
+    from pgshovel2.setrecord import SlotCapture
+
+    try:
+        with ClusterStore(stack.zk, cluster) as store:
+            records = [store.get_set(n)[0] for n in store.list_sets()]
+    except Exception:  # noqa: BLE001 -- teardown of whatever the test left
+        return
+    for record in records:
+        if isinstance(record.capture, SlotCapture):
+            _drop_slot(record.dsn, record.capture.slot)
+
+
+def _drop_slot(dsn: str, slot: str) -> None:
+    try:
+        conn = psycopg2.connect(dsn, connect_timeout=5)
+    except psycopg2.Error:
+        return
+    conn.autocommit = True
+    try:
+        with conn.cursor() as cur:
+            for _ in range(50):
+                cur.execute("SELECT active_pid FROM pg_replication_slots WHERE slot_name = %s", (slot,))
+                row = cur.fetchone()
+                if row is None:
+                    return
+                if row[0] is None:
+                    cur.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
+                    return
+                cur.execute("SELECT pg_terminate_backend(%s)", (row[0],))
+                time.sleep(0.1)
+    except psycopg2.Error:
+        pass
+    finally:
+        conn.close()
 
 
 @pytest.fixture

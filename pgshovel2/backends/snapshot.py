@@ -39,6 +39,8 @@ class TableReader:
     (:mod:`pgshovel2.codec.textforms`). error: the
     PgshovelError class raised when the database cannot be reached or refuses.
     txid_snapshot: ``txid_current_snapshot()`` of the transaction (``xmin:xmax:xip``).
+    wal_insert_lsn: ``pg_current_wal_insert_lsn()`` (text) read in the statement that took the
+    snapshot, so an instant after it; None on a standby.
     """
 
     def __init__(self, dsn: str, encode_row: str | None, error: type[PgshovelError], snapshot_id: str | None = None):
@@ -52,8 +54,9 @@ class TableReader:
                     cur.execute("SET TRANSACTION SNAPSHOT %s", (snapshot_id,))
                 if encode_row is None:
                     pgoutput.pin_settings(cur)
-                cur.execute("SELECT txid_current_snapshot()::text")
-                self.txid_snapshot: str = cur.fetchone()[0]
+                cur.execute("SELECT txid_current_snapshot()::text, CASE WHEN pg_is_in_recovery() THEN NULL "
+                            "ELSE pg_current_wal_insert_lsn()::text END")
+                self.txid_snapshot, self.wal_insert_lsn = cur.fetchone()
         except psycopg2.Error as exc:
             self.close()
             if snapshot_id is not None and isinstance(exc, psycopg2.errors.InvalidParameterValue):

@@ -1,37 +1,56 @@
-"""``pgshovel audit SET --against iceberg:hadoop:WAREHOUSE``: drift between the source and its
-materialized Iceberg tables (pgshovel2.ops.audit)."""
+"""``pgshovel audit SET --against iceberg:hadoop:WAREHOUSE|kafka``: drift between the source and its
+materialized Iceberg tables (pgshovel2.ops.audit) or the state rebuilt from its Kafka topics
+(pgshovel2.ops.audit_kafka)."""
 
 import sys
 
 import click
 
-from pgshovel2.cli.common import reports_errors
+from pgshovel2.cli.common import env_option, reports_errors
 from pgshovel2.cluster import ClusterStore
 
 
 @click.command("audit")
 @click.argument("set_name", metavar="SET")
 @click.option("--against", required=True,
-              help="What to compare the source with: iceberg:hadoop:WAREHOUSE (materialize --format iceberg).")
-@click.option("--rounds", default=3, show_default=True,
-              help="Comparisons; a key is reported only when it differs, with the same source row, in all.")
+              help="What to compare the source with: iceberg:hadoop:WAREHOUSE (materialize --format iceberg) "
+                   "or kafka (the state rebuilt from the set's topics, exact at one position).")
+@click.option("--rounds", default=None, type=int,
+              help="Comparisons; a key is reported only when it differs, with the same source row, in all. "
+                   "[default: 3 for iceberg, 1 for kafka]")
 @click.option("--pause", default=5.0, show_default=True, help="Seconds between rounds.")
-@click.option("--bucket-rows", default=1000, show_default=True, help="Key range of one checksum bucket.")
+@click.option("--bucket-rows", default=1000, show_default=True, help="Key range of one checksum bucket (iceberg).")
+@env_option("--bootstrap-servers", default="127.0.0.1:9092", help="Kafka bootstrap servers (kafka).")
+@env_option("--schema-registry", default=None, help="Schema registry URL (kafka, Avro sets).")
+@click.option("--timeout", default=120.0, show_default=True,
+              help="Seconds a round waits for the relay to relay what was committed before it (kafka).")
 @click.pass_context
 @reports_errors
-def audit(ctx: click.Context, set_name: str, against: str, rounds: int, pause: float, bucket_rows: int) -> None:
+def audit(ctx: click.Context, set_name: str, against: str, rounds: int | None, pause: float, bucket_rows: int,
+          bootstrap_servers: str, schema_registry: str | None, timeout: float) -> None:
     """Compare SET's tables with their materialized state by key-range checksums; name the keys
     whose rows differ. Exit status 3 when some differ."""
     from pgshovel2.ops import audit as ops_audit
 
-    kind, _, rest = against.partition(":")
-    catalog, _, warehouse = rest.partition(":")
-    if kind != "iceberg" or catalog != "hadoop" or not warehouse:
-        raise click.BadParameter("use iceberg:hadoop:WAREHOUSE_PATH (comparing with Kafka is not implemented)",
-                                 param_hint="--against")
     with ClusterStore(ctx.obj["hosts"], ctx.obj["cluster"]) as store:
         record, _ = store.get_set(set_name)
-    results = ops_audit.audit(record, warehouse, rounds, pause, bucket_rows)
+        if against == "kafka":
+            from pgshovel2.ops import audit_kafka
+
+            results = audit_kafka.audit(store, record, bootstrap_servers, schema_registry,
+                                        1 if rounds is None else rounds, pause, timeout)
+        else:
+            warehouse = _iceberg_warehouse(against)
+            results = ops_audit.audit(record, warehouse, 3 if rounds is None else rounds, pause, bucket_rows)
     click.echo("\n".join(ops_audit.report(results)))
     if any(r.keys for r in results):
         sys.exit(3)
+
+
+def _iceberg_warehouse(against: str) -> str:
+    """WAREHOUSE of iceberg:hadoop:WAREHOUSE; raises click.BadParameter otherwise."""
+    kind, _, rest = against.partition(":")
+    catalog, _, warehouse = rest.partition(":")
+    if kind != "iceberg" or catalog != "hadoop" or not warehouse:
+        raise click.BadParameter(f"{against!r}: use kafka or iceberg:hadoop:WAREHOUSE_PATH", param_hint="--against")
+    return warehouse

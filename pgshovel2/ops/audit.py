@@ -1,4 +1,5 @@
-"""Drift audit: a set's source tables against their materialized Iceberg tables.
+"""Drift audit: a set's source tables against their materialized Iceberg tables (and the
+round logic :mod:`pgshovel2.ops.audit_kafka` shares).
 
 Each table is compared by key-range checksums: rows are grouped into buckets
 of the first key column (integer keys: ``key // bucket_rows``; other keys: a
@@ -20,7 +21,7 @@ bytes; other types may differ in form.
 
 import hashlib
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -48,6 +49,7 @@ class TableDrift:
     buckets: int
     differing_buckets: int
     keys: list[tuple]
+    point: str = ""  # where the round compared (Kafka: the source's txid snapshot), for the report
 
 
 def metadata_file(warehouse: str, set_name: str, table: Table) -> Path:
@@ -110,19 +112,36 @@ def audit(record: SetRecord, warehouse: str, rounds: int = 3, pause: float = 5.0
           bucket_rows: int = 1000) -> list[TableDrift]:
     """Compare every table of the set with its Iceberg table (see the module docstring).
     Raises AuditError for a table without key or Iceberg table, psycopg2.Error from the source."""
+    require_keys(record)
+    return in_rounds(lambda: _round(record, warehouse, bucket_rows), rounds, pause)
+
+
+def require_keys(record: SetRecord) -> None:
+    """Raises AuditError naming the first table of the set without a key (rows cannot be paired)."""
     for table in record.tables:
         if not table.key:
-            raise AuditError(f"table {table.qualified} has no key: nothing to compare rows by")
-    suspects: dict[str, dict[tuple, Row]] | None = None
+            raise AuditError(f"table {table.qualified} of set {record.name!r} has no key: nothing to "
+                             "compare rows by")
+
+
+Round = Callable[[], tuple[list[TableDrift], dict[str, dict]]]
+
+
+def in_rounds(round_: Round, rounds: int, pause: float) -> list[TableDrift]:
+    """Run round_ (-> (drift per table, table -> {differing key: its source row})) rounds times,
+    pause seconds apart; a key is kept only when it differs in every round with the same source
+    row. Returns the last round's drift with the kept keys."""
+    suspects: dict[str, dict] | None = None
     results: list[TableDrift] = []
     for round_no in range(max(1, rounds)):
         if round_no:
             time.sleep(pause)
-        results, found = _round(record, warehouse, bucket_rows)
+        results, found = round_()
         suspects = found if suspects is None else {
             t: {k: v for k, v in found.get(t, {}).items() if suspects.get(t, {}).get(k, object()) == v}
             for t in found}
-    return [TableDrift(r.table, r.rows, r.buckets, r.differing_buckets, sorted((suspects or {}).get(r.table, {})))
+    return [TableDrift(r.table, r.rows, r.buckets, r.differing_buckets, sorted((suspects or {}).get(r.table, {})),
+                       r.point)
             for r in results]
 
 
@@ -148,7 +167,8 @@ def report(results: Iterable[TableDrift]) -> list[str]:
     """One line per table, then one per differing key."""
     lines = []
     for r in results:
-        lines.append(f"{r.table}: {r.rows} rows, {r.buckets} buckets, {r.differing_buckets} differing, "
+        at = f" at {r.point}" if r.point else ""
+        lines.append(f"{r.table}{at}: {r.rows} rows, {r.buckets} buckets, {r.differing_buckets} differing, "
                      f"{len(r.keys)} differing key(s)")
         lines += [f"  differs: {r.table} key {list(k)}" for k in r.keys]
     return lines

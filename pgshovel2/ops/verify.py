@@ -13,6 +13,7 @@ import io
 import json
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import fastavro
@@ -57,11 +58,14 @@ class TableReport:
 
 
 def read_topics(bootstrap: str, topics: list[str], timeout: float = 60.0) -> dict[str, list]:
-    """Every committed message (read_committed) of topics, up to the end of each partition.
+    """Every committed message (read_committed) of topics, up to the end each partition had when
+    the call began (and possibly some after it).
 
-    The end is the last stable offset (read_committed partition EOF): Kafka
-    transaction markers occupy offsets but are never delivered. Returns
-    topic -> [(key, value, headers dict)] in offset order per partition.
+    A partition is done at its end-of-partition event, or once a message at or past its high
+    watermark at the start minus one arrives: under a steady stream of Kafka transactions the
+    end-of-partition event of a read_committed consumer may not come for minutes, and the last
+    offset before the high watermark is usually a transaction marker, which is never delivered.
+    Returns topic -> [(key, value, headers dict)] in offset order per partition.
     Raises TimeoutError when no message arrives within timeout (s).
     """
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"pgshovel-verify-{uuid.uuid4()}",
@@ -70,19 +74,22 @@ def read_topics(bootstrap: str, topics: list[str], timeout: float = 60.0) -> dic
     try:
         meta = consumer.list_topics(timeout=timeout)
         parts = [TopicPartition(t, p, OFFSET_BEGINNING) for t in topics for p in meta.topics[t].partitions]
+        ends = {(tp.topic, tp.partition): consumer.get_watermark_offsets(tp, timeout=timeout)[1] for tp in parts}
         consumer.assign(parts)
         out: dict[str, list] = {t: [] for t in topics}
-        pending = {(tp.topic, tp.partition) for tp in parts}
+        pending = set(ends)
         while pending:
             msg = consumer.poll(timeout)
             if msg is None:
                 raise TimeoutError(f"no message within {timeout}s; still reading {sorted(pending)}")
+            where = (msg.topic(), msg.partition())
             if msg.error():
                 if msg.error().code() == KafkaError._PARTITION_EOF:
-                    pending.discard((msg.topic(), msg.partition()))
+                    pending.discard(where)
                 continue
-            headers = {k: v.decode() for k, v in (msg.headers() or [])}
-            out[msg.topic()].append((msg.key(), msg.value(), headers))
+            out[msg.topic()].append((msg.key(), msg.value(), {k: v.decode() for k, v in (msg.headers() or [])}))
+            if msg.offset() >= ends[where] - 1:
+                pending.discard(where)
         return out
     finally:
         consumer.close()
@@ -135,7 +142,9 @@ def _fill(envelope: Envelope, key: bytes, after: bytes, columns: list[str], stat
     return envelope.fill_image(after, previous, envelope.encoder.fields_of(columns))
 
 
-def _rows(state: TopicState) -> tuple[dict, Counter]:
+def rebuilt_rows(state: TopicState) -> tuple[dict, Counter]:
+    """(key bytes -> row image of every live keyed row, Counter of unkeyed row images) of a
+    rebuilt topic: rows written after its last TRUNCATE."""
     live = lambda pos: pos > state.truncated_at  # noqa: E731
     keyed = {k: v for k, (pos, v) in state.keyed.items() if v is not None and live(pos)}
     unkeyed = Counter(v for pos, v in state.unkeyed if live(pos))
@@ -143,19 +152,26 @@ def _rows(state: TopicState) -> tuple[dict, Counter]:
     return keyed, unkeyed  # a negative count: a delete of a row never added
 
 
-def compare(table: Table, topic: str, state: TopicState, envelope: Envelope, snap: TableReader) -> TableReport:
-    """Compare a rebuilt topic with the table's rows in snap."""
-    keyed, unkeyed = _rows(state)
-    source_keyed: dict = {}
-    source_unkeyed: Counter = Counter()
+def source_images(table: Table, envelope: Envelope, snap: TableReader) -> tuple[dict, Counter]:
+    """(key bytes -> row image, Counter of unkeyed row images) of the table's rows in snap, encoded
+    by the table's envelope as the relay encodes them (equal bytes: equal values)."""
+    keyed: dict = {}
+    unkeyed: Counter = Counter()
     encoder = envelope.encoder
     for row in snap.rows(table):
         conv = encoder.convert(row)
         key, value = encoder.key(conv), envelope.row_image(conv)
         if key is None:
-            source_unkeyed[value] += 1
+            unkeyed[value] += 1
         else:
-            source_keyed[key] = value
+            keyed[key] = value
+    return keyed, unkeyed
+
+
+def compare(table: Table, topic: str, state: TopicState, envelope: Envelope, snap: TableReader) -> TableReport:
+    """Compare a rebuilt topic with the table's rows in snap."""
+    keyed, unkeyed = rebuilt_rows(state)
+    source_keyed, source_unkeyed = source_images(table, envelope, snap)
     diff = None
     if table.key:
         for key in source_keyed.keys() | keyed.keys():
@@ -175,6 +191,14 @@ def compare(table: Table, topic: str, state: TopicState, envelope: Envelope, sna
     return TableReport(table.qualified, topic, state.messages, rebuilt, source, diff)
 
 
+def txn_decoder(record: SetRecord) -> Callable[[bytes], dict]:
+    """value bytes -> dict of a record of the set's transactions topic (its encoding)."""
+    if record.config.encoding == "avro":
+        parsed = fastavro.parse_schema(TRANSACTION_SCHEMA)
+        return lambda value: fastavro.schemaless_reader(io.BytesIO(value[5:]), parsed)
+    return json.loads
+
+
 def verify_set(record: SetRecord, bootstrap: str, registry_url: str | None) -> list[TableReport]:
     """Rebuild every table of the set (record: its current version) from Kafka and compare with
     the source now.
@@ -184,13 +208,7 @@ def verify_set(record: SetRecord, bootstrap: str, registry_url: str | None) -> l
     registry = SchemaRegistry(registry_url, max_wait=30) if registry_url else None
     routes, _ = setup.routes(record, registry)
     txn_topic = record.topics.transactions
-    parsed = fastavro.parse_schema(TRANSACTION_SCHEMA)
-
-    def txn_decode(value: bytes) -> dict:
-        if record.config.encoding == "avro":
-            return fastavro.schemaless_reader(io.BytesIO(value[5:]), parsed)
-        return json.loads(value)
-
+    txn_decode = txn_decoder(record)
     topics = [r.topic for r in routes.values()]
     messages = read_topics(bootstrap, topics + [txn_topic])
     truncates = _truncates(messages[txn_topic], txn_decode)
