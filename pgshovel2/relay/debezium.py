@@ -234,8 +234,11 @@ def native_events(rows: Any, source: SourceInfo, collection: str, writer: AvroWr
     if writer is not None and writer.schema.get("fields", [])[2:] != DEBEZIUM_TAIL_FIELDS:
         return None
     header = writer.header if writer is not None else b""
-    return mod.DebeziumEvents(rows, writer is not None, header, (__version__, CONNECTOR, source.name, source.db,
-                              source.schema, source.table), collection, clock, Message)
+    try:
+        return mod.DebeziumEvents(rows, writer is not None, header, (__version__, CONNECTOR, source.name,
+                                  source.db, source.schema, source.table), collection, clock, Message)
+    except UnicodeEncodeError:  # a name with no UTF-8 form: Python's path names the error per event
+        return None
 
 
 def sequence(last_lsn: int | None, lsn: int | None) -> str | None:

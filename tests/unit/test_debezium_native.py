@@ -17,7 +17,7 @@ import pytest
 from pgshovel2.catalog import Column, Table
 from pgshovel2.codec import avro, native
 from pgshovel2.codec.rows import RowEncoder
-from pgshovel2.relay.debezium import DebeziumEnvelope, SourceInfo
+from pgshovel2.relay.debezium import DebeziumEnvelope, SourceInfo, native_events
 from pgshovel2.relay.envelopes import SNAPSHOT_FALSE, SNAPSHOT_FIRST, SNAPSHOT_LAST, SNAPSHOT_TRUE, Context, TxnOrder
 from tests.unit.test_native_codec import ARRAYS, TYPES, table, value
 
@@ -159,3 +159,9 @@ def test_other_avro_tail_stays_python():
     env = DebeziumEnvelope(RowEncoder(tbl, True, avro.AvroWriter(avro.key_schema("set", tbl), 7), None),
                            SourceInfo("set", "db", "s", "t"), "topic", avro.AvroWriter(schema, 9))
     assert env._events is None and env._native is not None
+
+
+def test_a_name_without_utf8_form_stays_python():
+    """A source name the native writer cannot hold (a lone surrogate): no native events."""
+    env = envelope(UNKEYED, False, "native")
+    assert native_events(env._native, SourceInfo("set", "db\udc80", "s", "t"), "topic", None, Clock()) is None
