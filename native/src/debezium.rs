@@ -36,6 +36,8 @@ struct Stamp {
     order: Option<(i64, i64)>,
 }
 
+/// A table's debezium envelope events: `change(op, row, before, ctx)` and `read(row, ctx)` give
+/// the list of Messages DebeziumEnvelope.change/read give (events and tombstones), or None.
 #[pyclass(frozen)]
 pub struct DebeziumEvents {
     rows: Py<RowCodec>,
