@@ -6,6 +6,7 @@
 //! byte for byte (Avro with the registry's 5-byte prefix, or JSON). A row it cannot encode
 //! exactly as Python would gives None: the caller encodes that row in Python.
 
+mod debezium;
 mod json;
 mod kinds;
 mod pyfloat;
@@ -219,6 +220,7 @@ fn to_py(py: Python<'_>, got: Encoded) -> PyResult<PyObject> {
 #[pymodule]
 fn pgshovel2_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<RowCodec>()?;
+    m.add_class::<debezium::DebeziumEvents>()?;
     m.add("ABI", 1)?;
     Ok(())
 }

@@ -130,6 +130,17 @@ TRANSACTION_BLOCK_SCHEMA: dict[str, Any] = {
     ],
 }
 
+# The Envelope's fields after before/after (the native event writer, pgshovel2_native.DebeziumEvents,
+# writes exactly these).
+DEBEZIUM_TAIL_FIELDS: list[dict[str, Any]] = [
+    {"name": "source", "type": SOURCE_SCHEMA},
+    {"name": "transaction", "type": ["null", TRANSACTION_BLOCK_SCHEMA], "default": None},
+    {"name": "op", "type": "string"},
+    {"name": "ts_ms", "type": ["null", "long"], "default": None},
+    {"name": "ts_us", "type": ["null", "long"], "default": None},
+    {"name": "ts_ns", "type": ["null", "long"], "default": None},
+]
+
 
 def debezium_value_schema(set_name: str, table: Table) -> dict[str, Any]:
     """Avro schema of the debezium envelope of a table.
@@ -148,12 +159,7 @@ def debezium_value_schema(set_name: str, table: Table) -> dict[str, Any]:
         "fields": [
             {"name": "before", "type": ["null", value], "default": None},
             {"name": "after", "type": ["null", value_name], "default": None},
-            {"name": "source", "type": SOURCE_SCHEMA},
-            {"name": "transaction", "type": ["null", TRANSACTION_BLOCK_SCHEMA], "default": None},
-            {"name": "op", "type": "string"},
-            {"name": "ts_ms", "type": ["null", "long"], "default": None},
-            {"name": "ts_us", "type": ["null", "long"], "default": None},
-            {"name": "ts_ns", "type": ["null", "long"], "default": None},
+            *DEBEZIUM_TAIL_FIELDS,
         ],
     }
 

@@ -1,6 +1,11 @@
 """The ``debezium`` envelope (see :mod:`pgshovel2.relay.envelopes` for the messages of each change):
 Debezium 3.x PostgreSQL connector change events ``{before, after, source, transaction, op, ts_ms,
 ts_us, ts_ns}`` (every field: docs/wire.rst).
+
+Three paths write the same bytes (tests/unit/test_debezium_native.py): the native event writer
+(``pgshovel2_native.DebeziumEvents``: whole events, messages and all), the native row codec with the
+event spliced around its rows here (a native build without DebeziumEvents), and pure Python
+(``PGSHOVEL2_NATIVE=0``, and any row or context the native code leaves to Python).
 """
 
 import io
@@ -14,7 +19,8 @@ from typing import Any
 import fastavro
 
 from pgshovel2 import __version__
-from pgshovel2.codec.avro import AvroWriter, envelope_row_schema
+from pgshovel2.codec import native
+from pgshovel2.codec.avro import DEBEZIUM_TAIL_FIELDS, AvroWriter, envelope_row_schema
 from pgshovel2.codec.avro_fast import compile_record
 from pgshovel2.codec.rows import RowEncoder, as_values, encode_json
 from pgshovel2.relay.envelopes import CONNECTOR, SNAPSHOT_FALSE, XID_MASK, Context, Message
@@ -45,27 +51,48 @@ class DebeziumEnvelope:
 
     def __init__(self, encoder: RowEncoder, source: SourceInfo, collection: str,
                  writer: AvroWriter | None = None, clock: Callable[[], int] = time.time_ns):
-        self.encoder, self.source, self.collection = encoder, source, collection
+        self.encoder, self.source = encoder, source
         self._writer, self._clock = writer, clock
+        self.collection = collection
         self._raw_envelope = self._raw_value = None
         if writer is not None:
             self._raw_envelope = fastavro.parse_schema(raw_schema(writer.schema))
             self._raw_value = fastavro.parse_schema(raw_schema(envelope_row_schema(writer.schema)))
-        # the native codec writes keys and before/after bodies; _spliced puts the event around them
+        # the native codec writes keys and before/after bodies; _events (or _spliced) the events around them
         self._native = encoder.native_for(envelope_row_schema(writer.schema), b"") if writer is not None \
             else encoder.native
         self._tail = None  # Avro: the fields after before/after, compiled (avro_fast), when it can
         if writer is not None and [f["name"] for f in writer.schema["fields"][:2]] == ["before", "after"]:
             self._tail = compile_record({"type": "record", "name": "Tail", "fields": writer.schema["fields"][2:]})
+        self._events = native_events(self._native, source, collection, writer, clock)
+
+    @property
+    def collection(self) -> str:
+        """The data collection this table's events are numbered in (transaction block)."""
+        return self._collection
+
+    @collection.setter
+    def collection(self, collection: str) -> None:
+        self._collection = collection
+        if getattr(self, "_events", None) is not None:
+            self._events = native_events(self._native, self.source, collection, self._writer, self._clock)
 
     def read(self, row: list, ctx: Context) -> list[Message]:
         """(key, op r event with after = row, transaction null)."""
+        if self._events is not None:
+            out = self._events.read(row, ctx)
+            if out is not None:
+                return out
         conv = self.encoder.convert(as_values(row))
         return [self._event(self.encoder.key(conv), "r", None, conv, ctx)]
 
     def change(self, op: str, row: list, before: list | None, ctx: Context) -> list[Message]:
         """See the module docstring."""
-        if self._native is not None:
+        if self._events is not None:
+            out = self._events.change(op, row, before, ctx)
+            if out is not None:
+                return out
+        elif self._native is not None:
             out = self._native_change(op, row, before, ctx)
             if out is not None:
                 return out
@@ -193,6 +220,25 @@ class DebeziumEnvelope:
         fastavro.schemaless_writer(buf, self._raw_value, datum)
         return buf.getvalue()
 
+
+
+def native_events(rows: Any, source: SourceInfo, collection: str, writer: AvroWriter | None,
+                  clock: Callable[[], int]) -> Any:
+    """The native writer of whole events (pgshovel2_native.DebeziumEvents) around rows (the table's
+    native RowCodec of before/after records), or None: no native codec, a build without
+    DebeziumEvents, or an Avro writer whose fields after before/after are not those of
+    avro.debezium_value_schema (the layout the native writer knows)."""
+    mod = native.module()
+    if rows is None or mod is None or not hasattr(mod, "DebeziumEvents"):
+        return None
+    if writer is not None and writer.schema.get("fields", [])[2:] != DEBEZIUM_TAIL_FIELDS:
+        return None
+    header = writer.header if writer is not None else b""
+    try:
+        return mod.DebeziumEvents(rows, writer is not None, header, (__version__, CONNECTOR, source.name,
+                                  source.db, source.schema, source.table), collection, clock, Message)
+    except UnicodeEncodeError:  # a name with no UTF-8 form: Python's path names the error per event
+        return None
 
 
 def sequence(last_lsn: int | None, lsn: int | None) -> str | None:

@@ -112,14 +112,14 @@ def rows(seed: int, count: int, nullable: bool, types: list[tuple]) -> list[list
 
 def python_messages(env, op, row, before):
     """The envelope's messages with the native codec off."""
-    saved = env.encoder.native, getattr(env, "_native", None)
-    env.encoder.native = env._native = None
+    saved = env.encoder.native, getattr(env, "_native", None), getattr(env, "_events", None)
+    env.encoder.native = env._native = env._events = None
     try:
         return env.change(op, row, before, Context(5, "p", 1, order=TxnOrder()))
     except Exception as exc:  # noqa: BLE001 -- the native path must raise the same
         return type(exc).__name__
     finally:
-        env.encoder.native, env._native = saved
+        env.encoder.native, env._native, env._events = saved
 
 
 def native_messages(env, op, row, before):
@@ -180,7 +180,8 @@ def test_every_plain_type_is_taken_natively():
 
 @pytest.mark.parametrize("use_avro", [True, False], ids=["avro", "json"])
 def test_debezium_envelope_native_equals_python(use_avro):
-    """The debezium envelope: the native codec writes the keys and row bodies, Python the rest."""
+    """The debezium envelope: the native codec writes whole events (keys, row bodies, the rest:
+    tests/unit/test_debezium_native.py compares every part and path)."""
     tbl = table(True, TYPES)
     enc = encoders(tbl, use_avro, "debezium")
     writer = avro.AvroWriter(avro.debezium_value_schema("set", tbl), 9) if use_avro else None
