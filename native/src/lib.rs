@@ -8,6 +8,7 @@
 
 mod json;
 mod kinds;
+mod pgoutput;
 mod pyfloat;
 
 use json::Value;
@@ -219,6 +220,7 @@ fn to_py(py: Python<'_>, got: Encoded) -> PyResult<PyObject> {
 #[pymodule]
 fn pgshovel2_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<RowCodec>()?;
+    m.add_class::<pgoutput::PgoutputRows>()?;
     m.add("ABI", 1)?;
     Ok(())
 }

@@ -135,6 +135,20 @@ def _text(text: str) -> str:
     return text
 
 
+# The native decoder's name of each converter (native/src/pgoutput.rs does the same conversion);
+# a converter not named here (arrays) is left to Python.
+_NATIVE_FORMS: dict[Callable[[str], Any], str] = {
+    _bool: "bool", int: "int", _float: "float", date_form: "date", time_from_text: "time",
+    timestamp_form: "timestamp", interval_form: "interval", _bytea: "bytea", _text: "text"}
+
+
+def native_form(conv: Callable[[str], Any]) -> str:
+    """The name native/src/pgoutput.rs knows a converter (from :func:`converter`) by: ``bool``,
+    ``int``, ``float``, ``date``, ``time``, ``timestamp``, ``interval``, ``bytea``, ``text``, or
+    ``python`` for one it leaves to Python (a change with a non-null value of it)."""
+    return _NATIVE_FORMS.get(conv, "python")
+
+
 def converter(base_oid: int, element_oid: int) -> Callable[[str], Any]:
     """The text -> capture form function of a column whose base type (domains stripped) is
     base_oid; element_oid: the element type of that base type when it is a true array
