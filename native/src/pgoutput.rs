@@ -60,19 +60,28 @@ type Decoded = (Option<Vec<u8>>, Option<Vec<u8>>, Vec<usize>);
 #[pyclass(frozen)]
 pub struct PgoutputRows {
     picks: Vec<usize>,
-    forms: Vec<Form>,
+    /// Per set column: its form, and whether it is a one-dimensional array of that form.
+    forms: Vec<(Form, bool)>,
 }
 
 #[pymethods]
 impl PgoutputRows {
     /// picks: per set column, its index in the relation's columns; forms: per set column, its
-    /// text form name (textforms.native_form; another name: left to Python).
+    /// text form name (textforms.native_form: ``array:<form>`` for an array of that element
+    /// form; another name: left to Python).
     #[new]
     fn new(picks: Vec<usize>, forms: Vec<String>) -> PyResult<Self> {
         if picks.len() != forms.len() {
             return Err(pyo3::exceptions::PyValueError::new_err("PgoutputRows: picks and forms differ in length"));
         }
-        Ok(PgoutputRows { picks, forms: forms.iter().map(|f| Form::parse(f)).collect() })
+        let forms = forms
+            .iter()
+            .map(|f| match f.strip_prefix("array:") {
+                Some(elem) => (Form::parse(elem), true),
+                None => (Form::parse(f), false),
+            })
+            .collect();
+        Ok(PgoutputRows { picks, forms })
     }
 
     /// An Insert ('I'), Update ('U') or Delete ('D') message (the whole message) ->
@@ -149,7 +158,7 @@ impl PgoutputRows {
         let mut out = Vec::with_capacity(256);
         let mut unchanged = Vec::new();
         out.push(b'[');
-        for (i, (&pick, &form)) in self.picks.iter().zip(&self.forms).enumerate() {
+        for (i, (&pick, &(form, array))) in self.picks.iter().zip(&self.forms).enumerate() {
             if i > 0 {
                 out.push(b',');
             }
@@ -167,6 +176,7 @@ impl PgoutputRows {
                 col = known;
             }
             match col {
+                Col::Text(text) if array => array_value(form, text, &mut out)?,
                 Col::Text(text) => value(form, text, &mut out)?,
                 _ => out.extend_from_slice(b"null"),
             }
@@ -233,6 +243,67 @@ fn value(form: Form, text: &str, out: &mut Vec<u8>) -> Option<()> {
         Form::Text => json::write_str(text, out),
         Form::Python => return None,
     }
+    Some(())
+}
+
+/// textforms._array for a one-dimensional array_out text with lower bound 1 (``{a,NULL,"b c"}``,
+/// ``{}``): the JSON array of its element forms. A nested array, a bounds decoration or an
+/// element with surrounding blanks is left to Python.
+fn array_value(form: Form, text: &str, out: &mut Vec<u8>) -> Option<()> {
+    let body = text.strip_prefix('{')?.strip_suffix('}')?;
+    out.push(b'[');
+    if body.is_empty() {
+        out.push(b']');
+        return Some(());
+    }
+    let b = body.as_bytes();
+    let mut pos = 0;
+    let mut first = true;
+    loop {
+        if !first {
+            out.push(b',');
+        }
+        first = false;
+        if b.get(pos) == Some(&b'"') {
+            let mut item = String::new();
+            pos += 1;
+            loop {
+                match *b.get(pos)? {
+                    b'\\' => {
+                        let ch = body[pos + 1..].chars().next()?;
+                        item.push(ch);
+                        pos += 1 + ch.len_utf8();
+                    }
+                    b'"' => break,
+                    _ => {
+                        let ch = body[pos..].chars().next()?;
+                        item.push(ch);
+                        pos += ch.len_utf8();
+                    }
+                }
+            }
+            pos += 1;
+            value(form, &item, out)?;
+        } else {
+            let end = b[pos..].iter().position(|&c| c == b',').map_or(b.len(), |n| pos + n);
+            let word = &body[pos..end];
+            if word.is_empty() || word.contains(['{', '}', '"', '\\']) || word.trim() != word {
+                return None;
+            }
+            if word == "NULL" {
+                out.extend_from_slice(b"null");
+            } else {
+                value(form, word, out)?;
+            }
+            pos = end;
+        }
+        match b.get(pos) {
+            None => break,
+            Some(b',') => pos += 1,
+            _ => return None,
+        }
+    }
+    out.push(b']');
     Some(())
 }
 
