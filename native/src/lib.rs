@@ -9,6 +9,7 @@
 mod debezium;
 mod json;
 mod kinds;
+mod pgoutput;
 mod pyfloat;
 
 use json::Value;
@@ -221,6 +222,7 @@ fn to_py(py: Python<'_>, got: Encoded) -> PyResult<PyObject> {
 fn pgshovel2_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<RowCodec>()?;
     m.add_class::<debezium::DebeziumEvents>()?;
+    m.add_class::<pgoutput::PgoutputRows>()?;
     m.add("ABI", 1)?;
     Ok(())
 }

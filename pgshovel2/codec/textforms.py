@@ -128,11 +128,29 @@ def _array(element: Callable[[str], Any]) -> Callable[[str], Any]:
             return flat
         lower = bounds if bounds is not None else [1] * dims
         return {"dims": _shape(items, dims), "lower_bounds": lower, "elements": flat}
+    convert.element = element  # type: ignore[attr-defined]  # for native_form
     return convert
 
 
 def _text(text: str) -> str:
     return text
+
+
+# The native decoder's name of each converter (native/src/pgoutput.rs does the same conversion).
+_NATIVE_FORMS: dict[Callable[[str], Any], str] = {
+    _bool: "bool", int: "int", _float: "float", date_form: "date", time_from_text: "time",
+    timestamp_form: "timestamp", interval_form: "interval", _bytea: "bytea", _text: "text"}
+
+
+def native_form(conv: Callable[[str], Any]) -> str:
+    """The name native/src/pgoutput.rs knows a converter (from :func:`converter`) by: ``bool``,
+    ``int``, ``float``, ``date``, ``time``, ``timestamp``, ``interval``, ``bytea``, ``text``,
+    ``array:<name>`` for an array of elements of that name, or ``python`` for one it leaves
+    to Python (a change with a non-null value of it)."""
+    element = getattr(conv, "element", None)
+    if element is not None:
+        return f"array:{_NATIVE_FORMS[element]}"
+    return _NATIVE_FORMS.get(conv, "python")
 
 
 def converter(base_oid: int, element_oid: int) -> Callable[[str], Any]:

@@ -84,7 +84,6 @@ def _f32_digits(x: float, p: int) -> str | None:
     return other if _reads_back(other, x) else None
 
 
-@functools.lru_cache(maxsize=4096)
 def float4_text(x: float) -> str:
     """A real (float32 value, as Avro/JSON carry it) as PostgreSQL prints it: its shortest text.
 
@@ -93,8 +92,12 @@ def float4_text(x: float) -> str:
     (3.4028235e+38), exponent form from 1e+06 or below 1e-4.
     """
     special = _special(x)
-    if special is not None:
-        return special
+    return special if special is not None else _float4_digits(x)
+
+
+@functools.lru_cache(maxsize=4096)
+def _float4_digits(x: float) -> str:
+    """float4_text of a finite non-zero x (cached: 0.0 and -0.0, equal keys, never reach it)."""
     x = _to_f32(x)
     lo, hi, best = 1, 9, f"{x:.8e}"  # 9 significant digits always read back
     while lo < hi:  # the shortest p: reading back is monotone in p

@@ -4,7 +4,9 @@ records give (:class:`pgshovel2.relay.logical_source.RecordDecoder`); no I/O.
 Formats: https://www.postgresql.org/docs/current/protocol-logicalrep-message-formats.html.
 Begin is held back until the transaction's first change (PostgreSQL 14 sends empty
 transactions; our plugin writes nothing for them). Values are output-function text turned
-into capture forms by the table's converters. A Relation message (the table's layout, sent
+into capture forms by the table's converters: by the native decoder when the native module is
+on (native/src/pgoutput.rs: a change's rows as capture JSON text, as our plugin's raw rows are;
+a change it leaves to Python is decoded here, rows as lists). A Relation message (the table's layout, sent
 before its first change in a session and after an ALTER TABLE) is held until the relation's
 next change, which is preceded by a :class:`RelationLayout` (the source turns a new layout
 into a schema-change Control, :mod:`pgshovel2.relay.relation_layout`) and a :class:`Redo` of
@@ -23,6 +25,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from pgshovel2.catalog import Table
+from pgshovel2.codec import native, textforms
+from pgshovel2.codec.rows import as_values
 from pgshovel2.errors import RelayError
 from pgshovel2.names import qualified
 from pgshovel2.relay.relation_layout import LayoutColumn, Redo, RelationLayout
@@ -51,6 +55,14 @@ class _Relation:
     tag: str
     picks: list[int]                       # index in the relation's columns of each set column
     converters: list[Callable[[str], Any]]
+    native: Any = None                     # pgshovel2_native.PgoutputRows of the relation, or None
+
+
+def _native_rows(picks: list[int], converters: list[Callable[[str], Any]]) -> Any:
+    """The native decoder of a relation's rows (native/src/pgoutput.rs), or None when the native
+    module is off or absent or too old to have it."""
+    rows = getattr(native.module(), "PgoutputRows", None)
+    return None if rows is None else rows(picks, [textforms.native_form(c) for c in converters])
 
 
 def _cstring(data: bytes, pos: int) -> tuple[str, int]:
@@ -219,7 +231,7 @@ class PgoutputDecoder:
                                  "with decoder pgoutput does not relay yet): nothing after it was relayed; "
                                  "re-create the set for the new layout")
             picks.append(found[0])
-        return _Relation(tag, picks, entry.converters)
+        return _Relation(tag, picks, entry.converters, _native_rows(picks, entry.converters))
 
     def _relation(self, oid: int) -> _Relation:
         rel = self._relations.get(oid)
@@ -260,7 +272,18 @@ class PgoutputDecoder:
             items = self._opened()
             items += [self._layout(oid), Redo(data, lsn)]
             return items
-        rel, pos = self._relation(oid), 5
+        rel = self._relation(oid)
+        got = rel.native.change(data) if rel.native is not None else None
+        if got is None:
+            return self._python_change(rel, kind, data, lsn)
+        row, before, unchanged = got
+        if kind == b"U" and before is not None and rel.tag in self.subset_tags and as_values(before) == as_values(row):
+            return []
+        return self._emit(rel, kind, row, before, lsn, unchanged)
+
+    def _python_change(self, rel: _Relation, kind: bytes, data: bytes, lsn: int) -> list[Item]:
+        """_change by the Python converters (rows as lists): no native decoder, or a change it left to Python."""
+        pos = 5
         old, full = None, data[pos:pos + 1] == b"O"
         if data[pos:pos + 1] in (b"K", b"O"):
             old, pos = _tuple(data, pos + 1)
@@ -275,6 +298,9 @@ class PgoutputDecoder:
             row, before = before, None
         if kind == b"U" and before is not None and before == row and rel.tag in self.subset_tags:
             return []
+        return self._emit(rel, kind, row, before, lsn, unchanged)
+
+    def _emit(self, rel: _Relation, kind: bytes, row: Any, before: Any, lsn: int, unchanged: tuple) -> list[Item]:
         items = self._opened()
         items.append(Change(self._txid, self._ts_ms, kind.decode(), row, rel.tag, before, self._unit,
                             self._ordinal, lsn, unchanged))

@@ -14,6 +14,7 @@ from pgshovel2 import names
 from pgshovel2.backends import pgoutput
 from pgshovel2.backends.snapshot import TableReader
 from pgshovel2.catalog import Column, Table
+from pgshovel2.codec.rows import as_values
 from pgshovel2.errors import RelayError
 from pgshovel2.ops.verify import read_topics
 from pgshovel2.relay.pgoutput_decoder import PgoutputDecoder, SetTable
@@ -61,8 +62,9 @@ def settled(decoder: PgoutputDecoder, items: list) -> list:
     return out
 
 
-def _dumps(row: list) -> str:
-    return json.dumps(row, sort_keys=True)
+def _dumps(row: list | bytes) -> str:
+    """A row (a list, or the native decoder's JSON text) as sorted JSON."""
+    return json.dumps(as_values(row), sort_keys=True)
 
 
 def test_pgoutput_text_gives_the_plugin_forms(stack, db, schema):
