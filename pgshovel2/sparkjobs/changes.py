@@ -3,9 +3,13 @@ Python; runs inside Spark's Python workers).
 
 A data message becomes ``physical values + (op, position, offset)``: the
 value's Avro datum (decoded without logical types, pgshovel2.consumer.decode)
-or, for a tombstone, the key's fields. Skipped: snapshot rows (op ``r``) and
-every change the bootstrap's handoff covers (in the copy already): a txid
-snapshot (trigger backend) or an LSN (logical backend), in their text form.
+or, for a tombstone, the key's fields. Skipped: what the bootstrap holds
+already -- every change its handoff covers (a txid snapshot: trigger backend,
+or an LSN: logical backend, in their text form) and the snapshot rows (op
+``r``) pgshovel2.txids.holds_snapshot_row says it holds (rows of the tables it
+copied; for a logical set, only those emitted before its consistent point).
+Other snapshot rows (a table added to the set later, an online snapshot after
+a logical bootstrap) are applied like upserts.
 """
 
 import json
@@ -17,7 +21,7 @@ from pgshovel2.catalog import Table
 from pgshovel2.codec import spark as spark_codec
 from pgshovel2.consumer.decode import Decoder
 from pgshovel2.consumer.errors import ConsumerError
-from pgshovel2.txids import parse_handoff
+from pgshovel2.txids import holds_snapshot_row, parse_handoff
 
 OP, POSITION, OFFSET = "__pgshovel_op", "__pgshovel_position", "__pgshovel_offset"
 UNCHANGED = "__pgshovel_unchanged"  # column names whose values the source did not log (pgshovel.unchanged)
@@ -27,11 +31,14 @@ def _headers(headers: Iterable[Any] | None) -> dict[str, str]:
     return {h[0]: (h[1].decode("utf-8") if h[1] is not None else None) for h in headers or ()}
 
 
-def change_rows(table: Table, cols: list[spark_codec.SparkColumn], registry_url: str | None, handoff: str):
+def change_rows(table: Table, cols: list[spark_codec.SparkColumn], registry_url: str | None, handoff: str,
+                copied: frozenset[str] | None = None):
     """mapPartitions function: Kafka rows (key, value, partition, offset, headers) of the table's
     topic -> physical rows of cols (spark_codec.columns of the table, or the batch's columns
     after DDL: pgshovel2.sparkjobs.evolve) + [op, position, offset, unchanged column names].
+    copied: the ``schema.table`` names the bootstrap copied (None: every table).
     Raises ConsumerError naming a bad message."""
+    name = f"{table.schema}.{table.name}"
 
     def convert(rows: Iterator[Any]) -> Iterator[list]:
         decoder, point = Decoder(registry_url, raw=True), parse_handoff(handoff)
@@ -42,7 +49,8 @@ def change_rows(table: Table, cols: list[spark_codec.SparkColumn], registry_url:
                 op, txid, position = headers[wire.OP], int(headers[wire.TXID]), headers[wire.POSITION]
             except (KeyError, TypeError, ValueError) as exc:
                 raise ConsumerError(f"{where}: missing or malformed pgshovel headers {headers!r}") from exc
-            if op == "r" or point.covers(txid, position):
+            held = holds_snapshot_row(point, copied, name, position) if op == "r" else point.covers(txid, position)
+            if held:
                 continue
             value = decoder.decode(row["value"], f"the value of {where}")
             datum = value if value is not None else decoder.decode(row["key"], f"the key of {where}")
@@ -86,16 +94,27 @@ def truncations(registry_url: str | None, handoff: str):
 
 
 def change_frame(spark, batch, topic: str, table: Table, cols: list[spark_codec.SparkColumn],
-                 registry_url: str | None, handoff: str):
+                 registry_url: str | None, handoff: str, copied: frozenset[str] | None = None):
     """The DataFrame of a micro-batch's changes of table (batch: Kafka rows of every topic; topic:
     the table's): the logical columns cols, then OP, POSITION, OFFSET and UNCHANGED
-    (:func:`change_rows`; snapshot rows and changes the handoff covers left out). Runs on the
-    driver; the decoding runs in Spark's Python workers."""
+    (:func:`change_rows`; what the bootstrap holds left out: changes its handoff covers,
+    snapshot rows of the copied tables). Runs on the driver; the decoding runs in Spark's
+    Python workers."""
     from pyspark.sql import types as st
 
     meta = [st.StructField(OP, st.StringType()), st.StructField(POSITION, st.StringType()),
             st.StructField(OFFSET, st.LongType()), st.StructField(UNCHANGED, st.ArrayType(st.StringType()))]
     data = batch.filter(batch.topic == topic).select("key", "value", "partition", "offset", "headers")
-    physical = spark.createDataFrame(data.rdd.mapPartitions(change_rows(table, cols, registry_url, handoff)),
+    physical = spark.createDataFrame(data.rdd.mapPartitions(change_rows(table, cols, registry_url, handoff, copied)),
                                      st.StructType(spark_codec.physical_fields(cols) + meta), verifySchema=False)
     return physical.selectExpr(*spark_codec.logical_exprs(cols), OP, POSITION, OFFSET, UNCHANGED)
+
+
+def empty_frame(spark, cols: list[spark_codec.SparkColumn]):
+    """An empty DataFrame of the logical columns cols and POSITION: the bootstrap state of a table
+    the bootstrap did not copy (added to the set later)."""
+    from pyspark.sql import types as st
+
+    fields = spark_codec.physical_fields(cols) + [st.StructField(POSITION, st.StringType())]
+    empty = spark.createDataFrame([], st.StructType(fields))
+    return empty.selectExpr(*spark_codec.logical_exprs(cols), POSITION)

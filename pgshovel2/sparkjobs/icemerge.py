@@ -68,29 +68,34 @@ class IcebergJob(_Job):
         return iceberg.ident(self.manifest.set, table.schema, table.name)
 
     def create_tables(self) -> None:
-        """CREATE TABLE AS the bootstrap copy (position '') for every table not created yet."""
+        """CREATE TABLE AS the bootstrap copy (position '') for every table not created yet; an
+        empty table for a table the bootstrap did not copy (added to the set later)."""
         from pyspark.sql import functions as sf
 
-        for copy in self.manifest.tables:
-            table = self.tables[(copy.schema, copy.name)]
+        copies = {(c.schema, c.name): c for c in self.manifest.tables}
+        for t in self.topics.tables:
+            table, copy = self.tables[(t.schema, t.name)], copies.get((t.schema, t.name))
             if not table.key:
                 raise BootstrapError(f"table {table.qualified} has no key: an Iceberg MERGE needs one")
             target = self.ident(table)
             if iceberg.exists(self.spark, target):
                 self._check_handoff(target)
                 continue
-            if self.manifest.output == "iceberg":
+            if self.manifest.output == "iceberg" and copy is not None:
                 raise BootstrapError(f"Iceberg table {target} of bootstrap {self.options.bootstrap} is missing "
                                      "from the catalog: pass the catalog the bootstrap wrote to")
             self.spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {target.rsplit('.', 1)[0]}")
-            base = self.spark.read.parquet(self.manifest.table_path(self.options.bootstrap, copy))
-            base = base.withColumn(changes.POSITION, sf.lit(""))
+            if copy is None:
+                base = changes.empty_frame(self.spark, spark_codec.columns(table))
+            else:
+                base = self.spark.read.parquet(self.manifest.table_path(self.options.bootstrap, copy))
+                base = base.withColumn(changes.POSITION, sf.lit(""))
             (base.writeTo(target).using("iceberg").tableProperty("format-version", "2")
              .tableProperty(iceberg.SET_KEY, self.manifest.set)
              .tableProperty(iceberg.HANDOFF_KEY, str(self.manifest.handoff_point))
              .tableProperty(iceberg.OFFSETS_KEY, _offsets_json(self.manifest))
              .create())
-            log.info("created Iceberg table %s from the bootstrap (%d rows)", target, copy.rows)
+            log.info("created Iceberg table %s from the bootstrap (%d rows)", target, copy.rows if copy else 0)
 
     def _check_handoff(self, target: str) -> None:
         """Raise BootstrapError when an existing table was started from another bootstrap."""
@@ -135,7 +140,7 @@ class IcebergJob(_Job):
         from pyspark.sql import functions as sf
 
         rows = changes.change_frame(self.spark, batch, topic, table, cols, self.options.registry_url,
-                                    str(self.manifest.handoff_point))
+                                    str(self.manifest.handoff_point), self.copied)
         if truncated_at is not None:
             rows = rows.filter(sf.col(changes.POSITION) > truncated_at)
         keys = [sf.col(spark_codec.quote(k)) for k in table.key]
