@@ -23,9 +23,9 @@ from pgshovel2.cli.common import env_option, log_level_option, reports_errors, s
 @click.option("--trigger-seconds", default=10.0, show_default=True, help="With --stream: micro-batch interval.")
 @env_option("--bootstrap-servers", default="127.0.0.1:9092", help="Kafka bootstrap servers.")
 @env_option("--schema-registry", default=None, help="Schema registry URL.")
-@env_option("--zookeeper-hosts", default=None, help="ZooKeeper connect string: read the set's current record "
-            "there, so that tables added to the set after the bootstrap are materialized too (default: the "
-            "bootstrap's tables only).")
+@env_option("--zookeeper-hosts", default=None, help="ZooKeeper connect string: read the set's records "
+            "there, so that tables added to the set after the bootstrap are materialized too and a JSON set's "
+            "columns of any set version are known (default: the bootstrap's record only).")
 @env_option("--cluster", default="default", help="Cluster name (a namespace in ZooKeeper).")
 @click.option("--master", default=None, help="Spark master (default local[*]; under spark-submit, spark-submit's).")
 @env_option("--jdbc-jar", default="/usr/share/java/postgresql.jar", help="PostgreSQL JDBC driver jar.")
@@ -48,7 +48,7 @@ def main(bootstrap_dir: str, output: str | None, fmt: str, catalog: str | None, 
                             ice.settings() if ice else None)
     options = materialize.MaterializeOptions(bootstrap_dir, output or "", bootstrap_servers, schema_registry,
                                              stream, checkpoint, available_now, trigger_seconds,
-                                             _current_record(zookeeper_hosts, cluster, bootstrap_dir))
+                                             zookeeper_hosts, cluster)
     try:
         if ice:
             icemerge.run(spark, options, ice)
@@ -59,13 +59,3 @@ def main(bootstrap_dir: str, output: str | None, fmt: str, catalog: str | None, 
             spark.stop()
     click.echo(f"state: {catalog if ice else materialize.current_state(output)}")
 
-
-def _current_record(hosts: str | None, cluster: str, bootstrap_dir: str):
-    """The set's current record from ZooKeeper (None without --zookeeper-hosts)."""
-    if hosts is None:
-        return None
-    from pgshovel2.bootstrap.manifest import Manifest
-    from pgshovel2.cluster import ClusterStore
-
-    with ClusterStore(hosts, cluster) as store:
-        return store.get_set(Manifest.load(bootstrap_dir).set)[0]

@@ -18,6 +18,7 @@ from typing import Any
 
 from pgshovel2 import wire
 from pgshovel2.catalog import Table
+from pgshovel2.codec import jsonback
 from pgshovel2.codec import spark as spark_codec
 from pgshovel2.consumer.decode import Decoder
 from pgshovel2.consumer.errors import ConsumerError
@@ -32,16 +33,19 @@ def _headers(headers: Iterable[Any] | None) -> dict[str, str]:
 
 
 def change_rows(table: Table, cols: list[spark_codec.SparkColumn], registry_url: str | None, handoff: str,
-                copied: frozenset[str] | None = None):
+                copied: frozenset[str] | None = None, encoding: str = "avro", envelope: str = "row"):
     """mapPartitions function: Kafka rows (key, value, partition, offset, headers) of the table's
     topic -> physical rows of cols (spark_codec.columns of the table, or the batch's columns
     after DDL: pgshovel2.sparkjobs.evolve) + [op, position, offset, unchanged column names].
-    copied: the ``schema.table`` names the bootstrap copied (None: every table).
-    Raises ConsumerError naming a bad message."""
+    copied: the ``schema.table`` names the bootstrap copied (None: every table). encoding
+    (avro, json) and envelope (row, debezium): the set's (docs/wire.rst); a JSON value is read
+    back to its Avro datum by pgshovel2.codec.jsonback with table's columns (those of cols'
+    set version). Raises ConsumerError naming a bad message."""
     name = f"{table.schema}.{table.name}"
 
     def convert(rows: Iterator[Any]) -> Iterator[list]:
         decoder, point = Decoder(registry_url, raw=True), parse_handoff(handoff)
+        physical = _physical(table, cols, encoding)
         for row in rows:
             where = f"{table.qualified} message at partition {row['partition']} offset {row['offset']}"
             headers = _headers(row["headers"])
@@ -53,13 +57,38 @@ def change_rows(table: Table, cols: list[spark_codec.SparkColumn], registry_url:
             if held:
                 continue
             value = decoder.decode(row["value"], f"the value of {where}")
-            datum = value if value is not None else decoder.decode(row["key"], f"the key of {where}")
+            datum = _row_datum(value, envelope, where)
+            deleted = datum is None or op == "d"
+            if datum is None:
+                datum = decoder.decode(row["key"], f"the key of {where}")
             if datum is None:
                 continue  # unkeyed delete: nothing identifies the row
             unchanged = unchanged_columns(headers, op, where)
-            yield [*spark_codec.physical_row(cols, datum), "d" if value is None else op, position, row["offset"],
-                   unchanged]
+            try:
+                values = physical(datum)
+            except ValueError as exc:
+                raise ConsumerError(f"{where}: {exc}") from exc
+            yield [*values, "d" if deleted else op, position, row["offset"], unchanged]
     return convert
+
+
+def _physical(table: Table, cols: list[spark_codec.SparkColumn], encoding: str):
+    """datum (a decoded key or row) -> physical values of cols; JSON forms read back first."""
+    if encoding != "json":
+        return lambda datum: spark_codec.physical_row(cols, datum)
+    by_name = {c.name: c for c in table.columns}
+    read = jsonback.datum_reader_of([by_name[c.name] for c in cols])
+    return lambda datum: spark_codec.physical_row(cols, read(datum))
+
+
+def _row_datum(value: Any, envelope: str, where: str) -> Any:
+    """The row a decoded value carries (None for a tombstone): the value itself (row envelope),
+    or a Debezium event's ``after``, else its ``before`` (a ``d`` event)."""
+    if value is None or envelope != "debezium":
+        return value
+    if not isinstance(value, dict) or "after" not in value or "before" not in value:
+        raise ConsumerError(f"{where}: not a Debezium event (no before/after fields)")
+    return value["after"] if value["after"] is not None else value["before"]
 
 
 def unchanged_columns(headers: dict[str, str], op: str, where: str) -> list[str]:
@@ -94,7 +123,8 @@ def truncations(registry_url: str | None, handoff: str):
 
 
 def change_frame(spark, batch, topic: str, table: Table, cols: list[spark_codec.SparkColumn],
-                 registry_url: str | None, handoff: str, copied: frozenset[str] | None = None):
+                 registry_url: str | None, handoff: str, copied: frozenset[str] | None = None,
+                 encoding: str = "avro", envelope: str = "row"):
     """The DataFrame of a micro-batch's changes of table (batch: Kafka rows of every topic; topic:
     the table's): the logical columns cols, then OP, POSITION, OFFSET and UNCHANGED
     (:func:`change_rows`; what the bootstrap holds left out: changes its handoff covers,
@@ -105,7 +135,8 @@ def change_frame(spark, batch, topic: str, table: Table, cols: list[spark_codec.
     meta = [st.StructField(OP, st.StringType()), st.StructField(POSITION, st.StringType()),
             st.StructField(OFFSET, st.LongType()), st.StructField(UNCHANGED, st.ArrayType(st.StringType()))]
     data = batch.filter(batch.topic == topic).select("key", "value", "partition", "offset", "headers")
-    physical = spark.createDataFrame(data.rdd.mapPartitions(change_rows(table, cols, registry_url, handoff, copied)),
+    physical = spark.createDataFrame(data.rdd.mapPartitions(
+        change_rows(table, cols, registry_url, handoff, copied, encoding, envelope)),
                                      st.StructType(spark_codec.physical_fields(cols) + meta), verifySchema=False)
     return physical.selectExpr(*spark_codec.logical_exprs(cols), OP, POSITION, OFFSET, UNCHANGED)
 

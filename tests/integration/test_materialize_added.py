@@ -45,10 +45,8 @@ def test_a_table_added_after_the_bootstrap_is_materialized_whole(stack, db, sche
     with db.cursor() as cur:
         cur.execute(f'UPDATE "{schema}".branches SET note = \'after upgrade\' WHERE bid = 3')
     caught_up(stack, cluster, "mad")
-    with ClusterStore(stack.zk, cluster) as store:
-        record, _ = store.get_set("mad")
     options = materialize.MaterializeOptions(str(boot), str(tmp_path / "out"), stack.bootstrap, stack.registry,
-                                             record=record)
+                                             zookeeper_hosts=stack.zk, cluster=cluster)
     materialize.run(spark, options)
     src = source_rows(stack.dsn, schema, "added", ADDED)
     state = _added_state(tmp_path / "out", schema)
