@@ -21,6 +21,7 @@ Raises ValueError naming the column for a value that is not a JSON form of its t
 import base64
 import json
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from pgshovel2.catalog import Column, Table
@@ -74,8 +75,9 @@ def _scalar(col: Column) -> Convert | None:
         return base64.b64decode
     if kind in JSON_KINDS:
         return _json_text
-    if kind == "numeric" and not isinstance(field_type(col).avro, str):
-        return field_type(col).to_avro
+    element = field_type(replace(col, is_array=False))
+    if kind == "numeric" and not isinstance(element.avro, str):
+        return element.to_avro
     return None
 
 

@@ -45,3 +45,10 @@ def test_a_bad_value_names_its_column():
     col = Column("when", 1, "date", "date", False, True)
     with pytest.raises(ValueError, match="column 'when'"):
         jsonback.datum_reader_of([col])({"when": "not a date"})
+
+
+def test_arrays_map_element_by_element_and_keep_lower_bounds():
+    col = Column("c", 1, "date[]", "date", True, True)
+    read = jsonback.datum_reader_of([col])
+    assert read({"c": [["2024-02-29", None], ["infinity", "1970-01-01"]]})[0] == [[19782, None], [INT32_MAX, 0]]
+    assert read({"c": {"lower_bounds": [0], "elements": ["1970-01-02"]}})[0] == {"lower_bounds": [0], "elements": [1]}
