@@ -1,9 +1,11 @@
 """Decoding a set's Kafka messages into rows for the materialize job (pure
 Python; runs inside Spark's Python workers).
 
-A data message becomes ``physical values + (op, position, offset)``: the
-value's Avro datum (decoded without logical types, pgshovel2.consumer.decode)
-or, for a tombstone, the key's fields. Skipped: what the bootstrap holds
+A data message becomes ``physical values + (op, position, offset)``: the row
+its value carries (the value itself, or a Debezium event's ``after``, else its
+``before`` for a ``d`` event) or, for a tombstone, the key's fields -- an Avro
+datum decoded without logical types (pgshovel2.consumer.decode), or a JSON
+object read back to that datum (pgshovel2.codec.jsonback). Skipped: what the bootstrap holds
 already -- every change its handoff covers (a txid snapshot: trigger backend,
 or an LSN: logical backend, in their text form) and the snapshot rows (op
 ``r``) pgshovel2.txids.holds_snapshot_row says it holds (rows of the tables it
