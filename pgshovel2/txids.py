@@ -84,3 +84,19 @@ def handoff_point(handoff: dict) -> "TxidSnapshot | ConsistentPoint":
     if handoff.get("backend") == "logical":
         return ConsistentPoint.parse(handoff["lsn"])
     return TxidSnapshot.parse(handoff["txid_snapshot"])
+
+
+def holds_snapshot_row(point: "TxidSnapshot | ConsistentPoint", copied_tables: "frozenset[str] | None",
+                       table: str, position: str) -> bool:
+    """Whether a bootstrap handing off at point holds a snapshot row (op ``r``) of table
+    (``schema.table``, unquoted) at position (its ``pgshovel.position``): True when table is one
+    of copied_tables (the tables the bootstrap copied; None: unknown, every table counts as
+    copied) and, for a logical set's ConsistentPoint, the row was emitted before the point. A row
+    of another table (added to the set later: its old rows come only from an online snapshot)
+    or a logical row after the point (an online snapshot's, newer than the copy) is not held:
+    consumers apply it like an upsert. The one rule of SetReader and the Spark materialize job."""
+    if copied_tables is not None and table not in copied_tables:
+        return False
+    if isinstance(point, ConsistentPoint):
+        return point.covers(0, position)
+    return True

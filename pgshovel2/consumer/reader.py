@@ -37,7 +37,7 @@ from pgshovel2.consumer.model import Change, DataMessage, Transaction, TxnRecord
 from pgshovel2.consumer.offsets import end_offsets, partition_counts
 from pgshovel2.consumer.reassembly import Reassembler
 from pgshovel2.consumer.topics import SetTopics
-from pgshovel2.txids import ConsistentPoint, TxidSnapshot, parse_handoff
+from pgshovel2.txids import ConsistentPoint, TxidSnapshot, holds_snapshot_row, parse_handoff
 
 log = logging.getLogger(__name__)
 kafka_log = logging.getLogger("pgshovel2.consumer.kafka")  # librdkafka's own log lines
@@ -238,11 +238,7 @@ class SetReader:
         """Whether the bootstrap holds snapshot row (op r): its table was copied and, for a logical
         set's ConsistentPoint, the row was emitted before the point (after it: an online snapshot's
         row, a state newer than the copy's)."""
-        if self.copied_tables is not None and row.table not in self.copied_tables:
-            return False
-        if isinstance(self.after_snapshot, ConsistentPoint):
-            return self.after_snapshot.covers(0, row.position)
-        return True
+        return holds_snapshot_row(self.after_snapshot, self.copied_tables, row.table, row.position)
 
     def _kafka_error(self, msg: Message) -> None:
         err = msg.error()

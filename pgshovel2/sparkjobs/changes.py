@@ -1,11 +1,17 @@
 """Decoding a set's Kafka messages into rows for the materialize job (pure
 Python; runs inside Spark's Python workers).
 
-A data message becomes ``physical values + (op, position, offset)``: the
-value's Avro datum (decoded without logical types, pgshovel2.consumer.decode)
-or, for a tombstone, the key's fields. Skipped: snapshot rows (op ``r``) and
-every change the bootstrap's handoff covers (in the copy already): a txid
-snapshot (trigger backend) or an LSN (logical backend), in their text form.
+A data message becomes ``physical values + (op, position, offset)``: the row
+its value carries (the value itself, or a Debezium event's ``after``, else its
+``before`` for a ``d`` event) or, for a tombstone, the key's fields -- an Avro
+datum decoded without logical types (pgshovel2.consumer.decode), or a JSON
+object read back to that datum (pgshovel2.codec.jsonback). Skipped: what the bootstrap holds
+already -- every change its handoff covers (a txid snapshot: trigger backend,
+or an LSN: logical backend, in their text form) and the snapshot rows (op
+``r``) pgshovel2.txids.holds_snapshot_row says it holds (rows of the tables it
+copied; for a logical set, only those emitted before its consistent point).
+Other snapshot rows (a table added to the set later, an online snapshot after
+a logical bootstrap) are applied like upserts.
 """
 
 import json
@@ -14,10 +20,11 @@ from typing import Any
 
 from pgshovel2 import wire
 from pgshovel2.catalog import Table
+from pgshovel2.codec import jsonback
 from pgshovel2.codec import spark as spark_codec
 from pgshovel2.consumer.decode import Decoder
 from pgshovel2.consumer.errors import ConsumerError
-from pgshovel2.txids import parse_handoff
+from pgshovel2.txids import holds_snapshot_row, parse_handoff
 
 OP, POSITION, OFFSET = "__pgshovel_op", "__pgshovel_position", "__pgshovel_offset"
 UNCHANGED = "__pgshovel_unchanged"  # column names whose values the source did not log (pgshovel.unchanged)
@@ -27,14 +34,20 @@ def _headers(headers: Iterable[Any] | None) -> dict[str, str]:
     return {h[0]: (h[1].decode("utf-8") if h[1] is not None else None) for h in headers or ()}
 
 
-def change_rows(table: Table, cols: list[spark_codec.SparkColumn], registry_url: str | None, handoff: str):
+def change_rows(table: Table, cols: list[spark_codec.SparkColumn], registry_url: str | None, handoff: str,
+                copied: frozenset[str] | None = None, encoding: str = "avro", envelope: str = "row"):
     """mapPartitions function: Kafka rows (key, value, partition, offset, headers) of the table's
     topic -> physical rows of cols (spark_codec.columns of the table, or the batch's columns
     after DDL: pgshovel2.sparkjobs.evolve) + [op, position, offset, unchanged column names].
-    Raises ConsumerError naming a bad message."""
+    copied: the ``schema.table`` names the bootstrap copied (None: every table). encoding
+    (avro, json) and envelope (row, debezium): the set's (docs/wire.rst); a JSON value is read
+    back to its Avro datum by pgshovel2.codec.jsonback with table's columns (those of cols'
+    set version). Raises ConsumerError naming a bad message."""
+    name = f"{table.schema}.{table.name}"
 
     def convert(rows: Iterator[Any]) -> Iterator[list]:
         decoder, point = Decoder(registry_url, raw=True), parse_handoff(handoff)
+        physical = _physical(table, cols, encoding)
         for row in rows:
             where = f"{table.qualified} message at partition {row['partition']} offset {row['offset']}"
             headers = _headers(row["headers"])
@@ -42,16 +55,42 @@ def change_rows(table: Table, cols: list[spark_codec.SparkColumn], registry_url:
                 op, txid, position = headers[wire.OP], int(headers[wire.TXID]), headers[wire.POSITION]
             except (KeyError, TypeError, ValueError) as exc:
                 raise ConsumerError(f"{where}: missing or malformed pgshovel headers {headers!r}") from exc
-            if op == "r" or point.covers(txid, position):
+            held = holds_snapshot_row(point, copied, name, position) if op == "r" else point.covers(txid, position)
+            if held:
                 continue
             value = decoder.decode(row["value"], f"the value of {where}")
-            datum = value if value is not None else decoder.decode(row["key"], f"the key of {where}")
+            datum = _row_datum(value, envelope, where)
+            deleted = datum is None or op == "d"
+            if datum is None:
+                datum = decoder.decode(row["key"], f"the key of {where}")
             if datum is None:
                 continue  # unkeyed delete: nothing identifies the row
             unchanged = unchanged_columns(headers, op, where)
-            yield [*spark_codec.physical_row(cols, datum), "d" if value is None else op, position, row["offset"],
-                   unchanged]
+            try:
+                values = physical(datum)
+            except ValueError as exc:
+                raise ConsumerError(f"{where}: {exc}") from exc
+            yield [*values, "d" if deleted else op, position, row["offset"], unchanged]
     return convert
+
+
+def _physical(table: Table, cols: list[spark_codec.SparkColumn], encoding: str):
+    """datum (a decoded key or row) -> physical values of cols; JSON forms read back first."""
+    if encoding != "json":
+        return lambda datum: spark_codec.physical_row(cols, datum)
+    by_name = {c.name: c for c in table.columns}
+    read = jsonback.datum_reader_of([by_name[c.name] for c in cols])
+    return lambda datum: spark_codec.physical_row(cols, read(datum))
+
+
+def _row_datum(value: Any, envelope: str, where: str) -> Any:
+    """The row a decoded value carries (None for a tombstone): the value itself (row envelope),
+    or a Debezium event's ``after``, else its ``before`` (a ``d`` event)."""
+    if value is None or envelope != "debezium":
+        return value
+    if not isinstance(value, dict) or "after" not in value or "before" not in value:
+        raise ConsumerError(f"{where}: not a Debezium event (no before/after fields)")
+    return value["after"] if value["after"] is not None else value["before"]
 
 
 def unchanged_columns(headers: dict[str, str], op: str, where: str) -> list[str]:
@@ -86,16 +125,29 @@ def truncations(registry_url: str | None, handoff: str):
 
 
 def change_frame(spark, batch, topic: str, table: Table, cols: list[spark_codec.SparkColumn],
-                 registry_url: str | None, handoff: str):
+                 registry_url: str | None, handoff: str, copied: frozenset[str] | None = None,
+                 encoding: str = "avro", envelope: str = "row"):
     """The DataFrame of a micro-batch's changes of table (batch: Kafka rows of every topic; topic:
     the table's): the logical columns cols, then OP, POSITION, OFFSET and UNCHANGED
-    (:func:`change_rows`; snapshot rows and changes the handoff covers left out). Runs on the
-    driver; the decoding runs in Spark's Python workers."""
+    (:func:`change_rows`; what the bootstrap holds left out: changes its handoff covers,
+    snapshot rows of the copied tables). Runs on the driver; the decoding runs in Spark's
+    Python workers."""
     from pyspark.sql import types as st
 
     meta = [st.StructField(OP, st.StringType()), st.StructField(POSITION, st.StringType()),
             st.StructField(OFFSET, st.LongType()), st.StructField(UNCHANGED, st.ArrayType(st.StringType()))]
     data = batch.filter(batch.topic == topic).select("key", "value", "partition", "offset", "headers")
-    physical = spark.createDataFrame(data.rdd.mapPartitions(change_rows(table, cols, registry_url, handoff)),
+    physical = spark.createDataFrame(data.rdd.mapPartitions(
+        change_rows(table, cols, registry_url, handoff, copied, encoding, envelope)),
                                      st.StructType(spark_codec.physical_fields(cols) + meta), verifySchema=False)
     return physical.selectExpr(*spark_codec.logical_exprs(cols), OP, POSITION, OFFSET, UNCHANGED)
+
+
+def empty_frame(spark, cols: list[spark_codec.SparkColumn]):
+    """An empty DataFrame of the logical columns cols and POSITION: the bootstrap state of a table
+    the bootstrap did not copy (added to the set later)."""
+    from pyspark.sql import types as st
+
+    fields = spark_codec.physical_fields(cols) + [st.StructField(POSITION, st.StringType())]
+    empty = spark.createDataFrame([], st.StructType(fields))
+    return empty.selectExpr(*spark_codec.logical_exprs(cols), POSITION)

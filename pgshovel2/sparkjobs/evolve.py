@@ -25,6 +25,7 @@ from pgshovel2 import names, wire
 from pgshovel2.bootstrap.manifest import BootstrapError
 from pgshovel2.catalog import Table
 from pgshovel2.codec import spark as spark_codec
+from pgshovel2.codec.avro import envelope_row_schema
 from pgshovel2.consumer.decode import Decoder
 from pgshovel2.sparkjobs import changes
 
@@ -49,13 +50,28 @@ def batch_schemas(batch) -> dict[str, list[int]]:
     return out
 
 
-def batch_columns(table: Table, schema_ids: list[int], decoder: Decoder) -> list[spark_codec.SparkColumn]:
+def batch_versions(batch) -> dict[str, int]:
+    """Topic -> the newest set version (header ``pgshovel.version``) of the batch's values (a
+    Kafka micro-batch DataFrame with topic, value, headers): a JSON set's columns come from it."""
+    rows = (batch.filter("value IS NOT NULL").selectExpr("topic", f"{_VERSION_SQL} AS version")
+            .groupBy("topic").max("version").collect())
+    return {r[0]: r[1] for r in rows}
+
+
+def _row_schema(schema: dict[str, Any], envelope: str) -> dict[str, Any]:
+    """The row record of a value schema: the schema itself, or a Debezium envelope's before/after."""
+    return envelope_row_schema(schema) if envelope == "debezium" else schema
+
+
+def batch_columns(table: Table, schema_ids: list[int], decoder: Decoder,
+                  envelope: str = "row") -> list[spark_codec.SparkColumn]:
     """The columns a batch of table carries (schema_ids: batch_schemas' ids of its topic): the
     newest schema's fields, then older fields it dropped; the key columns of the set's table
     when the batch holds no value (deletes only). Raises ConsumerError when the registry fails."""
     if not schema_ids:
         return [c for c in spark_codec.columns(table) if c.name in table.key]
-    schemas = [decoder.writer_schema(i, f"the value schema of {table.qualified}") for i in schema_ids]
+    schemas = [_row_schema(decoder.writer_schema(i, f"the value schema of {table.qualified}"), envelope)
+               for i in schema_ids]
     cols = [spark_codec.from_field(f) for f in schemas[-1]["fields"]]
     known = {c.field for c in cols} | {a for c in cols for a in c.aliases}
     for schema in reversed(schemas[:-1]):
@@ -106,10 +122,10 @@ def _logical_type(spark, col: spark_codec.SparkColumn) -> str:
     return empty.selectExpr(*spark_codec.logical_exprs([col])).schema.fields[0].dataType.simpleString()
 
 
-def newest_defaults(schema_ids: list[int], decoder: Decoder, where: str) -> dict[str, Any]:
+def newest_defaults(schema_ids: list[int], decoder: Decoder, where: str, envelope: str = "row") -> dict[str, Any]:
     """Column name -> Avro default of the newest schema's fields that have one ({} without values)."""
     if not schema_ids:
         return {}
-    schema = decoder.writer_schema(schema_ids[-1], where)
+    schema = _row_schema(decoder.writer_schema(schema_ids[-1], where), envelope)
     return {f["pgshovel.column"]: f.get("default") for f in schema["fields"]}
 

@@ -39,10 +39,6 @@ def run(spark, options: MaterializeOptions, catalog: iceberg.Catalog) -> None:
     stopped (options.available_now: until caught up). Raises BootstrapError for an unusable
     bootstrap or missing jars; the stream's errors propagate (StreamingQueryException)."""
     manifest = Manifest.load(options.bootstrap)
-    if manifest.set_record.config.encoding != "avro" or manifest.set_record.config.envelope != "row":
-        raise BootstrapError(f"materialize --format iceberg supports sets with encoding avro and envelope row; "
-                             f"set {manifest.set!r} has {manifest.set_record.config.encoding}/"
-                             f"{manifest.set_record.config.envelope}")
     if manifest.output not in ("parquet", "iceberg"):
         raise BootstrapError(f"bootstrap {options.bootstrap} went to {manifest.output}: materialize --format "
                              "iceberg needs a Parquet or Iceberg bootstrap")
@@ -68,29 +64,34 @@ class IcebergJob(_Job):
         return iceberg.ident(self.manifest.set, table.schema, table.name)
 
     def create_tables(self) -> None:
-        """CREATE TABLE AS the bootstrap copy (position '') for every table not created yet."""
+        """CREATE TABLE AS the bootstrap copy (position '') for every table not created yet; an
+        empty table for a table the bootstrap did not copy (added to the set later)."""
         from pyspark.sql import functions as sf
 
-        for copy in self.manifest.tables:
-            table = self.tables[(copy.schema, copy.name)]
+        copies = {(c.schema, c.name): c for c in self.manifest.tables}
+        for t in self.topics.tables:
+            table, copy = self.tables[(t.schema, t.name)], copies.get((t.schema, t.name))
             if not table.key:
                 raise BootstrapError(f"table {table.qualified} has no key: an Iceberg MERGE needs one")
             target = self.ident(table)
             if iceberg.exists(self.spark, target):
                 self._check_handoff(target)
                 continue
-            if self.manifest.output == "iceberg":
+            if self.manifest.output == "iceberg" and copy is not None:
                 raise BootstrapError(f"Iceberg table {target} of bootstrap {self.options.bootstrap} is missing "
                                      "from the catalog: pass the catalog the bootstrap wrote to")
             self.spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {target.rsplit('.', 1)[0]}")
-            base = self.spark.read.parquet(self.manifest.table_path(self.options.bootstrap, copy))
-            base = base.withColumn(changes.POSITION, sf.lit(""))
+            if copy is None:
+                base = changes.empty_frame(self.spark, spark_codec.columns(table))
+            else:
+                base = self.spark.read.parquet(self.manifest.table_path(self.options.bootstrap, copy))
+                base = base.withColumn(changes.POSITION, sf.lit(""))
             (base.writeTo(target).using("iceberg").tableProperty("format-version", "2")
              .tableProperty(iceberg.SET_KEY, self.manifest.set)
              .tableProperty(iceberg.HANDOFF_KEY, str(self.manifest.handoff_point))
              .tableProperty(iceberg.OFFSETS_KEY, _offsets_json(self.manifest))
              .create())
-            log.info("created Iceberg table %s from the bootstrap (%d rows)", target, copy.rows)
+            log.info("created Iceberg table %s from the bootstrap (%d rows)", target, copy.rows if copy else 0)
 
     def _check_handoff(self, target: str) -> None:
         """Raise BootstrapError when an existing table was started from another bootstrap."""
@@ -103,21 +104,19 @@ class IcebergJob(_Job):
         """Apply one micro-batch to every table (a MERGE per table that the batch changes)."""
         batch = batch.persist()
         try:
-            truncated, schemas = self._truncations(batch), evolve.batch_schemas(batch)
-            decoder = Decoder(self.options.registry_url)
+            truncated = self._truncations(batch)
+            shape = _Shapes(self, batch)
             for t in self.topics.tables:
                 table = self.tables[(t.schema, t.name)]
                 target = self.ident(table)
                 if iceberg.committed(self.spark, target, self.checkpoint, batch_id):
                     log.info("%s: micro-batch %d was merged before a restart: skipping it", target, batch_id)
                     continue
-                ids = schemas.get(t.topic, [])
-                cols = evolve.batch_columns(table, ids, decoder)
-                latest = self._latest(table, cols, t.topic, batch, truncated.get(t.topic))
+                read_as, cols, defaults = shape.of(table, t.topic, target)
+                latest = self._latest(read_as, cols, t.topic, batch, truncated.get(t.topic))
                 if t.topic not in truncated and latest.isEmpty():
                     continue
-                dropped = evolve.evolve(self.spark, target, cols,
-                                        evolve.newest_defaults(ids, decoder, f"the value schema of {target}"))
+                dropped = evolve.evolve(self.spark, target, cols, defaults)
                 view = f"pgshovel_batch_{abs(hash(target))}"
                 latest.createOrReplaceTempView(view)
                 summary = {iceberg.CHECKPOINT_KEY: self.checkpoint, iceberg.BATCH_KEY: str(batch_id)}
@@ -129,13 +128,13 @@ class IcebergJob(_Job):
         log.info("merged micro-batch %d", batch_id)
 
     def _latest(self, table: Table, cols: list, topic: str, batch, truncated_at: str | None):
-        """The batch's last change per key: logical columns (cols: evolve.batch_columns), KEEP
-        flags, op and position."""
+        """The batch's last change per key: logical columns (cols: _Shapes.of), KEEP flags, op and
+        position. table: as the batch's newest set version defines it (JSON sets)."""
         from pyspark.sql import Window
         from pyspark.sql import functions as sf
 
         rows = changes.change_frame(self.spark, batch, topic, table, cols, self.options.registry_url,
-                                    str(self.manifest.handoff_point))
+                                    str(self.manifest.handoff_point), self.copied, *self.wire)
         if truncated_at is not None:
             rows = rows.filter(sf.col(changes.POSITION) > truncated_at)
         keys = [sf.col(spark_codec.quote(k)) for k in table.key]
@@ -148,6 +147,32 @@ class IcebergJob(_Job):
             rows = rows.withColumn(f"{KEEP}{i}", last.isNull()).withColumn(c.name, last["v"])
         order = Window.partitionBy(*keys).orderBy(sf.col(changes.POSITION).desc(), sf.col(changes.OFFSET).desc())
         return rows.withColumn("__rank", sf.row_number().over(order)).filter("__rank = 1").drop("__rank")
+
+
+class _Shapes:
+    """The columns each table's changes in one micro-batch carry. Avro: from the value schemas of
+    the batch (pgshovel2.sparkjobs.evolve; a Debezium envelope's row record). JSON: the table as
+    the batch's newest set version (header ``pgshovel.version``) defines it (IcebergJob.version_table)."""
+
+    def __init__(self, job: IcebergJob, batch):
+        self.job, (self.encoding, self.envelope) = job, job.wire
+        if self.encoding == "json":
+            self.versions = evolve.batch_versions(batch)
+        else:
+            self.schemas, self.decoder = evolve.batch_schemas(batch), Decoder(job.options.registry_url)
+
+    def of(self, table: Table, topic: str, target: str) -> tuple[Table, list, dict]:
+        """(table as its changes are read, their columns, Avro-style default per column name: a
+        NOT NULL column's default, refused by evolve.evolve when the column is new)."""
+        if self.encoding != "json":
+            ids = self.schemas.get(topic, [])
+            return (table, evolve.batch_columns(table, ids, self.decoder, self.envelope),
+                    evolve.newest_defaults(ids, self.decoder, f"the value schema of {target}", self.envelope))
+        if topic not in self.versions:  # deletes only: the key columns
+            return table, [c for c in spark_codec.columns(table) if c.name in table.key], {}
+        version = self.job.version_table(table, self.versions[topic])
+        defaults = {c.name: c.default for c in version.columns if not c.nullable}
+        return version, spark_codec.columns(version), defaults
 
 
 def merge_sql(table: Table, cols: list, dropped: list[str], target: str, source: str, truncated: bool) -> str:

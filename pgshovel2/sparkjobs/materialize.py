@@ -24,8 +24,10 @@ from pathlib import Path
 
 from pgshovel2.bootstrap.manifest import BootstrapError, Manifest
 from pgshovel2.catalog import Table
+from pgshovel2.cluster import ClusterStore
 from pgshovel2.codec import spark as spark_codec
 from pgshovel2.consumer.topics import SetTopics
+from pgshovel2.setrecord import SetRecord
 from pgshovel2.sparkjobs import changes
 from pgshovel2.sparkjobs.bootstrap import table_dir
 from pgshovel2.sparkjobs.session import require_class
@@ -38,7 +40,11 @@ CURRENT = "CURRENT"
 class MaterializeOptions:
     """bootstrap: the bootstrap directory (with manifest.json); output: the state directory;
     stream: Structured Streaming with checkpoint (a directory); available_now: in stream
-    mode, process what is in Kafka now and stop; trigger_seconds: micro-batch interval."""
+    mode, process what is in Kafka now and stop; trigger_seconds: micro-batch interval.
+    zookeeper_hosts, cluster: where the set's records are: its current record's tables that the
+    bootstrap did not copy (added later by ``set upgrade``) are materialized too, from their
+    online snapshot's rows, and a JSON set's columns of every set version are read there; None:
+    the manifest's record only (the bootstrap's tables, its set version)."""
 
     bootstrap: str
     output: str
@@ -48,6 +54,8 @@ class MaterializeOptions:
     checkpoint: str | None = None
     available_now: bool = False
     trigger_seconds: float = 10.0
+    zookeeper_hosts: str | None = None
+    cluster: str = "default"
 
 
 def current_state(output: str | Path) -> Path | None:
@@ -59,13 +67,10 @@ def current_state(output: str | Path) -> Path | None:
 
 
 def run(spark, options: MaterializeOptions) -> None:
-    """Materialize once (batch) or until stopped (stream). Raises BootstrapError for an
-    unusable bootstrap, a JSON or debezium set, or a missing Kafka connector."""
+    """Materialize once (batch) or until stopped (stream); any encoding (avro, json) and envelope
+    (row, debezium). Raises BootstrapError for an unusable bootstrap or a missing Kafka
+    connector; ConsumerError (in the Spark job's error) names a message it cannot read."""
     manifest = Manifest.load(options.bootstrap)
-    config = manifest.set_record.config
-    if config.encoding != "avro" or config.envelope != "row":
-        raise BootstrapError(f"materialize supports sets with encoding avro and envelope row; set "
-                             f"{manifest.set!r} has {config.encoding}/{config.envelope}")
     if manifest.output != "parquet":
         raise BootstrapError(f"bootstrap {options.bootstrap} went to Kafka: materialize needs a Parquet bootstrap")
     require_class(spark, "org.apache.spark.sql.kafka010.KafkaSourceProvider",
@@ -80,18 +85,48 @@ def run(spark, options: MaterializeOptions) -> None:
 class _Job:
     def __init__(self, spark, manifest: Manifest, options: MaterializeOptions):
         self.spark, self.manifest, self.options = spark, manifest, options
-        record = manifest.set_record
+        self.record = record = self._record(manifest.set, manifest.set_record)
         self.topics = SetTopics.from_record(record)
+        # a copied table keeps the columns of its copy; an added one has the current record's
         self.tables = {(t.schema, t.name): t for t in record.tables}
+        self.tables.update({(t.schema, t.name): t for t in manifest.set_record.tables})
+        self.copied = frozenset(f"{c.schema}.{c.name}" for c in manifest.tables)
+        self.partitions = record.config.topics.partitions
+        self.wire = (record.config.encoding, record.config.envelope)
         self.output = Path(options.output).absolute()
+        self._versions = {manifest.set_version: manifest.set_record, record.version: record}
+
+    def _record(self, set_name: str, boot: SetRecord) -> SetRecord:
+        """The set's current record (ZooKeeper), else the bootstrap's."""
+        if self.options.zookeeper_hosts is None:
+            return boot
+        with ClusterStore(self.options.zookeeper_hosts, self.options.cluster) as store:
+            return store.get_set(set_name)[0]
+
+    def version_table(self, table: Table, version: int) -> Table:
+        """table as set version version defines it (its columns then). Raises BootstrapError when
+        that version is not at hand (no ZooKeeper) or lacks the table."""
+        records = self._versions
+        record = records.get(version)
+        if record is None and self.options.zookeeper_hosts is not None:
+            with ClusterStore(self.options.zookeeper_hosts, self.options.cluster) as store:
+                record = records[version] = store.get_version(self.manifest.set, version)
+        found = None if record is None else next(
+            (t for t in record.tables if (t.schema, t.name) == (table.schema, table.name)), None)
+        if found is None:
+            raise BootstrapError(f"{table.qualified}: set version {version} of set {self.manifest.set!r} is "
+                                 f"{'not known here: pass --zookeeper-hosts' if record is None else 'without it'}")
+        return found
 
     def _kafka_options(self) -> dict[str, str]:
-        offsets = self.manifest.kafka_offsets
         topics = [t.topic for t in self.topics.tables] + [self.topics.transactions]
+        # a topic the manifest lacks (a table added to the set later) is read from its start (-2: earliest)
+        offsets = {t: self.manifest.kafka_offsets.get(t) or {str(p): -2 for p in range(self.partitions)}
+                   for t in topics}
         return {"kafka.bootstrap.servers": self.options.bootstrap_servers,
                 "kafka.isolation.level": "read_committed", "includeHeaders": "true",
-                "assign": json.dumps({t: sorted(int(p) for p in offsets.get(t, {"0": 0})) for t in topics}),
-                "startingOffsets": json.dumps({t: {p: o for p, o in offsets.get(t, {}).items()} for t in topics}),
+                "assign": json.dumps({t: sorted(int(p) for p in offsets[t]) for t in topics}),
+                "startingOffsets": json.dumps(offsets),
                 "failOnDataLoss": "false"}
 
     def batch(self) -> None:
@@ -152,7 +187,9 @@ class _Job:
 
         if current is not None:
             return self.spark.read.parquet(str(current / "tables" / table_dir(table.schema, table.name)))
-        copy = next(c for c in self.manifest.tables if (c.schema, c.name) == (table.schema, table.name))
+        copy = next((c for c in self.manifest.tables if (c.schema, c.name) == (table.schema, table.name)), None)
+        if copy is None:  # added to the set after the bootstrap
+            return changes.empty_frame(self.spark, spark_codec.columns(table))
         base = self.spark.read.parquet(self.manifest.table_path(self.options.bootstrap, copy))
         return base.withColumn(changes.POSITION, sf.lit(""))
 
@@ -163,7 +200,7 @@ class _Job:
 
         cols = spark_codec.columns(table)
         stream = changes.change_frame(self.spark, batch, topic, table, cols, self.options.registry_url,
-                                      str(self.manifest.handoff_point))
+                                      str(self.manifest.handoff_point), self.copied, *self.wire)
         base = (self._base(table, current).withColumn(changes.OP, sf.lit("r")).withColumn(changes.OFFSET, sf.lit(-1))
                 .withColumn(changes.UNCHANGED, sf.array().cast("array<string>")))
         keys = [sf.col(spark_codec.quote(k)) for k in table.key]

@@ -1,0 +1,51 @@
+"""materialize --format iceberg (spark/materialize.py as a user runs it, local[2]) reads every
+encoding and envelope: every type of test_types' list, written after a bootstrap, then a column
+added by DDL (a new set version: a JSON set's columns come from it), equals what a bootstrap of the
+source taken afterwards copies, read back from Iceberg by PyIceberg."""
+
+import subprocess
+import sys
+
+import pyarrow.parquet as pq
+import pytest
+from pyiceberg.table import StaticTable
+
+from tests.helpers import REPO, caught_up, cli_env, pgshovel, write_config
+from tests.integration.test_iceberg import _metadata
+from tests.integration.test_materialize_wire import WIRES, _bootstrap, _rows_of
+from tests.integration.test_types import insert_rows, typed_table  # noqa: F401  (a fixture)
+
+
+@pytest.mark.parametrize(("encoding", "envelope"), WIRES, ids=[f"{e}-{v}" for e, v in WIRES])
+def test_every_type_merges_into_iceberg_as_the_source(stack, cluster, db, typed_table, relay_factory,  # noqa: F811
+                                                      spark, tmp_path, encoding, envelope):
+    schema = typed_table
+    name = f"mi{encoding[0]}{envelope[0]}"
+    cfg = write_config(tmp_path, stack, [{"schema": schema, "name": "types"}], encoding=encoding,
+                       envelope=envelope)
+    pgshovel(stack, cluster, "set", "create", name, str(cfg))
+    relay_factory(name).wait_for("snapshot done")
+    _bootstrap(spark, stack, cluster, name, tmp_path / "before")
+    insert_rows(db, schema)
+    with db.cursor() as cur:
+        cur.execute(f'UPDATE "{schema}".types SET i4 = 5, t = \'updated\' WHERE id = 1')
+        cur.execute(f'DELETE FROM "{schema}".types WHERE id = 3')
+    with db.cursor() as cur:  # a new set version mid-stream
+        cur.execute(f'ALTER TABLE "{schema}".types ADD COLUMN extra text')
+        cur.execute(f'UPDATE "{schema}".types SET extra = \'x\' WHERE id = 2')
+    caught_up(stack, cluster, name)
+    warehouse = tmp_path / "warehouse"
+    run = subprocess.run([sys.executable, "spark/materialize.py",
+                          "--bootstrap", str(tmp_path / "before"), "--format", "iceberg", "--catalog",
+                          f"hadoop:{warehouse}", "--stream", "--checkpoint", str(tmp_path / "ckpt"),
+                          "--available-now", "--master", "local[2]"],
+                         cwd=REPO, env=cli_env(stack, cluster), capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stderr[-5000:]
+    after = _bootstrap(spark, stack, cluster, name, tmp_path / "after")
+    source = _rows_of(pq.read_table(after.table_path(tmp_path / "after", after.tables[0])))
+    merged = StaticTable.from_metadata(str(_metadata(warehouse, name, schema, "types"))).scan().to_arrow()
+    state = _rows_of(merged)
+    assert [r["id"] for r in source] == [1, 2] and source[1]["extra"] == "x"
+    assert [r["id"] for r in state] == [1, 2]
+    for got, want in zip(state, source, strict=True):
+        assert got == want, {k: (got.get(k), want[k]) for k in want if got.get(k) != want[k]}
