@@ -88,7 +88,7 @@ def _round(store: ClusterStore, record: SetRecord, routes: dict, decoder: Decode
     status.wait_caught_up(store, record.name, bootstrap, timeout)
     txn_topic = record.topics.transactions
     messages = verify.read_topics(bootstrap, [r.topic for r in routes.values()] + [txn_topic])
-    truncates = _truncated_at(verify.txn_decoder(record), messages[txn_topic], point)
+    truncates = verify.truncates(messages[txn_topic], verify.txn_decoder(record), point.snapshot.visible)
     results, found = [], {}
     for route in routes.values():
         kept = [m for m in messages[route.topic] if point.includes(m[2])]
@@ -118,16 +118,6 @@ def _read_source(record: SetRecord, routes: dict) -> tuple[AuditPoint, dict[str,
         point = AuditPoint(TxidSnapshot.parse(snap.txid_snapshot), logical, bound)
         sources = {r.table.qualified: verify.source_images(r.table, r.envelope, snap)[0] for r in routes.values()}
     return point, sources
-
-
-def _truncated_at(decode, records: list, point: AuditPoint) -> dict[str, str]:
-    """topic -> position of its last TRUNCATE in the state at point (its txid visible)."""
-    out: dict[str, str] = {}
-    for _, value, _ in records:
-        rec = decode(value) if value is not None else {}
-        if rec.get("type") == "TRUNCATE" and point.snapshot.visible(rec["txid"]):
-            out[rec["table"]] = max(out.get(rec["table"], ""), rec["position"])
-    return out
 
 
 def _shown(decoder: Decoder, key: bytes, topic: str) -> tuple:

@@ -18,11 +18,13 @@ from dataclasses import dataclass, field
 
 import fastavro
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
+from confluent_kafka.admin import AdminClient
 
 from pgshovel2 import backends, wire
 from pgshovel2.backends.snapshot import TableReader
 from pgshovel2.catalog import Table
 from pgshovel2.codec.avro import TRANSACTION_SCHEMA
+from pgshovel2.consumer.offsets import end_offsets, partition_counts
 from pgshovel2.errors import RelayError
 from pgshovel2.relay import setup
 from pgshovel2.relay.envelopes import Envelope
@@ -58,26 +60,27 @@ class TableReport:
 
 
 def read_topics(bootstrap: str, topics: list[str], timeout: float = 60.0) -> dict[str, list]:
-    """Every committed message (read_committed) of topics, up to the end each partition had when
-    the call began (and possibly some after it).
+    """Every committed message (read_committed) of topics, up to the committed end (last stable
+    offset) each partition had when the call began, and possibly some after it.
 
-    A partition is done at its end-of-partition event, or once a message at or past its high
-    watermark at the start minus one arrives: under a steady stream of Kafka transactions the
+    A partition is done at once when that end is 0, at its end-of-partition event, or once a
+    message at or past the end minus one arrives: under a steady stream of Kafka transactions the
     end-of-partition event of a read_committed consumer may not come for minutes, and the last
-    offset before the high watermark is usually a transaction marker, which is never delivered.
+    offset before the end is usually a transaction marker, which is never delivered.
     Returns topic -> [(key, value, headers dict)] in offset order per partition.
-    Raises TimeoutError when no message arrives within timeout (s).
+    Raises ConsumerError naming a missing topic or Kafka's error, TimeoutError when no message
+    arrives within timeout (s).
     """
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    counts = partition_counts(admin, topics, bootstrap, "to read", timeout)
+    ends = end_offsets(admin, [[(t, p) for t in topics for p in range(counts[t])]], bootstrap, timeout)
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"pgshovel-verify-{uuid.uuid4()}",
                          "isolation.level": "read_committed", "enable.auto.commit": False,
                          "auto.offset.reset": "earliest", "enable.partition.eof": True})
     try:
-        meta = consumer.list_topics(timeout=timeout)
-        parts = [TopicPartition(t, p, OFFSET_BEGINNING) for t in topics for p in meta.topics[t].partitions]
-        ends = {(tp.topic, tp.partition): consumer.get_watermark_offsets(tp, timeout=timeout)[1] for tp in parts}
-        consumer.assign(parts)
+        consumer.assign([TopicPartition(t, p, OFFSET_BEGINNING) for t, p in ends])
         out: dict[str, list] = {t: [] for t in topics}
-        pending = set(ends)
+        pending = {where for where, end in ends.items() if end > 0}
         while pending:
             msg = consumer.poll(timeout)
             if msg is None:
@@ -87,6 +90,8 @@ def read_topics(bootstrap: str, topics: list[str], timeout: float = 60.0) -> dic
                 if msg.error().code() == KafkaError._PARTITION_EOF:
                     pending.discard(where)
                 continue
+            if where not in pending:
+                continue  # past the end of a partition already done
             out[msg.topic()].append((msg.key(), msg.value(), {k: v.decode() for k, v in (msg.headers() or [])}))
             if msg.offset() >= ends[where] - 1:
                 pending.discard(where)
@@ -95,11 +100,16 @@ def read_topics(bootstrap: str, topics: list[str], timeout: float = 60.0) -> dic
         consumer.close()
 
 
-def _truncates(records: list, txn_decode) -> dict[str, str]:
+def truncates(records: list, txn_decode, visible: Callable[[int], bool] = lambda txid: True) -> dict[str, str]:
+    """topic -> position of its last TRUNCATE among the transactions topic's records (key, value,
+    headers), counting only the records whose txid visible(txid) accepts.
+
+    txn_decode: value bytes -> transaction record dict (:func:`txn_decoder`).
+    """
     out: dict[str, str] = {}
     for _, value, _ in records:
-        rec = txn_decode(value)
-        if rec["type"] == "TRUNCATE":
+        rec = txn_decode(value) if value is not None else {}
+        if rec.get("type") == "TRUNCATE" and visible(rec["txid"]):
             out[rec["table"]] = max(out.get(rec["table"], ""), rec["position"])
     return out
 
@@ -211,10 +221,10 @@ def verify_set(record: SetRecord, bootstrap: str, registry_url: str | None) -> l
     txn_decode = txn_decoder(record)
     topics = [r.topic for r in routes.values()]
     messages = read_topics(bootstrap, topics + [txn_topic])
-    truncates = _truncates(messages[txn_topic], txn_decode)
+    truncated = truncates(messages[txn_topic], txn_decode)
     reports = []
     with backends.reader(record, RelayError) as snap:
         for route in routes.values():
-            state = rebuild(messages[route.topic], truncates.get(route.topic, ""), route.envelope)
+            state = rebuild(messages[route.topic], truncated.get(route.topic, ""), route.envelope)
             reports.append(compare(route.table, route.topic, state, route.envelope, snap))
     return reports
