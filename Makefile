@@ -27,12 +27,13 @@ demo: stack-up
 	$(PY) scripts/demo.py
 
 # The test suite starts its own stack (ports +1000, state in .stack-test) and stops it.
-# The Spark-cluster tests (bootstrap/materialize into Iceberg via spark-submit) run in test-spark.
+# The Spark jobs run as a user runs them (spark_job: spark/*.py in its own JVM; spark_cluster:
+# spark-submit to a standalone cluster) run in test-spark. --durations: what to move out next.
 test: install
-	$(PY) -m pytest -ra -m "not spark_cluster" tests
+	$(PY) -m pytest -ra --durations=25 -m "not spark_cluster and not spark_job" tests
 
 test-spark: install
-	$(PY) -m pytest -ra -m spark_cluster tests
+	$(PY) -m pytest -ra -m "spark_cluster or spark_job" tests
 
 # The tests marked stock (they run on stock PostgreSQL servers, tests/stock.py) on every stock
 # major; make test runs them on PGSHOVEL2_TEST_STOCK (default 14,17).

@@ -47,6 +47,9 @@ def pytest_configure(config):
                                        "make test-matrix runs these on 14, 16, 17 and 18)")
     config.addinivalue_line("markers", "spark_cluster: submits jobs to a Spark standalone cluster "
                                        "(make test-spark; make test leaves them out: ~10 min each)")
+    config.addinivalue_line("markers", "spark_job: runs a Spark job in its own JVM as a user runs it "
+                                       "(spark/*.py, local[2]; make test-spark; make test leaves them out: "
+                                       "~1 min each)")
 
 
 def pytest_collection_modifyitems(items):

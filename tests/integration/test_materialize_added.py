@@ -67,6 +67,7 @@ def test_a_table_added_after_the_bootstrap_is_materialized_whole(stack, db, sche
         assert parquet_rows(current / bootstrap.table_dir(schema, t), t) == source_rows(stack.dsn, schema, t)
 
 
+@pytest.mark.spark_job
 def test_a_table_added_after_the_bootstrap_is_merged_whole_into_iceberg(stack, db, schema, cluster, relay_factory,
                                                                         spark, tmp_path):
     boot = _bootstrap_then_add_a_table(stack, db, schema, cluster, relay_factory, spark, tmp_path, "mai", "trigger")

@@ -10,22 +10,22 @@ import pyarrow.parquet as pq
 import pytest
 from pyiceberg.table import StaticTable
 
-from tests.helpers import REPO, caught_up, cli_env, pgshovel, write_config
+from tests.helpers import REPO, caught_up, cli_env
 from tests.integration.test_iceberg import _metadata
-from tests.integration.test_materialize_wire import WIRES, _bootstrap, _rows_of
+from tests.integration.test_materialize_wire import WIRES, _bootstrap, _rows_of, typed_set
 from tests.integration.test_types import insert_rows, typed_table  # noqa: F401  (a fixture)
 
+# one wire in make test, the others in make test-spark (a JVM each: about a minute)
+ICEBERG_WIRES = [pytest.param(e, v, id=f"{e}-{v}", marks=[] if (e, v) == ("json", "debezium") else
+                              [pytest.mark.spark_job]) for e, v in WIRES]
 
-@pytest.mark.parametrize(("encoding", "envelope"), WIRES, ids=[f"{e}-{v}" for e, v in WIRES])
+
+@pytest.mark.parametrize(("encoding", "envelope"), ICEBERG_WIRES)
 def test_every_type_merges_into_iceberg_as_the_source(stack, cluster, db, typed_table, relay_factory,  # noqa: F811
                                                       spark, tmp_path, encoding, envelope):
     schema = typed_table
     name = f"mi{encoding[0]}{envelope[0]}"
-    cfg = write_config(tmp_path, stack, [{"schema": schema, "name": "types"}], encoding=encoding,
-                       envelope=envelope)
-    pgshovel(stack, cluster, "set", "create", name, str(cfg))
-    relay_factory(name).wait_for("snapshot done")
-    _bootstrap(spark, stack, cluster, name, tmp_path / "before")
+    typed_set(stack, cluster, relay_factory, spark, tmp_path, schema, name, encoding, envelope)
     insert_rows(db, schema)
     with db.cursor() as cur:
         cur.execute(f'UPDATE "{schema}".types SET i4 = 5, t = \'updated\' WHERE id = 1')

@@ -22,6 +22,17 @@ def _bootstrap(spark, stack, cluster: str, set_name: str, output) -> Manifest:
                                                                                 stack.registry))
 
 
+def typed_set(stack, cluster: str, relay_factory, spark, tmp_path, schema: str, name: str, encoding: str,
+              envelope: str) -> Manifest:
+    """Set name over the typed table (test_types) with that wire, its snapshot relayed and its
+    bootstrap (of the empty table) taken into tmp_path / 'before'."""
+    cfg = write_config(tmp_path, stack, [{"schema": schema, "name": "types"}], encoding=encoding,
+                       envelope=envelope)
+    pgshovel(stack, cluster, "set", "create", name, str(cfg))
+    relay_factory(name).wait_for("snapshot done")
+    return _bootstrap(spark, stack, cluster, name, tmp_path / "before")
+
+
 def _as_numbers(kind: pa.DataType) -> pa.DataType:
     """Dates and timestamps as their numbers (±infinity are out of Python's datetime range)."""
     if pa.types.is_list(kind) or pa.types.is_large_list(kind):
@@ -48,11 +59,7 @@ def test_every_type_materializes_as_the_source(stack, cluster, db, typed_table, 
                                                tmp_path, encoding, envelope):
     schema = typed_table
     name = f"mw{encoding[0]}{envelope[0]}"
-    cfg = write_config(tmp_path, stack, [{"schema": schema, "name": "types"}], encoding=encoding,
-                       envelope=envelope)
-    pgshovel(stack, cluster, "set", "create", name, str(cfg))
-    relay_factory(name).wait_for("snapshot done")
-    before = _bootstrap(spark, stack, cluster, name, tmp_path / "before")  # the empty table
+    before = typed_set(stack, cluster, relay_factory, spark, tmp_path, schema, name, encoding, envelope)
     insert_rows(db, schema)
     with db.cursor() as cur:
         cur.execute(f'UPDATE "{schema}".types SET i4 = 5, t = \'updated\' WHERE id = 1')
