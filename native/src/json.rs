@@ -28,13 +28,16 @@ const MAX_DEPTH: usize = 200;
 /// Parses a whole JSON text; `minus_zero_float`: the integer token `-0` reads as the float -0.0
 /// (rows.loads_row), else as the integer 0 (json.loads).
 pub fn parse(text: &str, minus_zero_float: bool) -> Option<Value> {
-    let mut p = Parser { s: text.as_bytes(), pos: 0, minus_zero_float };
+    let mut p = Parser { text, s: text.as_bytes(), pos: 0, minus_zero_float };
     let v = p.value(0)?;
     p.ws();
     (p.pos == p.s.len()).then_some(v)
 }
 
 struct Parser<'a> {
+    /// The text parsed, and its bytes (s): a run between ASCII delimiters is a str slice of it,
+    /// checked UTF-8 once for the whole text rather than per run.
+    text: &'a str,
     s: &'a [u8],
     pos: usize,
     minus_zero_float: bool,
@@ -148,7 +151,7 @@ impl Parser<'_> {
             while self.pos < self.s.len() && !matches!(self.s[self.pos], b'"' | b'\\' | 0..=0x1f) {
                 self.pos += 1;
             }
-            out.push_str(std::str::from_utf8(&self.s[start..self.pos]).ok()?);
+            out.push_str(self.text.get(start..self.pos)?); // ends at ASCII bytes: char boundaries
             match *self.s.get(self.pos)? {
                 b'"' => {
                     self.pos += 1;
