@@ -80,10 +80,11 @@ class Emitter:
               unchanged: str | None = None) -> None:
         if self.replaying:
             return
-        headers = self._headers(msg.op, txid, position, ts_ms)
-        if unchanged is not None and msg.value is not None and msg.op in ("c", "u"):
+        key, value, op = msg
+        headers = self._headers(op, txid, position, ts_ms)
+        if unchanged is not None and value is not None and op in ("c", "u"):
             headers.append((wire.UNCHANGED, unchanged))
-        self.sink.produce(route.topic, msg.key, msg.value, headers)
+        self.sink.produce(route.topic, key, value, headers)
 
     def snapshot_row(self, table: Table, row: list, position: str, ts_ms: int, snapshot: str = SNAPSHOT_TRUE,
                      lsn: int | None = None) -> None:

@@ -27,7 +27,7 @@ from pgshovel2.relay.pgoutput_decoder import PgoutputDecoder, SetTable
 from pgshovel2.relay.pgoutput_stream import StreamAssembler
 from pgshovel2.relay.record_decoder import RECORD_FORMAT, RecordDecoder
 from pgshovel2.relay.relation_layout import Redo, RelationLayout
-from pgshovel2.relay.source import Begin, Commit, Control, Idle, Item, Lag
+from pgshovel2.relay.source import Begin, Change, Commit, Control, Idle, Item, Lag
 from pgshovel2.setrecord import PLUGIN, SetRecord
 from pgshovel2.wire import LOGICAL, Lsn, Position
 
@@ -234,7 +234,11 @@ class LogicalSource:
                 continue
             self._last_start = msg.data_start
             for data, lsn in self._messages(msg):
-                yield from self._decoded(data, lsn, position)
+                items = self._decoder.feed(data, lsn)
+                if len(items) == 1 and type(items[0]) is Change:
+                    yield items[0]  # the usual message: no generator made for it (this runs per change)
+                else:
+                    yield from self._decoded(items, position)
             if not self._in_txn:
                 idle_since = time.monotonic()
 
@@ -247,9 +251,9 @@ class LogicalSource:
         return (not self._in_txn and bool(self._decoder.ends) and self._last_start is not None
                 and self._last_start <= self._flushed)
 
-    def _decoded(self, data: bytes, lsn: int, position: Position) -> Iterator[Item]:
-        """The items of one message; layouts are settled (a schema-change Control when new)."""
-        for item in self._decoder.feed(data, lsn):
+    def _decoded(self, items: list[Item], position: Position) -> Iterator[Item]:
+        """The items of one message (decoder.feed's); layouts are settled (a schema-change Control when new)."""
+        for item in items:
             kind = type(item)
             if kind is RelationLayout:
                 control = self._layout(item)

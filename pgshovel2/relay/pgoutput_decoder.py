@@ -39,6 +39,7 @@ VERSION_PREFIX = b"pgshovel2.version"
 _BEGIN = struct.Struct(">QqI")      # final LSN, commit time (µs since 2000), xid
 _COMMIT = struct.Struct(">BQQq")    # flags, commit LSN, end LSN, commit time
 _I32, _I16, _Q = struct.Struct(">I"), struct.Struct(">H"), struct.Struct(">Q")
+_OPS = {b"I": "I", b"U": "U", b"D": "D"}  # a change message's kind -> Change.op
 
 
 @dataclass
@@ -272,7 +273,9 @@ class PgoutputDecoder:
             items = self._opened()
             items += [self._layout(oid), Redo(data, lsn)]
             return items
-        rel = self._relation(oid)
+        rel = self._relations.get(oid)
+        if rel is None:
+            rel = self._relation(oid)  # raises
         got = rel.native.change(data) if rel.native is not None else None
         if got is None:
             return self._python_change(rel, kind, data, lsn)
@@ -301,10 +304,13 @@ class PgoutputDecoder:
         return self._emit(rel, kind, row, before, lsn, unchanged)
 
     def _emit(self, rel: _Relation, kind: bytes, row: Any, before: Any, lsn: int, unchanged: tuple) -> list[Item]:
-        items = self._opened()
-        items.append(Change(self._txid, self._ts_ms, kind.decode(), row, rel.tag, before, self._unit,
-                            self._ordinal, lsn, unchanged))
+        change = Change(self._txid, self._ts_ms, _OPS[kind], row, rel.tag, before, self._unit, self._ordinal, lsn,
+                        unchanged)
         self._ordinal += 1
+        if self._open:  # the usual case: one list, no call (this runs per change)
+            return [change]
+        items = self._opened()
+        items.append(change)
         return items
 
     def _on_truncate(self, data: bytes, lsn: int) -> list[Item]:

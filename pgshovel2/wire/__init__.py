@@ -83,8 +83,10 @@ def position_prefix(backend: str, unit: int) -> str:
 
 
 def change_header_at(prefix: str, ordinal: int) -> str:
-    """:func:`change_header` of the ordinal-th event of the unit whose position_prefix is prefix."""
-    return f"{prefix}{ordinal:010d}"
+    """:func:`change_header` of the ordinal-th event of the unit whose position_prefix is prefix.
+    (``str.zfill`` pads as the format ``010d`` does, sign included, at a fraction of its cost:
+    this runs per change.)"""
+    return prefix + str(ordinal).zfill(10)
 
 
 def snapshot_header(backend: str, unit: int, ordinal: int) -> str:
