@@ -1,7 +1,7 @@
 """materialize --format iceberg (spark/materialize.py as a user runs it, local[2]) reads every
 encoding and envelope: every type of test_types' list, written after a bootstrap, then a column
-added by DDL (a new set version: a JSON set's columns come from it), equals what a bootstrap of the
-source taken afterwards copies, read back from Iceberg by PyIceberg."""
+added by DDL and then renamed (new set versions: a JSON set's columns come from them), equals
+what a bootstrap of the source taken afterwards copies, read back from Iceberg by PyIceberg."""
 
 import subprocess
 import sys
@@ -30,9 +30,11 @@ def test_every_type_merges_into_iceberg_as_the_source(stack, cluster, db, typed_
     with db.cursor() as cur:
         cur.execute(f'UPDATE "{schema}".types SET i4 = 5, t = \'updated\' WHERE id = 1')
         cur.execute(f'DELETE FROM "{schema}".types WHERE id = 3')
-    with db.cursor() as cur:  # a new set version mid-stream
+    with db.cursor() as cur:  # new set versions mid-stream: a column added, then renamed
         cur.execute(f'ALTER TABLE "{schema}".types ADD COLUMN extra text')
         cur.execute(f'UPDATE "{schema}".types SET extra = \'x\' WHERE id = 2')
+        cur.execute(f'ALTER TABLE "{schema}".types RENAME COLUMN extra TO renamed')
+        cur.execute(f'UPDATE "{schema}".types SET renamed = \'y\' WHERE id = 1')
     caught_up(stack, cluster, name)
     warehouse = tmp_path / "warehouse"
     run = subprocess.run([sys.executable, "spark/materialize.py",
@@ -45,7 +47,7 @@ def test_every_type_merges_into_iceberg_as_the_source(stack, cluster, db, typed_
     source = _rows_of(pq.read_table(after.table_path(tmp_path / "after", after.tables[0])))
     merged = StaticTable.from_metadata(str(_metadata(warehouse, name, schema, "types"))).scan().to_arrow()
     state = _rows_of(merged)
-    assert [r["id"] for r in source] == [1, 2] and source[1]["extra"] == "x"
+    assert [r["id"] for r in source] == [1, 2] and [r["renamed"] for r in source] == ["y", "x"]
     assert [r["id"] for r in state] == [1, 2]
     for got, want in zip(state, source, strict=True):
         assert got == want, {k: (got.get(k), want[k]) for k in want if got.get(k) != want[k]}
