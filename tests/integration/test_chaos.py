@@ -1,4 +1,4 @@
-"""The fault-injection run (see tests/chaos.py): >= 20 relay kills, one restart
+"""The fault-injection run (see tests/chaos.py): >= 10 relay kills, one restart
 of Kafka, PostgreSQL and ZooKeeper (down longer than the session timeout), a crash
 of Kafka (SIGKILL) and of PostgreSQL (-m immediate), each once with the relay running
 (it must recover by itself) and once with the relay SIGKILLed at the same moment, and
@@ -14,7 +14,7 @@ from tests.chaos import ChaosRun
 
 
 def test_chaos_exactly_once(stack, cluster, db, schema, tmp_path, backend):
-    kills = int(os.environ.get("PGSHOVEL2_CHAOS_KILLS", "20"))
+    kills = int(os.environ.get("PGSHOVEL2_CHAOS_KILLS", "10"))
     run = ChaosRun(stack, cluster, db, schema, tmp_path, kills=kills, seed=kills, backend=backend)
     try:
         report = run.run()
