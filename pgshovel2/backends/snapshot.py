@@ -29,6 +29,13 @@ log = logging.getLogger(__name__)
 APPLICATION_NAME = "pgshovel2 snapshot"
 
 
+# How SET TRANSACTION SNAPSHOT refuses an id its exporting transaction gave once that transaction
+# ended, by PostgreSQL version and moment: invalid snapshot identifier, snapshot does not exist,
+# could not import the requested snapshot.
+_SNAPSHOT_REFUSED = (psycopg2.errors.InvalidParameterValue, psycopg2.errors.UndefinedObject,
+                     psycopg2.errors.ObjectNotInPrerequisiteState)
+
+
 class TableReader:
     """A read-only REPEATABLE READ transaction on dsn's database (context manager).
 
@@ -47,11 +54,13 @@ class TableReader:
         self.dsn, self.encode_row, self.error = dsn, encode_row, error
         self.conn = connect(dsn, "the snapshot", error)
         self.conn.set_session(isolation_level="REPEATABLE READ", readonly=True)
+        adopting = snapshot_id is not None
         try:
             with self.conn.cursor() as cur:
                 cur.execute("SET application_name = %s", (APPLICATION_NAME,))
-                if snapshot_id is not None:
+                if adopting:
                     cur.execute("SET TRANSACTION SNAPSHOT %s", (snapshot_id,))
+                    adopting = False
                 if encode_row is None:
                     pgoutput.pin_settings(cur)
                 cur.execute("SELECT txid_current_snapshot()::text, CASE WHEN pg_is_in_recovery() THEN NULL "
@@ -59,7 +68,7 @@ class TableReader:
                 self.txid_snapshot, self.wal_insert_lsn = cur.fetchone()
         except psycopg2.Error as exc:
             self.close()
-            if snapshot_id is not None and isinstance(exc, psycopg2.errors.InvalidParameterValue):
+            if adopting and isinstance(exc, _SNAPSHOT_REFUSED):
                 raise error(f"the exported snapshot {snapshot_id} expired (its exporting transaction ended) "
                             f"before it was adopted: {str(exc).strip()}; nothing was written, run it again") from exc
             raise error(f"cannot open the snapshot transaction: {str(exc).strip()}") from exc

@@ -199,7 +199,8 @@ def test_bad_cases_leave_no_output(stack, db, schema, cluster, relay_factory, sp
 
 
 class _SnapshotKiller(threading.Thread):
-    """Terminates the bootstrap's exporting transaction as soon as it has exported its snapshot."""
+    """Terminates the bootstrap's exporting transaction as soon as it has exported its snapshot
+    (its last statement exported it: killed before, it would fail to export, another error)."""
 
     def __init__(self, dsn: str):
         super().__init__(daemon=True)
@@ -211,7 +212,8 @@ class _SnapshotKiller(threading.Thread):
         with conn.cursor() as cur:
             for _ in range(2000):
                 cur.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                            "WHERE application_name = %s AND state = 'idle in transaction'", (APPLICATION_NAME,))
+                            "WHERE application_name = %s AND state = 'idle in transaction' "
+                            "AND query LIKE '%%pg_export_snapshot%%'", (APPLICATION_NAME,))
                 if cur.fetchall():
                     self.killed = True
                     break
