@@ -12,7 +12,7 @@ inserts, half updates of the rows just inserted); then
    (``batch_changes`` 5000) and off (1: one target transaction per source transaction).
 
 The target is a second PostgreSQL started by scripts/stack.sh under ``{STACK_DIR}-target``
-on ``REPLICA_TARGET_PORT`` (default 58139), stopped at the end.
+on ``REPLICA_TARGET_PORT`` (default 26139), stopped at the end.
 
     .venv/bin/python -m bench.replica [--changes 50000] [--per-txn 10]
 """
@@ -34,7 +34,7 @@ from pgshovel2.replica.apply import ApplyOptions, Replicator
 from pgshovel2.replica.bootstrap import bootstrap
 
 REPO = Path(__file__).resolve().parent.parent
-TARGET_PORT = os.environ.get("REPLICA_TARGET_PORT", "58139")
+TARGET_PORT = os.environ.get("REPLICA_TARGET_PORT", "26139")
 TARGET_DIR = f"{os.environ.get('STACK_DIR', str(REPO / '.stack'))}-target"
 TARGET_DSN = f"host=127.0.0.1 port={TARGET_PORT} dbname=pgshovel user=postgres"
 

@@ -7,7 +7,7 @@
 #   scripts/pg-stock.sh stop|promote MAJOR    stop it cleanly (fast shutdown, data kept; ``up`` starts it
 #                                             again), or promote it (a standby) to a primary
 #   scripts/pg-stock.sh env MAJOR             its DSNs, as shell exports
-# Port: $STOCK_PORT, else ${STOCK_PG_PORT:-58150} + the major's index in 14 16 17 18.
+# Port: $STOCK_PORT, else ${STOCK_PG_PORT:-26150} + the major's index in 14 16 17 18.
 # Every server: 127.0.0.1 only, wal_level=logical, max_prepared_transactions=0, database pgshovel
 # owned by role app (LOGIN REPLICATION, not superuser), superuser postgres (trust; the "cloud admin").
 set -euo pipefail
@@ -57,7 +57,7 @@ fetch_one() {  # major
 }
 
 server_dir() { echo "$STACK_DIR-stock$1"; }
-server_port() { if [ -n "${STOCK_PORT:-}" ]; then echo "$STOCK_PORT"; else echo $(( ${STOCK_PG_PORT:-58150} + $(index_of "$1") )); fi; }
+server_port() { if [ -n "${STOCK_PORT:-}" ]; then echo "$STOCK_PORT"; else echo $(( ${STOCK_PG_PORT:-26150} + $(index_of "$1") )); fi; }
 pid_alive() { [ -f "$1/data/postmaster.pid" ] && kill -0 "$(head -1 "$1/data/postmaster.pid")" 2>/dev/null; }
 psql_admin() {  # port sql
   "$CLIENT_BIN/psql" -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$1" -U postgres -d postgres -c "$2" >/dev/null
@@ -101,12 +101,12 @@ server_up() {  # major
   if pid_alive "$dir"; then log "stock PostgreSQL $major already running on $port"; return; fi
   as_pg test -x "$bin/postgres" ||
     die "$bin/postgres is not executable by OS user postgres (a parent folder closed to it?): set PG_STOCK_HOME"
-  (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null &&
+  port_in_use "$port" &&
     die "stock PostgreSQL $major: port 127.0.0.1:$port is already in use (set STOCK_PORT or STOCK_PG_PORT)"
   local fresh=""
   [ -f "$dir/data/PG_VERSION" ] || { init_data "$major" "$dir" "$port"; fresh=1; }
   as_pg "$bin/pg_ctl" -D "$dir/data" -l "$dir/postgres.log" -w -t 60 start >/dev/null ||
-    die "stock PostgreSQL $major did not start: see $dir/postgres.log"
+    { tail -5 "$dir/postgres.log" >&2; die "stock PostgreSQL $major did not start: see $dir/postgres.log"; }
   [ -z "$fresh" ] || create_roles "$port"
   log "stock PostgreSQL $major ready on 127.0.0.1:$port (db $PG_DB, roles app and postgres)"
 }

@@ -10,11 +10,10 @@ set -euo pipefail
 source "$(dirname "$0")/env.sh"
 
 alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
-port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
 require_free_port() {  # name port
-  if port_open "$2"; then
-    die "$1: port 127.0.0.1:$2 is already in use by another process (set ${3:-its port variable} to another port)"
+  if port_in_use "$2"; then
+    die "$1: port 127.0.0.1:$2 is already in use by another process, as a listener or a connection's local end (set ${3:-its port variable} to another port)"
   fi
 }
 
@@ -58,7 +57,8 @@ CONF
   grep -q "pgshovel2_decoder" "$dir/data/postgresql.conf" ||
     echo "output_plugin_libraries = '$OUTPUT_PLUGINS'" >> "$dir/data/postgresql.conf"
   chown -R postgres:postgres "$dir"
-  runuser -u postgres -- "$PG_BIN/pg_ctl" -D "$dir/data" -l "$dir/postgres.log" -w -t 60 start >/dev/null
+  runuser -u postgres -- "$PG_BIN/pg_ctl" -D "$dir/data" -l "$dir/postgres.log" -w -t 60 start >/dev/null || {
+    tail -5 "$dir/postgres.log" >&2; die "postgres did not start on $PG_PORT: see $dir/postgres.log"; }
   head -1 "$dir/data/postmaster.pid" > "$dir/data/postmaster.pid.copy"
   "$PG_BIN/psql" -q -h 127.0.0.1 -p "$PG_PORT" -U postgres -d postgres -tAc \
     "SELECT 1 FROM pg_database WHERE datname = '$PG_DB'" | grep -q 1 ||

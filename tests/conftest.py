@@ -24,7 +24,7 @@ from tests.spark_cluster import spark_cluster  # noqa: F401  (a fixture)
 from tests.stock import SELECTION_ENV, StockServers, make_target, stock_majors, target_names
 
 REPO = Path(__file__).resolve().parent.parent
-PORTS = {"PG_PORT": "56432", "ZK_PORT": "23181", "KAFKA_PORT": "30092",
+PORTS = {"PG_PORT": "26432", "ZK_PORT": "23181", "KAFKA_PORT": "30092",
          "KAFKA_CONTROLLER_PORT": "30093", "REGISTRY_PORT": "29081"}
 
 

@@ -3,7 +3,7 @@ scripts/stack.sh starts the stack's own (its ``start``/``stop postgres`` and
 ``start``/``stop pgqd`` commands with another STACK_DIR and PG_PORT), plus
 streaming replicas made with pg_basebackup.
 
-Ports come from TEST_EXTRA_PG_PORTS (default 58133-58139), directories are
+Ports come from TEST_EXTRA_PG_PORT (default 26133-26139), directories are
 ``{TEST_STACK_DIR}-{name}``.
 """
 
@@ -34,7 +34,7 @@ def query(dsn: str, text: str, args: tuple = ()) -> list[tuple]:
 
 def extra_port(index: int) -> int:
     """The index-th extra PostgreSQL port (0: the replica target)."""
-    first = int(os.environ.get("TEST_EXTRA_PG_PORT", "58133"))
+    first = int(os.environ.get("TEST_EXTRA_PG_PORT", "26133"))
     return first + index
 
 

