@@ -1,6 +1,6 @@
 """``pgshovel audit SET --against iceberg:hadoop:WAREHOUSE|kafka``: drift between the source and its
-materialized Iceberg tables (pgshovel2.ops.audit) or the state rebuilt from its Kafka topics
-(pgshovel2.ops.audit_kafka)."""
+materialized Iceberg tables (pgshovel2.ops.audit_iceberg) or the state rebuilt from its Kafka topics
+(pgshovel2.ops.audit_kafka), each exact at one position."""
 
 import sys
 
@@ -13,17 +13,18 @@ from pgshovel2.cluster import ClusterStore
 @click.command("audit")
 @click.argument("set_name", metavar="SET")
 @click.option("--against", required=True,
-              help="What to compare the source with: iceberg:hadoop:WAREHOUSE (materialize --format iceberg) "
-                   "or kafka (the state rebuilt from the set's topics, exact at one position).")
+              help="What to compare the source with, exactly at one position: iceberg:hadoop:WAREHOUSE "
+                   "(materialize --format iceberg; keys changed after its snapshot are in flight, counted) or "
+                   "kafka (the state rebuilt from the set's topics).")
 @click.option("--rounds", default=None, type=int,
               help="Comparisons; a key is reported only when it differs, with the same source row, in all. "
-                   "[default: 3 for iceberg, 1 for kafka]")
+                   "[default: 1]")
 @click.option("--pause", default=5.0, show_default=True, help="Seconds between rounds.")
 @click.option("--bucket-rows", default=1000, show_default=True, help="Key range of one checksum bucket (iceberg).")
-@env_option("--bootstrap-servers", default="127.0.0.1:9092", help="Kafka bootstrap servers (kafka).")
-@env_option("--schema-registry", default=None, help="Schema registry URL (kafka, Avro sets).")
+@env_option("--bootstrap-servers", default="127.0.0.1:9092", help="Kafka bootstrap servers.")
+@env_option("--schema-registry", default=None, help="Schema registry URL (Avro sets).")
 @click.option("--timeout", default=120.0, show_default=True,
-              help="Seconds a round waits for the relay to relay what was committed before it (kafka).")
+              help="Seconds a round waits for the relay to relay what was committed before it.")
 @click.pass_context
 @reports_errors
 def audit(ctx: click.Context, set_name: str, against: str, rounds: int | None, pause: float, bucket_rows: int,
@@ -40,8 +41,10 @@ def audit(ctx: click.Context, set_name: str, against: str, rounds: int | None, p
             results = audit_kafka.audit(store, record, bootstrap_servers, schema_registry,
                                         1 if rounds is None else rounds, pause, timeout)
         else:
+            from pgshovel2.ops import audit_iceberg
             warehouse = _iceberg_warehouse(against)
-            results = ops_audit.audit(record, warehouse, 3 if rounds is None else rounds, pause, bucket_rows)
+            results = audit_iceberg.audit(store, record, warehouse, bootstrap_servers, schema_registry,
+                                          1 if rounds is None else rounds, pause, bucket_rows, timeout)
     click.echo("\n".join(ops_audit.report(results)))
     if any(r.keys for r in results):
         sys.exit(3)

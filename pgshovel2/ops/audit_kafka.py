@@ -30,6 +30,7 @@ written before a change of the set's columns differs in form.
 from dataclasses import dataclass
 
 from pgshovel2 import backends, wire
+from pgshovel2.backends.snapshot import TableReader
 from pgshovel2.cluster import ClusterStore
 from pgshovel2.consumer.decode import Decoder
 from pgshovel2.consumer.errors import ConsumerError
@@ -105,19 +106,25 @@ def _round(store: ClusterStore, record: SetRecord, routes: dict, decoder: Decode
 
 def _read_source(record: SetRecord, routes: dict) -> tuple[AuditPoint, dict[str, dict]]:
     """(the point, table -> {key bytes: row image}) of the source tables in one snapshot."""
-    logical = isinstance(record.capture, SlotCapture)
     with backends.reader(record, AuditError) as snap:
-        if logical:
-            if snap.wal_insert_lsn is None:
-                raise AuditError(f"the database of set {record.name!r} is a standby: audit its primary")
-            bound = Lsn.parse(snap.wal_insert_lsn)
-        else:
-            with snap.conn.cursor() as cur:
-                cur.execute("SELECT last_tick_id FROM pgq.get_queue_info(%s)", (record.capture.queue,))
-                bound = cur.fetchone()[0] or 0
-        point = AuditPoint(TxidSnapshot.parse(snap.txid_snapshot), logical, bound)
+        point = take_point(record, snap)
         sources = {r.table.qualified: verify.source_images(r.table, r.envelope, snap)[0] for r in routes.values()}
     return point, sources
+
+
+def take_point(record: SetRecord, snap: TableReader) -> AuditPoint:
+    """The point of snap (a reader of the set's database, backends.reader): its txid snapshot and
+    the bound of snapshot rows (AuditPoint). Raises AuditError for a standby (logical sets)."""
+    logical = isinstance(record.capture, SlotCapture)
+    if logical:
+        if snap.wal_insert_lsn is None:
+            raise AuditError(f"the database of set {record.name!r} is a standby: audit its primary")
+        bound = Lsn.parse(snap.wal_insert_lsn)
+    else:
+        with snap.conn.cursor() as cur:
+            cur.execute("SELECT last_tick_id FROM pgq.get_queue_info(%s)", (record.capture.queue,))
+            bound = cur.fetchone()[0] or 0
+    return AuditPoint(TxidSnapshot.parse(snap.txid_snapshot), logical, bound)
 
 
 def _shown(decoder: Decoder, key: bytes, topic: str) -> tuple:

@@ -59,9 +59,11 @@ class TableReport:
         return self.first_difference is None
 
 
-def read_topics(bootstrap: str, topics: list[str], timeout: float = 60.0) -> dict[str, list]:
+def read_topics(bootstrap: str, topics: list[str], timeout: float = 60.0,
+                start: dict[tuple[str, int], int] | None = None) -> dict[str, list]:
     """Every committed message (read_committed) of topics, up to the committed end (last stable
-    offset) each partition had when the call began, and possibly some after it.
+    offset) each partition had when the call began, and possibly some after it; from the offsets
+    in start ({(topic, partition): offset}) where it has one, else from the beginning.
 
     A partition is done at once when that end is 0, at its end-of-partition event, or once a
     message at or past the end minus one arrives: under a steady stream of Kafka transactions the
@@ -78,9 +80,10 @@ def read_topics(bootstrap: str, topics: list[str], timeout: float = 60.0) -> dic
                          "isolation.level": "read_committed", "enable.auto.commit": False,
                          "auto.offset.reset": "earliest", "enable.partition.eof": True})
     try:
-        consumer.assign([TopicPartition(t, p, OFFSET_BEGINNING) for t, p in ends])
+        start = start or {}
+        consumer.assign([TopicPartition(t, p, start.get((t, p), OFFSET_BEGINNING)) for t, p in ends])
         out: dict[str, list] = {t: [] for t in topics}
-        pending = {where for where, end in ends.items() if end > 0}
+        pending = {where for where, end in ends.items() if end > start.get(where, 0)}
         while pending:
             msg = consumer.poll(timeout)
             if msg is None:

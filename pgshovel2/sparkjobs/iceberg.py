@@ -15,18 +15,24 @@ the change that wrote the row ('' for bootstrap rows).
 Exactly once: every commit of the materialize job carries, in the Iceberg
 snapshot summary, ``pgshovel.checkpoint`` (the streaming checkpoint) and
 ``pgshovel.batch`` (the micro-batch id); a batch the table already committed
-is skipped after a restart.
+is skipped after a restart. The keys: pgshovel2.bootstrap.iceberg_keys.
 """
 
 from dataclasses import dataclass
 
+from pgshovel2.bootstrap.iceberg_keys import (  # noqa: F401  (the keys, for the jobs and the tests)
+    BATCH_KEY,
+    CHECKPOINT_KEY,
+    END_OFFSETS_KEY,
+    HANDOFF_KEY,
+    OFFSETS_KEY,
+    SET_KEY,
+)
 from pgshovel2.bootstrap.manifest import BootstrapError
 
 CATALOG = "pgshovel"
 RUNTIME_CLASS = "org.apache.iceberg.spark.SparkCatalog"
 EXTENSIONS = "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
-CHECKPOINT_KEY, BATCH_KEY = "pgshovel.checkpoint", "pgshovel.batch"
-HANDOFF_KEY, OFFSETS_KEY, SET_KEY = "pgshovel.handoff", "pgshovel.kafka-offsets", "pgshovel.set"
 
 
 @dataclass(frozen=True)
@@ -93,6 +99,22 @@ def committed(spark, table: str, checkpoint: str, batch_id: int) -> bool:
     """True when the table's current snapshot was written by this checkpoint's batch >= batch_id."""
     summary = last_commit(spark, table)
     return summary.get(CHECKPOINT_KEY) == checkpoint and int(summary.get(BATCH_KEY, -1)) >= batch_id
+
+
+def batch_end_offsets(spark, checkpoint: str, batch_id: int) -> str:
+    """The end offsets (exclusive) of micro-batch batch_id, as JSON {topic: {partition: offset}}:
+    the last line of Spark's offset log ``<checkpoint>/offsets/<batch_id>``, which Spark writes
+    before it runs the batch, read through Hadoop's FileSystem (any file system the checkpoint is
+    on). Raises py4j's Py4JJavaError when the log file cannot be read."""
+    sc = spark.sparkContext
+    jvm = sc._jvm
+    path = jvm.org.apache.hadoop.fs.Path(f"{checkpoint}/offsets/{batch_id}")
+    stream = path.getFileSystem(sc._jsc.hadoopConfiguration()).open(path)
+    try:
+        text = jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8")
+    finally:
+        stream.close()
+    return text.strip().splitlines()[-1]
 
 
 class _Statement:

@@ -16,7 +16,9 @@ gets null in the rows the batch writes).
 
 Exactly once: the commit's snapshot summary names the checkpoint and batch
 id; a replayed batch (driver killed after the MERGE, before the checkpoint
-committed) finds it and is skipped.
+committed) finds it and is skipped. The summary also carries the batch's end
+offsets (from Spark's offset log): the Kafka position of the table's state,
+which ``pgshovel audit --against iceberg`` compares at.
 """
 
 import logging
@@ -106,6 +108,9 @@ class IcebergJob(_Job):
         try:
             truncated = self._truncations(batch)
             shape = _Shapes(self, batch)
+            ends = iceberg.batch_end_offsets(self.spark, self.options.checkpoint, batch_id)
+            summary = {iceberg.CHECKPOINT_KEY: self.checkpoint, iceberg.BATCH_KEY: str(batch_id),
+                       iceberg.END_OFFSETS_KEY: ends}
             for t in self.topics.tables:
                 table = self.tables[(t.schema, t.name)]
                 target = self.ident(table)
@@ -119,7 +124,6 @@ class IcebergJob(_Job):
                 dropped = evolve.evolve(self.spark, target, cols, defaults)
                 view = f"pgshovel_batch_{abs(hash(target))}"
                 latest.createOrReplaceTempView(view)
-                summary = {iceberg.CHECKPOINT_KEY: self.checkpoint, iceberg.BATCH_KEY: str(batch_id)}
                 statement = merge_sql(table, cols, dropped, target, view, t.topic in truncated)
                 iceberg.run_with_summary(self.spark, statement, summary)
                 self.spark.catalog.dropTempView(view)

@@ -1,6 +1,8 @@
 """Shared by the Spark tests: pgbench-like tables, a writer thread, state readers."""
 
 import random
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -9,7 +11,7 @@ import psycopg2
 import pyarrow.parquet as pq
 
 from pgshovel2.consumer import SetReader
-from tests.helpers import pgshovel, write_config
+from tests.helpers import REPO, cli_env, pgshovel, write_config
 
 TABLES = {"accounts": ["aid", "bid", "abalance", "filler"], "branches": ["bid", "bbalance", "note"]}
 
@@ -118,3 +120,13 @@ def apply_stream(state: dict, manifest_dir: Path, stack) -> SetReader:
                 else:
                     state[table][key] = tuple(change.value[c] for c in cols)
         return reader
+
+
+def merge_into_iceberg(stack, cluster: str, boot: Path, warehouse: Path, checkpoint: Path) -> None:
+    """spark/materialize.py --format iceberg --available-now (local[2], its own JVM, as a user runs
+    it) from bootstrap boot into the Hadoop catalog warehouse, on checkpoint; asserts it succeeded."""
+    run = subprocess.run([sys.executable, "spark/materialize.py", "--bootstrap", str(boot), "--format", "iceberg",
+                          "--catalog", f"hadoop:{warehouse}", "--stream", "--checkpoint", str(checkpoint),
+                          "--available-now", "--master", "local[2]"],  # ZooKeeper: cli_env
+                         cwd=REPO, env=cli_env(stack, cluster), capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stderr[-5000:]

@@ -2,17 +2,21 @@
 from the upgrade's online snapshot (snapshot rows the bootstrap does not hold are applied, not
 skipped: pgshovel2.txids.holds_snapshot_row), its changes from the stream; Parquet and Iceberg."""
 
-import subprocess
-import sys
-
 import pyarrow.parquet as pq
 import pytest
 from pyiceberg.table import StaticTable
 
 from pgshovel2.cluster import ClusterStore
 from pgshovel2.sparkjobs import bootstrap, materialize
-from tests.helpers import REPO, caught_up, cli_env, pgshovel, write_config
-from tests.integration.bootstrap_helpers import TABLES, create_set, create_tables, parquet_rows, source_rows
+from tests.helpers import caught_up, pgshovel, write_config
+from tests.integration.bootstrap_helpers import (
+    TABLES,
+    create_set,
+    create_tables,
+    merge_into_iceberg,
+    parquet_rows,
+    source_rows,
+)
 from tests.integration.test_iceberg import _metadata, iceberg_rows
 from tests.online import start_writers, stop_writers, wait_state
 
@@ -70,12 +74,7 @@ def test_a_table_added_after_the_bootstrap_is_materialized_whole(stack, db, sche
 
 
 def _merge_into_iceberg(stack, cluster: str, boot, tmp_path) -> None:
-    """spark/materialize.py --format iceberg --available-now on the checkpoint tmp_path/ckpt."""
-    run = subprocess.run([sys.executable, "spark/materialize.py", "--bootstrap", str(boot), "--format", "iceberg",
-                          "--catalog", f"hadoop:{tmp_path / 'warehouse'}", "--stream", "--checkpoint",
-                          str(tmp_path / "ckpt"), "--available-now", "--master", "local[2]"],  # ZooKeeper: cli_env
-                         cwd=REPO, env=cli_env(stack, cluster), capture_output=True, text=True, timeout=900)
-    assert run.returncode == 0, run.stderr[-5000:]
+    merge_into_iceberg(stack, cluster, boot, tmp_path / "warehouse", tmp_path / "ckpt")
 
 
 @pytest.mark.spark_job

@@ -3,21 +3,18 @@ encoding and envelope: every type of test_types' list, written after a bootstrap
 added by DDL and then renamed (new set versions: a JSON set's columns come from them), equals
 what a bootstrap of the source taken afterwards copies, read back from Iceberg by PyIceberg."""
 
-import subprocess
-import sys
-
 import pyarrow.parquet as pq
 import pytest
 from pyiceberg.table import StaticTable
 
-from tests.helpers import REPO, caught_up, cli_env
+from tests.helpers import caught_up
+from tests.integration.bootstrap_helpers import merge_into_iceberg
 from tests.integration.test_iceberg import _metadata
 from tests.integration.test_materialize_wire import WIRES, _bootstrap, _rows_of, typed_set
 from tests.integration.test_types import insert_rows, typed_table  # noqa: F401  (a fixture)
 
-# one wire in make test, the others in make test-spark (a JVM each: about a minute)
-ICEBERG_WIRES = [pytest.param(e, v, id=f"{e}-{v}", marks=[] if (e, v) == ("json", "debezium") else
-                              [pytest.mark.spark_job]) for e, v in WIRES]
+# in make test-spark (a JVM each: about a minute); make test merges into Iceberg in test_audit_iceberg
+ICEBERG_WIRES = [pytest.param(e, v, id=f"{e}-{v}", marks=[pytest.mark.spark_job]) for e, v in WIRES]
 
 
 @pytest.mark.parametrize(("encoding", "envelope"), ICEBERG_WIRES)
@@ -37,12 +34,7 @@ def test_every_type_merges_into_iceberg_as_the_source(stack, cluster, db, typed_
         cur.execute(f'UPDATE "{schema}".types SET renamed = \'y\' WHERE id = 1')
     caught_up(stack, cluster, name)
     warehouse = tmp_path / "warehouse"
-    run = subprocess.run([sys.executable, "spark/materialize.py",
-                          "--bootstrap", str(tmp_path / "before"), "--format", "iceberg", "--catalog",
-                          f"hadoop:{warehouse}", "--stream", "--checkpoint", str(tmp_path / "ckpt"),
-                          "--available-now", "--master", "local[2]"],
-                         cwd=REPO, env=cli_env(stack, cluster), capture_output=True, text=True, timeout=900)
-    assert run.returncode == 0, run.stderr[-5000:]
+    merge_into_iceberg(stack, cluster, tmp_path / "before", warehouse, tmp_path / "ckpt")
     after = _bootstrap(spark, stack, cluster, name, tmp_path / "after")
     source = _rows_of(pq.read_table(after.table_path(tmp_path / "after", after.tables[0])))
     merged = StaticTable.from_metadata(str(_metadata(warehouse, name, schema, "types"))).scan().to_arrow()
