@@ -19,7 +19,7 @@ Debezium is measured warm, as a long-running connector is: every new worker firs
 changes uncounted; before the latency clock starts a first row has streamed end to end; the tps
 round follows an uncounted pgbench run of a third of its length.
 
-    .venv/bin/python -m bench.debezium [--changes 100000] [--rounds 1] [--seconds 10]
+    .venv/bin/python -m bench.debezium [--changes 100000] [--rounds 1] [--seconds 10] [--variants quick]
 """
 
 import argparse
@@ -308,9 +308,12 @@ def main() -> None:
     parser.add_argument("--changes", type=int, default=1_000_000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seconds", type=int, default=30)
+    parser.add_argument("--variants", choices=["all", "quick"], default="all",
+                        help="pgshovel2's variants: all 12, or the 6 of make bench QUICK=1")
     args = parser.parse_args()
+    variants = PGSHOVEL2 if args.variants == "all" else QUICK
     result = {"started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-              **measure(args.changes, args.rounds, args.seconds)}
+              **measure(args.changes, args.rounds, args.seconds, variants=variants)}
     path = save_result("debezium", result)
     print("\n".join(table(result)))
     print(f"results: {path}")
