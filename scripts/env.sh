@@ -35,9 +35,10 @@ SPARK_MASTER="spark://127.0.0.1:$SPARK_MASTER_PORT"
 log() { echo "[stack] $*" >&2; }
 die() { echo "[stack] error: $*" >&2; exit 1; }
 port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-# A port is taken by a listener, or by the local end of any open TCP connection: an outgoing
-# connection's ephemeral port (Linux picks them from 32768-60999) makes a listener's bind fail too.
+# A port is taken by a listener, or by the local end of an established TCP connection: an
+# outgoing connection's ephemeral port (Linux picks them from 32768-60999) makes a listener's bind
+# fail too. A stopped server's closing sockets (FIN-WAIT, TIME-WAIT) do not: its restart binds.
 port_in_use() {
   port_open "$1" && return 0
-  command -v ss >/dev/null && [ -n "$(ss -Htan exclude time-wait "( sport = :$1 )" 2>/dev/null)" ]
+  command -v ss >/dev/null && [ -n "$(ss -Htan state established "( sport = :$1 )" 2>/dev/null)" ]
 }
