@@ -18,7 +18,7 @@ from kazoo.exceptions import ConnectionLoss, SessionExpiredError
 from kazoo.handlers.threading import KazooTimeoutError
 
 from pgshovel2.cluster import ClusterStore
-from pgshovel2.errors import RelayError, StopRequestedError, UnavailableError
+from pgshovel2.errors import FencedError, RelayError, StopRequestedError, UnavailableError
 from pgshovel2.relay import metrics
 from pgshovel2.relay.build import build
 from pgshovel2.relay.election import Leadership, LeadershipLostError, SetDroppedError, identity
@@ -90,7 +90,10 @@ def supervise(store: ClusterStore, set_name: str, options: RelayOptions, stop: t
         except Exception as exc:
             if (gone := dropped(store, set_name, exc)) is not None:
                 raise gone from exc
-            if not isinstance(exc, RETRYABLE):
+            if _fenced_while_active(store, set_name, exc, leadership):
+                exc = UnavailableError(f"fenced by a stale Kafka producer of a former relay, while still the active "
+                                       f"relay of set {set_name!r} ({exc}); re-initializing the producer")
+            elif not isinstance(exc, RETRYABLE):
                 raise
             if isinstance(exc, KafkaException) and exc.args[0].fatal():  # counted by run_elected
                 raise RelayError(f"the Kafka producer failed fatally: {exc}") from exc
@@ -110,11 +113,27 @@ def supervise(store: ClusterStore, set_name: str, options: RelayOptions, stop: t
     return totals
 
 
+def _fenced_while_active(store: ClusterStore, set_name: str, exc: Exception, leadership: Leadership | None) -> bool:
+    """True for a FencedError while this relay still holds the set's lock (the first contender in
+    ZooKeeper): a former active relay, stopped in the middle of initializing its Kafka producer and
+    resumed after this one took over, finished that initialization late and bumped the
+    transactional epoch. This relay then restarts from the committed position, and its new
+    producer fences the stale one back. Without an election a FencedError always stops the relay.
+    Raises what leadership.check() raises (LeadershipLostError: the session ended, stand by)."""
+    if not isinstance(exc, FencedError) or leadership is None:
+        return False
+    leadership.check()
+    try:
+        return store.contenders(set_name)[:1] == [leadership.who]
+    except Exception:  # ZooKeeper unreachable: not known to be active, the fence stands
+        return False
+
+
 def run_elected(store: ClusterStore, set_name: str, options: RelayOptions, stop: threading.Event) -> Totals:
     """Contend for the set's leadership and relay while active, until stop is set.
 
     A relay whose ZooKeeper session ended stops producing and contends again.
-    Raises what :func:`supervise` cannot retry (fenced, bad config, set dropped).
+    Raises what :func:`supervise` cannot retry (fenced by an active relay, bad config, set dropped).
     """
     totals = Totals()
     while not stop.is_set():
