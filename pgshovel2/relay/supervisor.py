@@ -119,10 +119,14 @@ def _fenced_while_active(store: ClusterStore, set_name: str, exc: Exception, lea
     resumed after this one took over, finished that initialization late and bumped the
     transactional epoch. This relay then restarts from the committed position, and its new
     producer fences the stale one back. Without an election a FencedError always stops the relay.
-    Raises what leadership.check() raises (LeadershipLostError: the session ended, stand by)."""
+    Raises LeadershipLostError (the session ended: stand by) or SetDroppedError from
+    leadership.check()."""
     if not isinstance(exc, FencedError) or leadership is None:
         return False
-    leadership.check()
+    try:
+        leadership.check()
+    except (UnavailableError, StopRequestedError):  # repointed, or stopping: the restart handles it
+        return True
     try:
         return store.contenders(set_name)[:1] == [leadership.who]
     except Exception:  # ZooKeeper unreachable: not known to be active, the fence stands
