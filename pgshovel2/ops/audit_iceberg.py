@@ -150,14 +150,15 @@ def _round(store: ClusterStore, record: SetRecord, warehouse: str, bootstrap: st
     for table in record.tables:
         state, source = states[table.qualified], sources[table.qualified]
         flight, truncated = _in_flight(record, table, state, point, bootstrap, decoder)
+        present = set(source) | set(state.rows)
         if truncated:
-            flight = set(source) | set(state.rows)
+            flight = present
         ours = {k: v for k, v in source.items() if k not in flight}
         theirs = {k: v for k, v in state.rows.items() if k not in flight}
         buckets, bad, keys = differing_keys(ours, theirs, bucket_rows)
         where = f"{state.describe()}; {point}" + (", a TRUNCATE in flight" if truncated else "")
         results.append(TableDrift(table.qualified, len(source), buckets, bad, sorted(keys), where,
-                                  len(flight & (set(source) | set(state.rows)))))
+                                  len(flight & present)))
         found[table.qualified] = {k: source.get(k) for k in keys}
     return results, found
 

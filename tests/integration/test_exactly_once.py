@@ -31,6 +31,16 @@ def run_relay(stack, cluster, tmp_path, *args: str, failpoints: str = "") -> Rel
                         extra_env={"PGSHOVEL2_FAILPOINTS": failpoints} if failpoints else None)
 
 
+def relaying_100_rows(stack, cluster, db, schema: str, tmp_path) -> RelayProcess:
+    """A relay of "eo", its snapshot done, with rows 1..100 (n = 0) inserted and relayed."""
+    relay = run_relay(stack, cluster, tmp_path)
+    relay.wait_for("snapshot done")
+    with db.cursor() as cur:
+        cur.execute(f'INSERT INTO "{schema}".t SELECT g, 0 FROM generate_series(1, 100) g')
+    caught_up(stack, cluster, "eo")
+    return relay
+
+
 def test_killed_between_kafka_commit_and_finish_batch(stack, cluster, db, schema, tmp_path, keyed_set):
     topic, _ = keyed_set
     first = run_relay(stack, cluster, tmp_path)
@@ -81,11 +91,7 @@ def test_huge_transaction_split_over_kafka_transactions_and_killed(stack, cluste
 
 def test_zombie_relay_is_fenced(stack, cluster, db, schema, tmp_path, keyed_set):
     topic, _ = keyed_set
-    zombie = run_relay(stack, cluster, tmp_path)
-    zombie.wait_for("snapshot done")
-    with db.cursor() as cur:
-        cur.execute(f'INSERT INTO "{schema}".t SELECT g, 0 FROM generate_series(1, 100) g')
-    caught_up(stack, cluster, "eo")
+    zombie = relaying_100_rows(stack, cluster, db, schema, tmp_path)
     zombie.proc.send_signal(signal.SIGSTOP)
     successor = run_relay(stack, cluster, tmp_path)
     successor.wait_for("resuming after tick")
@@ -132,11 +138,7 @@ def test_a_stray_producer_init_does_not_stop_the_active_relay(stack, cluster, db
     relay, fenced while it still holds the set's lock, re-initializes and goes on: nothing lost, no
     duplicate."""
     topic, _ = keyed_set
-    relay = run_relay(stack, cluster, tmp_path)
-    relay.wait_for("snapshot done")
-    with db.cursor() as cur:
-        cur.execute(f'INSERT INTO "{schema}".t SELECT g, 0 FROM generate_series(1, 100) g')
-    caught_up(stack, cluster, "eo")
+    relay = relaying_100_rows(stack, cluster, db, schema, tmp_path)
     stray = Producer({"bootstrap.servers": stack.bootstrap, "transactional.id": transactional_id(cluster, "eo")})
     stray.init_transactions(30)  # the late InitProducerId: the relay's producer is fenced
     with db.cursor() as cur:
