@@ -94,9 +94,9 @@ def _row_datum(value: Any, envelope: str, where: str) -> Any:
 
 
 def unchanged_columns(headers: dict[str, str], op: str, where: str) -> list[str]:
-    """The ``pgshovel.unchanged`` column names of a message (empty without the header). Raises
-    ConsumerError for a malformed header, and for a create with unchanged columns (an UPDATE of
-    the key: the values are the old key's, which this job does not carry over yet)."""
+    """The ``pgshovel.unchanged`` column names of a message (empty without the header): on an
+    UPDATE (op u), or on the create of an UPDATE of the key (op c; pgshovel2.sparkjobs.carry
+    takes the values from the old key). Raises ConsumerError for a malformed header or another op."""
     raw = headers.get(wire.UNCHANGED)
     if raw is None:
         return []
@@ -106,9 +106,8 @@ def unchanged_columns(headers: dict[str, str], op: str, where: str) -> list[str]
             raise ValueError("not a JSON array of column names")
     except ValueError as exc:
         raise ConsumerError(f"{where}: malformed {wire.UNCHANGED} header {raw!r}: {exc}") from exc
-    if op != "u":
-        raise ConsumerError(f"{where}: an UPDATE of the key left columns {cols} unchanged and unlogged; "
-                            "materialize cannot carry values from the old key yet (set REPLICA IDENTITY FULL)")
+    if op not in ("u", "c"):
+        raise ConsumerError(f"{where}: header {wire.UNCHANGED} on a message of op {op!r} (only u and c carry it)")
     return cols
 
 

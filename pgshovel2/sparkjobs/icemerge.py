@@ -7,7 +7,8 @@ its properties. Then Structured Streaming reads the set's topics from the
 manifest's offsets; foreachBatch decodes each batch (pgshovel2.sparkjobs.changes,
 changes the handoff covers skipped), keeps the batch's last change per key in
 ``pgshovel.position`` order (values an UPDATE left unchanged and unlogged
-taken from the key's previous change in the batch, else from the table), and
+taken from the key's previous change in the batch, else from the table; at an
+UPDATE of the key, the old key's: pgshovel2.sparkjobs.carry), and
 MERGEs it: deletes, updates, inserts; a TRUNCATE in the batch also deletes
 every row the batch does not write after it (WHEN NOT MATCHED BY SOURCE).
 A batch carrying a newer set version (DDL) first evolves the Iceberg table
@@ -28,12 +29,12 @@ from pgshovel2.bootstrap.manifest import BootstrapError, Manifest
 from pgshovel2.catalog import Table
 from pgshovel2.codec import spark as spark_codec
 from pgshovel2.consumer.decode import Decoder
-from pgshovel2.sparkjobs import changes, evolve, iceberg
+from pgshovel2.sparkjobs import carry, changes, evolve, iceberg
+from pgshovel2.sparkjobs.carry import KEEP
 from pgshovel2.sparkjobs.materialize import MaterializeOptions, _Job
 from pgshovel2.sparkjobs.session import require_class
 
 log = logging.getLogger(__name__)
-KEEP = "__pgshovel_keep_"  # + column index: true when the batch did not log that column's value
 
 
 def run(spark, options: MaterializeOptions, catalog: iceberg.Catalog) -> None:
@@ -117,40 +118,65 @@ class IcebergJob(_Job):
                 if iceberg.committed(self.spark, target, self.checkpoint, batch_id):
                     log.info("%s: micro-batch %d was merged before a restart: skipping it", target, batch_id)
                     continue
-                read_as, cols, defaults = shape.of(table, t.topic, target)
-                latest = self._latest(read_as, cols, t.topic, batch, truncated.get(t.topic))
-                if t.topic not in truncated and latest.isEmpty():
-                    continue
-                dropped = evolve.evolve(self.spark, target, cols, defaults)
-                view = f"pgshovel_batch_{abs(hash(target))}"
-                latest.createOrReplaceTempView(view)
-                statement = merge_sql(table, cols, dropped, target, view, t.topic in truncated)
-                iceberg.run_with_summary(self.spark, statement, summary)
-                self.spark.catalog.dropTempView(view)
+                self._merge_table(table, t.topic, batch, shape, truncated.get(t.topic), summary)
         finally:
             batch.unpersist()
         log.info("merged micro-batch %d", batch_id)
 
-    def _latest(self, table: Table, cols: list, topic: str, batch, truncated_at: str | None):
-        """The batch's last change per key: logical columns (cols: _Shapes.of), KEEP flags, op and
-        position. table: as the batch's newest set version defines it (JSON sets)."""
-        from pyspark.sql import Window
+    def _merge_table(self, table: Table, topic: str, batch, shape: "_Shapes", truncated_at: str | None,
+                     summary: dict[str, str]) -> None:
+        """One table's MERGE of the batch (none when the batch holds no change of it)."""
         from pyspark.sql import functions as sf
 
-        rows = changes.change_frame(self.spark, batch, topic, table, cols, self.options.registry_url,
+        target = self.ident(table)
+        read_as, cols, defaults = shape.of(table, topic, target)
+        rows = changes.change_frame(self.spark, batch, topic, read_as, cols, self.options.registry_url,
                                     str(self.manifest.handoff_point), self.copied, *self.wire)
         if truncated_at is not None:
             rows = rows.filter(sf.col(changes.POSITION) > truncated_at)
+        rows = rows.persist()
+        try:
+            if truncated_at is None and rows.isEmpty():
+                return
+            dropped = evolve.evolve(self.spark, target, cols, defaults)
+            latest = self._latest(read_as, cols, rows, None if truncated_at is not None else target)
+            view = f"pgshovel_batch_{abs(hash(target))}"
+            latest.createOrReplaceTempView(view)
+            statement = merge_sql(table, cols, dropped, target, view, truncated_at is not None)
+            iceberg.run_with_summary(self.spark, statement, summary)
+            self.spark.catalog.dropTempView(view)
+        finally:
+            rows.unpersist()
+
+    def _latest(self, table: Table, cols: list, rows, target: str | None):
+        """The batch's last change per key: logical columns (cols: _Shapes.of), KEEP flags, op and
+        position. table: as the batch's newest set version defines it (JSON sets); rows: its
+        decoded changes (changes.change_frame, persisted); target: the Iceberg table lending the
+        old keys' values to UPDATEs of the key (pgshovel2.sparkjobs.carry), None after a TRUNCATE."""
+        from pyspark.sql import Window
+        from pyspark.sql import functions as sf
+
+        lenders = None if target is None else (lambda olds: self._lenders(target, cols, rows.schema, olds))
+        filled = carry.fill(rows, list(table.key), cols, lenders=lenders)
         keys = [sf.col(spark_codec.quote(k)) for k in table.key]
-        history = (Window.partitionBy(*keys).orderBy(sf.col(changes.POSITION), sf.col(changes.OFFSET))
-                   .rowsBetween(Window.unboundedPreceding, Window.currentRow))
-        for i, c in enumerate(cols):
-            q = spark_codec.quote(c.name)
-            logged = sf.when(~sf.array_contains(sf.col(changes.UNCHANGED), c.name), sf.struct(sf.col(q).alias("v")))
-            last = sf.last(logged, ignorenulls=True).over(history)
-            rows = rows.withColumn(f"{KEEP}{i}", last.isNull()).withColumn(c.name, last["v"])
         order = Window.partitionBy(*keys).orderBy(sf.col(changes.POSITION).desc(), sf.col(changes.OFFSET).desc())
-        return rows.withColumn("__rank", sf.row_number().over(order)).filter("__rank = 1").drop("__rank")
+        return filled.withColumn("__rank", sf.row_number().over(order)).filter("__rank = 1").drop("__rank")
+
+    def _lenders(self, target: str, cols: list, schema, olds):
+        """target's rows of the keys in olds, as change rows (op r, offset -1); a column target
+        lacks is listed unchanged (no value to lend)."""
+        from pyspark.sql import functions as sf
+
+        q = spark_codec.quote
+        state = self.spark.table(target)
+        have = set(state.columns)
+        picked = state.join(olds, on=[c for c in olds.columns], how="left_semi")
+        missing = [c.name for c in cols if c.name not in have]
+        values = [sf.col(q(c.name)) if c.name in have else sf.lit(None).cast(schema[c.name].dataType).alias(c.name)
+                  for c in cols]
+        return picked.select(*values, sf.lit("r").alias(changes.OP), sf.col(changes.POSITION),
+                             sf.lit(-1).cast("long").alias(changes.OFFSET),
+                             sf.array(*[sf.lit(n) for n in missing]).cast("array<string>").alias(changes.UNCHANGED))
 
 
 class _Shapes:

@@ -28,7 +28,7 @@ from pgshovel2.cluster import ClusterStore
 from pgshovel2.codec import spark as spark_codec
 from pgshovel2.consumer.topics import SetTopics
 from pgshovel2.setrecord import SetRecord
-from pgshovel2.sparkjobs import changes
+from pgshovel2.sparkjobs import carry, changes
 from pgshovel2.sparkjobs.bootstrap import table_dir
 from pgshovel2.sparkjobs.session import require_class
 
@@ -164,8 +164,14 @@ class _Job:
             shutil.rmtree(target, ignore_errors=True)
             for t in self.topics.tables:
                 table = self.tables[(t.schema, t.name)]
-                rows = self._apply(table, t.topic, batch, current, truncated.get(t.topic))
-                rows.write.parquet(str(target / "tables" / table_dir(t.schema, t.name)))
+                stream = changes.change_frame(self.spark, batch, t.topic, table, spark_codec.columns(table),
+                                              self.options.registry_url, str(self.manifest.handoff_point),
+                                              self.copied, *self.wire).persist()
+                try:
+                    rows = self._apply(table, stream, current, truncated.get(t.topic))
+                    rows.write.parquet(str(target / "tables" / table_dir(t.schema, t.name)))
+                finally:
+                    stream.unpersist()
         finally:
             batch.unpersist()
         self._switch(target)
@@ -193,18 +199,18 @@ class _Job:
         base = self.spark.read.parquet(self.manifest.table_path(self.options.bootstrap, copy))
         return base.withColumn(changes.POSITION, sf.lit(""))
 
-    def _apply(self, table: Table, topic: str, batch, current: Path | None, truncated_at: str | None):
-        """Latest row per key by (position, offset); tombstones and rows before a TRUNCATE removed."""
+    def _apply(self, table: Table, stream, current: Path | None, truncated_at: str | None):
+        """Latest row per key by (position, offset) of the state and stream (the table's decoded
+        changes: changes.change_frame), unlogged values carried (pgshovel2.sparkjobs.carry);
+        tombstones and rows before a TRUNCATE removed."""
         from pyspark.sql import Window
         from pyspark.sql import functions as sf
 
         cols = spark_codec.columns(table)
-        stream = changes.change_frame(self.spark, batch, topic, table, cols, self.options.registry_url,
-                                      str(self.manifest.handoff_point), self.copied, *self.wire)
         base = (self._base(table, current).withColumn(changes.OP, sf.lit("r")).withColumn(changes.OFFSET, sf.lit(-1))
                 .withColumn(changes.UNCHANGED, sf.array().cast("array<string>")))
+        both = carry.fill(stream, list(table.key), cols, base=base)
         keys = [sf.col(spark_codec.quote(k)) for k in table.key]
-        both = _fill_unchanged(base.unionByName(stream), keys, cols)
         order = Window.partitionBy(*keys).orderBy(sf.col(changes.POSITION).desc(), sf.col(changes.OFFSET).desc())
         latest = both.withColumn("__rank", sf.row_number().over(order)).filter("__rank = 1")
         latest = latest.filter(sf.col(changes.OP) != "d")
@@ -222,18 +228,3 @@ class _Job:
             if old != target:
                 shutil.rmtree(old, ignore_errors=True)
 
-
-def _fill_unchanged(rows, keys: list, cols: list):
-    """rows with each value an UPDATE left unchanged and unlogged (listed in changes.UNCHANGED)
-    replaced by the key's previous value of that column (by position, offset): the last row that
-    logged it (a struct, so a logged NULL counts as a value)."""
-    from pyspark.sql import Window
-    from pyspark.sql import functions as sf
-
-    history = (Window.partitionBy(*keys).orderBy(sf.col(changes.POSITION), sf.col(changes.OFFSET))
-               .rowsBetween(Window.unboundedPreceding, Window.currentRow))
-    for c in cols:
-        q = spark_codec.quote(c.name)
-        logged = sf.when(~sf.array_contains(sf.col(changes.UNCHANGED), c.name), sf.struct(sf.col(q).alias("v")))
-        rows = rows.withColumn(c.name, sf.last(logged, ignorenulls=True).over(history)["v"])
-    return rows

@@ -1,0 +1,135 @@
+"""Values an UPDATE left unchanged and unlogged, carried from the row's previous values, for the
+materialize jobs (header ``pgshovel.unchanged``, docs/wire.rst; changes.UNCHANGED).
+
+An UPDATE that keeps its key takes each such value from the key's last change that logged it
+(by position, offset). An UPDATE of the key arrives as the old key's delete and the new key's
+create at one position (the create lists the unchanged columns): those values are the old key's
+just before that delete. Each such *move* gets a carried row: the new key, at the create's
+position and offset, ordered just before the create, holding the old key's values. A chain of
+moves in one batch (A to B, then B to C) resolves one link per round; rounds go on until one
+resolves nothing more. A value no round can find (the old key's delete is not in the batch, or
+the old key was never seen) stops the job rather than being written as null.
+
+Each logged value is a struct ``(v, k)``: ``k`` false for a delete's non-key columns, so the values
+of a key's earlier life never reach a later create through a delete.
+"""
+
+from collections.abc import Callable
+
+from pgshovel2.codec import spark as spark_codec
+from pgshovel2.consumer.errors import ConsumerError
+from pgshovel2.sparkjobs.changes import OFFSET, OP, POSITION, UNCHANGED
+
+KEEP = "__pgshovel_keep_"  # + column index: true when no earlier row of the key logged that column
+SEQ = "__pgshovel_seq"  # 0: a carried row (just before its create), 1: every other row
+LEND = "__pgshovel_lend"  # true: a row that only lends values (carried rows, lenders), left out at the end
+PREV = "__pgshovel_prev_"  # + column index: the value before this row (used at deletes)
+MISSING = "__pgshovel_missing"  # a carried row's unchanged columns whose old values were not found
+
+
+def fill(changes, key: list[str], cols: list[spark_codec.SparkColumn], base=None,
+         lenders: Callable | None = None):
+    """changes: one table's change rows (cols' logical columns, OP, POSITION, OFFSET, UNCHANGED;
+    changes.change_frame), persisted by the caller (they are read more than once); base: rows of
+    the same columns that stand with the changes (the Parquet job's current state), or None;
+    lenders: old keys (a DataFrame of the key columns) -> rows of the same columns holding those
+    keys' values before the batch (the Iceberg table's rows), only lending values. Returns the
+    rows of changes and base, each value replaced by the row's value after that change (the
+    unlogged ones filled), plus ``KEEP<i>`` per column i of cols: true where nothing earlier in
+    the rows logged that column's value. Raises ConsumerError when an UPDATE of the key's
+    unchanged values cannot be found."""
+    from pyspark.sql import functions as sf
+
+    rows = _tagged(changes if base is None else base.unionByName(changes), 1, False)
+    moves = changes.filter((sf.col(OP) == "c") & (sf.size(UNCHANGED) > 0))
+    if moves.isEmpty():
+        return _finish(_filled(rows, key, cols, before=False), cols)
+    if lenders is not None:
+        olds = changes.filter(sf.col(OP) == "d").join(moves.select(POSITION), POSITION, "left_semi")
+        rows = rows.unionByName(_tagged(lenders(olds.select(*[spark_codec.quote(k) for k in key])), 1, True))
+    carried, missing = None, None
+    while True:
+        filled = _filled(rows if carried is None else rows.unionByName(carried.drop(MISSING)), key, cols, before=True)
+        if missing == 0:
+            break
+        nxt = _carried(filled, moves, key, cols).localCheckpoint()
+        count = nxt.select(sf.sum(sf.size(MISSING))).first()[0] or 0
+        if count == missing:  # no progress: filled already holds these values
+            break
+        carried, missing = nxt, count
+    if missing:
+        _refuse(carried)
+    return _finish(filled, cols)
+
+
+def _tagged(rows, seq: int, lend: bool):
+    from pyspark.sql import functions as sf
+
+    return rows.withColumn(SEQ, sf.lit(seq)).withColumn(LEND, sf.lit(lend))
+
+
+def _filled(rows, key: list[str], cols: list, before: bool):
+    """rows with each column's value after the row (KEEP<i>: none logged yet), and with before,
+    PREV<i>: the (v, k) struct before the row."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as sf
+
+    keys = [sf.col(spark_codec.quote(k)) for k in key]
+    order = Window.partitionBy(*keys).orderBy(sf.col(POSITION), sf.col(OFFSET), sf.col(SEQ))
+    upto = order.rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    earlier = order.rowsBetween(Window.unboundedPreceding, -1)
+    deleted = sf.col(OP) == "d"
+    for i, c in enumerate(cols):
+        q = spark_codec.quote(c.name)
+        known = sf.lit(True) if c.name in key else ~deleted
+        value = sf.col(q) if c.name in key else sf.when(~deleted, sf.col(q))
+        logged = sf.when(~sf.array_contains(sf.col(UNCHANGED), c.name),
+                         sf.struct(value.alias("v"), known.alias("k")))
+        if before:
+            rows = rows.withColumn(f"{PREV}{i}", sf.last(logged, ignorenulls=True).over(earlier))
+        last = sf.last(logged, ignorenulls=True).over(upto)
+        rows = rows.withColumn(f"{KEEP}{i}", last.isNull()).withColumn(c.name, last["v"])
+    return rows
+
+
+def _carried(filled, moves, key: list[str], cols: list):
+    """The carried row of each move: the create's key, position and offset, the old key's values
+    before its delete (at the same position), UNCHANGED: the columns without one, MISSING: those
+    of them the create needs."""
+    from pyspark.sql import functions as sf
+
+    q = spark_codec.quote
+    others = [(i, c) for i, c in enumerate(cols) if c.name not in key]
+    before = (filled.filter((sf.col(OP) == "d") & ~sf.col(LEND))
+              .select(POSITION, *[sf.col(f"{PREV}{i}").alias(f"__p{i}") for i, _ in others]))
+    joined = moves.select(*[q(k) for k in key], POSITION, OFFSET, sf.col(UNCHANGED).alias("__want")) \
+        .join(before, POSITION, "left")
+    unknown = {c.name: sf.col(f"__p{i}").isNull() | ~sf.col(f"__p{i}")["k"] for i, c in others}
+    values = {c.name: sf.col(f"__p{i}")["v"] for i, c in others}
+    names = [sf.when(unknown[c.name], sf.lit(c.name)) for _, c in others]
+    unchanged = sf.filter(sf.array(*names), lambda n: n.isNotNull()) if names else sf.array()
+    out = joined.select(
+        *[q(k) for k in key], *[values[c.name].alias(c.name) for _, c in others],
+        sf.lit("r").alias(OP), POSITION, OFFSET, unchanged.cast("array<string>").alias(UNCHANGED),
+        sf.lit(0).alias(SEQ), sf.lit(True).alias(LEND), "__want")
+    return out.withColumn(MISSING, sf.array_intersect(sf.col(UNCHANGED), sf.col("__want"))).drop("__want")
+
+
+def _refuse(carried) -> None:
+    """Raise ConsumerError naming one move whose unchanged values were not found."""
+    from pyspark.sql import functions as sf
+
+    row = carried.filter(sf.size(MISSING) > 0).first()
+    raise ConsumerError(
+        f"the UPDATE of the key at position {row[POSITION]} left columns {list(row[MISSING])} unchanged and "
+        "unlogged, and the old key's values are not in this micro-batch or the state (its delete at the same "
+        "position was not read with it, or the old key was never seen); set REPLICA IDENTITY FULL on the table "
+        "to log every value")
+
+
+def _finish(filled, cols: list):
+    """filled without the lending rows and the helper columns."""
+    from pyspark.sql import functions as sf
+
+    helpers = [SEQ, LEND] + [f"{PREV}{i}" for i in range(len(cols)) if f"{PREV}{i}" in filled.columns]
+    return filled.filter(~sf.col(LEND)).drop(*helpers)
