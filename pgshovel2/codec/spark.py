@@ -108,7 +108,8 @@ def columns(table: Table) -> list[SparkColumn]:
     out = []
     for col in table.columns:
         physical, convert, sql = _spark_type(field_type(col).avro)
-        out.append(SparkColumn(col.name, names.avro_name(col.name), physical, convert, sql, col.nullable))
+        out.append(SparkColumn(col.name, names.avro_name(col.name), physical, convert, sql, col.nullable,
+                               tuple(names.avro_name(a) for a in col.aliases)))
     return out
 
 

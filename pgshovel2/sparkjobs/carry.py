@@ -27,9 +27,8 @@ PREV = "__pgshovel_prev_"  # + column index: the value before this row (used at 
 MISSING = "__pgshovel_missing"  # a carried row's unchanged columns whose old values were not found
 
 
-def fill(changes, key: list[str], cols: list[spark_codec.SparkColumn], base=None,
-         lenders: Callable | None = None):
-    """changes: one table's change rows (cols' logical columns, OP, POSITION, OFFSET, UNCHANGED;
+def fill(changes, key: list[str], cols: list[str], base=None, lenders: Callable | None = None):
+    """changes: one table's change rows (logical columns named cols, OP, POSITION, OFFSET, UNCHANGED;
     changes.change_frame), persisted by the caller (they are read more than once); base: rows of
     the same columns that stand with the changes (the Parquet job's current state), or None;
     lenders: old keys (a DataFrame of the key columns) -> rows of the same columns holding those
@@ -68,7 +67,7 @@ def _tagged(rows, seq: int, lend: bool):
     return rows.withColumn(SEQ, sf.lit(seq)).withColumn(LEND, sf.lit(lend))
 
 
-def _filled(rows, key: list[str], cols: list, before: bool):
+def _filled(rows, key: list[str], cols: list[str], before: bool):
     """rows with each column's value after the row (KEEP<i>: none logged yet), and with before,
     PREV<i>: the (v, k) struct before the row."""
     from pyspark.sql import Window
@@ -80,36 +79,36 @@ def _filled(rows, key: list[str], cols: list, before: bool):
     earlier = order.rowsBetween(Window.unboundedPreceding, -1)
     deleted = sf.col(OP) == "d"
     for i, c in enumerate(cols):
-        q = spark_codec.quote(c.name)
-        known = sf.lit(True) if c.name in key else ~deleted
-        value = sf.col(q) if c.name in key else sf.when(~deleted, sf.col(q))
-        logged = sf.when(~sf.array_contains(sf.col(UNCHANGED), c.name),
+        q = spark_codec.quote(c)
+        known = sf.lit(True) if c in key else ~deleted
+        value = sf.col(q) if c in key else sf.when(~deleted, sf.col(q))
+        logged = sf.when(~sf.array_contains(sf.col(UNCHANGED), c),
                          sf.struct(value.alias("v"), known.alias("k")))
         if before:
             rows = rows.withColumn(f"{PREV}{i}", sf.last(logged, ignorenulls=True).over(earlier))
         last = sf.last(logged, ignorenulls=True).over(upto)
-        rows = rows.withColumn(f"{KEEP}{i}", last.isNull()).withColumn(c.name, last["v"])
+        rows = rows.withColumn(f"{KEEP}{i}", last.isNull()).withColumn(c, last["v"])
     return rows
 
 
-def _carried(filled, moves, key: list[str], cols: list):
+def _carried(filled, moves, key: list[str], cols: list[str]):
     """The carried row of each move: the create's key, position and offset, the old key's values
     before its delete (at the same position), UNCHANGED: the columns without one, MISSING: those
     of them the create needs."""
     from pyspark.sql import functions as sf
 
     q = spark_codec.quote
-    others = [(i, c) for i, c in enumerate(cols) if c.name not in key]
+    others = [(i, c) for i, c in enumerate(cols) if c not in key]
     before = (filled.filter((sf.col(OP) == "d") & ~sf.col(LEND))
               .select(POSITION, *[sf.col(f"{PREV}{i}").alias(f"__p{i}") for i, _ in others]))
     joined = moves.select(*[q(k) for k in key], POSITION, OFFSET, sf.col(UNCHANGED).alias("__want")) \
         .join(before, POSITION, "left")
-    unknown = {c.name: sf.col(f"__p{i}").isNull() | ~sf.col(f"__p{i}")["k"] for i, c in others}
-    values = {c.name: sf.col(f"__p{i}")["v"] for i, c in others}
-    names = [sf.when(unknown[c.name], sf.lit(c.name)) for _, c in others]
+    unknown = {c: sf.col(f"__p{i}").isNull() | ~sf.col(f"__p{i}")["k"] for i, c in others}
+    values = {c: sf.col(f"__p{i}")["v"] for i, c in others}
+    names = [sf.when(unknown[c], sf.lit(c)) for _, c in others]
     unchanged = sf.filter(sf.array(*names), lambda n: n.isNotNull()) if names else sf.array()
     out = joined.select(
-        *[q(k) for k in key], *[values[c.name].alias(c.name) for _, c in others],
+        *[q(k) for k in key], *[values[c].alias(c) for _, c in others],
         sf.lit("r").alias(OP), POSITION, OFFSET, unchanged.cast("array<string>").alias(UNCHANGED),
         sf.lit(0).alias(SEQ), sf.lit(True).alias(LEND), "__want")
     return out.withColumn(MISSING, sf.array_intersect(sf.col(UNCHANGED), sf.col("__want"))).drop("__want")
@@ -127,7 +126,7 @@ def _refuse(carried) -> None:
         "to log every value")
 
 
-def _finish(filled, cols: list):
+def _finish(filled, cols: list[str]):
     """filled without the lending rows and the helper columns."""
     from pyspark.sql import functions as sf
 

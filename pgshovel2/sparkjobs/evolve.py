@@ -18,6 +18,7 @@ Each statement is its own Iceberg commit, made before the MERGE; a restart finds
 already evolved and goes on (the statements are chosen by comparing names, so none repeats).
 """
 
+import dataclasses
 import logging
 from typing import Any
 
@@ -50,12 +51,30 @@ def batch_schemas(batch) -> dict[str, list[int]]:
     return out
 
 
-def batch_versions(batch) -> dict[str, int]:
-    """Topic -> the newest set version (header ``pgshovel.version``) of the batch's values (a
-    Kafka micro-batch DataFrame with topic, value, headers): a JSON set's columns come from it."""
+def batch_versions(batch) -> dict[str, list[int]]:
+    """Topic -> the set versions (header ``pgshovel.version``) of the batch's values, oldest first (a
+    Kafka micro-batch DataFrame with topic, value, headers): a JSON set's columns come from them."""
     rows = (batch.filter("value IS NOT NULL").selectExpr("topic", f"{_VERSION_SQL} AS version")
-            .groupBy("topic").max("version").collect())
-    return {r[0]: r[1] for r in rows}
+            .distinct().collect())
+    out: dict[str, list[int]] = {}
+    for row in sorted(rows, key=lambda r: r["version"]):
+        out.setdefault(row["topic"], []).append(row["version"])
+    return out
+
+
+def versions_table(tables: list[Table]) -> Table:
+    """The table a batch of several set versions is read as (tables: the table as each defines it,
+    oldest first): the newest's columns, then the older columns it dropped (their values still
+    arrive in the batch's earlier rows), as batch_columns does for Avro."""
+    newest = tables[-1]
+    known = {c.name for c in newest.columns} | {a for c in newest.columns for a in c.aliases}
+    extra = []
+    for older in reversed(tables[:-1]):
+        for col in older.columns:
+            if col.name not in known:
+                extra.append(dataclasses.replace(col, nullable=True))  # absent from the newer rows
+                known.add(col.name)
+    return dataclasses.replace(newest, columns=newest.columns + tuple(extra)) if extra else newest
 
 
 def _row_schema(schema: dict[str, Any], envelope: str) -> dict[str, Any]:
@@ -86,32 +105,46 @@ def _fields(spark, target: str) -> dict[str, Any]:
     return {f.name: f for f in spark.table(target).schema.fields if f.name != changes.POSITION}
 
 
-def evolve(spark, target: str, cols: list[spark_codec.SparkColumn], defaults: dict[str, Any]) -> list[str]:
-    """Rename or add the Iceberg columns that cols (batch_columns) hold and target lacks; returns
-    the Iceberg columns cols do not hold (dropped: set to null by the batch's updates).
-    defaults: Avro default per column name of the newest schema (a non-null one is refused).
-    Raises BootstrapError for a NOT NULL column added with a default."""
-    existing = _fields(spark, target)
+def plan(existing: list[str], cols: list[spark_codec.SparkColumn], defaults: dict[str, Any],
+         where: str) -> tuple[dict[str, str], list[spark_codec.SparkColumn]]:
+    """(renames: former column name -> new name, added: the columns to add) that make a table of
+    columns existing hold cols (batch_columns): a column of cols whose former name (Avro aliases)
+    is an existing column cols do not carry is a rename, any other new one is added. defaults:
+    Avro default per column name of the newest schema. Raises BootstrapError (naming where) for a
+    column added NOT NULL with a default."""
     carried = {c.name for c in cols}
+    renames: dict[str, str] = {}
+    added = []
     for col in cols:
         if col.name in existing:
             continue
-        former = next((n for n in existing if n not in carried and names.avro_name(n) in col.aliases), None)
+        former = next((n for n in existing if n not in carried and n not in renames
+                       and names.avro_name(n) in col.aliases), None)
         if former is not None:
-            spark.sql(f"ALTER TABLE {target} RENAME COLUMN {spark_codec.quote(former)} TO "
-                      f"{spark_codec.quote(col.name)}")
-            log.info("%s: column %s renamed to %s", target, former, col.name)
-            existing = _fields(spark, target)
+            renames[former] = col.name
             continue
         if defaults.get(col.name) is not None:
-            raise BootstrapError(f"{target}: column {col.name!r} was added NOT NULL with default "
-                                 f"{defaults[col.name]!r}; materialize --format iceberg cannot give the older "
-                                 "rows that default yet (add it nullable, then SET NOT NULL)")
+            raise BootstrapError(f"{where}: column {col.name!r} was added NOT NULL with default "
+                                 f"{defaults[col.name]!r}; materialize cannot give the older rows that "
+                                 "default yet (add it nullable, then SET NOT NULL)")
+        added.append(col)
+    return renames, added
+
+
+def evolve(spark, target: str, cols: list[spark_codec.SparkColumn], defaults: dict[str, Any]) -> list[str]:
+    """Rename or add the Iceberg columns that cols (batch_columns) hold and target lacks (:func:`plan`);
+    returns the Iceberg columns cols do not hold (dropped: set to null by the batch's updates).
+    Raises BootstrapError for a NOT NULL column added with a default."""
+    renames, added = plan(list(_fields(spark, target)), cols, defaults, target)
+    for former, new in renames.items():
+        spark.sql(f"ALTER TABLE {target} RENAME COLUMN {spark_codec.quote(former)} TO {spark_codec.quote(new)}")
+        log.info("%s: column %s renamed to %s", target, former, new)
+    for col in added:
         kind = _logical_type(spark, col)
         spark.sql(f"ALTER TABLE {target} ADD COLUMN {spark_codec.quote(col.name)} {kind}")
         log.info("%s: column %s %s added", target, col.name, kind)
-        existing = _fields(spark, target)
-    return [n for n in existing if n not in carried]
+    carried = {c.name for c in cols}
+    return [n for n in _fields(spark, target) if n not in carried]
 
 
 def _logical_type(spark, col: spark_codec.SparkColumn) -> str:

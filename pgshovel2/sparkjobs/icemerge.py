@@ -28,10 +28,9 @@ import os
 from pgshovel2.bootstrap.manifest import BootstrapError, Manifest
 from pgshovel2.catalog import Table
 from pgshovel2.codec import spark as spark_codec
-from pgshovel2.consumer.decode import Decoder
 from pgshovel2.sparkjobs import carry, changes, evolve, iceberg
 from pgshovel2.sparkjobs.carry import KEEP
-from pgshovel2.sparkjobs.materialize import MaterializeOptions, _Job
+from pgshovel2.sparkjobs.materialize import BatchShapes, MaterializeOptions, _Job
 from pgshovel2.sparkjobs.session import require_class
 
 log = logging.getLogger(__name__)
@@ -108,7 +107,7 @@ class IcebergJob(_Job):
         batch = batch.persist()
         try:
             truncated = self._truncations(batch)
-            shape = _Shapes(self, batch)
+            shape = BatchShapes(self, batch)
             ends = iceberg.batch_end_offsets(self.spark, self.options.checkpoint, batch_id)
             summary = {iceberg.CHECKPOINT_KEY: self.checkpoint, iceberg.BATCH_KEY: str(batch_id),
                        iceberg.END_OFFSETS_KEY: ends}
@@ -123,7 +122,7 @@ class IcebergJob(_Job):
             batch.unpersist()
         log.info("merged micro-batch %d", batch_id)
 
-    def _merge_table(self, table: Table, topic: str, batch, shape: "_Shapes", truncated_at: str | None,
+    def _merge_table(self, table: Table, topic: str, batch, shape: BatchShapes, truncated_at: str | None,
                      summary: dict[str, str]) -> None:
         """One table's MERGE of the batch (none when the batch holds no change of it)."""
         from pyspark.sql import functions as sf
@@ -149,7 +148,7 @@ class IcebergJob(_Job):
             rows.unpersist()
 
     def _latest(self, table: Table, cols: list, rows, target: str | None):
-        """The batch's last change per key: logical columns (cols: _Shapes.of), KEEP flags, op and
+        """The batch's last change per key: logical columns (cols: BatchShapes.of), KEEP flags, op and
         position. table: as the batch's newest set version defines it (JSON sets); rows: its
         decoded changes (changes.change_frame, persisted); target: the Iceberg table lending the
         old keys' values to UPDATEs of the key (pgshovel2.sparkjobs.carry), None after a TRUNCATE."""
@@ -157,7 +156,7 @@ class IcebergJob(_Job):
         from pyspark.sql import functions as sf
 
         lenders = None if target is None else (lambda olds: self._lenders(target, cols, rows.schema, olds))
-        filled = carry.fill(rows, list(table.key), cols, lenders=lenders)
+        filled = carry.fill(rows, list(table.key), [c.name for c in cols], lenders=lenders)
         keys = [sf.col(spark_codec.quote(k)) for k in table.key]
         order = Window.partitionBy(*keys).orderBy(sf.col(changes.POSITION).desc(), sf.col(changes.OFFSET).desc())
         return filled.withColumn("__rank", sf.row_number().over(order)).filter("__rank = 1").drop("__rank")
@@ -177,32 +176,6 @@ class IcebergJob(_Job):
         return picked.select(*values, sf.lit("r").alias(changes.OP), sf.col(changes.POSITION),
                              sf.lit(-1).cast("long").alias(changes.OFFSET),
                              sf.array(*[sf.lit(n) for n in missing]).cast("array<string>").alias(changes.UNCHANGED))
-
-
-class _Shapes:
-    """The columns each table's changes in one micro-batch carry. Avro: from the value schemas of
-    the batch (pgshovel2.sparkjobs.evolve; a Debezium envelope's row record). JSON: the table as
-    the batch's newest set version (header ``pgshovel.version``) defines it (IcebergJob.version_table)."""
-
-    def __init__(self, job: IcebergJob, batch):
-        self.job, (self.encoding, self.envelope) = job, job.wire
-        if self.encoding == "json":
-            self.versions = evolve.batch_versions(batch)
-        else:
-            self.schemas, self.decoder = evolve.batch_schemas(batch), Decoder(job.options.registry_url)
-
-    def of(self, table: Table, topic: str, target: str) -> tuple[Table, list, dict]:
-        """(table as its changes are read, their columns, Avro-style default per column name: a
-        NOT NULL column's default, refused by evolve.evolve when the column is new)."""
-        if self.encoding != "json":
-            ids = self.schemas.get(topic, [])
-            return (table, evolve.batch_columns(table, ids, self.decoder, self.envelope),
-                    evolve.newest_defaults(ids, self.decoder, f"the value schema of {target}", self.envelope))
-        if topic not in self.versions:  # deletes only: the key columns
-            return table, [c for c in spark_codec.columns(table) if c.name in table.key], {}
-        version = self.job.version_table(table, self.versions[topic])
-        defaults = {c.name: c.default for c in version.columns if not c.nullable}
-        return version, spark_codec.columns(version), defaults
 
 
 def merge_sql(table: Table, cols: list, dropped: list[str], target: str, source: str, truncated: bool) -> str:

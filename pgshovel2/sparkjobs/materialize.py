@@ -26,9 +26,10 @@ from pgshovel2.bootstrap.manifest import BootstrapError, Manifest
 from pgshovel2.catalog import Table
 from pgshovel2.cluster import ClusterStore
 from pgshovel2.codec import spark as spark_codec
+from pgshovel2.consumer.decode import Decoder
 from pgshovel2.consumer.topics import SetTopics
 from pgshovel2.setrecord import SetRecord
-from pgshovel2.sparkjobs import carry, changes
+from pgshovel2.sparkjobs import carry, changes, evolve
 from pgshovel2.sparkjobs.bootstrap import table_dir
 from pgshovel2.sparkjobs.session import require_class
 
@@ -162,13 +163,16 @@ class _Job:
             truncated = self._truncations(batch)
             target = self.output / f"state-{batch_id:010d}"
             shutil.rmtree(target, ignore_errors=True)
+            shape = BatchShapes(self, batch)
             for t in self.topics.tables:
                 table = self.tables[(t.schema, t.name)]
-                stream = changes.change_frame(self.spark, batch, t.topic, table, spark_codec.columns(table),
-                                              self.options.registry_url, str(self.manifest.handoff_point),
-                                              self.copied, *self.wire).persist()
+                read_as, cols, defaults = shape.of(table, t.topic, table.qualified)
+                stream = changes.change_frame(self.spark, batch, t.topic, read_as, cols, self.options.registry_url,
+                                              str(self.manifest.handoff_point), self.copied, *self.wire).persist()
                 try:
-                    rows = self._apply(table, stream, current, truncated.get(t.topic))
+                    base = self._base(table, current)
+                    base, stream, names = _conform(base, stream, cols, defaults, table.qualified)
+                    rows = self._apply(table, names, base, stream, truncated.get(t.topic))
                     rows.write.parquet(str(target / "tables" / table_dir(t.schema, t.name)))
                 finally:
                     stream.unpersist()
@@ -199,24 +203,24 @@ class _Job:
         base = self.spark.read.parquet(self.manifest.table_path(self.options.bootstrap, copy))
         return base.withColumn(changes.POSITION, sf.lit(""))
 
-    def _apply(self, table: Table, stream, current: Path | None, truncated_at: str | None):
-        """Latest row per key by (position, offset) of the state and stream (the table's decoded
-        changes: changes.change_frame), unlogged values carried (pgshovel2.sparkjobs.carry);
-        tombstones and rows before a TRUNCATE removed."""
+    def _apply(self, table: Table, names: list[str], base, stream, truncated_at: str | None):
+        """Latest row per key by (position, offset) of the state base and stream (the table's
+        decoded changes: changes.change_frame), both of columns names (:func:`_conform`),
+        unlogged values carried (pgshovel2.sparkjobs.carry); tombstones and rows before a TRUNCATE
+        removed."""
         from pyspark.sql import Window
         from pyspark.sql import functions as sf
 
-        cols = spark_codec.columns(table)
-        base = (self._base(table, current).withColumn(changes.OP, sf.lit("r")).withColumn(changes.OFFSET, sf.lit(-1))
+        base = (base.withColumn(changes.OP, sf.lit("r")).withColumn(changes.OFFSET, sf.lit(-1).cast("long"))
                 .withColumn(changes.UNCHANGED, sf.array().cast("array<string>")))
-        both = carry.fill(stream, list(table.key), cols, base=base)
+        both = carry.fill(stream, list(table.key), names, base=base)
         keys = [sf.col(spark_codec.quote(k)) for k in table.key]
         order = Window.partitionBy(*keys).orderBy(sf.col(changes.POSITION).desc(), sf.col(changes.OFFSET).desc())
         latest = both.withColumn("__rank", sf.row_number().over(order)).filter("__rank = 1")
         latest = latest.filter(sf.col(changes.OP) != "d")
         if truncated_at is not None:
             latest = latest.filter(sf.col(changes.POSITION) > truncated_at)
-        return latest.select(*[sf.col(spark_codec.quote(c.name)) for c in cols], changes.POSITION)
+        return latest.select(*[sf.col(spark_codec.quote(n)) for n in names], changes.POSITION)
 
     def _switch(self, target: Path) -> None:
         """Point CURRENT at target (atomic rename), then delete the other states."""
@@ -228,3 +232,48 @@ class _Job:
             if old != target:
                 shutil.rmtree(old, ignore_errors=True)
 
+
+def _conform(base, stream, cols: list[spark_codec.SparkColumn], defaults: dict, where: str):
+    """(base, stream, names): the state base (its columns + POSITION) and the batch's changes of a
+    table (cols: BatchShapes.of) made to hold the same columns, names: the state's columns in
+    order (renamed as the batch's set version renamed them), then the columns the batch adds. A
+    column the batch does not carry (dropped by DDL; or every non-key column of a batch with only
+    deletes) is null in its rows. Raises BootstrapError as evolve.plan."""
+    from pyspark.sql import functions as sf
+
+    renames, added = evolve.plan([n for n in base.columns if n != changes.POSITION], cols, defaults, where)
+    base = base.withColumnsRenamed(renames) if renames else base
+    for col in added:
+        base = base.withColumn(col.name, sf.lit(None).cast(stream.schema[col.name].dataType))
+    names = [n for n in base.columns if n != changes.POSITION]
+    for name in names:
+        if name not in stream.columns:
+            stream = stream.withColumn(name, sf.lit(None).cast(base.schema[name].dataType))
+    return base, stream, names
+
+
+class BatchShapes:
+    """The columns each table's changes in one micro-batch carry. Avro: from the value schemas of
+    the batch (pgshovel2.sparkjobs.evolve; a Debezium envelope's row record). JSON: the table as
+    the batch's newest set version (header ``pgshovel.version``) defines it (_Job.version_table),
+    plus the columns of its older versions that the newest dropped (evolve.versions_table)."""
+
+    def __init__(self, job: "_Job", batch):
+        self.job, (self.encoding, self.envelope) = job, job.wire
+        if self.encoding == "json":
+            self.versions = evolve.batch_versions(batch)
+        else:
+            self.schemas, self.decoder = evolve.batch_schemas(batch), Decoder(job.options.registry_url)
+
+    def of(self, table: Table, topic: str, target: str) -> tuple[Table, list, dict]:
+        """(table as its changes are read, their columns, Avro-style default per column name: a
+        NOT NULL column's default, refused by evolve.plan when the column is new)."""
+        if self.encoding != "json":
+            ids = self.schemas.get(topic, [])
+            return (table, evolve.batch_columns(table, ids, self.decoder, self.envelope),
+                    evolve.newest_defaults(ids, self.decoder, f"the value schema of {target}", self.envelope))
+        if topic not in self.versions:  # deletes only: the key columns
+            return table, [c for c in spark_codec.columns(table) if c.name in table.key], {}
+        version = evolve.versions_table([self.job.version_table(table, v) for v in self.versions[topic]])
+        defaults = {c.name: c.default for c in version.columns if not c.nullable}
+        return version, spark_codec.columns(version), defaults

@@ -4,16 +4,11 @@ delete, through chains, never across a delete; a value found nowhere stops with 
 
 import pytest
 
-from pgshovel2.catalog import Column, Table
-from pgshovel2.codec import spark as spark_codec
 from pgshovel2.consumer.errors import ConsumerError
 from pgshovel2.sparkjobs import carry
 from pgshovel2.sparkjobs.changes import OFFSET, OP, POSITION, UNCHANGED
 
-TABLE = Table("s", "t", (Column("id", 1, "integer", "int4", False, False),
-                         Column("n", 2, "integer", "int4", False, True),
-                         Column("big", 3, "text", "text", False, True)), ("id",), "primary key")
-COLS = spark_codec.columns(TABLE)
+NAMES = ["id", "n", "big"]
 SCHEMA = f"id int, n int, big string, {OP} string, {POSITION} string, {OFFSET} long, {UNCHANGED} array<string>"
 
 
@@ -48,7 +43,7 @@ def test_moves_chains_and_deletes(spark):
         (8, None, None, "d", _p(7), 1, []),
         (9, 5, None, "c", _p(7), 2, ["big"]),
     ]
-    got = _after(carry.fill(_frame(spark, rows), ["id"], COLS))
+    got = _after(carry.fill(_frame(spark, rows), ["id"], NAMES))
     assert got[(1, _p(2))][1:3] == (1, "A")
     assert got[(2, _p(3))][1:3] == (2, "A")
     assert got[(3, _p(4))][1:3] == (3, "A") and got[(3, _p(5))][1:3] == (4, "A")
@@ -62,24 +57,24 @@ def test_values_before_the_batch(spark):
     in the base (Parquet) or lent (Iceberg) gives its value."""
     changes = _frame(spark, [(5, 1, None, "u", _p(2), 0, ["big"]),
                              (6, None, None, "d", _p(3), 0, []), (60, 6, None, "c", _p(3), 1, ["big"])])
-    alone = _after(carry.fill(changes.filter("id = 5"), ["id"], COLS))
+    alone = _after(carry.fill(changes.filter("id = 5"), ["id"], NAMES))
     assert alone[(5, _p(2))][3] == (False, False, True)
     base = _frame(spark, [(6, 0, "SIX", "r", "", -1, []), (5, 0, "FIVE", "r", "", -1, [])])
-    with_base = _after(carry.fill(changes, ["id"], COLS, base=base))
+    with_base = _after(carry.fill(changes, ["id"], NAMES, base=base))
     assert with_base[(60, _p(3))][1:3] == (6, "SIX") and with_base[(5, _p(2))][1:3] == (1, "FIVE")
     assert (6, "") in with_base  # base rows stand with the changes
 
     def lenders(olds):
         assert sorted(r["id"] for r in olds.collect()) == [6]
         return base.filter("id = 6")
-    lent = _after(carry.fill(changes, ["id"], COLS, lenders=lenders))
+    lent = _after(carry.fill(changes, ["id"], NAMES, lenders=lenders))
     assert lent[(60, _p(3))][1:3] == (6, "SIX") and (6, "") not in lent
 
 
 def test_a_move_without_its_old_value_stops(spark):
     alone = _frame(spark, [(60, 6, None, "c", _p(3), 1, ["big"])])  # its delete is not in the batch
     with pytest.raises(ConsumerError, match=r"position 0000000000000003:0000000000 left columns \['big'\]"):
-        carry.fill(alone, ["id"], COLS)
+        carry.fill(alone, ["id"], NAMES)
     unseen = _frame(spark, [(6, None, None, "d", _p(3), 0, []), (60, 6, None, "c", _p(3), 1, ["big"])])
     with pytest.raises(ConsumerError, match="REPLICA IDENTITY FULL"):
-        carry.fill(unseen, ["id"], COLS)
+        carry.fill(unseen, ["id"], NAMES)

@@ -11,9 +11,10 @@ import hashlib
 import pyarrow.parquet as pq
 import pytest
 
+from pgshovel2 import names
 from pgshovel2.cluster import ClusterStore
 from pgshovel2.sparkjobs import bootstrap, materialize
-from tests.helpers import caught_up, pgshovel, write_config
+from tests.helpers import caught_up, messages, pgshovel, write_config
 from tests.integration.bootstrap_helpers import merge_into_iceberg
 from tests.integration.test_iceberg import iceberg_rows
 from tests.integration.unchanged_toast import BIG, rows
@@ -46,6 +47,8 @@ def _set_up(stack, cluster, db, schema, tmp_path, relay_factory, spark, set_name
         cur.execute(f"INSERT INTO {t} SELECT i, 0, {BIG} FROM generate_series(1, 7) AS i")
     cfg = write_config(tmp_path, stack, [{"schema": schema, "name": "t"}], backend="logical",
                        topic_prefix=f"{set_name}{cluster}")
+    with db.cursor() as cur:
+        cur.execute(f"ALTER TABLE {t} REPLICA IDENTITY DEFAULT")  # write_config set FULL
     pgshovel(stack, cluster, "set", "create", set_name, str(cfg))
     relay_factory(set_name).wait_for("snapshot done")
     boot = tmp_path / "boot"
@@ -55,10 +58,15 @@ def _set_up(stack, cluster, db, schema, tmp_path, relay_factory, spark, set_name
 
 
 def _write(stack, cluster, db, set_name: str, t: str, statements: list[str]) -> dict:
+    """Run statements, wait until relayed; the table's rows. Asserts that some UPDATE of the key was
+    relayed without its big value (header pgshovel.unchanged on an op c message)."""
     for statement in statements:
         with db.cursor() as cur:
             cur.execute(statement.format(t=t, big=BIG))
     caught_up(stack, cluster, set_name, timeout=180)
+    schema, name = (p.strip('"') for p in t.split("."))
+    got = messages(stack, names.table_topic(f"{set_name}{cluster}", schema, name))
+    assert any(h.get("pgshovel.op") == "c" and h.get("pgshovel.unchanged") == '["big"]' for _, _, h in got)
     return rows(db, t)
 
 
