@@ -7,19 +7,23 @@ create at one position (the create lists the unchanged columns): those values ar
 just before that delete. Each such *move* gets a carried row: the new key, at the create's
 position and offset, ordered just before the create, holding the old key's values. A chain of
 moves in one batch (A to B, then B to C) resolves one link per round; rounds go on until one
-resolves nothing more. A value no round can find (the old key's delete is not in the batch, or
-the old key was never seen) stops the job rather than being written as null.
+resolves nothing more. When a move's delete is not in the batch (Kafka makes a transaction's
+commit visible partition by partition, so a batch can end between them), the rows past the
+batch's end are read to lend it. A value still not found (the old key never seen) stops the job
+rather than being written as null.
 
 Each logged value is a struct ``(v, k)``: ``k`` false for a delete's non-key columns, so the values
 of a key's earlier life never reach a later create through a delete.
 """
 
+import logging
 from collections.abc import Callable
 
 from pgshovel2.codec import spark as spark_codec
 from pgshovel2.consumer.errors import ConsumerError
 from pgshovel2.sparkjobs.changes import OFFSET, OP, POSITION, UNCHANGED
 
+log = logging.getLogger(__name__)
 KEEP = "__pgshovel_keep_"  # + column index: true when no earlier row of the key logged that column
 SEQ = "__pgshovel_seq"  # 0: a carried row (just before its create), 1: every other row
 LEND = "__pgshovel_lend"  # true: a row that only lends values (carried rows, lenders), left out at the end
@@ -27,22 +31,41 @@ PREV = "__pgshovel_prev_"  # + column index: the value before this row (used at 
 MISSING = "__pgshovel_missing"  # a carried row's unchanged columns whose old values were not found
 
 
-def fill(changes, key: list[str], cols: list[str], base=None, lenders: Callable | None = None):
+def fill(changes, key: list[str], cols: list[str], base=None, lenders: Callable | None = None,
+         beyond: Callable | None = None):
     """changes: one table's change rows (logical columns named cols, OP, POSITION, OFFSET, UNCHANGED;
     changes.change_frame), persisted by the caller (they are read more than once); base: rows of
     the same columns that stand with the changes (the Parquet job's current state), or None;
     lenders: old keys (a DataFrame of the key columns) -> rows of the same columns holding those
-    keys' values before the batch (the Iceberg table's rows), only lending values. Returns the
-    rows of changes and base, each value replaced by the row's value after that change (the
-    unlogged ones filled), plus ``KEEP<i>`` per column i of cols: true where nothing earlier in
-    the rows logged that column's value. Raises ConsumerError when an UPDATE of the key's
-    unchanged values cannot be found."""
+    keys' values before the batch (the Iceberg table's rows), only lending values; beyond: () ->
+    the table's change rows after the batch's end offsets (the same columns), read only when a
+    move's old values are not found otherwise (its delete's commit marker was not visible yet
+    when the batch was planned), only lending values. Returns the rows of changes and base, each
+    value replaced by the row's value after that change (the unlogged ones filled), plus
+    ``KEEP<i>`` per column i of cols: true where nothing earlier in the rows logged that column's
+    value. Raises ConsumerError when an UPDATE of the key's unchanged values cannot be found."""
     from pyspark.sql import functions as sf
 
     rows = _tagged(changes if base is None else base.unionByName(changes), 1, False)
     moves = changes.filter((sf.col(OP) == "c") & (sf.size(UNCHANGED) > 0))
     if moves.isEmpty():
         return _finish(_filled(rows, key, cols, before=False), cols)
+    filled, carried, missing = _resolve(rows, changes, moves, key, cols, lenders)
+    if missing and beyond is not None:
+        after = beyond()
+        log.info("%d unchanged value(s) of UPDATEs of the key not in the micro-batch: reading past its end", missing)
+        filled, carried, missing = _resolve(rows.unionByName(_tagged(after, 1, True)), changes.unionByName(after),
+                                            moves, key, cols, lenders)
+    if missing:
+        _refuse(carried)
+    return _finish(filled, cols)
+
+
+def _resolve(rows, changes, moves, key: list[str], cols: list[str], lenders: Callable | None):
+    """(filled rows, the last carried rows, how many values they miss): rounds of carried rows
+    until one finds no more values (module docstring). changes: where the moves' deletes are."""
+    from pyspark.sql import functions as sf
+
     if lenders is not None:
         olds = changes.filter(sf.col(OP) == "d").join(moves.select(POSITION), POSITION, "left_semi")
         rows = rows.unionByName(_tagged(lenders(olds.select(*[spark_codec.quote(k) for k in key])), 1, True))
@@ -50,15 +73,12 @@ def fill(changes, key: list[str], cols: list[str], base=None, lenders: Callable 
     while True:
         filled = _filled(rows if carried is None else rows.unionByName(carried.drop(MISSING)), key, cols, before=True)
         if missing == 0:
-            break
+            return filled, carried, missing
         nxt = _carried(filled, moves, key, cols).localCheckpoint()
         count = nxt.select(sf.sum(sf.size(MISSING))).first()[0] or 0
         if count == missing:  # no progress: filled already holds these values
-            break
+            return filled, carried, missing
         carried, missing = nxt, count
-    if missing:
-        _refuse(carried)
-    return _finish(filled, cols)
 
 
 def _tagged(rows, seq: int, lend: bool):
@@ -99,7 +119,7 @@ def _carried(filled, moves, key: list[str], cols: list[str]):
 
     q = spark_codec.quote
     others = [(i, c) for i, c in enumerate(cols) if c not in key]
-    before = (filled.filter((sf.col(OP) == "d") & ~sf.col(LEND))
+    before = (filled.filter((sf.col(OP) == "d") & (sf.col(SEQ) == 1))
               .select(POSITION, *[sf.col(f"{PREV}{i}").alias(f"__p{i}") for i, _ in others]))
     joined = moves.select(*[q(k) for k in key], POSITION, OFFSET, sf.col(UNCHANGED).alias("__want")) \
         .join(before, POSITION, "left")

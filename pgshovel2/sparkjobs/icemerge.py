@@ -117,13 +117,13 @@ class IcebergJob(_Job):
                 if iceberg.committed(self.spark, target, self.checkpoint, batch_id):
                     log.info("%s: micro-batch %d was merged before a restart: skipping it", target, batch_id)
                     continue
-                self._merge_table(table, t.topic, batch, shape, truncated.get(t.topic), summary)
+                self._merge_table(table, t.topic, batch, batch_id, shape, truncated.get(t.topic), summary)
         finally:
             batch.unpersist()
         log.info("merged micro-batch %d", batch_id)
 
-    def _merge_table(self, table: Table, topic: str, batch, shape: BatchShapes, truncated_at: str | None,
-                     summary: dict[str, str]) -> None:
+    def _merge_table(self, table: Table, topic: str, batch, batch_id: int, shape: BatchShapes,
+                     truncated_at: str | None, summary: dict[str, str]) -> None:
         """One table's MERGE of the batch (none when the batch holds no change of it)."""
         from pyspark.sql import functions as sf
 
@@ -138,7 +138,8 @@ class IcebergJob(_Job):
             if truncated_at is None and rows.isEmpty():
                 return
             dropped = evolve.evolve(self.spark, target, cols, defaults)
-            latest = self._latest(read_as, cols, rows, None if truncated_at is not None else target)
+            latest = self._latest(read_as, cols, rows, None if truncated_at is not None else target,
+                                  self.beyond(topic, read_as, cols, batch_id))
             view = f"pgshovel_batch_{abs(hash(target))}"
             latest.createOrReplaceTempView(view)
             statement = merge_sql(table, cols, dropped, target, view, truncated_at is not None)
@@ -147,16 +148,17 @@ class IcebergJob(_Job):
         finally:
             rows.unpersist()
 
-    def _latest(self, table: Table, cols: list, rows, target: str | None):
+    def _latest(self, table: Table, cols: list, rows, target: str | None, beyond=None):
         """The batch's last change per key: logical columns (cols: BatchShapes.of), KEEP flags, op and
         position. table: as the batch's newest set version defines it (JSON sets); rows: its
         decoded changes (changes.change_frame, persisted); target: the Iceberg table lending the
-        old keys' values to UPDATEs of the key (pgshovel2.sparkjobs.carry), None after a TRUNCATE."""
+        old keys' values to UPDATEs of the key (pgshovel2.sparkjobs.carry), None after a TRUNCATE;
+        beyond: _Job.beyond."""
         from pyspark.sql import Window
         from pyspark.sql import functions as sf
 
         lenders = None if target is None else (lambda olds: self._lenders(target, cols, rows.schema, olds))
-        filled = carry.fill(rows, list(table.key), [c.name for c in cols], lenders=lenders)
+        filled = carry.fill(rows, list(table.key), [c.name for c in cols], lenders=lenders, beyond=beyond)
         keys = [sf.col(spark_codec.quote(k)) for k in table.key]
         order = Window.partitionBy(*keys).orderBy(sf.col(changes.POSITION).desc(), sf.col(changes.OFFSET).desc())
         return filled.withColumn("__rank", sf.row_number().over(order)).filter("__rank = 1").drop("__rank")

@@ -29,7 +29,7 @@ from pgshovel2.codec import spark as spark_codec
 from pgshovel2.consumer.decode import Decoder
 from pgshovel2.consumer.topics import SetTopics
 from pgshovel2.setrecord import SetRecord
-from pgshovel2.sparkjobs import carry, changes, evolve
+from pgshovel2.sparkjobs import carry, changes, evolve, iceberg
 from pgshovel2.sparkjobs.bootstrap import table_dir
 from pgshovel2.sparkjobs.session import require_class
 
@@ -130,6 +130,25 @@ class _Job:
                 "startingOffsets": json.dumps(offsets),
                 "failOnDataLoss": "false"}
 
+    def beyond(self, topic: str, read_as: Table, cols: list, batch_id: int):
+        """() -> the decoded changes (changes.change_frame of read_as, cols) of topic after micro-batch
+        batch_id's end offsets (Spark's offset log), up to the last committed now: for
+        pgshovel2.sparkjobs.carry. None outside stream mode (a batch run reads again when rerun)."""
+        if not (self.options.stream and self.options.checkpoint):
+            return None
+
+        def read():
+            ends = json.loads(iceberg.batch_end_offsets(self.spark, os.path.abspath(self.options.checkpoint),
+                                                        batch_id))[topic]
+            reader = self.spark.read.format("kafka")
+            options = {**self._kafka_options(), "assign": json.dumps({topic: sorted(int(p) for p in ends)}),
+                       "startingOffsets": json.dumps({topic: ends}), "endingOffsets": "latest"}
+            for key, value in options.items():
+                reader = reader.option(key, value)
+            return changes.change_frame(self.spark, reader.load(), topic, read_as, cols, self.options.registry_url,
+                                        str(self.manifest.handoff_point), self.copied, *self.wire)
+        return read
+
     def batch(self) -> None:
         """Read everything committed now, merge it on the bootstrap, write state-0."""
         if current_state(self.output) is not None:
@@ -172,7 +191,8 @@ class _Job:
                 try:
                     base = self._base(table, current)
                     base, stream, names = _conform(base, stream, cols, defaults, table.qualified)
-                    rows = self._apply(table, names, base, stream, truncated.get(t.topic))
+                    beyond = self.beyond(t.topic, read_as, cols, batch_id)
+                    rows = self._apply(table, names, base, stream, truncated.get(t.topic), beyond)
                     rows.write.parquet(str(target / "tables" / table_dir(t.schema, t.name)))
                 finally:
                     stream.unpersist()
@@ -203,17 +223,17 @@ class _Job:
         base = self.spark.read.parquet(self.manifest.table_path(self.options.bootstrap, copy))
         return base.withColumn(changes.POSITION, sf.lit(""))
 
-    def _apply(self, table: Table, names: list[str], base, stream, truncated_at: str | None):
+    def _apply(self, table: Table, names: list[str], base, stream, truncated_at: str | None, beyond=None):
         """Latest row per key by (position, offset) of the state base and stream (the table's
         decoded changes: changes.change_frame), both of columns names (:func:`_conform`),
         unlogged values carried (pgshovel2.sparkjobs.carry); tombstones and rows before a TRUNCATE
-        removed."""
+        removed. beyond: :meth:`beyond`."""
         from pyspark.sql import Window
         from pyspark.sql import functions as sf
 
         base = (base.withColumn(changes.OP, sf.lit("r")).withColumn(changes.OFFSET, sf.lit(-1).cast("long"))
                 .withColumn(changes.UNCHANGED, sf.array().cast("array<string>")))
-        both = carry.fill(stream, list(table.key), names, base=base)
+        both = carry.fill(stream, list(table.key), names, base=base, beyond=beyond)
         keys = [sf.col(spark_codec.quote(k)) for k in table.key]
         order = Window.partitionBy(*keys).orderBy(sf.col(changes.POSITION).desc(), sf.col(changes.OFFSET).desc())
         latest = both.withColumn("__rank", sf.row_number().over(order)).filter("__rank = 1")

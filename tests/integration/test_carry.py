@@ -1,6 +1,7 @@
 """pgshovel2.sparkjobs.carry on hand-made change rows (local Spark, no stack): unlogged values
 come from the key's earlier rows, or at an UPDATE of the key from the old key's row before its
-delete, through chains, never across a delete; a value found nowhere stops with an error."""
+delete (read past the batch's end when it is not in it), through chains, never across a
+delete; a value found nowhere stops with an error."""
 
 import pytest
 
@@ -78,3 +79,15 @@ def test_a_move_without_its_old_value_stops(spark):
     unseen = _frame(spark, [(6, None, None, "d", _p(3), 0, []), (60, 6, None, "c", _p(3), 1, ["big"])])
     with pytest.raises(ConsumerError, match="REPLICA IDENTITY FULL"):
         carry.fill(unseen, ["id"], NAMES)
+
+
+def test_a_delete_past_the_batch_end_is_read(spark):
+    """The old key's delete is past the batch's end (its commit marker was not visible yet): read
+    there (beyond), with the old key's value lent by the table; those rows only lend."""
+    alone = _frame(spark, [(60, 6, None, "c", _p(3), 1, ["big"])])
+    after = _frame(spark, [(6, 7, None, "u", _p(2), 5, ["big"]), (6, None, None, "d", _p(3), 6, []),
+                           (60, 8, "LATER", "u", _p(4), 2, [])])
+    table = _frame(spark, [(6, 0, "SIX", "r", "", -1, [])])
+    got = _after(carry.fill(alone, ["id"], NAMES, lenders=lambda olds: table.join(olds, "id", "left_semi"),
+                            beyond=lambda: after))
+    assert got == {(60, _p(3)): ("c", 6, "SIX", (False, False, False))}

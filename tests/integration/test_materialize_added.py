@@ -78,18 +78,20 @@ def _merge_into_iceberg(stack, cluster: str, boot, tmp_path) -> None:
 
 
 @pytest.mark.spark_job
+@pytest.mark.parametrize("backend", ["trigger", "logical"])
 def test_a_table_added_after_the_bootstrap_is_merged_whole_into_iceberg(stack, db, schema, cluster, relay_factory,
-                                                                        spark, tmp_path):
+                                                                        spark, tmp_path, backend):
     """The stream ran before the upgrade: its restart on the same checkpoint reads the added
     table's topic too (a topic list the checkpoint does not know) and creates its Iceberg table."""
     warehouse = tmp_path / "warehouse"
-    boot = _bootstrap_then_add_a_table(stack, db, schema, cluster, relay_factory, spark, tmp_path, "mai", "trigger",
+    name = f"mai{backend[0]}"
+    boot = _bootstrap_then_add_a_table(stack, db, schema, cluster, relay_factory, spark, tmp_path, name, backend,
                                        lambda boot: _merge_into_iceberg(stack, cluster, boot, tmp_path))
-    assert _metadata(warehouse, "mai", schema, "added") is None  # the first run knew nothing of it
+    assert _metadata(warehouse, name, schema, "added") is None  # the first run knew nothing of it
     _merge_into_iceberg(stack, cluster, boot, tmp_path)
-    merged = StaticTable.from_metadata(str(_metadata(warehouse, "mai", schema, "added"))).scan().to_arrow()
+    merged = StaticTable.from_metadata(str(_metadata(warehouse, name, schema, "added"))).scan().to_arrow()
     src = source_rows(stack.dsn, schema, "added", ADDED)
     state = _by_id(merged.to_pylist())
     assert len(state) == len(src) and state == src, (len(state), len(src))
     for t in TABLES:
-        assert iceberg_rows(warehouse, "mai", schema, t) == source_rows(stack.dsn, schema, t)
+        assert iceberg_rows(warehouse, name, schema, t) == source_rows(stack.dsn, schema, t)

@@ -7,12 +7,15 @@ an old key only the materialized state holds. Parquet (in this process's Spark) 
 source after each run."""
 
 import hashlib
+from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
 
 from pgshovel2 import names
+from pgshovel2.bootstrap.manifest import Manifest
 from pgshovel2.cluster import ClusterStore
+from pgshovel2.codec import spark as spark_codec
 from pgshovel2.sparkjobs import bootstrap, materialize
 from tests.helpers import caught_up, messages, pgshovel, write_config
 from tests.integration.bootstrap_helpers import merge_into_iceberg
@@ -81,6 +84,16 @@ def _parquet(output, schema: str) -> dict:
     return _digest({r["id"]: (r["n"], r["big"]) for r in data})
 
 
+def _past_the_end(spark, boot, options, schema: str) -> list[tuple]:
+    """(op, id) of the changes the job's beyond reads after its last micro-batch's end offsets."""
+    job = materialize._Job(spark, Manifest.load(str(boot)), options)
+    last = max(int(p.name) for p in (Path(options.checkpoint) / "offsets").iterdir() if p.name.isdigit())
+    [topic] = [t.topic for t in job.topics.tables]
+    table = job.tables[(schema, "t")]
+    rows = job.beyond(topic, table, spark_codec.columns(table), last)().collect()
+    return sorted((r["__pgshovel_op"], r["id"]) for r in rows)
+
+
 def test_parquet_materialize_carries_unchanged_values_over_key_moves(stack, cluster, db, schema, tmp_path,
                                                                       relay_factory, spark):
     t, boot = _set_up(stack, cluster, db, schema, tmp_path, relay_factory, spark, "mtoast")
@@ -91,6 +104,8 @@ def test_parquet_materialize_carries_unchanged_values_over_key_moves(stack, clus
     assert _parquet(tmp_path / "out", schema) == first
     assert sorted(first) == [1, 4, 6, 22, 31, 50, 80]
     second = _write(stack, cluster, db, "mtoast", t, SECOND)
+    assert _past_the_end(spark, boot, options, schema) == [("c", 1), ("c", 10), ("c", 23), ("d", 1), ("d", 4),
+                                                           ("d", 22), ("u", 23)]
     materialize.run(spark, options)
     assert _parquet(tmp_path / "out", schema) == second != first
 
