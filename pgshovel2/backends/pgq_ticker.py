@@ -4,7 +4,8 @@ pgqd (PgQ's daemon) ticks every queue (``pgq.ticker()``) and runs ``pgq.maint_op
 (table rotation, vacuum of PgQ's tables, extra maintenance) every ``maint_period``. Managed
 databases have no pgqd, so the relay's source (pgshovel2.relay.pgq_source) ticks its own
 queue when the last tick is older than the queue's ``ticker_max_lag`` plus
-:data:`TICK_MARGIN` seconds -- never when pgqd keeps up, at no extra round trip: the age
+:data:`TICK_MARGIN` seconds (none: the tick bounds the trigger backend's latency; where pgqd
+also ticks, ``pgq.ticker`` makes one tick of the two calls) at no extra round trip: the age
 comes with the poll (:data:`POLL_SQL`) -- and runs the maintenance every
 ``maint_interval`` seconds. pgqd stays supported; both may run.
 
@@ -24,7 +25,7 @@ from pgshovel2.db import one_row
 
 log = logging.getLogger(__name__)
 
-TICK_MARGIN = 0.1  # seconds past ticker_max_lag before the relay ticks itself
+TICK_MARGIN = 0.0  # seconds past ticker_max_lag before the relay ticks itself
 MAINT_INTERVAL = 60.0  # seconds between maintenance runs (pgqd's maint_period default: 120)
 
 # One row per poll: the next batch (NULLs when none) and whether the relay should tick.
