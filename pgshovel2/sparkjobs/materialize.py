@@ -186,16 +186,16 @@ class _Job:
             for t in self.topics.tables:
                 table = self.tables[(t.schema, t.name)]
                 read_as, cols, defaults = shape.of(table, t.topic, table.qualified)
-                stream = changes.change_frame(self.spark, batch, t.topic, read_as, cols, self.options.registry_url,
-                                              str(self.manifest.handoff_point), self.copied, *self.wire).persist()
+                decoded = changes.change_frame(self.spark, batch, t.topic, read_as, cols, self.options.registry_url,
+                                               str(self.manifest.handoff_point), self.copied, *self.wire).persist()
                 try:
-                    base = self._base(table, current)
-                    base, stream, names = _conform(base, stream, cols, defaults, table.qualified)
+                    base, stream, names = _conform(self._base(table, current), decoded, cols, defaults,
+                                                   table.qualified)
                     beyond = self.beyond(t.topic, read_as, cols, batch_id)
                     rows = self._apply(table, names, base, stream, truncated.get(t.topic), beyond)
                     rows.write.parquet(str(target / "tables" / table_dir(t.schema, t.name)))
                 finally:
-                    stream.unpersist()
+                    decoded.unpersist()
         finally:
             batch.unpersist()
         self._switch(target)
