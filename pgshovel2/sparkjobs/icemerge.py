@@ -30,7 +30,7 @@ from pgshovel2.catalog import Table
 from pgshovel2.codec import spark as spark_codec
 from pgshovel2.sparkjobs import carry, changes, evolve, iceberg
 from pgshovel2.sparkjobs.carry import KEEP
-from pgshovel2.sparkjobs.materialize import BatchShapes, MaterializeOptions, _Job
+from pgshovel2.sparkjobs.materialize import BatchShapes, MaterializeOptions, _Job, latest_per_key
 from pgshovel2.sparkjobs.session import require_class
 
 log = logging.getLogger(__name__)
@@ -154,14 +154,9 @@ class IcebergJob(_Job):
         decoded changes (changes.change_frame, persisted); target: the Iceberg table lending the
         old keys' values to UPDATEs of the key (pgshovel2.sparkjobs.carry), None after a TRUNCATE;
         beyond: _Job.beyond."""
-        from pyspark.sql import Window
-        from pyspark.sql import functions as sf
-
         lenders = None if target is None else (lambda olds: self._lenders(target, cols, rows.schema, olds))
         filled = carry.fill(rows, list(table.key), [c.name for c in cols], lenders=lenders, beyond=beyond)
-        keys = [sf.col(spark_codec.quote(k)) for k in table.key]
-        order = Window.partitionBy(*keys).orderBy(sf.col(changes.POSITION).desc(), sf.col(changes.OFFSET).desc())
-        return filled.withColumn("__rank", sf.row_number().over(order)).filter("__rank = 1").drop("__rank")
+        return latest_per_key(filled, table.key)
 
     def _lenders(self, target: str, cols: list, schema, olds):
         """target's rows of the keys in olds, as change rows (op r, offset -1); a column target

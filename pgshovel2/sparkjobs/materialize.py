@@ -228,16 +228,12 @@ class _Job:
         decoded changes: changes.change_frame), both of columns names (:func:`_conform`),
         unlogged values carried (pgshovel2.sparkjobs.carry); tombstones and rows before a TRUNCATE
         removed. beyond: :meth:`beyond`."""
-        from pyspark.sql import Window
         from pyspark.sql import functions as sf
 
         base = (base.withColumn(changes.OP, sf.lit("r")).withColumn(changes.OFFSET, sf.lit(-1).cast("long"))
                 .withColumn(changes.UNCHANGED, sf.array().cast("array<string>")))
         both = carry.fill(stream, list(table.key), names, base=base, beyond=beyond)
-        keys = [sf.col(spark_codec.quote(k)) for k in table.key]
-        order = Window.partitionBy(*keys).orderBy(sf.col(changes.POSITION).desc(), sf.col(changes.OFFSET).desc())
-        latest = both.withColumn("__rank", sf.row_number().over(order)).filter("__rank = 1")
-        latest = latest.filter(sf.col(changes.OP) != "d")
+        latest = latest_per_key(both, table.key).filter(sf.col(changes.OP) != "d")
         if truncated_at is not None:
             latest = latest.filter(sf.col(changes.POSITION) > truncated_at)
         return latest.select(*[sf.col(spark_codec.quote(n)) for n in names], changes.POSITION)
@@ -251,6 +247,16 @@ class _Job:
         for old in self.output.glob("state-*"):
             if old != target:
                 shutil.rmtree(old, ignore_errors=True)
+
+
+def latest_per_key(rows, key: tuple[str, ...] | list[str]):
+    """rows (change rows with POSITION and OFFSET) reduced to each key's last one by (position, offset)."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as sf
+
+    keys = [sf.col(spark_codec.quote(k)) for k in key]
+    order = Window.partitionBy(*keys).orderBy(sf.col(changes.POSITION).desc(), sf.col(changes.OFFSET).desc())
+    return rows.withColumn("__rank", sf.row_number().over(order)).filter("__rank = 1").drop("__rank")
 
 
 def _conform(base, stream, cols: list[spark_codec.SparkColumn], defaults: dict, where: str):
