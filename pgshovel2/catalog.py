@@ -19,8 +19,9 @@ class Column:
     kind: the base type's name after stripping domains (``int4``, ``numeric``,
     ``timestamptz``; ``enum`` for enum types); for arrays, the element's kind.
     precision/scale: numeric type modifier, None when unconstrained.
-    default: the Avro default of a NOT NULL column added by ALTER TABLE (the
-    value PostgreSQL gives the rows that existed before, as JSON), else None.
+    default: the Avro default of a column added by ALTER TABLE with a DEFAULT (the
+    value PostgreSQL gives the rows that existed before, as JSON; see
+    pgshovel2.relay.schema_change), else None.
     aliases: former column names (RENAME COLUMN while relayed), oldest first.
     """
 

@@ -24,8 +24,11 @@ def _field(col: Column, ftype: FieldType, key: bool = False) -> dict[str, Any]:
     field: dict[str, Any] = {"name": names.avro_name(col.name),
                              "pgshovel.column": col.name, "pgshovel.type": col.pg_type}
     avro = ftype.key_schema if key else ftype.avro
-    if col.nullable:  # a union (arrays) is flattened: unions cannot contain unions
-        field.update(type=["null", *avro] if isinstance(avro, list) else ["null", avro], default=None)
+    branches = avro if isinstance(avro, list) else [avro]  # unions cannot contain unions
+    if col.nullable and col.default is None:
+        field.update(type=["null", *branches], default=None)
+    elif col.nullable:  # added with a DEFAULT while relayed: a union's default is its first branch's
+        field.update(type=[*branches, "null"], default=col.default)
     else:
         field["type"] = avro
         if col.default is not None:  # a NOT NULL column added while relayed

@@ -109,14 +109,15 @@ def datum_reader(table: Table) -> Callable[[dict[str, Any]], list]:
     return datum_reader_of(table.columns)
 
 
-def datum_reader_of(columns: list[Column]) -> Callable[[dict[str, Any]], list]:
-    """:func:`datum_reader` of these columns."""
-    convs = [(c.name, (c.name, *c.aliases), converter(c)) for c in columns]
+def datum_reader_of(columns: list[Column]) -> Callable[[dict[str, Any], bool], list]:
+    """:func:`datum_reader` of these columns; read(row, fill): a column absent from row (written
+    before the column was added) is its Column.default with fill, else None."""
+    convs = [(c.name, (c.name, *c.aliases), converter(c), c.default) for c in columns]
 
-    def read(row: dict[str, Any]) -> list:
+    def read(row: dict[str, Any], fill: bool = False) -> list:
         out = []
-        for name, keys, conv in convs:  # a row written before a RENAME COLUMN has the former name
-            value = next((row[k] for k in keys if k in row), None)
+        for name, keys, conv, default in convs:  # a row written before a RENAME COLUMN has the former name
+            value = next((row[k] for k in keys if k in row), default if fill else None)
             try:
                 out.append(value if value is None or conv is None else conv(value))
             except (ValueError, TypeError, KeyError, ArithmeticError) as exc:

@@ -50,7 +50,9 @@ class SparkColumn:
     field: its Avro field name (the key of decoded Avro datums);
     sql: expression template over the physical column, ``{}`` = the column;
     aliases: the Avro field names of the column's former names (RENAME COLUMN while relayed),
-    under which datums written before the rename carry its value.
+    under which datums written before the rename carry its value;
+    default: the value of rows written before the column was added (its Avro field's default;
+    pgshovel2.relay.schema_change), None when they read as null.
     """
 
     name: str
@@ -60,6 +62,7 @@ class SparkColumn:
     sql: str
     nullable: bool
     aliases: tuple[str, ...] = ()
+    default: Any = None
 
 
 def _decimal(scale: int, as_text: bool) -> Callable[[bytes], Any]:
@@ -109,7 +112,7 @@ def columns(table: Table) -> list[SparkColumn]:
     for col in table.columns:
         physical, convert, sql = _spark_type(field_type(col).avro)
         out.append(SparkColumn(col.name, names.avro_name(col.name), physical, convert, sql, col.nullable,
-                               tuple(names.avro_name(a) for a in col.aliases)))
+                               tuple(names.avro_name(a) for a in col.aliases), col.default))
     return out
 
 
@@ -123,20 +126,21 @@ def from_field(field: dict[str, Any]) -> SparkColumn:
         avro = branches[0] if len(branches) == 1 else branches
     physical, convert, sql = _spark_type(avro)
     return SparkColumn(field["pgshovel.column"], field["name"], physical, convert, sql, nullable,
-                       tuple(field.get("aliases", ())))
+                       tuple(field.get("aliases", ())), field.get("default"))
 
 
-def _field_value(col: SparkColumn, datum: dict) -> Any:
+def _field_value(col: SparkColumn, datum: dict, fill: bool) -> Any:
     if col.field in datum:
         return datum[col.field]
-    return next((datum[a] for a in col.aliases if a in datum), None)
+    return next((datum[a] for a in col.aliases if a in datum), col.default if fill else None)
 
 
-def physical_row(cols: list[SparkColumn], datum: list | dict) -> list:
+def physical_row(cols: list[SparkColumn], datum: list | dict, fill: bool = True) -> list:
     """Avro datums (a list in column order, or a dict by Avro field name) -> physical values. A
-    column missing from a dict datum (written before the column was added) is None; one written
-    before a rename is read under its former name (SparkColumn.aliases)."""
-    values = datum if isinstance(datum, list) else [_field_value(c, datum) for c in cols]
+    column missing from a dict datum (written before the column was added) is its default
+    (SparkColumn.default; None with fill false, for key datums); one written before a rename is
+    read under its former name (SparkColumn.aliases)."""
+    values = datum if isinstance(datum, list) else [_field_value(c, datum, fill) for c in cols]
     return [v if v is None or c.convert is None else c.convert(v) for c, v in zip(cols, values, strict=True)]
 
 

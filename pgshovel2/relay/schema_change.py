@@ -12,31 +12,38 @@ DDL's own transaction::
 
 Compatible changes (the new Avro schema reads data of the old one: BACKWARD):
 
-- add a nullable column: ``["null", T]`` default null;
+- add a nullable column: ``["null", T]`` default null; with a constant DEFAULT of a plain
+  Avro type (boolean, int, long, float, double, string; the value pre-existing rows get):
+  ``[T, "null"]`` with that default (Avro takes a union's default from its first branch);
+  with any other DEFAULT, ``["null", T]`` and a warning that older rows read as null;
 - add a NOT NULL column whose pre-existing rows get a constant (``ADD COLUMN ... NOT NULL
-  DEFAULT <constant>``) of a plain Avro type (boolean, int, long, float, double, string):
-  ``T`` with that default;
+  DEFAULT <constant>``) of a plain Avro type: ``T`` with that default;
 - drop a non-key column; rename a non-key column (field renamed, ``aliases: [old]``);
 - a type change that keeps the Avro type (``varchar(10)`` to ``varchar(20)``);
-- DROP NOT NULL (``T`` becomes ``["null", T]``); SET NOT NULL keeps the field nullable.
+- DROP NOT NULL (``T`` becomes ``["null", T]``, or ``[T, "null"]`` keeping a default); SET NOT
+  NULL keeps the field nullable.
 
 Everything else raises SchemaChangeError: an Avro type change, any change of a key
 column (drop, rename, type: the key bytes, hence partitioning and compaction, would
 change), a NOT NULL column without such a default, a renamed or dropped table.
-No I/O here: see :mod:`pgshovel2.relay.control`.
+No I/O here but that warning: see :mod:`pgshovel2.relay.control`.
 """
 
+import logging
 import math
 from dataclasses import replace
 from typing import Any
 
 from pgshovel2.catalog import Column, Table, column_from_row
-from pgshovel2.codec.types import field_type
+from pgshovel2.codec.types import JSON_KINDS, field_type
 from pgshovel2.errors import SchemaChangeError
 
 # Avro types a NOT NULL column's default can be given in, and how to convert the
 # JSON value PostgreSQL reports for pre-existing rows (pg_attribute.attmissingval).
 _DEFAULTS = {"boolean": bool, "int": int, "long": int, "float": float, "double": float, "string": str}
+# Kinds whose wire value is not what to_json gives for them.
+_TEXT_FORM_KINDS = frozenset({"money", "interval", "timetz", "numeric", *JSON_KINDS})
+log = logging.getLogger(__name__)
 
 
 def stop_message(set_name: str, table: str, statement: str, reason: str) -> str:
@@ -102,16 +109,40 @@ def _changed(old: Column, new: Column, is_key: bool, fail) -> Column:
 
 
 def _added(new: Column, missing: Any, fail) -> Column:
-    """A column the change added: nullable, or NOT NULL with a constant for pre-existing rows."""
+    """A column the change added, with the Avro default that gives the rows existing before the
+    change the value PostgreSQL gives them (missing: pg_attribute.attmissingval as JSON, None when
+    there is none). A NOT NULL column needs such a default; a nullable one without one (no
+    DEFAULT, or one Avro defaults cannot hold) defaults to null, and the older rows' value is
+    logged as not carried."""
+    default = _avro_default(new, missing)
     if new.nullable:
-        return new
-    avro = field_type(new).avro
-    convert = _DEFAULTS.get(avro) if isinstance(avro, str) else None
-    if convert is None or missing is None:
+        if default is None and missing is not None:
+            log.warning("column %r added with DEFAULT %r: the rows that existed before read as null in "
+                        "Kafka (a %s default cannot be carried in Avro's field default)",
+                        new.name, missing, new.pg_type)
+        return replace(new, default=default)
+    if default is None:
         raise fail(f"NOT NULL column {new.name!r} ({new.pg_type}) was added without a value Avro can "
-                   "use as the field's default (only a constant DEFAULT of a boolean, integer, float or "
-                   "text type can be one); add it as a nullable column instead")
-    default = convert(missing)
-    if isinstance(default, float) and not math.isfinite(default):
-        raise fail(f"NOT NULL column {new.name!r} has default {missing!r}, which Avro defaults cannot hold")
+                   "use as the field's default (only a constant DEFAULT of a boolean, integer, finite "
+                   "float or text type can be one); add it as a nullable column instead")
     return replace(new, default=default)
+
+
+def _avro_default(col: Column, missing: Any) -> Any:
+    """The value older rows hold (missing: JSON, or text from our plugin) as the Avro default of col's field, or None
+    where none can be one: the Avro type must be a primitive whose wire value is the value itself
+    (not money, interval, timetz, json or unconstrained numeric, whose text forms differ from
+    what to_json gives), and a float finite."""
+    if missing is None or col.is_array or col.kind in _TEXT_FORM_KINDS:
+        return None
+    avro = field_type(col).avro
+    convert = _DEFAULTS.get(avro) if isinstance(avro, str) else None
+    if convert is None or isinstance(missing, (bool, dict, list)) != (convert is bool):
+        return None
+    if convert is str and not isinstance(missing, str):
+        return None
+    try:  # numbers come as JSON numbers (event trigger) or as text (our plugin's layout records)
+        default = convert(missing)
+    except ValueError:
+        return None
+    return None if isinstance(default, float) and not math.isfinite(default) else default

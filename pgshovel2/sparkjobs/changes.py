@@ -60,14 +60,14 @@ def change_rows(table: Table, cols: list[spark_codec.SparkColumn], registry_url:
                 continue
             value = decoder.decode(row["value"], f"the value of {where}")
             datum = _row_datum(value, envelope, where)
-            deleted = datum is None or op == "d"
+            deleted, fill = datum is None or op == "d", datum is not None
             if datum is None:
                 datum = decoder.decode(row["key"], f"the key of {where}")
             if datum is None:
                 continue  # unkeyed delete: nothing identifies the row
             unchanged = unchanged_columns(headers, op, where)
             try:
-                values = physical(datum)
+                values = physical(datum, fill)
             except ValueError as exc:
                 raise ConsumerError(f"{where}: {exc}") from exc
             yield [*values, "d" if deleted else op, position, row["offset"], unchanged]
@@ -75,12 +75,13 @@ def change_rows(table: Table, cols: list[spark_codec.SparkColumn], registry_url:
 
 
 def _physical(table: Table, cols: list[spark_codec.SparkColumn], encoding: str):
-    """datum (a decoded key or row) -> physical values of cols; JSON forms read back first."""
+    """(datum, fill) -> physical values of cols: datum a decoded row (fill: columns it lacks, added
+    later, get their defaults) or key; JSON forms read back first."""
     if encoding != "json":
-        return lambda datum: spark_codec.physical_row(cols, datum)
+        return lambda datum, fill: spark_codec.physical_row(cols, datum, fill)
     by_name = {c.name: c for c in table.columns}
     read = jsonback.datum_reader_of([by_name[c.name] for c in cols])
-    return lambda datum: spark_codec.physical_row(cols, read(datum))
+    return lambda datum, fill: spark_codec.physical_row(cols, read(datum, fill))
 
 
 def _row_datum(value: Any, envelope: str, where: str) -> Any:

@@ -9,9 +9,11 @@ values still arrive in the batch's earlier rows). Against the Iceberg table:
 
 - a new field whose former name (Avro ``aliases``) is an Iceberg column the batch does not
   carry any more: ``RENAME COLUMN`` (the relay records a rename by attnum, both backends);
-- any other new field: ``ADD COLUMN`` (nullable; rows written before have null, as in
-  PostgreSQL). A NOT NULL column added with a DEFAULT is refused with an error: its older rows
-  hold the default in PostgreSQL, which this job does not write into Iceberg yet;
+- any other new field: ``ADD COLUMN`` (nullable in Iceberg). The rows already there get the
+  field's default (the value PostgreSQL gives them; a column added with a DEFAULT, see
+  pgshovel2.relay.schema_change) by an ``UPDATE ... WHERE c IS NULL``, recorded first in the
+  table property ``pgshovel.fill`` so that a restart between the two commits still makes it;
+  a batch's own rows written before the ADD read the default too (spark_codec.physical_row);
 - a dropped column stays in the Iceberg table: rows written by later changes have null in it.
 
 Each statement is its own Iceberg commit, made before the MERGE; a restart finds the table
@@ -19,11 +21,11 @@ already evolved and goes on (the statements are chosen by comparing names, so no
 """
 
 import dataclasses
+import json
 import logging
 from typing import Any
 
 from pgshovel2 import names, wire
-from pgshovel2.bootstrap.manifest import BootstrapError
 from pgshovel2.catalog import Table
 from pgshovel2.codec import spark as spark_codec
 from pgshovel2.codec.avro import envelope_row_schema
@@ -31,6 +33,8 @@ from pgshovel2.consumer.decode import Decoder
 from pgshovel2.sparkjobs import changes
 
 log = logging.getLogger(__name__)
+# Iceberg table property: defaults still to give the rows existing when their columns were added.
+FILL_PROPERTY = "pgshovel.fill"
 
 _VERSION_SQL = (f"coalesce(try_cast(cast(try_element_at(filter(headers, h -> h.key = '{wire.VERSION}'), 1).value "
                 "AS STRING) AS INT), 0)")
@@ -72,7 +76,7 @@ def versions_table(tables: list[Table]) -> Table:
     for older in reversed(tables[:-1]):
         for col in older.columns:
             if col.name not in known:
-                extra.append(dataclasses.replace(col, nullable=True))  # absent from the newer rows
+                extra.append(dataclasses.replace(col, nullable=True, default=None))  # null in the newer rows
                 known.add(col.name)
     return dataclasses.replace(newest, columns=newest.columns + tuple(extra)) if extra else newest
 
@@ -96,7 +100,7 @@ def batch_columns(table: Table, schema_ids: list[int], decoder: Decoder,
     for schema in reversed(schemas[:-1]):
         for field in schema["fields"]:
             if field["name"] not in known:
-                cols.append(spark_codec.from_field(field))
+                cols.append(dataclasses.replace(spark_codec.from_field(field), default=None))  # null in newer rows
                 known.add(field["name"])
     return cols
 
@@ -105,13 +109,12 @@ def _fields(spark, target: str) -> dict[str, Any]:
     return {f.name: f for f in spark.table(target).schema.fields if f.name != changes.POSITION}
 
 
-def plan(existing: list[str], cols: list[spark_codec.SparkColumn], defaults: dict[str, Any],
-         where: str) -> tuple[dict[str, str], list[spark_codec.SparkColumn]]:
+def plan(existing: list[str],
+         cols: list[spark_codec.SparkColumn]) -> tuple[dict[str, str], list[spark_codec.SparkColumn]]:
     """(renames: former column name -> new name, added: the columns to add) that make a table of
     columns existing hold cols (batch_columns): a column of cols whose former name (Avro aliases)
-    is an existing column cols do not carry is a rename, any other new one is added. defaults:
-    Avro default per column name of the newest schema. Raises BootstrapError (naming where) for a
-    column added NOT NULL with a default."""
+    is an existing column cols do not carry is a rename, any other new one is added (its rows
+    hold SparkColumn.default)."""
     carried = {c.name for c in cols}
     renames: dict[str, str] = {}
     added = []
@@ -123,28 +126,62 @@ def plan(existing: list[str], cols: list[spark_codec.SparkColumn], defaults: dic
         if former is not None:
             renames[former] = col.name
             continue
-        if defaults.get(col.name) is not None:
-            raise BootstrapError(f"{where}: column {col.name!r} was added NOT NULL with default "
-                                 f"{defaults[col.name]!r}; materialize cannot give the older rows that "
-                                 "default yet (add it nullable, then SET NOT NULL)")
         added.append(col)
     return renames, added
 
 
-def evolve(spark, target: str, cols: list[spark_codec.SparkColumn], defaults: dict[str, Any]) -> list[str]:
-    """Rename or add the Iceberg columns that cols (batch_columns) hold and target lacks (:func:`plan`);
-    returns the Iceberg columns cols do not hold (dropped: set to null by the batch's updates).
-    Raises BootstrapError for a NOT NULL column added with a default."""
-    renames, added = plan(list(_fields(spark, target)), cols, defaults, target)
+def evolve(spark, target: str, cols: list[spark_codec.SparkColumn]) -> list[str]:
+    """Rename or add the Iceberg columns that cols (batch_columns) hold and target lacks (:func:`plan`),
+    giving the rows already there an added column's default (:func:`fill`); returns the Iceberg
+    columns cols do not hold (dropped: set to null by the batch's updates)."""
+    renames, added = plan(list(_fields(spark, target)), cols)
     for former, new in renames.items():
         spark.sql(f"ALTER TABLE {target} RENAME COLUMN {spark_codec.quote(former)} TO {spark_codec.quote(new)}")
         log.info("%s: column %s renamed to %s", target, former, new)
+    fills = {c.name: c.default for c in added if c.default is not None}
+    if fills:  # recorded before the columns exist: a restart between ADD and UPDATE still fills
+        _set_fills(spark, target, {**_fills(spark, target), **fills})
     for col in added:
         kind = _logical_type(spark, col)
         spark.sql(f"ALTER TABLE {target} ADD COLUMN {spark_codec.quote(col.name)} {kind}")
         log.info("%s: column %s %s added", target, col.name, kind)
+    fill(spark, target)
     carried = {c.name for c in cols}
     return [n for n in _fields(spark, target) if n not in carried]
+
+
+def fill(spark, target: str) -> None:
+    """Give the rows of target that existed when a column was added the value PostgreSQL gives them
+    (the pending defaults in table property FILL_PROPERTY, JSON {column: Avro default}), then
+    clear the property. Idempotent: before the batch's MERGE only those rows hold null there."""
+    pending = _fills(spark, target)
+    for name, default in pending.items():
+        column = spark_codec.quote(name)
+        spark.sql(f"UPDATE {target} SET {column} = {_literal(default)} WHERE {column} IS NULL")
+        log.info("%s: rows older than column %s given its default %r", target, name, default)
+    if pending:
+        spark.sql(f"ALTER TABLE {target} UNSET TBLPROPERTIES ('{FILL_PROPERTY}')")
+
+
+def _fills(spark, target: str) -> dict[str, Any]:
+    rows = spark.sql(f"SHOW TBLPROPERTIES {target}").collect()
+    return next((json.loads(r["value"]) for r in rows if r["key"] == FILL_PROPERTY), {})
+
+
+def _set_fills(spark, target: str, fills: dict[str, Any]) -> None:
+    text = json.dumps(fills).replace("\\", "\\\\").replace("'", "\\'")  # ASCII; Spark unescapes \\ and \'
+    spark.sql(f"ALTER TABLE {target} SET TBLPROPERTIES ('{FILL_PROPERTY}' = '{text}')")
+
+
+def _literal(value: Any) -> str:
+    """A Spark SQL literal of an Avro default (boolean, int, long, float, double or string)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return f"CAST('{value!r}' AS DOUBLE)"
+    return f"CAST(X'{value.encode('utf-8').hex()}' AS STRING)"
 
 
 def _logical_type(spark, col: spark_codec.SparkColumn) -> str:
@@ -153,12 +190,3 @@ def _logical_type(spark, col: spark_codec.SparkColumn) -> str:
 
     empty = spark.createDataFrame([], st.StructType(spark_codec.physical_fields([col])))
     return empty.selectExpr(*spark_codec.logical_exprs([col])).schema.fields[0].dataType.simpleString()
-
-
-def newest_defaults(schema_ids: list[int], decoder: Decoder, where: str, envelope: str = "row") -> dict[str, Any]:
-    """Column name -> Avro default of the newest schema's fields that have one ({} without values)."""
-    if not schema_ids:
-        return {}
-    schema = _row_schema(decoder.writer_schema(schema_ids[-1], where), envelope)
-    return {f["pgshovel.column"]: f.get("default") for f in schema["fields"]}
-

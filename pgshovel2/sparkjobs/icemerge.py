@@ -128,7 +128,7 @@ class IcebergJob(_Job):
         from pyspark.sql import functions as sf
 
         target = self.ident(table)
-        read_as, cols, defaults = shape.of(table, topic, target)
+        read_as, cols = shape.of(table, topic)
         rows = changes.change_frame(self.spark, batch, topic, read_as, cols, self.options.registry_url,
                                     str(self.manifest.handoff_point), self.copied, *self.wire)
         if truncated_at is not None:
@@ -137,7 +137,7 @@ class IcebergJob(_Job):
         try:
             if truncated_at is None and rows.isEmpty():
                 return
-            dropped = evolve.evolve(self.spark, target, cols, defaults)
+            dropped = evolve.evolve(self.spark, target, cols)
             latest = self._latest(read_as, cols, rows, None if truncated_at is not None else target,
                                   self.beyond(topic, read_as, cols, batch_id))
             view = f"pgshovel_batch_{abs(hash(target))}"

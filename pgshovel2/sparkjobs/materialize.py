@@ -185,12 +185,11 @@ class _Job:
             shape = BatchShapes(self, batch)
             for t in self.topics.tables:
                 table = self.tables[(t.schema, t.name)]
-                read_as, cols, defaults = shape.of(table, t.topic, table.qualified)
+                read_as, cols = shape.of(table, t.topic)
                 decoded = changes.change_frame(self.spark, batch, t.topic, read_as, cols, self.options.registry_url,
                                                str(self.manifest.handoff_point), self.copied, *self.wire).persist()
                 try:
-                    base, stream, names = _conform(self._base(table, current), decoded, cols, defaults,
-                                                   table.qualified)
+                    base, stream, names = _conform(self._base(table, current), decoded, cols)
                     beyond = self.beyond(t.topic, read_as, cols, batch_id)
                     rows = self._apply(table, names, base, stream, truncated.get(t.topic), beyond)
                     rows.write.parquet(str(target / "tables" / table_dir(t.schema, t.name)))
@@ -259,18 +258,19 @@ def latest_per_key(rows, key: tuple[str, ...] | list[str]):
     return rows.withColumn("__rank", sf.row_number().over(order)).filter("__rank = 1").drop("__rank")
 
 
-def _conform(base, stream, cols: list[spark_codec.SparkColumn], defaults: dict, where: str):
+def _conform(base, stream, cols: list[spark_codec.SparkColumn]):
     """(base, stream, names): the state base (its columns + POSITION) and the batch's changes of a
     table (cols: BatchShapes.of) made to hold the same columns, names: the state's columns in
     order (renamed as the batch's set version renamed them), then the columns the batch adds. A
     column the batch does not carry (dropped by DDL; or every non-key column of a batch with only
-    deletes) is null in its rows. Raises BootstrapError as evolve.plan."""
+    deletes) is null in its rows; an added column holds its default (SparkColumn.default) in the
+    state's rows, which existed before it was added."""
     from pyspark.sql import functions as sf
 
-    renames, added = evolve.plan([n for n in base.columns if n != changes.POSITION], cols, defaults, where)
+    renames, added = evolve.plan([n for n in base.columns if n != changes.POSITION], cols)
     base = base.withColumnsRenamed(renames) if renames else base
     for col in added:
-        base = base.withColumn(col.name, sf.lit(None).cast(stream.schema[col.name].dataType))
+        base = base.withColumn(col.name, sf.lit(col.default).cast(stream.schema[col.name].dataType))
     names = [n for n in base.columns if n != changes.POSITION]
     for name in names:
         if name not in stream.columns:
@@ -291,15 +291,12 @@ class BatchShapes:
         else:
             self.schemas, self.decoder = evolve.batch_schemas(batch), Decoder(job.options.registry_url)
 
-    def of(self, table: Table, topic: str, target: str) -> tuple[Table, list, dict]:
-        """(table as its changes are read, their columns, Avro-style default per column name: a
-        NOT NULL column's default, refused by evolve.plan when the column is new)."""
+    def of(self, table: Table, topic: str) -> tuple[Table, list]:
+        """(table as its changes are read, their columns: spark_codec.SparkColumn, whose default
+        is what rows written before the column was added hold)."""
         if self.encoding != "json":
-            ids = self.schemas.get(topic, [])
-            return (table, evolve.batch_columns(table, ids, self.decoder, self.envelope),
-                    evolve.newest_defaults(ids, self.decoder, f"the value schema of {target}", self.envelope))
+            return table, evolve.batch_columns(table, self.schemas.get(topic, []), self.decoder, self.envelope)
         if topic not in self.versions:  # deletes only: the key columns
-            return table, [c for c in spark_codec.columns(table) if c.name in table.key], {}
+            return table, [c for c in spark_codec.columns(table) if c.name in table.key]
         version = evolve.versions_table([self.job.version_table(table, v) for v in self.versions[topic]])
-        defaults = {c.name: c.default for c in version.columns if not c.nullable}
-        return version, spark_codec.columns(version), defaults
+        return version, spark_codec.columns(version)

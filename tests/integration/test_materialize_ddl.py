@@ -1,7 +1,9 @@
 """The Parquet materialize job follows DDL mid-stream (new set versions), as the Iceberg one does:
-an added column appears (null in older rows), a renamed one keeps its values under the new name,
-a dropped one stays, null in the rows written after; changes made before the DDL in the same
-micro-batch keep their values. Both encodings (JSON reads the set versions from ZooKeeper)."""
+an added column appears (null in older rows, or the value PostgreSQL gives them for a column
+added with a DEFAULT: in the state's rows and in the batch's rows written before), a renamed one
+keeps its values under the new name, a dropped one stays, null in the rows written after;
+changes made before the DDL in the same micro-batch keep their values. Both encodings (JSON
+reads the set versions from ZooKeeper)."""
 
 import pyarrow.parquet as pq
 import pytest
@@ -36,6 +38,8 @@ def test_parquet_materialize_follows_ddl(stack, db, schema, cluster, relay_facto
                       f"INSERT INTO {t} VALUES (11, 3, 'added after', 'west')",
                       f"ALTER TABLE {t} RENAME COLUMN note TO memo",
                       f"UPDATE {t} SET memo = 'renamed' WHERE bid = 2",
+                      f"ALTER TABLE {t} ADD COLUMN tier int NOT NULL DEFAULT 7, ADD COLUMN label text DEFAULT 'n/a'",
+                      f"UPDATE {t} SET tier = 8, label = NULL WHERE bid = 9",
                       f"ALTER TABLE {t} DROP COLUMN bbalance",
                       f"UPDATE {t} SET memo = 'dropped' WHERE bid = 3",
                       f"DELETE FROM {t} WHERE bid = 4"]:
@@ -43,9 +47,11 @@ def test_parquet_materialize_follows_ddl(stack, db, schema, cluster, relay_facto
             cur.execute(statement)
     caught_up(stack, cluster, name)
     materialize.run(spark, options)
-    source = source_rows(stack.dsn, schema, "branches", ["bid", "memo", "region"])
+    columns = ["bid", "memo", "region", "tier", "label"]
+    source = source_rows(stack.dsn, schema, "branches", columns)
     state = _state(tmp_path / "out", schema)
-    assert {k: (r["bid"], r["memo"], r["region"]) for k, r in state.items()} == source
+    assert {k: tuple(r[c] for c in columns) for k, r in state.items()} == source
+    assert state[10]["label"] == "n/a" and state[5]["tier"] == 7 and state[9]["label"] is None
     assert state[5]["memo"] == "before" and state[1]["region"] == "r1" and state[11]["region"] == "west"
     assert state[3]["bbalance"] is None and state[2]["bbalance"] == 0  # written after / before the DROP
     assert "note" not in state[1]
@@ -55,6 +61,6 @@ def test_parquet_materialize_follows_ddl(stack, db, schema, cluster, relay_facto
     caught_up(stack, cluster, name)
     materialize.run(spark, options)
     later = _state(tmp_path / "out", schema)
-    assert {k: (r["bid"], r["memo"], r["region"]) for k, r in later.items()} == source_rows(
-        stack.dsn, schema, "branches", ["bid", "memo", "region"])
+    assert {k: tuple(r[c] for c in columns) for k, r in later.items()} == source_rows(
+        stack.dsn, schema, "branches", columns)
     assert later[6]["bbalance"] is None and later[7]["bbalance"] == 0

@@ -41,10 +41,39 @@ def test_add_not_null_column_with_constant_default():
     assert field["type"] == "int" and field["default"] == 7
 
 
+@pytest.mark.parametrize("row, field_type, default", [
+    (["note", 4, "text", True, "text", "b", False, None, None, -1, "n/a"], ["string", "null"], "n/a"),
+    (["on", 4, "boolean", True, "bool", "b", False, None, None, -1, False], ["boolean", "null"], False),
+    (["x", 4, "double precision", True, "float8", "b", False, None, None, -1, 2.5], ["double", "null"], 2.5),
+    # defaults Avro cannot hold as the wire writes them: older rows read as null (logged)
+    (["j", 4, "jsonb", True, "jsonb", "b", False, None, None, -1, {"a": 1}], ["null", "string"], None),
+    (["m", 4, "numeric", True, "numeric", "b", False, None, None, -1, 1.5], ["null", "string"], None),
+    (["t", 4, "timestamp with time zone", True, "timestamptz", "b", False, None, None, -1, "2020-01-01T00:00:00+00:00"],
+     ["null", {"type": "long", "logicalType": "timestamp-micros"}], None),
+])
+def test_add_nullable_column_with_default(row, field_type, default):
+    """The rows existing before read as the value PostgreSQL gives them, where Avro can say it:
+    a union with the value's branch first, whose default is that value."""
+    t = change(payload(ID, NAME, QTY, row))
+    field = avro.value_schema("set1", t)["fields"][3]
+    assert field["type"] == field_type and field["default"] == default
+    assert t.columns[3].default == default
+
+
+def test_drop_not_null_keeps_the_default():
+    t = change(payload(ID, NAME, QTY, ["flag", 4, "integer", False, "int4", "b", False, None, None, -1, 7]))
+    t = new_table("set1", t, payload(ID, NAME, QTY, ["flag", 4, "integer", True, "int4", "b", False, None, None,
+                                                       -1, 7]), "ALTER TABLE s.t ALTER flag DROP NOT NULL")
+    field = avro.value_schema("set1", t)["fields"][3]
+    assert field["type"] == ["int", "null"] and field["default"] == 7
+
+
 @pytest.mark.parametrize("row", [
     ["n", 4, "integer", False, "int4", "b", False, None, None, -1, None],  # no value for old rows
     ["n", 4, "numeric(5,2)", False, "numeric", "b", False, None, None, 589830, 1.5],  # decimal bytes
     ["n", 4, "double precision", False, "float8", "b", False, None, None, -1, "NaN"],
+    ["n", 4, "jsonb", False, "jsonb", "b", False, None, None, -1, {"a": 1}],  # str() is no JSON text
+    ["n", 4, "money", False, "money", "b", False, None, None, -1, "$1.00"],  # the wire writes 1.00
 ])
 def test_add_not_null_column_without_avro_default_stops(row):
     with pytest.raises(SchemaChangeError, match=r"NOT NULL column 'n'.*set 'set1'|set 'set1'.*NOT NULL column 'n'"):
