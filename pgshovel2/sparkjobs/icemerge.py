@@ -95,6 +95,11 @@ class IcebergJob(_Job):
              .create())
             log.info("created Iceberg table %s from the bootstrap (%d rows)", target, copy.rows if copy else 0)
 
+    def refresh(self) -> None:
+        """The Parquet job's refresh, then an empty Iceberg table for each table added."""
+        super().refresh()
+        self.create_tables()
+
     def _check_handoff(self, target: str) -> None:
         """Raise BootstrapError when an existing table was started from another bootstrap."""
         recorded = iceberg.properties(self.spark, target).get(iceberg.HANDOFF_KEY)

@@ -32,6 +32,7 @@ from pgshovel2.setrecord import SetRecord
 from pgshovel2.sparkjobs import carry, changes, evolve, iceberg
 from pgshovel2.sparkjobs.bootstrap import table_dir
 from pgshovel2.sparkjobs.session import require_class
+from pgshovel2.sparkjobs.tablewatch import TableWatch
 
 log = logging.getLogger(__name__)
 CURRENT = "CURRENT"
@@ -57,6 +58,10 @@ class MaterializeOptions:
     trigger_seconds: float = 10.0
     zookeeper_hosts: str | None = None
     cluster: str = "default"
+
+
+# Least seconds between reads of the set's record for added tables (tablewatch).
+WATCH_SECONDS = 5.0
 
 
 def current_state(output: str | Path) -> Path | None:
@@ -159,9 +164,15 @@ class _Job:
         self.merge(reader.option("endingOffsets", "latest").load(), 0)
 
     def stream(self) -> None:
-        """Merge micro-batches until stopped (or, available_now, until caught up)."""
+        """Merge micro-batches until stopped (or, available_now, until caught up). With ZooKeeper, a
+        table added to the set meanwhile restarts the query to read its topic too (tablewatch)."""
         if not self.options.checkpoint:
             raise BootstrapError("--stream needs --checkpoint DIR")
+        while self._run_query():
+            self.refresh()
+
+    def _run_query(self) -> bool:
+        """Run the streaming query until it ends; True when it was stopped for an added table."""
         reader = self.spark.readStream.format("kafka")
         for key, value in self._kafka_options().items():
             reader = reader.option(key, value)
@@ -169,7 +180,27 @@ class _Job:
                   .option("checkpointLocation", self.options.checkpoint))
         writer = (writer.trigger(availableNow=True) if self.options.available_now
                   else writer.trigger(processingTime=f"{self.options.trigger_seconds} seconds"))
-        writer.start().awaitTermination()
+        query = writer.start()
+        if self.options.zookeeper_hosts is None or self.options.available_now:
+            query.awaitTermination()
+            return False
+        watch = TableWatch(self.options.zookeeper_hosts, self.options.cluster, self.manifest.set,
+                           {(t.schema, t.name) for t in self.topics.tables},
+                           max(self.options.trigger_seconds, WATCH_SECONDS), query.stop)
+        watch.start()
+        try:
+            query.awaitTermination()
+        finally:
+            grown = watch.finish()
+        return grown
+
+    def refresh(self) -> None:
+        """Take the set's current record (ZooKeeper): its tables not read yet join the job."""
+        self.record = record = self._record(self.manifest.set, self.manifest.set_record)
+        self.topics = SetTopics.from_record(record)
+        for t in record.tables:  # a table read before keeps its definition
+            self.tables.setdefault((t.schema, t.name), t)
+        self._versions[record.version] = record
 
     def merge(self, batch, batch_id: int) -> None:
         """Apply one batch of Kafka rows to the current state (or the bootstrap) as state-<batch_id>."""
@@ -211,11 +242,13 @@ class _Job:
         return out
 
     def _base(self, table: Table, current: Path | None):
-        """The state to merge on: the current state, else the bootstrap copy (position '')."""
+        """The state to merge on: the current state, else the bootstrap copy (position ''), else
+        (a table added to the set after the bootstrap, not in the state yet) no rows."""
         from pyspark.sql import functions as sf
 
-        if current is not None:
-            return self.spark.read.parquet(str(current / "tables" / table_dir(table.schema, table.name)))
+        held = None if current is None else current / "tables" / table_dir(table.schema, table.name)
+        if held is not None and held.exists():
+            return self.spark.read.parquet(str(held))
         copy = next((c for c in self.manifest.tables if (c.schema, c.name) == (table.schema, table.name)), None)
         if copy is None:  # added to the set after the bootstrap
             return changes.empty_frame(self.spark, spark_codec.columns(table))

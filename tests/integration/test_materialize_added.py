@@ -2,13 +2,18 @@
 from the upgrade's online snapshot (snapshot rows the bootstrap does not hold are applied, not
 skipped: pgshovel2.txids.holds_snapshot_row), its changes from the stream; Parquet and Iceberg."""
 
+import subprocess
+import sys
+import threading
+import time
+
 import pyarrow.parquet as pq
 import pytest
 from pyiceberg.table import StaticTable
 
 from pgshovel2.cluster import ClusterStore
 from pgshovel2.sparkjobs import bootstrap, materialize
-from tests.helpers import caught_up, pgshovel, write_config
+from tests.helpers import REPO, caught_up, cli_env, pgshovel, write_config
 from tests.integration.bootstrap_helpers import (
     TABLES,
     create_set,
@@ -73,6 +78,58 @@ def test_a_table_added_after_the_bootstrap_is_materialized_whole(stack, db, sche
         assert parquet_rows(current / bootstrap.table_dir(schema, t), t) == source_rows(stack.dsn, schema, t)
 
 
+def test_a_table_added_while_the_stream_runs_is_read_without_a_restart(stack, db, schema, cluster, relay_factory,
+                                                                       spark, tmp_path):
+    """The Parquet stream, started before the upgrade, restarts its own query on the same
+    checkpoint when the set's record gains the table (tablewatch): the added table's state then
+    equals the source while the job was never restarted by hand."""
+    out, failed, jobs = tmp_path / "out", [], []
+
+    def run(options) -> None:
+        try:
+            materialize.run(spark, options)
+        except Exception as exc:  # noqa: BLE001 -- reported by the test
+            failed.append(exc)
+
+    def start(boot) -> None:
+        options = materialize.MaterializeOptions(str(boot), str(out), stack.bootstrap, stack.registry, stream=True,
+                                                 checkpoint=str(tmp_path / "ckpt"), trigger_seconds=1.0,
+                                                 zookeeper_hosts=stack.zk, cluster=cluster)
+        jobs.append(threading.Thread(target=run, args=(options,)))
+        jobs[0].start()
+        _until(lambda: spark.streams.active or failed, 120, "the stream to start")
+
+    _bootstrap_then_add_a_table(stack, db, schema, cluster, relay_factory, spark, tmp_path, "mas", "trigger", start)
+    src = source_rows(stack.dsn, schema, "added", ADDED)
+
+    def added_state() -> dict:
+        current = materialize.current_state(out)
+        path = None if current is None else current / "tables" / bootstrap.table_dir(schema, "added")
+        return {} if path is None or not path.exists() else _by_id(pq.read_table(str(path), columns=ADDED).to_pylist())
+    copied = {t: source_rows(stack.dsn, schema, t) for t in TABLES}
+
+    def equal() -> bool:
+        if added_state() != src:
+            return False
+        current = materialize.current_state(out) / "tables"
+        return all(parquet_rows(current / bootstrap.table_dir(schema, t), t) == copied[t] for t in TABLES)
+    try:
+        _until(lambda: failed or equal(), 300, "every table's state to equal the source")
+    finally:
+        for query in spark.streams.active:
+            query.stop()
+        jobs[0].join(120)
+    assert not failed, failed
+    assert not jobs[0].is_alive()  # a stop from outside ends the job: no restart then
+
+
+def _until(ready, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not ready():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.5)
+
+
 def _merge_into_iceberg(stack, cluster: str, boot, tmp_path) -> None:
     merge_into_iceberg(stack, cluster, boot, tmp_path / "warehouse", tmp_path / "ckpt")
 
@@ -95,3 +152,39 @@ def test_a_table_added_after_the_bootstrap_is_merged_whole_into_iceberg(stack, d
     assert len(state) == len(src) and state == src, (len(state), len(src))
     for t in TABLES:
         assert iceberg_rows(warehouse, name, schema, t) == source_rows(stack.dsn, schema, t)
+
+
+@pytest.mark.spark_job
+def test_a_table_added_while_the_iceberg_stream_runs_is_merged_without_a_restart(stack, db, schema, cluster,
+                                                                                 relay_factory, spark, tmp_path):
+    """spark/materialize.py --format iceberg as a long-running stream, started before the upgrade:
+    it creates the added table's Iceberg table and merges it whole without being restarted."""
+    warehouse, log, jobs = tmp_path / "warehouse", tmp_path / "mat.log", []
+
+    def start(boot) -> None:
+        jobs.append(subprocess.Popen(
+            [sys.executable, "spark/materialize.py", "--bootstrap", str(boot), "--format", "iceberg", "--catalog",
+             f"hadoop:{warehouse}", "--stream", "--checkpoint", str(tmp_path / "ckpt"), "--trigger-seconds", "1",
+             "--master", "local[2]"], cwd=REPO, env=cli_env(stack, cluster), stdout=log.open("w"),
+            stderr=subprocess.STDOUT))
+        _until(lambda: _metadata(warehouse, "maw", schema, "branches") is not None or jobs[0].poll() is not None,
+               300, "the Iceberg tables to be created")
+
+    try:
+        _bootstrap_then_add_a_table(stack, db, schema, cluster, relay_factory, spark, tmp_path, "maw", "trigger", start)
+        src = source_rows(stack.dsn, schema, "added", ADDED)
+
+        def merged() -> dict:
+            meta = _metadata(warehouse, "maw", schema, "added")
+            return {} if meta is None else _by_id(StaticTable.from_metadata(str(meta)).scan().to_arrow().to_pylist())
+        copied = {t: source_rows(stack.dsn, schema, t) for t in TABLES}
+
+        def equal() -> bool:
+            return merged() == src and all(iceberg_rows(warehouse, "maw", schema, t) == copied[t] for t in TABLES)
+        _until(lambda: jobs[0].poll() is not None or equal(), 600, "every table merged whole")
+        assert jobs[0].poll() is None, log.read_text()[-5000:]
+        assert "gained table(s)" in log.read_text()
+    finally:
+        for job in jobs:
+            job.kill()
+            job.wait(60)
