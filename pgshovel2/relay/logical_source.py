@@ -5,7 +5,7 @@ items, :mod:`pgshovel2.relay.source`).
 
 Unit: a transaction, by its commit LSN; ordinal: the change's index in it. A heartbeat is
 a Commit without transaction at the heartbeat's LSN. Several transactions may share one
-Kafka transaction (commit_delay 20 ms); the slot is confirmed (standby feedback, the end
+Kafka transaction (commit_delay 10 ms); the slot is confirmed (standby feedback, the end
 of the last transaction in Kafka) only by :meth:`LogicalSource.ack`, after the commit.
 """
 
@@ -48,7 +48,7 @@ class LogicalSource:
     """
 
     backend = LOGICAL
-    commit_delay = 0.02  # s from a transaction's end to its Kafka commit, under load
+    commit_delay = 0.01  # s from a transaction's end to its Kafka commit, under load
 
     def __init__(self, dsn: str, slot: str, tables: tuple[Table, ...], heartbeat_interval: float = 10.0,
                  wait_cap: float = 0.5, plugin: str = PLUGIN, mode_all: frozenset[str] = frozenset(),
