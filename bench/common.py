@@ -98,15 +98,17 @@ def drop_set(cur, name: str) -> None:
 
 
 @contextmanager
-def relay_running(name: str, *args: str) -> Iterator[tuple[subprocess.Popen, Path]]:
-    """The relay of set name (--skip-snapshot, log in WORK/<name>.log), started and ready; stopped on exit."""
+def relay_running(name: str, *args: str, ready: str = "skipping the initial snapshot",
+                  ) -> Iterator[tuple[subprocess.Popen, Path]]:
+    """The relay of set name (--skip-snapshot, log in WORK/<name>.log), started and ready (ready: the
+    log text that says so; a relay resuming a logical set's slot says ``resuming``); stopped on exit."""
     log = WORK / f"{name}.log"
     with open(log, "w") as out:
         proc = subprocess.Popen([str(BIN / "pgshovel-kafka-relay"), name, "--skip-snapshot", *args],
                                 env=ENV, stdout=out, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 120
-        while "skipping the initial snapshot" not in log.read_text():
+        while ready not in log.read_text():
             if proc.poll() is not None or time.monotonic() > deadline:
                 raise SystemExit(f"relay of {name} did not start:\n{log.read_text()}")
             time.sleep(0.01)
