@@ -174,7 +174,8 @@ def test_ddl_during_the_online_snapshot(stack, cluster, db, schema, tmp_path, re
     stop, threads = start_writers(stack.dsn, table, ROWS)
     topic = topic_of(schema, "ddl", cluster)
     start = end_offsets(stack.bootstrap, topic)
-    pgshovel(stack, cluster, "set", "snapshot", "ddl", "--chunk-size", "100")
+    # 300 chunks: at a Kafka commit every 10 ms (logical) 100-row chunks could all be done before the DDL
+    pgshovel(stack, cluster, "set", "snapshot", "ddl", "--chunk-size", "20")
     relay.wait_for("online snapshot")
     time.sleep(1)
     with db.cursor() as cur:
