@@ -30,7 +30,7 @@ from pgshovel2.catalog import Table
 from pgshovel2.codec import spark as spark_codec
 from pgshovel2.codec.avro import envelope_row_schema
 from pgshovel2.consumer.decode import Decoder
-from pgshovel2.sparkjobs import changes
+from pgshovel2.sparkjobs import changes, iceberg
 
 log = logging.getLogger(__name__)
 # Iceberg table property: defaults still to give the rows existing when their columns were added.
@@ -164,8 +164,7 @@ def fill(spark, target: str) -> None:
 
 
 def _fills(spark, target: str) -> dict[str, Any]:
-    rows = spark.sql(f"SHOW TBLPROPERTIES {target}").collect()
-    return next((json.loads(r["value"]) for r in rows if r["key"] == FILL_PROPERTY), {})
+    return json.loads(iceberg.properties(spark, target).get(FILL_PROPERTY, "{}"))
 
 
 def _set_fills(spark, target: str, fills: dict[str, Any]) -> None:
