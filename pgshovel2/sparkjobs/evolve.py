@@ -139,22 +139,25 @@ def evolve(spark, target: str, cols: list[spark_codec.SparkColumn]) -> list[str]
         spark.sql(f"ALTER TABLE {target} RENAME COLUMN {spark_codec.quote(former)} TO {spark_codec.quote(new)}")
         log.info("%s: column %s renamed to %s", target, former, new)
     fills = {c.name: c.default for c in added if c.default is not None}
-    if fills:  # recorded before the columns exist: a restart between ADD and UPDATE still fills
-        _set_fills(spark, target, {**_fills(spark, target), **fills})
+    if fills:  # recorded before the columns exist: a restart between ADD and UPDATE fills at start
+        _set_fills(spark, target, {**_fills(iceberg.properties(spark, target)), **fills})
     for col in added:
         kind = _logical_type(spark, col)
         spark.sql(f"ALTER TABLE {target} ADD COLUMN {spark_codec.quote(col.name)} {kind}")
         log.info("%s: column %s %s added", target, col.name, kind)
-    fill(spark, target)
+    if fills:
+        fill(spark, target, iceberg.properties(spark, target))
     carried = {c.name for c in cols}
     return [n for n in _fields(spark, target) if n not in carried]
 
 
-def fill(spark, target: str) -> None:
+def fill(spark, target: str, properties: dict[str, str]) -> None:
     """Give the rows of target that existed when a column was added the value PostgreSQL gives them
     (the pending defaults in table property FILL_PROPERTY, JSON {column: Avro default}), then
-    clear the property. Idempotent: before the batch's MERGE only those rows hold null there."""
-    pending = _fills(spark, target)
+    clear the property. properties: target's (iceberg.properties). Called by :func:`evolve` after
+    it adds columns, and for every table when a job starts (a driver killed between the ADD COLUMN
+    and the UPDATE). Idempotent: before the batch's MERGE only those rows hold null there."""
+    pending = _fills(properties)
     for name, default in pending.items():
         column = spark_codec.quote(name)
         spark.sql(f"UPDATE {target} SET {column} = {_literal(default)} WHERE {column} IS NULL")
@@ -163,8 +166,8 @@ def fill(spark, target: str) -> None:
         spark.sql(f"ALTER TABLE {target} UNSET TBLPROPERTIES ('{FILL_PROPERTY}')")
 
 
-def _fills(spark, target: str) -> dict[str, Any]:
-    return json.loads(iceberg.properties(spark, target).get(FILL_PROPERTY, "{}"))
+def _fills(properties: dict[str, str]) -> dict[str, Any]:
+    return json.loads(properties.get(FILL_PROPERTY, "{}"))
 
 
 def _set_fills(spark, target: str, fills: dict[str, Any]) -> None:

@@ -77,7 +77,7 @@ class IcebergJob(_Job):
                 raise BootstrapError(f"table {table.qualified} has no key: an Iceberg MERGE needs one")
             target = self.ident(table)
             if iceberg.exists(self.spark, target):
-                self._check_handoff(target)
+                reopen(self.spark, target, str(self.manifest.handoff_point))
                 continue
             if self.manifest.output == "iceberg" and copy is not None:
                 raise BootstrapError(f"Iceberg table {target} of bootstrap {self.options.bootstrap} is missing "
@@ -99,13 +99,6 @@ class IcebergJob(_Job):
         """The Parquet job's refresh, then an empty Iceberg table for each table added."""
         super().refresh()
         self.create_tables()
-
-    def _check_handoff(self, target: str) -> None:
-        """Raise BootstrapError when an existing table was started from another bootstrap."""
-        recorded = iceberg.properties(self.spark, target).get(iceberg.HANDOFF_KEY)
-        if recorded != str(self.manifest.handoff_point):
-            raise BootstrapError(f"Iceberg table {target} starts at handoff {recorded!r}, not at this bootstrap's "
-                                 f"{self.manifest.handoff_point}: use its own bootstrap or a new catalog")
 
     def merge(self, batch, batch_id: int) -> None:
         """Apply one micro-batch to every table (a MERGE per table that the batch changes)."""
@@ -178,6 +171,21 @@ class IcebergJob(_Job):
         return picked.select(*values, sf.lit("r").alias(changes.OP), sf.col(changes.POSITION),
                              sf.lit(-1).cast("long").alias(changes.OFFSET),
                              sf.array(*[sf.lit(n) for n in missing]).cast("array<string>").alias(changes.UNCHANGED))
+
+
+def reopen(spark, target: str, handoff: str) -> None:
+    """Resume an existing Iceberg table at job start: check that it starts at this bootstrap's
+    handoff (its property iceberg.HANDOFF_KEY; handoff: str of the manifest's handoff point), then
+    make a fill of added columns that a killed driver left pending (evolve.fill).
+
+    Raises BootstrapError when the table was started from another bootstrap.
+    """
+    props = iceberg.properties(spark, target)
+    recorded = props.get(iceberg.HANDOFF_KEY)
+    if recorded != handoff:
+        raise BootstrapError(f"Iceberg table {target} starts at handoff {recorded!r}, not at this bootstrap's "
+                             f"{handoff}: use its own bootstrap or a new catalog")
+    evolve.fill(spark, target, props)
 
 
 def merge_sql(table: Table, cols: list, dropped: list[str], target: str, source: str, truncated: bool) -> str:

@@ -1,14 +1,15 @@
 """Columns added with a DEFAULT reach the rows an Iceberg table already holds (evolve.evolve):
 those rows get the value PostgreSQL gives the rows that existed at ADD COLUMN, rows written after
-keep theirs; a job killed between the ADD COLUMN and the UPDATE fills on its next batch. Local
+keep theirs; a job killed between the ADD COLUMN and the UPDATE fills when it starts again. Local
 Spark (the tests' session, the catalog registered at run time), a Hadoop catalog under tmp_path."""
 
 import dataclasses
 
 import pytest
 
+from pgshovel2.bootstrap.manifest import BootstrapError
 from pgshovel2.codec import spark as spark_codec
-from pgshovel2.sparkjobs import evolve, iceberg
+from pgshovel2.sparkjobs import evolve, iceberg, icemerge
 
 TARGET = f"{iceberg.CATALOG}.fill.t"
 
@@ -62,8 +63,16 @@ def test_added_columns_fill_the_older_rows(table):
 
 
 def test_a_fill_interrupted_after_add_column_is_made_on_restart(table):
-    cols = _cols(table)
+    table.sql(f"ALTER TABLE {TARGET} SET TBLPROPERTIES ('{iceberg.HANDOFF_KEY}' = 'h1')")
     evolve._set_fills(table, TARGET, {"tier": 7})  # what evolve records, then the ADD, then a SIGKILL
     table.sql(f"ALTER TABLE {TARGET} ADD COLUMN tier int")
-    evolve.evolve(table, TARGET, cols)
-    assert [r["tier"] for r in table.sql(f"SELECT tier FROM {TARGET}").collect()] == [7, 7]
+    with pytest.raises(BootstrapError, match="starts at handoff 'h1'"):
+        icemerge.reopen(table, TARGET, "h2")  # another bootstrap's table: refused, nothing filled
+    assert _tiers(table) == [None, None]
+    icemerge.reopen(table, TARGET, "h1")  # what the restarted job does for each existing table
+    assert _tiers(table) == [7, 7]
+    assert evolve.FILL_PROPERTY not in iceberg.properties(table, TARGET)
+
+
+def _tiers(spark) -> list:
+    return [r["tier"] for r in spark.sql(f"SELECT tier FROM {TARGET} ORDER BY id").collect()]
