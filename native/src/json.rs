@@ -258,6 +258,23 @@ impl Parser<'_> {
     }
 }
 
+/// Appends n in decimal, zero-padded to at least width digits (format's `{:0width$}` of an
+/// unsigned value, without its allocation: this runs for every integer and temporal value).
+pub fn push_uint(n: u64, width: usize, out: &mut Vec<u8>) {
+    let mut buf = [0u8; 20];
+    let (mut i, mut v) = (buf.len(), n);
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (v % 10) as u8;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    out.extend(std::iter::repeat_n(b'0', width.saturating_sub(buf.len() - i)));
+    out.extend_from_slice(&buf[i..]);
+}
+
 /// Appends s as a JSON string, escaped as Python's encoder does with ensure_ascii=False.
 pub fn write_str(s: &str, out: &mut Vec<u8>) {
     out.push(b'"');
@@ -293,7 +310,12 @@ pub fn write(v: &Value, out: &mut Vec<u8>) {
     match v {
         Value::Null => out.extend_from_slice(b"null"),
         Value::Bool(b) => out.extend_from_slice(if *b { b"true" } else { b"false" }),
-        Value::Int(i) => out.extend_from_slice(i.to_string().as_bytes()),
+        Value::Int(i) => {
+            if *i < 0 {
+                out.push(b'-');
+            }
+            push_uint(i.unsigned_abs(), 0, out)
+        }
         Value::BigInt(t) => out.extend_from_slice(t.as_bytes()),
         Value::Float(f) => pyfloat::write_float(*f, out),
         Value::Str(s) => write_str(s, out),

@@ -112,10 +112,10 @@ pub fn json_value(kind: Kind, v: &Value, out: &mut Vec<u8>) -> Option<()> {
         (Kind::Decimal(_) | Kind::Str, Value::Str(s)) => json::write_str(s, out),
         (Kind::Money, Value::Str(s)) => json::write_str(&money(s)?, out),
         (Kind::Bytea, Value::Str(s)) => json::write_str(&base64(&from_hex(s)?), out),
-        (Kind::Date, Value::Int(d)) if d.unsigned_abs() < 1 << 40 => json::write_str(&date_json(*d), out),
-        (Kind::Time, Value::Int(t)) => json::write_str(&time_text(*t)?, out),
-        (Kind::Timestamp, Value::Int(t)) => json::write_str(&timestamp_json(*t, false)?, out),
-        (Kind::TimestampTz, Value::Int(t)) => json::write_str(&timestamp_json(*t, true)?, out),
+        (Kind::Date, Value::Int(d)) if d.unsigned_abs() < 1 << 40 => date_json(*d, out),
+        (Kind::Time, Value::Int(t)) => time_json(*t, out)?,
+        (Kind::Timestamp, Value::Int(t)) => timestamp_json(*t, false, out)?,
+        (Kind::TimestampTz, Value::Int(t)) => timestamp_json(*t, true, out)?,
         (Kind::TimeTz, Value::Str(s)) => json::write_str(&timetz(s)?, out),
         (Kind::Interval, _) => json::write_str(&interval(v)?, out),
         (Kind::Json, Value::Str(s)) => embed(s, false, out)?,
@@ -294,51 +294,81 @@ fn civil_from_days(days: i64) -> (i64, i64, i64) {
     (yoe + era * 400 + (month <= 2) as i64, month, day)
 }
 
-/// (date text without era, BC?) of days since 1970 (temporal._date_text).
-fn date_text(days_1970: i64) -> (String, bool) {
+/// Appends the date text without era of days since 1970 (temporal._date_text); true when BC.
+fn push_date(days_1970: i64, out: &mut Vec<u8>) -> bool {
     let (y, m, d) = civil_from_days(days_1970);
-    if y <= 0 {
-        (format!("{:04}-{:02}-{:02}", 1 - y, m, d), true)
-    } else {
-        (format!("{y:04}-{m:02}-{d:02}"), false)
-    }
+    let bc = y <= 0;
+    json::push_uint(if bc { 1 - y } else { y } as u64, 4, out);
+    out.push(b'-');
+    json::push_uint(m as u64, 2, out);
+    out.push(b'-');
+    json::push_uint(d as u64, 2, out);
+    bc
 }
 
-fn date_json(v: i64) -> String {
+/// Appends the JSON string of a date (days since 2000; PostgreSQL's infinities at i32's bounds).
+fn date_json(v: i64, out: &mut Vec<u8>) {
     match v {
-        x if x == i32::MAX as i64 => "infinity".into(),
-        x if x == i32::MIN as i64 => "-infinity".into(),
+        x if x == i32::MAX as i64 => out.extend_from_slice(b"\"infinity\""),
+        x if x == i32::MIN as i64 => out.extend_from_slice(b"\"-infinity\""),
         _ => {
-            let (text, bc) = date_text(v + DAYS_2000);
-            if bc {
-                format!("{text} BC")
-            } else {
-                text
+            out.push(b'"');
+            if push_date(v + DAYS_2000, out) {
+                out.extend_from_slice(b" BC");
             }
+            out.push(b'"');
         }
     }
 }
 
-fn time_text(us: i64) -> Option<String> {
+/// Appends HH:MM:SS.ffffff of µs since midnight; None when negative.
+fn push_time(us: i64, out: &mut Vec<u8>) -> Option<()> {
     if us < 0 {
         return None;
     }
-    let (s, frac) = (us / 1_000_000, us % 1_000_000);
-    Some(format!("{:02}:{:02}:{:02}.{:06}", s / 3600, s / 60 % 60, s % 60, frac))
+    let (s, frac) = ((us / 1_000_000) as u64, (us % 1_000_000) as u64);
+    json::push_uint(s / 3600, 2, out);
+    out.push(b':');
+    json::push_uint(s / 60 % 60, 2, out);
+    out.push(b':');
+    json::push_uint(s % 60, 2, out);
+    out.push(b'.');
+    json::push_uint(frac, 6, out);
+    Some(())
 }
 
-fn timestamp_json(v: i64, utc: bool) -> Option<String> {
+fn time_json(us: i64, out: &mut Vec<u8>) -> Option<()> {
+    out.push(b'"');
+    push_time(us, out)?;
+    out.push(b'"');
+    Some(())
+}
+
+/// Appends the JSON string of a timestamp (µs since 2000; PostgreSQL's infinities at i64's
+/// bounds), with ``Z`` when utc (timestamptz).
+fn timestamp_json(v: i64, utc: bool, out: &mut Vec<u8>) -> Option<()> {
     if v == i64::MAX {
-        return Some("infinity".into());
+        out.extend_from_slice(b"\"infinity\"");
+        return Some(());
     }
     if v == i64::MIN {
-        return Some("-infinity".into());
+        out.extend_from_slice(b"\"-infinity\"");
+        return Some(());
     }
     let t = v.checked_add(MICROS_2000)?;
     let (days, us) = (t.div_euclid(US_DAY), t.rem_euclid(US_DAY));
-    let (date, bc) = date_text(days);
-    let text = format!("{date}T{}{}", time_text(us)?, if utc { "Z" } else { "" });
-    Some(if bc { format!("{text} BC") } else { text })
+    out.push(b'"');
+    let bc = push_date(days, out);
+    out.push(b'T');
+    push_time(us, out)?;
+    if utc {
+        out.push(b'Z');
+    }
+    if bc {
+        out.extend_from_slice(b" BC");
+    }
+    out.push(b'"');
+    Some(())
 }
 
 /// temporal.interval_to_iso of [months, days, µs].

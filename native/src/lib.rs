@@ -20,9 +20,9 @@ use pyo3::types::{PyBool, PyBytes, PyFloat, PyInt, PyList, PyString, PyTuple};
 /// The key and value of one row (None where absent); None: left to the Python codec.
 type Encoded = Option<(Option<Vec<u8>>, Option<Vec<u8>>)>;
 
-/// How a field's value is written in Avro: its schema is a union with null first (nullable),
-/// and the branch index of a non-null plain value (-1: the field is no union).
-type Union = (bool, i64);
+/// How a field's value is written in Avro: the branch index of null in its union (-1: the field
+/// takes no null) and that of a non-null plain value (-1: the field is no union).
+type Union = (i64, i64);
 
 #[pyclass(frozen)]
 struct RowCodec {
@@ -36,6 +36,8 @@ struct RowCodec {
     avro: bool,
     key_header: Vec<u8>,
     value_header: Vec<u8>,
+    /// Bytes of the JSON field names: with a row text's length, the size a value is allocated at.
+    names_len: usize,
 }
 
 enum Row<'a> {
@@ -46,7 +48,7 @@ enum Row<'a> {
 #[pymethods]
 impl RowCodec {
     /// plans: (plan name, decimal scale) per column (``array:<plan>``: an array of that element);
-    /// nullable: per value field (Avro), whether its union has null first and the branch of a
+    /// nullable: per value field (Avro), the branch of null in its union (-1: none) and that of a
     /// plain value (-1: no union); key_idx: key columns' positions in key order; key_nullable:
     /// the same per key field; names: the JSON field names (column names); avro: Avro (else JSON);
     /// key_header/value_header: the registry prefixes (Avro).
@@ -61,7 +63,7 @@ impl RowCodec {
         {
             return Err(pyo3::exceptions::PyValueError::new_err("RowCodec: inconsistent column plans"));
         }
-        let json_names = names
+        let json_names: Vec<Vec<u8>> = names
             .iter()
             .map(|name| {
                 let mut out = Vec::new();
@@ -76,6 +78,7 @@ impl RowCodec {
                 .iter()
                 .map(|(name, scale)| name.strip_prefix("array:").map(|elem| Kind::parse(elem, *scale)))
                 .collect(),
+            names_len: json_names.iter().map(Vec::len).sum(),
             nullable, key_idx, key_nullable, json_names, avro, key_header, value_header,
         })
     }
@@ -113,37 +116,39 @@ impl RowCodec {
 
 impl RowCodec {
     fn encode_row(&self, row: Row, with_value: bool) -> Encoded {
-        let values = match row {
+        let (values, size) = match row {
             Row::Text(text) => match json::parse(std::str::from_utf8(text).ok()?, true)? {
-                Value::Arr(values) => values,
+                Value::Arr(values) => (values, text.len()),
                 _ => return None,
             },
-            Row::Values(values) => values,
+            Row::Values(values) => (values, 256),
         };
         if values.len() != self.kinds.len() {
             return None;
         }
         let key = if self.key_idx.is_empty() { None } else { Some(self.key(&values)?) };
-        let value = if with_value { Some(self.value(&values)?) } else { None };
+        let value = if with_value { Some(self.value(&values, size + self.names_len + 16)?) } else { None };
         Some((key, value))
     }
 
     fn key(&self, values: &[Value]) -> Option<Vec<u8>> {
         let fields = self.key_idx.iter().zip(&self.key_nullable).map(|(&i, &nullable)| (i, nullable));
-        self.record(values, fields, &self.key_header)
+        self.record(values, fields, &self.key_header, 64)
     }
 
-    fn value(&self, values: &[Value]) -> Option<Vec<u8>> {
-        self.record(values, self.nullable.iter().copied().enumerate(), &self.value_header)
+    /// size: the bytes to allocate (the value is seldom longer: no reallocation while writing it).
+    fn value(&self, values: &[Value], size: usize) -> Option<Vec<u8>> {
+        self.record(values, self.nullable.iter().copied().enumerate(), &self.value_header, size)
     }
 
-    fn record(&self, values: &[Value], fields: impl Iterator<Item = (usize, Union)>, header: &[u8]) -> Option<Vec<u8>> {
-        let mut out = Vec::with_capacity(256);
+    fn record(&self, values: &[Value], fields: impl Iterator<Item = (usize, Union)>, header: &[u8], size: usize)
+              -> Option<Vec<u8>> {
+        let mut out = Vec::with_capacity(size);
         if self.avro {
             out.extend_from_slice(header);
-            for (i, (nullable, branch)) in fields {
+            for (i, (null_branch, branch)) in fields {
                 match &values[i] {
-                    Value::Null if nullable => out.push(0),
+                    Value::Null if null_branch >= 0 => kinds::write_long(null_branch, &mut out),
                     Value::Null => return None,
                     v => {
                         if branch >= 0 {

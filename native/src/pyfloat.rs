@@ -26,20 +26,30 @@ pub fn write_float(f: f64, out: &mut Vec<u8>) {
     }
     let decpt = exp + 1;
     let n = digits.len() as i32;
-    let text = if decpt > -4 && decpt <= 16 {
+    let d = digits.as_bytes();
+    if decpt > -4 && decpt <= 16 {
         if decpt <= 0 {
-            format!("0.{}{}", "0".repeat((-decpt) as usize), digits)
+            out.extend_from_slice(b"0.");
+            out.extend(std::iter::repeat_n(b'0', (-decpt) as usize));
+            out.extend_from_slice(d);
         } else if decpt >= n {
-            format!("{}{}.0", digits, "0".repeat((decpt - n) as usize))
+            out.extend_from_slice(d);
+            out.extend(std::iter::repeat_n(b'0', (decpt - n) as usize));
+            out.extend_from_slice(b".0");
         } else {
-            format!("{}.{}", &digits[..decpt as usize], &digits[decpt as usize..])
+            out.extend_from_slice(&d[..decpt as usize]);
+            out.push(b'.');
+            out.extend_from_slice(&d[decpt as usize..]);
         }
     } else {
-        let rest = if n > 1 { format!(".{}", &digits[1..]) } else { String::new() };
-        let sign = if exp < 0 { '-' } else { '+' };
-        format!("{}{}e{}{:02}", &digits[..1], rest, sign, exp.abs())
-    };
-    out.extend_from_slice(text.as_bytes());
+        out.push(d[0]);
+        if n > 1 {
+            out.push(b'.');
+            out.extend_from_slice(&d[1..]);
+        }
+        out.extend_from_slice(if exp < 0 { b"e-" } else { b"e+" });
+        crate::json::push_uint(exp.unsigned_abs() as u64, 2, out);
+    }
 }
 
 /// When |f|'s exact value lies exactly halfway between two n-digit strings, one of them Rust's

@@ -37,10 +37,10 @@ def module() -> Any:
     return _LOADED[0]
 
 
-def _unions(schema: dict, names: list[str]) -> list[tuple[bool, int]] | None:
-    """Per field of an Avro record schema: (its type is a union with null first, the branch of a
-    non-null value: the first other one, -1 when the type is no union); None when the fields
-    are not names in that order (the codec then stays Python)."""
+def _unions(schema: dict, names: list[str]) -> list[tuple[int, int]] | None:
+    """Per field of an Avro record schema: (the branch of null in its union, -1 when it takes no
+    null; the branch of a non-null value: the first other one, -1 when the type is no union);
+    None when the fields are not names in that order (the codec then stays Python)."""
     fields = schema.get("fields", [])
     if [f["name"] for f in fields] != names:
         return None
@@ -48,9 +48,9 @@ def _unions(schema: dict, names: list[str]) -> list[tuple[bool, int]] | None:
     for f in fields:
         t = f["type"]
         if not isinstance(t, list):
-            out.append((False, -1))
+            out.append((-1, -1))
         else:
-            out.append((t[:1] == ["null"], 1 if t[:1] == ["null"] else 0))
+            out.append((t.index("null") if "null" in t else -1, next(i for i, b in enumerate(t) if b != "null")))
     return out
 
 
@@ -74,7 +74,7 @@ def row_codec(types: list[FieldType], names: list[str], json_names: list[str], k
         key_nullable = _unions(key[0], key_names) if key_idx else []
         headers = (key[1] if key_idx else b"", value[1])
     else:
-        nullable, key_nullable, headers = [(False, -1)] * len(names), [(False, -1)] * len(key_idx), (b"", b"")
+        nullable, key_nullable, headers = [(-1, -1)] * len(names), [(-1, -1)] * len(key_idx), (b"", b"")
     if nullable is None or key_nullable is None:
         return None
     return mod.RowCodec([t.native for t in types], nullable, key_idx, key_nullable, json_names, avro, *headers)
