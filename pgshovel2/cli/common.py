@@ -56,7 +56,7 @@ def setup_logging(level: str) -> None:
         logconfig.load(config)
     else:
         logging.basicConfig(level=level.upper(), format=LOG_FORMAT, stream=sys.stderr)
-        for noisy in ("kazoo", "httpx", "httpx2", "httpcore"):
+        for noisy in ("kazoo", "httpx", "httpx2", "httpcore", "pyiceberg"):
             logging.getLogger(noisy).setLevel(logging.WARNING)
     if meta.get("pgshovel2.sentry_dsn"):
         logconfig.start_sentry(meta["pgshovel2.sentry_dsn"])
