@@ -31,6 +31,16 @@ from pgshovel2.wire import TRIGGER, Position
 log = logging.getLogger(__name__)
 
 
+def batch_gone(exc: psycopg2.Error) -> bool:
+    """True when exc is PgQ's error for reading a batch that has been finished: pgq.batch_event_sql
+    raises 'batch not found' when the batch was finished before the read began, and
+    pgq.batch_event_tables 'Cannot find data for batch N' when it was finished between the two
+    (each statement of a PL/pgSQL function sees the commits made before it starts)."""
+    text = str(exc)
+    return isinstance(exc, psycopg2.errors.RaiseException) and (
+        "batch not found" in text or "Cannot find data for batch" in text)
+
+
 @dataclass(frozen=True)
 class Batch:
     """An open PgQ batch; from pgq.next_batch_info."""
@@ -209,15 +219,13 @@ class PgqSource:
             with closing(prefetch(self._chunks(batch, snapshot))) as chunks:
                 for rows in chunks:
                     yield from rows
-        except psycopg2.errors.RaiseException as exc:
-            if "batch not found" in str(exc):
+        except psycopg2.Error as exc:
+            if batch_gone(exc):
                 # Only the owner of the set's transactional id acknowledges batches (after a Kafka
                 # commit), so another relay owns the set now: stop rather than fence it back.
                 raise FencedError(f"batch {batch.batch_id} of queue {self.queue} was acknowledged by another "
                                   "relay of this set while this one read it: another relay took over; "
                                   "this one stops") from exc
-            self._raise(exc)
-        except psycopg2.Error as exc:
             self._raise(exc)
         finally:
             try:

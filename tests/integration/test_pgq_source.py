@@ -1,0 +1,54 @@
+"""PgqSource against a real PgQ queue: a relay that reads a batch which another relay of the set
+has finished (the zombie of test_exactly_once.py, paused between opening a batch and reading its
+events, while its successor relayed and acknowledged that batch) stops as fenced, whichever PgQ
+function notices first that the batch is gone."""
+
+import uuid
+
+import psycopg2
+import pytest
+
+from pgshovel2.errors import FencedError
+from pgshovel2.relay.pgq_source import Batch, PgqSource, batch_gone
+from pgshovel2.setrecord import TriggerCapture
+
+
+@pytest.fixture
+def queue(db):
+    """A fresh PgQ queue with consumer 'c' and one event in a batch; dropped afterwards."""
+    name = f"q_{uuid.uuid4().hex[:8]}"
+    with db.cursor() as cur:
+        cur.execute("CREATE EXTENSION IF NOT EXISTS pgq")  # set create makes it; this test makes no set
+        cur.execute("SELECT pgq.create_queue(%s)", (name,))
+        cur.execute("SELECT pgq.register_consumer(%s, 'c')", (name,))
+        cur.execute("SELECT pgq.insert_event(%s, 'I', '[1]')", (name,))
+        cur.execute("SELECT pgq.ticker(%s)", (name,))
+    yield name
+    with db.cursor() as cur:
+        cur.execute("SELECT pgq.unregister_consumer(%s, 'c')", (name,))
+        cur.execute("SELECT pgq.drop_queue(%s)", (name,))
+
+
+def test_reading_a_batch_another_relay_finished_stops_as_fenced(stack, db, queue):
+    with db.cursor() as cur:
+        cur.execute("SELECT batch_id, prev_tick_id, cur_tick_id FROM pgq.next_batch_info(%s, 'c')", (queue,))
+        batch = Batch(*cur.fetchone())
+        assert batch.batch_id is not None
+        cur.execute("SELECT pgq.finish_batch(%s)", (batch.batch_id,))  # the relay that took over
+    source = PgqSource(stack.dsn, TriggerCapture(queue, "t", "c"), maint_interval=0)
+    try:
+        with pytest.raises(FencedError, match=f"batch {batch.batch_id} .* another relay took over"):
+            list(source._events(batch, None))
+    finally:
+        source.close()
+
+
+def test_both_errors_pgq_gives_for_a_finished_batch_mean_it_is_gone():
+    """A finish between pgq.batch_event_sql's check and pgq.batch_event_tables' (the CI race of
+    test_zombie_relay_is_fenced) gives the second message; any other error is not taken for it."""
+    raise_exc = psycopg2.errors.RaiseException
+    assert batch_gone(raise_exc("batch not found\nCONTEXT:  PL/pgSQL function pgq.batch_event_sql(bigint)"))
+    assert batch_gone(raise_exc("Cannot find data for batch 2664\nCONTEXT:  PL/pgSQL function "
+                                "pgq.batch_event_tables(bigint) line 31 at RAISE"))
+    assert not batch_gone(raise_exc("Unknown queue: q"))
+    assert not batch_gone(psycopg2.errors.UndefinedTable("relation pgq.event_5_1 does not exist: batch not found"))
