@@ -61,7 +61,7 @@ class RelayOptions:
     point's source commit (Commit.ts_ms, the database's clock) is older than BACKLOG_SECONDS
     (1 s) or this, whichever is longer. Fewer, larger Kafka transactions then, less broker work
     per change; a source that goes idle, or delivers younger changes, commits after its own
-    commit_delay (logical: 20 ms), so latency while the relay keeps up does not grow. Values
+    commit_delay (logical: 10 ms), so latency while the relay keeps up does not grow. Values
     below commit_delay count as commit_delay.
     """
 

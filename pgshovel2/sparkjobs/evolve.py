@@ -140,24 +140,24 @@ def evolve(spark, target: str, cols: list[spark_codec.SparkColumn]) -> list[str]
         log.info("%s: column %s renamed to %s", target, former, new)
     fills = {c.name: c.default for c in added if c.default is not None}
     if fills:  # recorded before the columns exist: a restart between ADD and UPDATE fills at start
-        _set_fills(spark, target, {**_fills(iceberg.properties(spark, target)), **fills})
+        fills = {**pending_fills(iceberg.properties(spark, target)), **fills}
+        _set_fills(spark, target, fills)
     for col in added:
         kind = _logical_type(spark, col)
         spark.sql(f"ALTER TABLE {target} ADD COLUMN {spark_codec.quote(col.name)} {kind}")
         log.info("%s: column %s %s added", target, col.name, kind)
     if fills:
-        fill(spark, target, iceberg.properties(spark, target))
+        fill(spark, target, fills)
     carried = {c.name for c in cols}
     return [n for n in _fields(spark, target) if n not in carried]
 
 
-def fill(spark, target: str, properties: dict[str, str]) -> None:
-    """Give the rows of target that existed when a column was added the value PostgreSQL gives them
-    (the pending defaults in table property FILL_PROPERTY, JSON {column: Avro default}), then
-    clear the property. properties: target's (iceberg.properties). Called by :func:`evolve` after
-    it adds columns, and for every table when a job starts (a driver killed between the ADD COLUMN
-    and the UPDATE). Idempotent: before the batch's MERGE only those rows hold null there."""
-    pending = _fills(properties)
+def fill(spark, target: str, pending: dict[str, Any]) -> None:
+    """Give the rows of target that existed when a column was added the value PostgreSQL gives them,
+    then clear table property FILL_PROPERTY. pending: {column: Avro default}, the property's content
+    (:func:`pending_fills`). Called by :func:`evolve` after it adds columns, and for every table when
+    a job starts (a driver killed between the ADD COLUMN and the UPDATE). Idempotent: before the
+    batch's MERGE only those rows hold null there."""
     for name, default in pending.items():
         column = spark_codec.quote(name)
         spark.sql(f"UPDATE {target} SET {column} = {_literal(default)} WHERE {column} IS NULL")
@@ -166,7 +166,9 @@ def fill(spark, target: str, properties: dict[str, str]) -> None:
         spark.sql(f"ALTER TABLE {target} UNSET TBLPROPERTIES ('{FILL_PROPERTY}')")
 
 
-def _fills(properties: dict[str, str]) -> dict[str, Any]:
+def pending_fills(properties: dict[str, str]) -> dict[str, Any]:
+    """{column: Avro default} of the fills recorded in a table's properties (iceberg.properties) and
+    not yet made; {} when none."""
     return json.loads(properties.get(FILL_PROPERTY, "{}"))
 
 

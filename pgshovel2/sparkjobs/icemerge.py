@@ -185,7 +185,7 @@ def reopen(spark, target: str, handoff: str) -> None:
     if recorded != handoff:
         raise BootstrapError(f"Iceberg table {target} starts at handoff {recorded!r}, not at this bootstrap's "
                              f"{handoff}: use its own bootstrap or a new catalog")
-    evolve.fill(spark, target, props)
+    evolve.fill(spark, target, evolve.pending_fills(props))
 
 
 def merge_sql(table: Table, cols: list, dropped: list[str], target: str, source: str, truncated: bool) -> str:
