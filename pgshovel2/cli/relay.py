@@ -11,7 +11,7 @@ from pgshovel2.cli.common import env_option, log_level_option, reports_errors, s
 from pgshovel2.cluster import ClusterStore
 from pgshovel2.errors import RelayError
 from pgshovel2.relay import metrics
-from pgshovel2.relay.loop import RelayOptions
+from pgshovel2.relay.options import RelayOptions
 from pgshovel2.relay.supervisor import run_elected
 
 log = logging.getLogger("pgshovel2.relay")

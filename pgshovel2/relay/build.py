@@ -16,8 +16,9 @@ from pgshovel2.relay.election import Leadership
 from pgshovel2.relay.emitter import Emitter
 from pgshovel2.relay.layout import Layout
 from pgshovel2.relay.logical_source import LogicalSource
-from pgshovel2.relay.loop import Relay, RelayOptions
+from pgshovel2.relay.loop import Relay
 from pgshovel2.relay.online_snapshot import OnlineSnapshot
+from pgshovel2.relay.options import RelayOptions
 from pgshovel2.relay.pgq_source import PgqSource
 from pgshovel2.relay.relation_layout import all_mode_tags
 from pgshovel2.relay.source import Source

@@ -22,7 +22,7 @@ from pgshovel2.errors import FencedError, RelayError, StopRequestedError, Unavai
 from pgshovel2.relay import metrics
 from pgshovel2.relay.build import build
 from pgshovel2.relay.election import Leadership, LeadershipLostError, SetDroppedError, identity
-from pgshovel2.relay.loop import RelayOptions
+from pgshovel2.relay.options import RelayOptions
 
 log = logging.getLogger(__name__)
 
