@@ -9,6 +9,7 @@
 mod debezium;
 mod json;
 mod kinds;
+mod lane;
 mod pgoutput;
 mod pyfloat;
 
@@ -228,6 +229,7 @@ fn pgshovel2_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<RowCodec>()?;
     m.add_class::<debezium::DebeziumEvents>()?;
     m.add_class::<pgoutput::PgoutputRows>()?;
+    m.add_class::<lane::Lane>()?;
     m.add("ABI", 1)?;
     Ok(())
 }

@@ -22,7 +22,8 @@ from pgshovel2.codec.avro import AvroWriter
 from pgshovel2.codec.rows import RowEncoder, encode_record
 from pgshovel2.errors import RelayError
 from pgshovel2.relay.envelopes import SNAPSHOT_TRUE, Context, Envelope, Message, RowEnvelope, TxnOrder
-from pgshovel2.relay.source import Change
+from pgshovel2.relay.lane import OPS, TableLanes
+from pgshovel2.relay.source import Change, ChangeRun
 from pgshovel2.sinks.kafka import KafkaSink
 
 
@@ -56,6 +57,7 @@ class Emitter:
         self.replaying = False  # build and count messages, produce none
         self._fixed_for: tuple | None = None  # (txid, ts_ms, version) of _fixed
         self._fixed: tuple = ()  # the headers every message of that transaction shares
+        self._lanes: TableLanes | None = None  # the native lane of routes, for ChangeRuns
 
     def switch(self, routes: dict[str, TableRoute], version: int, txn_writer: AvroWriter | None) -> None:
         """Use routes (table tag -> TableRoute) of set version from the next change on."""
@@ -70,11 +72,35 @@ class Emitter:
         """A data message's headers, in the order op, txid, position, ts_ms, set, version (the
         four but op and position are built once per transaction: this runs per message)."""
         if self._fixed_for != (txid, ts_ms, self.version):
-            self._fixed_for = (txid, ts_ms, self.version)
-            self._fixed = ((wire.TXID, str(txid)), (wire.TS_MS, str(ts_ms)), (wire.SET, self.set_name),
-                           (wire.VERSION, str(self.version)))
+            self._fix(txid, ts_ms)
         txid_h, ts_h, set_h, version_h = self._fixed
         return [(wire.OP, op), txid_h, (wire.POSITION, position), ts_h, set_h, version_h]
+
+    def _fix(self, txid: int, ts_ms: int) -> None:
+        self._fixed_for = (txid, ts_ms, self.version)
+        self._fixed = ((wire.TXID, str(txid)), (wire.TS_MS, str(ts_ms)), (wire.SET, self.set_name),
+                       (wire.VERSION, str(self.version)))
+
+    def change_run(self, run: ChangeRun, start: int, prefix: str) -> int:
+        """Produce the messages of run.records[start:] from the first on as far as the native lane
+        takes them (:mod:`pgshovel2.relay.lane`), what :meth:`change` would produce for each;
+        returns how many records that is (0: none, run.records[start] is for :meth:`change`).
+        prefix: the run's unit's wire.position_prefix."""
+        lanes = self._lanes
+        if lanes is None or not lanes.of(self.routes, run.tags):
+            lanes = self._lanes = TableLanes(self.routes, run.tags)
+        if lanes.lane is None or self.replaying:
+            return 0
+        if self._fixed_for != (run.txid, run.ts_ms, self.version):
+            self._fix(run.txid, run.ts_ms)
+        messages, done, counts = lanes.lane.encode(run.records, start, prefix, run.ordinal + start, OPS,
+                                                   self._fixed, wire.POSITION)
+        if done:
+            self.sink.produce_many(messages)
+            for topic, n in zip(lanes.topics, counts, strict=True):
+                if n:
+                    self._counts[topic] += n
+        return done
 
     def _send(self, route: TableRoute, msg: Message, txid: int, position: str, ts_ms: int,
               unchanged: str | None = None) -> None:

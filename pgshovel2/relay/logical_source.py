@@ -32,6 +32,7 @@ from pgshovel2.setrecord import PLUGIN, SetRecord
 from pgshovel2.wire import LOGICAL, Lsn, Position
 
 log = logging.getLogger(__name__)
+RUN_MAX = 512  # change records in one ChangeRun
 
 
 class LogicalSource:
@@ -42,7 +43,9 @@ class LogicalSource:
     wait_cap: longest single wait (s). pgoutput only: spill_dir, where streamed transactions are
     spilled (:mod:`pgshovel2.relay.pgoutput_stream`; None: the system's temp dir);
     decoding_work_mem: the walsender's logical_decoding_work_mem (e.g. ``64kB``; None: the
-    server's), above which a transaction is streamed before its commit. Raises UnavailableError
+    server's), above which a transaction is streamed before its commit. raw_rows: rows stay the
+    plugin's JSON text (for the native codec); runs: consecutive change records come as ChangeRuns
+    (the native lane; our plugin with raw_rows only). Raises UnavailableError
     when the database cannot be reached or goes away (retrying is safe), RelayError when the slot
     is gone.
     """
@@ -52,7 +55,8 @@ class LogicalSource:
 
     def __init__(self, dsn: str, slot: str, tables: tuple[Table, ...], heartbeat_interval: float = 10.0,
                  wait_cap: float = 0.5, plugin: str = PLUGIN, mode_all: frozenset[str] = frozenset(),
-                 spill_dir: str | None = None, decoding_work_mem: str | None = None, raw_rows: bool = False):
+                 spill_dir: str | None = None, decoding_work_mem: str | None = None, raw_rows: bool = False,
+                 runs: bool = False):
         self.dsn, self.slot, self.plugin, self.spill_dir = dsn, slot, plugin, spill_dir
         self.heartbeat_interval, self.wait_cap = heartbeat_interval, wait_cap
         self._tags = [t.qualified for t in tables]
@@ -70,6 +74,7 @@ class LogicalSource:
         self._cur = self._repl.cursor()
         self._keeper = FeedbackKeeper(self._cur)  # no keepalive mid-transaction (relay/feedback_keeper.py)
         self._decoder: RecordDecoder | PgoutputDecoder = RecordDecoder(self._tags, slot, raw_rows)
+        self.runs = runs and raw_rows and plugin == PLUGIN  # ChangeRuns of our plugin's change records
         self.stream: StreamAssembler | None = None  # pgoutput's streamed transactions
         self._in_txn = False  # between a Begin and its Commit
         self._last_start: int | None = None  # XLogData start of the last message read
@@ -232,15 +237,39 @@ class LogicalSource:
                     idle_since = time.monotonic()
                 yield Idle(self.wait_cap)
                 continue
-            self._last_start = msg.data_start
-            for data, lsn in self._messages(msg):
-                items = self._decoder.feed(data, lsn)
-                if len(items) == 1 and type(items[0]) is Change:
-                    yield items[0]  # the usual message: no generator made for it (this runs per change)
-                else:
-                    yield from self._decoded(items, position)
+            while msg is not None:
+                self._last_start = msg.data_start
+                if self.runs and self._decoder.lane_record(msg.payload):
+                    records, msg = self._run_from(msg.payload)
+                    yield self._decoder.run(records)
+                    continue
+                for data, lsn in self._messages(msg):
+                    items = self._decoder.feed(data, lsn)
+                    if len(items) == 1 and type(items[0]) is Change:
+                        yield items[0]  # the usual message: no generator made for it (this runs per change)
+                    else:
+                        yield from self._decoded(items, position)
+                msg = None
             if not self._in_txn:
                 idle_since = time.monotonic()
+
+    def _run_from(self, first: bytes) -> tuple[list[bytes], object]:
+        """(records, next message or None): first and the change records after it the stream already
+        holds that the lane may take (at most RUN_MAX); the message that ended the run, unhandled."""
+        records = [first]
+        lane_record, read = self._decoder.lane_record, self._cur.read_message
+        while len(records) < RUN_MAX:
+            try:
+                msg = read()
+            except psycopg2.Error as exc:
+                self._reraise(exc)
+            if msg is None:
+                break
+            self._last_start = msg.data_start
+            if not lane_record(msg.payload):
+                return records, msg
+            records.append(msg.payload)
+        return records, None
 
     def _keepalive_would_confirm_unrelayed(self) -> bool:
         """True when a keepalive read now could confirm a transaction not yet in Kafka: psycopg2

@@ -34,7 +34,7 @@ from pgshovel2.relay.layout import Layout
 from pgshovel2.relay.online_snapshot import Emission, OnlineSnapshot, emit_chunk
 from pgshovel2.relay.options import RelayOptions
 from pgshovel2.relay.progress import Progress
-from pgshovel2.relay.source import Begin, Change, Commit, Control, Idle, Source
+from pgshovel2.relay.source import Begin, Change, ChangeRun, Commit, Control, Idle, Source
 from pgshovel2.sinks.kafka import KafkaSink
 from pgshovel2.wire import Position, change_header, change_header_at, position_prefix
 
@@ -189,6 +189,8 @@ class Relay:
             kind = type(item)
             if kind is Change:
                 self._change(item)
+            elif kind is ChangeRun:
+                self._run(item)
             elif kind is Begin:
                 self._begin(item)
             elif kind is Commit:
@@ -236,6 +238,40 @@ class Relay:
         txn.last_header, txn.last_covered = header, covered
         if not covered:
             self.changes += 1
+
+    def _run(self, run: ChangeRun) -> None:
+        """Relay a ChangeRun through the emitter's native lane, but record by record (:meth:`_change`)
+        where that path has work to do: the transaction's first change (BEGIN), a record the lane
+        leaves, and all of the run in a unit the committed position reaches, during an online
+        snapshot's chunk, or when the Kafka transaction could reach its hard size."""
+        i, n = 0, len(run.records)
+        while i < n:
+            if (run.unit <= self.committed.unit or (self.online is not None and self.online.chunk is not None)
+                    or self.sink.produced - self._committed_produced + 2 * (n - i) >= self.hard):
+                self._changes(run, i, n)
+                return
+            done = self._lane(run, i) if self._txn.begun else 0
+            if not done:
+                self._changes(run, i, i + 1)
+                done = 1
+            i += done
+
+    def _lane(self, run: ChangeRun, start: int) -> int:
+        """emitter.change_run of run.records[start:] with the bookkeeping of :meth:`_change`; returns
+        how many records it relayed."""
+        if run.unit != self._prefix_unit:
+            self._prefix_unit, self._prefix = run.unit, position_prefix(self.source.backend, run.unit)
+        self.emitter.replaying = False
+        done = self.emitter.change_run(run, start, self._prefix)
+        if done:
+            self._txn.last_header = change_header_at(self._prefix, run.ordinal + start + done - 1)
+            self._txn.last_covered = False
+            self.changes += done
+        return done
+
+    def _changes(self, run: ChangeRun, start: int, stop: int) -> None:
+        for item in run.expand(run, start, stop):
+            self._change(item)
 
     def _unencodable(self, exc: EncodeError, header: str, what: dict) -> None:
         """The operator's choice for a change at header that cannot be encoded: stop, naming the

@@ -15,7 +15,7 @@ from collections import deque
 from pgshovel2.errors import RelayError
 from pgshovel2.relay import relation_layout
 from pgshovel2.relay.relation_layout import RelationLayout
-from pgshovel2.relay.source import SET_VERSION, Begin, Change, Commit, Control, Item
+from pgshovel2.relay.source import SET_VERSION, Begin, Change, ChangeRun, Commit, Control, Item
 from pgshovel2.setrecord import PLUGIN
 from pgshovel2.wire import Position
 
@@ -28,6 +28,7 @@ _LSN = struct.Struct(">Q")
 RECORD_FORMAT = "3"  # the plugin's record format this module reads (its "format" option)
 _FLAG_OLD, _FLAG_NO_ROW, _FLAG_UNCHANGED = 1, 2, 4
 _U16 = struct.Struct(">H")
+_IUD = frozenset(b"IUD")
 
 
 def _parsed(row: bytes | list | None) -> list | None:
@@ -72,6 +73,46 @@ class RecordDecoder:
     def settle(self, layout: RelationLayout) -> None:
         """Nothing to do: the plugin's rows are in the layout it reported."""
 
+    def lane_record(self, data: bytes) -> bool:
+        """True for a record the native lane may take in a ChangeRun: an I/U/D change without
+        unchanged values of a table captured whole, while no layout is held."""
+        return (data[0] in _IUD and not data[11] & _FLAG_UNCHANGED and not self._held
+                and (not self.subset_tags or self.tags[_U16.unpack_from(data, 9)[0]] not in self.subset_tags))
+
+    def run(self, records: list[bytes]) -> ChangeRun:
+        """The ChangeRun of records (each one :meth:`lane_record` took), the open transaction's
+        next changes."""
+        ordinal = self._ordinal
+        self._ordinal += len(records)
+        return ChangeRun(self._txid, self._ts_ms, self._unit, ordinal, records, self.tags, self._expand)
+
+    def _expand(self, run: ChangeRun, start: int, stop: int) -> list[Change]:
+        """ChangeRun.expand: the Changes of run.records[start:stop]."""
+        out = []
+        for i in range(start, stop):
+            change = self._change(run.records[i], run.txid, run.ts_ms, run.unit, run.ordinal + i, run.tags)
+            if change is not None:
+                out.append(change)
+        return out
+
+    def _change(self, data: bytes, txid: int, ts_ms: int, unit: int, ordinal: int, tags: list[str]) -> Change | None:
+        """The Change of an I/U/D record at (unit, ordinal); None when the capture trigger would
+        write no event for it."""
+        lsn, index, flags, size = _CHANGE.unpack_from(data, 1)
+        end = 16 + size
+        loads = bytes if self.raw_rows else json.loads
+        row = None if flags & _FLAG_NO_ROW else loads(data[16:end])
+        unchanged: tuple[int, ...] = ()
+        if flags & _FLAG_UNCHANGED:
+            (count,) = _U16.unpack_from(data, end)
+            unchanged = struct.unpack_from(f">{count}H", data, end + 2)
+            end += 2 + 2 * count
+        before = loads(data[end:]) if flags & _FLAG_OLD else None
+        table = tags[index]
+        if before is not None and table in self.subset_tags and _parsed(before) == _parsed(row):
+            return None  # no captured column changed (the trigger backend writes no event either)
+        return Change(txid, ts_ms, chr(data[0]), row, table, before, unit, ordinal, lsn, unchanged)
+
     def decode(self, data: bytes) -> Item | None:
         """The item of one plugin record; None for a change the capture trigger would not write.
 
@@ -79,23 +120,9 @@ class RecordDecoder:
         """
         kind = data[0]
         if kind in b"IUD":
-            lsn, index, flags, size = _CHANGE.unpack_from(data, 1)
-            end = 16 + size
-            loads = bytes if self.raw_rows else json.loads
-            row = None if flags & _FLAG_NO_ROW else loads(data[16:end])
-            unchanged: tuple[int, ...] = ()
-            if flags & _FLAG_UNCHANGED:
-                (count,) = _U16.unpack_from(data, end)
-                unchanged = struct.unpack_from(f">{count}H", data, end + 2)
-                end += 2 + 2 * count
-            before = loads(data[end:]) if flags & _FLAG_OLD else None
             ordinal = self._ordinal
             self._ordinal += 1
-            table = self.tags[index]
-            if before is not None and table in self.subset_tags and _parsed(before) == _parsed(row):
-                return None  # no captured column changed (the trigger backend writes no event either)
-            return Change(self._txid, self._ts_ms, chr(kind), row, table, before, self._unit, ordinal, lsn,
-                          unchanged)
+            return self._change(data, self._txid, self._ts_ms, self._unit, ordinal, self.tags)
         if kind == 66:  # B
             commit_lsn, txid, ts_us = _BEGIN.unpack_from(data, 1)
             ts_us += PG_EPOCH_US

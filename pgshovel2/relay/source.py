@@ -4,6 +4,8 @@ A source turns a set's capture into one stream of items, in commit order:
 
 - :class:`Begin` -- a source transaction starts;
 - :class:`Change` -- one captured change (I/U/D/T) of that transaction;
+- :class:`ChangeRun` -- consecutive changes of that transaction in the source's raw form, for
+  the relay's native lane (:mod:`pgshovel2.relay.lane`); ``expand`` gives them as Changes;
 - :class:`Control` -- a control event in the stream (a set-version marker ``V`` or a
   schema change ``S``, :mod:`pgshovel2.relay.control`): no data, switches the layout; or an
   online snapshot's watermark (``W``, or a ``V`` whose row has no version: :mod:`pgshovel2.relay.online_snapshot`);
@@ -20,7 +22,7 @@ calls :meth:`Source.ack` with it and the source may forget the unit.
 Sources never know Kafka; the loop never knows PgQ or slots.
 """
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import NamedTuple, Protocol
 
 from pgshovel2.backends.chunks import WATERMARK_EVENT
@@ -71,6 +73,24 @@ class Change(NamedTuple):
     unchanged: tuple[int, ...] = ()
 
 
+class ChangeRun(NamedTuple):
+    """Consecutive changes of one transaction as the source's raw records (logical backend, our
+    plugin: change records of sql/decoder/README.rst), read in one go while the source had them.
+
+    txid, ts_ms, unit: as Change; ordinal: the first record's; records: the records (bytes);
+    tags: table tags by the records' table index; expand(run, start, stop): the Changes of
+    records[start:stop] (with their ordinals), what the source would have given one by one.
+    """
+
+    txid: int
+    ts_ms: int
+    unit: int
+    ordinal: int
+    records: list[bytes]
+    tags: list[str]
+    expand: Callable[["ChangeRun", int, int], list[Change]]
+
+
 class Control(NamedTuple):
     """A control event (op ``V`` set version, ``S`` schema change), fields as :class:`Change`:
     row is the event's payload (decoded JSON), before the DDL statement for ``S``."""
@@ -104,7 +124,7 @@ class Idle(NamedTuple):
     wait: float
 
 
-Item = Begin | Change | Control | Commit | Idle
+Item = Begin | Change | ChangeRun | Control | Commit | Idle
 
 
 class Lag(NamedTuple):
