@@ -32,12 +32,12 @@ pub(crate) struct Meta {
 
 impl Meta {
     /// A captured change's Context (snapshot "false"): txid, 64-bit; position, its
-    /// pgshovel.position; ts_ms and ts_us, the commit time; lsn, the change's own LSN; last_lsn,
+    /// pgshovel.position; ts_ms and ts_us, the commit time; lsn, the change's own LSN (logical); last_lsn,
     /// the LSN completely processed before its transaction. None when ts_us has no ns form in 64 bits.
-    pub(crate) fn change(txid: i64, position: String, ts_ms: i64, lsn: i64, last_lsn: Option<i64>, ts_us: i64)
+    pub(crate) fn change(txid: i64, position: String, ts_ms: i64, lsn: Option<i64>, last_lsn: Option<i64>, ts_us: i64)
                          -> Option<Meta> {
         let ts_ns = ts_us.checked_mul(1000)?;
-        Some(Meta { txid, position, ts_ms, snapshot: Some(SNAPSHOT_FALSE.to_string()), lsn: Some(lsn), last_lsn,
+        Some(Meta { txid, position, ts_ms, snapshot: Some(SNAPSHOT_FALSE.to_string()), lsn, last_lsn,
                     ts_us, ts_ns })
     }
 }

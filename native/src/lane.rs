@@ -1,11 +1,13 @@
-//! The relay's native lane: a run of our output plugin's change records (sql/decoder/README.rst,
-//! record format 3) turned into Kafka messages with their headers, in one call
-//! (pgshovel2.relay.lane). For a table of the row envelope it does what RecordDecoder.decode,
+//! The relay's native lane: a run of one transaction's changes -- our output plugin's change
+//! records (sql/decoder/README.rst, record format 3), or the trigger backend's PgQ event rows --
+//! turned into Kafka messages with their headers, in one call (pgshovel2.relay.lane). For a table of the row envelope it does what RecordDecoder.decode,
 //! RowEnvelope.change and Emitter._headers do for each record; for one of the debezium envelope,
 //! what DebeziumEnvelope.change does through DebeziumEvents, numbering events as the
 //! transaction's TxnOrder would. Byte for byte; it stops at the first record it would not
 //! handle exactly so (a table without a lane, a row its codec leaves to Python, a record with no
 //! row or with unchanged values): the caller takes that record the Python way.
+
+use std::collections::HashMap;
 
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyString, PyTuple};
@@ -20,6 +22,23 @@ const HEAD: usize = 16; // kind, change LSN (8), table index (2), flags (1), row
 
 /// A data message: (table index, key, value or None for a tombstone, op).
 type Out = (usize, Vec<u8>, Option<Vec<u8>>, u8);
+
+/// One change as the lane reads it: kind (b'I', b'U', b'D'), table index, the row and the old
+/// row (capture JSON text), and its own LSN (logical backend).
+struct Rec<'a> {
+    kind: u8,
+    table: usize,
+    row: &'a [u8],
+    old: Option<&'a [u8]>,
+    lsn: Option<i64>,
+}
+
+/// Lane.encode's txn argument: (txid, ts_ms, ts_us, last_lsn, total_order, per table index
+/// data_collection_order).
+type TxnArg = (i64, i64, i64, Option<i64>, i64, Vec<i64>);
+
+/// Lane.encode's result: (messages, done, counts, events).
+type Encoded<'py> = (Bound<'py, PyList>, usize, Vec<usize>, Vec<i64>);
 
 /// How a lane table's messages are written.
 enum Writer {
@@ -45,18 +64,21 @@ struct Txn {
 pub struct Lane {
     writers: Vec<Option<Writer>>,
     topics: Vec<PyObject>,
+    indexes: HashMap<String, usize>,
 }
 
 #[pymethods]
 impl Lane {
     /// writers: per table index, for a keyed table, the RowCodec of the row envelope or the
     /// DebeziumEvents of the debezium envelope (None: no lane); topics: per table index, its data
-    /// topic (str; anything where writers has None). Raises TypeError for another writer.
+    /// topic (str; anything where writers has None); tags: per table index, the table's tag (the
+    /// table of a trigger row). Raises TypeError for another writer.
     #[new]
-    fn new(writers: Vec<Option<Bound<'_, PyAny>>>, topics: Vec<PyObject>) -> PyResult<Self> {
-        if writers.len() != topics.len() {
-            return Err(pyo3::exceptions::PyValueError::new_err("Lane: writers and topics differ in length"));
+    fn new(writers: Vec<Option<Bound<'_, PyAny>>>, topics: Vec<PyObject>, tags: Vec<String>) -> PyResult<Self> {
+        if writers.len() != topics.len() || writers.len() != tags.len() {
+            return Err(pyo3::exceptions::PyValueError::new_err("Lane: writers, topics and tags differ in length"));
         }
+        let indexes = tags.into_iter().enumerate().map(|(i, tag)| (tag, i)).collect();
         let writers = writers.into_iter().map(|w| match w {
             None => Ok(None),
             Some(w) => if let Ok(codec) = w.downcast::<RowCodec>() {
@@ -65,11 +87,12 @@ impl Lane {
                 Ok(Some(Writer::Debezium(w.downcast::<DebeziumEvents>()?.clone().unbind())))
             },
         }).collect::<PyResult<Vec<_>>>()?;
-        Ok(Lane { writers, topics })
+        Ok(Lane { writers, topics, indexes })
     }
 
-    /// (messages, done, counts, events) for records[start:], a run of one transaction's change
-    /// records: messages, [(topic, key, value or None, headers)] to produce in order; done, how
+    /// (messages, done, counts, events) for records[start:], a run of one transaction's changes:
+    /// change records of our plugin (bytes), or PgQ event rows (txid, ts_ms, op, data, table,
+    /// extra) of the trigger backend (data and extra: the row and the old row, str). messages, [(topic, key, value or None, headers)] to produce in order; done, how
     /// many records they are (records[start + done] is left to Python); counts, per table index
     /// the messages made; events, per table index the debezium events numbered (tombstones are
     /// not). headers: (op c, op u, op d, txid, ts_ms, set, version) header tuples and the position
@@ -82,8 +105,7 @@ impl Lane {
     fn encode<'py>(&self, py: Python<'py>, records: &Bound<'py, PyList>, start: usize, prefix: &str,
                    ordinal: u64, ops: (PyObject, PyObject, PyObject), fixed: (PyObject, PyObject, PyObject, PyObject),
                    position_name: &Bound<'py, PyString>,
-                   txn: Option<(i64, i64, i64, Option<i64>, i64, Vec<i64>)>)
-                   -> PyResult<(Bound<'py, PyList>, usize, Vec<usize>, Vec<i64>)> {
+                   txn: Option<TxnArg>) -> PyResult<Encoded<'py>> {
         let messages = PyList::empty(py);
         let mut counts = vec![0usize; self.writers.len()];
         let mut txn = txn.map(|(txid, ts_ms, ts_us, last_lsn, total, per)| {
@@ -91,9 +113,16 @@ impl Lane {
         });
         let mut done = 0;
         for (n, record) in records.iter().skip(start).enumerate() {
-            let Ok(bytes) = record.downcast::<PyBytes>() else { break };
+            let trigger;
+            let rec = if let Ok(bytes) = record.downcast::<PyBytes>() {
+                plugin_record(bytes.as_bytes())
+            } else {
+                trigger = self.trigger_row(&record);
+                trigger.as_ref().and_then(TriggerRow::rec)
+            };
+            let Some(rec) = rec else { break };
             let text = format!("{prefix}{:010}", ordinal + n as u64);
-            let Some(outs) = self.record(py, bytes.as_bytes(), &text, txn.as_mut())? else { break };
+            let Some(outs) = self.change(py, &rec, &text, txn.as_mut())? else { break };
             let position = PyTuple::new(py, [position_name.clone().into_any(), PyString::new(py, &text).into_any()])?;
             for (table, key, value, op) in outs {
                 let op = match op { b'c' => &ops.0, b'u' => &ops.1, _ => &ops.2 };
@@ -116,46 +145,83 @@ impl Lane {
 }
 
 impl Lane {
-    /// The messages of one change record as its table's envelope makes them, or None (Python's).
-    /// position: the record's pgshovel.position.
-    fn record(&self, py: Python<'_>, data: &[u8], position: &str, txn: Option<&mut Txn>) -> PyResult<Option<Vec<Out>>> {
-        if data.len() < HEAD || !matches!(data[0], b'I' | b'U' | b'D') {
-            return Ok(None);
-        }
-        let table = u16::from_be_bytes([data[9], data[10]]) as usize;
-        let flags = data[11];
-        let size = u32::from_be_bytes([data[12], data[13], data[14], data[15]]) as usize;
-        if flags & (FLAG_NO_ROW | FLAG_UNCHANGED) != 0 || data.len() < HEAD + size {
-            return Ok(None);
-        }
-        let row = &data[HEAD..HEAD + size];
-        let old = (flags & FLAG_OLD != 0).then(|| &data[HEAD + size..]);
-        Ok(match self.writers.get(table) {
-            Some(Some(Writer::Row(codec))) => row_messages(codec.get(), table, data[0], row, old),
+    /// The messages of one change as its table's envelope makes them, or None (Python's).
+    /// position: the change's pgshovel.position.
+    fn change(&self, py: Python<'_>, rec: &Rec<'_>, position: &str, txn: Option<&mut Txn>) -> PyResult<Option<Vec<Out>>> {
+        Ok(match self.writers.get(rec.table) {
+            Some(Some(Writer::Row(codec))) => row_messages(codec.get(), rec),
             Some(Some(Writer::Debezium(events))) => match txn {
-                Some(txn) => {
-                    let lsn = i64::try_from(u64::from_be_bytes(data[1..9].try_into().unwrap())).ok();
-                    match lsn {
-                        Some(lsn) => debezium_messages(py, events.get(), table, data[0], row, old, position, lsn, txn)?,
-                        None => None,
-                    }
-                }
+                Some(txn) => debezium_messages(py, events.get(), rec, position, txn)?,
                 None => return Err(pyo3::exceptions::PyValueError::new_err("Lane: a debezium table needs txn")),
             },
             _ => None,
         })
     }
+
+    /// A trigger row (txid, ts_ms, op, data, table, extra) with an I/U/D op, its row and a table
+    /// of this lane; else None.
+    fn trigger_row<'py>(&self, item: &Bound<'py, PyAny>) -> Option<TriggerRow<'py>> {
+        let item = item.downcast::<PyTuple>().ok()?;
+        if item.len() != 6 {
+            return None;
+        }
+        let text = |i: usize| item.get_item(i).ok()?.downcast_into::<PyString>().ok();
+        let kind = match text(2)?.to_str().ok()? { "I" => b'I', "U" => b'U', "D" => b'D', _ => return None };
+        let table = *self.indexes.get(text(4)?.to_str().ok()?)?;
+        let extra = item.get_item(5).ok()?;
+        let old = if extra.is_none() || !extra.is_truthy().ok()? { None } else { Some(text(5)?) }; // as `if extra`
+        Some(TriggerRow { kind, table, row: text(3)?, old })
+    }
+}
+
+/// The parts of a trigger row the lane reads (Lane::trigger_row).
+struct TriggerRow<'py> {
+    kind: u8,
+    table: usize,
+    row: Bound<'py, PyString>,
+    old: Option<Bound<'py, PyString>>,
+}
+
+impl TriggerRow<'_> {
+    fn rec(&self) -> Option<Rec<'_>> {
+        let old = match &self.old {
+            Some(old) => Some(old.to_str().ok()?.as_bytes()),
+            None => None,
+        };
+        Some(Rec { kind: self.kind, table: self.table, row: self.row.to_str().ok()?.as_bytes(), old, lsn: None })
+    }
+}
+
+/// A plugin change record as a Rec, or None (not an I/U/D record with its row and without
+/// unchanged values).
+fn plugin_record(data: &[u8]) -> Option<Rec<'_>> {
+    if data.len() < HEAD || !matches!(data[0], b'I' | b'U' | b'D') {
+        return None;
+    }
+    let flags = data[11];
+    let size = u32::from_be_bytes([data[12], data[13], data[14], data[15]]) as usize;
+    if flags & (FLAG_NO_ROW | FLAG_UNCHANGED) != 0 || data.len() < HEAD + size {
+        return None;
+    }
+    Some(Rec {
+        kind: data[0],
+        table: u16::from_be_bytes([data[9], data[10]]) as usize,
+        row: &data[HEAD..HEAD + size],
+        old: (flags & FLAG_OLD != 0).then(|| &data[HEAD + size..]),
+        lsn: Some(i64::try_from(u64::from_be_bytes(data[1..9].try_into().ok()?)).ok()?),
+    })
 }
 
 /// The row envelope's messages of a change (RowEnvelope.change), or None (Python's).
-fn row_messages(codec: &RowCodec, table: usize, kind: u8, row: &[u8], old: Option<&[u8]>) -> Option<Vec<Out>> {
-    let (key, value) = codec.encode_row(Row::Text(row), true)?;
+fn row_messages(codec: &RowCodec, rec: &Rec<'_>) -> Option<Vec<Out>> {
+    let (table, kind) = (rec.table, rec.kind);
+    let (key, value) = codec.encode_row(Row::Text(rec.row), true)?;
     let key = key?; // a lane table is keyed
     if kind == b'D' {
         return Some(vec![(table, key, None, b'd')]);
     }
     let op = if kind == b'I' { b'c' } else { b'u' };
-    let Some(old) = old else { return Some(vec![(table, key, value, op)]) };
+    let Some(old) = rec.old else { return Some(vec![(table, key, value, op)]) };
     let (old_key, _) = codec.encode_row(Row::Text(old), true)?;
     let old_key = old_key?;
     if old_key != key {
@@ -166,19 +232,19 @@ fn row_messages(codec: &RowCodec, table: usize, kind: u8, row: &[u8], old: Optio
 
 /// The debezium envelope's messages of a change (DebeziumEnvelope.change through DebeziumEvents),
 /// numbered in txn, or None (Python's: nothing numbered).
-#[allow(clippy::too_many_arguments)]
-fn debezium_messages(py: Python<'_>, events: &DebeziumEvents, table: usize, kind: u8, row: &[u8], old: Option<&[u8]>,
-                     position: &str, lsn: i64, txn: &mut Txn) -> PyResult<Option<Vec<Out>>> {
+fn debezium_messages(py: Python<'_>, events: &DebeziumEvents, rec: &Rec<'_>, position: &str, txn: &mut Txn)
+                     -> PyResult<Option<Vec<Out>>> {
+    let (table, kind) = (rec.table, rec.kind);
     let rows = events.rows();
-    let Some((Some(key), Some(body))) = rows.encode_row(Row::Text(row), true) else { return Ok(None) };
-    let old = match old {
+    let Some((Some(key), Some(body))) = rows.encode_row(Row::Text(rec.row), true) else { return Ok(None) };
+    let old = match rec.old {
         None => None,
         Some(old) => match rows.encode_row(Row::Text(old), true) {
             Some((Some(k), Some(b))) => Some((Some(k), b)),
             _ => return Ok(None),
         },
     };
-    let Some(meta) = Meta::change(txn.txid, position.to_string(), txn.ts_ms, lsn, txn.last_lsn, txn.ts_us) else {
+    let Some(meta) = Meta::change(txn.txid, position.to_string(), txn.ts_ms, rec.lsn, txn.last_lsn, txn.ts_us) else {
         return Ok(None);
     };
     if table >= txn.per.len() {

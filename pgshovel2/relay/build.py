@@ -44,7 +44,7 @@ def open_source(record: SetRecord, options: RelayOptions) -> Source:
                              spill_dir=options.spill_dir, decoding_work_mem=options.logical_decoding_work_mem,
                              raw_rows=native.module() is not None, runs=record.config.envelope in ("row", "debezium"))
     return PgqSource(record.dsn, record.capture, options.poll_interval, maint_interval=options.pgq_maint_interval,
-                     raw_rows=native.module() is not None)
+                     raw_rows=native.module() is not None, runs=record.config.envelope in ("row", "debezium"))
 
 
 def build(store: ClusterStore, set_name: str, options: RelayOptions, leadership: Leadership | None = None,

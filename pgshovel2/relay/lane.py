@@ -1,5 +1,5 @@
-"""The relay's native lane: a ChangeRun (consecutive change records of our output plugin, one
-transaction) becomes Kafka messages, with their headers, in one call into the native module
+"""The relay's native lane: a ChangeRun (consecutive change records of our output plugin, or PgQ
+event rows, of one transaction) becomes Kafka messages, with their headers, in one call into the native module
 (``pgshovel2_native.Lane``) instead of one Change at a time through RecordDecoder, the envelope
 and Emitter. The messages, their headers, their order and the debezium envelope's event
 numbering are the same byte for byte (tests/unit/test_lane.py); a record the lane does not take
@@ -24,14 +24,16 @@ OPS = ((wire.OP, "c"), (wire.OP, "u"), (wire.OP, "d"))  # the op headers the lan
 
 class TableLanes:
     """The native Lane of routes (table tag -> emitter.TableRoute) for the table tags of a
-    ChangeRun (tags: its records' table indexes); lane is None when no table takes it.
+    ChangeRun (tags: its records' table indexes; None: routes' tags, for trigger rows that name
+    their table); lane is None when no table takes it.
 
     topics: per table index, the data topic of a lane table (else None); collections: per table
     index, the data collection a debezium lane table numbers its events in (else None).
     """
 
-    def __init__(self, routes: dict[str, "TableRoute"], tags: list[str]):
-        self.routes, self.tags = routes, tags
+    def __init__(self, routes: dict[str, "TableRoute"], tags: list[str] | None):
+        self.routes, self.run_tags = routes, tags
+        tags = tags if tags is not None else list(routes)  # trigger rows: by the routes' tags
         writers = [_writer(routes.get(tag)) for tag in tags]
         collections = [routes[tag].envelope.collection if type(w) is not _Row and w is not None else None
                        for tag, w in zip(tags, writers, strict=True)]
@@ -45,11 +47,11 @@ class TableLanes:
         mod = native.module()
         self.lane = None
         if mod is not None and hasattr(mod, "Lane") and any(w is not None for w in writers):
-            self.lane = mod.Lane([w.codec if type(w) is _Row else w for w in writers], self.topics)
+            self.lane = mod.Lane([w.codec if type(w) is _Row else w for w in writers], self.topics, tags)
 
-    def of(self, routes: dict[str, "TableRoute"], tags: list[str]) -> bool:
+    def of(self, routes: dict[str, "TableRoute"], tags: list[str] | None) -> bool:
         """True when this was built from these routes and tags (the same objects)."""
-        return routes is self.routes and tags is self.tags
+        return routes is self.routes and tags is self.run_tags
 
 
 class _Row:

@@ -19,10 +19,12 @@ import pytest
 from pgshovel2.catalog import Column, Table
 from pgshovel2.codec import avro, native
 from pgshovel2.errors import EncodeError
+from pgshovel2.relay import pgq_source
 from pgshovel2.relay.debezium import DebeziumEnvelope, SourceInfo
 from pgshovel2.relay.emitter import Emitter, TableRoute
 from pgshovel2.relay.record_decoder import RecordDecoder
-from pgshovel2.wire import LOGICAL, change_header_at, position_prefix
+from pgshovel2.relay.source import Change, ChangeRun
+from pgshovel2.wire import LOGICAL, TRIGGER, change_header_at, position_prefix
 from tests.unit.test_debezium_native import Clock
 from tests.unit.test_native_codec import ARRAYS, TYPES, encoders, rows, table
 
@@ -92,14 +94,18 @@ def route(tbl: Table, topic: str, use_avro: bool, envelope: str) -> TableRoute:
                                                         topic, writer, clock=Clock()))
 
 
-def emitter(use_avro: bool, tbl: Table, envelope: str = "row") -> tuple[Emitter, ListSink]:
-    """An emitter of tbl and UNKEYED (JSON) in envelope, in the transaction of decoder(tbl)."""
+def emitter(use_avro: bool, tbl: Table, envelope: str = "row", logical: bool = True) -> tuple[Emitter, ListSink]:
+    """An emitter of tbl and UNKEYED (JSON) in envelope, in the transaction of decoder(tbl)
+    (logical: with the commit µs and last LSN the logical backend's Begin gives)."""
     sink = ListSink()
     routes = {tbl.qualified: route(tbl, "topic.t", use_avro, envelope),
               UNKEYED.qualified: route(UNKEYED, "topic.u", False, envelope)}
     em = Emitter("myset", routes, "txns", None, sink)
     em.version = 3
-    em.begin(TXID, position_prefix(LOGICAL, UNIT), 1_000, ts_us=1_000_007, last_lsn=UNIT - 10_000)
+    if logical:
+        em.begin(TXID, position_prefix(LOGICAL, UNIT), 1_000, ts_us=1_000_007, last_lsn=UNIT - 10_000)
+    else:
+        em.begin(TXID, position_prefix(TRIGGER, UNIT), 1_000)
     return em, sink
 
 
@@ -181,3 +187,52 @@ def test_lane_records_exclude_unchanged_values_and_subset_tables():
     assert not dec.lane_record(b"C" + bytes(20))
     dec.subset_tags = {tbl.qualified}
     assert not dec.lane_record(plain)
+
+
+def trigger_rows(records: list[bytes], tbl: Table) -> list[tuple]:
+    """The PgQ event rows (txid, ts_ms, op, data, table, extra) the capture trigger would queue for
+    the changes of records (rows as text; an empty extra now and then, which means none)."""
+    dec = decoder(tbl)
+    out = []
+    for n, change in enumerate(dec.decode(r) for r in records):
+        extra = change.before.decode() if change.before is not None else ("" if n % 5 == 0 else None)
+        out.append((TXID, 1_000, change.op, change.row.decode(), change.table, extra))
+    return out
+
+
+def trigger_change(row: tuple, ordinal: int) -> Change:
+    """The Change PgqSource._batch gives for a row (raw rows) that does not go in a run."""
+    txid, ts_ms, op, data, table, extra = row
+    return Change(txid, ts_ms, op, data if data else None, table, extra if extra else None, UNIT, ordinal)
+
+
+@pytest.mark.parametrize("envelope", ["row", "debezium"])
+@pytest.mark.parametrize("use_avro", [True, False], ids=["avro", "json"])
+@pytest.mark.parametrize("arrays", [False, True], ids=["scalars", "with-arrays"])
+def test_trigger_runs_through_the_lane_equal_changes_one_by_one(use_avro, envelope, arrays):
+    types = TYPES + ARRAYS if arrays else TYPES
+    tbl = table(True, types)
+    rows_ = trigger_rows(workload(9, rows(23, 300, True, types)), tbl)
+    prefix = position_prefix(TRIGGER, UNIT)
+    em, sink = emitter(use_avro, tbl, envelope, logical=False)
+    for ordinal, row in enumerate(rows_):
+        relay_change(em, sink, trigger_change(row, ordinal), prefix)
+    want = sink.produced, dict(em._counts), em._order.total
+    for size in (1, 7, 512):
+        em, sink = emitter(use_avro, tbl, envelope, logical=False)
+        laned, start = 0, 0
+        while start < len(rows_):
+            stop = pgq_source._run_end(rows_[:start + size], start)
+            run = ChangeRun(TXID, 1_000, UNIT, start, rows_[start:stop], None, pgq_source._expand)
+            i = 0
+            while i < len(run.records):
+                done = em.change_run(run, i, prefix)
+                laned += done
+                if not done:
+                    (change,) = run.expand(run, i, i + 1)
+                    relay_change(em, sink, change, prefix)
+                    done = 1
+                i += done
+            start = stop
+        assert (sink.produced, dict(em._counts), em._order.total) == want, size
+        assert arrays or laned > len(rows_) // 3, size
