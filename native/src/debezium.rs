@@ -19,7 +19,7 @@ const XID_MASK: i64 = 0xFFFF_FFFF;
 const SNAPSHOT_FALSE: &str = "false";
 
 /// The Context fields an event reads (pgshovel2.relay.envelopes.Context, by position).
-struct Meta {
+pub(crate) struct Meta {
     txid: i64,
     position: String,
     ts_ms: i64,
@@ -29,6 +29,25 @@ struct Meta {
     ts_us: i64,
     ts_ns: i64,
 }
+
+impl Meta {
+    /// A captured change's Context (snapshot "false"): txid, 64-bit; position, its
+    /// pgshovel.position; ts_ms and ts_us, the commit time; lsn, the change's own LSN (logical); last_lsn,
+    /// the LSN completely processed before its transaction. None when ts_us has no ns form in 64 bits.
+    pub(crate) fn change(txid: i64, position: String, ts_ms: i64, lsn: Option<i64>, last_lsn: Option<i64>, ts_us: i64)
+                         -> Option<Meta> {
+        let ts_ns = ts_us.checked_mul(1000)?;
+        Some(Meta { txid, position, ts_ms, snapshot: Some(SNAPSHOT_FALSE.to_string()), lsn, last_lsn,
+                    ts_us, ts_ns })
+    }
+}
+
+/// A message of a change: key, value (None: a tombstone) and op.
+pub(crate) type Msg = (Key, Option<Vec<u8>>, &'static str);
+
+/// Numbers the next event of a transaction: its (total_order, data_collection_order), or None
+/// (no transaction block).
+pub(crate) type Order<'a> = dyn FnMut() -> PyResult<Option<(i64, i64)>> + 'a;
 
 /// One event's processing time and transaction block numbers.
 struct Stamp {
@@ -86,28 +105,11 @@ impl DebeziumEvents {
         };
         let Some(meta) = meta_of(ctx) else { return Ok(py.None()) };
         let order = ctx.get_item(4)?;
+        let msgs = self.change_messages(py, op.as_bytes().first().copied().unwrap_or(b'U'), key, body, old, &meta,
+                                        &mut || self.next_of(py, &order))?;
         let out = PyList::empty(py);
-        match op {
-            "I" => out.append(self.event(py, &key, "c", None, Some(&body), &meta, &order)?)?,
-            "D" => {
-                out.append(self.event(py, &key, "d", Some(&body), None, &meta, &order)?)?;
-                if key.is_some() {
-                    out.append(self.tombstone(py, &key)?)?;
-                }
-            }
-            _ => {
-                let (old_key, old_body) = match &old {
-                    Some((k, b)) => (k, Some(b)),
-                    None => (&key, None),
-                };
-                if *old_key == key {
-                    out.append(self.event(py, &key, "u", old_body, Some(&body), &meta, &order)?)?;
-                } else {
-                    out.append(self.event(py, old_key, "d", old_body, None, &meta, &order)?)?;
-                    out.append(self.tombstone(py, old_key)?)?;
-                    out.append(self.event(py, &key, "c", None, Some(&body), &meta, &order)?)?;
-                }
-            }
+        for (key, value, op) in msgs {
+            out.append(self.message(py, &key, value.as_ref(), op)?)?;
         }
         Ok(out.into_any().unbind())
     }
@@ -117,38 +119,73 @@ impl DebeziumEvents {
         let Some((key, body)) = encode(self.rows.get(), row) else { return Ok(py.None()) };
         let Some(meta) = meta_of(ctx) else { return Ok(py.None()) };
         let order = ctx.get_item(4)?;
-        let event = self.event(py, &key, "r", None, Some(&body), &meta, &order)?;
+        let value = self.value(py, "r", None, Some(&body), &meta, &mut || self.next_of(py, &order))?;
+        let event = self.message(py, &key, Some(&value), "r")?;
         Ok(PyList::new(py, [event])?.into_any().unbind())
     }
 }
 
-type Key = Option<Vec<u8>>;
+pub(crate) type Key = Option<Vec<u8>>;
 
 impl DebeziumEvents {
-    /// One event message: processing time from the clock, then the transaction block's numbers
-    /// (order.next(collection), unless order is None), as the Python path takes them.
+    /// The messages of one I/U/D change (op b'I', b'U' or b'D') as DebeziumEnvelope.change makes
+    /// them: key and body of the row, and of the old row when logged; order numbers each event.
     #[allow(clippy::too_many_arguments)]
-    fn event<'py>(&self, py: Python<'py>, key: &Key, op: &str, before: Option<&Vec<u8>>, after: Option<&Vec<u8>>,
-                  meta: &Meta, order: &Bound<'py, PyAny>) -> PyResult<PyObject> {
+    pub(crate) fn change_messages(&self, py: Python<'_>, op: u8, key: Key, body: Vec<u8>, old: Option<(Key, Vec<u8>)>,
+                                  meta: &Meta, order: &mut Order<'_>) -> PyResult<Vec<Msg>> {
+        let mut out: Vec<Msg> = Vec::with_capacity(3);
+        match op {
+            b'I' => out.push((key, Some(self.value(py, "c", None, Some(&body), meta, order)?), "c")),
+            b'D' => {
+                let value = self.value(py, "d", Some(&body), None, meta, order)?;
+                let tombstone = key.clone().map(|k| (Some(k), None, "d"));
+                out.push((key, Some(value), "d"));
+                out.extend(tombstone);
+            }
+            _ => {
+                let (old_key, old_body) = match old {
+                    Some((k, b)) => (k, Some(b)),
+                    None => (key.clone(), None),
+                };
+                if old_key == key {
+                    out.push((key, Some(self.value(py, "u", old_body.as_ref(), Some(&body), meta, order)?), "u"));
+                } else {
+                    out.push((old_key.clone(), Some(self.value(py, "d", old_body.as_ref(), None, meta, order)?), "d"));
+                    out.push((old_key, None, "d"));
+                    out.push((key, Some(self.value(py, "c", None, Some(&body), meta, order)?), "c"));
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// The RowCodec of the before/after records.
+    pub(crate) fn rows(&self) -> &RowCodec {
+        self.rows.get()
+    }
+
+    /// order.next(collection) of a Context's TxnOrder, or None when it is None.
+    fn next_of(&self, py: Python<'_>, order: &Bound<'_, PyAny>) -> PyResult<Option<(i64, i64)>> {
+        if order.is_none() {
+            return Ok(None);
+        }
+        Ok(Some(order.call_method1(intern!(py, "next"), (self.collection.clone_ref(py),))?.extract::<(i64, i64)>()?))
+    }
+
+    /// One event's value: processing time from the clock, then the transaction block's numbers
+    /// from order, as the Python path takes them.
+    fn value(&self, py: Python<'_>, op: &str, before: Option<&Vec<u8>>, after: Option<&Vec<u8>>, meta: &Meta,
+             order: &mut Order<'_>) -> PyResult<Vec<u8>> {
         let now_ns = int_of(&self.clock.call0(py)?.into_bound(py))
             .ok_or_else(|| pyo3::exceptions::PyValueError::new_err("the clock gave no 64-bit int"))?;
-        let order = if order.is_none() {
-            None
-        } else {
-            Some(order.call_method1(intern!(py, "next"), (self.collection.clone_ref(py),))?.extract::<(i64, i64)>()?)
-        };
-        let stamp = Stamp { now_ns, order };
+        let stamp = Stamp { now_ns, order: order()? };
         let mut value = Vec::with_capacity(1024);
         if self.avro {
             self.avro_event(before, after, op, meta, &stamp, &mut value);
         } else {
             self.json_event(before, after, op, meta, &stamp, &mut value);
         }
-        self.message(py, key, Some(&value), op)
-    }
-
-    fn tombstone(&self, py: Python<'_>, key: &Key) -> PyResult<PyObject> {
-        self.message(py, key, None, "d")
+        Ok(value)
     }
 
     fn message(&self, py: Python<'_>, key: &Key, value: Option<&Vec<u8>>, op: &str) -> PyResult<PyObject> {

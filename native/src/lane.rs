@@ -1,13 +1,18 @@
-//! The relay's native lane: a run of our output plugin's change records (sql/decoder/README.rst,
-//! record format 3) turned into the row envelope's Kafka messages with their headers, in one call
-//! (pgshovel2.relay.lane). It does what RecordDecoder.decode, RowEnvelope.change and
-//! Emitter._headers do for each record, byte for byte, and stops at the first record it would not
+//! The relay's native lane: a run of one transaction's changes -- our output plugin's change
+//! records (sql/decoder/README.rst, record format 3), or the trigger backend's PgQ event rows --
+//! turned into Kafka messages with their headers, in one call (pgshovel2.relay.lane). For a table of the row envelope it does what RecordDecoder.decode,
+//! RowEnvelope.change and Emitter._headers do for each record; for one of the debezium envelope,
+//! what DebeziumEnvelope.change does through DebeziumEvents, numbering events as the
+//! transaction's TxnOrder would. Byte for byte; it stops at the first record it would not
 //! handle exactly so (a table without a lane, a row its codec leaves to Python, a record with no
 //! row or with unchanged values): the caller takes that record the Python way.
+
+use std::collections::HashMap;
 
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyString, PyTuple};
 
+use crate::debezium::{DebeziumEvents, Meta};
 use crate::{Row, RowCodec};
 
 const FLAG_OLD: u8 = 1;
@@ -18,44 +23,107 @@ const HEAD: usize = 16; // kind, change LSN (8), table index (2), flags (1), row
 /// A data message: (table index, key, value or None for a tombstone, op).
 type Out = (usize, Vec<u8>, Option<Vec<u8>>, u8);
 
-/// The lane of a set version: per table index (the plugin's ``tables`` order), its RowCodec and
+/// One change as the lane reads it: kind (b'I', b'U', b'D'), table index, the row and the old
+/// row (capture JSON text), and its own LSN (logical backend).
+struct Rec<'a> {
+    kind: u8,
+    table: usize,
+    row: &'a [u8],
+    old: Option<&'a [u8]>,
+    lsn: Option<i64>,
+}
+
+/// Lane.encode's txn argument: (txid, ts_ms, ts_us, last_lsn, total_order, per table index
+/// data_collection_order).
+type TxnArg = (i64, i64, i64, Option<i64>, i64, Vec<i64>);
+
+/// Lane.encode's result: (messages, done, counts, events).
+type Encoded<'py> = (Bound<'py, PyList>, usize, Vec<usize>, Vec<i64>);
+
+/// How a lane table's messages are written.
+enum Writer {
+    Row(Py<RowCodec>),
+    Debezium(Py<DebeziumEvents>),
+}
+
+/// The debezium envelope's per-transaction state for a run: the Context fields a change shares
+/// with its transaction, and the event numbering (TxnOrder) as it stands.
+struct Txn {
+    txid: i64,
+    ts_ms: i64,
+    ts_us: i64,
+    last_lsn: Option<i64>,
+    total: i64,
+    per: Vec<i64>,
+    events: Vec<i64>,
+}
+
+/// The lane of a set version: per table index (the plugin's ``tables`` order), its writer and
 /// topic, or None where the table takes the Python path.
 #[pyclass(frozen)]
 pub struct Lane {
-    codecs: Vec<Option<Py<RowCodec>>>,
+    writers: Vec<Option<Writer>>,
     topics: Vec<PyObject>,
+    indexes: HashMap<String, usize>,
 }
 
 #[pymethods]
 impl Lane {
-    /// codecs: per table index, the RowCodec of a keyed table in the row envelope (None: no lane);
-    /// topics: per table index, its data topic (str; anything where codecs has None).
+    /// writers: per table index, for a keyed table, the RowCodec of the row envelope or the
+    /// DebeziumEvents of the debezium envelope (None: no lane); topics: per table index, its data
+    /// topic (str; anything where writers has None); tags: per table index, the table's tag (the
+    /// table of a trigger row). Raises TypeError for another writer.
     #[new]
-    fn new(codecs: Vec<Option<Py<RowCodec>>>, topics: Vec<PyObject>) -> PyResult<Self> {
-        if codecs.len() != topics.len() {
-            return Err(pyo3::exceptions::PyValueError::new_err("Lane: codecs and topics differ in length"));
+    fn new(writers: Vec<Option<Bound<'_, PyAny>>>, topics: Vec<PyObject>, tags: Vec<String>) -> PyResult<Self> {
+        if writers.len() != topics.len() || writers.len() != tags.len() {
+            return Err(pyo3::exceptions::PyValueError::new_err("Lane: writers, topics and tags differ in length"));
         }
-        Ok(Lane { codecs, topics })
+        let indexes = tags.into_iter().enumerate().map(|(i, tag)| (tag, i)).collect();
+        let writers = writers.into_iter().map(|w| match w {
+            None => Ok(None),
+            Some(w) => if let Ok(codec) = w.downcast::<RowCodec>() {
+                Ok(Some(Writer::Row(codec.clone().unbind())))
+            } else {
+                Ok(Some(Writer::Debezium(w.downcast::<DebeziumEvents>()?.clone().unbind())))
+            },
+        }).collect::<PyResult<Vec<_>>>()?;
+        Ok(Lane { writers, topics, indexes })
     }
 
-    /// (messages, done, counts) for records[start:], a run of one transaction's change records:
-    /// messages, [(topic, key, value or None, headers)] to produce in order; done, how many records
-    /// they are (records[start + done] is left to Python); counts, per table index the messages
-    /// made. headers: (op c, op u, op d, txid, ts_ms, set, version) header tuples and the position
-    /// header's name; a message's headers are [op, txid, (name, prefix + 10-digit ordinal), ts_ms,
-    /// set, version]; ordinal: the position ordinal of records[start].
+    /// (messages, done, counts, events) for records[start:], a run of one transaction's changes:
+    /// change records of our plugin (bytes), or PgQ event rows (txid, ts_ms, op, data, table,
+    /// extra) of the trigger backend (data and extra: the row and the old row, str). messages, [(topic, key, value or None, headers)] to produce in order; done, how
+    /// many records they are (records[start + done] is left to Python); counts, per table index
+    /// the messages made; events, per table index the debezium events numbered (tombstones are
+    /// not). headers: (op c, op u, op d, txid, ts_ms, set, version) header tuples and the position
+    /// header's name; a message's headers are [op, txid, (name, prefix + 10-digit ordinal),
+    /// ts_ms, set, version]; ordinal: the position ordinal of records[start]. txn (needed by a
+    /// debezium table, else None): (txid, ts_ms, ts_us, last_lsn or None, total_order so far,
+    /// per table index its data_collection_order so far) of the transaction (Begin, TxnOrder).
     #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (records, start, prefix, ordinal, ops, fixed, position_name, txn=None))]
     fn encode<'py>(&self, py: Python<'py>, records: &Bound<'py, PyList>, start: usize, prefix: &str,
                    ordinal: u64, ops: (PyObject, PyObject, PyObject), fixed: (PyObject, PyObject, PyObject, PyObject),
-                   position_name: &Bound<'py, PyString>) -> PyResult<(Bound<'py, PyList>, usize, Vec<usize>)> {
+                   position_name: &Bound<'py, PyString>,
+                   txn: Option<TxnArg>) -> PyResult<Encoded<'py>> {
         let messages = PyList::empty(py);
-        let mut counts = vec![0usize; self.codecs.len()];
+        let mut counts = vec![0usize; self.writers.len()];
+        let mut txn = txn.map(|(txid, ts_ms, ts_us, last_lsn, total, per)| {
+            Txn { txid, ts_ms, ts_us, last_lsn, total, per, events: vec![0; self.writers.len()] }
+        });
         let mut done = 0;
         for (n, record) in records.iter().skip(start).enumerate() {
-            let Ok(bytes) = record.downcast::<PyBytes>() else { break };
-            let Some(outs) = self.record(bytes.as_bytes()) else { break };
-            let position = PyString::new(py, &format!("{prefix}{:010}", ordinal + n as u64));
-            let position = PyTuple::new(py, [position_name.clone().into_any(), position.into_any()])?;
+            let trigger;
+            let rec = if let Ok(bytes) = record.downcast::<PyBytes>() {
+                plugin_record(bytes.as_bytes())
+            } else {
+                trigger = self.trigger_row(&record);
+                trigger.as_ref().and_then(TriggerRow::rec)
+            };
+            let Some(rec) = rec else { break };
+            let text = format!("{prefix}{:010}", ordinal + n as u64);
+            let Some(outs) = self.change(py, &rec, &text, txn.as_mut())? else { break };
+            let position = PyTuple::new(py, [position_name.clone().into_any(), PyString::new(py, &text).into_any()])?;
             for (table, key, value, op) in outs {
                 let op = match op { b'c' => &ops.0, b'u' => &ops.1, _ => &ops.2 };
                 let headers = PyList::new(py, [op.clone_ref(py), fixed.0.clone_ref(py), position.clone().into_any().unbind(),
@@ -71,37 +139,122 @@ impl Lane {
             }
             done += 1;
         }
-        Ok((messages, done, counts))
+        let events = txn.map_or_else(|| vec![0; self.writers.len()], |t| t.events);
+        Ok((messages, done, counts, events))
     }
 }
 
 impl Lane {
-    /// The messages of one change record as RowEnvelope.change makes them, or None (Python's).
-    fn record(&self, data: &[u8]) -> Option<Vec<Out>> {
-        if data.len() < HEAD || !matches!(data[0], b'I' | b'U' | b'D') {
-            return None;
-        }
-        let table = u16::from_be_bytes([data[9], data[10]]) as usize;
-        let flags = data[11];
-        let size = u32::from_be_bytes([data[12], data[13], data[14], data[15]]) as usize;
-        if flags & (FLAG_NO_ROW | FLAG_UNCHANGED) != 0 || data.len() < HEAD + size {
-            return None;
-        }
-        let codec = self.codecs.get(table)?.as_ref()?.get();
-        let (key, value) = codec.encode_row(Row::Text(&data[HEAD..HEAD + size]), true)?;
-        let key = key?; // a lane table is keyed
-        if data[0] == b'D' {
-            return Some(vec![(table, key, None, b'd')]);
-        }
-        let op = if data[0] == b'I' { b'c' } else { b'u' };
-        if flags & FLAG_OLD == 0 {
-            return Some(vec![(table, key, value, op)]);
-        }
-        let (old_key, _) = codec.encode_row(Row::Text(&data[HEAD + size..]), true)?;
-        let old_key = old_key?;
-        if old_key != key {
-            return Some(vec![(table, old_key, None, b'd'), (table, key, value, b'c')]);
-        }
-        Some(vec![(table, key, value, op)])
+    /// The messages of one change as its table's envelope makes them, or None (Python's).
+    /// position: the change's pgshovel.position.
+    fn change(&self, py: Python<'_>, rec: &Rec<'_>, position: &str, txn: Option<&mut Txn>) -> PyResult<Option<Vec<Out>>> {
+        Ok(match self.writers.get(rec.table) {
+            Some(Some(Writer::Row(codec))) => row_messages(codec.get(), rec),
+            Some(Some(Writer::Debezium(events))) => match txn {
+                Some(txn) => debezium_messages(py, events.get(), rec, position, txn)?,
+                None => return Err(pyo3::exceptions::PyValueError::new_err("Lane: a debezium table needs txn")),
+            },
+            _ => None,
+        })
     }
+
+    /// A trigger row (txid, ts_ms, op, data, table, extra) with an I/U/D op, its row and a table
+    /// of this lane; else None.
+    fn trigger_row<'py>(&self, item: &Bound<'py, PyAny>) -> Option<TriggerRow<'py>> {
+        let item = item.downcast::<PyTuple>().ok()?;
+        if item.len() != 6 {
+            return None;
+        }
+        let text = |i: usize| item.get_item(i).ok()?.downcast_into::<PyString>().ok();
+        let kind = match text(2)?.to_str().ok()? { "I" => b'I', "U" => b'U', "D" => b'D', _ => return None };
+        let table = *self.indexes.get(text(4)?.to_str().ok()?)?;
+        let extra = item.get_item(5).ok()?;
+        let old = if extra.is_none() || !extra.is_truthy().ok()? { None } else { Some(text(5)?) }; // as `if extra`
+        Some(TriggerRow { kind, table, row: text(3)?, old })
+    }
+}
+
+/// The parts of a trigger row the lane reads (Lane::trigger_row).
+struct TriggerRow<'py> {
+    kind: u8,
+    table: usize,
+    row: Bound<'py, PyString>,
+    old: Option<Bound<'py, PyString>>,
+}
+
+impl TriggerRow<'_> {
+    fn rec(&self) -> Option<Rec<'_>> {
+        let old = match &self.old {
+            Some(old) => Some(old.to_str().ok()?.as_bytes()),
+            None => None,
+        };
+        Some(Rec { kind: self.kind, table: self.table, row: self.row.to_str().ok()?.as_bytes(), old, lsn: None })
+    }
+}
+
+/// A plugin change record as a Rec, or None (not an I/U/D record with its row and without
+/// unchanged values).
+fn plugin_record(data: &[u8]) -> Option<Rec<'_>> {
+    if data.len() < HEAD || !matches!(data[0], b'I' | b'U' | b'D') {
+        return None;
+    }
+    let flags = data[11];
+    let size = u32::from_be_bytes([data[12], data[13], data[14], data[15]]) as usize;
+    if flags & (FLAG_NO_ROW | FLAG_UNCHANGED) != 0 || data.len() < HEAD + size {
+        return None;
+    }
+    Some(Rec {
+        kind: data[0],
+        table: u16::from_be_bytes([data[9], data[10]]) as usize,
+        row: &data[HEAD..HEAD + size],
+        old: (flags & FLAG_OLD != 0).then(|| &data[HEAD + size..]),
+        lsn: Some(i64::try_from(u64::from_be_bytes(data[1..9].try_into().ok()?)).ok()?),
+    })
+}
+
+/// The row envelope's messages of a change (RowEnvelope.change), or None (Python's).
+fn row_messages(codec: &RowCodec, rec: &Rec<'_>) -> Option<Vec<Out>> {
+    let (table, kind) = (rec.table, rec.kind);
+    let (key, value) = codec.encode_row(Row::Text(rec.row), true)?;
+    let key = key?; // a lane table is keyed
+    if kind == b'D' {
+        return Some(vec![(table, key, None, b'd')]);
+    }
+    let op = if kind == b'I' { b'c' } else { b'u' };
+    let Some(old) = rec.old else { return Some(vec![(table, key, value, op)]) };
+    let (old_key, _) = codec.encode_row(Row::Text(old), true)?;
+    let old_key = old_key?;
+    if old_key != key {
+        return Some(vec![(table, old_key, None, b'd'), (table, key, value, b'c')]);
+    }
+    Some(vec![(table, key, value, op)])
+}
+
+/// The debezium envelope's messages of a change (DebeziumEnvelope.change through DebeziumEvents),
+/// numbered in txn, or None (Python's: nothing numbered).
+fn debezium_messages(py: Python<'_>, events: &DebeziumEvents, rec: &Rec<'_>, position: &str, txn: &mut Txn)
+                     -> PyResult<Option<Vec<Out>>> {
+    let (table, kind) = (rec.table, rec.kind);
+    let rows = events.rows();
+    let Some((Some(key), Some(body))) = rows.encode_row(Row::Text(rec.row), true) else { return Ok(None) };
+    let old = match rec.old {
+        None => None,
+        Some(old) => match rows.encode_row(Row::Text(old), true) {
+            Some((Some(k), Some(b))) => Some((Some(k), b)),
+            _ => return Ok(None),
+        },
+    };
+    let Some(meta) = Meta::change(txn.txid, position.to_string(), txn.ts_ms, rec.lsn, txn.last_lsn, txn.ts_us) else {
+        return Ok(None);
+    };
+    if table >= txn.per.len() {
+        return Ok(None);
+    }
+    let msgs = events.change_messages(py, kind, Some(key), body, old, &meta, &mut || {
+        txn.total += 1;
+        txn.per[table] += 1;
+        txn.events[table] += 1;
+        Ok(Some((txn.total, txn.per[table])))
+    })?;
+    Ok(Some(msgs.into_iter().map(|(key, value, op)| (table, key.unwrap_or_default(), value, op.as_bytes()[0])).collect()))
 }

@@ -77,6 +77,11 @@ class DebeziumEnvelope:
         if getattr(self, "_events", None) is not None:
             self._events = native_events(self._native, self.source, collection, self._writer, self._clock)
 
+    @property
+    def events(self) -> Any:
+        """The native writer of whole events (pgshovel2_native.DebeziumEvents), or None."""
+        return self._events
+
     def read(self, row: list, ctx: Context) -> list[Message]:
         """(key, op r event with after = row, transaction null)."""
         if self._events is not None:

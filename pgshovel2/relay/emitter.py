@@ -83,7 +83,8 @@ class Emitter:
 
     def change_run(self, run: ChangeRun, start: int, prefix: str) -> int:
         """Produce the messages of run.records[start:] from the first on as far as the native lane
-        takes them (:mod:`pgshovel2.relay.lane`), what :meth:`change` would produce for each;
+        takes them (:mod:`pgshovel2.relay.lane`), what :meth:`change` would produce for each (and
+        the debezium envelope's events numbered in the transaction's order as it would);
         returns how many records that is (0: none, run.records[start] is for :meth:`change`).
         prefix: the run's unit's wire.position_prefix."""
         lanes = self._lanes
@@ -93,13 +94,21 @@ class Emitter:
             return 0
         if self._fixed_for != (run.txid, run.ts_ms, self.version):
             self._fix(run.txid, run.ts_ms)
-        messages, done, counts = lanes.lane.encode(run.records, start, prefix, run.ordinal + start, OPS,
-                                                   self._fixed, wire.POSITION)
+        txn = None
+        if lanes.debezium:
+            ts_us = self._txn_ts_us if self._txn_ts_us is not None else run.ts_ms * 1000
+            txn = (run.txid, run.ts_ms, ts_us, self._txn_last_lsn, self._order.total,
+                   [self._order.at(c) if c is not None else 0 for c in lanes.collections])
+        messages, done, counts, events = lanes.lane.encode(run.records, start, prefix, run.ordinal + start, OPS,
+                                                           self._fixed, wire.POSITION, txn)
         if done:
             self.sink.produce_many(messages)
             for topic, n in zip(lanes.topics, counts, strict=True):
                 if n:
                     self._counts[topic] += n
+            for collection, n in zip(lanes.collections, events, strict=True):
+                if n:
+                    self._order.advance(collection, n)
         return done
 
     def _send(self, route: TableRoute, msg: Message, txid: int, position: str, ts_ms: int,

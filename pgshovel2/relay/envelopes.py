@@ -72,6 +72,15 @@ class TxnOrder:
         self._per[collection] += 1
         return self.total, self._per[collection]
 
+    def at(self, collection: str) -> int:
+        """The data_collection_order of collection's last event so far (0: none yet)."""
+        return self._per[collection]
+
+    def advance(self, collection: str, events: int) -> None:
+        """Count events of collection numbered elsewhere (the native lane), as that many next()."""
+        self.total += events
+        self._per[collection] += events
+
 
 class Context(NamedTuple):
     """Where a change sits in the stream.

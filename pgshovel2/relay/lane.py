@@ -1,16 +1,19 @@
-"""The relay's native lane: a ChangeRun (consecutive change records of our output plugin, one
-transaction) becomes the row envelope's Kafka messages, with their headers, in one call into the
-native module (``pgshovel2_native.Lane``) instead of one Change at a time through RecordDecoder,
-RowEnvelope and Emitter. The messages, their headers and their order are the same byte for byte
-(tests/unit/test_lane.py); a record the lane does not take goes the Python way.
+"""The relay's native lane: a ChangeRun (consecutive change records of our output plugin, or PgQ
+event rows, of one transaction) becomes Kafka messages, with their headers, in one call into the native module
+(``pgshovel2_native.Lane``) instead of one Change at a time through RecordDecoder, the envelope
+and Emitter. The messages, their headers, their order and the debezium envelope's event
+numbering are the same byte for byte (tests/unit/test_lane.py); a record the lane does not take
+goes the Python way.
 
-A table takes the lane when its route has the row envelope, a key and a native codec.
+A table takes the lane when it has a key and its envelope a native writer: the row envelope's
+native codec, or the debezium envelope's native event writer (DebeziumEvents).
 """
 
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from pgshovel2 import wire
 from pgshovel2.codec import native
+from pgshovel2.relay.debezium import DebeziumEnvelope
 from pgshovel2.relay.envelopes import RowEnvelope
 
 if TYPE_CHECKING:
@@ -21,24 +24,50 @@ OPS = ((wire.OP, "c"), (wire.OP, "u"), (wire.OP, "d"))  # the op headers the lan
 
 class TableLanes:
     """The native Lane of routes (table tag -> emitter.TableRoute) for the table tags of a
-    ChangeRun (tags: its records' table indexes); lane is None when no table takes it."""
+    ChangeRun (tags: its records' table indexes; None: routes' tags, for trigger rows that name
+    their table); lane is None when no table takes it.
 
-    def __init__(self, routes: dict[str, "TableRoute"], tags: list[str]):
-        self.routes, self.tags = routes, tags
-        picked = [_route(routes.get(tag)) for tag in tags]
-        self.topics = [route.topic if route is not None else None for route in picked]
+    topics: per table index, the data topic of a lane table (else None); collections: per table
+    index, the data collection a debezium lane table numbers its events in (else None).
+    """
+
+    def __init__(self, routes: dict[str, "TableRoute"], tags: list[str] | None):
+        self.routes, self.run_tags = routes, tags
+        tags = tags if tags is not None else list(routes)  # trigger rows: by the routes' tags
+        writers = [_writer(routes.get(tag)) for tag in tags]
+        collections = [routes[tag].envelope.collection if type(w) is not _Row and w is not None else None
+                       for tag, w in zip(tags, writers, strict=True)]
+        named = [c for c in collections if c is not None]
+        if len(set(named)) != len(named):  # two tables numbered in one collection: leave both to Python
+            writers = [w if c is None else None for w, c in zip(writers, collections, strict=True)]
+            collections = [None] * len(tags)
+        self.topics = [routes[tag].topic if w is not None else None for tag, w in zip(tags, writers, strict=True)]
+        self.collections = collections
+        self.debezium = any(c is not None for c in collections)
         mod = native.module()
         self.lane = None
-        if mod is not None and hasattr(mod, "Lane") and any(picked):
-            self.lane = mod.Lane([r.encoder.native if r is not None else None for r in picked], self.topics)
+        if mod is not None and hasattr(mod, "Lane") and any(w is not None for w in writers):
+            self.lane = mod.Lane([w.codec if type(w) is _Row else w for w in writers], self.topics, tags)
 
-    def of(self, routes: dict[str, "TableRoute"], tags: list[str]) -> bool:
+    def of(self, routes: dict[str, "TableRoute"], tags: list[str] | None) -> bool:
         """True when this was built from these routes and tags (the same objects)."""
-        return routes is self.routes and tags is self.tags
+        return routes is self.routes and tags is self.run_tags
 
 
-def _route(route: Optional["TableRoute"]) -> Optional["TableRoute"]:
-    """route when its table takes the lane, else None."""
-    if route is None or type(route.envelope) is not RowEnvelope:
+class _Row:
+    """A row envelope table's writer: its native codec."""
+
+    def __init__(self, codec: Any):
+        self.codec = codec
+
+
+def _writer(route: Optional["TableRoute"]) -> Any:
+    """The native writer of route's table when it takes the lane (a _Row, or the debezium
+    envelope's DebeziumEvents), else None."""
+    if route is None or not route.table.key:
         return None
-    return route if route.table.key and route.encoder.native is not None else None
+    if type(route.envelope) is RowEnvelope:
+        return _Row(route.encoder.native) if route.encoder.native is not None else None
+    if type(route.envelope) is DebeziumEnvelope:
+        return route.envelope.events
+    return None

@@ -247,7 +247,7 @@ class Relay:
         i, n = 0, len(run.records)
         while i < n:
             if (run.unit <= self.committed.unit or (self.online is not None and self.online.chunk is not None)
-                    or self.sink.produced - self._committed_produced + 2 * (n - i) >= self.hard):
+                    or self.sink.produced - self._committed_produced + 3 * (n - i) >= self.hard):
                 self._changes(run, i, n)
                 return
             done = self._lane(run, i) if self._txn.begun else 0

@@ -24,11 +24,13 @@ from pgshovel2.codec.rows import loads_row
 from pgshovel2.db import connect, outage
 from pgshovel2.errors import FencedError, RelayError, UnavailableError
 from pgshovel2.relay.prefetch import prefetch
-from pgshovel2.relay.source import CONTROL_OPS, Begin, Change, Commit, Control, Idle, Item, Lag
+from pgshovel2.relay.source import CONTROL_OPS, Begin, Change, ChangeRun, Commit, Control, Idle, Item, Lag
 from pgshovel2.setrecord import TriggerCapture
 from pgshovel2.wire import TRIGGER, Position
 
 log = logging.getLogger(__name__)
+RUN_MAX = 512  # event rows in one ChangeRun
+_IUD = frozenset("IUD")
 
 
 def batch_gone(exc: psycopg2.Error) -> bool:
@@ -78,8 +80,9 @@ class PgqSource:
     commit_delay = 0.0
 
     def __init__(self, dsn: str, capture: TriggerCapture, poll_interval: float = 0.02, fetch_size: int = 5000,
-                 maint_interval: float = pgq_ticker.MAINT_INTERVAL, raw_rows: bool = False):
+                 maint_interval: float = pgq_ticker.MAINT_INTERVAL, raw_rows: bool = False, runs: bool = False):
         self.dsn, self.capture = dsn, capture
+        self.runs = runs and raw_rows  # a transaction's consecutive I/U/D rows come as ChangeRuns
         self.queue, self.consumer = capture.queue, capture.consumer
         self.poll_interval, self.fetch_size = poll_interval, fetch_size
         self.maint_interval, self.raw_rows = maint_interval, raw_rows
@@ -192,33 +195,42 @@ class PgqSource:
             log.info("PgQ maintenance: %s", ", ".join(done))
 
     def _batch(self, batch: Batch, snapshot: str | None) -> Iterator[Item]:
-        """A batch's events as items, skipping transactions visible in snapshot (the handoff)."""
+        """A batch's events as items, skipping transactions visible in snapshot (the handoff);
+        with runs, a transaction's consecutive I/U/D rows of one ts_ms as ChangeRuns."""
         loads, tick = loads_row, batch.cur_tick_id  # not json.loads: rows queued by older capture code have -0
         ordinal, current, last_ts = 0, None, 0
         rows = str if self.raw_rows else loads
-        for txid, ts_ms, op, data, table, extra in self._events(batch, snapshot):
-            if txid != current:
-                if current is not None:
-                    yield Commit(current, last_ts, tick, ordinal, False)
-                current = txid
-                yield Begin(txid, ts_ms, tick, ordinal)
-            if op in CONTROL_OPS:
-                yield Control(txid, ts_ms, op, loads(data) if data else None, table,
-                              loads(extra) if extra else None, tick, ordinal)
-            else:
-                last_ts = ts_ms
-                yield Change(txid, ts_ms, op, rows(data) if data else None, table,
-                             rows(extra) if extra else None, tick, ordinal)
-            ordinal += 1
+        for chunk in self._event_chunks(batch, snapshot):
+            i, n = 0, len(chunk)
+            while i < n:
+                txid, ts_ms, op, data, table, extra = chunk[i]
+                if txid != current:
+                    if current is not None:
+                        yield Commit(current, last_ts, tick, ordinal, False)
+                    current = txid
+                    yield Begin(txid, ts_ms, tick, ordinal)
+                step = 1
+                if op in CONTROL_OPS:
+                    yield Control(txid, ts_ms, op, loads(data) if data else None, table,
+                                  loads(extra) if extra else None, tick, ordinal)
+                else:
+                    last_ts = ts_ms
+                    if self.runs and data and op in _IUD:
+                        step = _run_end(chunk, i) - i
+                        yield ChangeRun(txid, ts_ms, tick, ordinal, chunk[i:i + step], None, _expand)
+                    else:
+                        yield Change(txid, ts_ms, op, rows(data) if data else None, table,
+                                     rows(extra) if extra else None, tick, ordinal)
+                ordinal += step
+                i += step
         yield Commit(current, last_ts, tick, ordinal, True)
 
-    def _events(self, batch: Batch, snapshot: str | None) -> Iterator[tuple]:
-        """Rows of a batch, fetched by a worker thread (server-side cursor, fetch_size rows at a
-        time, two chunks ahead), so memory stays bounded."""
+    def _event_chunks(self, batch: Batch, snapshot: str | None) -> Iterator[list[tuple]]:
+        """Rows of a batch in chunks, fetched by a worker thread (server-side cursor, fetch_size
+        rows at a time, two chunks ahead), so memory stays bounded."""
         try:
             with closing(prefetch(self._chunks(batch, snapshot))) as chunks:
-                for rows in chunks:
-                    yield from rows
+                yield from chunks
         except psycopg2.Error as exc:
             if batch_gone(exc):
                 # Only the owner of the set's transactional id acknowledges batches (after a Kafka
@@ -275,3 +287,20 @@ class PgqSource:
                 pass
 
 
+def _run_end(chunk: list[tuple], start: int) -> int:
+    """The end of the ChangeRun from chunk[start] (an I/U/D row with data): the rows after it of
+    the same txid and ts_ms that are I/U/D rows with data, up to RUN_MAX rows in all."""
+    txid, ts_ms = chunk[start][0], chunk[start][1]
+    stop, end = start + 1, min(len(chunk), start + RUN_MAX)
+    while stop < end:
+        row = chunk[stop]
+        if row[0] != txid or row[1] != ts_ms or row[2] not in _IUD or not row[3]:
+            break
+        stop += 1
+    return stop
+
+
+def _expand(run: ChangeRun, start: int, stop: int) -> list[Change]:
+    """ChangeRun.expand of a trigger run: the Changes of run.records[start:stop] (rows as text)."""
+    return [Change(run.txid, run.ts_ms, op, data, table, extra if extra else None, run.unit, run.ordinal + i)
+            for i, (_txid, _ts, op, data, table, extra) in enumerate(run.records[start:stop], start)]

@@ -38,7 +38,7 @@ def test_reading_a_batch_another_relay_finished_stops_as_fenced(stack, db, queue
     source = PgqSource(stack.dsn, TriggerCapture(queue, "t", "c"), maint_interval=0)
     try:
         with pytest.raises(FencedError, match=f"batch {batch.batch_id} .* another relay took over"):
-            list(source._events(batch, None))
+            list(source._event_chunks(batch, None))
     finally:
         source.close()
 

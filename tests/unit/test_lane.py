@@ -2,8 +2,10 @@
 records of our output plugin give the same messages, headers (in order) and END counts whether
 they are taken one Change at a time (RecordDecoder.decode, Emitter.change) or as ChangeRuns
 (RecordDecoder.run, Emitter.change_run, with the records the lane leaves taken one at a time as
-the relay loop does). Random rows of every WIRE.md type, JSON and Avro, key moves, tables the
-lane does not take, rows it leaves to Python (arrays).
+the relay loop does). Random rows of every WIRE.md type, JSON and Avro, the row and the debezium
+envelope (whose events must also be numbered, and stamped by a clock that moves on every call, as
+the per-change path would), key moves, tables the lane does not take, rows it leaves to Python
+(arrays).
 
 Fails (does not skip) when the extension is not installed: scripts/install.sh builds it.
 """
@@ -15,12 +17,15 @@ import struct
 import pytest
 
 from pgshovel2.catalog import Column, Table
-from pgshovel2.codec import native
-from pgshovel2.codec.rows import RowEncoder
+from pgshovel2.codec import avro, native
 from pgshovel2.errors import EncodeError
+from pgshovel2.relay import pgq_source
+from pgshovel2.relay.debezium import DebeziumEnvelope, SourceInfo
 from pgshovel2.relay.emitter import Emitter, TableRoute
 from pgshovel2.relay.record_decoder import RecordDecoder
-from pgshovel2.wire import LOGICAL, change_header_at, position_prefix
+from pgshovel2.relay.source import Change, ChangeRun
+from pgshovel2.wire import LOGICAL, TRIGGER, change_header_at, position_prefix
+from tests.unit.test_debezium_native import Clock
 from tests.unit.test_native_codec import ARRAYS, TYPES, encoders, rows, table
 
 UNIT = 0x1_0000_0010
@@ -42,11 +47,11 @@ class ListSink:
             self.produce(topic, key, value, headers)
 
 
-def record(op: str, index: int, row: list, old: list | None = None) -> bytes:
-    """A change record of the plugin (format 3): row and old row as JSON text."""
+def record(op: str, index: int, row: list, old: list | None = None, lsn: int = UNIT + 1) -> bytes:
+    """A change record of the plugin (format 3) at change LSN lsn: row and old row as JSON text."""
     new = json.dumps(row).encode()
     flags = 1 if old is not None else 0
-    return (op.encode() + struct.pack(">QHBI", UNIT + 1, index, flags, len(new)) + new
+    return (op.encode() + struct.pack(">QHBI", lsn, index, flags, len(new)) + new
             + (json.dumps(old).encode() if old is not None else b""))
 
 
@@ -55,34 +60,52 @@ def workload(seed: int, data: list[list]) -> list[bytes]:
     key, or a key move), deletes, and now and then a change of the unkeyed table."""
     rng = random.Random(seed)
     out = []
-    for row in data:
-        kind = rng.choice(["I", "I", "U", "Uold", "Umove", "D", "loose"])
+    for n, row in enumerate(data):
+        kind, lsn = rng.choice(["I", "I", "U", "Uold", "Umove", "D", "loose"]), UNIT - 9000 + 24 * n
         if kind == "loose":
-            out.append(record(rng.choice("IUD"), 1, ["x" * rng.randint(0, 3)]))
+            out.append(record(rng.choice("IUD"), 1, ["x" * rng.randint(0, 3)], lsn=lsn))
         elif kind == "Uold":
-            out.append(record("U", 0, row, row))
+            out.append(record("U", 0, row, row, lsn=lsn))
         elif kind == "Umove":
-            out.append(record("U", 0, row, [row[0] + 10_000, *row[1:]]))
+            out.append(record("U", 0, row, [row[0] + 10_000, *row[1:]], lsn=lsn))
         else:
-            out.append(record(kind[0], 0, row))
+            out.append(record(kind[0], 0, row, lsn=lsn))
     return out
 
 
-def takes(records: list[bytes], enc: RowEncoder) -> int:
+def takes(records: list[bytes], tbl: Table, use_avro: bool, envelope: str) -> int:
     """The records the lane must take: the keyed table's, whose rows (and old rows) the native
-    codec encodes."""
+    codec of its envelope encodes."""
     dec = RecordDecoder(["k", "u"], "slot", raw_rows=True)
     changes = [dec.decode(r) for r in records]
-    return sum(1 for c in changes if c.table == "k" and enc.encode_native(c.row) is not None
-               and (c.before is None or enc.encode_native(c.before) is not None))
+    env = route(tbl, "topic.t", use_avro, envelope).envelope
+    encode = env.encoder.encode_native if envelope == "row" else lambda row: env._native.encode(row, True)
+    return sum(1 for c in changes if c.table == "k" and encode(c.row) is not None
+               and (c.before is None or encode(c.before) is not None))
 
 
-def emitter(use_avro: bool, tbl: Table) -> tuple[Emitter, ListSink]:
+def route(tbl: Table, topic: str, use_avro: bool, envelope: str) -> TableRoute:
+    """tbl's route in envelope (row or debezium), Avro or JSON; debezium: a clock of its own."""
+    enc = encoders(tbl, use_avro, envelope)
+    if envelope == "row":
+        return TableRoute(tbl, topic, enc)
+    writer = avro.AvroWriter(avro.debezium_value_schema("myset", tbl), 8) if use_avro else None
+    return TableRoute(tbl, topic, enc, DebeziumEnvelope(enc, SourceInfo("myset", "db", tbl.schema, tbl.name),
+                                                        topic, writer, clock=Clock()))
+
+
+def emitter(use_avro: bool, tbl: Table, envelope: str = "row", logical: bool = True) -> tuple[Emitter, ListSink]:
+    """An emitter of tbl and UNKEYED (JSON) in envelope, in the transaction of decoder(tbl)
+    (logical: with the commit µs and last LSN the logical backend's Begin gives)."""
     sink = ListSink()
-    routes = {tbl.qualified: TableRoute(tbl, "topic.t", encoders(tbl, use_avro, "row")),
-              UNKEYED.qualified: TableRoute(UNKEYED, "topic.u", RowEncoder(UNKEYED, False))}
+    routes = {tbl.qualified: route(tbl, "topic.t", use_avro, envelope),
+              UNKEYED.qualified: route(UNKEYED, "topic.u", False, envelope)}
     em = Emitter("myset", routes, "txns", None, sink)
     em.version = 3
+    if logical:
+        em.begin(TXID, position_prefix(LOGICAL, UNIT), 1_000, ts_us=1_000_007, last_lsn=UNIT - 10_000)
+    else:
+        em.begin(TXID, position_prefix(TRIGGER, UNIT), 1_000)
     return em, sink
 
 
@@ -100,17 +123,17 @@ def relay_change(em: Emitter, sink: ListSink, change, prefix: str) -> None:
         sink.produced.append(("EncodeError", change.ordinal, str(exc)))
 
 
-def one_by_one(records: list[bytes], use_avro: bool, tbl: Table):
-    em, sink = emitter(use_avro, tbl)
+def one_by_one(records: list[bytes], use_avro: bool, tbl: Table, envelope: str):
+    em, sink = emitter(use_avro, tbl, envelope)
     dec, prefix = decoder(tbl), position_prefix(LOGICAL, UNIT)
     for data in records:
         relay_change(em, sink, dec.decode(data), prefix)
-    return sink.produced, dict(em._counts), em.skipped_unkeyed_deletes
+    return sink.produced, dict(em._counts), em.skipped_unkeyed_deletes, em._order.total
 
 
-def in_runs(records: list[bytes], use_avro: bool, tbl: Table, size: int):
+def in_runs(records: list[bytes], use_avro: bool, tbl: Table, envelope: str, size: int):
     """What the loop does with ChangeRuns of at most size records; also the records the lane took."""
-    em, sink = emitter(use_avro, tbl)
+    em, sink = emitter(use_avro, tbl, envelope)
     dec, prefix = decoder(tbl), position_prefix(LOGICAL, UNIT)
     laned = 0
     for start in range(0, len(records), size):
@@ -125,22 +148,23 @@ def in_runs(records: list[bytes], use_avro: bool, tbl: Table, size: int):
                 relay_change(em, sink, change, prefix)
                 done = 1
             i += done
-    return (sink.produced, dict(em._counts), em.skipped_unkeyed_deletes), laned
+    return (sink.produced, dict(em._counts), em.skipped_unkeyed_deletes, em._order.total), laned
 
 
+@pytest.mark.parametrize("envelope", ["row", "debezium"])
 @pytest.mark.parametrize("use_avro", [True, False], ids=["avro", "json"])
 @pytest.mark.parametrize("arrays", [False, True], ids=["scalars", "with-arrays"])
-def test_runs_through_the_lane_equal_changes_one_by_one(use_avro, arrays):
+def test_runs_through_the_lane_equal_changes_one_by_one(use_avro, arrays, envelope):
     assert native.module() is not None, "pgshovel2_native is not installed (scripts/install.sh builds it)"
     types = TYPES + ARRAYS if arrays else TYPES
     tbl = table(True, types)
     records = workload(5, rows(21, 400, True, types))
-    want = one_by_one(records, use_avro, tbl)
+    want = one_by_one(records, use_avro, tbl, envelope)
     for size in (1, 7, 512):
-        got, laned = in_runs(records, use_avro, tbl, size)
+        got, laned = in_runs(records, use_avro, tbl, envelope, size)
         assert got == want, size
-        assert laned == takes(records, encoders(tbl, use_avro, "row")), size
-    assert arrays or takes(records, encoders(tbl, use_avro, "row")) > len(records) // 3
+        assert laned == takes(records, tbl, use_avro, envelope), size
+    assert arrays or takes(records, tbl, use_avro, envelope) > len(records) // 3
 
 
 def test_a_run_of_a_table_outside_the_set_is_refused_as_one_change_is():
@@ -149,8 +173,9 @@ def test_a_run_of_a_table_outside_the_set_is_refused_as_one_change_is():
     dec.decode(b"B" + struct.pack(">QQq", UNIT, TXID, 0))
     run = dec.run([record("I", 0, [1, True, 2, 3])])
     em, sink = emitter(False, tbl)
+    begun = list(sink.produced)
     assert em.change_run(run, 0, position_prefix(LOGICAL, UNIT)) == 0  # left to Emitter.change, which raises
-    assert sink.produced == []
+    assert sink.produced == begun
 
 
 def test_lane_records_exclude_unchanged_values_and_subset_tables():
@@ -162,3 +187,52 @@ def test_lane_records_exclude_unchanged_values_and_subset_tables():
     assert not dec.lane_record(b"C" + bytes(20))
     dec.subset_tags = {tbl.qualified}
     assert not dec.lane_record(plain)
+
+
+def trigger_rows(records: list[bytes], tbl: Table) -> list[tuple]:
+    """The PgQ event rows (txid, ts_ms, op, data, table, extra) the capture trigger would queue for
+    the changes of records (rows as text; an empty extra now and then, which means none)."""
+    dec = decoder(tbl)
+    out = []
+    for n, change in enumerate(dec.decode(r) for r in records):
+        extra = change.before.decode() if change.before is not None else ("" if n % 5 == 0 else None)
+        out.append((TXID, 1_000, change.op, change.row.decode(), change.table, extra))
+    return out
+
+
+def trigger_change(row: tuple, ordinal: int) -> Change:
+    """The Change PgqSource._batch gives for a row (raw rows) that does not go in a run."""
+    txid, ts_ms, op, data, table, extra = row
+    return Change(txid, ts_ms, op, data if data else None, table, extra if extra else None, UNIT, ordinal)
+
+
+@pytest.mark.parametrize("envelope", ["row", "debezium"])
+@pytest.mark.parametrize("use_avro", [True, False], ids=["avro", "json"])
+@pytest.mark.parametrize("arrays", [False, True], ids=["scalars", "with-arrays"])
+def test_trigger_runs_through_the_lane_equal_changes_one_by_one(use_avro, envelope, arrays):
+    types = TYPES + ARRAYS if arrays else TYPES
+    tbl = table(True, types)
+    rows_ = trigger_rows(workload(9, rows(23, 300, True, types)), tbl)
+    prefix = position_prefix(TRIGGER, UNIT)
+    em, sink = emitter(use_avro, tbl, envelope, logical=False)
+    for ordinal, row in enumerate(rows_):
+        relay_change(em, sink, trigger_change(row, ordinal), prefix)
+    want = sink.produced, dict(em._counts), em._order.total
+    for size in (1, 7, 512):
+        em, sink = emitter(use_avro, tbl, envelope, logical=False)
+        laned, start = 0, 0
+        while start < len(rows_):
+            stop = pgq_source._run_end(rows_[:start + size], start)
+            run = ChangeRun(TXID, 1_000, UNIT, start, rows_[start:stop], None, pgq_source._expand)
+            i = 0
+            while i < len(run.records):
+                done = em.change_run(run, i, prefix)
+                laned += done
+                if not done:
+                    (change,) = run.expand(run, i, i + 1)
+                    relay_change(em, sink, change, prefix)
+                    done = 1
+                i += done
+            start = stop
+        assert (sink.produced, dict(em._counts), em._order.total) == want, size
+        assert arrays or laned > len(rows_) // 3, size
