@@ -123,6 +123,21 @@ def relay_change(em: Emitter, sink: ListSink, change, prefix: str) -> None:
         sink.produced.append(("EncodeError", change.ordinal, str(exc)))
 
 
+def relay_run(em: Emitter, sink: ListSink, run: ChangeRun, prefix: str) -> int:
+    """What the relay loop does with a ChangeRun: the lane as far as it goes, a record it leaves
+    through Emitter.change, and on; returns how many records the lane took."""
+    i = laned = 0
+    while i < len(run.records):
+        done = em.change_run(run, i, prefix)
+        laned += done
+        if not done:
+            (change,) = run.expand(run, i, i + 1)
+            relay_change(em, sink, change, prefix)
+            done = 1
+        i += done
+    return laned
+
+
 def one_by_one(records: list[bytes], use_avro: bool, tbl: Table, envelope: str):
     em, sink = emitter(use_avro, tbl, envelope)
     dec, prefix = decoder(tbl), position_prefix(LOGICAL, UNIT)
@@ -138,16 +153,7 @@ def in_runs(records: list[bytes], use_avro: bool, tbl: Table, envelope: str, siz
     laned = 0
     for start in range(0, len(records), size):
         assert all(dec.lane_record(r) for r in records[start:start + size])
-        run = dec.run(records[start:start + size])
-        i = 0
-        while i < len(run.records):
-            done = em.change_run(run, i, prefix)
-            laned += done
-            if not done:
-                (change,) = run.expand(run, i, i + 1)
-                relay_change(em, sink, change, prefix)
-                done = 1
-            i += done
+        laned += relay_run(em, sink, dec.run(records[start:start + size]), prefix)
     return (sink.produced, dict(em._counts), em.skipped_unkeyed_deletes, em._order.total), laned
 
 
@@ -223,16 +229,8 @@ def test_trigger_runs_through_the_lane_equal_changes_one_by_one(use_avro, envelo
         laned, start = 0, 0
         while start < len(rows_):
             stop = pgq_source._run_end(rows_[:start + size], start)
-            run = ChangeRun(TXID, 1_000, UNIT, start, rows_[start:stop], None, pgq_source._expand)
-            i = 0
-            while i < len(run.records):
-                done = em.change_run(run, i, prefix)
-                laned += done
-                if not done:
-                    (change,) = run.expand(run, i, i + 1)
-                    relay_change(em, sink, change, prefix)
-                    done = 1
-                i += done
+            laned += relay_run(em, sink, ChangeRun(TXID, 1_000, UNIT, start, rows_[start:stop], None,
+                                                   pgq_source._expand), prefix)
             start = stop
         assert (sink.produced, dict(em._counts), em._order.total) == want, size
         assert arrays or laned > len(rows_) // 3, size
