@@ -42,9 +42,9 @@ def open_source(record: SetRecord, options: RelayOptions) -> Source:
         return LogicalSource(record.dsn, record.capture.slot, record.tables, options.heartbeat_interval,
                              plugin=record.capture.plugin, mode_all=all_mode_tags(record),
                              spill_dir=options.spill_dir, decoding_work_mem=options.logical_decoding_work_mem,
-                             raw_rows=native.module() is not None, runs=record.config.envelope in ("row", "debezium"))
+                             raw_rows=native.module() is not None, runs=True)
     return PgqSource(record.dsn, record.capture, options.poll_interval, maint_interval=options.pgq_maint_interval,
-                     raw_rows=native.module() is not None, runs=record.config.envelope in ("row", "debezium"))
+                     raw_rows=native.module() is not None, runs=True)
 
 
 def build(store: ClusterStore, set_name: str, options: RelayOptions, leadership: Leadership | None = None,

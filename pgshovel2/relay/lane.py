@@ -35,7 +35,8 @@ class TableLanes:
         self.routes, self.run_tags = routes, tags
         tags = tags if tags is not None else list(routes)  # trigger rows: by the routes' tags
         writers = [_writer(routes.get(tag)) for tag in tags]
-        collections = [routes[tag].envelope.collection if type(w) is not _Row and w is not None else None
+        collections = [routes[tag].envelope.collection
+                       if w is not None and type(routes[tag].envelope) is DebeziumEnvelope else None
                        for tag, w in zip(tags, writers, strict=True)]
         named = [c for c in collections if c is not None]
         if len(set(named)) != len(named):  # two tables numbered in one collection: leave both to Python
@@ -47,27 +48,20 @@ class TableLanes:
         mod = native.module()
         self.lane = None
         if mod is not None and hasattr(mod, "Lane") and any(w is not None for w in writers):
-            self.lane = mod.Lane([w.codec if type(w) is _Row else w for w in writers], self.topics, tags)
+            self.lane = mod.Lane(writers, self.topics, tags)
 
     def of(self, routes: dict[str, "TableRoute"], tags: list[str] | None) -> bool:
         """True when this was built from these routes and tags (the same objects)."""
         return routes is self.routes and tags is self.run_tags
 
 
-class _Row:
-    """A row envelope table's writer: its native codec."""
-
-    def __init__(self, codec: Any):
-        self.codec = codec
-
-
 def _writer(route: Optional["TableRoute"]) -> Any:
-    """The native writer of route's table when it takes the lane (a _Row, or the debezium
-    envelope's DebeziumEvents), else None."""
+    """The native writer of route's table when it takes the lane (the row envelope's RowCodec, or
+    the debezium envelope's DebeziumEvents), else None."""
     if route is None or not route.table.key:
         return None
     if type(route.envelope) is RowEnvelope:
-        return _Row(route.encoder.native) if route.encoder.native is not None else None
+        return route.encoder.native
     if type(route.envelope) is DebeziumEnvelope:
         return route.envelope.events
     return None
