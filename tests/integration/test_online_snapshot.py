@@ -122,7 +122,8 @@ def test_pause_resume_cancel(stack, cluster, db, schema, tmp_path, relay_factory
     relay.wait_for("snapshot done")
     stop, threads = start_writers(stack.dsn, table, ROWS)
     start = end_offsets(stack.bootstrap, topic_of(schema, "pau", cluster))
-    pgshovel(stack, cluster, "set", "snapshot", "pau", "--chunk-size", "100")
+    # 600 chunks: with the native lane 100-row chunks could all be done before --pause lands
+    pgshovel(stack, cluster, "set", "snapshot", "pau", "--chunk-size", "10")
     relay.wait_for("online snapshot")
     pgshovel(stack, cluster, "set", "snapshot", "pau", "--pause")
     time.sleep(1.5)
@@ -133,7 +134,7 @@ def test_pause_resume_cancel(stack, cluster, db, schema, tmp_path, relay_factory
     finish(stack, cluster, "pau", schema, start, stop, threads, relay)
 
     relay = relay_factory("pau")
-    pgshovel(stack, cluster, "set", "snapshot", "pau", "--chunk-size", "50")
+    pgshovel(stack, cluster, "set", "snapshot", "pau", "--chunk-size", "10")
     pgshovel(stack, cluster, "set", "snapshot", "pau", "--cancel")
     wait_state(stack, cluster, "pau", "cancelled")
     proc = pgshovel(stack, cluster, "set", "snapshot", "pau", "--resume", check=False)
