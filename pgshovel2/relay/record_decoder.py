@@ -73,14 +73,16 @@ class RecordDecoder:
     def settle(self, layout: RelationLayout) -> None:
         """Nothing to do: the plugin's rows are in the layout it reported."""
 
-    def lane_record(self, data: bytes) -> bool:
-        """True for a record the native lane may take in a ChangeRun: an I/U/D change without
-        unchanged values of a table captured whole, while no layout is held."""
-        return (data[0] in _IUD and not data[11] & _FLAG_UNCHANGED and not self._held
-                and (not self.subset_tags or self.tags[_U16.unpack_from(data, 9)[0]] not in self.subset_tags))
+    def lane_record(self, data: bytes, _lsn: int = 0) -> bytes | None:
+        """The ChangeRun record of a record the native lane may take (data itself), or None: an
+        I/U/D change without unchanged values of a table captured whole, while no layout is held."""
+        if (data[0] in _IUD and not data[11] & _FLAG_UNCHANGED and not self._held
+                and (not self.subset_tags or self.tags[_U16.unpack_from(data, 9)[0]] not in self.subset_tags)):
+            return data
+        return None
 
     def run(self, records: list[bytes]) -> ChangeRun:
-        """The ChangeRun of records (each one :meth:`lane_record` took), the open transaction's
+        """The ChangeRun of records (each one :meth:`lane_record` gave), the open transaction's
         next changes."""
         ordinal = self._ordinal
         self._ordinal += len(records)

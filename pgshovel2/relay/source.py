@@ -76,11 +76,12 @@ class Change(NamedTuple):
 class ChangeRun(NamedTuple):
     """Consecutive changes of one transaction as the source's raw records, read in one go while
     the source had them: change records of our plugin (logical backend; sql/decoder/README.rst,
-    bytes), or PgQ event rows (trigger backend; (txid, ts_ms, op, data, table, extra), rows as
-    text, one ts_ms).
+    bytes), pgoutput's change messages (PgoutputDecoder.lane_record: (PgoutputRows, table
+    index, message, XLogData start, relation)), or PgQ event rows (trigger backend; (txid,
+    ts_ms, op, data, table, extra), rows as text, one ts_ms).
 
-    txid, ts_ms, unit: as Change; ordinal: the first record's; tags: table tags by the plugin
-    records' table index (None: trigger rows name their table); expand(run, start, stop): the
+    txid, ts_ms, unit: as Change; ordinal: the first record's; tags: table tags by the records'
+    table index (None: trigger rows name their table); expand(run, start, stop): the
     Changes of records[start:stop] (with their ordinals), what the source would have given one by one.
     """
 
