@@ -30,7 +30,7 @@ from pgshovel2.codec.rows import as_values
 from pgshovel2.errors import RelayError
 from pgshovel2.names import qualified
 from pgshovel2.relay.relation_layout import LayoutColumn, Redo, RelationLayout
-from pgshovel2.relay.source import SET_VERSION, Begin, Change, ChangeRun, Commit, Control, Item
+from pgshovel2.relay.source import SET_VERSION, Begin, Change, ChangeRun, Commit, Control, Item, RunMaker
 from pgshovel2.wire import Position
 
 PG_EPOCH_US = 946_684_800_000_000
@@ -94,7 +94,7 @@ def _tuple(data: bytes, pos: int) -> tuple[list, int]:
     return out, pos
 
 
-class PgoutputDecoder:
+class PgoutputDecoder(RunMaker):
     """Turns pgoutput messages into items (:meth:`feed`); the attributes of RecordDecoder
     (ends, last_lsn, subset_tags) mean the same. tables: the set's tables by tag.
     xid_reference: a full transaction id (epoch << 32 | xid) near the decoded transactions,
@@ -302,12 +302,6 @@ class PgoutputDecoder:
         if rel is None or rel.native is None or (self.subset_tags and rel.tag in self.subset_tags):
             return None
         return rel.native, rel.index, data, lsn, rel
-
-    def run(self, records: list[tuple]) -> ChangeRun:
-        """The ChangeRun of records (each one :meth:`lane_record` gave), the open transaction's next changes."""
-        ordinal = self._ordinal
-        self._ordinal += len(records)
-        return ChangeRun(self._txid, self._ts_ms, self._unit, ordinal, records, self.tags, self._expand)
 
     def _expand(self, run: ChangeRun, start: int, stop: int) -> list[Change]:
         """ChangeRun.expand: the Changes of run.records[start:stop] (a table captured whole: none is dropped)."""

@@ -94,6 +94,28 @@ class ChangeRun(NamedTuple):
     expand: Callable[["ChangeRun", int, int], list[Change]]
 
 
+class RunMaker:
+    """What a logical decoder (RecordDecoder, PgoutputDecoder) shares for ChangeRuns: its open
+    transaction (``_txid``, ``_ts_ms``, ``_unit``, ``_ordinal``: the next change's), its table
+    tags by record index (``tags``) and ``_expand`` (ChangeRun.expand)."""
+
+    _txid: int
+    _ts_ms: int
+    _unit: int
+    _ordinal: int
+    tags: list[str]
+
+    def run(self, records: list) -> ChangeRun:
+        """The ChangeRun of records (each one the decoder's ``lane_record`` gave), the open
+        transaction's next changes."""
+        ordinal = self._ordinal
+        self._ordinal += len(records)
+        return ChangeRun(self._txid, self._ts_ms, self._unit, ordinal, records, self.tags, self._expand)
+
+    def _expand(self, run: ChangeRun, start: int, stop: int) -> list[Change]:
+        raise NotImplementedError
+
+
 class Control(NamedTuple):
     """A control event (op ``V`` set version, ``S`` schema change), fields as :class:`Change`:
     row is the event's payload (decoded JSON), before the DDL statement for ``S``."""
