@@ -1,6 +1,8 @@
 //! The relay's native lane: a run of one transaction's changes -- our output plugin's change
-//! records (sql/decoder/README.rst, record format 3), or the trigger backend's PgQ event rows --
-//! turned into Kafka messages with their headers, in one call (pgshovel2.relay.lane). For a table of the row envelope it does what RecordDecoder.decode,
+//! records (sql/decoder/README.rst, record format 3), pgoutput's Insert/Update/Delete messages,
+//! or the trigger backend's PgQ event rows -- turned into Kafka messages with their headers, in
+//! one call (pgshovel2.relay.lane). For a table of the row envelope it does what RecordDecoder.decode
+//! (or PgoutputDecoder.feed),
 //! RowEnvelope.change and Emitter._headers do for each record; for one of the debezium envelope,
 //! what DebeziumEnvelope.change does through DebeziumEvents, numbering events as the
 //! transaction's TxnOrder would. Byte for byte; it stops at the first record it would not
@@ -13,6 +15,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyString, PyTuple};
 
 use crate::debezium::{DebeziumEvents, Meta};
+use crate::pgoutput::PgoutputRows;
 use crate::{Row, RowCodec};
 
 const FLAG_OLD: u8 = 1;
@@ -91,7 +94,9 @@ impl Lane {
     }
 
     /// (messages, done, counts, events) for records[start:], a run of one transaction's changes:
-    /// change records of our plugin (bytes), or PgQ event rows (txid, ts_ms, op, data, table,
+    /// change records of our plugin (bytes); pgoutput changes (PgoutputRows of the relation,
+    /// table index, the I/U/D message (bytes), its XLogData start LSN, anything: the
+    /// relation for Python); or PgQ event rows (txid, ts_ms, op, data, table,
     /// extra) of the trigger backend (data and extra: the row and the old row, str). messages, [(topic, key, value or None, headers)] to produce in order; done, how
     /// many records they are (records[start + done] is left to Python); counts, per table index
     /// the messages made; events, per table index the debezium events numbered (tombstones are
@@ -113,9 +118,12 @@ impl Lane {
         });
         let mut done = 0;
         for (n, record) in records.iter().skip(start).enumerate() {
-            let trigger;
+            let (trigger, pgoutput);
             let rec = if let Ok(bytes) = record.downcast::<PyBytes>() {
                 plugin_record(bytes.as_bytes())
+            } else if let Some(change) = pgoutput_change(&record) {
+                pgoutput = change;
+                Some(pgoutput.rec())
             } else {
                 trigger = self.trigger_row(&record);
                 trigger.as_ref().and_then(TriggerRow::rec)
@@ -190,6 +198,41 @@ impl TriggerRow<'_> {
         };
         Some(Rec { kind: self.kind, table: self.table, row: self.row.to_str().ok()?.as_bytes(), old, lsn: None })
     }
+}
+
+/// A pgoutput change of a run, decoded (pgoutput_change).
+struct PgoutputChange {
+    kind: u8,
+    table: usize,
+    row: Vec<u8>,
+    old: Option<Vec<u8>>,
+    lsn: i64,
+}
+
+impl PgoutputChange {
+    fn rec(&self) -> Rec<'_> {
+        Rec { kind: self.kind, table: self.table, row: &self.row, old: self.old.as_deref(), lsn: Some(self.lsn) }
+    }
+}
+
+/// A pgoutput run record (PgoutputRows, table index, message, WAL start, relation) decoded as
+/// PgoutputDecoder would decode it natively, or None (not such a record, or a change the native
+/// decoder leaves to Python, or one with unchanged values: Python's).
+fn pgoutput_change(item: &Bound<'_, PyAny>) -> Option<PgoutputChange> {
+    let item = item.downcast::<PyTuple>().ok()?;
+    if item.len() != 5 {
+        return None;
+    }
+    let rows = item.get_item(0).ok()?.downcast_into::<PgoutputRows>().ok()?;
+    let table: usize = item.get_item(1).ok()?.extract().ok()?;
+    let data = item.get_item(2).ok()?.downcast_into::<PyBytes>().ok()?;
+    let lsn: i64 = item.get_item(3).ok()?.extract().ok()?;
+    let data = data.as_bytes();
+    let (row, old, unchanged) = rows.get().decode(data)?;
+    if !unchanged.is_empty() {
+        return None;
+    }
+    Some(PgoutputChange { kind: data[0], table, row: row?, old, lsn })
 }
 
 /// A plugin change record as a Rec, or None (not an I/U/D record with its row and without

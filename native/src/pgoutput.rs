@@ -25,7 +25,7 @@ enum Col<'a> {
 }
 
 /// (row JSON or None, before JSON or None, unchanged positions) of a change.
-type Decoded = (Option<Vec<u8>>, Option<Vec<u8>>, Vec<usize>);
+pub(crate) type Decoded = (Option<Vec<u8>>, Option<Vec<u8>>, Vec<usize>);
 
 #[pyclass(frozen)]
 pub struct PgoutputRows {
@@ -74,7 +74,8 @@ impl PgoutputRows {
 }
 
 impl PgoutputRows {
-    fn decode(&self, data: &[u8]) -> Option<Decoded> {
+    /// What `change` gives, without Python objects (the lane reads it); None: Python's.
+    pub(crate) fn decode(&self, data: &[u8]) -> Option<Decoded> {
         let kind = *data.first()?;
         if !matches!(kind, b'I' | b'U' | b'D') {
             return None;

@@ -1,8 +1,9 @@
-"""The relay's native lane: a ChangeRun (consecutive change records of our output plugin, or PgQ
-event rows, of one transaction) becomes Kafka messages, with their headers, in one call into the native module
-(``pgshovel2_native.Lane``) instead of one Change at a time through RecordDecoder, the envelope
-and Emitter. The messages, their headers, their order and the debezium envelope's event
-numbering are the same byte for byte (tests/unit/test_lane.py); a record the lane does not take
+"""The relay's native lane: a ChangeRun (consecutive change records of our output plugin,
+pgoutput's change messages, or PgQ event rows, of one transaction) becomes Kafka messages, with
+their headers, in one call into the native module (``pgshovel2_native.Lane``) instead of one
+Change at a time through the source's decoder, the envelope and Emitter. The messages, their
+headers, their order and the debezium envelope's event numbering are the same byte for byte
+(tests/unit/test_lane.py, test_lane_pgoutput.py); a record the lane does not take
 goes the Python way.
 
 A table takes the lane when it has a key and its envelope a native writer: the row envelope's

@@ -44,8 +44,8 @@ class LogicalSource:
     spilled (:mod:`pgshovel2.relay.pgoutput_stream`; None: the system's temp dir);
     decoding_work_mem: the walsender's logical_decoding_work_mem (e.g. ``64kB``; None: the
     server's), above which a transaction is streamed before its commit. raw_rows: rows stay the
-    plugin's JSON text (for the native codec); runs: consecutive change records come as ChangeRuns
-    (the native lane; our plugin with raw_rows only). Raises UnavailableError
+    plugin's JSON text (for the native codec); runs: consecutive change messages come as ChangeRuns
+    (the native lane; with raw_rows only; pgoutput: outside streamed transactions). Raises UnavailableError
     when the database cannot be reached or goes away (retrying is safe), RelayError when the slot
     is gone.
     """
@@ -74,7 +74,7 @@ class LogicalSource:
         self._cur = self._repl.cursor()
         self._keeper = FeedbackKeeper(self._cur)  # no keepalive mid-transaction (relay/feedback_keeper.py)
         self._decoder: RecordDecoder | PgoutputDecoder = RecordDecoder(self._tags, slot, raw_rows)
-        self.runs = runs and raw_rows and plugin == PLUGIN  # ChangeRuns of our plugin's change records
+        self.runs = runs and raw_rows  # ChangeRuns of change messages (the decoder's lane_record)
         self.stream: StreamAssembler | None = None  # pgoutput's streamed transactions
         self._in_txn = False  # between a Begin and its Commit
         self._last_start: int | None = None  # XLogData start of the last message read
@@ -239,8 +239,9 @@ class LogicalSource:
                 continue
             while msg is not None:
                 self._last_start = msg.data_start
-                if self.runs and self._decoder.lane_record(msg.payload):
-                    records, msg = self._run_from(msg.payload)
+                record = self._lane_record(msg)
+                if record is not None:
+                    records, msg = self._run_from(record)
                     yield self._decoder.run(records)
                     continue
                 for data, lsn in self._messages(msg):
@@ -253,9 +254,17 @@ class LogicalSource:
             if not self._in_txn:
                 idle_since = time.monotonic()
 
-    def _run_from(self, first: bytes) -> tuple[list[bytes], object]:
-        """(records, next message or None): first and the change records after it the stream already
-        holds that the lane may take (at most RUN_MAX); the message that ended the run, unhandled."""
+    def _lane_record(self, msg) -> object | None:
+        """The decoder's ChangeRun record of a received message the native lane may take, or None
+        (no runs, or pgoutput inside a streamed transaction's block: that goes to its spill file)."""
+        if not self.runs or (self.stream is not None and self.stream.in_block):
+            return None
+        return self._decoder.lane_record(msg.payload, msg.data_start)
+
+    def _run_from(self, first: object) -> tuple[list, object]:
+        """(records, next message or None): first and the records of the change messages after it
+        the stream already holds that the lane may take (at most RUN_MAX); the message that ended
+        the run, unhandled."""
         records = [first]
         lane_record, read = self._decoder.lane_record, self._cur.read_message
         while len(records) < RUN_MAX:
@@ -266,9 +275,10 @@ class LogicalSource:
             if msg is None:
                 break
             self._last_start = msg.data_start
-            if not lane_record(msg.payload):
+            record = lane_record(msg.payload, msg.data_start)
+            if record is None:
                 return records, msg
-            records.append(msg.payload)
+            records.append(record)
         return records, None
 
     def _keepalive_would_confirm_unrelayed(self) -> bool:

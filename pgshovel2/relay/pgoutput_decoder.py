@@ -30,7 +30,7 @@ from pgshovel2.codec.rows import as_values
 from pgshovel2.errors import RelayError
 from pgshovel2.names import qualified
 from pgshovel2.relay.relation_layout import LayoutColumn, Redo, RelationLayout
-from pgshovel2.relay.source import SET_VERSION, Begin, Change, Commit, Control, Item
+from pgshovel2.relay.source import SET_VERSION, Begin, Change, ChangeRun, Commit, Control, Item, RunMaker
 from pgshovel2.wire import Position
 
 PG_EPOCH_US = 946_684_800_000_000
@@ -40,6 +40,7 @@ _BEGIN = struct.Struct(">QqI")      # final LSN, commit time (µs since 2000), x
 _COMMIT = struct.Struct(">BQQq")    # flags, commit LSN, end LSN, commit time
 _I32, _I16, _Q = struct.Struct(">I"), struct.Struct(">H"), struct.Struct(">Q")
 _OPS = {b"I": "I", b"U": "U", b"D": "D"}  # a change message's kind -> Change.op
+_IUD = frozenset(b"IUD")
 
 
 @dataclass
@@ -57,6 +58,7 @@ class _Relation:
     picks: list[int]                       # index in the relation's columns of each set column
     converters: list[Callable[[str], Any]]
     native: Any = None                     # pgshovel2_native.PgoutputRows of the relation, or None
+    index: int = 0                         # the table's index in PgoutputDecoder.tags
 
 
 def _native_rows(picks: list[int], converters: list[Callable[[str], Any]]) -> Any:
@@ -92,7 +94,7 @@ def _tuple(data: bytes, pos: int) -> tuple[list, int]:
     return out, pos
 
 
-class PgoutputDecoder:
+class PgoutputDecoder(RunMaker):
     """Turns pgoutput messages into items (:meth:`feed`); the attributes of RecordDecoder
     (ends, last_lsn, subset_tags) mean the same. tables: the set's tables by tag.
     xid_reference: a full transaction id (epoch << 32 | xid) near the decoded transactions,
@@ -100,6 +102,7 @@ class PgoutputDecoder:
 
     def __init__(self, tables: dict[str, SetTable], slot: str = "(slot)"):
         self.tables, self.slot = tables, slot
+        self.tags = list(tables)  # the set's tags by ChangeRun table index (a new list per set version)
         self.subset_tags: set[str] = set()
         self.ends: deque[tuple[int, int]] = deque()
         self.last_lsn: int | None = None
@@ -205,7 +208,7 @@ class PgoutputDecoder:
     def update(self, tables: dict[str, SetTable]) -> None:
         """The set's tables from now on (a new set version): relations mapped so far are mapped
         again; one that no longer fits waits for its layout to be settled again."""
-        self.tables = tables
+        self.tables, self.tags = tables, list(tables)
         for oid in list(self._relations):
             try:
                 self._map(oid)
@@ -232,7 +235,7 @@ class PgoutputDecoder:
                                  "with decoder pgoutput does not relay yet): nothing after it was relayed; "
                                  "re-create the set for the new layout")
             picks.append(found[0])
-        return _Relation(tag, picks, entry.converters, _native_rows(picks, entry.converters))
+        return _Relation(tag, picks, entry.converters, _native_rows(picks, entry.converters), self.tags.index(tag))
 
     def _relation(self, oid: int) -> _Relation:
         rel = self._relations.get(oid)
@@ -276,16 +279,55 @@ class PgoutputDecoder:
         rel = self._relations.get(oid)
         if rel is None:
             rel = self._relation(oid)  # raises
+        rows = self._rows(rel, kind, data)
+        if rows is None:
+            return []
+        change = Change(self._txid, self._ts_ms, _OPS[kind], rows[0], rel.tag, rows[1], self._unit, self._ordinal,
+                        lsn, rows[2])
+        self._ordinal += 1
+        if self._open:  # the usual case: one list, no call (this runs per change)
+            return [change]
+        items = self._opened()
+        items.append(change)
+        return items
+
+    def lane_record(self, data: bytes, lsn: int) -> tuple | None:
+        """The ChangeRun record of a message the native lane may take (pgshovel2.relay.lane), or
+        None: an I/U/D change in the open transaction of a relation mapped with a native decoder,
+        of a table captured whole. The record: (the relation's PgoutputRows, its table index in
+        :attr:`tags`, data, lsn, the relation); lsn: the message's XLogData start."""
+        if data[0] not in _IUD or not self._open:
+            return None
+        rel = self._relations.get(_I32.unpack_from(data, 1)[0])
+        if rel is None or rel.native is None or (self.subset_tags and rel.tag in self.subset_tags):
+            return None
+        return rel.native, rel.index, data, lsn, rel
+
+    def _expand(self, run: ChangeRun, start: int, stop: int) -> list[Change]:
+        """ChangeRun.expand: the Changes of run.records[start:stop] (a table captured whole: none is dropped)."""
+        out = []
+        for i in range(start, stop):
+            _, _, data, lsn, rel = run.records[i]
+            kind = data[:1]
+            row, before, unchanged = self._rows(rel, kind, data)
+            out.append(Change(run.txid, run.ts_ms, _OPS[kind], row, rel.tag, before, run.unit, run.ordinal + i, lsn,
+                              unchanged))
+        return out
+
+    def _rows(self, rel: _Relation, kind: bytes, data: bytes) -> tuple[Any, Any, tuple] | None:
+        """(row, before, unchanged positions) of a change message of rel, natively when its decoder
+        takes it; None when the capture trigger would write no event (an update of a subset table
+        that changes none of its columns)."""
         got = rel.native.change(data) if rel.native is not None else None
         if got is None:
-            return self._python_change(rel, kind, data, lsn)
-        row, before, unchanged = got
+            return self._python_rows(rel, kind, data)
+        row, before, _ = got
         if kind == b"U" and before is not None and rel.tag in self.subset_tags and as_values(before) == as_values(row):
-            return []
-        return self._emit(rel, kind, row, before, lsn, unchanged)
+            return None
+        return got
 
-    def _python_change(self, rel: _Relation, kind: bytes, data: bytes, lsn: int) -> list[Item]:
-        """_change by the Python converters (rows as lists): no native decoder, or a change it left to Python."""
+    def _python_rows(self, rel: _Relation, kind: bytes, data: bytes) -> tuple[Any, Any, tuple] | None:
+        """_rows by the Python converters (rows as lists): no native decoder, or a change it left to Python."""
         pos = 5
         old, full = None, data[pos:pos + 1] == b"O"
         if data[pos:pos + 1] in (b"K", b"O"):
@@ -300,18 +342,8 @@ class PgoutputDecoder:
         if kind == b"D":
             row, before = before, None
         if kind == b"U" and before is not None and before == row and rel.tag in self.subset_tags:
-            return []
-        return self._emit(rel, kind, row, before, lsn, unchanged)
-
-    def _emit(self, rel: _Relation, kind: bytes, row: Any, before: Any, lsn: int, unchanged: tuple) -> list[Item]:
-        change = Change(self._txid, self._ts_ms, _OPS[kind], row, rel.tag, before, self._unit, self._ordinal, lsn,
-                        unchanged)
-        self._ordinal += 1
-        if self._open:  # the usual case: one list, no call (this runs per change)
-            return [change]
-        items = self._opened()
-        items.append(change)
-        return items
+            return None
+        return row, before, unchanged
 
     def _on_truncate(self, data: bytes, lsn: int) -> list[Item]:
         (n,) = _I32.unpack_from(data, 1)

@@ -142,6 +142,11 @@ class StreamAssembler:
         self.files.clear()
         self._block = None
 
+    @property
+    def in_block(self) -> bool:
+        """True between a Stream Start and its Stream Stop (messages go to a spill file)."""
+        return self._block is not None
+
     def route(self, data: bytes, wal_start: int) -> Iterable[tuple[bytes, int]]:
         """The (message, WAL start) pairs the decoder gets for one received message."""
         kind = data[0]

@@ -15,7 +15,7 @@ from collections import deque
 from pgshovel2.errors import RelayError
 from pgshovel2.relay import relation_layout
 from pgshovel2.relay.relation_layout import RelationLayout
-from pgshovel2.relay.source import SET_VERSION, Begin, Change, ChangeRun, Commit, Control, Item
+from pgshovel2.relay.source import SET_VERSION, Begin, Change, ChangeRun, Commit, Control, Item, RunMaker
 from pgshovel2.setrecord import PLUGIN
 from pgshovel2.wire import Position
 
@@ -36,7 +36,7 @@ def _parsed(row: bytes | list | None) -> list | None:
     return json.loads(row) if isinstance(row, bytes) else row
 
 
-class RecordDecoder:
+class RecordDecoder(RunMaker):
     """Turns the plugin's records into items (:meth:`decode`); no I/O.
 
     tags: table tags in the order of the plugin's ``tables`` option (a change names its
@@ -73,18 +73,13 @@ class RecordDecoder:
     def settle(self, layout: RelationLayout) -> None:
         """Nothing to do: the plugin's rows are in the layout it reported."""
 
-    def lane_record(self, data: bytes) -> bool:
-        """True for a record the native lane may take in a ChangeRun: an I/U/D change without
-        unchanged values of a table captured whole, while no layout is held."""
-        return (data[0] in _IUD and not data[11] & _FLAG_UNCHANGED and not self._held
-                and (not self.subset_tags or self.tags[_U16.unpack_from(data, 9)[0]] not in self.subset_tags))
-
-    def run(self, records: list[bytes]) -> ChangeRun:
-        """The ChangeRun of records (each one :meth:`lane_record` took), the open transaction's
-        next changes."""
-        ordinal = self._ordinal
-        self._ordinal += len(records)
-        return ChangeRun(self._txid, self._ts_ms, self._unit, ordinal, records, self.tags, self._expand)
+    def lane_record(self, data: bytes, _lsn: int = 0) -> bytes | None:
+        """The ChangeRun record of a record the native lane may take (data itself), or None: an
+        I/U/D change without unchanged values of a table captured whole, while no layout is held."""
+        if (data[0] in _IUD and not data[11] & _FLAG_UNCHANGED and not self._held
+                and (not self.subset_tags or self.tags[_U16.unpack_from(data, 9)[0]] not in self.subset_tags)):
+            return data
+        return None
 
     def _expand(self, run: ChangeRun, start: int, stop: int) -> list[Change]:
         """ChangeRun.expand: the Changes of run.records[start:stop]."""

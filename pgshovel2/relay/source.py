@@ -76,11 +76,12 @@ class Change(NamedTuple):
 class ChangeRun(NamedTuple):
     """Consecutive changes of one transaction as the source's raw records, read in one go while
     the source had them: change records of our plugin (logical backend; sql/decoder/README.rst,
-    bytes), or PgQ event rows (trigger backend; (txid, ts_ms, op, data, table, extra), rows as
-    text, one ts_ms).
+    bytes), pgoutput's change messages (PgoutputDecoder.lane_record: (PgoutputRows, table
+    index, message, XLogData start, relation)), or PgQ event rows (trigger backend; (txid,
+    ts_ms, op, data, table, extra), rows as text, one ts_ms).
 
-    txid, ts_ms, unit: as Change; ordinal: the first record's; tags: table tags by the plugin
-    records' table index (None: trigger rows name their table); expand(run, start, stop): the
+    txid, ts_ms, unit: as Change; ordinal: the first record's; tags: table tags by the records'
+    table index (None: trigger rows name their table); expand(run, start, stop): the
     Changes of records[start:stop] (with their ordinals), what the source would have given one by one.
     """
 
@@ -91,6 +92,28 @@ class ChangeRun(NamedTuple):
     records: list
     tags: list[str] | None
     expand: Callable[["ChangeRun", int, int], list[Change]]
+
+
+class RunMaker:
+    """What a logical decoder (RecordDecoder, PgoutputDecoder) shares for ChangeRuns: its open
+    transaction (``_txid``, ``_ts_ms``, ``_unit``, ``_ordinal``: the next change's), its table
+    tags by record index (``tags``) and ``_expand`` (ChangeRun.expand)."""
+
+    _txid: int
+    _ts_ms: int
+    _unit: int
+    _ordinal: int
+    tags: list[str]
+
+    def run(self, records: list) -> ChangeRun:
+        """The ChangeRun of records (each one the decoder's ``lane_record`` gave), the open
+        transaction's next changes."""
+        ordinal = self._ordinal
+        self._ordinal += len(records)
+        return ChangeRun(self._txid, self._ts_ms, self._unit, ordinal, records, self.tags, self._expand)
+
+    def _expand(self, run: ChangeRun, start: int, stop: int) -> list[Change]:
+        raise NotImplementedError
 
 
 class Control(NamedTuple):
