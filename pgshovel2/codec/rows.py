@@ -153,6 +153,8 @@ class RowEncoder:
 
 # One encoder for every message: json.dumps with arguments builds a new encoder per call.
 _JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+_RECORD_JSON = json.JSONEncoder(separators=(",", ":")).encode  # transactions-topic records: ASCII
+_ascii = json.encoder.encode_basestring_ascii  # a JSON string literal, non-ASCII escaped (as json.dumps)
 
 
 def encode_json(datum: Any) -> bytes:
@@ -160,8 +162,22 @@ def encode_json(datum: Any) -> bytes:
     return _JSON(datum).encode("utf-8")
 
 
+def txn_record_json(kind: str, txid: int, position: str, ts_ms: int, counts: list[tuple[str, int]] | None) -> bytes:
+    """The JSON of a BEGIN (counts None) or END (counts: [(data topic, messages)], sorted) record,
+    byte for byte what :func:`encode_record` makes of its datum, without a dict or the encoder:
+    every source transaction writes two."""
+    esc = _ascii
+    if counts is None:
+        collections, total = "null", "null"
+    else:
+        collections = "[" + ",".join(f'{{"data_collection":{esc(t)},"event_count":{n}}}' for t, n in counts) + "]"
+        total = str(sum(n for _, n in counts))
+    return (f'{{"type":{esc(kind)},"txid":{txid},"position":{esc(position)},"ts_ms":{ts_ms},'
+            f'"event_count":{total},"data_collections":{collections},"table":null}}').encode("ascii")
+
+
 def encode_record(datum: dict, writer: AvroWriter | None) -> bytes:
     """Encode a transactions-topic record with writer (Avro) or as JSON when None."""
     if writer is not None:
         return writer.encode(datum)
-    return json.dumps(datum, separators=(",", ":")).encode("utf-8")
+    return _RECORD_JSON(datum).encode("utf-8")

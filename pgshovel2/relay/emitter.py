@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pgshovel2 import wire
 from pgshovel2.catalog import Table
 from pgshovel2.codec.avro import AvroWriter
-from pgshovel2.codec.rows import RowEncoder, encode_record
+from pgshovel2.codec.rows import RowEncoder, encode_record, txn_record_json
 from pgshovel2.errors import RelayError
 from pgshovel2.relay.envelopes import SNAPSHOT_TRUE, Context, Envelope, Message, RowEnvelope, TxnOrder
 from pgshovel2.relay.lane import OPS, TableLanes
@@ -137,19 +137,40 @@ class Emitter:
               last_lsn: int | None = None) -> None:
         """Start a source transaction (BEGIN record). Logical backend only: ts_us, the commit
         time in µs; last_lsn, the LSN completely processed before it (logical_source.Begin)."""
+        self.open(ts_us, last_lsn)
+        self.begin_record(txid, position, ts_ms)
+
+    def open(self, ts_us: int | None = None, last_lsn: int | None = None) -> None:
+        """:meth:`begin` without its BEGIN record (:meth:`begin_record` writes it, also after the
+        transaction's first messages)."""
         self._counts.clear()
-        self._order = TxnOrder()
+        if self._order.total:  # a fresh one otherwise (most transactions number nothing: row envelope)
+            self._order = TxnOrder()
         self._txn_ts_us, self._txn_last_lsn = ts_us, last_lsn
-        self._record({"type": "BEGIN", "txid": txid, "position": position, "ts_ms": ts_ms,
-                      "event_count": None, "data_collections": None, "table": None})
+
+    def begin_record(self, txid: int, position: str, ts_ms: int) -> None:
+        """The BEGIN record of the source transaction :meth:`open` started; position: its first change's."""
+        self._txn_record("BEGIN", txid, position, ts_ms, None)
 
     def end(self, txid: int, position: str, ts_ms: int) -> None:
         """End a source transaction (END record with per-topic counts)."""
-        self._record({"type": "END", "txid": txid, "position": position, "ts_ms": ts_ms,
-                      "event_count": sum(self._counts.values()),
-                      "data_collections": [{"data_collection": t, "event_count": n}
-                                           for t, n in sorted(self._counts.items())],
-                      "table": None})
+        self._txn_record("END", txid, position, ts_ms, sorted(self._counts.items()))
+
+    def _txn_record(self, kind: str, txid: int, position: str, ts_ms: int, counts: list[tuple[str, int]] | None
+                    ) -> None:
+        """A BEGIN or END record (counts: [(data topic, messages)] sorted, None for BEGIN)."""
+        if self.replaying:
+            return
+        if self._txn_writer is None:
+            value = txn_record_json(kind, txid, position, ts_ms, counts)
+        else:
+            value = self._txn_writer.encode({
+                "type": kind, "txid": txid, "position": position, "ts_ms": ts_ms,
+                "event_count": None if counts is None else sum(n for _, n in counts),
+                "data_collections": None if counts is None else [{"data_collection": t, "event_count": n}
+                                                                 for t, n in counts],
+                "table": None})
+        self.sink.produce(self.txn_topic, None, value, [(wire.SET, self.set_name), (wire.VERSION, str(self.version))])
 
     def snapshot_mark(self, kind: str, topic: str, position: str, ts_ms: int, rows: int | None = None) -> None:
         """A table's online snapshot starts (kind SNAPSHOT_BEGIN) or is complete (SNAPSHOT_END, rows: the

@@ -241,20 +241,32 @@ class Relay:
 
     def _run(self, run: ChangeRun) -> None:
         """Relay a ChangeRun through the emitter's native lane, but record by record (:meth:`_change`)
-        where that path has work to do: the transaction's first change (BEGIN), a record the lane
-        leaves, and all of the run in a unit the committed position reaches, during an online
-        snapshot's chunk, or when the Kafka transaction could reach its hard size."""
+        where that path has work to do: a record the lane leaves, and all of the run in a unit the
+        committed position reaches, during an online snapshot's chunk, or when the Kafka transaction
+        could reach its hard size. A transaction's first change goes to the lane too (:meth:`_first_lane`)."""
         i, n = 0, len(run.records)
         while i < n:
             if (run.unit <= self.committed.unit or (self.online is not None and self.online.chunk is not None)
                     or self.sink.produced - self._committed_produced + 3 * (n - i) >= self.hard):
                 self._changes(run, i, n)
                 return
-            done = self._lane(run, i) if self._txn.begun else 0
+            done = self._lane(run, i) if self._txn.begun else self._first_lane(run, i)
             if not done:
                 self._changes(run, i, i + 1)
                 done = 1
             i += done
+
+    def _first_lane(self, run: ChangeRun, start: int) -> int:
+        """:meth:`_lane` at the open transaction's first change, run.records[start]; when the lane
+        takes it, the transaction's BEGIN record (what :meth:`_change` writes there) follows its
+        messages in the same Kafka transaction."""
+        txn, begin = self._txn, self._txn.begin
+        self.emitter.open(begin.ts_us, begin.last_lsn)
+        done = self._lane(run, start)
+        if done:
+            self.emitter.begin_record(begin.txid, change_header_at(self._prefix, run.ordinal + start), run.ts_ms)
+            txn.begun = True
+        return done
 
     def _lane(self, run: ChangeRun, start: int) -> int:
         """emitter.change_run of run.records[start:] with the bookkeeping of :meth:`_change`; returns

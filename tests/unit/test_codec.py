@@ -3,6 +3,7 @@
 import io
 import json
 import math
+import random
 import re
 
 import fastavro
@@ -12,7 +13,7 @@ from pgshovel2 import names
 from pgshovel2.catalog import Column, Table
 from pgshovel2.codec import avro, jsonvalue, temporal
 from pgshovel2.codec.pgarray import format_array, parse_array
-from pgshovel2.codec.rows import RowEncoder, loads_row
+from pgshovel2.codec.rows import RowEncoder, encode_record, loads_row, txn_record_json
 from pgshovel2.codec.types import field_type
 from pgshovel2.errors import EncodeError
 
@@ -232,3 +233,21 @@ def test_encode_errors_name_table_column_and_type():
     enc = RowEncoder(table, True, None, avro.AvroWriter(avro.value_schema("x", table), 2))
     with pytest.raises(EncodeError, match=re.escape('table "s"."t", column "id" (integer): ')):
         enc.value(enc.convert(["x"]))
+
+
+def test_txn_record_json_is_what_encode_record_makes_of_the_datum():
+    rng = random.Random(5)
+    for _ in range(300):
+        counts = None
+        if rng.random() < 0.6:
+            topics = {"".join(rng.choice("abcXYZ09._-") for _ in range(rng.randint(1, 20)))
+                      for _ in range(rng.randint(0, 4))}
+            counts = sorted((t, rng.randint(0, 10**6)) for t in topics)
+        kind, txid, ts_ms = rng.choice(["BEGIN", "END"]), rng.randint(0, 2**63), rng.randint(0, 2**45)
+        position = rng.choice([f"{rng.randint(0, 2**64):016X}:{rng.randint(0, 10**9):010d}", 'odd "pos" \\ é'])
+        datum = {"type": kind, "txid": txid, "position": position, "ts_ms": ts_ms,
+                 "event_count": None if counts is None else sum(n for _, n in counts),
+                 "data_collections": None if counts is None else [{"data_collection": t, "event_count": n}
+                                                                  for t, n in counts],
+                 "table": None}
+        assert txn_record_json(kind, txid, position, ts_ms, counts) == encode_record(datum, None)

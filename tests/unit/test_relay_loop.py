@@ -56,6 +56,10 @@ class FakeSink:
         self.open.append((topic, key, value, dict(headers)))
         self.produced += 1
 
+    def produce_many(self, messages) -> None:
+        for topic, key, value, headers in messages:
+            self.produce(topic, key, value, headers)
+
     def commit(self) -> None:
         self.committed += self.open
         self.open = []
