@@ -242,6 +242,9 @@ class LogicalSource:
                 record = self._lane_record(msg)
                 if record is not None:
                     records, msg = self._run_from(record)
+                    opening = self._decoder.opening()
+                    if opening:
+                        yield from self._decoded(opening, position)
                     yield self._decoder.run(records)
                     continue
                 for data, lsn in self._messages(msg):

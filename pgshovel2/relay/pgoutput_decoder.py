@@ -111,6 +111,7 @@ class PgoutputDecoder(RunMaker):
         self._pending: set[int] = set()  # relations whose layout came and is not settled yet
         self.skip_through: Position | None = None  # units it reaches fully are in Kafka (set before streaming)
         self._skip = False
+        self._opening: list[Item] = []  # the Begin lane_record opened, for opening()
         self._xid_ref = 0
         self._begin: Begin | None = None
         self._open = False
@@ -293,15 +294,23 @@ class PgoutputDecoder(RunMaker):
 
     def lane_record(self, data: bytes, lsn: int) -> tuple | None:
         """The ChangeRun record of a message the native lane may take (pgshovel2.relay.lane), or
-        None: an I/U/D change in the open transaction of a relation mapped with a native decoder,
+        None: an I/U/D change in a begun transaction of a relation mapped with a native decoder,
         of a table captured whole. The record: (the relation's PgoutputRows, its table index in
-        :attr:`tags`, data, lsn, the relation); lsn: the message's XLogData start."""
-        if data[0] not in _IUD or not self._open:
+        :attr:`tags`, data, lsn, the relation); lsn: the message's XLogData start. A transaction's
+        first such change opens it: :meth:`opening` then gives its Begin, for before the run."""
+        if data[0] not in _IUD or (not self._open and self._begin is None):
             return None
         rel = self._relations.get(_I32.unpack_from(data, 1)[0])
         if rel is None or rel.native is None or (self.subset_tags and rel.tag in self.subset_tags):
             return None
+        if not self._open:
+            self._opening = self._opened()
         return rel.native, rel.index, data, lsn, rel
+
+    def opening(self) -> list[Item]:
+        """[the Begin] of the transaction :meth:`lane_record` opened since the last call, else []."""
+        items, self._opening = self._opening, []
+        return items
 
     def _expand(self, run: ChangeRun, start: int, stop: int) -> list[Change]:
         """ChangeRun.expand: the Changes of run.records[start:stop] (a table captured whole: none is dropped)."""

@@ -112,6 +112,11 @@ class RunMaker:
         self._ordinal += len(records)
         return ChangeRun(self._txid, self._ts_ms, self._unit, ordinal, records, self.tags, self._expand)
 
+    def opening(self) -> list["Item"]:
+        """Items to give before the next run (the Begin of a transaction its first lane record
+        opened); none here: a decoder that opens transactions at their first change says so."""
+        return []
+
     def _expand(self, run: ChangeRun, start: int, stop: int) -> list[Change]:
         raise NotImplementedError
 

@@ -17,7 +17,7 @@ import pytest
 
 from pgshovel2.codec import native
 from pgshovel2.relay.pgoutput_decoder import PG_EPOCH_US, PgoutputDecoder
-from pgshovel2.relay.source import Change
+from pgshovel2.relay.source import Begin, Change
 from pgshovel2.wire import LOGICAL, position_prefix
 from tests.unit.test_lane import TXID, UNIT, emitter, relay_change, relay_run, route
 from tests.unit.test_native_codec import ARRAYS, TYPES
@@ -52,16 +52,16 @@ def messages(seed: int, tbl, count: int) -> list[tuple[bytes, int]]:
 
 
 def takes(msgs, tbl, use_avro: bool, envelope: str, monkeypatch) -> int:
-    """The messages the lane must take: all but the transaction's first (which opens it), whose
-    rows the native decoder gives without unchanged values and the envelope's native codec
-    encodes (the old row too)."""
+    """The messages the lane must take: those whose rows the native decoder gives without
+    unchanged values and the envelope's native codec encodes (the old row too), the transaction's
+    first (which opens it) included."""
     dec = in_transaction(tbl, monkeypatch)
     env = route(tbl, "topic.t", use_avro, envelope).envelope
     encode = env.encoder.encode_native if envelope == "row" else lambda row: env._native.encode(row, True)
     count = 0
-    for n, (data, lsn) in enumerate(msgs):
+    for data, lsn in msgs:
         (change,) = [i for i in dec.feed(data, lsn) if isinstance(i, Change)]
-        count += (n > 0 and isinstance(change.row, bytes) and not change.unchanged and encode(change.row) is not None
+        count += (isinstance(change.row, bytes) and not change.unchanged and encode(change.row) is not None
                   and (change.before is None or encode(change.before) is not None))
     return count
 
@@ -85,9 +85,12 @@ def in_runs(msgs, tbl, use_avro: bool, envelope: str, size: int, monkeypatch):
     at most size, the others fed one by one. Also returns the records the lane took."""
     dec = in_transaction(tbl, monkeypatch)
     em, sink = emitter(use_avro, tbl, envelope)
-    pending, laned = [], 0
+    pending, laned, opened = [], 0, []
 
     def flush() -> int:
+        opening = dec.opening()
+        assert [type(i) for i in opening] == ([Begin] if pending and not opened else []), opening
+        opened.append(bool(pending))
         taken = relay_run(em, sink, dec.run(list(pending)), PREFIX) if pending else 0
         pending.clear()
         return taken
@@ -95,7 +98,9 @@ def in_runs(msgs, tbl, use_avro: bool, envelope: str, size: int, monkeypatch):
         record = dec.lane_record(data, lsn)
         if record is None:
             laned += flush()
-            relay_items(em, sink, dec.feed(data, lsn))
+            items = dec.feed(data, lsn)
+            opened.append(any(isinstance(i, Begin) for i in items))
+            relay_items(em, sink, items)
             continue
         pending.append(record)
         if len(pending) == size:
@@ -121,7 +126,7 @@ def test_pgoutput_runs_through_the_lane_equal_changes_one_by_one(use_avro, array
     assert must > len(msgs) // (20 if arrays else 5), must
 
 
-def test_lane_records_are_changes_of_mapped_whole_tables_in_an_open_transaction(monkeypatch):
+def test_lane_records_are_changes_of_mapped_whole_tables_in_a_begun_transaction(monkeypatch):
     tbl = table(TYPES[:3])
     dec = decoder(tbl, False, monkeypatch)
     insert = b"I" + struct.pack(">I", OID) + b"N" + struct.pack(">H", 4) + b"n" * 4
@@ -133,7 +138,13 @@ def test_lane_records_are_changes_of_mapped_whole_tables_in_an_open_transaction(
     assert dec.lane_record(insert, 1) is None
     dec.subset_tags = set()
     dec.feed(b"C" + struct.pack(">BQQq", 0, 0x90, 0x98, 0), 0x98)
-    assert dec.lane_record(insert, 1) is None  # no transaction open: the first change opens it
+    assert dec.lane_record(insert, 1) is None  # no transaction begun
+    assert dec.opening() == []
+    dec.feed(b"B" + struct.pack(">QqI", 0x80, 0, 5), 0x80)
+    assert dec.lane_record(insert, 0x81) is not None  # a transaction's first change opens it
+    assert [(type(i), i.unit) for i in dec.opening()] == [(Begin, 0x80)] and dec.opening() == []
+    assert dec.lane_record(insert, 0x82) is not None and dec.opening() == []
+    dec.feed(b"C" + struct.pack(">BQQq", 0, 0x80, 0x88, 0), 0x88)
     dec.feed(b"R" + struct.pack(">I", OID) + b"s\0t\0d" + struct.pack(">H", 0), 1)
     dec.feed(b"B" + struct.pack(">QqI", 0xA0, 0, 6), 0xA0)
     dec.feed(insert, 0xA1)
