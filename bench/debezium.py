@@ -1,9 +1,10 @@
 """pgshovel2 against Debezium (bench/connect.py) in the same run, on the same database, broker and
 tables (bench/workloads.py: ``narrow`` and ``mixed``):
 
-- drain: changes/s of N inserts written (5,000 per source transaction) before the tool streams
-  them: pgshovel2's set (logical through our plugin and through pgoutput, trigger; JSON and Avro;
-  row and debezium envelopes; exactly-once, the relay's default) has its position taken by a first
+- drain: changes/s of N inserts written (5,000 per source transaction; and ``mixed_small``: at
+  most 100,000 mixed rows two per source transaction, DRAINS) before the tool streams them:
+  pgshovel2's set (logical through our plugin and through pgoutput, trigger; JSON and Avro; row
+  and debezium envelopes; exactly-once, the relay's default) has its position taken by a first
   relay start, Debezium's slot is created before the inserts; both then drain the same N changes
   from the WAL (trigger: from its queue). The clock runs from the tool being ready (the relay's
   ready line; the connector's slot in use) until a read_committed consumer counted N messages on
@@ -43,6 +44,12 @@ PGSHOVEL2 = [(b, e, env) for b in ("logical", "pgoutput", "trigger") for e in ("
 QUICK = [("logical", "json", "row"), ("logical", "avro", "row"), ("logical", "json", "debezium"),
          ("pgoutput", "json", "row"), ("trigger", "json", "row"), ("trigger", "avro", "row")]
 WARMUP = 20_000  # changes of a first Debezium drain on each new worker, not counted
+SMALL_CHANGES = 100_000  # at most, of the drain in small transactions
+# drain name -> (workload, rows per source transaction, most changes): the bulk loads of 5,000 rows
+# a transaction, and the mixed rows in transactions of two, as an OLTP primary writes them (the
+# cost per source transaction: BEGIN/END records, positions, acknowledgements)
+DRAINS = {"narrow": (workloads.NARROW, 5000, None), "mixed": (workloads.MIXED, 5000, None),
+          "mixed_small": (workloads.MIXED, 2, SMALL_CHANGES)}
 DEBEZIUM = {"debezium": False, "debezium_eos": True}  # variant -> exactly-once
 
 
@@ -112,12 +119,13 @@ def create_variant_set(cur, workload: workloads.Workload, variant: tuple[str, st
     return name, table
 
 
-def drain_pgshovel2(cur, workload: workloads.Workload, variant: tuple[str, str, str], changes: int) -> dict:
+def drain_pgshovel2(cur, workload: workloads.Workload, variant: tuple[str, str, str], changes: int,
+                    per_transaction: int = 5000) -> dict:
     """One drain of a pgshovel2 set of variant (backend, encoding, envelope)."""
     name, table = create_variant_set(cur, workload, variant, "vs")
     try:
         Relay(name, "--skip-snapshot").stop()  # logical: creates the slot; both: position committed
-        workloads.fill(cur, workload, table, changes)
+        workloads.fill(cur, workload, table, changes, per_transaction)
         counter = Counter(set_topic(name), changes)
         counter.start()
         relay = Relay(name)
@@ -136,14 +144,14 @@ def drain_pgshovel2(cur, workload: workloads.Workload, variant: tuple[str, str, 
 
 
 def drain_debezium(cur, worker: connect.Worker, workload: workloads.Workload, changes: int,
-                   exactly_once: bool) -> dict:
+                   exactly_once: bool, per_transaction: int = 5000) -> dict:
     """One drain of Debezium's connector (on worker) of changes pre-written inserts."""
     name = unique("dbz")
     table = f"bench_relay.{name}"
     cur.execute(f"CREATE TABLE {table} ({workload.columns})")
     connector = connect.Connector(name, [table], exactly_once)
     try:
-        workloads.fill(cur, workload, table, changes)
+        workloads.fill(cur, workload, table, changes, per_transaction)
         counter = Counter(connector.topic(table), changes)
         counter.start()
         connector.start(worker)
@@ -157,23 +165,23 @@ def drain_debezium(cur, worker: connect.Worker, workload: workloads.Workload, ch
 
 
 def measure_drain(changes: int, rounds: int, variants: list[tuple[str, str, str]]) -> dict:
-    """{workload: {variant: {"rate"|"tool_us"|"kafka_us": summary}}} over rounds, interleaved."""
+    """{drain (DRAINS): {variant: {"rate"|"tool_us"|"kafka_us": summary}}} over rounds, interleaved."""
     cur = prepare()
-    runs: dict[str, dict[str, list[dict]]] = {w: {} for w in workloads.WORKLOADS}
+    runs: dict[str, dict[str, list[dict]]] = {w: {} for w in DRAINS}
     for round_no in range(rounds):
         for variant, exactly_once in DEBEZIUM.items():
             worker = connect.Worker(exactly_once)
             try:
                 drain_debezium(cur, worker, workloads.NARROW, min(changes, WARMUP), exactly_once)  # JIT warm-up
-                for w, workload in workloads.WORKLOADS.items():
-                    got = drain_debezium(cur, worker, workload, changes, exactly_once)
+                for w, (workload, per, most) in DRAINS.items():
+                    got = drain_debezium(cur, worker, workload, min(changes, most or changes), exactly_once, per)
                     runs[w].setdefault(variant, []).append(got)
                     print(f"  round {round_no + 1} {w} {variant}: {fmt(got)}", flush=True)
             finally:
                 worker.stop()
-        for w, workload in workloads.WORKLOADS.items():
+        for w, (workload, per, most) in DRAINS.items():
             for v in variants:
-                got = drain_pgshovel2(cur, workload, v, changes)
+                got = drain_pgshovel2(cur, workload, v, min(changes, most or changes), per)
                 runs[w].setdefault(variant_name(*v), []).append(got)
                 print(f"  round {round_no + 1} {w} {variant_name(*v)}: {fmt(got)}", flush=True)
     return {w: {v: {k: summary([r[k] for r in rs]) for k in rs[0]} for v, rs in per.items()}
@@ -293,7 +301,10 @@ def measure(changes: int, rounds: int, seconds: int, tps: int = 2000, scale: int
                                  "changes": changes, "rounds": rounds, "pgbench_seconds": seconds,
                                  "latency_tps": tps, "debezium_warmup_changes": WARMUP,
                                  "pgshovel2_variants": [variant_name(*v) for v in variants],
-                                 "workloads": {w.name: w.columns for w in workloads.WORKLOADS.values()}}}
+                                 "workloads": {w.name: w.columns for w in workloads.WORKLOADS.values()},
+                                 "drains": {d: {"workload": w.name, "rows_per_transaction": per,
+                                                "changes": min(changes, most or changes)}
+                                            for d, (w, per, most) in DRAINS.items()}}}
     print("  drain ...", flush=True)
     result["drain"] = measure_drain(changes, rounds, variants)
     print("  latency ...", flush=True)

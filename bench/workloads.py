@@ -22,9 +22,10 @@ class Workload:
     select: str
     update_set: str
 
-    def fill_sql(self, table: str) -> str:
-        """INSERT writing rows %s..%s (two parameters, inclusive) into table (a qualified name)."""
-        return f"INSERT INTO {table} SELECT {self.select} FROM generate_series(%s::bigint, %s::bigint) g"
+    def fill_sql(self, table: str, first: str = "%s", last: str = "%s") -> str:
+        """INSERT writing rows first..last (SQL expressions, default two parameters; inclusive) into
+        table (a qualified name)."""
+        return f"INSERT INTO {table} SELECT {self.select} FROM generate_series(({first})::bigint, ({last})::bigint) g"
 
     def update_sql(self, table: str) -> str:
         """UPDATE of the row whose key is %s (one parameter) in table."""
@@ -56,7 +57,12 @@ WORKLOADS = {w.name: w for w in (NARROW, MIXED)}
 
 def fill(cur, workload: Workload, table: str, changes: int, per_transaction: int = 5000) -> None:
     """changes rows of workload inserted into table (keys 1..changes), per_transaction rows per
-    source transaction (cur must be autocommit)."""
+    source transaction (cur must be autocommit; small transactions are committed by a DO block's
+    loop, one statement from here)."""
+    if per_transaction < 100:
+        one = workload.fill_sql(table, "s", f"least(s + {per_transaction - 1}, {changes})")
+        cur.execute(f"DO $$ BEGIN FOR s IN 1..{changes} BY {per_transaction} LOOP {one}; COMMIT; END LOOP; END $$")
+        return
     sql = workload.fill_sql(table)
     for start in range(0, changes, per_transaction):
         cur.execute(sql, (start + 1, min(start + per_transaction, changes)))
