@@ -16,7 +16,8 @@ Encode = Callable[[Any, bytearray], None]
 _PACK_FLOAT, _PACK_DOUBLE = struct.Struct("<f").pack, struct.Struct("<d").pack
 
 
-def _long(n: int, out: bytearray) -> None:
+def write_long(n: int, out: bytearray) -> None:
+    """Append Avro's long (zigzag varint) of n to out."""
     n = (n << 1) ^ (n >> 63)
     while n > 0x7F:
         out.append((n & 0x7F) | 0x80)
@@ -25,11 +26,12 @@ def _long(n: int, out: bytearray) -> None:
 
 
 def _bytes(b: bytes, out: bytearray) -> None:
-    _long(len(b), out)
+    write_long(len(b), out)
     out += b
 
 
-def _string(s: str, out: bytearray) -> None:
+def write_string(s: str, out: bytearray) -> None:
+    """Append Avro's string (length, UTF-8) of s to out."""
     _bytes(s.encode("utf-8"), out)
 
 
@@ -45,7 +47,7 @@ def _double(v: float, out: bytearray) -> None:
     out += _PACK_DOUBLE(v)
 
 
-_PRIMITIVES: dict[str, Encode] = {"int": _long, "long": _long, "string": _string, "bytes": _bytes,
+_PRIMITIVES: dict[str, Encode] = {"int": write_long, "long": write_long, "string": write_string, "bytes": _bytes,
                                   "boolean": _boolean, "float": _float, "double": _double}
 
 
@@ -87,7 +89,7 @@ def _array(items: dict[str, Any]) -> Encode | None:
 
     def write(v: list, out: bytearray) -> None:
         if v:
-            _long(len(v), out)
+            write_long(len(v), out)
             for item in v:
                 encode(item, out)
         out.append(0)

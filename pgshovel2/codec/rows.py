@@ -8,6 +8,8 @@ from typing import Any
 from pgshovel2 import names
 from pgshovel2.catalog import Table
 from pgshovel2.codec.avro import AvroWriter
+from pgshovel2.codec.avro_fast import write_long as _avro_long
+from pgshovel2.codec.avro_fast import write_string as _avro_string
 from pgshovel2.codec.native import row_codec
 from pgshovel2.codec.types import field_type
 from pgshovel2.errors import EncodeError
@@ -174,6 +176,30 @@ def txn_record_json(kind: str, txid: int, position: str, ts_ms: int, counts: lis
         total = str(sum(n for _, n in counts))
     return (f'{{"type":{esc(kind)},"txid":{txid},"position":{esc(position)},"ts_ms":{ts_ms},'
             f'"event_count":{total},"data_collections":{collections},"table":null}}').encode("ascii")
+
+
+def txn_record_avro(header: bytes, kind: str, txid: int, position: str, ts_ms: int,
+                    counts: list[tuple[str, int]] | None) -> bytes:
+    """:func:`txn_record_json` in Avro (avro.TRANSACTION_SCHEMA) after header (the writer's registry
+    prefix): byte for byte what :func:`encode_record` makes of the datum with that writer."""
+    out = bytearray(header)
+    _avro_string(kind, out)
+    _avro_long(txid, out)
+    _avro_string(position, out)
+    _avro_long(ts_ms, out)
+    if counts is None:
+        out += b"\0\0\0"  # event_count, data_collections, table: null (union branch 0)
+        return bytes(out)
+    out.append(2)  # event_count: branch 1, a long
+    _avro_long(sum(n for _, n in counts), out)
+    out.append(2)  # data_collections: branch 1, an array in one block
+    if counts:
+        _avro_long(len(counts), out)
+        for topic, n in counts:
+            _avro_string(topic, out)
+            _avro_long(n, out)
+    out += b"\0\0"  # the array's end; table: null
+    return bytes(out)
 
 
 def encode_record(datum: dict, writer: AvroWriter | None) -> bytes:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pgshovel2 import wire
 from pgshovel2.catalog import Table
 from pgshovel2.codec.avro import AvroWriter
-from pgshovel2.codec.rows import RowEncoder, encode_record, txn_record_json
+from pgshovel2.codec.rows import RowEncoder, encode_record, txn_record_avro, txn_record_json
 from pgshovel2.errors import RelayError
 from pgshovel2.relay.envelopes import SNAPSHOT_TRUE, Context, Envelope, Message, RowEnvelope, TxnOrder
 from pgshovel2.relay.lane import OPS, TableLanes
@@ -164,12 +164,7 @@ class Emitter:
         if self._txn_writer is None:
             value = txn_record_json(kind, txid, position, ts_ms, counts)
         else:
-            value = self._txn_writer.encode({
-                "type": kind, "txid": txid, "position": position, "ts_ms": ts_ms,
-                "event_count": None if counts is None else sum(n for _, n in counts),
-                "data_collections": None if counts is None else [{"data_collection": t, "event_count": n}
-                                                                 for t, n in counts],
-                "table": None})
+            value = txn_record_avro(self._txn_writer.header, kind, txid, position, ts_ms, counts)
         self.sink.produce(self.txn_topic, None, value, [(wire.SET, self.set_name), (wire.VERSION, str(self.version))])
 
     def snapshot_mark(self, kind: str, topic: str, position: str, ts_ms: int, rows: int | None = None) -> None:

@@ -13,7 +13,7 @@ from pgshovel2 import names
 from pgshovel2.catalog import Column, Table
 from pgshovel2.codec import avro, jsonvalue, temporal
 from pgshovel2.codec.pgarray import format_array, parse_array
-from pgshovel2.codec.rows import RowEncoder, encode_record, loads_row, txn_record_json
+from pgshovel2.codec.rows import RowEncoder, encode_record, loads_row, txn_record_avro, txn_record_json
 from pgshovel2.codec.types import field_type
 from pgshovel2.errors import EncodeError
 
@@ -235,15 +235,17 @@ def test_encode_errors_name_table_column_and_type():
         enc.value(enc.convert(["x"]))
 
 
-def test_txn_record_json_is_what_encode_record_makes_of_the_datum():
+def test_txn_records_are_what_encode_record_makes_of_the_datum():
+    """The BEGIN/END templates (JSON and Avro) against the datum through json and the Avro writer."""
     rng = random.Random(5)
+    writer, parsed = avro.AvroWriter(avro.TRANSACTION_SCHEMA, 77), fastavro.parse_schema(avro.TRANSACTION_SCHEMA)
     for _ in range(300):
         counts = None
         if rng.random() < 0.6:
             topics = {"".join(rng.choice("abcXYZ09._-") for _ in range(rng.randint(1, 20)))
                       for _ in range(rng.randint(0, 4))}
             counts = sorted((t, rng.randint(0, 10**6)) for t in topics)
-        kind, txid, ts_ms = rng.choice(["BEGIN", "END"]), rng.randint(0, 2**63), rng.randint(0, 2**45)
+        kind, txid, ts_ms = rng.choice(["BEGIN", "END"]), rng.randint(0, 2**63 - 1), rng.randint(0, 2**45)
         position = rng.choice([f"{rng.randint(0, 2**64):016X}:{rng.randint(0, 10**9):010d}", 'odd "pos" \\ é'])
         datum = {"type": kind, "txid": txid, "position": position, "ts_ms": ts_ms,
                  "event_count": None if counts is None else sum(n for _, n in counts),
@@ -251,3 +253,5 @@ def test_txn_record_json_is_what_encode_record_makes_of_the_datum():
                                                                   for t, n in counts],
                  "table": None}
         assert txn_record_json(kind, txid, position, ts_ms, counts) == encode_record(datum, None)
+        assert txn_record_avro(writer.header, kind, txid, position, ts_ms, counts) == encode_record(datum, writer)
+        assert fastavro.schemaless_reader(io.BytesIO(encode_record(datum, writer)[5:]), parsed) == datum
