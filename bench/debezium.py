@@ -53,6 +53,11 @@ DRAINS = {"narrow": (workloads.NARROW, 5000, None), "mixed": (workloads.MIXED, 5
 DEBEZIUM = {"debezium": False, "debezium_eos": True}  # variant -> exactly-once
 
 
+def drain_changes(changes: int, most: int | None) -> int:
+    """Changes a drain of DRAINS writes: changes, or its most when that is fewer."""
+    return min(changes, most or changes)
+
+
 def variant_name(backend: str, encoding: str, envelope: str) -> str:
     return f"{backend}/{encoding}/{envelope}"
 
@@ -174,14 +179,14 @@ def measure_drain(changes: int, rounds: int, variants: list[tuple[str, str, str]
             try:
                 drain_debezium(cur, worker, workloads.NARROW, min(changes, WARMUP), exactly_once)  # JIT warm-up
                 for w, (workload, per, most) in DRAINS.items():
-                    got = drain_debezium(cur, worker, workload, min(changes, most or changes), exactly_once, per)
+                    got = drain_debezium(cur, worker, workload, drain_changes(changes, most), exactly_once, per)
                     runs[w].setdefault(variant, []).append(got)
                     print(f"  round {round_no + 1} {w} {variant}: {fmt(got)}", flush=True)
             finally:
                 worker.stop()
         for w, (workload, per, most) in DRAINS.items():
             for v in variants:
-                got = drain_pgshovel2(cur, workload, v, min(changes, most or changes), per)
+                got = drain_pgshovel2(cur, workload, v, drain_changes(changes, most), per)
                 runs[w].setdefault(variant_name(*v), []).append(got)
                 print(f"  round {round_no + 1} {w} {variant_name(*v)}: {fmt(got)}", flush=True)
     return {w: {v: {k: summary([r[k] for r in rs]) for k in rs[0]} for v, rs in per.items()}
@@ -303,7 +308,7 @@ def measure(changes: int, rounds: int, seconds: int, tps: int = 2000, scale: int
                                  "pgshovel2_variants": [variant_name(*v) for v in variants],
                                  "workloads": {w.name: w.columns for w in workloads.WORKLOADS.values()},
                                  "drains": {d: {"workload": w.name, "rows_per_transaction": per,
-                                                "changes": min(changes, most or changes)}
+                                                "changes": drain_changes(changes, most)}
                                             for d, (w, per, most) in DRAINS.items()}}}
     print("  drain ...", flush=True)
     result["drain"] = measure_drain(changes, rounds, variants)

@@ -2,10 +2,10 @@
 and row values: every field of a primitive type (logical types included, as
 their values are already converted to the base type), a union of null and
 one primitive, or a record of such fields defined in place (or a union of null
-and one: the debezium envelope's source and transaction blocks), or an array of
-such records (the transactions topic's data_collections). About twice as
-fast as a schemaless_writer call per record; records with other arrays or named
-references return None here and use fastavro.
+and one: the debezium envelope's source and transaction blocks). About twice as
+fast as a schemaless_writer call per record; records with arrays or named
+references return None here and use fastavro (the transactions topic's BEGIN and
+END records have templates of their own: pgshovel2.codec.rows.txn_record_avro).
 """
 
 import struct
@@ -74,26 +74,7 @@ def _is_record(schema: Any) -> bool:
 
 
 def _single(schema: Any) -> Encode | None:
-    if _is_record(schema):
-        return _record(schema)
-    if isinstance(schema, dict) and schema.get("type") == "array" and _is_record(schema.get("items")):
-        return _array(schema["items"])
-    return _primitive(schema)
-
-
-def _array(items: dict[str, Any]) -> Encode | None:
-    """An array of records defined in place (the transactions topic's data_collections): one block."""
-    encode = _record(items)
-    if encode is None:
-        return None
-
-    def write(v: list, out: bytearray) -> None:
-        if v:
-            write_long(len(v), out)
-            for item in v:
-                encode(item, out)
-        out.append(0)
-    return write
+    return _record(schema) if _is_record(schema) else _primitive(schema)
 
 
 def _field_encoder(schema: Any) -> Encode | None:

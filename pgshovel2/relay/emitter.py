@@ -162,10 +162,9 @@ class Emitter:
         if self.replaying:
             return
         if self._txn_writer is None:
-            value = txn_record_json(kind, txid, position, ts_ms, counts)
+            self._produce_record(txn_record_json(kind, txid, position, ts_ms, counts))
         else:
-            value = txn_record_avro(self._txn_writer.header, kind, txid, position, ts_ms, counts)
-        self.sink.produce(self.txn_topic, None, value, [(wire.SET, self.set_name), (wire.VERSION, str(self.version))])
+            self._produce_record(txn_record_avro(self._txn_writer.header, kind, txid, position, ts_ms, counts))
 
     def snapshot_mark(self, kind: str, topic: str, position: str, ts_ms: int, rows: int | None = None) -> None:
         """A table's online snapshot starts (kind SNAPSHOT_BEGIN) or is complete (SNAPSHOT_END, rows: the
@@ -174,10 +173,12 @@ class Emitter:
                       "data_collections": None, "table": topic})
 
     def _record(self, datum: dict) -> None:
-        if self.replaying:
-            return
-        self.sink.produce(self.txn_topic, None, encode_record(datum, self._txn_writer),
-                          [(wire.SET, self.set_name), (wire.VERSION, str(self.version))])
+        if not self.replaying:
+            self._produce_record(encode_record(datum, self._txn_writer))
+
+    def _produce_record(self, value: bytes) -> None:
+        """Produce an encoded transactions-topic record."""
+        self.sink.produce(self.txn_topic, None, value, [(wire.SET, self.set_name), (wire.VERSION, str(self.version))])
 
     def change(self, ev: Change, position: str) -> None:
         """Emit the messages of one captured change (between begin and end of its txid).

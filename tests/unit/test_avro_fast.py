@@ -6,7 +6,6 @@ import random
 
 import fastavro
 
-from pgshovel2.codec.avro import TRANSACTION_SCHEMA
 from pgshovel2.codec.avro_fast import compile_record
 
 SCHEMA = {"type": "record", "name": "r", "fields": [
@@ -83,24 +82,6 @@ def test_records_defined_in_place_encode_like_fastavro():
     rnd = random.Random(9)
     for _ in range(1000):
         datum = {"a": random_datum(rnd), "b": None if rnd.random() < 0.3 else random_datum(rnd), "c": "op"}
-        buf = io.BytesIO()
-        fastavro.schemaless_writer(buf, parsed, datum)
-        assert encode(datum) == buf.getvalue(), datum
-
-
-def test_arrays_of_records_encode_like_fastavro():
-    """The transactions topic's records: data_collections is ["null", array of records]."""
-    encode = compile_record(TRANSACTION_SCHEMA)
-    assert encode is not None
-    parsed = fastavro.parse_schema(TRANSACTION_SCHEMA)
-    rnd = random.Random(11)
-    for _ in range(1000):
-        collections = rnd.choice([None, [], [{"data_collection": rnd.choice(["t", "ü.x", "a" * 200]),
-                                              "event_count": rnd.randint(-(2**63), 2**63 - 1)}
-                                             for _ in range(rnd.randint(1, 70))]])
-        datum = {"type": rnd.choice(["BEGIN", "END"]), "txid": rnd.randint(0, 2**63 - 1), "position": "0A:0000000001",
-                 "ts_ms": rnd.randint(0, 2**45), "event_count": rnd.choice([None, 0, 5]),
-                 "data_collections": collections, "table": rnd.choice([None, "topic"])}
         buf = io.BytesIO()
         fastavro.schemaless_writer(buf, parsed, datum)
         assert encode(datum) == buf.getvalue(), datum
