@@ -123,6 +123,29 @@ def summary(values: list[float]) -> dict[str, float]:
     return {"min": min(values), "median": statistics.median(values), "max": max(values), "runs": values}
 
 
+def cpu_stall_us() -> int:
+    """Microseconds, since boot, in which some runnable task waited for a CPU (/proc/pressure/cpu
+    "some total"); 0 where the kernel has no PSI. The difference over a run divided by its length is
+    the share of time the host was short of CPU: a latency figure from a run where it is high measures
+    the host, not the tool."""
+    try:
+        line = Path("/proc/pressure/cpu").read_text().splitlines()[0]
+    except OSError:
+        return 0
+    return int(line.rsplit("total=", 1)[1])
+
+
+@contextmanager
+def cpu_pressure(into: dict) -> Iterator[None]:
+    """Sets into["cpu_pressure"] to the share (0..1) of the with-block's wall time in which some task
+    waited for a CPU."""
+    stall, started = cpu_stall_us(), time.monotonic()
+    try:
+        yield
+    finally:
+        into["cpu_pressure"] = round((cpu_stall_us() - stall) / 1e6 / max(time.monotonic() - started, 1e-6), 3)
+
+
 def unique(prefix: str) -> str:
     """A set/table name not used before."""
     return f"{prefix}{time.time_ns() % 10**12}"

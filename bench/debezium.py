@@ -34,7 +34,18 @@ from confluent_kafka import Consumer, TopicPartition
 
 from bench import connect, latency, logical, workloads
 from bench.capture_overhead import pgbench
-from bench.common import BOOTSTRAP, LOGICAL, WORK, pgshovel, prepare, save_result, summary, unique, write_config
+from bench.common import (
+    BOOTSTRAP,
+    LOGICAL,
+    WORK,
+    cpu_pressure,
+    pgshovel,
+    prepare,
+    save_result,
+    summary,
+    unique,
+    write_config,
+)
 from bench.common import topic as set_topic
 from bench.debezium_report import table
 from bench.logical import PGBENCH, Relay, cpu_seconds, helper_pids
@@ -235,7 +246,8 @@ def latency_debezium(tps: int, seconds: int, exactly_once: bool, warmup: float) 
             first = Counter(connector.topic(table), 1)  # streaming end to end before the clock starts
             first.start()
             first.wait(120)
-            arrived, started, out = stream_at_rate(connector, table, tps, seconds)
+            with cpu_pressure(host := {}):
+                arrived, started, out = stream_at_rate(connector, table, tps, seconds)
         finally:
             connector.drop()
     finally:
@@ -244,19 +256,24 @@ def latency_debezium(tps: int, seconds: int, exactly_once: bool, warmup: float) 
     values = sorted(ms for at, ms in arrived if at - started > warmup)
     return {"tps_target": tps, "tps": float(re.search(r"tps = ([\d.]+)", out).group(1)), "samples": len(values),
             **{f"p{q}_ms": round(latency.percentile(values, q), 1) for q in (50, 95, 99)},
-            "max_ms": round(values[-1], 1)}
+            "max_ms": round(values[-1], 1), **host}
 
 
-def measure_latency(tps: int, seconds: int) -> dict:
-    """{variant: latency figures}: Debezium at-least-once and exactly-once, pgshovel2's backends
-    (exactly-once, JSON, row envelope); the first third of each run is warm-up (JIT, caches)."""
+def measure_latency(tps: int, seconds: int, rounds: int = 1) -> dict:
+    """{variant: latency figures, each the median over rounds, with "runs" (every round's)}: Debezium
+    at-least-once and exactly-once, pgshovel2's backends (exactly-once, JSON, row envelope), rounds
+    interleaved; the first third of each run is warm-up (JIT, caches). One 30 s run's p99 varies by
+    2x on this host, so a single round is no figure to compare."""
     warmup = seconds / 3
-    out = {v: latency_debezium(tps, seconds, eos, warmup) for v, eos in DEBEZIUM.items()}
-    for backend in ("logical", "pgoutput", "trigger"):
-        out[backend] = latency.measure(tps, seconds, backend=backend, warmup=warmup)
-    for v, lat in out.items():
-        print(f"  latency {v}: p50 {lat['p50_ms']} ms, p99 {lat['p99_ms']} ms at {lat['tps']:,.0f} tps", flush=True)
-    return out
+    runs: dict[str, list[dict]] = {v: [] for v in (*DEBEZIUM, "logical", "pgoutput", "trigger")}
+    for round_no in range(rounds):
+        for v in runs:
+            lat = (latency_debezium(tps, seconds, DEBEZIUM[v], warmup) if v in DEBEZIUM
+                   else latency.measure(tps, seconds, backend=v, warmup=warmup))
+            runs[v].append(lat)
+            print(f"  round {round_no + 1} latency {v}: p50 {lat['p50_ms']} ms, p99 {lat['p99_ms']} ms "
+                  f"at {lat['tps']:,.0f} tps, CPU pressure {lat['cpu_pressure']:.0%}", flush=True)
+    return {v: {**{k: statistics.median(r[k] for r in rs) for k in rs[0]}, "runs": rs} for v, rs in runs.items()}
 
 
 def tps_debezium(cur, seconds: int) -> tuple[float, dict[str, float]]:
@@ -313,7 +330,7 @@ def measure(changes: int, rounds: int, seconds: int, tps: int = 2000, scale: int
     print("  drain ...", flush=True)
     result["drain"] = measure_drain(changes, rounds, variants)
     print("  latency ...", flush=True)
-    result["latency"] = measure_latency(tps, seconds)
+    result["latency"] = measure_latency(tps, seconds, rounds)
     print("  pgbench tps kept ...", flush=True)
     result["tps"] = measure_tps(rounds, seconds, scale)
     return result

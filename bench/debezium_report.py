@@ -35,15 +35,20 @@ def drain_lines(drain: dict) -> list[str]:
     return lines
 
 
+def _pressure(figures: dict) -> str:
+    """The run's CPU pressure as a percentage; '-' for results from before it was recorded."""
+    return f"{figures['cpu_pressure']:.0%}" if "cpu_pressure" in figures else "-"
+
+
 def latency_lines(lat: dict) -> list[str]:
     ref = lat["debezium"]
     lines = [f"{'latency ms at ' + str(ref['tps_target']) + ' tps':<40} {'p50':>7} {'p99':>7} {'max':>7}"
-             f" {'p99/dbz':>8} {'p99/dbz eos':>11}"]
+             f" {'p99/dbz':>8} {'p99/dbz eos':>11} {'CPU pressure':>12}"]
     for name, s in lat.items():
         eos = lat.get("debezium_eos")
         to_eos = _ratio(s["p99_ms"], eos["p99_ms"]) if eos else "-"
         lines.append(f"{name:<40} {s['p50_ms']:>7} {s['p99_ms']:>7} {s['max_ms']:>7}"
-                     f" {_ratio(s['p99_ms'], ref['p99_ms']):>8} {to_eos:>11}")
+                     f" {_ratio(s['p99_ms'], ref['p99_ms']):>8} {to_eos:>11} {_pressure(s):>12}")
     return lines
 
 

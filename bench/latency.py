@@ -29,6 +29,7 @@ from bench.common import (
     PG_BIN,
     PG_PORT,
     WORK,
+    cpu_pressure,
     create_set,
     drop_set,
     prepare,
@@ -83,11 +84,14 @@ def measure(tps: int, seconds: int, relay_args: tuple[str, ...] = (), backend: s
     with relay_running(name, *relay_args):
         arrivals = Arrivals(topic(name), 3)
         arrivals.start()
+        host: dict = {}
         try:
             started = time.time()
-            out = subprocess.run([str(PG_BIN / "pgbench"), "-n", "-c", "4", "-j", "2", "--rate", str(tps),
-                                  "-T", str(seconds), "-f", str(script), "-h", "127.0.0.1", "-p", PG_PORT,
-                                  "-U", "postgres", "pgshovel"], check=True, capture_output=True, text=True).stdout
+            with cpu_pressure(host):
+                out = subprocess.run([str(PG_BIN / "pgbench"), "-n", "-c", "4", "-j", "2", "--rate", str(tps),
+                                      "-T", str(seconds), "-f", str(script), "-h", "127.0.0.1", "-p", PG_PORT,
+                                      "-U", "postgres", "pgshovel"],
+                                     check=True, capture_output=True, text=True).stdout
             if backend in LOGICAL:
                 logical.wait_caught_up(DSN, slot_name(CLUSTER, name), timeout=300)
             else:
@@ -100,7 +104,7 @@ def measure(tps: int, seconds: int, relay_args: tuple[str, ...] = (), backend: s
     values = sorted(ms for at, ms in arrivals.latencies if at - started > warmup)
     return {"tps_target": tps, "tps": float(re.search(r"tps = ([\d.]+)", out).group(1)),
             "samples": len(values), **{f"p{q}_ms": round(percentile(values, q), 1) for q in (50, 95, 99)},
-            "max_ms": round(values[-1], 1)}
+            "max_ms": round(values[-1], 1), **host}
 
 
 def main() -> None:
