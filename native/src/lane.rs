@@ -23,8 +23,8 @@ const FLAG_NO_ROW: u8 = 2;
 const FLAG_UNCHANGED: u8 = 4;
 const HEAD: usize = 16; // kind, change LSN (8), table index (2), flags (1), row length (4)
 
-/// A data message: (table index, key, value or None for a tombstone, op).
-type Out = (usize, Vec<u8>, Option<Vec<u8>>, u8);
+/// A data message: (table index, key or None for an unkeyed table, value or None for a tombstone, op).
+type Out = (usize, Option<Vec<u8>>, Option<Vec<u8>>, u8);
 
 /// One change as the lane reads it: kind (b'I', b'U', b'D'), table index, the row and the old
 /// row (capture JSON text), and its own LSN (logical backend).
@@ -72,8 +72,8 @@ pub struct Lane {
 
 #[pymethods]
 impl Lane {
-    /// writers: per table index, for a keyed table, the RowCodec of the row envelope or the
-    /// DebeziumEvents of the debezium envelope (None: no lane); topics: per table index, its data
+    /// writers: per table index, the RowCodec of the row envelope (keyed or not) or, for a keyed
+    /// table, the DebeziumEvents of the debezium envelope (None: no lane); topics: per table index, its data
     /// topic (str; anything where writers has None); tags: per table index, the table's tag (the
     /// table of a trigger row). Raises TypeError for another writer.
     #[new]
@@ -140,7 +140,10 @@ impl Lane {
                     Some(v) => PyBytes::new(py, &v).into_any().unbind(),
                     None => py.None(),
                 };
-                let key = PyBytes::new(py, &key).into_any().unbind();
+                let key: PyObject = match key {
+                    Some(k) => PyBytes::new(py, &k).into_any().unbind(),
+                    None => py.None(),
+                };
                 messages.append(PyTuple::new(py, [self.topics[table].clone_ref(py), key, value,
                                                   headers.into_any().unbind()])?)?;
                 counts[table] += 1;
@@ -255,18 +258,18 @@ fn plugin_record(data: &[u8]) -> Option<Rec<'_>> {
     })
 }
 
-/// The row envelope's messages of a change (RowEnvelope.change), or None (Python's).
+/// The row envelope's messages of a change (RowEnvelope.change), or None (Python's). The key is
+/// None for an unkeyed table (its codec has no key columns); such a table's DELETE has no message
+/// in this envelope and is left to Python, which counts it (Emitter.skipped_unkeyed_deletes).
 fn row_messages(codec: &RowCodec, rec: &Rec<'_>) -> Option<Vec<Out>> {
     let (table, kind) = (rec.table, rec.kind);
     let (key, value) = codec.encode_row(Row::Text(rec.row), true)?;
-    let key = key?; // a lane table is keyed
     if kind == b'D' {
-        return Some(vec![(table, key, None, b'd')]);
+        return Some(vec![(table, Some(key?), None, b'd')]);
     }
     let op = if kind == b'I' { b'c' } else { b'u' };
     let Some(old) = rec.old else { return Some(vec![(table, key, value, op)]) };
     let (old_key, _) = codec.encode_row(Row::Text(old), true)?;
-    let old_key = old_key?;
     if old_key != key {
         return Some(vec![(table, old_key, None, b'd'), (table, key, value, b'c')]);
     }
@@ -299,5 +302,6 @@ fn debezium_messages(py: Python<'_>, events: &DebeziumEvents, rec: &Rec<'_>, pos
         txn.events[table] += 1;
         Ok(Some((txn.total, txn.per[table])))
     })?;
-    Ok(Some(msgs.into_iter().map(|(key, value, op)| (table, key.unwrap_or_default(), value, op.as_bytes()[0])).collect()))
+    Ok(Some(msgs.into_iter().map(|(key, value, op)| (table, Some(key.unwrap_or_default()), value, op.as_bytes()[0]))
+        .collect()))
 }

@@ -6,8 +6,10 @@ headers, their order and the debezium envelope's event numbering are the same by
 (tests/unit/test_lane.py, test_lane_pgoutput.py); a record the lane does not take
 goes the Python way.
 
-A table takes the lane when it has a key and its envelope a native writer: the row envelope's
-native codec, or the debezium envelope's native event writer (DebeziumEvents).
+A table takes the lane when its envelope has a native writer: the row envelope's native codec
+(an unkeyed table's messages have a null key; its DELETEs, which have no message in that envelope,
+go the Python way, which counts them), or, for a keyed table, the debezium envelope's native event
+writer (DebeziumEvents).
 """
 
 from typing import TYPE_CHECKING, Any, Optional
@@ -58,11 +60,11 @@ class TableLanes:
 
 def _writer(route: Optional["TableRoute"]) -> Any:
     """The native writer of route's table when it takes the lane (the row envelope's RowCodec, or
-    the debezium envelope's DebeziumEvents), else None."""
-    if route is None or not route.table.key:
+    the debezium envelope's DebeziumEvents of a keyed table), else None."""
+    if route is None:
         return None
     if type(route.envelope) is RowEnvelope:
         return route.encoder.native
-    if type(route.envelope) is DebeziumEnvelope:
+    if type(route.envelope) is DebeziumEnvelope and route.table.key:
         return route.envelope.events
     return None
