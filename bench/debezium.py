@@ -253,10 +253,7 @@ def latency_debezium(tps: int, seconds: int, exactly_once: bool, warmup: float) 
     finally:
         worker.stop()
         cur.execute(f"DROP TABLE {table}")
-    values = sorted(ms for at, ms in arrived if at - started > warmup)
-    return {"tps_target": tps, "tps": float(re.search(r"tps = ([\d.]+)", out).group(1)), "samples": len(values),
-            **{f"p{q}_ms": round(latency.percentile(values, q), 1) for q in (50, 95, 99)},
-            "max_ms": round(values[-1], 1), **host}
+    return latency.figures(tps, out, sorted(ms for at, ms in arrived if at - started > warmup), host)
 
 
 def measure_latency(tps: int, seconds: int, rounds: int = 1) -> dict:

@@ -101,7 +101,13 @@ def measure(tps: int, seconds: int, relay_args: tuple[str, ...] = (), backend: s
             arrivals.stop.set()
             arrivals.join(30)
     drop_set(cur, name)
-    values = sorted(ms for at, ms in arrivals.latencies if at - started > warmup)
+    return figures(tps, out, sorted(ms for at, ms in arrivals.latencies if at - started > warmup), host)
+
+
+def figures(tps: int, out: str, values: list[float], host: dict) -> dict:
+    """A latency run's figures: {"tps_target", "tps" (pgbench's, from its output out), "samples",
+    "p50_ms", "p95_ms", "p99_ms", "max_ms", and host's keys (cpu_pressure)}; values: the counted
+    latencies in ms, sorted."""
     return {"tps_target": tps, "tps": float(re.search(r"tps = ([\d.]+)", out).group(1)),
             "samples": len(values), **{f"p{q}_ms": round(percentile(values, q), 1) for q in (50, 95, 99)},
             "max_ms": round(values[-1], 1), **host}
