@@ -47,7 +47,7 @@ from bench.common import (
     write_config,
 )
 from bench.common import topic as set_topic
-from bench.debezium_report import table
+from bench.debezium_report import plot, table
 from bench.logical import PGBENCH, Relay, cpu_seconds, helper_pids
 
 PGSHOVEL2 = [(b, e, env) for b in ("logical", "pgoutput", "trigger") for e in ("json", "avro")
@@ -301,13 +301,15 @@ def measure_tps(rounds: int, seconds: int, scale: int) -> dict:
     tps: dict[str, list[float]] = {v: [] for v in variants}
     cpu: dict[str, list[dict]] = {v: [] for v in variants}
     for round_no in range(rounds):
-        for v in variants:
+        # every other round in reverse: a variant always run right after the same one (after
+        # Debezium's JVM, say) would carry that one's after-effects in every round
+        for v in variants[::-1] if round_no % 2 else variants:
             rate, used = tps_debezium(cur, seconds) if v == "debezium" else logical.tps_round(cur, v, seconds)
             tps[v].append(rate)
             cpu[v].append(used)
             print(f"  round {round_no + 1} pgbench with {v}: {rate:,.0f} tps, CPU s {used}", flush=True)
     base = statistics.median(tps["none"])
-    return {"workload": f"pgbench -N -c 4 -j 2 -T {seconds}, scale {scale}, interleaved",
+    return {"workload": f"pgbench -N -c 4 -j 2 -T {seconds}, scale {scale}, interleaved, every other round in reverse",
             **{v: summary(t) for v, t in tps.items()},
             "ratio_to_none": {v: statistics.median(t) / base for v, t in tps.items()},
             "cpu_s": {v: {k: statistics.median(r[k] for r in c) for k in c[0]} if c[0] else {} for v, c in cpu.items()}}
@@ -346,7 +348,8 @@ def main() -> None:
               **measure(args.changes, args.rounds, args.seconds, variants=variants)}
     path = save_result("debezium", result)
     print("\n".join(table(result)))
-    print(f"results: {path}")
+    plots = plot(result, path.with_suffix(""))
+    print(f"results: {path} and {len(plots)} plots beside it")
 
 
 if __name__ == "__main__":

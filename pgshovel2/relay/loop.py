@@ -13,7 +13,9 @@ commit_delay has passed since the first complete point it holds -- but while the
 through a backlog (the source keeps delivering without going idle, and the point's source
 commit is older than BACKLOG_SECONDS, or busy_commit_delay if longer) only once
 ``busy_commit_delay`` has passed, so a backlog fills fewer, larger Kafka transactions while a
-relay that keeps up commits as soon as before; at a transaction boundary once it holds
+relay that keeps up commits as soon as before (it sleeps out commit_delay rather than
+waking at each source transaction, then reads what came meanwhile into the same Kafka
+transaction); at a transaction boundary once it holds
 ``max_transaction_messages``; and inside one huge source transaction at ten times that, so
 Kafka transactions stay bounded.
 """
@@ -91,6 +93,8 @@ class Relay:
         self._committed_produced = 0
         self._ready: Position | None = None  # the latest point a Kafka transaction may end at, uncommitted
         self._ready_at = 0.0  # when the first complete point of the open Kafka transaction came
+        self._slept = False  # the loop slept out the open Kafka transaction's commit_delay (_idle)
+        self._drained = False  # ... and the source went idle since, inside a source transaction
         self._txn: _Txn | None = None
         self._unit: int | None = None
         self._unit_version = 0  # set version at the start of the unit being relayed
@@ -345,7 +349,13 @@ class Relay:
             if left <= 0 or not self._ready.complete:
                 self._commit_ready()
             else:
-                wait = min(wait, left)
+                # Sleep, not source.wait: waking at every source transaction (a select, a read and
+                # an Idle each) cost the relay more CPU than relaying it. What came meanwhile is
+                # read next, into this Kafka transaction, which ends once the source has no more.
+                time.sleep(left)
+                self._slept, wait = True, 0.0
+        elif self._ready is not None and self._slept:
+            self._drained = True  # the source has no more: the Kafka transaction ends with this one (_due)
         elif self._ready is None and self.online is not None:
             self.online.step(self.layout.record)
         self._check_leadership()
@@ -364,11 +374,16 @@ class Relay:
     def _due(self, ts_ms: int) -> bool:
         """Whether a complete point the source delivered without an Idle (it may have more, see
         _idle), whose source commit was at ts_ms, ends the Kafka transaction now: after the
-        source's commit_delay, or after busy_commit_delay while relaying a backlog."""
+        source's commit_delay, or after busy_commit_delay while relaying a backlog. After the loop
+        slept out commit_delay (_idle), what came meanwhile is read until the source has no more
+        (an Idle, outside a source transaction or before the end of this one) or twice
+        commit_delay has passed."""
+        if self._drained:
+            return True
         open_for = self._open_for()
         if open_for >= self._busy_delay:
             return True
-        if open_for < self.source.commit_delay:
+        if open_for < (2 if self._slept else 1) * self.source.commit_delay:
             return False
         return time.time() * 1000 - ts_ms < self._backlog_ms  # the source is not behind
 
@@ -388,7 +403,7 @@ class Relay:
         ready = self._ready
         self._commit(position)
         done = position if position.complete else (ready if ready is not None and ready.complete else None)
-        self._ready, self._ready_at = None, 0.0
+        self._ready, self._ready_at, self._slept, self._drained = None, 0.0, False, False
         if done is not None:
             failpoints.hit("before_finish")
             self.source.ack(done)

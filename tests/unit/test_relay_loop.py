@@ -103,6 +103,9 @@ class FakeSource:
         self.gap = 0.0  # s before each transaction: a busy source (no Idle) slower than the relay
         self.idle_between = False  # an Idle after each unit, 2 x commit_delay later (a source at a low rate)
         self.current = False  # transactions committed just now (else at ts 1 s after the epoch: a backlog)
+        self.every = 0.0  # s between units' arrivals (a source at a steady rate: Idle until the next)
+        self.idles = 0  # Idle items yielded while a unit was yet to arrive (each one wakes the relay)
+        self._next = 0.0  # time.monotonic() the next unit arrives at (every)
         self.handoffs = 0
         self.width = len(V1.tables[0].columns)
 
@@ -120,6 +123,11 @@ class FakeSource:
         for number, unit in enumerate(self.units, start=1):
             if self.acked is not None and self.acked.reaches(number, 0, True):
                 continue
+            if self.every:
+                self._next = (self._next or time.monotonic()) + self.every
+                while time.monotonic() < self._next:
+                    self.idles += 1
+                    yield Idle(self._next - time.monotonic())
             ordinal = 0
             for i, (txid, events) in enumerate(unit):
                 time.sleep(self.gap)
@@ -153,7 +161,8 @@ class FakeSource:
         self.acked = position
 
     def wait(self, timeout: float) -> None:
-        pass
+        if self.every:
+            time.sleep(max(0.0, min(timeout, self._next - time.monotonic())))
 
     def lag(self) -> Lag:
         return Lag(0.0, 0)
@@ -420,4 +429,18 @@ def test_a_source_that_keeps_up_commits_after_commit_delay_without_going_idle():
     run(source, sink, busy=30.0)
     assert sink.commits >= 1 + 3 and source.acked.unit == 8
     assert Counter(changes(sink).values()) == Counter({1: 8})
+    assert_transactions_whole(sink)
+
+
+def test_a_source_at_a_steady_rate_wakes_the_relay_once_a_kafka_transaction_not_once_a_unit():
+    # a transaction every 4 ms, commit_delay 20 ms: the relay sleeps out the delay and then reads
+    # what came meanwhile into the same Kafka transaction, rather than waking at each arrival
+    units = [[(91 + i, [("I", i)])] for i in range(30)]
+    sink = FakeSink()
+    source = FakeSource(units, "txn", threading.Event())
+    source.every, source.current = 0.004, True
+    run(source, sink, busy=30.0)
+    assert source.idles <= len(units) // 2
+    assert 1 + 2 <= sink.commits <= 1 + len(units) // 3 and source.acked.unit == len(units)
+    assert Counter(changes(sink).values()) == Counter({1: len(units)})
     assert_transactions_whole(sink)
