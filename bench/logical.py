@@ -25,6 +25,7 @@ import re
 import statistics
 import subprocess
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 from bench import latency, logical_plugin
@@ -56,6 +57,7 @@ class Relay:
 
     def __init__(self, name: str, *args: str):
         self.log = WORK / f"{name}-{time.time_ns()}.log"
+        self.started_at = datetime.now(UTC)
         with open(self.log, "w") as out:
             self.proc = subprocess.Popen([str(BIN / "pgshovel-kafka-relay"), name, *args], env=ENV,
                                          stdout=out, stderr=subprocess.STDOUT)
@@ -95,17 +97,24 @@ VARIANTS = {
 BACKENDS = ("trigger", *LOGICAL)
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of a process so far (/proc/<pid>/stat)."""
+def cpu_seconds(pid: int | tuple[int, ...]) -> float:
+    """User + system CPU seconds of a process so far (/proc/<pid>/stat); of a tuple of processes, their sum."""
+    if isinstance(pid, tuple):
+        return sum(cpu_seconds(p) for p in pid)
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def helper_pids(cur, relay: "Relay | None", logical_set: str | None) -> dict[str, int]:
+def helper_pids(cur, relay: "Relay | None", logical_set: str | None) -> dict[str, int | tuple[int, ...]]:
     """Processes besides pgbench and the backends it talks to: the relay, the logical set's
-    walsender, and the Kafka broker of the stack (STACK_DIR, default the repository's .stack, as
-    scripts/env.sh)."""
-    pids = {"relay": relay.proc.pid} if relay else {}
+    walsender, a trigger set's relay sessions (``relay_db``: its polls, ticks and batch reads;
+    the client backends started since the relay, before pgbench starts), and the Kafka broker of
+    the stack (STACK_DIR, default the repository's .stack, as scripts/env.sh)."""
+    pids: dict[str, int | tuple[int, ...]] = {"relay": relay.proc.pid} if relay else {}
+    if relay and not logical_set:
+        cur.execute("SELECT pid FROM pg_stat_activity WHERE backend_type = 'client backend' "
+                    "AND pid <> pg_backend_pid() AND backend_start >= %s", (relay.started_at,))
+        pids["relay_db"] = tuple(row[0] for row in cur.fetchall())
     if logical_set and relay:  # the walsender exists once the relay streams: wait for it (60 s at most)
         deadline = time.monotonic() + 60
         while True:

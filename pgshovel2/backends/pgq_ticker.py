@@ -28,10 +28,13 @@ log = logging.getLogger(__name__)
 TICK_MARGIN = 0.0  # seconds past ticker_max_lag before the relay ticks itself
 MAINT_INTERVAL = 60.0  # seconds between maintenance runs (pgqd's maint_period default: 120)
 
-# One row per poll: the next batch (NULLs when none) and whether the relay should tick.
+# One row per poll: the next batch (NULLs when none), whether the relay should tick, and the
+# events queued between the batch's ticks (its size, unless transactions older than its first tick
+# committed in it).
 POLL_SQL = """
 SELECT b.batch_id, b.prev_tick_id, b.cur_tick_id,
-       q.ticker_lag > q.queue_ticker_max_lag + make_interval(secs => %s)
+       q.ticker_lag > q.queue_ticker_max_lag + make_interval(secs => %s),
+       b.cur_tick_event_seq - b.prev_tick_event_seq, set_config('synchronous_commit', 'off', true)
 FROM pgq.next_batch_info(%s, %s) b, pgq.get_queue_info(%s) q
 """
 
@@ -44,12 +47,9 @@ def relay_tag(queue: str) -> str:
 def tick(cur, queue: str) -> int | None:
     """``pgq.ticker(queue)`` (a tick when PgQ's rules want one); on a new tick the session's
     application_name says so. Returns the new tick id or None."""
-    cur.execute("SELECT pgq.ticker(%s)", (queue,))
-    tick_id = cur.fetchone()[0]
-    if tick_id is not None:
-        cur.execute("SELECT set_config('application_name', %s, false)",
-                    (f"pgshovel2 relay {relay_tag(queue)} tick {tick_id}",))
-    return tick_id
+    cur.execute("SELECT t, CASE WHEN t IS NOT NULL THEN set_config('application_name', %s || t, false) END "
+                "FROM pgq.ticker(%s) t", (f"pgshovel2 relay {relay_tag(queue)} tick ", queue))
+    return cur.fetchone()[0]
 
 
 def maintain(cur) -> list[str]:

@@ -52,3 +52,60 @@ def test_both_errors_pgq_gives_for_a_finished_batch_mean_it_is_gone():
                                 "pgq.batch_event_tables(bigint) line 31 at RAISE"))
     assert not batch_gone(raise_exc("Unknown queue: q"))
     assert not batch_gone(psycopg2.errors.UndefinedTable("relation pgq.event_5_1 does not exist: batch not found"))
+
+
+def _open_batch(db, queue: str) -> Batch:
+    """The consumer's next batch (PgqSource's poll), with the events queued between its ticks."""
+    with db.cursor() as cur:
+        cur.execute("SELECT batch_id, prev_tick_id, cur_tick_id, cur_tick_event_seq - prev_tick_event_seq "
+                    "FROM pgq.next_batch_info(%s, 'c')", (queue,))
+        return Batch(*cur.fetchone())
+
+
+def test_a_batch_bigger_than_the_events_queued_between_its_ticks_is_read_whole(stack, db):
+    """A batch of few queued events is read in one query of at most fetch_size + 1 rows; a
+    transaction that began before the batch's first tick and commits in it makes it bigger than
+    that count says: the source reads it all again through a cursor, fetch_size rows at a time,
+    every event once and in order."""
+    name = f"q_{uuid.uuid4().hex[:8]}"
+    older = psycopg2.connect(stack.dsn)
+    source = None
+    try:
+        with db.cursor() as cur:
+            cur.execute("CREATE EXTENSION IF NOT EXISTS pgq")
+            cur.execute("SELECT pgq.create_queue(%s)", (name,))
+            for key in ("ticker_max_lag", "ticker_idle_period"):  # tick at every pgq.ticker call
+                cur.execute("SELECT pgq.set_queue_config(%s, %s, '0')", (name, key))
+            cur.execute("SELECT pgq.register_consumer(%s, 'c')", (name,))
+            with older.cursor() as old:
+                for i in range(25):
+                    old.execute("SELECT pgq.insert_event(%s, 'I', %s)", (name, f"[{i}]"))
+            cur.execute("SELECT pgq.ticker(%s)", (name,))  # the older transaction is still open
+            cur.execute("SELECT pgq.insert_event(%s, 'I', '[100]')", (name,))
+            cur.execute("SELECT pgq.ticker(%s)", (name,))
+        source = PgqSource(stack.dsn, TriggerCapture(name, "t", "c"), maint_interval=0, fetch_size=10)
+        seen = []
+        while len(seen) < 26:
+            batch = _open_batch(db, name)
+            assert batch.batch_id is not None, f"{len(seen)} of 26 events read, no batch left"
+            chunks = list(source._event_chunks(batch, None))
+            events = [row[3] for chunk in chunks for row in chunk]
+            if events == ["[100]"]:
+                assert batch.queued <= 10 and [len(c) for c in chunks] == [1]  # one query
+                older.commit()
+                with db.cursor() as cur:
+                    cur.execute("SELECT pgq.ticker(%s)", (name,))
+            elif events:
+                assert batch.queued <= 10, "the batch of the older transaction must look small"
+                assert [len(c) for c in chunks] == [10, 10, 5]
+            seen += events
+            with db.cursor() as cur:
+                cur.execute("SELECT pgq.finish_batch(%s)", (batch.batch_id,))
+        assert seen == ["[100]"] + [f"[{i}]" for i in range(25)]
+    finally:
+        older.close()
+        if source is not None:
+            source.close()
+        with db.cursor() as cur:
+            cur.execute("SELECT pgq.unregister_consumer(%s, 'c')", (name,))
+            cur.execute("SELECT pgq.drop_queue(%s)", (name,))
