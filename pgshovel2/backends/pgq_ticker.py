@@ -30,7 +30,8 @@ MAINT_INTERVAL = 60.0  # seconds between maintenance runs (pgqd's maint_period d
 
 # One row per poll: the next batch (NULLs when none), whether the relay should tick, and the
 # events queued between the batch's ticks (its size, unless transactions older than its first tick
-# committed in it).
+# committed in it). Its transaction, which opens the batch, commits without waiting for the WAL
+# flush (as pgq_source.PgqSource.ack's): a crash can only lose it, and the batch is opened again.
 POLL_SQL = """
 SELECT b.batch_id, b.prev_tick_id, b.cur_tick_id,
        q.ticker_lag > q.queue_ticker_max_lag + make_interval(secs => %s),

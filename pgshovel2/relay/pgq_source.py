@@ -243,8 +243,9 @@ class PgqSource:
         yield Commit(current, last_ts, tick, ordinal, True)
 
     def _event_chunks(self, batch: Batch, snapshot: str | None) -> Iterator[list[tuple]]:
-        """Rows of a batch in chunks, fetched by a worker thread (server-side cursor, fetch_size
-        rows at a time, two chunks ahead), so memory stays bounded."""
+        """Rows of a batch in chunks of at most fetch_size rows (:meth:`_chunks`), so memory stays
+        bounded; a batch of more than fetch_size queued events fetched by a worker thread, two
+        chunks ahead."""
         try:
             chunks = self._chunks(batch, snapshot)
             if batch.queued > self.fetch_size:  # fetch the next chunk while the loop relays one
@@ -287,7 +288,9 @@ class PgqSource:
 
     def ack(self, position: Position) -> None:
         """Acknowledge the open batch (pgq.finish_batch) when position completes it: its events
-        are never read again. A batch another relay of the set acknowledged first is only logged."""
+        are never read again. A batch another relay of the set acknowledged first is only logged.
+        It commits without waiting for the WAL flush (synchronous_commit off): a crash can only lose
+        it, and the batch, read again, is covered by the position committed in Kafka."""
         batch = self._open
         if batch is None or not position.complete or position.unit < batch.cur_tick_id:
             return
