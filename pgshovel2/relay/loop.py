@@ -101,6 +101,9 @@ class Relay:
         self._prefix_unit, self._prefix = -1, ""  # wire.position_prefix of that unit
         self._m_commit = metrics.COMMIT_SECONDS.labels(set_name)
         self.progress = Progress(set_name, source, options.progress_interval, options.slot_lag_warn_bytes)
+        self._handlers: dict[type, Callable] = {
+            Change: self._change, ChangeRun: self._run, TxnRun: self._txn_run, Begin: self._begin, Commit: self._end,
+            Control: self._control, Idle: self._idle}
 
     def run(self, stop: threading.Event) -> None:
         """Fence older relays, hand off (snapshot) if needed, then relay until stop is set."""
@@ -197,21 +200,7 @@ class Relay:
                 return
 
     def _item(self, item: Item) -> None:
-        kind = type(item)
-        if kind is Change:
-            self._change(item)
-        elif kind is ChangeRun:
-            self._run(item)
-        elif kind is TxnRun:
-            self._txn_run(item)
-        elif kind is Begin:
-            self._begin(item)
-        elif kind is Commit:
-            self._end(item)
-        elif kind is Control:
-            self._control(item)
-        else:
-            self._idle(item)
+        self._handlers[type(item)](item)
 
     def _at_unit(self, unit: int) -> None:
         if unit != self._unit:
