@@ -15,6 +15,9 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyString, PyTuple};
 
 use crate::debezium::{DebeziumEvents, Meta};
+
+#[path = "txns.rs"]
+mod txns;
 use crate::pgoutput::PgoutputRows;
 use crate::{Row, RowCodec};
 
@@ -136,22 +139,38 @@ impl Lane {
                 let op = match op { b'c' => &ops.0, b'u' => &ops.1, _ => &ops.2 };
                 let headers = PyList::new(py, [op.clone_ref(py), fixed.0.clone_ref(py), position.clone().into_any().unbind(),
                                                fixed.1.clone_ref(py), fixed.2.clone_ref(py), fixed.3.clone_ref(py)])?;
-                let value: PyObject = match value {
-                    Some(v) => PyBytes::new(py, &v).into_any().unbind(),
-                    None => py.None(),
-                };
-                let key: PyObject = match key {
-                    Some(k) => PyBytes::new(py, &k).into_any().unbind(),
-                    None => py.None(),
-                };
-                messages.append(PyTuple::new(py, [self.topics[table].clone_ref(py), key, value,
-                                                  headers.into_any().unbind()])?)?;
+                messages.append(self.message(py, self.topics[table].clone_ref(py), key, value, headers)?)?;
                 counts[table] += 1;
             }
             done += 1;
         }
         let events = txn.map_or_else(|| vec![0; self.writers.len()], |t| t.events);
         Ok((messages, done, counts, events))
+    }
+
+    /// (messages, done, back) for records[start:stop], whole transactions of PgQ event rows
+    /// (trigger backend; (txid, ts_ms, op, data, table, extra), a transaction's rows consecutive
+    /// and all of them in records[start:stop]) of one batch: per transaction its BEGIN record, its
+    /// data messages as encode gives them (a debezium table's events numbered from 1 in it, ts_us
+    /// = ts_ms * 1000) and its END record (per-topic counts), what the loop writes for its Begin,
+    /// ChangeRuns and Commit. A transaction is taken whole or not at all: done, the rows taken,
+    /// ends at a transaction boundary; back, the rows of the transaction after them, which the
+    /// lane gives back to Python (a row it does not take, or rows of several ts_ms; 0 when done
+    /// reaches stop). ordinal: the position ordinal of records[start]; names: the headers' names
+    /// (position, txid, ts_ms); ops: encode's; shared: the (set, version) header tuples every
+    /// message has; txn_topic: the transactions topic; avro_header: the registry prefix of its
+    /// Avro writer, None for JSON records.
+    #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (records, start, stop, prefix, ordinal, ops, names, shared, txn_topic, avro_header=None))]
+    fn encode_txns<'py>(&self, py: Python<'py>, records: &Bound<'py, PyList>, start: usize, stop: usize, prefix: &str,
+                        ordinal: u64, ops: (PyObject, PyObject, PyObject),
+                        names: (Bound<'py, PyString>, Bound<'py, PyString>, Bound<'py, PyString>),
+                        shared: (PyObject, PyObject), txn_topic: PyObject, avro_header: Option<Vec<u8>>)
+                        -> PyResult<(Bound<'py, PyList>, usize, usize)> {
+        let stop = stop.min(records.len());
+        let frame = txns::Frame { position: names.0, txid: names.1, ts_ms: names.2, ops, set: shared.0,
+                                  version: shared.1, txn_topic, avro: avro_header };
+        self.txns(py, records, start.min(stop), stop, prefix, ordinal, &frame)
     }
 }
 

@@ -22,8 +22,8 @@ from pgshovel2.codec.avro import AvroWriter
 from pgshovel2.codec.rows import RowEncoder, encode_record, txn_record_avro, txn_record_json
 from pgshovel2.errors import RelayError
 from pgshovel2.relay.envelopes import SNAPSHOT_TRUE, Context, Envelope, Message, RowEnvelope, TxnOrder
-from pgshovel2.relay.lane import OPS, TableLanes
-from pgshovel2.relay.source import Change, ChangeRun
+from pgshovel2.relay.lane import NAMES, OPS, TableLanes
+from pgshovel2.relay.source import Change, ChangeRun, TxnRun
 from pgshovel2.sinks.kafka import KafkaSink
 
 
@@ -58,6 +58,7 @@ class Emitter:
         self._fixed_for: tuple | None = None  # (txid, ts_ms, version) of _fixed
         self._fixed: tuple = ()  # the headers every message of that transaction shares
         self._lanes: TableLanes | None = None  # the native lane of routes, for ChangeRuns
+        self._shared_for, self._shared = -1, ()  # the (set, version) headers of version _shared_for
 
     def switch(self, routes: dict[str, TableRoute], version: int, txn_writer: AvroWriter | None) -> None:
         """Use routes (table tag -> TableRoute) of set version from the next change on."""
@@ -110,6 +111,28 @@ class Emitter:
                 if n:
                     self._order.advance(collection, n)
         return done
+
+    def txn_run(self, run: TxnRun, start: int, prefix: str) -> tuple[int, int]:
+        """Produce the whole transactions of run.records[start:] (BEGIN record, data messages, END
+        record each) as far as the native lane takes every change of a transaction
+        (Lane.encode_txns): (done, back), done the records produced, back the records of the
+        transaction after them it gives back (0 when done reaches the end; all of the rest when
+        there is no lane). prefix: the run's unit's wire.position_prefix."""
+        lanes = self._lanes
+        if lanes is None or not lanes.of(self.routes, None):
+            lanes = self._lanes = TableLanes(self.routes, None)
+        if lanes.lane is None or self.replaying:
+            return 0, len(run.records) - start
+        if self._shared_for != self.version:
+            self._shared = ((wire.SET, self.set_name), (wire.VERSION, str(self.version)))
+            self._shared_for = self.version
+        avro = self._txn_writer.header if self._txn_writer is not None else None
+        messages, done, back = lanes.lane.encode_txns(run.records, start, len(run.records), prefix,
+                                                      run.ordinal + start, OPS, NAMES, self._shared,
+                                                      self.txn_topic, avro)
+        if done:
+            self.sink.produce_many(messages)
+        return done, back
 
     def _send(self, route: TableRoute, msg: Message, txid: int, position: str, ts_ms: int,
               unchanged: str | None = None) -> None:

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from pgshovel2.relay.emitter import TableRoute
 
 OPS = ((wire.OP, "c"), (wire.OP, "u"), (wire.OP, "d"))  # the op headers the lane gives messages
+NAMES = (wire.POSITION, wire.TXID, wire.TS_MS)  # the names of the headers Lane.encode_txns builds
 
 
 class TableLanes:

@@ -36,7 +36,7 @@ from pgshovel2.relay.layout import Layout
 from pgshovel2.relay.online_snapshot import Emission, OnlineSnapshot, emit_chunk
 from pgshovel2.relay.options import RelayOptions
 from pgshovel2.relay.progress import Progress
-from pgshovel2.relay.source import Begin, Change, ChangeRun, Commit, Control, Idle, Source
+from pgshovel2.relay.source import Begin, Change, ChangeRun, Commit, Control, Idle, Item, Source, TxnRun
 from pgshovel2.sinks.kafka import KafkaSink
 from pgshovel2.wire import Position, change_header, change_header_at, position_prefix
 
@@ -101,6 +101,9 @@ class Relay:
         self._prefix_unit, self._prefix = -1, ""  # wire.position_prefix of that unit
         self._m_commit = metrics.COMMIT_SECONDS.labels(set_name)
         self.progress = Progress(set_name, source, options.progress_interval, options.slot_lag_warn_bytes)
+        self._handlers: dict[type, Callable] = {
+            Change: self._change, ChangeRun: self._run, TxnRun: self._txn_run, Begin: self._begin, Commit: self._end,
+            Control: self._control, Idle: self._idle}
 
     def run(self, stop: threading.Event) -> None:
         """Fence older relays, hand off (snapshot) if needed, then relay until stop is set."""
@@ -190,23 +193,14 @@ class Relay:
 
     def _stream(self, stop: threading.Event) -> None:
         for item in self.source.items(self.committed):
-            kind = type(item)
-            if kind is Change:
-                self._change(item)
-            elif kind is ChangeRun:
-                self._run(item)
-            elif kind is Begin:
-                self._begin(item)
-            elif kind is Commit:
-                self._end(item)
-            elif kind is Control:
-                self._control(item)
-            else:
-                self._idle(item)
+            self._item(item)
             if stop.is_set():
                 if self._ready is not None and self._txn is None:
                     self._commit_ready()
                 return
+
+    def _item(self, item: Item) -> None:
+        self._handlers[type(item)](item)
 
     def _at_unit(self, unit: int) -> None:
         if unit != self._unit:
@@ -259,6 +253,35 @@ class Relay:
                 self._changes(run, i, i + 1)
                 done = 1
             i += done
+
+    def _txn_run(self, run: TxnRun) -> None:
+        """Relay a TxnRun's whole transactions through the emitter's native lane, and each one it
+        gives back as the items run.expand gives; all of them so in a unit the committed position
+        reaches, during an online snapshot's chunk, or when the Kafka transaction could reach its
+        hard size. Its transactions end no unit: the Kafka transaction may end after each (at
+        max_transaction_messages), as at their Commits."""
+        i, n = 0, len(run.records)
+        if (run.unit <= self.committed.unit or (self.online is not None and self.online.chunk is not None)
+                or self._pending() + 5 * n >= self.hard):
+            self._items(run.expand(run, 0, n))
+            return
+        self._at_unit(run.unit)
+        if run.unit != self._prefix_unit:
+            self._prefix_unit, self._prefix = run.unit, position_prefix(self.source.backend, run.unit)
+        while i < n:
+            done, back = self.emitter.txn_run(run, i, self._prefix)
+            if done:
+                i += done
+                self.changes += done
+                self._ready = self._point(run.unit, run.ordinal + i, False)
+                if self._pending() >= self.soft:
+                    self._commit_ready()
+            self._items(run.expand(run, i, i + back))
+            i += back
+
+    def _items(self, items: list[Item]) -> None:
+        for item in items:
+            self._item(item)
 
     def _first_lane(self, run: ChangeRun, start: int) -> int:
         """:meth:`_lane` at the open transaction's first change, run.records[start]; when the lane

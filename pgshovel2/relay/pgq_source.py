@@ -25,7 +25,7 @@ from pgshovel2.codec.rows import loads_row
 from pgshovel2.db import connect, outage
 from pgshovel2.errors import FencedError, RelayError, UnavailableError
 from pgshovel2.relay.prefetch import prefetch
-from pgshovel2.relay.source import CONTROL_OPS, Begin, Change, ChangeRun, Commit, Control, Idle, Item, Lag
+from pgshovel2.relay.source import CONTROL_OPS, Begin, Change, ChangeRun, Commit, Control, Idle, Item, Lag, TxnRun
 from pgshovel2.setrecord import TriggerCapture
 from pgshovel2.wire import TRIGGER, Position
 
@@ -97,9 +97,11 @@ class PgqSource:
     commit_delay = 0.0
 
     def __init__(self, dsn: str, capture: TriggerCapture, poll_interval: float = 0.02, fetch_size: int = 5000,
-                 maint_interval: float = pgq_ticker.MAINT_INTERVAL, raw_rows: bool = False, runs: bool = False):
+                 maint_interval: float = pgq_ticker.MAINT_INTERVAL, raw_rows: bool = False, runs: bool = False,
+                 txn_runs: bool = True):
         self.dsn, self.capture = dsn, capture
         self.runs = runs and raw_rows  # a transaction's consecutive I/U/D rows come as ChangeRuns
+        self.txn_runs = txn_runs and self.runs  # ... and small whole transactions as TxnRuns
         self.queue, self.consumer = capture.queue, capture.consumer
         self.poll_interval, self.fetch_size = poll_interval, fetch_size
         self.maint_interval, self.raw_rows = maint_interval, raw_rows
@@ -213,7 +215,8 @@ class PgqSource:
 
     def _batch(self, batch: Batch, snapshot: str | None) -> Iterator[Item]:
         """A batch's events as items, skipping transactions visible in snapshot (the handoff);
-        with runs, a transaction's consecutive I/U/D rows of one ts_ms as ChangeRuns."""
+        with runs, a transaction's consecutive I/U/D rows of one ts_ms as ChangeRuns, and small whole
+        transactions of such rows as TxnRuns (:func:`_txns_end`)."""
         loads, tick = loads_row, batch.cur_tick_id  # not json.loads: rows queued by older capture code have -0
         ordinal, current, last_ts = 0, None, 0
         rows = str if self.raw_rows else loads
@@ -224,6 +227,12 @@ class PgqSource:
                 if txid != current:
                     if current is not None:
                         yield Commit(current, last_ts, tick, ordinal, False)
+                    end = _txns_end(chunk, i) if self.txn_runs else i
+                    if end > i:
+                        last_ts, current = chunk[end - 1][1], None
+                        yield TxnRun(tick, ordinal, chunk[i:end], last_ts, _expand_txns)
+                        ordinal, i = ordinal + end - i, end
+                        continue
                     current = txid
                     yield Begin(txid, ts_ms, tick, ordinal)
                 step = 1
@@ -336,6 +345,37 @@ def _run_end(chunk: list[tuple], start: int) -> int:
             break
         stop += 1
     return stop
+
+
+def _txns_end(chunk: list[tuple], start: int) -> int:
+    """The end of the TxnRun from chunk[start] (a transaction's first row): the whole transactions
+    from it whose rows are I/U/D rows with data of one ts_ms, RUN_MAX rows at most, each followed in
+    chunk by a row of another txid (the last one of a chunk may go on in the next); start for none."""
+    whole, limit = start, min(len(chunk), start + RUN_MAX)
+    txid, ts_ms = chunk[start][0], chunk[start][1]
+    for i in range(start, len(chunk)):
+        row = chunk[i]
+        if row[0] != txid:
+            whole, txid, ts_ms = i, row[0], row[1]
+        if i >= limit or row[1] != ts_ms or row[2] not in _IUD or not row[3]:
+            break
+    return whole
+
+
+def _expand_txns(run: TxnRun, start: int, stop: int) -> list[Item]:
+    """TxnRun.expand of a trigger run: what :meth:`PgqSource._batch` gives for run.records[start:stop]
+    without TxnRuns."""
+    rows, unit, items = run.records[:stop], run.unit, []
+    i = start
+    while i < len(rows):
+        txid, ts_ms = rows[i][0], rows[i][1]
+        items.append(Begin(txid, ts_ms, unit, run.ordinal + i))
+        while i < len(rows) and rows[i][0] == txid:
+            stop = _run_end(rows, i)
+            items.append(ChangeRun(txid, ts_ms, unit, run.ordinal + i, rows[i:stop], None, _expand))
+            i = stop
+        items.append(Commit(txid, rows[i - 1][1], unit, run.ordinal + i, False))
+    return items
 
 
 def _expand(run: ChangeRun, start: int, stop: int) -> list[Change]:

@@ -6,6 +6,8 @@ A source turns a set's capture into one stream of items, in commit order:
 - :class:`Change` -- one captured change (I/U/D/T) of that transaction;
 - :class:`ChangeRun` -- consecutive changes of that transaction in the source's raw form, for
   the relay's native lane (:mod:`pgshovel2.relay.lane`); ``expand`` gives them as Changes;
+- :class:`TxnRun` -- whole small transactions of one unit in the source's raw form, for the
+  native lane; ``expand`` gives them as the items above;
 - :class:`Control` -- a control event in the stream (a set-version marker ``V`` or a
   schema change ``S``, :mod:`pgshovel2.relay.control`): no data, switches the layout; or an
   online snapshot's watermark (``W``, or a ``V`` whose row has no version: :mod:`pgshovel2.relay.online_snapshot`);
@@ -121,6 +123,24 @@ class RunMaker:
         raise NotImplementedError
 
 
+class TxnRun(NamedTuple):
+    """Whole transactions of one unit, none of them ending it, in the source's raw form for the
+    relay's native lane, which writes each one's BEGIN record, changes and END record in one call
+    (Lane.encode_txns): PgQ event rows (trigger backend; (txid, ts_ms, op, data, table, extra)),
+    a transaction's rows consecutive, every row an I/U/D with its row, one ts_ms per transaction.
+
+    unit: as Change; ordinal: the first record's; ts_ms: the last transaction's (its Commit's);
+    expand(run, start, stop): the items the source would have given for records[start:stop] (whole
+    transactions), Begin, ChangeRuns and Commit (complete false) per transaction.
+    """
+
+    unit: int
+    ordinal: int
+    records: list
+    ts_ms: int
+    expand: Callable[["TxnRun", int, int], list["Item"]]
+
+
 class Control(NamedTuple):
     """A control event (op ``V`` set version, ``S`` schema change), fields as :class:`Change`:
     row is the event's payload (decoded JSON), before the DDL statement for ``S``."""
@@ -154,7 +174,7 @@ class Idle(NamedTuple):
     wait: float
 
 
-Item = Begin | Change | ChangeRun | Control | Commit | Idle
+Item = Begin | Change | ChangeRun | TxnRun | Control | Commit | Idle
 
 
 class Lag(NamedTuple):
