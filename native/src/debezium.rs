@@ -217,7 +217,7 @@ impl DebeziumEvents {
         out.extend_from_slice(b",\"db\":");
         json::write_str(&self.db, out);
         out.extend_from_slice(b",\"sequence\":");
-        json_opt_str(sequence(m).as_deref(), out);
+        json_sequence(m, out);
         json_int(b",\"ts_us\":", Some(m.ts_us), out);
         json_int(b",\"ts_ns\":", Some(m.ts_ns), out);
         out.extend_from_slice(b",\"schema\":");
@@ -232,8 +232,9 @@ impl DebeziumEvents {
         match s.order {
             None => out.extend_from_slice(b"null"),
             Some((total, in_collection)) => {
-                out.extend_from_slice(b"{\"id\":");
-                json::write_str(&transaction_id(m), out);
+                out.extend_from_slice(b"{\"id\":\"");
+                push_transaction_id(m, out);
+                out.push(b'"');
                 json_int(b",\"total_order\":", Some(total), out);
                 json_int(b",\"data_collection_order\":", Some(in_collection), out);
                 out.push(b'}');
@@ -367,18 +368,54 @@ fn tx_id(m: &Meta) -> Option<i64> {
     (m.snapshot.as_deref() == Some(SNAPSHOT_FALSE)).then_some(m.txid & XID_MASK)
 }
 
+/// source.sequence as a JSON string (sequence's text, its quotes escaped), or null.
+fn json_sequence(m: &Meta, out: &mut Vec<u8>) {
+    let Some(lsn) = m.lsn else { return out.extend_from_slice(b"null") };
+    out.extend_from_slice(b"\"[");
+    match m.last_lsn {
+        Some(last) => {
+            out.extend_from_slice(b"\\\"");
+            push_int(last, out);
+            out.extend_from_slice(b"\\\"");
+        }
+        None => out.extend_from_slice(b"null"),
+    }
+    out.extend_from_slice(b",\\\"");
+    push_int(lsn, out);
+    out.extend_from_slice(b"\\\"]\"");
+}
+
 /// transaction.id (debezium.transaction_id).
 fn transaction_id(m: &Meta) -> String {
+    let mut out = Vec::with_capacity(32);
+    push_transaction_id(m, &mut out);
+    String::from_utf8(out).unwrap_or_default()
+}
+
+/// Appends transaction.id: ``<32-bit xid>:<LSN>``, or the txid without an LSN.
+fn push_transaction_id(m: &Meta, out: &mut Vec<u8>) {
     match m.lsn {
-        Some(lsn) => format!("{}:{}", m.txid & XID_MASK, lsn),
-        None => m.txid.to_string(),
+        Some(lsn) => {
+            push_int(m.txid & XID_MASK, out);
+            out.push(b':');
+            push_int(lsn, out);
+        }
+        None => push_int(m.txid, out),
     }
+}
+
+/// Appends n in decimal (its Display, without the String).
+fn push_int(n: i64, out: &mut Vec<u8>) {
+    if n < 0 {
+        out.push(b'-');
+    }
+    json::push_uint(n.unsigned_abs(), 0, out);
 }
 
 fn json_int(name: &[u8], v: Option<i64>, out: &mut Vec<u8>) {
     out.extend_from_slice(name);
     match v {
-        Some(n) => out.extend_from_slice(n.to_string().as_bytes()),
+        Some(n) => push_int(n, out),
         None => out.extend_from_slice(b"null"),
     }
 }

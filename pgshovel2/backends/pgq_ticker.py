@@ -28,14 +28,25 @@ log = logging.getLogger(__name__)
 TICK_MARGIN = 0.0  # seconds past ticker_max_lag before the relay ticks itself
 MAINT_INTERVAL = 60.0  # seconds between maintenance runs (pgqd's maint_period default: 120)
 
+# A select-list item that makes the statement's transaction commit without waiting for the WAL
+# flush: for the relay's bookkeeping, which a crash may lose (the consumer moves back, never ahead
+# of Kafka, and the batch comes again, covered by the position committed there).
+ASYNC_COMMIT = "set_config('synchronous_commit', 'off', true)"
+# ASYNC_COMMIT, but a local flush where the session's own setting is off (server, database or role):
+# a tick committed so is visible before it is durable, and a crash that lost the tick of a batch
+# already relayed would bring its events back at another unit (or give its id to a later tick).
+# Flushing the WAL up to the commit that opens the batch makes every tick before it durable.
+OPEN_COMMIT = ("set_config('synchronous_commit', CASE current_setting('synchronous_commit') "
+               "WHEN 'off' THEN 'local' ELSE 'off' END, true)")
+
 # One row per poll: the next batch (NULLs when none), whether the relay should tick, and the
 # events queued between the batch's ticks (its size, unless transactions older than its first tick
-# committed in it). Its transaction, which opens the batch, commits without waiting for the WAL
-# flush (as pgq_source.PgqSource.ack's): a crash can only lose it, and the batch is opened again.
-POLL_SQL = """
+# committed in it). Its transaction, which opens the batch, commits as OPEN_COMMIT says: a crash can
+# only lose it, and the batch is opened again.
+POLL_SQL = f"""
 SELECT b.batch_id, b.prev_tick_id, b.cur_tick_id,
        q.ticker_lag > q.queue_ticker_max_lag + make_interval(secs => %s),
-       b.cur_tick_event_seq - b.prev_tick_event_seq, set_config('synchronous_commit', 'off', true)
+       b.cur_tick_event_seq - b.prev_tick_event_seq, {OPEN_COMMIT}
 FROM pgq.next_batch_info(%s, %s) b, pgq.get_queue_info(%s) q
 """
 

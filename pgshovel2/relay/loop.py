@@ -29,6 +29,7 @@ from dataclasses import replace
 from pgshovel2 import failpoints
 from pgshovel2.errors import EncodeError, RelayError, SchemaChangeError, StopRequestedError
 from pgshovel2.relay import metrics
+from pgshovel2.relay.commit_clock import CommitClock
 from pgshovel2.relay.control import ControlEvents
 from pgshovel2.relay.election import Leadership
 from pgshovel2.relay.initial_snapshot import emit_initial_snapshot
@@ -41,10 +42,6 @@ from pgshovel2.sinks.kafka import KafkaSink
 from pgshovel2.wire import Position, change_header, change_header_at, position_prefix
 
 log = logging.getLogger(__name__)
-# s: a point whose source commit is older than this (or busy_commit_delay) is relayed from a backlog.
-# Not just busy_commit_delay: a relay only slightly behind (a loaded host) would then hold every
-# Kafka transaction that long and lengthen its latency tail.
-BACKLOG_SECONDS = 1.0
 
 
 class _Txn:
@@ -85,16 +82,12 @@ class Relay:
         self.skips, self.on_skip, self.online = skips, on_skip, online
         self.soft = options.max_transaction_messages
         self.hard = 10 * self.soft
-        self._busy_delay = max(source.commit_delay, options.busy_commit_delay)
-        self._backlog_ms = 1000 * max(BACKLOG_SECONDS, self._busy_delay)
+        self._clock = CommitClock(source.commit_delay, options.busy_commit_delay)
         self.committed: Position | None = None
         self.changes = self.batches = 0
         self._counted = 0  # changes already added to the metric
         self._committed_produced = 0
         self._ready: Position | None = None  # the latest point a Kafka transaction may end at, uncommitted
-        self._ready_at = 0.0  # when the first complete point of the open Kafka transaction came
-        self._slept = False  # the loop slept out the open Kafka transaction's commit_delay (_idle)
-        self._drained = False  # ... and the source went idle since, inside a source transaction
         self._txn: _Txn | None = None
         self._unit: int | None = None
         self._unit_version = 0  # set version at the start of the unit being relayed
@@ -339,9 +332,9 @@ class Relay:
         if self.online is not None and self.online.chunk is not None:
             self._online_emit(self.online.at_commit(item), item.unit)
         self._ready = point
-        if item.complete and not self._ready_at:
-            self._ready_at = time.monotonic()
-        if self._pending() >= self.soft or (item.complete and self._due(item.ts_ms)):
+        if item.complete:
+            self._clock.complete_point()
+        if self._pending() >= self.soft or (item.complete and self._clock.due(item.ts_ms)):
             self._commit_ready()
 
     def _control(self, item: Control) -> None:
@@ -368,7 +361,7 @@ class Relay:
         wait = item.wait
         # Not while a source transaction is half produced: the commit would be at _ready, before it
         if self._ready is not None and (self._txn is None or not self._txn.begun):
-            left = self._delay_left()
+            left = self._clock.delay_left()
             if left <= 0 or not self._ready.complete:
                 self._commit_ready()
             else:
@@ -376,9 +369,9 @@ class Relay:
                 # an Idle each) cost the relay more CPU than relaying it. What came meanwhile is
                 # read next, into this Kafka transaction, which ends once the source has no more.
                 time.sleep(left)
-                self._slept, wait = True, 0.0
-        elif self._ready is not None and self._slept:
-            self._drained = True  # the source has no more: the Kafka transaction ends with this one (_due)
+                self._clock.slept, wait = True, 0.0
+        elif self._ready is not None and self._clock.slept:
+            self._clock.drained = True  # the source has no more: the Kafka transaction ends with this one (due)
         elif self._ready is None and self.online is not None:
             self.online.step(self.layout.record)
         self._check_leadership()
@@ -389,29 +382,6 @@ class Relay:
 
     def _point(self, unit: int, ordinal: int, complete: bool) -> Position:
         return Position(unit, ordinal, complete, self.committed.txid_snapshot, self.source.backend)
-
-    def _open_for(self) -> float:
-        """Seconds since the first complete point of the open Kafka transaction."""
-        return time.monotonic() - self._ready_at
-
-    def _due(self, ts_ms: int) -> bool:
-        """Whether a complete point the source delivered without an Idle (it may have more, see
-        _idle), whose source commit was at ts_ms, ends the Kafka transaction now: after the
-        source's commit_delay, or after busy_commit_delay while relaying a backlog. After the loop
-        slept out commit_delay (_idle), what came meanwhile is read until the source has no more
-        (an Idle, outside a source transaction or before the end of this one) or twice
-        commit_delay has passed."""
-        if self._drained:
-            return True
-        open_for = self._open_for()
-        if open_for >= self._busy_delay:
-            return True
-        if open_for < (2 if self._slept else 1) * self.source.commit_delay:
-            return False
-        return time.time() * 1000 - ts_ms < self._backlog_ms  # the source is not behind
-
-    def _delay_left(self) -> float:
-        return self.source.commit_delay - self._open_for()
 
     def _pending(self) -> int:
         """Messages produced since the last commit."""
@@ -426,7 +396,8 @@ class Relay:
         ready = self._ready
         self._commit(position)
         done = position if position.complete else (ready if ready is not None and ready.complete else None)
-        self._ready, self._ready_at, self._slept, self._drained = None, 0.0, False, False
+        self._ready = None
+        self._clock.reset()
         if done is not None:
             failpoints.hit("before_finish")
             self.source.ack(done)

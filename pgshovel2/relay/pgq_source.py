@@ -303,8 +303,7 @@ class PgqSource:
         batch = self._open
         if batch is None or not position.complete or position.unit < batch.cur_tick_id:
             return
-        row = self._query("SELECT pgq.finish_batch(%s), set_config('synchronous_commit', 'off', true)",
-                          (batch.batch_id,))
+        row = self._query(f"SELECT pgq.finish_batch(%s), {pgq_ticker.ASYNC_COMMIT}", (batch.batch_id,))
         if row is None or row[0] != 1:
             log.warning("batch %d of queue %s was already acknowledged by another relay of this set",
                         batch.batch_id, self.queue)

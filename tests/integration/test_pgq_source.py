@@ -8,6 +8,7 @@ import uuid
 import psycopg2
 import pytest
 
+from pgshovel2.backends import pgq_ticker
 from pgshovel2.errors import FencedError
 from pgshovel2.relay.pgq_source import Batch, PgqSource, batch_gone
 from pgshovel2.setrecord import TriggerCapture
@@ -109,3 +110,27 @@ def test_a_batch_bigger_than_the_events_queued_between_its_ticks_is_read_whole(s
         with db.cursor() as cur:
             cur.execute("SELECT pgq.unregister_consumer(%s, 'c')", (name,))
             cur.execute("SELECT pgq.drop_queue(%s)", (name,))
+
+
+@pytest.mark.parametrize(("session", "opens_with"), [("off", "local"), ("on", "off"), ("remote_apply", "off")])
+def test_the_poll_that_opens_a_batch_flushes_the_wal_where_ticks_may_not_have(stack, queue, session, opens_with):
+    """A tick committed with synchronous_commit off is visible before it is durable: where the
+    session's setting is off (as a ticker's may be: server, database or role), the transaction of
+    the poll that opens a batch commits with a local WAL flush, which makes its ticks durable before
+    any of the batch reaches Kafka; elsewhere ticks are durable once visible and the poll skips
+    the flush. The batch bookkeeping's own commits never wait (finish_batch: ASYNC_COMMIT)."""
+    conn = psycopg2.connect(stack.dsn, options=f"-c synchronous_commit={session}")
+    try:
+        with conn.cursor() as cur:  # one transaction, as the source's autocommit statement is
+            cur.execute(pgq_ticker.POLL_SQL, (pgq_ticker.TICK_MARGIN, queue, "c", queue))
+            assert cur.fetchone()[0] is not None  # the queue fixture's batch: the poll opened it
+            cur.execute("SHOW synchronous_commit")
+            assert cur.fetchone()[0] == opens_with
+            cur.execute(f"SELECT {pgq_ticker.ASYNC_COMMIT}")
+            assert cur.fetchone()[0] == "off"
+        conn.commit()
+        with conn.cursor() as cur:
+            cur.execute("SHOW synchronous_commit")
+            assert cur.fetchone()[0] == session  # local to the transaction
+    finally:
+        conn.close()

@@ -86,14 +86,14 @@ def takes(records: list[bytes], tbl: Table, use_avro: bool, envelope: str) -> in
     return keyed + (sum(1 for c in changes if c.table == "u" and c.op != "D") if envelope == "row" else 0)
 
 
-def route(tbl: Table, topic: str, use_avro: bool, envelope: str) -> TableRoute:
-    """tbl's route in envelope (row or debezium), Avro or JSON; debezium: a clock of its own."""
+def route(tbl: Table, topic: str, use_avro: bool, envelope: str, clock=None) -> TableRoute:
+    """tbl's route in envelope (row or debezium), Avro or JSON; debezium: clock, else a Clock of its own."""
     enc = encoders(tbl, use_avro, envelope)
     if envelope == "row":
         return TableRoute(tbl, topic, enc)
     writer = avro.AvroWriter(avro.debezium_value_schema("myset", tbl), 8) if use_avro else None
     return TableRoute(tbl, topic, enc, DebeziumEnvelope(enc, SourceInfo("myset", "db", tbl.schema, tbl.name),
-                                                        topic, writer, clock=Clock()))
+                                                        topic, writer, clock=clock or Clock()))
 
 
 def emitter(use_avro: bool, tbl: Table, envelope: str = "row", logical: bool = True) -> tuple[Emitter, ListSink]:

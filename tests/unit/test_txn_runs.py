@@ -18,13 +18,12 @@ import pytest
 from pgshovel2.catalog import Table
 from pgshovel2.codec import avro, native
 from pgshovel2.relay import pgq_source
-from pgshovel2.relay.debezium import DebeziumEnvelope, SourceInfo
-from pgshovel2.relay.emitter import Emitter, TableRoute
+from pgshovel2.relay.emitter import Emitter
 from pgshovel2.relay.pgq_source import PgqSource
 from pgshovel2.relay.source import Begin, ChangeRun, Commit, Control, Idle, TxnRun
 from pgshovel2.wire import TRIGGER, Position, change_header_at, position_prefix
-from tests.unit.test_lane import UNIT, UNKEYED, ListSink, relay_run, trigger_rows, workload
-from tests.unit.test_native_codec import ARRAYS, TYPES, encoders, rows, table
+from tests.unit.test_lane import UNIT, UNKEYED, ListSink, relay_run, route, trigger_rows, workload
+from tests.unit.test_native_codec import ARRAYS, TYPES, rows, table
 from tests.unit.test_relay_loop import TAG, FakeSink, FakeSource, assert_transactions_whole, run
 from tests.unit.test_relay_loop import V1 as LOOP_V1
 
@@ -49,20 +48,11 @@ def transactions(rows_: list[tuple], seed: int) -> list[tuple]:
     return out
 
 
-def route(tbl: Table, topic: str, use_avro: bool, envelope: str) -> TableRoute:
-    enc = encoders(tbl, use_avro, envelope)
-    if envelope == "row":
-        return TableRoute(tbl, topic, enc)
-    writer = avro.AvroWriter(avro.debezium_value_schema("myset", tbl), 8) if use_avro else None
-    return TableRoute(tbl, topic, enc, DebeziumEnvelope(enc, SourceInfo("myset", "db", tbl.schema, tbl.name),
-                                                        topic, writer, clock=lambda: NOW_NS))
-
-
 def emitter(tbl: Table, use_avro: bool, envelope: str) -> tuple[Emitter, ListSink]:
     """An emitter of tbl and UNKEYED; Avro transaction records with use_avro."""
     sink = ListSink()
-    routes = {tbl.qualified: route(tbl, "topic.t", use_avro, envelope),
-              UNKEYED.qualified: route(UNKEYED, "topic.u", False, envelope)}
+    routes = {tbl.qualified: route(tbl, "topic.t", use_avro, envelope, clock=lambda: NOW_NS),
+              UNKEYED.qualified: route(UNKEYED, "topic.u", False, envelope, clock=lambda: NOW_NS)}
     txn_writer = avro.AvroWriter(avro.TRANSACTION_SCHEMA, 9) if use_avro else None
     em = Emitter("myset", routes, "txns", txn_writer, sink)
     em.version = 3
