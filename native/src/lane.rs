@@ -119,28 +119,19 @@ impl Lane {
         let mut txn = txn.map(|(txid, ts_ms, ts_us, last_lsn, total, per)| {
             Txn { txid, ts_ms, ts_us, last_lsn, total, per, events: vec![0; self.writers.len()] }
         });
+        let heads = Heads { ops: &ops, position: position_name, txid: &fixed.0, ts_ms: &fixed.1, set: &fixed.2,
+                            version: &fixed.3 };
+        let mut out = Vec::new();
         let mut done = 0;
         for (n, record) in records.iter().skip(start).enumerate() {
-            let (trigger, pgoutput);
-            let rec = if let Ok(bytes) = record.downcast::<PyBytes>() {
-                plugin_record(bytes.as_bytes())
-            } else if let Some(change) = pgoutput_change(&record) {
-                pgoutput = change;
-                Some(pgoutput.rec())
-            } else {
-                trigger = self.trigger_row(&record);
-                trigger.as_ref().and_then(TriggerRow::rec)
-            };
-            let Some(rec) = rec else { break };
+            let Some(held) = self.held(&record) else { break };
+            let Some(rec) = held.rec() else { break };
             let text = format!("{prefix}{:010}", ordinal + n as u64);
-            let Some(outs) = self.change(py, &rec, &text, txn.as_mut())? else { break };
-            let position = PyTuple::new(py, [position_name.clone().into_any(), PyString::new(py, &text).into_any()])?;
-            for (table, key, value, op) in outs {
-                let op = match op { b'c' => &ops.0, b'u' => &ops.1, _ => &ops.2 };
-                let headers = PyList::new(py, [op.clone_ref(py), fixed.0.clone_ref(py), position.clone().into_any().unbind(),
-                                               fixed.1.clone_ref(py), fixed.2.clone_ref(py), fixed.3.clone_ref(py)])?;
-                messages.append(self.message(py, self.topics[table].clone_ref(py), key, value, headers)?)?;
-                counts[table] += 1;
+            if !self.push_change(py, &rec, &text, txn.as_mut(), &heads, &mut counts, &mut out)? {
+                break;
+            }
+            for message in out.drain(..) {
+                messages.append(message)?;
             }
             done += 1;
         }
@@ -148,29 +139,27 @@ impl Lane {
         Ok((messages, done, counts, events))
     }
 
-    /// (messages, done, back) for records[start:stop], whole transactions of PgQ event rows
-    /// (trigger backend; (txid, ts_ms, op, data, table, extra), a transaction's rows consecutive
-    /// and all of them in records[start:stop]) of one batch: per transaction its BEGIN record, its
-    /// data messages as encode gives them (a debezium table's events numbered from 1 in it, ts_us
-    /// = ts_ms * 1000) and its END record (per-topic counts), what the loop writes for its Begin,
-    /// ChangeRuns and Commit. A transaction is taken whole or not at all: done, the rows taken,
-    /// ends at a transaction boundary; back, the rows of the transaction after them, which the
-    /// lane gives back to Python (a row it does not take, or rows of several ts_ms; 0 when done
-    /// reaches stop). ordinal: the position ordinal of records[start]; names: the headers' names
-    /// (position, txid, ts_ms); ops: encode's; shared: the (set, version) header tuples every
-    /// message has; txn_topic: the transactions topic; avro_header: the registry prefix of its
-    /// Avro writer, None for JSON records.
+    /// (messages, done) for the whole transactions txns[first:] of records: per transaction its
+    /// BEGIN record, its data messages as encode gives them (a debezium table's events numbered
+    /// from 1 in it) and its END record (per-topic counts), what the loop writes for its Begin,
+    /// ChangeRuns and Commit. txns: per transaction (start, stop, txid, ts_ms, ts_us, last_lsn or
+    /// None, prefix, ordinal, unit: a TxnBounds), its records records[start:stop] (our plugin's change records, or
+    /// PgQ event rows of one ts_ms), its Begin's fields (TxnRun), its unit's position prefix and
+    /// the position ordinal of records[start]. A transaction is taken whole or not at all: done,
+    /// the transactions taken; txns[first + done], if any, is given back to Python (a record the
+    /// lane does not take). names: the headers' names (position, txid, ts_ms); ops: encode's;
+    /// shared: the (set, version) header tuples every message has; txn_topic: the transactions
+    /// topic; avro_header: the registry prefix of its Avro writer, None for JSON records.
     #[allow(clippy::too_many_arguments)]
-    #[pyo3(signature = (records, start, stop, prefix, ordinal, ops, names, shared, txn_topic, avro_header=None))]
-    fn encode_txns<'py>(&self, py: Python<'py>, records: &Bound<'py, PyList>, start: usize, stop: usize, prefix: &str,
-                        ordinal: u64, ops: (PyObject, PyObject, PyObject),
+    #[pyo3(signature = (records, txns, first, ops, names, shared, txn_topic, avro_header=None))]
+    fn encode_txns<'py>(&self, py: Python<'py>, records: &Bound<'py, PyList>, txns: &Bound<'py, PyList>, first: usize,
+                        ops: (PyObject, PyObject, PyObject),
                         names: (Bound<'py, PyString>, Bound<'py, PyString>, Bound<'py, PyString>),
                         shared: (PyObject, PyObject), txn_topic: PyObject, avro_header: Option<Vec<u8>>)
-                        -> PyResult<(Bound<'py, PyList>, usize, usize)> {
-        let stop = stop.min(records.len());
+                        -> PyResult<(Bound<'py, PyList>, usize)> {
         let frame = txns::Frame { position: names.0, txid: names.1, ts_ms: names.2, ops, set: shared.0,
                                   version: shared.1, txn_topic, avro: avro_header };
-        self.txns(py, records, start.min(stop), stop, prefix, ordinal, &frame)
+        self.txns(py, records, txns, first, &frame)
     }
 }
 
@@ -188,6 +177,37 @@ impl Lane {
         })
     }
 
+    /// A run record as the lane reads it: our plugin's change record (bytes), a pgoutput change
+    /// (pgoutput_change) or a trigger row (trigger_row); None: not one the lane takes.
+    fn held<'py>(&self, record: &Bound<'py, PyAny>) -> Option<Held<'py>> {
+        if let Ok(bytes) = record.downcast::<PyBytes>() {
+            return Some(Held::Plugin(bytes.clone()));
+        }
+        if let Some(change) = pgoutput_change(record) {
+            return Some(Held::Pgoutput(change));
+        }
+        self.trigger_row(record).map(Held::Trigger)
+    }
+
+    /// Appends the messages of one change (with their headers) to out and counts them per table
+    /// index in counts; false (nothing appended): the change is Python's. position: its
+    /// pgshovel.position.
+    #[allow(clippy::too_many_arguments)]
+    fn push_change<'py>(&self, py: Python<'py>, rec: &Rec<'_>, position: &str, txn: Option<&mut Txn>,
+                        heads: &Heads<'_, 'py>, counts: &mut [usize], out: &mut Vec<Bound<'py, PyTuple>>)
+                        -> PyResult<bool> {
+        let Some(outs) = self.change(py, rec, position, txn)? else { return Ok(false) };
+        let position = PyTuple::new(py, [heads.position.clone().into_any(), PyString::new(py, position).into_any()])?;
+        for (table, key, value, op) in outs {
+            let op = match op { b'c' => &heads.ops.0, b'u' => &heads.ops.1, _ => &heads.ops.2 };
+            let headers = PyList::new(py, [op.clone_ref(py), heads.txid.clone_ref(py), position.clone().into_any().unbind(),
+                                           heads.ts_ms.clone_ref(py), heads.set.clone_ref(py), heads.version.clone_ref(py)])?;
+            out.push(self.message(py, self.topics[table].clone_ref(py), key, value, headers)?);
+            counts[table] += 1;
+        }
+        Ok(true)
+    }
+
     /// A trigger row (txid, ts_ms, op, data, table, extra) with an I/U/D op, its row and a table
     /// of this lane; else None.
     fn trigger_row<'py>(&self, item: &Bound<'py, PyAny>) -> Option<TriggerRow<'py>> {
@@ -202,6 +222,34 @@ impl Lane {
         let old = if extra.is_none() || !extra.is_truthy().ok()? { None } else { Some(text(5)?) }; // as `if extra`
         Some(TriggerRow { kind, table, row: text(3)?, old })
     }
+}
+
+/// A run record the lane takes, held while its Rec is read (Lane::held).
+enum Held<'py> {
+    Plugin(Bound<'py, PyBytes>),
+    Pgoutput(PgoutputChange),
+    Trigger(TriggerRow<'py>),
+}
+
+impl Held<'_> {
+    fn rec(&self) -> Option<Rec<'_>> {
+        match self {
+            Held::Plugin(bytes) => plugin_record(bytes.as_bytes()),
+            Held::Pgoutput(change) => Some(change.rec()),
+            Held::Trigger(row) => row.rec(),
+        }
+    }
+}
+
+/// A data message's headers but its position: the op headers (c, u, d), the position header's
+/// name, and the txid, ts_ms, set and version header tuples (Lane::push_change).
+struct Heads<'a, 'py> {
+    ops: &'a (PyObject, PyObject, PyObject),
+    position: &'a Bound<'py, PyString>,
+    txid: &'a PyObject,
+    ts_ms: &'a PyObject,
+    set: &'a PyObject,
+    version: &'a PyObject,
 }
 
 /// The parts of a trigger row the lane reads (Lane::trigger_row).

@@ -1,7 +1,8 @@
-//! Lane.encode_txns: whole small transactions of PgQ event rows, each one's data messages framed
-//! by its BEGIN and END records (what Emitter.begin_record/change_run/end write for it through
-//! the loop, byte for byte), so a batch of many small transactions costs one call, not items,
-//! records and produce calls per transaction. A transaction is taken whole or not at all.
+//! Lane.encode_txns: whole small transactions (PgQ event rows, or our plugin's change records),
+//! each one's data messages framed by its BEGIN and END records (what Emitter.begin_record,
+//! change_run and end write for it through the loop, byte for byte), so a stream of many small
+//! transactions costs one call, not items, records and produce calls per transaction. The source
+//! gives each transaction's bounds; a transaction is taken whole or not at all.
 
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyString, PyTuple};
@@ -22,73 +23,53 @@ pub(super) struct Frame<'py> {
     pub avro: Option<Vec<u8>>,
 }
 
-/// A PgQ event row's txid and ts_ms (items 0 and 1), or None when it is not such a row.
-fn txid_ts(row: &Bound<'_, PyAny>) -> Option<(i64, i64)> {
-    let row = row.downcast::<PyTuple>().ok()?;
-    Some((row.get_item(0).ok()?.extract().ok()?, row.get_item(1).ok()?.extract().ok()?))
-}
+/// One transaction of Lane.encode_txns's txns: (start, stop, txid, ts_ms, ts_us, last_lsn, prefix, ordinal,
+/// unit), a TxnBounds (the unit is the loop's).
+type Bounds = (usize, usize, i64, i64, i64, Option<i64>, String, u64, u64);
 
 impl Lane {
-    /// The messages of records[start:stop], whole transactions of PgQ event rows (consecutive rows
-    /// of one txid), as far as the lane takes every row of a transaction: (messages, done, back),
-    /// done the rows taken, back the rows of the transaction after them it gives back (0 when done
-    /// reaches stop). ordinal: the position ordinal of records[start].
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn txns<'py>(&self, py: Python<'py>, records: &Bound<'py, PyList>, start: usize, stop: usize,
-                            prefix: &str, ordinal: u64, frame: &Frame<'py>)
-                            -> PyResult<(Bound<'py, PyList>, usize, usize)> {
+    /// The messages of the whole transactions txns[first:] (Lane.encode_txns) as far as the lane
+    /// takes every record of a transaction: (messages, done), done the transactions taken.
+    pub(super) fn txns<'py>(&self, py: Python<'py>, records: &Bound<'py, PyList>, txns: &Bound<'py, PyList>,
+                            first: usize, frame: &Frame<'py>) -> PyResult<(Bound<'py, PyList>, usize)> {
         let messages = PyList::empty(py);
-        let mut at = start;
-        while at < stop {
-            let Some((txid, ts_ms)) = txid_ts(&records.get_item(at)?) else {
-                return Ok((messages, at - start, stop - at)); // not a PgQ row: all of the rest is Python's
-            };
-            let mut end = at + 1;
-            while end < stop && txid_ts(&records.get_item(end)?).map(|t| t.0) == Some(txid) {
-                end += 1;
-            }
-            let first = ordinal + (at - start) as u64;
-            let Some(txn) = self.txn(py, records, at, end, prefix, first, (txid, ts_ms), frame)? else {
-                return Ok((messages, at - start, end - at));
-            };
+        let mut done = 0;
+        for bounds in txns.iter().skip(first) {
+            let Some(txn) = self.txn(py, records, &bounds.extract()?, frame)? else { break };
             for message in txn {
                 messages.append(message)?;
             }
-            at = end;
+            done += 1;
         }
-        Ok((messages, at - start, stop - at))
+        Ok((messages, done))
     }
 
-    /// One transaction's messages, BEGIN first and END last, or None (a row the lane does not
-    /// take, or one of another ts_ms: Python's).
-    #[allow(clippy::too_many_arguments)]
-    fn txn<'py>(&self, py: Python<'py>, records: &Bound<'py, PyList>, start: usize, stop: usize, prefix: &str,
-                ordinal: u64, (txid, ts_ms): (i64, i64), frame: &Frame<'py>) -> PyResult<Option<Vec<Bound<'py, PyTuple>>>> {
+    /// One transaction's messages, BEGIN first and END last, or None (a record the lane does not
+    /// take: Python's).
+    fn txn<'py>(&self, py: Python<'py>, records: &Bound<'py, PyList>, bounds: &Bounds, frame: &Frame<'py>)
+                -> PyResult<Option<Vec<Bound<'py, PyTuple>>>> {
+        let (start, stop, txid, ts_ms, ts_us, last_lsn, prefix, ordinal, _) = bounds;
+        let (txid, ts_ms, ordinal) = (*txid, *ts_ms, *ordinal);
         let tables = self.writers.len();
-        let mut txn = Txn { txid, ts_ms, ts_us: ts_ms * 1000, last_lsn: None, total: 0, per: vec![0; tables],
+        let mut txn = Txn { txid, ts_ms, ts_us: *ts_us, last_lsn: *last_lsn, total: 0, per: vec![0; tables],
                             events: vec![0; tables] };
-        let fixed = (PyTuple::new(py, [frame.txid.clone().into_any(), PyString::new(py, &txid.to_string()).into_any()])?,
-                     PyTuple::new(py, [frame.ts_ms.clone().into_any(), PyString::new(py, &ts_ms.to_string()).into_any()])?);
-        let mut out = Vec::with_capacity(2 + stop - start);
+        let text = |s: String| PyString::new(py, &s).into_any();
+        let txid_h = PyTuple::new(py, [frame.txid.clone().into_any(), text(txid.to_string())])?.into_any().unbind();
+        let ts_h = PyTuple::new(py, [frame.ts_ms.clone().into_any(), text(ts_ms.to_string())])?.into_any().unbind();
+        let heads = super::Heads { ops: &frame.ops, position: &frame.position, txid: &txid_h, ts_ms: &ts_h,
+                                   set: &frame.set, version: &frame.version };
+        let mut out = Vec::with_capacity(2 + stop.saturating_sub(*start));
         let mut counts = vec![0usize; tables];
         let first = format!("{prefix}{ordinal:010}");
         let mut last = first.clone();
         out.push(self.txn_record(py, b"BEGIN", txid, &first, ts_ms, None, frame)?);
-        for (n, record) in records.iter().skip(start).take(stop - start).enumerate() {
-            if txid_ts(&record).map(|t| t.1) != Some(ts_ms) {
-                return Ok(None);
-            }
-            let Some(row) = self.trigger_row(&record) else { return Ok(None) };
-            let Some(rec) = row.rec() else { return Ok(None) };
+        for n in 0..stop.saturating_sub(*start) {
+            let record = records.get_item(start + n)?;
+            let Some(held) = self.held(&record) else { return Ok(None) };
+            let Some(rec) = held.rec() else { return Ok(None) };
             last = format!("{prefix}{:010}", ordinal + n as u64);
-            let Some(outs) = self.change(py, &rec, &last, Some(&mut txn))? else { return Ok(None) };
-            let position = PyTuple::new(py, [frame.position.clone().into_any(), PyString::new(py, &last).into_any()])?;
-            for (table, key, value, op) in outs {
-                let op = match op { b'c' => &frame.ops.0, b'u' => &frame.ops.1, _ => &frame.ops.2 };
-                let headers = [op.clone_ref(py), fixed.0.clone().into_any().unbind(), position.clone().into_any().unbind(),
-                               fixed.1.clone().into_any().unbind(), frame.set.clone_ref(py), frame.version.clone_ref(py)];
-                out.push(self.message(py, self.topics[table].clone_ref(py), key, value, PyList::new(py, headers)?)?);
-                counts[table] += 1;
+            if !self.push_change(py, &rec, &last, Some(&mut txn), &heads, &mut counts, &mut out)? {
+                return Ok(None);
             }
         }
         let mut per_topic = Vec::new();

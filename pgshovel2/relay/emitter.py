@@ -79,8 +79,7 @@ class Emitter:
 
     def _fix(self, txid: int, ts_ms: int) -> None:
         self._fixed_for = (txid, ts_ms, self.version)
-        self._fixed = ((wire.TXID, str(txid)), (wire.TS_MS, str(ts_ms)), (wire.SET, self.set_name),
-                       (wire.VERSION, str(self.version)))
+        self._fixed = ((wire.TXID, str(txid)), (wire.TS_MS, str(ts_ms)), *self._shared_headers())
 
     def change_run(self, run: ChangeRun, start: int, prefix: str) -> int:
         """Produce the messages of run.records[start:] from the first on as far as the native lane
@@ -88,9 +87,7 @@ class Emitter:
         the debezium envelope's events numbered in the transaction's order as it would);
         returns how many records that is (0: none, run.records[start] is for :meth:`change`).
         prefix: the run's unit's wire.position_prefix."""
-        lanes = self._lanes
-        if lanes is None or not lanes.of(self.routes, run.tags):
-            lanes = self._lanes = TableLanes(self.routes, run.tags)
+        lanes = self._lanes_for(run.tags)
         if lanes.lane is None or self.replaying:
             return 0
         if self._fixed_for != (run.txid, run.ts_ms, self.version):
@@ -112,27 +109,35 @@ class Emitter:
                     self._order.advance(collection, n)
         return done
 
-    def txn_run(self, run: TxnRun, start: int, prefix: str) -> tuple[int, int]:
-        """Produce the whole transactions of run.records[start:] (BEGIN record, data messages, END
+    def txn_run(self, run: TxnRun, first: int) -> int:
+        """Produce the whole transactions of run.txns[first:] (BEGIN record, data messages, END
         record each) as far as the native lane takes every change of a transaction
-        (Lane.encode_txns): (done, back), done the records produced, back the records of the
-        transaction after them it gives back (0 when done reaches the end; all of the rest when
-        there is no lane). prefix: the run's unit's wire.position_prefix."""
-        lanes = self._lanes
-        if lanes is None or not lanes.of(self.routes, None):
-            lanes = self._lanes = TableLanes(self.routes, None)
+        (Lane.encode_txns); returns how many transactions that is (run.txns[first + done], if any,
+        is for the item path; 0 for all of them when there is no lane)."""
+        lanes = self._lanes_for(run.tags)
         if lanes.lane is None or self.replaying:
-            return 0, len(run.records) - start
+            return 0
+        avro = self._txn_writer.header if self._txn_writer is not None else None
+        messages, done = lanes.lane.encode_txns(run.records, run.txns, first, OPS, NAMES, self._shared_headers(),
+                                                self.txn_topic, avro)
+        if done:
+            self.sink.produce_many(messages)
+        return done
+
+    def _lanes_for(self, tags: list[str] | None) -> TableLanes:
+        """The native lanes of the routes in effect for a run of tags (ChangeRun.tags), built anew
+        when the routes or tags changed."""
+        lanes = self._lanes
+        if lanes is None or not lanes.of(self.routes, tags):
+            lanes = self._lanes = TableLanes(self.routes, tags)
+        return lanes
+
+    def _shared_headers(self) -> tuple[tuple[str, str], tuple[str, str]]:
+        """The (set, version) headers every message of the set version in effect has."""
         if self._shared_for != self.version:
             self._shared = ((wire.SET, self.set_name), (wire.VERSION, str(self.version)))
             self._shared_for = self.version
-        avro = self._txn_writer.header if self._txn_writer is not None else None
-        messages, done, back = lanes.lane.encode_txns(run.records, start, len(run.records), prefix,
-                                                      run.ordinal + start, OPS, NAMES, self._shared,
-                                                      self.txn_topic, avro)
-        if done:
-            self.sink.produce_many(messages)
-        return done, back
+        return self._shared
 
     def _send(self, route: TableRoute, msg: Message, txid: int, position: str, ts_ms: int,
               unchanged: str | None = None) -> None:
@@ -201,7 +206,7 @@ class Emitter:
 
     def _produce_record(self, value: bytes) -> None:
         """Produce an encoded transactions-topic record."""
-        self.sink.produce(self.txn_topic, None, value, [(wire.SET, self.set_name), (wire.VERSION, str(self.version))])
+        self.sink.produce(self.txn_topic, None, value, list(self._shared_headers()))
 
     def change(self, ev: Change, position: str) -> None:
         """Emit the messages of one captured change (between begin and end of its txid).

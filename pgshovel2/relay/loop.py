@@ -237,8 +237,7 @@ class Relay:
         could reach its hard size. A transaction's first change goes to the lane too (:meth:`_first_lane`)."""
         i, n = 0, len(run.records)
         while i < n:
-            if (run.unit <= self.committed.unit or (self.online is not None and self.online.chunk is not None)
-                    or self.sink.produced - self._committed_produced + 3 * (n - i) >= self.hard):
+            if self._itemwise(run.unit, 3 * (n - i)):
                 self._changes(run, i, n)
                 return
             done = self._lane(run, i) if self._txn.begun else self._first_lane(run, i)
@@ -249,28 +248,40 @@ class Relay:
 
     def _txn_run(self, run: TxnRun) -> None:
         """Relay a TxnRun's whole transactions through the emitter's native lane, and each one it
-        gives back as the items run.expand gives; all of them so in a unit the committed position
-        reaches, during an online snapshot's chunk, or when the Kafka transaction could reach its
-        hard size. Its transactions end no unit: the Kafka transaction may end after each (at
-        max_transaction_messages), as at their Commits."""
-        i, n = 0, len(run.records)
-        if (run.unit <= self.committed.unit or (self.online is not None and self.online.chunk is not None)
-                or self._pending() + 5 * n >= self.hard):
-            self._items(run.expand(run, 0, n))
-            return
-        self._at_unit(run.unit)
-        if run.unit != self._prefix_unit:
-            self._prefix_unit, self._prefix = run.unit, position_prefix(self.source.backend, run.unit)
-        while i < n:
-            done, back = self.emitter.txn_run(run, i, self._prefix)
+        gives back as the items run.expand gives; the rest of the run so (checked before each lane
+        call) in a unit the committed position reaches, during an online snapshot's chunk, or when
+        the Kafka transaction could reach its hard size. The Kafka transaction may end after each
+        lane call, as at the Commits of its transactions."""
+        txns, i = run.txns, 0
+        while i < len(txns):
+            if self._itemwise(txns[i].unit, 5 * (txns[-1].stop - txns[i].start)):
+                self._items(run.expand(run, i, len(txns)))
+                return
+            done = self.emitter.txn_run(run, i)
             if done:
+                self._txns_done(run, i, i + done)
                 i += done
-                self.changes += done
-                self._ready = self._point(run.unit, run.ordinal + i, False)
-                if self._pending() >= self.soft:
-                    self._commit_ready()
-            self._items(run.expand(run, i, i + back))
-            i += back
+            if i < len(txns):
+                self._items(run.expand(run, i, i + 1))
+                i += 1
+
+    def _itemwise(self, unit: int, messages: int) -> bool:
+        """True where the item path has work to do for the rest of a run from unit, which makes at
+        most messages more: a unit the committed position reaches, an online snapshot's chunk, or a
+        Kafka transaction that could reach its hard size."""
+        return (unit <= self.committed.unit or (self.online is not None and self.online.chunk is not None)
+                or self._pending() + messages >= self.hard)
+
+    def _txns_done(self, run: TxnRun, start: int, stop: int) -> None:
+        """The bookkeeping of the Commits of run.txns[start:stop], which the lane wrote."""
+        last = run.txns[stop - 1]
+        self.changes += last.stop - run.txns[start].start
+        self._at_unit(last.unit)
+        self._ready = self._point(last.unit, last.ordinal + last.stop - last.start, run.complete)
+        if run.complete:
+            self._clock.complete_point()
+        if self._pending() >= self.soft or (run.complete and self._clock.due(last.ts_ms)):
+            self._commit_ready()
 
     def _items(self, items: list[Item]) -> None:
         for item in items:

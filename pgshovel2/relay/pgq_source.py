@@ -25,9 +25,21 @@ from pgshovel2.codec.rows import loads_row
 from pgshovel2.db import connect, outage
 from pgshovel2.errors import FencedError, RelayError, UnavailableError
 from pgshovel2.relay.prefetch import prefetch
-from pgshovel2.relay.source import CONTROL_OPS, Begin, Change, ChangeRun, Commit, Control, Idle, Item, Lag, TxnRun
+from pgshovel2.relay.source import (
+    CONTROL_OPS,
+    Begin,
+    Change,
+    ChangeRun,
+    Commit,
+    Control,
+    Idle,
+    Item,
+    Lag,
+    TxnBounds,
+    TxnRun,
+)
 from pgshovel2.setrecord import TriggerCapture
-from pgshovel2.wire import TRIGGER, Position
+from pgshovel2.wire import TRIGGER, Position, position_prefix
 
 log = logging.getLogger(__name__)
 RUN_MAX = 512  # event rows in one ChangeRun
@@ -216,9 +228,10 @@ class PgqSource:
     def _batch(self, batch: Batch, snapshot: str | None) -> Iterator[Item]:
         """A batch's events as items, skipping transactions visible in snapshot (the handoff);
         with runs, a transaction's consecutive I/U/D rows of one ts_ms as ChangeRuns, and small whole
-        transactions of such rows as TxnRuns (:func:`_txns_end`)."""
+        transactions of such rows as TxnRuns (:func:`_txn_bounds`)."""
         loads, tick = loads_row, batch.cur_tick_id  # not json.loads: rows queued by older capture code have -0
         ordinal, current, last_ts = 0, None, 0
+        prefix = position_prefix(TRIGGER, tick)
         rows = str if self.raw_rows else loads
         for chunk in self._event_chunks(batch, snapshot):
             i, n = 0, len(chunk)
@@ -227,10 +240,11 @@ class PgqSource:
                 if txid != current:
                     if current is not None:
                         yield Commit(current, last_ts, tick, ordinal, False)
-                    end = _txns_end(chunk, i) if self.txn_runs else i
-                    if end > i:
-                        last_ts, current = chunk[end - 1][1], None
-                        yield TxnRun(tick, ordinal, chunk[i:end], last_ts, _expand_txns)
+                    txns = _txn_bounds(chunk, i, ordinal, tick, prefix) if self.txn_runs else None
+                    if txns:
+                        end = txns[-1].stop
+                        last_ts, current = txns[-1].ts_ms, None
+                        yield TxnRun(chunk, txns, False, None, _expand_txns)
                         ordinal, i = ordinal + end - i, end
                         continue
                     current = txid
@@ -346,34 +360,36 @@ def _run_end(chunk: list[tuple], start: int) -> int:
     return stop
 
 
-def _txns_end(chunk: list[tuple], start: int) -> int:
-    """The end of the TxnRun from chunk[start] (a transaction's first row): the whole transactions
-    from it whose rows are I/U/D rows with data of one ts_ms, RUN_MAX rows at most, each followed in
-    chunk by a row of another txid (the last one of a chunk may go on in the next); start for none."""
-    whole, limit = start, min(len(chunk), start + RUN_MAX)
+def _txn_bounds(chunk: list[tuple], start: int, ordinal: int, unit: int, prefix: str) -> list[TxnBounds]:
+    """The transactions of the TxnRun from chunk[start] (a transaction's first row, at position
+    ordinal of unit, whose wire.position_prefix is prefix): the whole transactions from it whose
+    rows are I/U/D rows with data of one ts_ms, RUN_MAX rows at most, each followed in chunk by a
+    row of another txid (the last one of a chunk may go on in the next); [] for none."""
+    out, first, limit = [], start, min(len(chunk), start + RUN_MAX)
     txid, ts_ms = chunk[start][0], chunk[start][1]
     for i in range(start, len(chunk)):
         row = chunk[i]
         if row[0] != txid:
-            whole, txid, ts_ms = i, row[0], row[1]
+            out.append(TxnBounds(first, i, txid, ts_ms, ts_ms * 1000, None, prefix, ordinal + first - start, unit))
+            first, txid, ts_ms = i, row[0], row[1]
         if i >= limit or row[1] != ts_ms or row[2] not in _IUD or not row[3]:
             break
-    return whole
+    return out
 
 
 def _expand_txns(run: TxnRun, start: int, stop: int) -> list[Item]:
-    """TxnRun.expand of a trigger run: what :meth:`PgqSource._batch` gives for run.records[start:stop]
-    without TxnRuns."""
-    rows, unit, items = run.records[:stop], run.unit, []
-    i = start
-    while i < len(rows):
-        txid, ts_ms = rows[i][0], rows[i][1]
-        items.append(Begin(txid, ts_ms, unit, run.ordinal + i))
-        while i < len(rows) and rows[i][0] == txid:
-            stop = _run_end(rows, i)
-            items.append(ChangeRun(txid, ts_ms, unit, run.ordinal + i, rows[i:stop], None, _expand))
-            i = stop
-        items.append(Commit(txid, rows[i - 1][1], unit, run.ordinal + i, False))
+    """TxnRun.expand of a trigger run: what :meth:`PgqSource._batch` gives for the rows of
+    run.txns[start:stop] without TxnRuns."""
+    rows, items = run.records, []
+    for txn in run.txns[start:stop]:
+        items.append(Begin(txn.txid, txn.ts_ms, txn.unit, txn.ordinal))
+        i = txn.start
+        while i < txn.stop:
+            end = min(_run_end(rows, i), txn.stop)
+            items.append(ChangeRun(txn.txid, txn.ts_ms, txn.unit, txn.ordinal + i - txn.start, rows[i:end], None,
+                                   _expand))
+            i = end
+        items.append(Commit(txn.txid, txn.ts_ms, txn.unit, txn.ordinal + txn.stop - txn.start, False))
     return items
 
 

@@ -6,8 +6,8 @@ A source turns a set's capture into one stream of items, in commit order:
 - :class:`Change` -- one captured change (I/U/D/T) of that transaction;
 - :class:`ChangeRun` -- consecutive changes of that transaction in the source's raw form, for
   the relay's native lane (:mod:`pgshovel2.relay.lane`); ``expand`` gives them as Changes;
-- :class:`TxnRun` -- whole small transactions of one unit in the source's raw form, for the
-  native lane; ``expand`` gives them as the items above;
+- :class:`TxnRun` -- whole small transactions in the source's raw form, for the native lane;
+  ``expand`` gives them as the items above;
 - :class:`Control` -- a control event in the stream (a set-version marker ``V`` or a
   schema change ``S``, :mod:`pgshovel2.relay.control`): no data, switches the layout; or an
   online snapshot's watermark (``W``, or a ``V`` whose row has no version: :mod:`pgshovel2.relay.online_snapshot`);
@@ -123,21 +123,40 @@ class RunMaker:
         raise NotImplementedError
 
 
-class TxnRun(NamedTuple):
-    """Whole transactions of one unit, none of them ending it, in the source's raw form for the
-    relay's native lane, which writes each one's BEGIN record, changes and END record in one call
-    (Lane.encode_txns): PgQ event rows (trigger backend; (txid, ts_ms, op, data, table, extra)),
-    a transaction's rows consecutive, every row an I/U/D with its row, one ts_ms per transaction.
+class TxnBounds(NamedTuple):
+    """One transaction of a :class:`TxnRun`: its records are run.records[start:stop]; txid, ts_ms,
+    ts_us, last_lsn as its Begin (ts_us: ts_ms * 1000 and last_lsn None for PgQ rows); prefix:
+    wire.position_prefix of its unit; ordinal: the position ordinal of records[start]; unit: as
+    Change. Lane.encode_txns reads the first eight fields."""
 
-    unit: as Change; ordinal: the first record's; ts_ms: the last transaction's (its Commit's);
-    expand(run, start, stop): the items the source would have given for records[start:stop] (whole
-    transactions), Begin, ChangeRuns and Commit (complete false) per transaction.
+    start: int
+    stop: int
+    txid: int
+    ts_ms: int
+    ts_us: int
+    last_lsn: int | None
+    prefix: str
+    ordinal: int
+    unit: int
+
+
+class TxnRun(NamedTuple):
+    """Whole transactions in the source's raw form for the relay's native lane, which writes each
+    one's BEGIN record, changes and END record in one call (Lane.encode_txns): PgQ event rows
+    (trigger backend; (txid, ts_ms, op, data, table, extra)) of one unit, or our plugin's change
+    records (logical backend; bytes), each transaction its own unit. Every record is an I/U/D
+    change with its row; a transaction has one ts_ms and at least one record.
+
+    txns: the transactions' bounds, in order; complete: each transaction ends its unit (logical),
+    else none does (a PgQ batch ends at its last event); tags: as ChangeRun; expand(run, start,
+    stop): the items the source would have given for txns[start:stop], Begin, ChangeRuns and
+    Commit per transaction.
     """
 
-    unit: int
-    ordinal: int
     records: list
-    ts_ms: int
+    txns: list[TxnBounds]
+    complete: bool
+    tags: list[str] | None
     expand: Callable[["TxnRun", int, int], list["Item"]]
 
 

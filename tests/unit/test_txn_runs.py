@@ -20,9 +20,9 @@ from pgshovel2.codec import avro, native
 from pgshovel2.relay import pgq_source
 from pgshovel2.relay.emitter import Emitter
 from pgshovel2.relay.pgq_source import PgqSource
-from pgshovel2.relay.source import Begin, ChangeRun, Commit, Control, Idle, TxnRun
+from pgshovel2.relay.source import Begin, Change, ChangeRun, Commit, Control, Idle, TxnBounds, TxnRun
 from pgshovel2.wire import TRIGGER, Position, change_header_at, position_prefix
-from tests.unit.test_lane import UNIT, UNKEYED, ListSink, relay_run, route, trigger_rows, workload
+from tests.unit.test_lane import UNIT, UNKEYED, ListSink, relay_change, relay_run, route, trigger_rows, workload
 from tests.unit.test_native_codec import ARRAYS, TYPES, rows, table
 from tests.unit.test_relay_loop import TAG, FakeSink, FakeSource, assert_transactions_whole, run
 from tests.unit.test_relay_loop import V1 as LOOP_V1
@@ -59,22 +59,41 @@ def emitter(tbl: Table, use_avro: bool, envelope: str) -> tuple[Emitter, ListSin
     return em, sink
 
 
-def relay_items(em: Emitter, sink: ListSink, items: list) -> None:
-    """What the loop writes for a transaction's Begin, ChangeRuns and Commit (BEGIN before its
-    changes here, as Lane.encode_txns writes it; the loop writes it after the lane's first messages,
-    which changes no topic's order)."""
+def relay_items(em: Emitter, sink: ListSink, items: list, backend: str = TRIGGER) -> int:
+    """What the loop writes for items (BEGIN before a transaction's changes here, as
+    Lane.encode_txns writes it; the loop writes it after the lane's first messages, which changes
+    no topic's order): a TxnRun through the lane as Relay._txn_run relays it, a transaction the
+    lane gives back as its items. Returns the transactions the lane took."""
+    laned, open_ = 0, False
     for item in items:
-        if type(item) is Begin:
-            em.begin(item.txid, change_header_at(PREFIX, item.ordinal), item.ts_ms)
-        elif type(item) is ChangeRun:
-            relay_run(em, sink, item, PREFIX)
-        else:
-            assert type(item) is Commit and not item.complete
-            em.end(item.txid, change_header_at(PREFIX, item.ordinal - 1), item.ts_ms)
+        kind = type(item)
+        if kind is TxnRun:
+            i = 0
+            while i < len(item.txns):
+                done = em.txn_run(item, i)
+                laned, i = laned + done, i + done
+                if i < len(item.txns):
+                    laned += relay_items(em, sink, item.expand(item, i, i + 1), backend)
+                    i += 1
+            continue
+        prefix = position_prefix(backend, item.unit)
+        if kind is Begin:
+            em.begin(item.txid, change_header_at(prefix, item.ordinal), item.ts_ms, item.ts_us, item.last_lsn)
+            open_ = True
+        elif kind is ChangeRun:
+            relay_run(em, sink, item, prefix)
+        elif kind is Change:
+            relay_change(em, sink, item, prefix)
+        elif kind is Commit and open_:
+            em.end(item.txid, change_header_at(prefix, item.ordinal - 1), item.ts_ms)
+            open_ = False
+    return laned
 
 
-def txn_run(rows_: list[tuple], ordinal: int = 0) -> TxnRun:
-    return TxnRun(UNIT, ordinal, rows_, rows_[-1][1], pgq_source._expand_txns)
+def chunked(rows_: list[tuple], size: int) -> list[list[tuple]]:
+    """rows_ cut into chunks of size rows (a transaction may go on in the next chunk, as in a batch
+    read by the cursor)."""
+    return [rows_[i:i + size] for i in range(0, len(rows_), size)]
 
 
 @pytest.mark.parametrize("envelope", ["row", "debezium"])
@@ -84,36 +103,33 @@ def test_txn_runs_through_the_lane_equal_their_items_relayed_one_by_one(use_avro
     assert native.module() is not None, "pgshovel2_native is not installed (scripts/install.sh builds it)"
     types = TYPES + ARRAYS if arrays else TYPES
     tbl = table(True, types)
-    rows_ = transactions(trigger_rows(workload(9, rows(23, 300, True, types)), tbl), 4)
+    chunks = chunked(transactions(trigger_rows(workload(9, rows(23, 300, True, types)), tbl), 4), 40)
     em, want = emitter(tbl, use_avro, envelope)
-    relay_items(em, want, pgq_source._expand_txns(txn_run(rows_), 0, len(rows_)))
+    assert relay_items(em, want, list(ChunkSource(chunks, False)._batch(Batch, None))) == 0
     em, got = emitter(tbl, use_avro, envelope)
-    laned = start = 0
-    while start < len(rows_):  # runs of whole transactions, as PgqSource._batch cuts them
-        stop = min(len(rows_), start + 40)
-        while stop < len(rows_) and rows_[stop][0] == rows_[stop - 1][0]:
-            stop += 1
-        run_, i = txn_run(rows_[start:stop], start), 0
-        while i < len(run_.records):  # as Relay._txn_run
-            done, back = em.txn_run(run_, i, PREFIX)
-            laned += done
-            relay_items(em, got, run_.expand(run_, i + done, i + done + back))
-            i += done + back
-        start = stop
+    items = list(ChunkSource(chunks, True)._batch(Batch, None))
+    laned = relay_items(em, got, items)
     assert got.produced == want.produced
-    assert laned < len(rows_)  # some transactions were given back (two ts_ms, arrays, unkeyed deletes)
-    assert arrays or laned > len(rows_) // 10
+    in_runs = sum(len(i.txns) for i in items if type(i) is TxnRun)
+    assert laned < in_runs  # some transactions were given back (arrays, unkeyed deletes)
+    assert arrays or laned > in_runs // 6
 
 
 def test_a_transaction_the_lane_gives_back_is_left_whole():
     tbl = table(False, TYPES[:3])
     good = (7, 1_000, "I", '[1, true, 2, 3]', tbl.qualified, None)
     other = (8, 1_000, "I", '[2, true, 2, 3]', '"s"."gone"', None)  # a table outside the set
+    rows_ = [good, good, other, (9, *good[1:])]
+    run_ = TxnRun(rows_, [TxnBounds(0, 2, 7, 1_000, 1_000_000, None, PREFIX, 0, UNIT),
+                          TxnBounds(2, 3, 8, 1_000, 1_000_000, None, PREFIX, 2, UNIT),
+                          TxnBounds(3, 4, 9, 1_000, 1_000_000, None, PREFIX, 3, UNIT)], False, None,
+                  pgq_source._expand_txns)
     em, sink = emitter(tbl, False, "row")
-    assert em.txn_run(txn_run([good, good, other, good]), 0, PREFIX) == (2, 1)
+    assert em.txn_run(run_, 0) == 1
     assert [m[0] for m in sink.produced] == ["txns", "topic.t", "topic.t", "txns"]
-    assert em.txn_run(txn_run([good, good, other, good]), 3, PREFIX) == (1, 0)
-    assert em.txn_run(txn_run([other, good]), 0, PREFIX) == (0, 1)
+    assert em.txn_run(run_, 1) == 0
+    assert em.txn_run(run_, 2) == 1
+    assert len(sink.produced) == 7
 
 
 def chunk_rows(spec: str) -> list[tuple]:
@@ -127,22 +143,33 @@ def chunk_rows(spec: str) -> list[tuple]:
     return out
 
 
-@pytest.mark.parametrize(("spec", "end"), [
-    ("AABBBC", 5),  # the chunk's last transaction may go on in the next chunk
-    ("AAbB", 2),  # a control row: its transaction is not taken
-    ("AaB", 0),
-    ("AABbC", 2),
-    ("A", 0),
+def cut(rows_: list[tuple], start: int = 0) -> list[tuple[int, int]]:
+    return [(t.start, t.stop) for t in pgq_source._txn_bounds(rows_, start, 0, UNIT, PREFIX)]
+
+
+@pytest.mark.parametrize(("spec", "bounds"), [
+    ("AABBBC", [(0, 2), (2, 5)]),  # the chunk's last transaction may go on in the next chunk
+    ("AAbB", [(0, 2)]),  # a control row: its transaction is not taken
+    ("AaB", []),
+    ("AABbC", [(0, 2)]),
+    ("A", []),
 ])
-def test_txns_end_takes_whole_transactions_of_data_rows_only(spec, end):
-    assert pgq_source._txns_end(chunk_rows(spec), 0) == end
+def test_txn_bounds_take_whole_transactions_of_data_rows_only(spec, bounds):
+    assert cut(chunk_rows(spec)) == bounds
 
 
-def test_txns_end_stops_at_run_max_rows():
+def test_txn_bounds_take_one_ts_ms_a_transaction():
+    rows_ = chunk_rows("AABBCC")
+    rows_[3] = (rows_[3][0], 1_001, *rows_[3][2:])  # B's second row: another ts_ms (PgQ's ev_time per event)
+    assert cut(rows_) == [(0, 2)]
+    assert cut(rows_, 4) == []  # C ends the chunk
+
+
+def test_txn_bounds_stop_at_run_max_rows():
     rows_ = [(n // 2, 1_000, "I", "[1]", TAG, None) for n in range(2 * pgq_source.RUN_MAX)]
-    assert pgq_source._txns_end(rows_, 0) == pgq_source.RUN_MAX
+    assert cut(rows_)[-1][1] == pgq_source.RUN_MAX
     big = [(1, 1_000, "I", "[1]", TAG, None)] * (pgq_source.RUN_MAX + 1) + rows_
-    assert pgq_source._txns_end(big, 0) == 0
+    assert cut(big) == []
 
 
 class ChunkSource(PgqSource):
@@ -164,10 +191,10 @@ def test_batch_items_with_txn_runs_expand_to_the_items_without():
     plain = list(ChunkSource(chunks, False)._batch(Batch, None))
     with_runs = list(ChunkSource(chunks, True)._batch(Batch, None))
     runs = [i for i in with_runs if type(i) is TxnRun]
-    assert [len(r.records) for r in runs] == [7, 4]  # A, B, C; E, F (D has a control row, G and H end chunks)
+    assert [[t.txid for t in r.txns] for r in runs] == [[ord(c) for c in "abc"], [ord(c) for c in "ef"]]
     expanded = []
     for item in with_runs:
-        expanded += item.expand(item, 0, len(item.records)) if type(item) is TxnRun else [item]
+        expanded += item.expand(item, 0, len(item.txns)) if type(item) is TxnRun else [item]
     assert expanded == plain
     assert [type(i) for i in plain].count(Control) == 1 and plain[-1] == Commit(ord("h"), 1_000, UNIT, 18, True)
     begins = [i for i in plain if type(i) is Begin]

@@ -1,0 +1,246 @@
+"""TxnRuns of the logical backend (our output plugin): LogicalSource._read over a replication
+stream held in memory, with and without TxnRuns. The items are the same once TxnRuns are expanded
+(and ChangeRuns taken change by change: a transaction the source opened but could not finish in a
+run goes on in other ChangeRuns), the decoder ends up with the same transaction ends to confirm,
+and the messages the emitter writes for both forms are the same byte for byte, for random rows of
+every WIRE.md type in both envelopes, JSON and Avro. The stream has transactions the lane cannot
+take whole (a TRUNCATE, an unchanged TOASTed value, arrays the native codec leaves to Python), pauses
+inside and between transactions (the source reads only what the stream already holds), and
+transactions at or below the committed position (they go the old way: the loop skips them).
+
+Fails (does not skip) when the extension is not installed: scripts/install.sh builds it.
+"""
+
+import random
+import struct
+import threading
+from typing import NamedTuple
+
+import pytest
+
+from pgshovel2.codec import native
+from pgshovel2.relay.logical_source import LogicalSource
+from pgshovel2.relay.record_decoder import BEGIN_FIELDS, COMMIT_FIELDS, PG_EPOCH_US, RecordDecoder
+from pgshovel2.relay.source import Change, ChangeRun, Idle, Lag, TxnRun
+from pgshovel2.wire import LOGICAL, Position
+from tests.unit.test_lane import UNKEYED, record, workload
+from tests.unit.test_native_codec import ARRAYS, TYPES, rows, table
+from tests.unit.test_relay_loop import TAG, FakeSink, assert_transactions_whole, run
+from tests.unit.test_txn_runs import begins_first, emitter, relay_items
+
+FIRST_LSN = 0x2_0000_0000
+
+
+class Message(NamedTuple):
+    payload: bytes
+    data_start: int
+
+
+class Cursor:
+    """A replication cursor over messages; None in them: the stream holds nothing more for now."""
+
+    def __init__(self, messages: list[Message | None]):
+        self.messages = list(reversed(messages))
+
+    def read_message(self) -> Message | None:
+        return self.messages.pop() if self.messages else None
+
+
+class StreamSource(LogicalSource):
+    """LogicalSource._read over a Cursor (no database), our plugin's records as raw rows."""
+
+    def __init__(self, tags: list[str], messages: list[Message | None], txn_runs: bool):
+        self._decoder = RecordDecoder(tags, "slot", raw_rows=True)
+        self._decoder.last_lsn = FIRST_LSN - 8
+        self._cur = Cursor(messages)
+        self.runs, self.txn_runs, self.stream = True, txn_runs, None
+        self._in_txn, self._last_start, self._flushed = False, None, 0
+        self.heartbeat_interval, self.wait_cap, self.slot = 1e9, 0.0, "slot"
+
+    def items_until_idle(self, committed: int) -> list:
+        """The items up to the first Idle after the stream holds nothing more."""
+        out = []
+        for item in self._read(Position(committed, 0, True, None, LOGICAL), 0.0):
+            if type(item) is Idle:
+                if not self._cur.messages:
+                    return out
+                continue
+            out.append(item)
+        raise AssertionError("unreachable")
+
+
+def stream(records: list[bytes], seed: int) -> list[Message | None]:
+    """records (change records of our plugin) as transactions of 1..6 changes, each its own txid,
+    commit LSN and time: BEGIN, changes, COMMIT; now and then a TRUNCATE among the changes, a
+    change with an unchanged value (a TOASTed column), a pause inside or after a transaction."""
+    rng, out, i, n = random.Random(seed), [], 0, 0
+    lsn = FIRST_LSN
+    while i < len(records):
+        size, commit_lsn = rng.randint(1, 6), lsn + 0x100
+        out.append(Message(b"B" + BEGIN_FIELDS.pack(commit_lsn, 9000 + n, 1_000_000 + 7_000 * n), lsn))
+        for data in records[i:i + size]:
+            if rng.random() < 0.03:
+                out.append(Message(b"T" + struct.pack(">QH", lsn + 1, 0), lsn + 1))
+            if rng.random() < 0.03:
+                data = unchanged(data)
+            out.append(Message(data, lsn + 2))
+            if rng.random() < 0.05:
+                out.append(None)
+        out.append(Message(b"C" + COMMIT_FIELDS.pack(commit_lsn, commit_lsn + 8, size), commit_lsn))
+        if rng.random() < 0.2:
+            out.append(None)
+        i, n, lsn = i + size, n + 1, commit_lsn + 8
+    return out
+
+
+def unchanged(data: bytes) -> bytes:
+    """An UPDATE of data's row whose second value (no key column) was not logged (flag 4 and its
+    list after the row)."""
+    _lsn, _index, flags, size = struct.unpack_from(">QHBI", data, 1)
+    if data[:1] != b"U" or flags & 1:
+        return data
+    return data[:11] + bytes([flags | 4]) + data[12:16 + size] + struct.pack(">HH", 1, 1)
+
+
+def flat(items: list) -> list:
+    """items with TxnRuns expanded and ChangeRuns as their Changes."""
+    out = []
+    for item in items:
+        if type(item) is TxnRun:
+            out += flat(item.expand(item, 0, len(item.txns)))
+        elif type(item) is ChangeRun:
+            out += item.expand(item, 0, len(item.records))
+        else:
+            out.append(item)
+    return out
+
+
+def both(messages: list[Message | None], tags: list[str], committed: int = 0) -> tuple[list, list, list, list]:
+    """(items without TxnRuns, items with, the decoders' ends without and with)."""
+    plain, laned = StreamSource(tags, messages, False), StreamSource(tags, messages, True)
+    items = plain.items_until_idle(committed), laned.items_until_idle(committed)
+    return items[0], items[1], list(plain._decoder.ends), list(laned._decoder.ends)
+
+
+def test_a_stream_with_txn_runs_gives_the_items_it_gives_without():
+    tbl = table(True, TYPES)
+    messages = stream(workload(5, rows(31, 400, True, TYPES)), 8)
+    plain, with_runs, ends, ends_laned = both(messages, [tbl.qualified, UNKEYED.qualified])
+    runs = [i for i in with_runs if type(i) is TxnRun]
+    assert len(runs) > 5 and sum(len(r.txns) for r in runs) > 40
+    assert all(len(r.records) <= 512 and r.complete for r in runs)
+    assert flat(with_runs) == flat(plain)
+    assert ends_laned == ends and len(ends) == sum(m is not None and m.payload[:1] == b"C" for m in messages)
+
+
+def test_transactions_the_committed_position_reaches_go_the_old_way():
+    tbl = table(True, TYPES)
+    messages = stream(workload(6, rows(32, 120, True, TYPES)), 9)
+    commits = [struct.unpack_from(">Q", m.payload, 1)[0] for m in messages if m is not None and m.payload[:1] == b"C"]
+    committed = commits[len(commits) // 2]
+    plain, with_runs, _, _ = both(messages, [tbl.qualified, UNKEYED.qualified], committed)
+    runs = [i for i in with_runs if type(i) is TxnRun]
+    assert runs and min(t.unit for r in runs for t in r.txns) > committed
+    assert flat(with_runs) == flat(plain)
+
+
+def test_a_transaction_begins_after_the_end_of_the_one_before():
+    tbl = table(True, TYPES[:4])
+    messages = stream(workload(7, rows(33, 60, True, TYPES[:4])), 10)
+    _, with_runs, _, _ = both(messages, [tbl.qualified, UNKEYED.qualified])
+    txns = [t for i in with_runs if type(i) is TxnRun for t in i.txns]
+    assert txns[0].last_lsn == FIRST_LSN - 8 or txns[0].last_lsn > FIRST_LSN
+    commit_time = {m.payload[1:9]: m for m in messages if m is not None and m.payload[:1] == b"B"}
+    for txn in txns:
+        _, txid, ts_us = BEGIN_FIELDS.unpack_from(commit_time[struct.pack(">Q", txn.unit)].payload, 1)
+        assert (txn.txid, txn.ts_us, txn.ts_ms) == (txid, ts_us + PG_EPOCH_US, (ts_us + PG_EPOCH_US) // 1000)
+
+
+@pytest.mark.parametrize("envelope", ["row", "debezium"])
+@pytest.mark.parametrize("use_avro", [True, False], ids=["avro", "json"])
+@pytest.mark.parametrize("arrays", [False, True], ids=["scalars", "with-arrays"])
+def test_logical_txn_runs_through_the_lane_equal_their_items_relayed_one_by_one(use_avro, envelope, arrays):
+    assert native.module() is not None, "pgshovel2_native is not installed (scripts/install.sh builds it)"
+    types = TYPES + ARRAYS if arrays else TYPES
+    tbl = table(True, types)
+    messages = stream(workload(9, rows(23, 300, True, types)), 4)
+    plain, with_runs, _, _ = both(messages, [tbl.qualified, UNKEYED.qualified])
+    em, want = emitter(tbl, use_avro, envelope)
+    assert relay_items(em, want, plain, LOGICAL) == 0
+    em, got = emitter(tbl, use_avro, envelope)
+    laned = relay_items(em, got, with_runs, LOGICAL)
+    assert got.produced == want.produced
+    in_runs = sum(len(i.txns) for i in with_runs if type(i) is TxnRun)
+    assert laned < in_runs  # some transactions were given back (arrays, unkeyed deletes)
+    assert arrays or laned > in_runs // 6
+    assert not any(type(i) is Change and i.op == "T" for i in flat(with_runs) if type(i) is TxnRun)
+
+
+class LoopSource(StreamSource):
+    """StreamSource as the relay loop reads it: the loop's table, acknowledged through
+    LogicalSource.ack (standby feedback recorded by the cursor); stop is set once the stream is
+    read and every transaction end is confirmed."""
+
+    def __init__(self, messages: list[Message | None], txn_runs: bool, stop: threading.Event):
+        super().__init__([TAG], messages, txn_runs)
+        self._cur = FeedbackCursor(messages)
+        self.stop, self.last_end = stop, max(COMMIT_FIELDS.unpack_from(m.payload, 1)[1] for m in messages
+                                             if m is not None and m.payload[:1] == b"C")
+
+    def handoff(self, export):
+        return Position(0, 0, True, None, LOGICAL), None, {"skipped": True}
+
+    def switch(self, record) -> None:
+        pass
+
+    def resume(self, position) -> None:
+        pass
+
+    def items(self, position):
+        for item in self._read(position, 0.0):
+            if type(item) is Idle and self._cur.flushed == self.last_end:
+                self.stop.set()
+            yield item
+
+    def wait(self, timeout: float) -> None:
+        pass
+
+    def lag(self):
+        return Lag()
+
+    def close(self) -> None:
+        pass
+
+
+class FeedbackCursor(Cursor):
+    def __init__(self, messages: list[Message | None]):
+        super().__init__(messages)
+        self.flushed = 0
+
+    def send_feedback(self, write_lsn: int, flush_lsn: int, force: bool) -> None:
+        assert flush_lsn >= self.flushed
+        self.flushed = flush_lsn
+
+
+@pytest.mark.parametrize("soft", [30, 20000])
+def test_the_loop_relays_logical_txn_runs_as_it_relays_their_items(soft):
+    rng = random.Random(11)
+    records = [record(rng.choice("IU"), 0, [k, f"v{k}"]) for k in (rng.randint(1, 40) for _ in range(400))]
+    messages = stream(records, 12)
+    sinks, relays, begun = [], [], []
+    for txn_runs in (False, True):
+        sink = FakeSink()
+        source = LoopSource(messages, txn_runs, threading.Event())
+        relays.append(run(source, sink, soft=soft))
+        assert source._cur.flushed == source.last_end  # every transaction confirmed, after its Kafka commit
+        assert_transactions_whole(sink)
+        begun.append(begins_first(sink))
+        sinks.append({t: [m for m in sink.committed if m[0] == t] for t in {m[0] for m in sink.committed}})
+    plain, laned = sinks
+    truncates = sum(m is not None and m.payload[:1] == b"T" for m in messages)
+    assert relays[0].changes == relays[1].changes == len(records) + truncates
+    assert begun[1] > begun[0] + 20  # the lane wrote those transactions whole (BEGIN first)
+    assert plain.keys() == laned.keys()
+    for topic in plain:
+        if not topic.endswith("positions"):
+            assert laned[topic] == plain[topic], topic
