@@ -21,26 +21,17 @@ from pgshovel2.backends.snapshot import ExportedSnapshot
 from pgshovel2.catalog import Table
 from pgshovel2.db import connect, outage
 from pgshovel2.errors import RelayError, UnavailableError
-from pgshovel2.relay import pgoutput_stream, relation_layout
+from pgshovel2.relay import lane_reads, pgoutput_stream, relation_layout
 from pgshovel2.relay.feedback_keeper import FeedbackKeeper
 from pgshovel2.relay.pgoutput_decoder import PgoutputDecoder, SetTable
 from pgshovel2.relay.pgoutput_stream import StreamAssembler
-from pgshovel2.relay.record_decoder import (
-    BEGIN,
-    BEGIN_FIELDS,
-    COMMIT,
-    COMMIT_FIELDS,
-    PG_EPOCH_US,
-    RECORD_FORMAT,
-    RecordDecoder,
-)
+from pgshovel2.relay.record_decoder import RECORD_FORMAT, RecordDecoder
 from pgshovel2.relay.relation_layout import Redo, RelationLayout
-from pgshovel2.relay.source import Begin, Change, Commit, Control, Idle, Item, Lag, TxnBounds, TxnRun
+from pgshovel2.relay.source import Begin, Change, Commit, Control, Idle, Item, Lag
 from pgshovel2.setrecord import PLUGIN, SetRecord
-from pgshovel2.wire import LOGICAL, Lsn, Position, position_prefix
+from pgshovel2.wire import LOGICAL, Lsn, Position
 
 log = logging.getLogger(__name__)
-RUN_MAX = 512  # change records in one ChangeRun
 
 
 class LogicalSource:
@@ -54,7 +45,7 @@ class LogicalSource:
     server's), above which a transaction is streamed before its commit. raw_rows: rows stay the
     plugin's JSON text (for the native codec); runs: consecutive change messages come as ChangeRuns
     (the native lane; with raw_rows only; pgoutput: outside streamed transactions); txn_runs: with
-    runs and our plugin, whole small transactions the stream holds come as TxnRuns. Raises UnavailableError
+    runs, whole small transactions the stream holds come as TxnRuns. Raises UnavailableError
     when the database cannot be reached or goes away (retrying is safe), RelayError when the slot
     is gone.
     """
@@ -84,7 +75,7 @@ class LogicalSource:
         self._keeper = FeedbackKeeper(self._cur)  # no keepalive mid-transaction (relay/feedback_keeper.py)
         self._decoder: RecordDecoder | PgoutputDecoder = RecordDecoder(self._tags, slot, raw_rows)
         self.runs = runs and raw_rows  # ChangeRuns of change messages (the decoder's lane_record)
-        self.txn_runs = self.runs and txn_runs and plugin == PLUGIN  # ... and small whole transactions as TxnRuns
+        self.txn_runs = self.runs and txn_runs  # ... and small whole transactions as TxnRuns
         self.stream: StreamAssembler | None = None  # pgoutput's streamed transactions
         self._in_txn = False  # between a Begin and its Commit
         self._last_start: int | None = None  # XLogData start of the last message read
@@ -249,18 +240,19 @@ class LogicalSource:
                 continue
             while msg is not None:
                 self._last_start = msg.data_start
-                if self.txn_runs and msg.payload[0] == BEGIN:
-                    run, opened, msg = self._txns_from(msg, position.unit)
-                    if run is not None:
-                        yield run
-                    if opened:
-                        yield from self._decoded(self._decoder.feed(opened[0], 0), position)
-                        if len(opened) > 1:
-                            yield self._decoder.run(opened[1:])
+                if self.txn_runs and msg.payload[0] == lane_reads.BEGIN and self._may_start_run(msg, position):
+                    reads = lane_reads.txn_run(msg, self._read_one, self._decoder, position.unit, self._may_read)
+                    if reads.run is not None:
+                        yield reads.run
+                    if reads.opening:
+                        yield from self._decoded(reads.opening, position)
+                    if reads.partial:
+                        yield self._decoder.run(reads.partial)
+                    msg = reads.next
                     continue
                 record = self._lane_record(msg)
                 if record is not None:
-                    records, msg = self._run_from(record)
+                    records, msg = lane_reads.change_run(record, self._read_one, self._decoder)
                     opening = self._decoder.opening()
                     if opening:
                         yield from self._decoded(opening, position)
@@ -283,72 +275,24 @@ class LogicalSource:
             return None
         return self._decoder.lane_record(msg.payload, msg.data_start)
 
-    def _run_from(self, first: object) -> tuple[list, object]:
-        """(records, next message or None): first and the records of the change messages after it
-        the stream already holds that the lane may take (at most RUN_MAX); the message that ended
-        the run, unhandled."""
-        records = [first]
-        lane_record, read = self._decoder.lane_record, self._cur.read_message
-        while len(records) < RUN_MAX:
-            try:
-                msg = read()
-            except psycopg2.Error as exc:
-                self._reraise(exc)
-            if msg is None:
-                break
+    def _read_one(self) -> object | None:
+        """The next message the stream holds (None: none now), its start kept as _last_start."""
+        try:
+            msg = self._cur.read_message()
+        except psycopg2.Error as exc:
+            self._reraise(exc)
+        if msg is not None:
             self._last_start = msg.data_start
-            record = lane_record(msg.payload, msg.data_start)
-            if record is None:
-                return records, msg
-            records.append(record)
-        return records, None
+        return msg
 
-    def _txns_from(self, msg, committed: int) -> tuple[TxnRun | None, list[bytes], object | None]:
-        """(run, opened, next message or None) from msg, a BEGIN record: run, the whole transactions
-        from it the stream already holds whose records the lane may take (RUN_MAX records at most;
-        None for none) above unit committed; opened, the BEGIN record and change records read of
-        the transaction after them, which go the old way (the decoder's Begin, then a ChangeRun);
-        the message that ended them, unhandled. The decoder's ends and last_lsn take the run's
-        transactions as if it had decoded them."""
-        decoder, read = self._decoder, self._cur.read_message
-        records: list[bytes] = []
-        txns: list[TxnBounds] = []
-        opened: list[bytes] = []
-        while msg is not None:
-            data = msg.payload
-            if not opened:
-                if data[0] != BEGIN:
-                    break
-                opened.append(data)
-                if BEGIN_FIELDS.unpack_from(data, 1)[0] <= committed:  # in Kafka already: the old way
-                    return self._txn_run(records, txns), opened, None
-            elif data[0] == COMMIT and len(opened) > 1:
-                commit_lsn, txid, ts_us = BEGIN_FIELDS.unpack_from(opened[0], 1)
-                ts_us += PG_EPOCH_US
-                start = len(records)
-                records += opened[1:]
-                txns.append(TxnBounds(start, len(records), txid, ts_us // 1000, ts_us, decoder.last_lsn,
-                                      position_prefix(LOGICAL, commit_lsn), 0, commit_lsn))
-                end_lsn = COMMIT_FIELDS.unpack_from(data, 1)[1]
-                decoder.ends.append((commit_lsn, end_lsn))
-                decoder.last_lsn, opened = end_lsn, []
-                if self._keepalive_would_confirm_unrelayed():
-                    return self._txn_run(records, txns), [], None
-            elif len(records) + len(opened) <= RUN_MAX and decoder.lane_record(data) is not None:
-                opened.append(data)
-            else:
-                break
-            try:
-                msg = read()
-            except psycopg2.Error as exc:
-                self._reraise(exc)
-            if msg is not None:
-                self._last_start = msg.data_start
-        return self._txn_run(records, txns), opened, msg
+    def _may_start_run(self, msg, position: Position) -> bool:
+        """Whether a TxnRun may start at msg, a BEGIN: outside pgoutput's stream blocks, of a
+        transaction the committed position does not reach (that one goes the old way: skipped)."""
+        return ((self.stream is None or not self.stream.in_block)
+                and int.from_bytes(msg.payload[1:9], "big") > position.unit)
 
-    def _txn_run(self, records: list[bytes], txns: list[TxnBounds]) -> TxnRun | None:
-        decoder = self._decoder
-        return TxnRun(records, txns, True, decoder.tags, decoder.expand_txns) if txns else None
+    def _may_read(self) -> bool:
+        return not self._keepalive_would_confirm_unrelayed()
 
     def _keepalive_would_confirm_unrelayed(self) -> bool:
         """True when a keepalive read now could confirm a transaction not yet in Kafka: psycopg2

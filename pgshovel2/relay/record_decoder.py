@@ -15,14 +15,13 @@ from collections import deque
 from pgshovel2.errors import RelayError
 from pgshovel2.relay import relation_layout
 from pgshovel2.relay.relation_layout import RelationLayout
-from pgshovel2.relay.source import SET_VERSION, Begin, Change, ChangeRun, Commit, Control, Item, RunMaker, TxnRun
+from pgshovel2.relay.source import SET_VERSION, Begin, Change, ChangeRun, Commit, Control, Item, RunMaker
 from pgshovel2.setrecord import PLUGIN
 from pgshovel2.wire import Position
 
 PG_EPOCH_US = 946_684_800_000_000  # 2000-01-01 in microseconds since the Unix epoch
 BEGIN_FIELDS = struct.Struct(">QQq")  # a BEGIN record's commit LSN, txid, commit time (µs since 2000)
 COMMIT_FIELDS = struct.Struct(">QQI")  # a COMMIT record's commit LSN, end LSN, changes
-BEGIN, COMMIT = 66, 67  # the records' first bytes, B and C
 _CHANGE = struct.Struct(">QHBI")  # change LSN, table index, flags, row length; the row at 16
 _TRUNCATE = struct.Struct(">QH")
 _LSN = struct.Struct(">Q")
@@ -91,17 +90,6 @@ class RecordDecoder(RunMaker):
                 out.append(change)
         return out
 
-    def expand_txns(self, run: TxnRun, start: int, stop: int) -> list[Item]:
-        """TxnRun.expand: the items :meth:`decode` (and LogicalSource's ChangeRuns) would have given
-        for the transactions run.txns[start:stop]: Begin, a ChangeRun of its records and Commit."""
-        items: list[Item] = []
-        for txn in run.txns[start:stop]:
-            records = run.records[txn.start:txn.stop]
-            items += (Begin(txn.txid, txn.ts_ms, txn.unit, 0, txn.ts_us, txn.last_lsn),
-                      ChangeRun(txn.txid, txn.ts_ms, txn.unit, 0, records, run.tags, self._expand),
-                      Commit(txn.txid, txn.ts_ms, txn.unit, len(records), True))
-        return items
-
     def _change(self, data: bytes, txid: int, ts_ms: int, unit: int, ordinal: int, tags: list[str]) -> Change | None:
         """The Change of an I/U/D record at (unit, ordinal); None when the capture trigger would
         write no event for it."""
@@ -130,13 +118,13 @@ class RecordDecoder(RunMaker):
             ordinal = self._ordinal
             self._ordinal += 1
             return self._change(data, self._txid, self._ts_ms, self._unit, ordinal, self.tags)
-        if kind == BEGIN:
+        if kind == 66:  # B
             commit_lsn, txid, ts_us = BEGIN_FIELDS.unpack_from(data, 1)
             ts_us += PG_EPOCH_US
             self._unit, self._txid, self._ts_ms, self._ordinal = commit_lsn, txid, ts_us // 1000, 0
             self._skip = self.skip_through is not None and self.skip_through.reaches(commit_lsn, 0, True)
             return Begin(txid, self._ts_ms, commit_lsn, 0, ts_us, self.last_lsn)
-        if kind == COMMIT:
+        if kind == 67:  # C
             commit_lsn, end_lsn, _changes = COMMIT_FIELDS.unpack_from(data, 1)
             self.ends.append((commit_lsn, end_lsn))
             self.last_lsn = end_lsn

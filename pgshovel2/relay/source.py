@@ -119,6 +119,25 @@ class RunMaker:
         opened); none here: a decoder that opens transactions at their first change says so."""
         return []
 
+    def feed(self, data: bytes, wal_start: int) -> list["Item"]:
+        """The items of one message of the stream; wal_start: its XLogData start LSN."""
+        raise NotImplementedError
+
+    def lane_record(self, data: bytes, lsn: int) -> object | None:
+        """The ChangeRun record of a message the native lane may take, else None."""
+        raise NotImplementedError
+
+    def expand_txns(self, run: "TxnRun", start: int, stop: int) -> list["Item"]:
+        """TxnRun.expand of a logical TxnRun: the items the source gives without TxnRuns for the
+        transactions run.txns[start:stop] (each its own unit): Begin, a ChangeRun, Commit."""
+        items: list[Item] = []
+        for txn in run.txns[start:stop]:
+            records = run.records[txn.start:txn.stop]
+            items += (Begin(txn.txid, txn.ts_ms, txn.unit, 0, txn.ts_us, txn.last_lsn),
+                      ChangeRun(txn.txid, txn.ts_ms, txn.unit, 0, records, run.tags, self._expand),
+                      Commit(txn.txid, txn.ts_ms, txn.unit, len(records), True))
+        return items
+
     def _expand(self, run: ChangeRun, start: int, stop: int) -> list[Change]:
         raise NotImplementedError
 

@@ -14,17 +14,23 @@ Fails (does not skip) when the extension is not installed: scripts/install.sh bu
 import random
 import struct
 import threading
+from collections.abc import Callable
 from typing import NamedTuple
 
 import pytest
 
 from pgshovel2.codec import native
 from pgshovel2.relay.logical_source import LogicalSource
+from pgshovel2.relay.pgoutput_decoder import PgoutputDecoder
 from pgshovel2.relay.record_decoder import BEGIN_FIELDS, COMMIT_FIELDS, PG_EPOCH_US, RecordDecoder
 from pgshovel2.relay.source import Change, ChangeRun, Idle, Lag, TxnRun
 from pgshovel2.wire import LOGICAL, Position
-from tests.unit.test_lane import UNKEYED, record, workload
+from tests.unit.test_lane import TXID, UNIT, UNKEYED, record, workload
+from tests.unit.test_lane_pgoutput import in_transaction
+from tests.unit.test_lane_pgoutput import messages as pg_messages
 from tests.unit.test_native_codec import ARRAYS, TYPES, rows, table
+from tests.unit.test_native_pgoutput import MORE_ARRAYS, OID
+from tests.unit.test_native_pgoutput import table as pg_table
 from tests.unit.test_relay_loop import TAG, FakeSink, assert_transactions_whole, run
 from tests.unit.test_txn_runs import begins_first, emitter, relay_items
 
@@ -47,10 +53,12 @@ class Cursor:
 
 
 class StreamSource(LogicalSource):
-    """LogicalSource._read over a Cursor (no database), our plugin's records as raw rows."""
+    """LogicalSource._read over a Cursor (no database): our plugin's records as raw rows for
+    tags, or pgoutput's messages for decoder (a PgoutputDecoder)."""
 
-    def __init__(self, tags: list[str], messages: list[Message | None], txn_runs: bool):
-        self._decoder = RecordDecoder(tags, "slot", raw_rows=True)
+    def __init__(self, tags: list[str], messages: list[Message | None], txn_runs: bool,
+                 decoder: PgoutputDecoder | None = None):
+        self._decoder = decoder or RecordDecoder(tags, "slot", raw_rows=True)
         self._decoder.last_lsn = FIRST_LSN - 8
         self._cur = Cursor(messages)
         self.runs, self.txn_runs, self.stream = True, txn_runs, None
@@ -115,9 +123,11 @@ def flat(items: list) -> list:
     return out
 
 
-def both(messages: list[Message | None], tags: list[str], committed: int = 0) -> tuple[list, list, list, list]:
-    """(items without TxnRuns, items with, the decoders' ends without and with)."""
-    plain, laned = StreamSource(tags, messages, False), StreamSource(tags, messages, True)
+def both(messages: list[Message | None], tags: list[str], committed: int = 0,
+         decoder: Callable[[], PgoutputDecoder] | None = None) -> tuple[list, list, list, list]:
+    """(items without TxnRuns, items with, the decoders' ends without and with); decoder: makes a
+    pgoutput decoder for each (None: our plugin's records)."""
+    plain, laned = (StreamSource(tags, messages, runs, decoder() if decoder else None) for runs in (False, True))
     items = plain.items_until_idle(committed), laned.items_until_idle(committed)
     return items[0], items[1], list(plain._decoder.ends), list(laned._decoder.ends)
 
@@ -244,3 +254,56 @@ def test_the_loop_relays_logical_txn_runs_as_it_relays_their_items(soft):
     for topic in plain:
         if not topic.endswith("positions"):
             assert laned[topic] == plain[topic], topic
+
+
+def pgoutput_stream(changes: list[tuple[bytes, int]], seed: int) -> list[Message | None]:
+    """pgoutput's I/U/D messages as transactions of 1..6 changes: Begin, changes, Commit (each with
+    its own xid, commit LSN and time); now and then a Truncate among the changes, a pause inside or
+    after a transaction."""
+    rng, out, i, n = random.Random(seed), [], 0, 0
+    lsn = FIRST_LSN
+    while i < len(changes):
+        size, commit_lsn, ts = rng.randint(1, 6), lsn + 0x100, 1_000_000 + 7_000 * n - PG_EPOCH_US
+        out.append(Message(b"B" + struct.pack(">QqI", commit_lsn, ts, (TXID + n) & 0xFFFFFFFF), lsn))
+        for data, start in changes[i:i + size]:
+            if rng.random() < 0.03:
+                out.append(Message(b"T" + struct.pack(">IBI", 1, 0, OID), lsn + 1))
+            out.append(Message(data, start))
+            if rng.random() < 0.05:
+                out.append(None)
+        out.append(Message(b"C" + struct.pack(">BQQq", 0, commit_lsn, commit_lsn + 8, ts), commit_lsn))
+        if rng.random() < 0.2:
+            out.append(None)
+        i, n, lsn = i + size, n + 1, commit_lsn + 8
+    return out
+
+
+def pgoutput_decoder(tbl, monkeypatch) -> Callable[[], PgoutputDecoder]:
+    def make() -> PgoutputDecoder:
+        dec = in_transaction(tbl, monkeypatch)
+        dec.feed(b"C" + struct.pack(">BQQq", 0, UNIT, UNIT + 8, 0), UNIT)  # in_transaction's, empty
+        dec.ends.clear()
+        return dec
+    return make
+
+
+@pytest.mark.parametrize("envelope", ["row", "debezium"])
+@pytest.mark.parametrize("use_avro", [True, False], ids=["avro", "json"])
+@pytest.mark.parametrize("arrays", [False, True], ids=["scalars", "with-arrays"])
+def test_pgoutput_txn_runs_give_the_items_and_messages_they_give_without(use_avro, envelope, arrays, monkeypatch):
+    assert native.module() is not None, "pgshovel2_native is not installed (scripts/install.sh builds it)"
+    tbl = pg_table(TYPES + MORE_ARRAYS if arrays else TYPES)
+    messages = pgoutput_stream(pg_messages(7, tbl, 300), 5)
+    plain, with_runs, ends, ends_laned = both(messages, [], decoder=pgoutput_decoder(tbl, monkeypatch))
+    runs = [i for i in with_runs if type(i) is TxnRun]
+    assert len(runs) > 5 and all(r.complete and len(r.records) <= 512 for r in runs)
+    assert flat(with_runs) == flat(plain)
+    assert ends_laned == ends and len(ends) == sum(m is not None and m.payload[:1] == b"C" for m in messages)
+    em, want = emitter(tbl, use_avro, envelope)
+    assert relay_items(em, want, plain, LOGICAL) == 0
+    em, got = emitter(tbl, use_avro, envelope)
+    laned = relay_items(em, got, with_runs, LOGICAL)
+    assert got.produced == want.produced
+    in_runs = sum(len(r.txns) for r in runs)
+    assert laned < in_runs  # some transactions were given back (unchanged TOASTed values, arrays)
+    assert arrays or laned > 2  # an update's unchanged TOASTed value (often here) gives its transaction back

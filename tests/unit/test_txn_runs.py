@@ -1,10 +1,11 @@
 """TxnRuns (pgshovel2.relay.source.TxnRun): whole small transactions of PgQ event rows written by
 the native lane in one call (Emitter.txn_run, Lane.encode_txns) against the items the PgQ source
-gives without them (TxnRun.expand: Begin, ChangeRuns, Commit per transaction) relayed the way the
-loop relays them: the same messages, headers, BEGIN and END records (JSON and Avro), byte for byte
-and in order, for random rows of every WIRE.md type in both envelopes, with transactions the lane
-gives back whole (a row it leaves to Python, rows of two ts_ms). Then PgqSource._batch's cut of a
-batch into TxnRuns, and the relay loop over both forms of one stream.
+gives without them (Begin, ChangeRuns, Commit per transaction) relayed the way the loop relays
+them: the same messages, headers, BEGIN and END records (JSON and Avro), byte for byte and in
+order, for random rows of every WIRE.md type in both envelopes, with transactions the lane gives
+back whole (a row it leaves to Python) and transactions the source leaves out of runs (rows of
+two ts_ms, a control row, a chunk's last). Then PgqSource._batch's cut of a batch into TxnRuns
+(_txn_bounds), and the relay loop over both forms of one stream.
 
 Fails (does not skip) when the extension is not installed: scripts/install.sh builds it.
 """
