@@ -1,5 +1,6 @@
 """``pgshovel-kafka-relay SET``: relay a replication set's changes to Kafka."""
 
+import gc
 import logging
 import re
 import signal
@@ -15,12 +16,24 @@ from pgshovel2.relay.options import RelayOptions
 from pgshovel2.relay.supervisor import run_elected
 
 log = logging.getLogger("pgshovel2.relay")
+GC_YOUNG_THRESHOLD = 50_000  # allocations of container objects between collections of the young generation
 
 
 def _memory_setting(_ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
     if value is not None and not re.fullmatch(r"[0-9]+(kB|MB|GB|TB)?", value.strip()):
         raise click.BadParameter(f"{value!r} is not a PostgreSQL memory size such as 64kB or 256MB", param=param)
     return value.strip() if value else None
+
+
+def _tune_gc() -> None:
+    """Collect the young generation less often, with what start-up made moved out of the
+    collector's way (gc.freeze). The relay makes and frees container objects by the thousand per
+    source run (message tuples, header lists); at the default threshold of 700 the collector ran
+    every hundred messages or so and traversed the run's live messages each time: 7 % of the
+    relay's main thread in a profile of small transactions. The relay makes few reference cycles."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(GC_YOUNG_THRESHOLD, 20, 100)
 
 
 @click.command()
@@ -75,6 +88,7 @@ def main(set_name: str, zookeeper_hosts: str, cluster: str, bootstrap_servers: s
     others stand by and take over when it dies.
     """
     setup_logging(log_level)
+    _tune_gc()
     if metrics_port is not None:
         try:
             metrics.serve(metrics_port, metrics_address)
