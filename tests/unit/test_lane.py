@@ -47,6 +47,14 @@ class ListSink:
             self.produce(topic, key, value, headers)
 
 
+def every_form(test):
+    """test over the axes of the lane's differential tests: envelope (row, debezium), use_avro
+    (avro, json) and arrays (scalars, with-arrays)."""
+    test = pytest.mark.parametrize("arrays", [False, True], ids=["scalars", "with-arrays"])(test)
+    test = pytest.mark.parametrize("use_avro", [True, False], ids=["avro", "json"])(test)
+    return pytest.mark.parametrize("envelope", ["row", "debezium"])(test)
+
+
 def record(op: str, index: int, row: list, old: list | None = None, lsn: int = UNIT + 1) -> bytes:
     """A change record of the plugin (format 3) at change LSN lsn: row and old row as JSON text."""
     new = json.dumps(row).encode()
@@ -159,9 +167,7 @@ def in_runs(records: list[bytes], use_avro: bool, tbl: Table, envelope: str, siz
     return (sink.produced, dict(em._counts), em.skipped_unkeyed_deletes, em._order.total), laned
 
 
-@pytest.mark.parametrize("envelope", ["row", "debezium"])
-@pytest.mark.parametrize("use_avro", [True, False], ids=["avro", "json"])
-@pytest.mark.parametrize("arrays", [False, True], ids=["scalars", "with-arrays"])
+@every_form
 def test_runs_through_the_lane_equal_changes_one_by_one(use_avro, arrays, envelope):
     assert native.module() is not None, "pgshovel2_native is not installed (scripts/install.sh builds it)"
     types = TYPES + ARRAYS if arrays else TYPES
@@ -214,9 +220,7 @@ def trigger_change(row: tuple, ordinal: int) -> Change:
     return Change(txid, ts_ms, op, data if data else None, table, extra if extra else None, UNIT, ordinal)
 
 
-@pytest.mark.parametrize("envelope", ["row", "debezium"])
-@pytest.mark.parametrize("use_avro", [True, False], ids=["avro", "json"])
-@pytest.mark.parametrize("arrays", [False, True], ids=["scalars", "with-arrays"])
+@every_form
 def test_trigger_runs_through_the_lane_equal_changes_one_by_one(use_avro, envelope, arrays):
     types = TYPES + ARRAYS if arrays else TYPES
     tbl = table(True, types)

@@ -13,13 +13,11 @@ Fails (does not skip) when the extension is not installed: scripts/install.sh bu
 import random
 import struct
 
-import pytest
-
 from pgshovel2.codec import native
 from pgshovel2.relay.pgoutput_decoder import PG_EPOCH_US, PgoutputDecoder
 from pgshovel2.relay.source import Begin, Change
 from pgshovel2.wire import LOGICAL, position_prefix
-from tests.unit.test_lane import TXID, UNIT, emitter, relay_change, relay_run, route
+from tests.unit.test_lane import TXID, UNIT, emitter, every_form, relay_change, relay_run, route
 from tests.unit.test_native_codec import ARRAYS, TYPES
 from tests.unit.test_native_pgoutput import MORE_ARRAYS, OID, decoder, message, table
 
@@ -109,9 +107,7 @@ def in_runs(msgs, tbl, use_avro: bool, envelope: str, size: int, monkeypatch):
     return (sink.produced, dict(em._counts), em._order.total), laned
 
 
-@pytest.mark.parametrize("envelope", ["row", "debezium"])
-@pytest.mark.parametrize("use_avro", [True, False], ids=["avro", "json"])
-@pytest.mark.parametrize("arrays", [False, True], ids=["scalars", "with-arrays"])
+@every_form
 def test_pgoutput_runs_through_the_lane_equal_changes_one_by_one(use_avro, arrays, envelope, monkeypatch):
     assert native.module() is not None, "pgshovel2_native is not installed (scripts/install.sh builds it)"
     tbl = table(TYPES + ARRAYS + MORE_ARRAYS if arrays else TYPES)

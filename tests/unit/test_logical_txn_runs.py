@@ -25,7 +25,7 @@ from pgshovel2.relay.pgoutput_decoder import PgoutputDecoder
 from pgshovel2.relay.record_decoder import BEGIN_FIELDS, COMMIT_FIELDS, PG_EPOCH_US, RecordDecoder
 from pgshovel2.relay.source import Change, ChangeRun, Idle, Lag, TxnRun
 from pgshovel2.wire import LOGICAL, Position
-from tests.unit.test_lane import TXID, UNIT, UNKEYED, record, workload
+from tests.unit.test_lane import TXID, UNIT, UNKEYED, every_form, record, workload
 from tests.unit.test_lane_pgoutput import in_transaction
 from tests.unit.test_lane_pgoutput import messages as pg_messages
 from tests.unit.test_native_codec import ARRAYS, TYPES, rows, table
@@ -166,9 +166,7 @@ def test_a_transaction_begins_after_the_end_of_the_one_before():
         assert (txn.txid, txn.ts_us, txn.ts_ms) == (txid, ts_us + PG_EPOCH_US, (ts_us + PG_EPOCH_US) // 1000)
 
 
-@pytest.mark.parametrize("envelope", ["row", "debezium"])
-@pytest.mark.parametrize("use_avro", [True, False], ids=["avro", "json"])
-@pytest.mark.parametrize("arrays", [False, True], ids=["scalars", "with-arrays"])
+@every_form
 def test_logical_txn_runs_through_the_lane_equal_their_items_relayed_one_by_one(use_avro, envelope, arrays):
     assert native.module() is not None, "pgshovel2_native is not installed (scripts/install.sh builds it)"
     types = TYPES + ARRAYS if arrays else TYPES
@@ -287,9 +285,7 @@ def pgoutput_decoder(tbl, monkeypatch) -> Callable[[], PgoutputDecoder]:
     return make
 
 
-@pytest.mark.parametrize("envelope", ["row", "debezium"])
-@pytest.mark.parametrize("use_avro", [True, False], ids=["avro", "json"])
-@pytest.mark.parametrize("arrays", [False, True], ids=["scalars", "with-arrays"])
+@every_form
 def test_pgoutput_txn_runs_give_the_items_and_messages_they_give_without(use_avro, envelope, arrays, monkeypatch):
     assert native.module() is not None, "pgshovel2_native is not installed (scripts/install.sh builds it)"
     tbl = pg_table(TYPES + MORE_ARRAYS if arrays else TYPES)

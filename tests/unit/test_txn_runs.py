@@ -23,7 +23,17 @@ from pgshovel2.relay.emitter import Emitter
 from pgshovel2.relay.pgq_source import PgqSource
 from pgshovel2.relay.source import Begin, Change, ChangeRun, Commit, Control, Idle, TxnBounds, TxnRun
 from pgshovel2.wire import TRIGGER, Position, change_header_at, position_prefix
-from tests.unit.test_lane import UNIT, UNKEYED, ListSink, relay_change, relay_run, route, trigger_rows, workload
+from tests.unit.test_lane import (
+    UNIT,
+    UNKEYED,
+    ListSink,
+    every_form,
+    relay_change,
+    relay_run,
+    route,
+    trigger_rows,
+    workload,
+)
 from tests.unit.test_native_codec import ARRAYS, TYPES, rows, table
 from tests.unit.test_relay_loop import TAG, FakeSink, FakeSource, assert_transactions_whole, run
 from tests.unit.test_relay_loop import V1 as LOOP_V1
@@ -97,9 +107,7 @@ def chunked(rows_: list[tuple], size: int) -> list[list[tuple]]:
     return [rows_[i:i + size] for i in range(0, len(rows_), size)]
 
 
-@pytest.mark.parametrize("envelope", ["row", "debezium"])
-@pytest.mark.parametrize("use_avro", [True, False], ids=["avro", "json"])
-@pytest.mark.parametrize("arrays", [False, True], ids=["scalars", "with-arrays"])
+@every_form
 def test_txn_runs_through_the_lane_equal_their_items_relayed_one_by_one(use_avro, envelope, arrays):
     assert native.module() is not None, "pgshovel2_native is not installed (scripts/install.sh builds it)"
     types = TYPES + ARRAYS if arrays else TYPES
