@@ -74,7 +74,8 @@ def txn_run(msg, read: Callable[[], object | None], decoder: RunMaker, committed
                 break
         elif len(records) < RUN_MAX and (record := decoder.lane_record(data, msg.data_start)) is not None:
             records.append(record)
-            opening += decoder.opening()
+            if not opening:  # pgoutput's Begin comes with the transaction's first change
+                opening += decoder.opening()
         else:
             break
         msg = read()
