@@ -23,10 +23,11 @@ from pgshovel2.backends import logical, slot_failover, trigger
 from pgshovel2.cluster import ClusterStore
 from pgshovel2.consumer.offsets import end_offsets, partition_counts
 from pgshovel2.db import connect, redacted
-from pgshovel2.errors import PgshovelError, RelayError
+from pgshovel2.errors import PgshovelError, RelayError, UnavailableError
 from pgshovel2.ops import resnapshot
 from pgshovel2.relay import election
 from pgshovel2.setrecord import SetRecord, SlotCapture
+from pgshovel2.wire import Position
 from pgshovel2.wire.positions import read_position
 
 
@@ -52,13 +53,24 @@ def wait_caught_up(store: ClusterStore, set_name: str, bootstrap: str, timeout: 
         conn.close()
     deadline, key = time.monotonic() + timeout, f"{store.cluster}/{set_name}"
     while True:
-        position = read_position(bootstrap, record.topics.positions, key, timeout=10)
-        if position is not None and position.reaches(target, 0, True):
+        committed = _committed(bootstrap, record.topics.positions, key)
+        if isinstance(committed, Position) and committed.reaches(target, 0, True):
             return
         if time.monotonic() > deadline:
+            seen = committed.describe() if isinstance(committed, Position) else committed
             raise RelayError(f"the relay of set {set_name!r} did not commit past {target} within {timeout:g}s "
-                             f"(committed: {position.describe() if position else 'nothing'}): is it running?")
+                             f"(committed: {seen}): is it running?")
         time.sleep(0.2)
+
+
+def _committed(bootstrap: str, topic: str, key: str) -> Position | str:
+    """The relay's committed position, or why there is none yet: 'nothing', or Kafka's error --
+    a relay that has not yet created its positions topic (first start) makes that topic unknown,
+    which is a reason to wait, not to fail."""
+    try:
+        return read_position(bootstrap, topic, key, timeout=10) or "nothing"
+    except UnavailableError as exc:
+        return str(exc)
 
 
 def kafka_status(record: SetRecord, bootstrap: str) -> dict[str, Any]:

@@ -7,6 +7,7 @@ format check."""
 import hashlib
 import os
 import signal
+import threading
 import time
 from collections import Counter
 
@@ -97,6 +98,31 @@ def _until(source, items, kind, count: int = 1) -> list:
         read.append(item)
         count -= isinstance(item, kind)
     return read
+
+
+def test_waiting_for_a_relay_that_has_not_started_yet(stack, cluster, db, schema, tmp_path, relay):
+    """Before its relay's first start a set has no positions topic: the drain check
+    (``set status --wait``) waits for the relay rather than failing on the unknown topic."""
+    table, _ = make_set(stack, cluster, db, tmp_path, "early", "id int PRIMARY KEY", schema)
+    with db.cursor() as cur:
+        cur.execute(f"INSERT INTO {table} SELECT generate_series(1, 100)")
+    outcome: list[BaseException | None] = []
+
+    def wait() -> None:
+        try:
+            caught_up(stack, cluster, "early", timeout=90)
+            outcome.append(None)
+        except BaseException as exc:  # noqa: BLE001 - handed to the test's thread
+            outcome.append(exc)
+
+    waiter = threading.Thread(target=wait)
+    waiter.start()
+    time.sleep(3)
+    assert not outcome, f"the wait ended before the relay started: {outcome}"
+    relay("early")
+    waiter.join(120)
+    assert outcome == [None]
+    assert_verified(verify(stack, cluster, "early"))
 
 
 def test_a_keepalive_mid_transaction_confirms_nothing_unrelayed(stack, cluster, db, schema, tmp_path, relay):
