@@ -33,6 +33,7 @@ from pgshovel2.relay.commit_clock import CommitClock
 from pgshovel2.relay.control import ControlEvents
 from pgshovel2.relay.election import Leadership
 from pgshovel2.relay.initial_snapshot import emit_initial_snapshot
+from pgshovel2.relay.lane_relay import LaneRelaying
 from pgshovel2.relay.layout import Layout
 from pgshovel2.relay.online_snapshot import Emission, OnlineSnapshot, emit_chunk
 from pgshovel2.relay.options import RelayOptions
@@ -53,7 +54,7 @@ class _Txn:
         self.begin, self.begun, self.last_header, self.last_covered = begin, False, "", False
 
 
-class Relay:
+class Relay(LaneRelaying):
     """Relays one set from source to sink until stop is set.
 
     layout: the set layout in effect (its emitter produces to sink); control: applies
@@ -229,92 +230,6 @@ class Relay:
         txn.last_header, txn.last_covered = header, covered
         if not covered:
             self.changes += 1
-
-    def _run(self, run: ChangeRun) -> None:
-        """Relay a ChangeRun through the emitter's native lane, but record by record (:meth:`_change`)
-        where that path has work to do: a record the lane leaves, and all of the run in a unit the
-        committed position reaches, during an online snapshot's chunk, or when the Kafka transaction
-        could reach its hard size. A transaction's first change goes to the lane too (:meth:`_first_lane`)."""
-        i, n = 0, len(run.records)
-        while i < n:
-            if self._itemwise(run.unit, 3 * (n - i)):
-                self._changes(run, i, n)
-                return
-            done = self._lane(run, i) if self._txn.begun else self._first_lane(run, i)
-            if not done:
-                self._changes(run, i, i + 1)
-                done = 1
-            i += done
-
-    def _txn_run(self, run: TxnRun) -> None:
-        """Relay a TxnRun's whole transactions through the emitter's native lane, and each one it
-        gives back as the items run.expand gives; the rest of the run so (checked before each lane
-        call) in a unit the committed position reaches, during an online snapshot's chunk, or when
-        the Kafka transaction could reach its hard size. The Kafka transaction may end after each
-        lane call, as at the Commits of its transactions."""
-        txns, i = run.txns, 0
-        while i < len(txns):
-            if self._itemwise(txns[i].unit, 5 * (txns[-1].stop - txns[i].start)):
-                self._items(run.expand(run, i, len(txns)))
-                return
-            done = self.emitter.txn_run(run, i)
-            if done:
-                self._txns_done(run, i, i + done)
-                i += done
-            if i < len(txns):
-                self._items(run.expand(run, i, i + 1))
-                i += 1
-
-    def _itemwise(self, unit: int, messages: int) -> bool:
-        """True where the item path has work to do for the rest of a run from unit, which makes at
-        most messages more: a unit the committed position reaches, an online snapshot's chunk, or a
-        Kafka transaction that could reach its hard size."""
-        return (unit <= self.committed.unit or (self.online is not None and self.online.chunk is not None)
-                or self._pending() + messages >= self.hard)
-
-    def _txns_done(self, run: TxnRun, start: int, stop: int) -> None:
-        """The bookkeeping of the Commits of run.txns[start:stop], which the lane wrote."""
-        last = run.txns[stop - 1]
-        self.changes += last.stop - run.txns[start].start
-        self._at_unit(last.unit)
-        self._ready = self._point(last.unit, last.ordinal + last.stop - last.start, run.complete)
-        if run.complete:
-            self._clock.complete_point()
-        if self._pending() >= self.soft or (run.complete and self._clock.due(last.ts_ms)):
-            self._commit_ready()
-
-    def _items(self, items: list[Item]) -> None:
-        for item in items:
-            self._item(item)
-
-    def _first_lane(self, run: ChangeRun, start: int) -> int:
-        """:meth:`_lane` at the open transaction's first change, run.records[start]; when the lane
-        takes it, the transaction's BEGIN record (what :meth:`_change` writes there) follows its
-        messages in the same Kafka transaction."""
-        txn, begin = self._txn, self._txn.begin
-        self.emitter.open(begin.ts_us, begin.last_lsn)
-        done = self._lane(run, start)
-        if done:
-            self.emitter.begin_record(begin.txid, change_header_at(self._prefix, run.ordinal + start), run.ts_ms)
-            txn.begun = True
-        return done
-
-    def _lane(self, run: ChangeRun, start: int) -> int:
-        """emitter.change_run of run.records[start:] with the bookkeeping of :meth:`_change`; returns
-        how many records it relayed."""
-        if run.unit != self._prefix_unit:
-            self._prefix_unit, self._prefix = run.unit, position_prefix(self.source.backend, run.unit)
-        self.emitter.replaying = False
-        done = self.emitter.change_run(run, start, self._prefix)
-        if done:
-            self._txn.last_header = change_header_at(self._prefix, run.ordinal + start + done - 1)
-            self._txn.last_covered = False
-            self.changes += done
-        return done
-
-    def _changes(self, run: ChangeRun, start: int, stop: int) -> None:
-        for item in run.expand(run, start, stop):
-            self._change(item)
 
     def _unencodable(self, exc: EncodeError, header: str, what: dict) -> None:
         """The operator's choice for a change at header that cannot be encoded: stop, naming the
