@@ -13,11 +13,16 @@ messages in between go to the lane as the decoder's lane records.
 from collections.abc import Callable
 from typing import NamedTuple
 
-from pgshovel2.relay.source import Begin, Item, RunMaker, TxnBounds, TxnRun
+from pgshovel2.relay.source import RUN_MAX, Begin, Item, RunMaker, TxnBounds, TxnRun
 from pgshovel2.wire import LOGICAL, position_prefix
 
-RUN_MAX = 512  # change records in one ChangeRun or TxnRun
 BEGIN, COMMIT = 66, 67  # B and C: the first byte of a BEGIN and a COMMIT, in our plugin's records and pgoutput's
+
+
+def commit_lsn(begin: bytes) -> int:
+    """The commit LSN of a BEGIN message's transaction (bytes 1-8 of our plugin's BEGIN record and
+    of pgoutput's Begin, its final LSN)."""
+    return int.from_bytes(begin[1:9], "big")
 
 
 class TxnReads(NamedTuple):
@@ -60,7 +65,7 @@ def txn_run(msg, read: Callable[[], object | None], decoder: RunMaker, committed
     while msg is not None:
         data = msg.payload
         if opening is None:
-            if data[0] != BEGIN or int.from_bytes(data[1:9], "big") <= committed:
+            if data[0] != BEGIN or commit_lsn(data) <= committed:
                 break
             opening, start = decoder.feed(data, msg.data_start), len(records)
         elif data[0] == COMMIT and len(records) > start:

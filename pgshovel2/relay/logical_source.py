@@ -289,7 +289,7 @@ class LogicalSource:
         """Whether a TxnRun may start at msg, a BEGIN: outside pgoutput's stream blocks, of a
         transaction the committed position does not reach (that one goes the old way: skipped)."""
         return ((self.stream is None or not self.stream.in_block)
-                and int.from_bytes(msg.payload[1:9], "big") > position.unit)
+                and lane_reads.commit_lsn(msg.payload) > position.unit)
 
     def _may_read(self) -> bool:
         return not self._keepalive_would_confirm_unrelayed()

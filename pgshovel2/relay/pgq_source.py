@@ -27,6 +27,7 @@ from pgshovel2.errors import FencedError, RelayError, UnavailableError
 from pgshovel2.relay.prefetch import prefetch
 from pgshovel2.relay.source import (
     CONTROL_OPS,
+    RUN_MAX,
     Begin,
     Change,
     ChangeRun,
@@ -42,7 +43,6 @@ from pgshovel2.setrecord import TriggerCapture
 from pgshovel2.wire import TRIGGER, Position, position_prefix
 
 log = logging.getLogger(__name__)
-RUN_MAX = 512  # event rows in one ChangeRun
 _IUD = frozenset("IUD")
 
 

@@ -35,6 +35,7 @@ from pgshovel2.wire import Position
 SCHEMA_CHANGE, SET_VERSION = "S", "V"  # the control events' ops (pgshovel2.relay.control)
 # W: an online snapshot's watermark in a PgQ queue (pgshovel2.relay.online_snapshot)
 CONTROL_OPS = frozenset({SCHEMA_CHANGE, SET_VERSION, WATERMARK_EVENT})
+RUN_MAX = 512  # records in one ChangeRun or TxnRun: how far a source reads ahead for the lane
 
 
 class Begin(NamedTuple):

@@ -21,7 +21,7 @@ from pgshovel2.codec import avro, native
 from pgshovel2.relay import pgq_source
 from pgshovel2.relay.emitter import Emitter
 from pgshovel2.relay.pgq_source import PgqSource
-from pgshovel2.relay.source import Begin, Change, ChangeRun, Commit, Control, Idle, TxnBounds, TxnRun
+from pgshovel2.relay.source import RUN_MAX, Begin, Change, ChangeRun, Commit, Control, Idle, TxnBounds, TxnRun
 from pgshovel2.wire import TRIGGER, Position, change_header_at, position_prefix
 from tests.unit.test_lane import (
     UNIT,
@@ -175,9 +175,9 @@ def test_txn_bounds_take_one_ts_ms_a_transaction():
 
 
 def test_txn_bounds_stop_at_run_max_rows():
-    rows_ = [(n // 2, 1_000, "I", "[1]", TAG, None) for n in range(2 * pgq_source.RUN_MAX)]
-    assert cut(rows_)[-1][1] == pgq_source.RUN_MAX
-    big = [(1, 1_000, "I", "[1]", TAG, None)] * (pgq_source.RUN_MAX + 1) + rows_
+    rows_ = [(n // 2, 1_000, "I", "[1]", TAG, None) for n in range(2 * RUN_MAX)]
+    assert cut(rows_)[-1][1] == RUN_MAX
+    big = [(1, 1_000, "I", "[1]", TAG, None)] * (RUN_MAX + 1) + rows_
     assert cut(big) == []
 
 
