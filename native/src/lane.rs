@@ -70,6 +70,9 @@ struct Txn {
 pub struct Lane {
     writers: Vec<Option<Writer>>,
     topics: Vec<PyObject>,
+    /// per table index, its topic's name when a transactions-topic record may carry it unescaped
+    /// (printable ASCII without quote or backslash); None: such a record is Python's
+    plain_topics: Vec<Option<String>>,
     indexes: HashMap<String, usize>,
 }
 
@@ -80,7 +83,7 @@ impl Lane {
     /// topic (str; anything where writers has None); tags: per table index, the table's tag (the
     /// table of a trigger row). Raises TypeError for another writer.
     #[new]
-    fn new(writers: Vec<Option<Bound<'_, PyAny>>>, topics: Vec<PyObject>, tags: Vec<String>) -> PyResult<Self> {
+    fn new(py: Python<'_>, writers: Vec<Option<Bound<'_, PyAny>>>, topics: Vec<PyObject>, tags: Vec<String>) -> PyResult<Self> {
         if writers.len() != topics.len() || writers.len() != tags.len() {
             return Err(pyo3::exceptions::PyValueError::new_err("Lane: writers, topics and tags differ in length"));
         }
@@ -93,7 +96,12 @@ impl Lane {
                 Ok(Some(Writer::Debezium(w.downcast::<DebeziumEvents>()?.clone().unbind())))
             },
         }).collect::<PyResult<Vec<_>>>()?;
-        Ok(Lane { writers, topics, indexes })
+        let plain_topics = topics.iter().map(|t| {
+            let name: String = t.extract(py).unwrap_or_default();
+            let plain = !name.is_empty() && name.bytes().all(|b| b.is_ascii_graphic() && b != b'"' && b != b'\\');
+            plain.then_some(name)
+        }).collect();
+        Ok(Lane { writers, topics, plain_topics, indexes })
     }
 
     /// (messages, done, counts, events) for records[start:], a run of one transaction's changes:

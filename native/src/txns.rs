@@ -74,11 +74,10 @@ impl Lane {
         }
         let mut per_topic = Vec::new();
         for (table, n) in counts.into_iter().enumerate().filter(|(_, n)| *n > 0) {
-            let topic: String = self.topics[table].extract(py)?;
-            if !topic.bytes().all(|b| b.is_ascii_graphic() && b != b'"' && b != b'\\') {
+            let Some(topic) = &self.plain_topics[table] else {
                 return Ok(None); // a record the JSON encoder would escape: Python's
-            }
-            per_topic.push((topic, n));
+            };
+            per_topic.push((topic.as_str(), n));
         }
         per_topic.sort();
         out.push(self.txn_record(py, b"END", txid, &last, ts_ms, Some(&per_topic), frame)?);
@@ -98,7 +97,7 @@ impl Lane {
     /// writes it (rows.txn_record_json, or txn_record_avro after frame.avro, the writer's prefix).
     #[allow(clippy::too_many_arguments)]
     fn txn_record<'py>(&self, py: Python<'py>, kind: &[u8], txid: i64, position: &str, ts_ms: i64,
-                       counts: Option<&[(String, usize)]>, frame: &Frame<'py>) -> PyResult<Bound<'py, PyTuple>> {
+                       counts: Option<&[(&str, usize)]>, frame: &Frame<'py>) -> PyResult<Bound<'py, PyTuple>> {
         let value = match &frame.avro {
             Some(header) => avro_record(header, kind, txid, position, ts_ms, counts),
             None => json_record(kind, txid, position, ts_ms, counts),
@@ -110,7 +109,7 @@ impl Lane {
 
 /// rows.txn_record_json: every string of it is ASCII without characters to escape (kind, a
 /// position, topic names checked by the caller).
-fn json_record(kind: &[u8], txid: i64, position: &str, ts_ms: i64, counts: Option<&[(String, usize)]>) -> Vec<u8> {
+fn json_record(kind: &[u8], txid: i64, position: &str, ts_ms: i64, counts: Option<&[(&str, usize)]>) -> Vec<u8> {
     let mut out = Vec::with_capacity(160);
     out.extend_from_slice(b"{\"type\":\"");
     out.extend_from_slice(kind);
@@ -135,7 +134,7 @@ fn json_record(kind: &[u8], txid: i64, position: &str, ts_ms: i64, counts: Optio
 
 /// rows.txn_record_avro: the transaction record (avro.TRANSACTION_SCHEMA) after header.
 fn avro_record(header: &[u8], kind: &[u8], txid: i64, position: &str, ts_ms: i64,
-               counts: Option<&[(String, usize)]>) -> Vec<u8> {
+               counts: Option<&[(&str, usize)]>) -> Vec<u8> {
     let mut out = header.to_vec();
     let string = |s: &[u8], out: &mut Vec<u8>| {
         write_long(s.len() as i64, out);

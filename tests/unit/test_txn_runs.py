@@ -141,6 +141,19 @@ def test_a_transaction_the_lane_gives_back_is_left_whole():
     assert len(sink.produced) == 7
 
 
+@pytest.mark.parametrize("topic", ['to"pic', "t\\opic", "tøpic", "to pic"])
+def test_a_topic_the_transaction_record_would_escape_is_left_to_python(topic):
+    tbl = table(False, TYPES[:3])
+    good = (7, 1_000, "I", '[1, true, 2, 3]', tbl.qualified, None)
+    run_ = TxnRun([good], [TxnBounds(0, 1, 7, 1_000, 1_000_000, None, PREFIX, 0, UNIT)], False, None,
+                  pgq_source._expand_txns)
+    sink = ListSink()
+    em = Emitter("myset", {tbl.qualified: route(tbl, topic, False, "row")}, "txns", None, sink)
+    assert em.txn_run(run_, 0) == 0 and not sink.produced
+    plain = Emitter("myset", {tbl.qualified: route(tbl, "topic.t", False, "row")}, "txns", None, ListSink())
+    assert plain.txn_run(run_, 0) == 1
+
+
 def chunk_rows(spec: str) -> list[tuple]:
     """Trigger rows of spec, one letter a row: its txid's letter, upper case an I row with data,
     lower case a control row (V)."""
