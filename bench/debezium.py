@@ -21,6 +21,7 @@ changes uncounted; before the latency clock starts a first row has streamed end 
 round follows an uncounted pgbench run of a third of its length.
 
     .venv/bin/python -m bench.debezium [--changes 100000] [--rounds 1] [--seconds 10] [--variants quick]
+        [--only drain,latency,tps] [--drains narrow,mixed,mixed_small]
 """
 
 import argparse
@@ -180,22 +181,25 @@ def drain_debezium(cur, worker: connect.Worker, workload: workloads.Workload, ch
         cur.execute(f"DROP TABLE {table}")
 
 
-def measure_drain(changes: int, rounds: int, variants: list[tuple[str, str, str]]) -> dict:
-    """{drain (DRAINS): {variant: {"rate"|"tool_us"|"kafka_us": summary}}} over rounds, interleaved."""
+def measure_drain(changes: int, rounds: int, variants: list[tuple[str, str, str]],
+                  drains: list[str] | None = None) -> dict:
+    """{drain (DRAINS, or those named in drains): {variant: {"rate"|"tool_us"|"kafka_us": summary}}}
+    over rounds, interleaved."""
     cur = prepare()
-    runs: dict[str, dict[str, list[dict]]] = {w: {} for w in DRAINS}
+    chosen = {w: DRAINS[w] for w in drains or DRAINS}
+    runs: dict[str, dict[str, list[dict]]] = {w: {} for w in chosen}
     for round_no in range(rounds):
         for variant, exactly_once in DEBEZIUM.items():
             worker = connect.Worker(exactly_once)
             try:
                 drain_debezium(cur, worker, workloads.NARROW, min(changes, WARMUP), exactly_once)  # JIT warm-up
-                for w, (workload, per, most) in DRAINS.items():
+                for w, (workload, per, most) in chosen.items():
                     got = drain_debezium(cur, worker, workload, drain_changes(changes, most), exactly_once, per)
                     runs[w].setdefault(variant, []).append(got)
                     print(f"  round {round_no + 1} {w} {variant}: {fmt(got)}", flush=True)
             finally:
                 worker.stop()
-        for w, (workload, per, most) in DRAINS.items():
+        for w, (workload, per, most) in chosen.items():
             for v in variants:
                 got = drain_pgshovel2(cur, workload, v, drain_changes(changes, most), per)
                 runs[w].setdefault(variant_name(*v), []).append(got)
@@ -315,9 +319,14 @@ def measure_tps(rounds: int, seconds: int, scale: int) -> dict:
             "cpu_s": {v: {k: statistics.median(r[k] for r in c) for k in c[0]} if c[0] else {} for v, c in cpu.items()}}
 
 
+SECTIONS = ("drain", "latency", "tps")
+
+
 def measure(changes: int, rounds: int, seconds: int, tps: int = 2000, scale: int = 10,
-            variants: list[tuple[str, str, str]] = PGSHOVEL2) -> dict:
-    """{"settings", "drain", "latency", "tps"}: the figures of the module docstring."""
+            variants: list[tuple[str, str, str]] = PGSHOVEL2, sections: tuple[str, ...] = SECTIONS,
+            drains: list[str] | None = None) -> dict:
+    """{"settings", "drain", "latency", "tps"}: the figures of the module docstring; only the
+    figures of sections (SECTIONS), the drains named in drains (DRAINS; None: all)."""
     result: dict = {"settings": {"at_least_once": connect.settings(False), "exactly_once": connect.settings(True),
                                  "changes": changes, "rounds": rounds, "pgbench_seconds": seconds,
                                  "latency_tps": tps, "debezium_warmup_changes": WARMUP,
@@ -325,13 +334,18 @@ def measure(changes: int, rounds: int, seconds: int, tps: int = 2000, scale: int
                                  "workloads": {w.name: w.columns for w in workloads.WORKLOADS.values()},
                                  "drains": {d: {"workload": w.name, "rows_per_transaction": per,
                                                 "changes": drain_changes(changes, most)}
-                                            for d, (w, per, most) in DRAINS.items()}}}
-    print("  drain ...", flush=True)
-    result["drain"] = measure_drain(changes, rounds, variants)
-    print("  latency ...", flush=True)
-    result["latency"] = measure_latency(tps, seconds, rounds)
-    print("  pgbench tps kept ...", flush=True)
-    result["tps"] = measure_tps(rounds, seconds, scale)
+                                            for d, (w, per, most) in DRAINS.items()
+                                            if d in (drains or DRAINS)},
+                                 "sections": list(sections)}}
+    if "drain" in sections:
+        print("  drain ...", flush=True)
+        result["drain"] = measure_drain(changes, rounds, variants, drains)
+    if "latency" in sections:
+        print("  latency ...", flush=True)
+        result["latency"] = measure_latency(tps, seconds, rounds)
+    if "tps" in sections:
+        print("  pgbench tps kept ...", flush=True)
+        result["tps"] = measure_tps(rounds, seconds, scale)
     return result
 
 
@@ -342,10 +356,18 @@ def main() -> None:
     parser.add_argument("--seconds", type=int, default=30)
     parser.add_argument("--variants", choices=["all", "quick"], default="all",
                         help="pgshovel2's variants: all 12, or the 6 of make bench QUICK=1")
+    parser.add_argument("--only", type=lambda s: tuple(s.split(",")), default=SECTIONS,
+                        help=f"comma-separated figures to measure alone: {','.join(SECTIONS)}")
+    parser.add_argument("--drains", type=lambda s: s.split(","), default=None,
+                        help=f"comma-separated drains to measure alone: {','.join(DRAINS)}")
     args = parser.parse_args()
+    unknown = sorted(set(args.only) - set(SECTIONS)) + sorted(set(args.drains or ()) - set(DRAINS))
+    if unknown:
+        parser.error(f"no such figure or drain: {', '.join(unknown)}")
     variants = PGSHOVEL2 if args.variants == "all" else QUICK
     result = {"started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-              **measure(args.changes, args.rounds, args.seconds, variants=variants)}
+              **measure(args.changes, args.rounds, args.seconds, variants=variants, sections=args.only,
+                        drains=args.drains)}
     path = save_result("debezium", result)
     print("\n".join(table(result)))
     plots = plot(result, path.with_suffix(""))

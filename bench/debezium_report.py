@@ -67,7 +67,9 @@ def table(result: dict) -> list[str]:
     head = (f"pgshovel2 vs Debezium {settings['at_least_once']['debezium']} (Kafka Connect "
             f"{settings['at_least_once']['kafka_connect']}, pgoutput, JSON with schemas), "
             f"{settings['changes']:,} changes x {settings['rounds']} rounds; pgshovel2 exactly-once")
-    return [head, *drain_lines(result["drain"]), *latency_lines(result["latency"]), *tps_lines(result["tps"])]
+    return [head, *(drain_lines(result["drain"]) if "drain" in result else []),
+            *(latency_lines(result["latency"]) if "latency" in result else []),
+            *(tps_lines(result["tps"]) if "tps" in result else [])]
 
 
 def _bars(path: Path, title: str, ylabel: str, items: dict[str, float], reference: float) -> Path:
@@ -89,18 +91,20 @@ def _bars(path: Path, title: str, ylabel: str, items: dict[str, float], referenc
 def plot(result: dict, stem: Path) -> list[Path]:
     """<stem>-vs-debezium-<figure>.png per figure; returns the paths."""
     out = []
-    for workload, variants in result["drain"].items():
+    for workload, variants in result.get("drain", {}).items():
         for key, title, unit in (("rate", "drain", "changes/s"), ("tool_us", "tool CPU per change", "µs"),
                                  ("kafka_us", "broker CPU per change", "µs")):
             if all(key in s for s in variants.values()):
                 items = {name: s[key]["median"] for name, s in variants.items()}
                 out.append(_bars(stem.with_name(f"{stem.name}-vs-debezium-{workload}-{key}.png"),
                                  f"{title}, {workload} table", unit, items, items["debezium"]))
-    lat = result["latency"]
-    out.append(_bars(stem.with_name(f"{stem.name}-vs-debezium-latency-p99.png"),
-                     f"p99 latency at {lat['debezium']['tps_target']} tps", "ms",
-                     {k: v["p99_ms"] for k, v in lat.items()}, lat["debezium"]["p99_ms"]))
-    ratios = result["tps"]["ratio_to_none"]
-    out.append(_bars(stem.with_name(f"{stem.name}-vs-debezium-tps-kept.png"), "pgbench -N tps kept while streaming",
-                     "of none", ratios, ratios["debezium"]))
+    if "latency" in result:
+        lat = result["latency"]
+        out.append(_bars(stem.with_name(f"{stem.name}-vs-debezium-latency-p99.png"),
+                         f"p99 latency at {lat['debezium']['tps_target']} tps", "ms",
+                         {k: v["p99_ms"] for k, v in lat.items()}, lat["debezium"]["p99_ms"]))
+    if "tps" in result:
+        ratios = result["tps"]["ratio_to_none"]
+        out.append(_bars(stem.with_name(f"{stem.name}-vs-debezium-tps-kept.png"),
+                         "pgbench -N tps kept while streaming", "of none", ratios, ratios["debezium"]))
     return out
