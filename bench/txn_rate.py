@@ -1,10 +1,13 @@
 """How many Kafka transactions a relay commits while it keeps up with pgbench -N (bench/logical.py's
 tps round: the pgbench tables in a set, the relay streaming), per backend: committed records of the
 set's positions topic (one per Kafka transaction) over the pgbench run, and the source transactions
-each one carries. It splits the broker's CPU while streaming between per-message and per-Kafka-
-transaction costs.
+each one carries, and the Kafka broker's CPU per source transaction over the run. With
+``--modes transactions,no-transactions`` each backend also runs with the relay's idempotent-only
+producer (``--no-transactions``: the same messages, no Kafka transactions), rounds alternating: what
+the broker spends on Kafka transactions, apart from the messages.
 
     .venv/bin/python -m bench.txn_rate [--seconds 20] [--backends logical,trigger]
+        [--modes transactions,no-transactions] [--rounds 1]
 """
 
 import argparse
@@ -13,12 +16,13 @@ import time
 
 from bench.capture_overhead import pgbench
 from bench.common import LOGICAL, pgshovel, prepare, save_result, unique, write_config
-from bench.logical import PGBENCH, VARIANTS, Relay, caught_up, identity
+from bench.logical import PGBENCH, VARIANTS, Relay, caught_up, cpu_seconds, helper_pids, identity
 from bench.relay_batch import committed_count
 
 
-def rate(cur, backend: str, seconds: int) -> dict:
-    """{tps, kafka_txns, per_second, source_txns_each} of one pgbench run with backend's relay."""
+def rate(cur, backend: str, seconds: int, mode: str = "transactions") -> dict:
+    """{tps, kafka_txns, per_second, source_txns_each, kafka_us_per_source_txn} of one pgbench run
+    with backend's relay (mode: transactions, or no-transactions: at-least-once)."""
     _, ident, _ = VARIANTS[backend]
     name = unique("txr")
     identity(cur, PGBENCH, ident)
@@ -26,11 +30,13 @@ def rate(cur, backend: str, seconds: int) -> dict:
         identity(cur, ["pgbench_history"], "FULL")
     tables = [{"name": t, "allow_unkeyed": t == "pgbench_history"} for t in PGBENCH]
     pgshovel("set", "create", name, str(write_config(name, tables, backend)))
-    relay = Relay(name, "--skip-snapshot")
+    relay = Relay(name, "--skip-snapshot", f"--{mode}")
     try:
         time.sleep(3)
-        before = committed_count(f"{name}.positions")
+        kafka = helper_pids(cur, None, None)["kafka"]
+        before, broker = committed_count(f"{name}.positions"), cpu_seconds(kafka)
         out = pgbench("-N", "-n", "-c", "4", "-j", "2", "-T", str(seconds))
+        broker = cpu_seconds(kafka) - broker
         caught_up(name, backend)
         txns = committed_count(f"{name}.positions") - before
     finally:
@@ -39,20 +45,27 @@ def rate(cur, backend: str, seconds: int) -> dict:
         identity(cur, PGBENCH, "DEFAULT")
     tps = float(re.search(r"tps = ([\d.]+)", out).group(1))
     return {"tps": tps, "kafka_txns": txns, "per_second": txns / seconds,
-            "source_txns_each": tps * seconds / max(txns, 1)}
+            "source_txns_each": tps * seconds / max(txns, 1), "kafka_us_per_source_txn": broker * 1e6 / (tps * seconds)}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seconds", type=int, default=20)
     parser.add_argument("--backends", default="logical,trigger")
+    parser.add_argument("--modes", default="transactions")
+    parser.add_argument("--rounds", type=int, default=1)
     args = parser.parse_args()
     cur = prepare()
-    result = {b: rate(cur, b, args.seconds) for b in args.backends.split(",")}
-    for backend, got in result.items():
-        print(f"{backend}: pgbench {got['tps']:,.0f} tps, {got['per_second']:.1f} Kafka transactions/s, "
-              f"{got['source_txns_each']:.1f} source transactions each")
-    print(f"results: {save_result('txn-rate', {'seconds': args.seconds, **result})}")
+    runs: dict[str, list[dict]] = {}
+    for _ in range(args.rounds):
+        for backend in args.backends.split(","):
+            for mode in args.modes.split(","):
+                got = rate(cur, backend, args.seconds, mode)
+                runs.setdefault(f"{backend}/{mode}", []).append(got)
+                print(f"{backend}/{mode}: pgbench {got['tps']:,.0f} tps, {got['per_second']:.1f} Kafka commits/s "
+                      f"({got['source_txns_each']:.1f} source transactions each), broker "
+                      f"{got['kafka_us_per_source_txn']:.0f} µs CPU a source transaction", flush=True)
+    print(f"results: {save_result('txn-rate', {'seconds': args.seconds, 'runs': runs})}")
 
 
 if __name__ == "__main__":
