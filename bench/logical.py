@@ -25,6 +25,8 @@ import re
 import statistics
 import subprocess
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -134,8 +136,12 @@ def helper_pids(cur, relay: "Relay | None", logical_set: str | None) -> dict[str
     return pids
 
 
-def tps_round(cur, variant: str, seconds: int) -> tuple[float, dict[str, float]]:
-    """(pgbench tps, CPU seconds of the helper processes during pgbench) of one round of variant."""
+@contextmanager
+def pgbench_set(cur, variant: str, *relay_args: str) -> Iterator[tuple[str, "Relay | None"]]:
+    """The pgbench tables with variant's (VARIANTS) replica identities, in a new set of its backend
+    (none for backend None) whose relay streams (started with relay_args) when the variant streams.
+    Yields (set name, relay or None); afterwards the relay is stopped, the set dropped and the
+    identities reset."""
     backend, ident, streaming = VARIANTS[variant]
     name, relay = unique("tps"), None
     identity(cur, PGBENCH, ident)
@@ -145,8 +151,21 @@ def tps_round(cur, variant: str, seconds: int) -> tuple[float, dict[str, float]]
         tables = [{"name": t, "allow_unkeyed": t == "pgbench_history"} for t in PGBENCH]
         pgshovel("set", "create", name, str(write_config(name, tables, backend)))
         if streaming:
-            relay = Relay(name, "--skip-snapshot")
+            relay = Relay(name, "--skip-snapshot", *relay_args)
     try:
+        yield name, relay
+    finally:
+        if relay is not None:
+            relay.stop()
+        if backend is not None:
+            pgshovel("set", "drop", name)
+        identity(cur, PGBENCH, "DEFAULT")
+
+
+def tps_round(cur, variant: str, seconds: int) -> tuple[float, dict[str, float]]:
+    """(pgbench tps, CPU seconds of the helper processes during pgbench) of one round of variant."""
+    backend = VARIANTS[variant][0]
+    with pgbench_set(cur, variant) as (name, relay):
         cur.execute("CHECKPOINT")
         pids = helper_pids(cur, relay, name if backend in LOGICAL else None)
         before = {k: cpu_seconds(p) for k, p in pids.items()}
@@ -154,12 +173,6 @@ def tps_round(cur, variant: str, seconds: int) -> tuple[float, dict[str, float]]
         cpu = {k: round(cpu_seconds(p) - before[k], 2) for k, p in pids.items()}
         if relay is not None:
             caught_up(name, backend)
-    finally:
-        if relay is not None:
-            relay.stop()
-        if backend is not None:
-            pgshovel("set", "drop", name)
-        identity(cur, PGBENCH, "DEFAULT")
     return float(re.search(r"tps = ([\d.]+)", out).group(1)), cpu
 
 

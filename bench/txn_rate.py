@@ -15,23 +15,15 @@ import re
 import time
 
 from bench.capture_overhead import pgbench
-from bench.common import LOGICAL, pgshovel, prepare, save_result, unique, write_config
-from bench.logical import PGBENCH, VARIANTS, Relay, caught_up, cpu_seconds, helper_pids, identity
+from bench.common import prepare, save_result
+from bench.logical import caught_up, cpu_seconds, helper_pids, pgbench_set
 from bench.relay_batch import committed_count
 
 
 def rate(cur, backend: str, seconds: int, mode: str = "transactions") -> dict:
     """{tps, kafka_txns, per_second, source_txns_each, kafka_us_per_source_txn} of one pgbench run
     with backend's relay (mode: transactions, or no-transactions: at-least-once)."""
-    _, ident, _ = VARIANTS[backend]
-    name = unique("txr")
-    identity(cur, PGBENCH, ident)
-    if backend in LOGICAL:
-        identity(cur, ["pgbench_history"], "FULL")
-    tables = [{"name": t, "allow_unkeyed": t == "pgbench_history"} for t in PGBENCH]
-    pgshovel("set", "create", name, str(write_config(name, tables, backend)))
-    relay = Relay(name, "--skip-snapshot", f"--{mode}")
-    try:
+    with pgbench_set(cur, backend, f"--{mode}") as (name, _relay):
         time.sleep(3)
         kafka = helper_pids(cur, None, None)["kafka"]
         before, broker = committed_count(f"{name}.positions"), cpu_seconds(kafka)
@@ -39,10 +31,6 @@ def rate(cur, backend: str, seconds: int, mode: str = "transactions") -> dict:
         broker = cpu_seconds(kafka) - broker
         caught_up(name, backend)
         txns = committed_count(f"{name}.positions") - before
-    finally:
-        relay.stop()
-        pgshovel("set", "drop", name)
-        identity(cur, PGBENCH, "DEFAULT")
     tps = float(re.search(r"tps = ([\d.]+)", out).group(1))
     return {"tps": tps, "kafka_txns": txns, "per_second": txns / seconds,
             "source_txns_each": tps * seconds / max(txns, 1), "kafka_us_per_source_txn": broker * 1e6 / (tps * seconds)}
