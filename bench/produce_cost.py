@@ -8,13 +8,17 @@ first use, about 3 minutes) with the same headers built per message, and without
 (pgshovel2.sinks.kafka.PRODUCER_DEFAULTS, without a transactional id).
 
 It tells what moving the relay's produce calls out of Python (a producer the native lane writes
-into) could save against what the encoding costs.
+into) could save against what the encoding costs. The relay's own native producer
+(``pgshovel2_native.Producer``, pgshovel2.sinks.producer) is measured as KafkaSink calls it: one
+``produce`` call a message (``sink_native_headers_us``), and ``produce_many`` of the whole list
+(``sink_native_many_us``); ``sink_confluent_*`` the same through confluent_kafka.
 
     .venv/bin/python -m bench.produce_cost [--messages 200000] [--rounds 3] [--no-native]
 """
 
 import argparse
 import json
+import os
 import shutil
 import subprocess
 import time
@@ -24,6 +28,7 @@ from confluent_kafka import Producer
 
 from bench.common import save_result, summary
 from pgshovel2.sinks.kafka import PRODUCER_DEFAULTS
+from pgshovel2.sinks.producer import new_producer
 
 CRATE = Path(__file__).parent / "produce_cost_rs"
 VALUE, KEY = b"x" * 300, b'{"id": 12345}'
@@ -49,6 +54,24 @@ def python_round(producer: Producer, messages: int, with_headers: bool) -> float
     return used * 1e6 / messages
 
 
+def sink_round(settings: dict, messages: int, native: bool, many: bool) -> float:
+    """CPU µs a message through the producer KafkaSink makes (pgshovel2.sinks.producer), native or
+    confluent_kafka's; many: one produce_many call of the list (native only)."""
+    os.environ["PGSHOVEL2_NATIVE"] = "1" if native else "0"
+    producer = new_producer(settings, lambda err: None, lambda err, topic, key: None)
+    batch = [("topic.t", KEY, VALUE, headers(i)) for i in range(messages)]
+    started = time.process_time()
+    if many:
+        assert producer.produce_many(batch, 0) == messages
+    else:
+        produce = producer.produce
+        for topic, key, value, hdrs in batch:
+            produce(topic, value, key, headers=hdrs)
+    used = time.process_time() - started
+    del producer  # purges what it holds
+    return used * 1e6 / messages
+
+
 def native_rounds(messages: int, rounds: int) -> dict:
     """{native_headers_us, native_no_headers_us}: per round, from bench/produce_cost_rs."""
     subprocess.run(["cargo", "build", "--release", "-q", "--manifest-path", str(CRATE / "Cargo.toml")], check=True)
@@ -70,6 +93,11 @@ def main() -> None:
     for _ in range(args.rounds):
         runs["python_headers_us"].append(python_round(producer, args.messages, True))
         runs["python_no_headers_us"].append(python_round(producer, args.messages, False))
+    if not args.no_native:
+        sink = {k: v for k, v in settings.items() if k != "log_level"}
+        for name, native, many in (("sink_confluent_headers_us", False, False),
+                                   ("sink_native_headers_us", True, False), ("sink_native_many_us", True, True)):
+            runs[name] = [sink_round(sink, args.messages, native, many) for _ in range(args.rounds)]
     if not args.no_native and shutil.which("cargo"):
         runs.update(native_rounds(args.messages, args.rounds))
     result = {"messages": args.messages, "rounds": args.rounds, **{k: summary(v) for k, v in runs.items()}}

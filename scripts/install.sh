@@ -9,7 +9,7 @@ source "$(dirname "$0")/env.sh"
 
 APT_PACKAGES="postgresql-15 postgresql-15-pgq3 pgqd postgresql-server-dev-15 libpq-dev
   postgresql-contrib zookeeper kcat netcat-openbsd maven openjdk-17-jre-headless libpostgresql-jdbc-java
-  unzip xz-utils"
+  unzip xz-utils build-essential pkg-config libssl-dev"
 
 missing=""
 for p in $APT_PACKAGES; do
@@ -53,7 +53,7 @@ fi
 log "building the native row codec (native/)"
 "$VENV/bin/pip" install -q "maturin>=1.5,<2"
 rm -rf "$REPO/native/target/wheels"
-"$VENV/bin/maturin" build -q --release -m "$REPO/native/Cargo.toml" -i "$VENV/bin/python" \
+"$VENV/bin/maturin" build -q --release --auditwheel skip -m "$REPO/native/Cargo.toml" -i "$VENV/bin/python" \
     -o "$REPO/native/target/wheels"
 "$VENV/bin/pip" install -q --no-deps --force-reinstall "$REPO"/native/target/wheels/pgshovel2_native-*.whl
 

@@ -240,3 +240,13 @@ def target():
     server.destroy()
     yield server.start()
     server.destroy()
+
+
+@pytest.fixture(params=["native", "confluent"])
+def producer_kind(request, monkeypatch):
+    """Which producer KafkaSink makes in this test (PGSHOVEL2_NATIVE, read when it is made). The
+    native extension must be installed (scripts/install.sh builds it): no skip."""
+    if request.param == "native":
+        import pgshovel2_native  # noqa: F401
+    monkeypatch.setenv("PGSHOVEL2_NATIVE", "1" if request.param == "native" else "0")
+    return request.param

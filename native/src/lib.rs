@@ -11,6 +11,7 @@ mod json;
 mod kinds;
 mod lane;
 mod pgoutput;
+mod producer;
 mod pyfloat;
 
 use json::Value;
@@ -230,6 +231,7 @@ fn pgshovel2_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<debezium::DebeziumEvents>()?;
     m.add_class::<pgoutput::PgoutputRows>()?;
     m.add_class::<lane::Lane>()?;
+    m.add_class::<producer::Producer>()?;
     m.add("ABI", 1)?;
     Ok(())
 }

@@ -18,11 +18,12 @@ import threading
 import time
 from collections.abc import Iterable
 
-from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
 from pgshovel2.config import TopicsConfig
 from pgshovel2.errors import FencedError, RelayError, StopRequestedError, UnavailableError
+from pgshovel2.sinks.producer import new_producer
 
 log = logging.getLogger(__name__)
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
@@ -50,7 +51,6 @@ PRODUCER_DEFAULTS = {
 
 Headers = list[tuple[str, str]]
 STEP = 1.0  # s: the longest single wait on librdkafka, so a stop request is seen within it
-_PRODUCER_GONE = (KafkaError._FATAL, KafkaError._FENCED, KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT)
 # Delivery reports are requested for failures only; serving them every message costs more than
 # the produce call itself.
 POLL_EVERY = 512
@@ -145,13 +145,12 @@ class KafkaSink:
                              f"partitioned with {PARTITIONER!r} (Kafka's murmur2), see WIRE.md")
         self.bootstrap, self.transactional_id = bootstrap, transactional_id
         self._stop = stop or threading.Event()
-        settings = {"bootstrap.servers": bootstrap, **PRODUCER_DEFAULTS, **(config or {}),
-                    "error_cb": self._on_error, "on_delivery": self._delivered,
-                    "delivery.report.only.error": True}
+        settings = {"bootstrap.servers": bootstrap, **PRODUCER_DEFAULTS, **(config or {})}
         if transactional_id:
             settings.update({"transactional.id": transactional_id,
                              "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS})
-        self._producer = Producer(settings)
+        self._producer = new_producer(settings, self._on_error, self._delivery_failed)
+        self._many = getattr(self._producer, "produce_many", None)  # the native producer's
         self._admin = AdminClient({"bootstrap.servers": bootstrap})
         self._failed: list[str] = []
         self._in_txn = False
@@ -260,6 +259,9 @@ class KafkaSink:
         """:meth:`produce` of each (topic, key, value, headers) in order, in one call (the relay's
         native lane gives a run's messages so)."""
         self._open()
+        if self._many is not None and isinstance(messages, list):
+            self._produce_list(messages)
+            return
         producer, topic = self._producer, ""
         try:
             for topic, key, value, headers in messages:
@@ -273,6 +275,19 @@ class KafkaSink:
         except KafkaException as exc:
             raise self._error(exc, f"cannot produce to {topic!r}") from exc
 
+    def _produce_list(self, messages: list) -> None:
+        """produce_many through the native producer: the whole list in one call, waiting for room
+        as :meth:`_produce_when_room` does when the queue is full."""
+        done = 0
+        try:
+            while (done := self._many(messages, done)) < len(messages):
+                self._wait_for_room()
+        except KafkaException as exc:
+            raise self._error(exc, f"cannot produce to {messages[done][0]!r}") from exc
+        before, self.produced = self.produced, self.produced + len(messages)
+        if before // POLL_EVERY != self.produced // POLL_EVERY:
+            self._producer.poll(0)
+
     def _open(self) -> None:
         """Raise the producer's fatal error, if any; begin a Kafka transaction if none is open."""
         if self._fatal is not None:
@@ -284,14 +299,19 @@ class KafkaSink:
         """Produce a message the full queue refused (BufferError), serving delivery reports until
         it takes it. Raises StopRequestedError when the relay is asked to stop meanwhile."""
         while True:
-            if self._stop.is_set():
-                raise StopRequestedError(f"stopped while Kafka at {self.bootstrap} takes no more messages")
-            self._producer.poll(0.05)
+            self._wait_for_room()
             try:
                 self._producer.produce(topic, value, key, headers=headers)
                 return
             except BufferError:
                 continue
+
+    def _wait_for_room(self) -> None:
+        """Serve delivery reports for 50 ms (the queue is full); StopRequestedError when the relay
+        is asked to stop."""
+        if self._stop.is_set():
+            raise StopRequestedError(f"stopped while Kafka at {self.bootstrap} takes no more messages")
+        self._producer.poll(0.05)
 
     def _begin(self) -> None:
         try:
@@ -300,13 +320,11 @@ class KafkaSink:
             raise self._error(exc, "cannot begin a Kafka transaction") from exc
         self._in_txn = True
 
-    def _delivered(self, err: KafkaError | None, msg) -> None:
-        if err is None:
-            return
-        if err.fatal() or err.code() in _PRODUCER_GONE:  # msg methods would fail: a fatal error is pending
+    def _delivery_failed(self, err: KafkaError, topic: str | None, key: bytes | None) -> None:
+        if topic is None:  # the producer is gone (fatal error, purge): no message to name
             self._failed.append(err.str())
         else:
-            self._failed.append(f"topic {msg.topic()!r}, key {msg.key()!r:.80}: {err.str()}")
+            self._failed.append(f"topic {topic!r}, key {key!r:.80}: {err.str()}")
 
     def commit(self, timeout: float = 300.0) -> None:
         """Commit the open Kafka transaction (or, idempotent-only, flush everything).

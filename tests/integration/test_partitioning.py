@@ -43,7 +43,7 @@ def test_oracle_is_kafkas_murmur2():
 
 
 @pytest.mark.parametrize("transactional", [True, False])
-def test_sink_partitions_keys_as_kafka_does(stack, transactional):
+def test_sink_partitions_keys_as_kafka_does(stack, transactional, producer_kind):
     rnd = random.Random(14)
     keys = [*KAFKA_VECTORS, b"", *(rnd.randbytes(rnd.randrange(1, 80)) for _ in range(400))]
     topic = f"murmur-{uuid.uuid4().hex[:8]}"
