@@ -16,8 +16,12 @@ use pyo3::types::{PyBytes, PyList, PyString, PyTuple};
 
 use crate::debezium::{DebeziumEvents, Meta};
 
+#[path = "lane_out.rs"]
+mod out;
 #[path = "txns.rs"]
 mod txns;
+use out::{Direct, Heads, Msg, Target};
+use crate::producer::Producer;
 use crate::pgoutput::PgoutputRows;
 use crate::{Row, RowCodec};
 
@@ -43,8 +47,8 @@ struct Rec<'a> {
 /// data_collection_order).
 type TxnArg = (i64, i64, i64, Option<i64>, i64, Vec<i64>);
 
-/// Lane.encode's result: (messages, done, counts, events).
-type Encoded<'py> = (Bound<'py, PyList>, usize, Vec<usize>, Vec<i64>);
+/// Lane.encode's result: (messages, or the number produced, done, counts, events).
+type Encoded = (PyObject, usize, Vec<usize>, Vec<i64>);
 
 /// How a lane table's messages are written.
 enum Writer {
@@ -70,6 +74,8 @@ struct Txn {
 pub struct Lane {
     writers: Vec<Option<Writer>>,
     topics: Vec<PyObject>,
+    /// per table index, its topic's name ("" where it has no lane)
+    topic_names: Vec<String>,
     /// per table index, its topic's name when a transactions-topic record may carry it unescaped
     /// (printable ASCII without quote or backslash); None: such a record is Python's
     plain_topics: Vec<Option<String>>,
@@ -96,12 +102,12 @@ impl Lane {
                 Ok(Some(Writer::Debezium(w.downcast::<DebeziumEvents>()?.clone().unbind())))
             },
         }).collect::<PyResult<Vec<_>>>()?;
-        let plain_topics = topics.iter().map(|t| {
-            let name: String = t.extract(py).unwrap_or_default();
+        let topic_names: Vec<String> = topics.iter().map(|t| t.extract(py).unwrap_or_default()).collect();
+        let plain_topics = topic_names.iter().map(|name| {
             let plain = !name.is_empty() && name.bytes().all(|b| b.is_ascii_graphic() && b != b'"' && b != b'\\');
-            plain.then_some(name)
+            plain.then(|| name.clone())
         }).collect();
-        Ok(Lane { writers, topics, plain_topics, indexes })
+        Ok(Lane { writers, topics, topic_names, plain_topics, indexes })
     }
 
     /// (messages, done, counts, events) for records[start:], a run of one transaction's changes:
@@ -116,35 +122,37 @@ impl Lane {
     /// ts_ms, set, version]; ordinal: the position ordinal of records[start]. txn (needed by a
     /// debezium table, else None): (txid, ts_ms, ts_us, last_lsn or None, total_order so far,
     /// per table index its data_collection_order so far) of the transaction (Begin, TxnOrder).
+    /// producer (a pgshovel2_native.Producer) and wait (called when its queue is full): the
+    /// messages are produced into it, in a Kafka transaction the caller opened, and messages is
+    /// their number.
     #[allow(clippy::too_many_arguments)]
-    #[pyo3(signature = (records, start, prefix, ordinal, ops, fixed, position_name, txn=None))]
+    #[pyo3(signature = (records, start, prefix, ordinal, ops, fixed, position_name, txn=None, producer=None, wait=None))]
     fn encode<'py>(&self, py: Python<'py>, records: &Bound<'py, PyList>, start: usize, prefix: &str,
-                   ordinal: u64, ops: (PyObject, PyObject, PyObject), fixed: (PyObject, PyObject, PyObject, PyObject),
-                   position_name: &Bound<'py, PyString>,
-                   txn: Option<TxnArg>) -> PyResult<Encoded<'py>> {
-        let messages = PyList::empty(py);
+                   ordinal: u64, ops: (Bound<'py, PyAny>, Bound<'py, PyAny>, Bound<'py, PyAny>),
+                   fixed: (Bound<'py, PyAny>, Bound<'py, PyAny>, Bound<'py, PyAny>, Bound<'py, PyAny>),
+                   position_name: &Bound<'py, PyString>, txn: Option<TxnArg>,
+                   producer: Option<Bound<'py, Producer>>, wait: Option<Bound<'py, PyAny>>) -> PyResult<Encoded> {
         let mut counts = vec![0usize; self.writers.len()];
         let mut txn = txn.map(|(txid, ts_ms, ts_us, last_lsn, total, per)| {
             Txn { txid, ts_ms, ts_us, last_lsn, total, per, events: vec![0; self.writers.len()] }
         });
-        let heads = Heads { ops: &ops, position: position_name, txid: &fixed.0, ts_ms: &fixed.1, set: &fixed.2,
-                            version: &fixed.3 };
-        let mut out = Vec::new();
+        let heads = Heads { ops: [ops.0, ops.1, ops.2], position: position_name.clone(), txid: fixed.0, ts_ms: fixed.1,
+                            set: fixed.2, version: fixed.3 };
+        let mut target = self.target(py, producer.as_ref(), wait, None)?;
         let mut done = 0;
         for (n, record) in records.iter().skip(start).enumerate() {
             let Some(held) = self.held(&record) else { break };
             let Some(rec) = held.rec() else { break };
+            let mut out = Vec::with_capacity(2);
             let text = format!("{prefix}{:010}", ordinal + n as u64);
-            if !self.push_change(py, &rec, &text, txn.as_mut(), &heads, &mut counts, &mut out)? {
+            if !self.push_change(py, &rec, &text, txn.as_mut(), &mut counts, &mut out)? {
                 break;
             }
-            for message in out.drain(..) {
-                messages.append(message)?;
-            }
+            target.put(py, out, &heads, &self.topics, None)?;
             done += 1;
         }
         let events = txn.map_or_else(|| vec![0; self.writers.len()], |t| t.events);
-        Ok((messages, done, counts, events))
+        Ok((target.result(py)?, done, counts, events))
     }
 
     /// (messages, done) for the whole transactions txns[first:] of records: per transaction its
@@ -157,21 +165,36 @@ impl Lane {
     /// the transactions taken; txns[first + done], if any, is given back to Python (a record the
     /// lane does not take). names: the headers' names (position, txid, ts_ms); ops: encode's;
     /// shared: the (set, version) header tuples every message has; txn_topic: the transactions
-    /// topic; avro_header: the registry prefix of its Avro writer, None for JSON records.
+    /// topic; avro_header: the registry prefix of its Avro writer, None for JSON records;
+    /// producer and wait: as encode's (messages is then the number produced).
     #[allow(clippy::too_many_arguments)]
-    #[pyo3(signature = (records, txns, first, ops, names, shared, txn_topic, avro_header=None))]
+    #[pyo3(signature = (records, txns, first, ops, names, shared, txn_topic, avro_header=None, producer=None, wait=None))]
     fn encode_txns<'py>(&self, py: Python<'py>, records: &Bound<'py, PyList>, txns: &Bound<'py, PyList>, first: usize,
-                        ops: (PyObject, PyObject, PyObject),
+                        ops: (Bound<'py, PyAny>, Bound<'py, PyAny>, Bound<'py, PyAny>),
                         names: (Bound<'py, PyString>, Bound<'py, PyString>, Bound<'py, PyString>),
-                        shared: (PyObject, PyObject), txn_topic: PyObject, avro_header: Option<Vec<u8>>)
-                        -> PyResult<(Bound<'py, PyList>, usize)> {
-        let frame = txns::Frame { position: names.0, txid: names.1, ts_ms: names.2, ops, set: shared.0,
-                                  version: shared.1, txn_topic, avro: avro_header };
-        self.txns(py, records, txns, first, &frame)
+                        shared: (Bound<'py, PyAny>, Bound<'py, PyAny>), txn_topic: PyObject,
+                        avro_header: Option<Vec<u8>>, producer: Option<Bound<'py, Producer>>,
+                        wait: Option<Bound<'py, PyAny>>) -> PyResult<(PyObject, usize)> {
+        let mut target = self.target(py, producer.as_ref(), wait, Some(&txn_topic))?;
+        let frame = txns::Frame { position: names.0, txid: names.1, ts_ms: names.2, ops: [ops.0, ops.1, ops.2],
+                                  set: shared.0, version: shared.1, txn_topic, avro: avro_header };
+        let done = self.txns(py, records, txns, first, &frame, &mut target)?;
+        Ok((target.result(py)?, done))
     }
 }
 
 impl Lane {
+    /// Where a call's messages go: into producer (with wait for a full queue), else a new list.
+    fn target<'a, 'py>(&'a self, py: Python<'py>, producer: Option<&'a Bound<'py, Producer>>,
+                       wait: Option<Bound<'py, PyAny>>, txn_topic: Option<&PyObject>) -> PyResult<Target<'a, 'py>> {
+        Ok(match (producer, wait) {
+            (Some(producer), Some(wait)) => Target::Direct(Direct {
+                producer: producer.get(), wait, topics: &self.topic_names,
+                txn_topic: txn_topic.map(|t| t.extract(py)).transpose()?, sent: 0 }),
+            _ => Target::List(PyList::empty(py)),
+        })
+    }
+
     /// The messages of one change as its table's envelope makes them, or None (Python's).
     /// position: the change's pgshovel.position.
     fn change(&self, py: Python<'_>, rec: &Rec<'_>, position: &str, txn: Option<&mut Txn>) -> PyResult<Option<Vec<Out>>> {
@@ -197,20 +220,13 @@ impl Lane {
         self.trigger_row(record).map(Held::Trigger)
     }
 
-    /// Appends the messages of one change (with their headers) to out and counts them per table
-    /// index in counts; false (nothing appended): the change is Python's. position: its
-    /// pgshovel.position.
-    #[allow(clippy::too_many_arguments)]
-    fn push_change<'py>(&self, py: Python<'py>, rec: &Rec<'_>, position: &str, txn: Option<&mut Txn>,
-                        heads: &Heads<'_, 'py>, counts: &mut [usize], out: &mut Vec<Bound<'py, PyTuple>>)
-                        -> PyResult<bool> {
+    /// Appends the messages of one change to out and counts them per table index in counts;
+    /// false (nothing appended): the change is Python's. position: its pgshovel.position.
+    fn push_change(&self, py: Python<'_>, rec: &Rec<'_>, position: &str, txn: Option<&mut Txn>,
+                   counts: &mut [usize], out: &mut Vec<Msg>) -> PyResult<bool> {
         let Some(outs) = self.change(py, rec, position, txn)? else { return Ok(false) };
-        let position = PyTuple::new(py, [heads.position.clone().into_any(), PyString::new(py, position).into_any()])?;
         for (table, key, value, op) in outs {
-            let op = match op { b'c' => &heads.ops.0, b'u' => &heads.ops.1, _ => &heads.ops.2 };
-            let headers = PyList::new(py, [op.clone_ref(py), heads.txid.clone_ref(py), position.clone().into_any().unbind(),
-                                           heads.ts_ms.clone_ref(py), heads.set.clone_ref(py), heads.version.clone_ref(py)])?;
-            out.push(self.message(py, self.topics[table].clone_ref(py), key, value, headers)?);
+            out.push(Msg { topic: Some(table), key, value, data: Some((op, position.to_string())) });
             counts[table] += 1;
         }
         Ok(true)
@@ -247,17 +263,6 @@ impl Held<'_> {
             Held::Trigger(row) => row.rec(),
         }
     }
-}
-
-/// A data message's headers but its position: the op headers (c, u, d), the position header's
-/// name, and the txid, ts_ms, set and version header tuples (Lane::push_change).
-struct Heads<'a, 'py> {
-    ops: &'a (PyObject, PyObject, PyObject),
-    position: &'a Bound<'py, PyString>,
-    txid: &'a PyObject,
-    ts_ms: &'a PyObject,
-    set: &'a PyObject,
-    version: &'a PyObject,
 }
 
 /// The parts of a trigger row the lane reads (Lane::trigger_row).

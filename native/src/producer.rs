@@ -37,7 +37,7 @@ fn code_of(error: &KafkaError) -> RDKafkaErrorCode {
 }
 
 /// librdkafka's text of an error code (rd_kafka_err2str), as confluent_kafka's KafkaError.str().
-fn text_of(code: RDKafkaErrorCode) -> String {
+pub(crate) fn text_of(code: RDKafkaErrorCode) -> String {
     match RDKafkaRespErr::try_from(code as i32) {
         // SAFETY: rd_kafka_err2str returns a static NUL-terminated string for every code.
         Ok(resp) => unsafe { CStr::from_ptr(rd_kafka_err2str(resp)) }.to_string_lossy().into_owned(),
@@ -63,7 +63,7 @@ impl ProducerContext for Reports {
 }
 
 /// confluent_kafka.KafkaException(KafkaError(code, reason, fatal, retriable, txn_requires_abort)).
-fn kafka_exception(py: Python<'_>, code: RDKafkaErrorCode, reason: &str, flags: (bool, bool, bool)) -> PyErr {
+pub(crate) fn kafka_exception(py: Python<'_>, code: RDKafkaErrorCode, reason: &str, flags: (bool, bool, bool)) -> PyErr {
     match kafka_error(py, code, reason, flags).and_then(|e| {
         py.import("confluent_kafka")?.getattr("KafkaException")?.call1((e,))
     }) {

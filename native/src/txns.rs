@@ -5,20 +5,21 @@
 //! gives each transaction's bounds; a transaction is taken whole or not at all.
 
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyList, PyString, PyTuple};
+use pyo3::types::{PyList, PyString, PyTuple};
 
-use super::{Lane, Txn};
+use super::{Heads, Lane, Msg, Target, Txn};
 use crate::kinds::write_long;
 
-/// Lane.encode_txns's header names and shared headers: (position name, txid name, ts_ms name,
-/// op headers c/u/d, (set, version) header tuples).
+/// Lane.encode_txns's header names and shared headers: the position, txid and ts_ms headers'
+/// names, the op header tuples (c, u, d), the (set, version) header tuples, the transactions
+/// topic and the registry prefix of its Avro records (None: JSON).
 pub(super) struct Frame<'py> {
     pub position: Bound<'py, PyString>,
     pub txid: Bound<'py, PyString>,
     pub ts_ms: Bound<'py, PyString>,
-    pub ops: (PyObject, PyObject, PyObject),
-    pub set: PyObject,
-    pub version: PyObject,
+    pub ops: [Bound<'py, PyAny>; 3],
+    pub set: Bound<'py, PyAny>,
+    pub version: Bound<'py, PyAny>,
     pub txn_topic: PyObject,
     pub avro: Option<Vec<u8>>,
 }
@@ -28,47 +29,47 @@ pub(super) struct Frame<'py> {
 type Bounds = (usize, usize, i64, i64, i64, Option<i64>, String, u64, u64);
 
 impl Lane {
-    /// The messages of the whole transactions txns[first:] (Lane.encode_txns) as far as the lane
-    /// takes every record of a transaction: (messages, done), done the transactions taken.
+    /// Hands the messages of the whole transactions txns[first:] (Lane.encode_txns) to target
+    /// as far as the lane takes every record of a transaction: the transactions taken.
     pub(super) fn txns<'py>(&self, py: Python<'py>, records: &Bound<'py, PyList>, txns: &Bound<'py, PyList>,
-                            first: usize, frame: &Frame<'py>) -> PyResult<(Bound<'py, PyList>, usize)> {
-        let messages = PyList::empty(py);
+                            first: usize, frame: &Frame<'py>, target: &mut Target<'_, 'py>) -> PyResult<usize> {
         let mut done = 0;
         for bounds in txns.iter().skip(first) {
-            let Some(txn) = self.txn(py, records, &bounds.extract()?, frame)? else { break };
-            for message in txn {
-                messages.append(message)?;
-            }
+            let bounds: Bounds = bounds.extract()?;
+            let Some(msgs) = self.txn(py, records, &bounds, frame)? else { break };
+            let text = |name: &Bound<'py, PyString>, value: i64| {
+                PyTuple::new(py, [name.clone().into_any(), PyString::new(py, &value.to_string()).into_any()])
+                    .map(Bound::into_any)
+            };
+            let heads = Heads { ops: frame.ops.clone(), position: frame.position.clone(),
+                                txid: text(&frame.txid, bounds.2)?, ts_ms: text(&frame.ts_ms, bounds.3)?,
+                                set: frame.set.clone(), version: frame.version.clone() };
+            target.put(py, msgs, &heads, &self.topics, Some(&frame.txn_topic))?;
             done += 1;
         }
-        Ok((messages, done))
+        Ok(done)
     }
 
     /// One transaction's messages, BEGIN first and END last, or None (a record the lane does not
     /// take: Python's).
-    fn txn<'py>(&self, py: Python<'py>, records: &Bound<'py, PyList>, bounds: &Bounds, frame: &Frame<'py>)
-                -> PyResult<Option<Vec<Bound<'py, PyTuple>>>> {
+    fn txn(&self, py: Python<'_>, records: &Bound<'_, PyList>, bounds: &Bounds, frame: &Frame<'_>)
+           -> PyResult<Option<Vec<Msg>>> {
         let (start, stop, txid, ts_ms, ts_us, last_lsn, prefix, ordinal, _) = bounds;
         let (txid, ts_ms, ordinal) = (*txid, *ts_ms, *ordinal);
         let tables = self.writers.len();
         let mut txn = Txn { txid, ts_ms, ts_us: *ts_us, last_lsn: *last_lsn, total: 0, per: vec![0; tables],
                             events: vec![0; tables] };
-        let text = |s: String| PyString::new(py, &s).into_any();
-        let txid_h = PyTuple::new(py, [frame.txid.clone().into_any(), text(txid.to_string())])?.into_any().unbind();
-        let ts_h = PyTuple::new(py, [frame.ts_ms.clone().into_any(), text(ts_ms.to_string())])?.into_any().unbind();
-        let heads = super::Heads { ops: &frame.ops, position: &frame.position, txid: &txid_h, ts_ms: &ts_h,
-                                   set: &frame.set, version: &frame.version };
         let mut out = Vec::with_capacity(2 + stop.saturating_sub(*start));
         let mut counts = vec![0usize; tables];
         let first = format!("{prefix}{ordinal:010}");
         let mut last = first.clone();
-        out.push(self.txn_record(py, b"BEGIN", txid, &first, ts_ms, None, frame)?);
+        out.push(txn_record(b"BEGIN", txid, &first, ts_ms, None, frame));
         for n in 0..stop.saturating_sub(*start) {
             let record = records.get_item(start + n)?;
             let Some(held) = self.held(&record) else { return Ok(None) };
             let Some(rec) = held.rec() else { return Ok(None) };
             last = format!("{prefix}{:010}", ordinal + n as u64);
-            if !self.push_change(py, &rec, &last, Some(&mut txn), &heads, &mut counts, &mut out)? {
+            if !self.push_change(py, &rec, &last, Some(&mut txn), &mut counts, &mut out)? {
                 return Ok(None);
             }
         }
@@ -80,31 +81,20 @@ impl Lane {
             per_topic.push((topic.as_str(), n));
         }
         per_topic.sort();
-        out.push(self.txn_record(py, b"END", txid, &last, ts_ms, Some(&per_topic), frame)?);
+        out.push(txn_record(b"END", txid, &last, ts_ms, Some(&per_topic), frame));
         Ok(Some(out))
     }
+}
 
-    /// A (topic, key, value, headers) message tuple.
-    pub(super) fn message<'py>(&self, py: Python<'py>, topic: PyObject, key: Option<Vec<u8>>, value: Option<Vec<u8>>,
-                               headers: Bound<'py, PyList>) -> PyResult<Bound<'py, PyTuple>> {
-        let bytes = |b: Option<Vec<u8>>| -> PyObject {
-            b.map_or_else(|| py.None(), |b| PyBytes::new(py, &b).into_any().unbind())
-        };
-        PyTuple::new(py, [topic, bytes(key), bytes(value), headers.into_any().unbind()])
-    }
-
-    /// A BEGIN (counts None) or END record on the transactions topic, as Emitter._txn_record
-    /// writes it (rows.txn_record_json, or txn_record_avro after frame.avro, the writer's prefix).
-    #[allow(clippy::too_many_arguments)]
-    fn txn_record<'py>(&self, py: Python<'py>, kind: &[u8], txid: i64, position: &str, ts_ms: i64,
-                       counts: Option<&[(&str, usize)]>, frame: &Frame<'py>) -> PyResult<Bound<'py, PyTuple>> {
-        let value = match &frame.avro {
-            Some(header) => avro_record(header, kind, txid, position, ts_ms, counts),
-            None => json_record(kind, txid, position, ts_ms, counts),
-        };
-        let headers = PyList::new(py, [frame.set.clone_ref(py), frame.version.clone_ref(py)])?;
-        self.message(py, frame.txn_topic.clone_ref(py), None, Some(value), headers)
-    }
+/// A BEGIN (counts None) or END record on the transactions topic, as Emitter._txn_record writes
+/// it (rows.txn_record_json, or txn_record_avro after frame.avro, the writer's prefix).
+fn txn_record(kind: &[u8], txid: i64, position: &str, ts_ms: i64, counts: Option<&[(&str, usize)]>,
+              frame: &Frame<'_>) -> Msg {
+    let value = match &frame.avro {
+        Some(header) => avro_record(header, kind, txid, position, ts_ms, counts),
+        None => json_record(kind, txid, position, ts_ms, counts),
+    };
+    Msg { topic: None, key: None, value: Some(value), data: None }
 }
 
 /// rows.txn_record_json: every string of it is ASCII without characters to escape (kind, a

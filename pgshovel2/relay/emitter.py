@@ -14,7 +14,9 @@ END record of a transaction split over two Kafka transactions still counts all o
 
 import json
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from pgshovel2 import wire
 from pgshovel2.catalog import Table
@@ -97,10 +99,10 @@ class Emitter:
             ts_us = self._txn_ts_us if self._txn_ts_us is not None else run.ts_ms * 1000
             txn = (run.txid, run.ts_ms, ts_us, self._txn_last_lsn, self._order.total,
                    [self._order.at(c) if c is not None else 0 for c in lanes.collections])
-        messages, done, counts, events = lanes.lane.encode(run.records, start, prefix, run.ordinal + start, OPS,
-                                                           self._fixed, wire.POSITION, txn)
+        _, done, counts, events = self._lane_call(
+            lambda producer, wait: lanes.lane.encode(run.records, start, prefix, run.ordinal + start, OPS,
+                                                     self._fixed, wire.POSITION, txn, producer, wait))
         if done:
-            self.sink.produce_many(messages)
             for topic, n in zip(lanes.topics, counts, strict=True):
                 if n:
                     self._counts[topic] += n
@@ -118,11 +120,23 @@ class Emitter:
         if lanes.lane is None or self.replaying:
             return 0
         avro = self._txn_writer.header if self._txn_writer is not None else None
-        messages, done = lanes.lane.encode_txns(run.records, run.txns, first, OPS, NAMES, self._shared_headers(),
-                                                self.txn_topic, avro)
-        if done:
-            self.sink.produce_many(messages)
+        shared = self._shared_headers()
+        _, done = self._lane_call(
+            lambda producer, wait: lanes.lane.encode_txns(run.records, run.txns, first, OPS, NAMES, shared,
+                                                          self.txn_topic, avro, producer, wait))
         return done
+
+    def _lane_call(self, encode: Callable[[Any, Any], tuple]) -> tuple:
+        """encode(producer, wait), a Lane call: into the sink's native producer when it has one
+        (KafkaSink.produce_natively: the lane produces the messages itself), else
+        encode(None, None), whose messages (the result's first item) go to produce_many."""
+        natively = getattr(self.sink, "produce_natively", None)
+        result = natively(encode) if natively is not None else None
+        if result is None:
+            result = encode(None, None)
+            if result[0]:
+                self.sink.produce_many(result[0])
+        return result
 
     def _lanes_for(self, tags: list[str] | None) -> TableLanes:
         """The native lanes of the routes in effect for a run of tags (ChangeRun.tags), built anew

@@ -16,7 +16,8 @@ partition.
 import logging
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
@@ -275,6 +276,28 @@ class KafkaSink:
         except KafkaException as exc:
             raise self._error(exc, f"cannot produce to {topic!r}") from exc
 
+    def produce_natively(self, encode: Callable[[Any, Callable[[], None]], tuple]) -> tuple | None:
+        """encode(producer, wait) with the native producer, which a native lane call produces
+        into itself (in the Kafka transaction this opens if none is open), calling wait() while
+        the producer's queue is full; returns encode's result, whose first item is the number of
+        messages it produced. None, calling nothing, when the producer is confluent_kafka's.
+        Raises the relay's error of a Kafka error meanwhile (:meth:`produce`'s)."""
+        if self._many is None:
+            return None
+        self._open()
+        try:
+            result = encode(self._producer, self._wait_for_room)
+        except KafkaException as exc:
+            raise self._error(exc, "cannot produce the native lane's messages") from exc
+        self._count(result[0])
+        return result
+
+    def _count(self, produced: int) -> None:
+        """Count produced messages, serving delivery reports at every POLL_EVERY-th."""
+        before, self.produced = self.produced, self.produced + produced
+        if before // POLL_EVERY != self.produced // POLL_EVERY:
+            self._producer.poll(0)
+
     def _produce_list(self, messages: list) -> None:
         """produce_many through the native producer: the whole list in one call, waiting for room
         as :meth:`_produce_when_room` does when the queue is full."""
@@ -284,9 +307,7 @@ class KafkaSink:
                 self._wait_for_room()
         except KafkaException as exc:
             raise self._error(exc, f"cannot produce to {messages[done][0]!r}") from exc
-        before, self.produced = self.produced, self.produced + len(messages)
-        if before // POLL_EVERY != self.produced // POLL_EVERY:
-            self._producer.poll(0)
+        self._count(len(messages))
 
     def _open(self) -> None:
         """Raise the producer's fatal error, if any; begin a Kafka transaction if none is open."""
