@@ -8,16 +8,16 @@
 
 use std::ffi::CStr;
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use pyo3::exceptions::{PyBufferError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyString, PyTuple};
-use rdkafka::config::ClientConfig;
+use rdkafka::config::{ClientConfig, RDKafkaLogLevel};
 use rdkafka::error::{KafkaError, RDKafkaError};
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer as _, ProducerContext};
-use rdkafka::bindings::rd_kafka_err2str;
+use rdkafka::bindings::{rd_kafka_err2str, rd_kafka_queue_destroy, rd_kafka_queue_get_main, rd_kafka_queue_length};
 use rdkafka::types::{RDKafkaErrorCode, RDKafkaRespErr};
 use rdkafka::util::Timeout;
 use rdkafka::{ClientContext, Message};
@@ -46,8 +46,23 @@ pub(crate) fn text_of(code: RDKafkaErrorCode) -> String {
 }
 
 impl ClientContext for Reports {
+    /// Each error event comes here twice in a row (the rdkafka crate's Client::poll_event and
+    /// BaseProducer::poll both hand it over): the repeat is dropped.
     fn error(&self, error: KafkaError, reason: &str) {
-        self.errors.lock().unwrap().push((code_of(&error), reason.to_string()));
+        let report = (code_of(&error), reason.to_string());
+        let mut errors = self.errors.lock().unwrap();
+        if errors.last() != Some(&report) {
+            errors.push(report);
+        }
+    }
+
+    /// librdkafka's log lines to stderr in its own default form (what confluent_kafka's producer
+    /// prints: a broker that refuses connections shows there at once). Written from librdkafka's
+    /// threads, which must not wait for the GIL: a Python thread holding it may be waiting on them.
+    fn log(&self, level: RDKafkaLogLevel, fac: &str, message: &str) {
+        let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+        eprintln!("%{}|{}.{:03}|{}|pgshovel2-native#producer| {}", level as i32, now.as_secs(),
+                  now.subsec_millis(), fac, message);
     }
 }
 
@@ -164,10 +179,26 @@ impl Producer {
         }
     }
 
+    /// Serves the events waiting on the main queue (error events, failed deliveries and
+    /// librdkafka's log lines, which the rdkafka crate routes there): a poll serves one at most.
+    fn serve(&self) {
+        // SAFETY: the client pointer is valid while self lives; the queue reference is released.
+        let waiting = unsafe {
+            let queue = rd_kafka_queue_get_main(self.inner.client().native_ptr());
+            let n = rd_kafka_queue_length(queue);
+            rd_kafka_queue_destroy(queue);
+            n
+        };
+        for _ in 0..waiting {
+            self.inner.poll(Duration::ZERO);
+        }
+    }
+
     /// Hands what librdkafka reported meanwhile to the callbacks: on_error(KafkaError) per error
     /// event (a generic fatal error as its cause, flagged fatal), on_delivery(KafkaError, topic,
     /// key) per failed delivery.
     fn report(&self, py: Python<'_>) -> PyResult<()> {
+        self.serve();
         let context = self.inner.context();
         let errors = std::mem::take(&mut *context.errors.lock().unwrap());
         for (code, reason) in errors {
@@ -195,6 +226,7 @@ impl Producer {
     #[new]
     fn new(settings: Vec<(String, String)>, on_error: PyObject, on_delivery: PyObject) -> PyResult<Self> {
         let mut config = ClientConfig::new();
+        config.set_log_level(RDKafkaLogLevel::Info); // librdkafka's own default, as confluent_kafka's
         for (name, value) in settings {
             config.set(name, value);
         }

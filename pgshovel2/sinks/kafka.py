@@ -197,6 +197,7 @@ class KafkaSink:
                 return
             except KafkaException as exc:
                 err = exc.args[0]
+                self._producer.poll(0)  # serves the error events (logged) that tell why
                 if not err.retriable() or time.monotonic() >= deadline:
                     raise self._error(exc, what) from exc
                 if self._stop.is_set():

@@ -124,10 +124,12 @@ def test_a_full_queue_is_waited_out(stack, producer_kind):
     assert len(committed(stack, topic)) == 2_500
 
 
-def test_kafka_that_does_not_answer_is_named(producer_kind):
+def test_kafka_that_does_not_answer_is_named(producer_kind, caplog):
     sink = KafkaSink("127.0.0.1:1", "test-nobody")
     try:
         with pytest.raises(UnavailableError, match="cannot register transactional id 'test-nobody' at 127.0.0.1:1"):
-            sink.start(timeout=2)
+            sink.start(timeout=3)
     finally:
         sink.close()
+    assert any("Kafka: " in r.message and "Connection refused" in r.message for r in caplog.records
+               if r.levelname == "WARNING"), "librdkafka's error events were not logged"
