@@ -7,7 +7,7 @@ use pyo3::types::{PyBytes, PyList, PyString, PyTuple};
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::types::RDKafkaErrorCode;
 
-use crate::producer::{kafka_exception, text_of, Producer};
+use crate::producer::Producer;
 
 /// A message the lane made: topic (a table index; None: the transactions topic), key, value,
 /// and a data message's op (b'c', b'u', b'd') and pgshovel.position (None: a BEGIN or END record).
@@ -133,7 +133,7 @@ impl<'py> Direct<'_, 'py> {
                     Err(RDKafkaErrorCode::QueueFull) => {
                         self.wait.call0()?;
                     }
-                    Err(code) => return Err(kafka_exception(py, code, &text_of(code), (false, false, false))),
+                    Err(code) => return Err(self.producer.refused(py, code)),
                 }
             }
             self.sent += 1;

@@ -37,7 +37,7 @@ fn code_of(error: &KafkaError) -> RDKafkaErrorCode {
 }
 
 /// librdkafka's text of an error code (rd_kafka_err2str), as confluent_kafka's KafkaError.str().
-pub(crate) fn text_of(code: RDKafkaErrorCode) -> String {
+fn text_of(code: RDKafkaErrorCode) -> String {
     match RDKafkaRespErr::try_from(code as i32) {
         // SAFETY: rd_kafka_err2str returns a static NUL-terminated string for every code.
         Ok(resp) => unsafe { CStr::from_ptr(rd_kafka_err2str(resp)) }.to_string_lossy().into_owned(),
@@ -78,7 +78,7 @@ impl ProducerContext for Reports {
 }
 
 /// confluent_kafka.KafkaException(KafkaError(code, reason, fatal, retriable, txn_requires_abort)).
-pub(crate) fn kafka_exception(py: Python<'_>, code: RDKafkaErrorCode, reason: &str, flags: (bool, bool, bool)) -> PyErr {
+fn kafka_exception(py: Python<'_>, code: RDKafkaErrorCode, reason: &str, flags: (bool, bool, bool)) -> PyErr {
     match kafka_error(py, code, reason, flags).and_then(|e| {
         py.import("confluent_kafka")?.getattr("KafkaException")?.call1((e,))
     }) {
@@ -173,9 +173,30 @@ impl Producer {
         let sent = self.send(topic.downcast::<PyString>()?.to_str()?, opt_bytes(key)?, opt_bytes(value)?, owned);
         match sent {
             Err(code) if code != RDKafkaErrorCode::QueueFull => {
-                Err(kafka_exception(py, code, &text_of(code), (false, false, false)))
+                Err(self.refused(py, code))
             }
             other => Ok(other),
+        }
+    }
+
+    /// The exception of a message librdkafka refused with code: for a generic fatal error, the
+    /// fatal error itself (its code and text, flagged fatal), so the sink can tell fenced from
+    /// other fatal errors without a report of it.
+    pub(crate) fn refused(&self, py: Python<'_>, code: RDKafkaErrorCode) -> PyErr {
+        match (code == RDKafkaErrorCode::Fatal).then(|| self.inner.client().fatal_error()).flatten() {
+            Some((cause, text)) => kafka_exception(py, cause, &text, (true, false, false)),
+            None => kafka_exception(py, code, &text_of(code), (code == RDKafkaErrorCode::Fatal, false, false)),
+        }
+    }
+
+    /// The Python exception of an error of a producer call (a generic fatal error as refused's).
+    fn raise(&self, py: Python<'_>, error: KafkaError) -> PyErr {
+        match error {
+            KafkaError::Transaction(e) if e.code() == RDKafkaErrorCode::Fatal => self.refused(py, e.code()),
+            KafkaError::MessageProduction(code) | KafkaError::Global(code) if code == RDKafkaErrorCode::Fatal => {
+                self.refused(py, code)
+            }
+            other => raise(py, other),
         }
     }
 
@@ -202,10 +223,13 @@ impl Producer {
         let context = self.inner.context();
         let errors = std::mem::take(&mut *context.errors.lock().unwrap());
         for (code, reason) in errors {
-            let fatal = code == RDKafkaErrorCode::Fatal;
-            let (code, reason) = match fatal.then(|| self.inner.client().fatal_error()).flatten() {
-                Some(cause) => cause,
-                None => (code, reason),
+            // A fatal error's event carries either the generic code or the error's own (the
+            // rdkafka crate drops librdkafka's is-fatal flag): fatal when the client's fatal
+            // error is this one.
+            let (code, reason, fatal) = match self.inner.client().fatal_error() {
+                Some((cause, text)) if code == RDKafkaErrorCode::Fatal => (cause, text, true),
+                Some((cause, _)) if cause == code => (code, reason, true),
+                _ => (code, reason, code == RDKafkaErrorCode::Fatal),
             };
             self.on_error.call1(py, (kafka_error(py, code, &reason, (fatal, false, false))?,))?;
         }
@@ -282,11 +306,11 @@ impl Producer {
         let inner = &self.inner;
         let done = py.allow_threads(|| inner.init_transactions(self::timeout(timeout)));
         self.report(py)?;
-        done.map_err(|e| raise(py, e))
+        done.map_err(|e| self.raise(py, e))
     }
 
     fn begin_transaction(&self, py: Python<'_>) -> PyResult<()> {
-        self.inner.begin_transaction().map_err(|e| raise(py, e))
+        self.inner.begin_transaction().map_err(|e| self.raise(py, e))
     }
 
     /// Flush, then commit the open transaction (librdkafka's commit_transaction).
@@ -294,7 +318,7 @@ impl Producer {
         let inner = &self.inner;
         let done = py.allow_threads(|| inner.commit_transaction(self::timeout(timeout)));
         self.report(py)?;
-        done.map_err(|e| raise(py, e))
+        done.map_err(|e| self.raise(py, e))
     }
 
     /// librdkafka's abort, in steps of 100 ms with the reports served between them: the abort
@@ -315,6 +339,6 @@ impl Producer {
             }
         });
         self.report(py)?;
-        done.map_err(|e| raise(py, e))
+        done.map_err(|e| self.raise(py, e))
     }
 }

@@ -4,6 +4,7 @@ confluent_kafka's. Both must give the same messages, the same transactions and t
 the relay tests run the native one (the default), these run both."""
 
 import os
+import time
 import uuid
 
 import pytest
@@ -95,6 +96,25 @@ def test_a_relay_started_later_fences_this_one(stack, producer_kind):
         first.close()
         second.close()
     assert [v for _, v, _ in committed(stack, topic)] == [b"from the first", b"from the second"]
+
+
+def test_a_fenced_relay_is_told_so_when_it_produces_after_librdkafka_learned_it(stack, producer_kind):
+    """The producer knows it is fenced before the sink does (a message on its way was refused):
+    the next produce is refused with librdkafka's generic fatal error, which the sink must still
+    name as fencing, not as some fatal error."""
+    topic = new_topic(stack)
+    first, second = KafkaSink(stack.bootstrap, f"test-{topic}"), KafkaSink(stack.bootstrap, f"test-{topic}")
+    try:
+        first.start()
+        second.start()
+        first.produce(topic, b"k", b"fenced on its way", [])
+        time.sleep(3)  # librdkafka sends it and learns of the fencing; nothing polls meanwhile
+        with pytest.raises(FencedError, match="another relay of this set took over"):
+            first.produce(topic, b"k", b"after", [])
+            first.commit(timeout=30)
+    finally:
+        first.close()
+        second.close()
 
 
 def test_an_undelivered_message_fails_the_commit_naming_it(stack, producer_kind):
