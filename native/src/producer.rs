@@ -17,7 +17,10 @@ use rdkafka::config::{ClientConfig, RDKafkaLogLevel};
 use rdkafka::error::{KafkaError, RDKafkaError};
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer as _, ProducerContext};
-use rdkafka::bindings::{rd_kafka_err2str, rd_kafka_queue_destroy, rd_kafka_queue_get_main, rd_kafka_queue_length};
+use rdkafka::bindings::{
+    rd_kafka_err2str, rd_kafka_flush, rd_kafka_queue_destroy, rd_kafka_queue_get_main, rd_kafka_queue_length,
+    rd_kafka_resp_err_t,
+};
 use rdkafka::types::{RDKafkaErrorCode, RDKafkaRespErr};
 use rdkafka::util::Timeout;
 use rdkafka::{ClientContext, Message};
@@ -110,6 +113,48 @@ fn transaction_exception(py: Python<'_>, e: &RDKafkaError) -> PyErr {
     kafka_exception(py, e.code(), &e.string(), (e.is_fatal(), e.is_retriable(), e.txn_requires_abort()))
 }
 
+/// The instant seconds from now (negative: a year, for ever).
+fn deadline(seconds: f64) -> Instant {
+    Instant::now() + if seconds < 0.0 { Duration::from_secs(365 * 86_400) } else { Duration::from_secs_f64(seconds) }
+}
+
+/// Serves the events waiting on the producer's main queue (error events, failed deliveries and
+/// librdkafka's log lines, which the rdkafka crate routes there): a poll serves one at most.
+fn serve(inner: &BaseProducer<Reports>) {
+    // SAFETY: the client pointer is valid while inner lives; the queue reference is released.
+    let waiting = unsafe {
+        let queue = rd_kafka_queue_get_main(inner.client().native_ptr());
+        let n = rd_kafka_queue_length(queue);
+        rd_kafka_queue_destroy(queue);
+        n
+    };
+    for _ in 0..waiting {
+        inner.poll(Duration::ZERO);
+    }
+}
+
+/// Waits until every message is acknowledged or failed, up to deadline: true when none is left.
+/// librdkafka's flush waits on its message count without polling (delivery reports are events
+/// here, and with delivery.report.only.error only a failure makes one), so it returns as soon as
+/// the last message is acknowledged; the waiting events are served between steps of at most
+/// 100 ms so a failure's report does not hold it up. Not the rdkafka crate's flush: it polls in
+/// steps of 100 ms that always last their full length, so every Kafka commit took 100 ms more.
+fn drain(inner: &BaseProducer<Reports>, deadline: Instant) -> bool {
+    loop {
+        serve(inner);
+        let step = deadline.saturating_duration_since(Instant::now()).min(Duration::from_millis(100));
+        // SAFETY: the client pointer is valid while inner lives.
+        let left = unsafe { rd_kafka_flush(inner.client().native_ptr(), step.as_millis() as i32) };
+        if left == rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR {
+            serve(inner);
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+    }
+}
+
 fn timeout(seconds: f64) -> Timeout {
     if seconds < 0.0 { Timeout::Never } else { Timeout::After(Duration::from_secs_f64(seconds)) }
 }
@@ -200,19 +245,8 @@ impl Producer {
         }
     }
 
-    /// Serves the events waiting on the main queue (error events, failed deliveries and
-    /// librdkafka's log lines, which the rdkafka crate routes there): a poll serves one at most.
     fn serve(&self) {
-        // SAFETY: the client pointer is valid while self lives; the queue reference is released.
-        let waiting = unsafe {
-            let queue = rd_kafka_queue_get_main(self.inner.client().native_ptr());
-            let n = rd_kafka_queue_length(queue);
-            rd_kafka_queue_destroy(queue);
-            n
-        };
-        for _ in 0..waiting {
-            self.inner.poll(Duration::ZERO);
-        }
+        serve(&self.inner);
     }
 
     /// Hands what librdkafka reported meanwhile to the callbacks: on_error(KafkaError) per error
@@ -293,7 +327,7 @@ impl Producer {
     /// still in flight.
     fn flush(&self, py: Python<'_>, timeout: f64) -> PyResult<i32> {
         let inner = &self.inner;
-        let _ = py.allow_threads(|| inner.flush(self::timeout(timeout)));
+        py.allow_threads(|| drain(inner, deadline(timeout)));
         self.report(py)?;
         Ok(inner.in_flight_count())
     }
@@ -316,7 +350,13 @@ impl Producer {
     /// Flush, then commit the open transaction (librdkafka's commit_transaction).
     fn commit_transaction(&self, py: Python<'_>, timeout: f64) -> PyResult<()> {
         let inner = &self.inner;
-        let done = py.allow_threads(|| inner.commit_transaction(self::timeout(timeout)));
+        let done = py.allow_threads(|| {
+            let deadline = deadline(timeout);
+            if !drain(inner, deadline) {
+                return Err(KafkaError::Flush(RDKafkaErrorCode::OperationTimedOut));
+            }
+            inner.commit_transaction(Timeout::After(deadline.saturating_duration_since(Instant::now())))
+        });
         self.report(py)?;
         done.map_err(|e| self.raise(py, e))
     }
