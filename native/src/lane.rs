@@ -140,17 +140,17 @@ impl Lane {
                             set: fixed.2, version: fixed.3 };
         let mut target = self.target(py, producer.as_ref(), wait, None)?;
         let mut done = 0;
+        let mut out = Vec::with_capacity(records.len().saturating_sub(start) + 8);
         for (n, record) in records.iter().skip(start).enumerate() {
             let Some(held) = self.held(&record) else { break };
             let Some(rec) = held.rec() else { break };
-            let mut out = Vec::with_capacity(2);
             let text = format!("{prefix}{:010}", ordinal + n as u64);
             if !self.push_change(py, &rec, &text, txn.as_mut(), &mut counts, &mut out)? {
                 break;
             }
-            target.put(py, out, &heads, &self.topics, None)?;
             done += 1;
         }
+        target.put(py, out, &heads, &self.topics, None)?;
         let events = txn.map_or_else(|| vec![0; self.writers.len()], |t| t.events);
         Ok((target.result(py)?, done, counts, events))
     }

@@ -245,15 +245,11 @@ impl Producer {
         }
     }
 
-    fn serve(&self) {
-        serve(&self.inner);
-    }
-
     /// Hands what librdkafka reported meanwhile to the callbacks: on_error(KafkaError) per error
     /// event (a generic fatal error as its cause, flagged fatal), on_delivery(KafkaError, topic,
     /// key) per failed delivery.
     fn report(&self, py: Python<'_>) -> PyResult<()> {
-        self.serve();
+        serve(&self.inner);
         let context = self.inner.context();
         let errors = std::mem::take(&mut *context.errors.lock().unwrap());
         for (code, reason) in errors {
@@ -367,7 +363,7 @@ impl Producer {
     fn abort_transaction(&self, py: Python<'_>, timeout: f64) -> PyResult<()> {
         let inner = &self.inner;
         let done = py.allow_threads(|| {
-            let deadline = Instant::now() + Duration::from_secs_f64(timeout.max(0.0));
+            let deadline = deadline(timeout);
             loop {
                 let step = deadline.saturating_duration_since(Instant::now()).min(Duration::from_millis(100));
                 match inner.abort_transaction(Timeout::After(step)) {
