@@ -26,6 +26,7 @@ from pgshovel2.setrecord import PLUGIN, SetRecord, SlotCapture
 log = logging.getLogger(__name__)
 
 
+@twophase.retry_on_deadlock
 def create_set(store: ClusterStore, name: str, config_path: str, dry_run: bool = False) -> SetRecord:
     """Create set name from a YAML config file; returns the stored set record (dry_run: the
     record it would store, nothing written, only read).
@@ -123,12 +124,14 @@ def _preview(store: ClusterStore, name: str, config: SetConfig, config_path: str
         conn.close()
 
 
+@twophase.retry_on_deadlock
 def drop_set(store: ClusterStore, name: str) -> list[str]:
     """Remove a set's capture (triggers, consumer and queue; or its slot) and its znodes, in
     one two-phase commit.
 
-    Returns what was removed. Raises ClusterError (no such set, changed meanwhile) or
-    CaptureError (database unreachable or refuses, slot in use); on error nothing is removed.
+    Returns what was removed. Raises ClusterError (no such set, changed meanwhile; a deadlock
+    with pgqd's ticker or a writer is tried again first) or CaptureError (database unreachable
+    or refuses, slot in use); on error nothing is removed.
     """
     record, version = store.get_set(name)
     intent = Intent.new(store.cluster, name, "drop", record.version)

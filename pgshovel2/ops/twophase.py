@@ -23,11 +23,14 @@ lock is held no other command can change the set. (The failpoints keep their nam
 ``admin_before_prepare`` before COMMIT, ``admin_prepared`` after it.)
 """
 
+import functools
 import logging
 import secrets
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import ParamSpec, TypeVar
 
 import psycopg2
 import psycopg2.errors
@@ -44,6 +47,14 @@ log = logging.getLogger(__name__)
 
 ACTIONS = ("create", "upgrade", "drop")
 LOCK_TIMEOUT = "10s"
+DEADLOCK_ATTEMPTS = 3
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+class DeadlockError(ConflictError):
+    """PostgreSQL chose the command's transaction as a deadlock's victim; nothing was changed."""
 
 
 @dataclass(frozen=True)
@@ -87,7 +98,8 @@ def prepared_command(store: ClusterStore, intent: Intent, dsn: str, what: str) -
     ``admin_before_prepare``, ``admin_prepared``) and left prepared: call
     :func:`finish` with the ZooKeeper step. An error inside the block rolls
     back and removes the intent. Raises CaptureError when the database
-    refuses, ConflictError when a lock is not granted within LOCK_TIMEOUT.
+    refuses, ConflictError when a lock is not granted within LOCK_TIMEOUT,
+    DeadlockError when PostgreSQL rolled the transaction back to break a deadlock.
     """
     conn = connect(dsn, f"set {intent.set_name!r}")
     try:
@@ -112,6 +124,10 @@ def prepared_command(store: ClusterStore, intent: Intent, dsn: str, what: str) -
         _abandon(store, conn, intent)
         raise ConflictError(f"{what}: another command holds the set's tables (no lock within "
                             f"{LOCK_TIMEOUT}); nothing was changed: retry") from exc
+    except psycopg2.errors.DeadlockDetected as exc:
+        _abandon(store, conn, intent)
+        raise DeadlockError(f"{what}: deadlocked with another session and was rolled back; nothing was "
+                            f"changed: retry ({str(exc).strip().splitlines()[0]})") from exc
     except psycopg2.Error as exc:
         _abandon(store, conn, intent)
         raise CaptureError(f"{what}: the database refused: {str(exc).strip()}") from exc
@@ -119,6 +135,29 @@ def prepared_command(store: ClusterStore, intent: Intent, dsn: str, what: str) -
         _abandon(store, conn, intent)
         raise
     conn.close()
+
+
+def retry_on_deadlock(command: Callable[P, R]) -> Callable[P, R]:
+    """Run an admin command again, whole, when PostgreSQL rolled it back as a deadlock's victim.
+
+    A deadlock is a matter of timing, not of the command: pgqd's ``pgq.ticker()`` locks a
+    queue's event sequence then its tick sequence, ``pgq.drop_queue`` drops them the other
+    way round, and a writer of captured tables can lock them in any order. The victim's
+    transaction changed nothing (its intent is removed), so the command starts over, reading
+    ZooKeeper again; after DEADLOCK_ATTEMPTS tries the DeadlockError is raised.
+    """
+    @functools.wraps(command)
+    def run(*args: P.args, **kwargs: P.kwargs) -> R:
+        for attempt in range(1, DEADLOCK_ATTEMPTS + 1):
+            try:
+                return command(*args, **kwargs)
+            except DeadlockError as exc:
+                if attempt == DEADLOCK_ATTEMPTS:
+                    raise
+                log.warning("%s; trying again (%d of %d)", exc, attempt + 1, DEADLOCK_ATTEMPTS)
+                time.sleep(0.2 * attempt)
+        raise AssertionError("unreachable")
+    return run
 
 
 def supports_prepare(conn) -> bool:

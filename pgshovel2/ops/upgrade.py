@@ -148,6 +148,7 @@ def _preview(name: str, record: SetRecord, config: SetConfig, config_path: str) 
         conn.close()
 
 
+@twophase.retry_on_deadlock
 def upgrade_set(store: ClusterStore, name: str, config_path: str) -> UpgradePlan:
     """Apply config_path to set name as its next version (see the module doc); returns the plan.
 

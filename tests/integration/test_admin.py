@@ -1,6 +1,10 @@
 """Set administration against real ZooKeeper and PostgreSQL: create, list,
 inspect, drop, and bad input that must change nothing."""
 
+import concurrent.futures
+import time
+
+import psycopg2
 import pytest
 
 from tests.helpers import pgshovel, write_config
@@ -100,3 +104,39 @@ def test_database_unreachable_changes_nothing(stack, cluster, tmp_path):
 def test_uninitialized_cluster(stack):
     proc = pgshovel(stack, "never_initialized", "set", "list", check=False)
     assert proc.returncode == 1 and "run 'pgshovel cluster initialize'" in proc.stderr
+
+
+def _waiting_for(db, relation: str) -> bool:
+    with db.cursor() as cur:
+        cur.execute("SELECT count(*) FROM pg_locks WHERE NOT granted AND relation = %s::regclass", (relation,))
+        return cur.fetchone()[0] > 0
+
+
+def test_drop_deadlocked_with_the_ticker_is_tried_again(stack, cluster, db, tables, tmp_path, monkeypatch):
+    """pgq.ticker() reads the event sequence, then takes the tick sequence; pgq.drop_queue drops
+    them the other way round. The drop, chosen as the deadlock's victim, starts over and succeeds."""
+    cfg = write_config(tmp_path, stack, [{"schema": tables, "name": "keyed"}])
+    pgshovel(stack, cluster, "set", "create", "s1", str(cfg))
+    queue = f"pgshovel2.{cluster}.s1"
+    with db.cursor() as cur:
+        cur.execute("SELECT queue_event_seq, queue_tick_seq FROM pgq.queue WHERE queue_name = %s", (queue,))
+        event_seq, tick_seq = cur.fetchone()
+    ticker = psycopg2.connect(stack.dsn)
+    monkeypatch.setenv("PGOPTIONS", "-c deadlock_timeout=3s")  # the drop's session: the victim
+    with ticker.cursor() as tcur:
+        tcur.execute("SET deadlock_timeout = '60s'")
+        tcur.execute(f"SELECT last_value FROM {event_seq}")  # as pgq.ticker() does first
+        drop = concurrent.futures.ThreadPoolExecutor(1).submit(pgshovel, stack, cluster, "set", "drop", "s1",
+                                                               check=False)
+        deadline = time.monotonic() + 60
+        while not _waiting_for(db, event_seq):
+            assert time.monotonic() < deadline and not drop.done(), drop.result() if drop.done() else "no wait"
+            time.sleep(0.05)
+        tcur.execute(f"SELECT nextval('{tick_seq}')")  # then the tick: returns once the drop gave way
+        ticker.commit()
+    ticker.close()
+    proc = drop.result(timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "deadlocked with another session" in proc.stderr and "trying again (2 of 3)" in proc.stderr
+    assert queue not in capture_objects(db, tables)["queues"]
+    assert pgshovel(stack, cluster, "set", "list").stdout == ""
