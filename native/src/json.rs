@@ -8,22 +8,26 @@
 //! object keys, lone surrogates, nesting deeper than `MAX_DEPTH`) is refused with `None`, so the
 //! caller leaves that row to the Python codec.
 
+use std::borrow::Cow;
+
 use crate::pyfloat;
 
-/// A parsed JSON value; `BigInt` keeps an integer token beyond i64 as its digits.
+/// A parsed JSON value; `BigInt` keeps an integer token beyond i64 as its digits. A string
+/// without escapes borrows its text from the parsed text (most of a row's strings: no
+/// allocation or copy for them).
 #[derive(Debug, Clone, PartialEq)]
-pub enum Value {
+pub enum Value<'a> {
     Null,
     Bool(bool),
     Int(i64),
     BigInt(String),
     Float(f64),
-    Str(String),
-    Arr(Vec<Value>),
-    Obj(Vec<(String, Value)>),
+    Str(Cow<'a, str>),
+    Arr(Vec<Value<'a>>),
+    Obj(Vec<(Cow<'a, str>, Value<'a>)>),
 }
 
-const MAX_DEPTH: usize = 200;
+pub(crate) const MAX_DEPTH: usize = 200;
 
 /// The bytes that end a run of a JSON string's plain characters: '"', '\\' and the control
 /// characters (a table: one load a byte where three comparisons were).
@@ -41,30 +45,44 @@ static SPECIAL: [bool; 256] = {
 
 /// Parses a whole JSON text; `minus_zero_float`: the integer token `-0` reads as the float -0.0
 /// (rows.loads_row), else as the integer 0 (json.loads).
-pub fn parse(text: &str, minus_zero_float: bool) -> Option<Value> {
-    let mut p = Parser { text, s: text.as_bytes(), pos: 0, minus_zero_float };
+pub fn parse(text: &str, minus_zero_float: bool) -> Option<Value<'_>> {
+    let mut p = Parser::new(text, minus_zero_float);
     let v = p.value(0)?;
     p.ws();
-    (p.pos == p.s.len()).then_some(v)
+    p.at_end().then_some(v)
 }
 
-struct Parser<'a> {
+/// A cursor over a JSON text (also driven token by token by [`crate::canon`]).
+pub(crate) struct Parser<'a> {
     /// The text parsed, and its bytes (s): a run between ASCII delimiters is a str slice of it,
     /// checked UTF-8 once for the whole text rather than per run.
     text: &'a str,
-    s: &'a [u8],
-    pos: usize,
+    pub(crate) s: &'a [u8],
+    pub(crate) pos: usize,
     minus_zero_float: bool,
 }
 
-impl Parser<'_> {
-    fn ws(&mut self) {
+impl<'a> Parser<'a> {
+    pub(crate) fn new(text: &'a str, minus_zero_float: bool) -> Self {
+        Parser { text, s: text.as_bytes(), pos: 0, minus_zero_float }
+    }
+
+    pub(crate) fn at_end(&self) -> bool {
+        self.pos == self.s.len()
+    }
+
+    /// The next byte, if any.
+    pub(crate) fn peek(&self) -> Option<u8> {
+        self.s.get(self.pos).copied()
+    }
+
+    pub(crate) fn ws(&mut self) {
         while self.pos < self.s.len() && matches!(self.s[self.pos], b' ' | b'\t' | b'\n' | b'\r') {
             self.pos += 1;
         }
     }
 
-    fn lit(&mut self, word: &[u8], v: Value) -> Option<Value> {
+    pub(crate) fn lit(&mut self, word: &[u8], v: Value<'a>) -> Option<Value<'a>> {
         if self.s[self.pos..].starts_with(word) {
             self.pos += word.len();
             Some(v)
@@ -73,7 +91,7 @@ impl Parser<'_> {
         }
     }
 
-    fn value(&mut self, depth: usize) -> Option<Value> {
+    fn value(&mut self, depth: usize) -> Option<Value<'a>> {
         if depth > MAX_DEPTH {
             return None;
         }
@@ -90,7 +108,7 @@ impl Parser<'_> {
         }
     }
 
-    fn array(&mut self, depth: usize) -> Option<Value> {
+    fn array(&mut self, depth: usize) -> Option<Value<'a>> {
         self.pos += 1;
         let mut out = Vec::new();
         self.ws();
@@ -112,9 +130,9 @@ impl Parser<'_> {
         }
     }
 
-    fn object(&mut self, depth: usize) -> Option<Value> {
+    fn object(&mut self, depth: usize) -> Option<Value<'a>> {
         self.pos += 1;
-        let mut out: Vec<(String, Value)> = Vec::new();
+        let mut out: Vec<(Cow<'a, str>, Value<'a>)> = Vec::new();
         self.ws();
         if self.s.get(self.pos) == Some(&b'}') {
             self.pos += 1;
@@ -157,13 +175,31 @@ impl Parser<'_> {
         u32::from_str_radix(digits, 16).ok()
     }
 
-    fn string(&mut self) -> Option<String> {
+    /// The string at pos (its opening quote): borrowed from the text when it has no escape.
+    pub(crate) fn string(&mut self) -> Option<Cow<'a, str>> {
         self.pos += 1;
+        let start = self.pos;
+        self.run();
+        if *self.s.get(self.pos)? == b'"' {
+            self.pos += 1;
+            return Some(Cow::Borrowed(self.text.get(start..self.pos - 1)?));
+        }
+        self.pos = start;
+        self.escaped_string().map(Cow::Owned)
+    }
+
+    /// Moves pos to the next '"', '\\' or control character (or the end).
+    fn run(&mut self) {
+        let start = self.pos;
+        let run = self.s[start..].iter().position(|&b| SPECIAL[b as usize]);
+        self.pos = run.map_or(self.s.len(), |n| start + n);
+    }
+
+    fn escaped_string(&mut self) -> Option<String> {
         let mut out = String::new();
         loop {
             let start = self.pos;
-            let run = self.s[start..].iter().position(|&b| SPECIAL[b as usize]);
-            self.pos = run.map_or(self.s.len(), |n| start + n);
+            self.run();
             out.push_str(self.text.get(start..self.pos)?); // ends at ASCII bytes: char boundaries
             match *self.s.get(self.pos)? {
                 b'"' => {
@@ -208,7 +244,7 @@ impl Parser<'_> {
         char::from_u32(hi)
     }
 
-    fn number(&mut self) -> Option<Value> {
+    pub(crate) fn number(&mut self) -> Option<Value<'a>> {
         let start = self.pos;
         let digits = |p: &mut Self| {
             let from = p.pos;
@@ -341,16 +377,5 @@ pub fn write(v: &Value, out: &mut Vec<u8>) {
             }
             out.push(b'}');
         }
-    }
-}
-
-/// True when some object in v has exactly one key, `pgshovel.json` (jsonvalue._looks_like_escape).
-pub fn looks_like_escape(v: &Value) -> bool {
-    match v {
-        Value::Obj(fields) => {
-            (fields.len() == 1 && fields[0].0 == "pgshovel.json") || fields.iter().any(|(_, x)| looks_like_escape(x))
-        }
-        Value::Arr(items) => items.iter().any(looks_like_escape),
-        _ => false,
     }
 }

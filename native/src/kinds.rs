@@ -4,6 +4,7 @@
 //! converter types.py pairs with that plan and returns None for a value it does not take exactly
 //! as Python would (the Python codec then encodes the row, or names the error).
 
+use crate::canon;
 use crate::json::{self, Value};
 
 const DAYS_2000: i64 = 10957;
@@ -106,7 +107,7 @@ pub fn json_value(kind: Kind, v: &Value, out: &mut Vec<u8>) -> Option<()> {
     match (kind, v) {
         (Kind::Bool, Value::Bool(_)) | (Kind::Int, Value::Int(_) | Value::BigInt(_)) => json::write(v, out),
         (Kind::Float4 | Kind::Float8, Value::Int(_) | Value::BigInt(_) | Value::Float(_)) => json::write(v, out),
-        (Kind::Float4 | Kind::Float8, Value::Str(s)) if matches!(s.as_str(), "NaN" | "Infinity" | "-Infinity") => {
+        (Kind::Float4 | Kind::Float8, Value::Str(s)) if matches!(s.as_ref(), "NaN" | "Infinity" | "-Infinity") => {
             json::write(v, out)
         }
         (Kind::Decimal(_) | Kind::Str, Value::Str(s)) => json::write_str(s, out),
@@ -118,7 +119,7 @@ pub fn json_value(kind: Kind, v: &Value, out: &mut Vec<u8>) -> Option<()> {
         (Kind::TimestampTz, Value::Int(t)) => timestamp_json(*t, true, out)?,
         (Kind::TimeTz, Value::Str(s)) => json::write_str(&timetz(s)?, out),
         (Kind::Interval, _) => json::write_str(&interval(v)?, out),
-        (Kind::Json, Value::Str(s)) => embed(s, false, out)?,
+        (Kind::Json, Value::Str(s)) => canon::embed(s, false, out)?,
         _ => return None,
     }
     Some(())
@@ -126,7 +127,7 @@ pub fn json_value(kind: Kind, v: &Value, out: &mut Vec<u8>) -> Option<()> {
 
 /// The elements of a one-dimensional array with lower bound 1 in its capture forms: a JSON
 /// array, or ``{"dims": [n], "lower_bounds": [1], "elements": [...]}``; None for other forms.
-fn plain_elements(v: &Value) -> Option<&[Value]> {
+fn plain_elements<'v, 'a>(v: &'v Value<'a>) -> Option<&'v [Value<'a>]> {
     match v {
         Value::Arr(items) => Some(items),
         Value::Obj(fields) => {
@@ -172,7 +173,7 @@ pub fn json_array(elem: Kind, v: &Value, out: &mut Vec<u8>) -> Option<()> {
         }
         match (item, elem) {
             (Value::Null, _) => out.extend_from_slice(b"null"),
-            (Value::Str(s), Kind::Json) => embed(s, true, out)?,
+            (Value::Str(s), Kind::Json) => canon::embed(s, true, out)?,
             _ => json_value(elem, item, out)?,
         }
     }
@@ -180,25 +181,11 @@ pub fn json_array(elem: Kind, v: &Value, out: &mut Vec<u8>) -> Option<()> {
     Some(())
 }
 
-/// jsonvalue.embed: the JSON value itself, or the escape object (also for an array element
-/// that is a JSON array).
-fn embed(text: &str, element: bool, out: &mut Vec<u8>) -> Option<()> {
-    let value = json::parse(text, false)?;
-    if value == Value::Null || (element && matches!(value, Value::Arr(_))) || json::looks_like_escape(&value) {
-        out.extend_from_slice(b"{\"pgshovel.json\":");
-        json::write_str(text, out);
-        out.push(b'}');
-    } else {
-        json::write(&value, out);
-    }
-    Some(())
-}
-
 fn float_in(v: &Value) -> Option<f64> {
     match v {
         Value::Float(f) => Some(*f),
         Value::Int(i) => Some(*i as f64),
-        Value::Str(s) => match s.as_str() {
+        Value::Str(s) => match s.as_ref() {
             "NaN" => Some(f64::NAN),
             "Infinity" => Some(f64::INFINITY),
             "-Infinity" => Some(f64::NEG_INFINITY),

@@ -6,6 +6,7 @@
 //! byte for byte (Avro with the registry's 5-byte prefix, or JSON). A row it cannot encode
 //! exactly as Python would gives None: the caller encodes that row in Python.
 
+mod canon;
 mod debezium;
 mod json;
 mod kinds;
@@ -44,7 +45,7 @@ struct RowCodec {
 
 enum Row<'a> {
     Text(&'a [u8]),
-    Values(Vec<Value>),
+    Values(Vec<Value<'a>>),
 }
 
 #[pymethods]
@@ -191,7 +192,7 @@ fn text_of(row: &Bound<'_, PyAny>) -> Vec<u8> {
 }
 
 /// A trigger-form Python value as a Value (None for a type the capture forms do not use here).
-fn from_py(v: &Bound<'_, PyAny>) -> Option<Value> {
+fn from_py(v: &Bound<'_, PyAny>) -> Option<Value<'static>> {
     if v.is_none() {
         Some(Value::Null)
     } else if let Ok(b) = v.downcast::<PyBool>() {
@@ -204,7 +205,7 @@ fn from_py(v: &Bound<'_, PyAny>) -> Option<Value> {
     } else if let Ok(f) = v.downcast::<PyFloat>() {
         Some(Value::Float(f.value()))
     } else if let Ok(s) = v.downcast::<PyString>() {
-        Some(Value::Str(s.to_str().ok()?.to_string()))
+        Some(Value::Str(s.to_str().ok()?.to_string().into()))
     } else if let Ok(list) = v.downcast::<PyList>() {
         list.iter().map(|x| from_py(&x)).collect::<Option<Vec<_>>>().map(Value::Arr)
     } else {

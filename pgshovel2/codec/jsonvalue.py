@@ -8,7 +8,10 @@ be read as something else; then it travels as the escape object
 - inside an array column, an element that is a JSON array (it would read as
   a dimension);
 - a value containing, at any depth, an object whose only key is
-  ``pgshovel.json`` (it would read as an escape).
+  ``pgshovel.json`` (it would read as an escape);
+- a value with a number beyond a double's range (it would read as Infinity,
+  which is no JSON) or a string that is no Unicode text (a lone surrogate
+  escape such as ``"\\ud83d"``, which type json accepts: no UTF-8 form).
 
 So every object with the single key ``pgshovel.json`` and a string value found
 in a column value of a JSON message is an escape, wherever it is: a reader
@@ -16,10 +19,27 @@ needs no type information to find them.
 """
 
 import json
+import math
+import re
 from dataclasses import dataclass
 from typing import Any
 
 ESCAPE_KEY = "pgshovel.json"
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+class _NotFiniteError(ValueError):
+    """A JSON number beyond a double's range."""
+
+
+def _finite(token: str) -> float:
+    number = float(token)
+    if math.isinf(number):
+        raise _NotFiniteError(token)
+    return number
+
+
+_loads = json.JSONDecoder(parse_float=_finite).decode
 
 
 @dataclass(frozen=True)
@@ -38,12 +58,14 @@ class JsonValue:
         return json.loads(self.text)
 
 
-def _looks_like_escape(value: Any) -> bool:
+def _needs_escape(value: Any) -> bool:
+    """Some object in value has the one key ESCAPE_KEY, or some string (or key) a lone surrogate."""
     if isinstance(value, dict):
-        return (len(value) == 1 and ESCAPE_KEY in value) or any(_looks_like_escape(v) for v in value.values())
+        return (len(value) == 1 and ESCAPE_KEY in value) or any(
+            _SURROGATE.search(k) or _needs_escape(v) for k, v in value.items())
     if isinstance(value, list):
-        return any(_looks_like_escape(v) for v in value)
-    return False
+        return any(_needs_escape(v) for v in value)
+    return isinstance(value, str) and _SURROGATE.search(value) is not None
 
 
 def embed(text: str, element: bool = False) -> Any:
@@ -52,11 +74,14 @@ def embed(text: str, element: bool = False) -> Any:
     element: the value is an element of an array column. Raises ValueError
     for text that is not JSON.
     """
-    value = json.loads(text)
+    try:
+        value = _loads(text)
+    except _NotFiniteError:
+        return {ESCAPE_KEY: text}
     if value is None or (element and isinstance(value, list)):
         return {ESCAPE_KEY: text}
-    # the key can only occur literally or behind a \u escape: skip the walk otherwise
-    if (ESCAPE_KEY in text or "\\u" in text) and _looks_like_escape(value):
+    # the key can only occur literally or behind a \u escape, a surrogate only behind one
+    if (ESCAPE_KEY in text or "\\u" in text) and _needs_escape(value):
         return {ESCAPE_KEY: text}
     return value
 

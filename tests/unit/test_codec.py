@@ -13,7 +13,7 @@ from pgshovel2 import names
 from pgshovel2.catalog import Column, Table
 from pgshovel2.codec import avro, jsonvalue, temporal
 from pgshovel2.codec.pgarray import format_array, parse_array
-from pgshovel2.codec.rows import RowEncoder, encode_record, loads_row, txn_record_avro, txn_record_json
+from pgshovel2.codec.rows import RowEncoder, encode_json, encode_record, loads_row, txn_record_avro, txn_record_json
 from pgshovel2.codec.types import field_type
 from pgshovel2.errors import EncodeError
 
@@ -179,6 +179,11 @@ def test_json_null_and_escapes():
     looks_escaped = '{"x": [{"pgshovel.json": 1}]}'
     assert jb.to_json(looks_escaped) == {"pgshovel.json": looks_escaped}
     assert jb.to_json('{"pgshovel\\u002ejson": "x"}') == {"pgshovel.json": '{"pgshovel\\u002ejson": "x"}'}
+    # type json keeps what JSON in UTF-8 cannot say: numbers beyond a double, lone surrogates
+    for text in ('[1e400]', '{"a": -1E999}', '{"a": "\\ud83d"}', '["x\\udc00"]', '{"\\udfff": 1}'):
+        assert jb.to_json(text) == {"pgshovel.json": text}, text
+        assert encode_json(jb.to_json(text)) == json.dumps({"pgshovel.json": text}, separators=(",", ":")).encode()
+    assert jb.to_json('["\\ud83d\\ude00", 1e308]') == ["\U0001F600", 1e308]  # a pair is one character
     arr = field_type(col("json", is_array=True))
     assert arr.to_json('{NULL,null,"[1,2]","{\\"a\\": 1}"}') == \
         [None, {"pgshovel.json": "null"}, {"pgshovel.json": "[1,2]"}, {"a": 1}]

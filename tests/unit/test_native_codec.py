@@ -55,14 +55,41 @@ def _decimal(rng: random.Random, precision: int, scale: int) -> str:
     return ("-" if rng.random() < 0.4 else "") + str(int(whole)) + (f".{frac}" if scale else "")
 
 
-def _json_text(rng: random.Random) -> str:
+# JSON texts whose reading or writing has a rule of its own: escapes (kept, decoded, re-escaped),
+# duplicate and escaped keys, surrogates, number forms, nesting at and past the depth limit,
+# whitespace, and texts json.loads refuses.
+JSON_TEXTS = ['{"a":1,"a":2}', '{"a":1,"\\u0061":2}', '{"k": "x\\u0041\\n\\"\\\\\\/\\u00e9\\t"}',
+              '"\\ud83d\\ude00"', '"\\ud83d"', '{"pgshovel\\u002ejson": 1}', '[{"pgshovel.json": 1, "b": 2}]',
+              '[1.0, 1e5, -0, -0.0, 1E400, 2.5e-3, 0.1, 123456789012345678901234567890]', '1e309', '-1e309',
+              '  {"a" : [ ] , "b" : { } }  ', '{"a":{"a":1}}', 'null', ' null ', '[[[]]]', '"\\u0000\\u001f"',
+              '{"\\u00e9": "é\u2028"}', "[" * 201 + "]" * 201, "[" * 200 + "]" * 200, '{"a":1}x', '{"a":1,}',
+              '[1,]', '{"a" 1}', '"\t"', 'NaN', '[Infinity]', '01', '1.', '.5', '-', 'tru', '"abc', '"\\x"',
+              '\ufeff{}', '{"a":[1,{"b":null}],"c":"\\"quoted\\""}', '{"": ""}', '[true,false,null]']
+
+
+def _random_json(rng: random.Random, depth: int = 0):
+    if depth > 3 or rng.random() < 0.4:
+        return rng.choice([None, True, 0, -7, 2**70, 1.5, -0.0, 1e-7, "", "x", "q\"uote\\", UNICODE, "\n\x01"])
+    if rng.random() < 0.5:
+        return [_random_json(rng, depth + 1) for _ in range(rng.randint(0, 4))]
+    return {rng.choice(["a", "b", "pgshovel.json", UNICODE, "k\"ey"]): _random_json(rng, depth + 1)
+            for _ in range(rng.randint(0, 3))}
+
+
+def _json_text(rng: random.Random, odd: bool) -> str:
+    """A json column's text; odd: also JSON_TEXTS, random nestings and spacing (not odd: the same
+    draws as before those were added, so the other tests' random workloads stay as they were)."""
+    if odd and rng.random() < 0.1:
+        return rng.choice(JSON_TEXTS)
     value = rng.choice([None, 1, -0.5, 1e300, "x", [1, [2]], {"a": [True, None]}, {"pgshovel.json": "t"},
-                        {"k": {"pgshovel.json": 1}}, UNICODE, {"n": 12345678901234567890123}, [], {}])
-    return json.dumps(value, ensure_ascii=rng.random() < 0.5, separators=rng.choice([(",", ":"), (", ", ": ")]))
+                        {"k": {"pgshovel.json": 1}}, UNICODE, {"n": 12345678901234567890123}, [], {}]
+                       + ([_random_json(rng)] if odd else []))
+    separators = [(",", ":"), (", ", ": ")] + ([(" , ", " :  ")] if odd else [])
+    return json.dumps(value, ensure_ascii=rng.random() < 0.5, separators=rng.choice(separators))
 
 
-def value(rng: random.Random, kind: str, is_array: bool, precision, scale, null: float = 0.15):
-    """A random trigger-form value of a column (None with probability null)."""
+def value(rng: random.Random, kind: str, is_array: bool, precision, scale, null: float = 0.15, odd: bool = True):
+    """A random trigger-form value of a column (None with probability null; odd: JSON_TEXTS too)."""
     if rng.random() < null:
         return None
     if is_array:
@@ -83,7 +110,7 @@ def value(rng: random.Random, kind: str, is_array: bool, precision, scale, null:
         "timestamp": lambda: rng.choice([-(2**63), I64, -211813488000000000, rng.randint(-10**17, 10**17)]),
         "interval": lambda: [rng.randint(-30, 30), rng.randint(-40, 40),
                              rng.choice([0, 1, -14_706_500_000, 20_000_000, rng.randint(-10**12, 10**12)])],
-        "json": lambda: _json_text(rng),
+        "json": lambda: _json_text(rng, odd),
     }
     gen["timestamptz"], gen["jsonb"] = gen["timestamp"], gen["json"]
     return gen.get(kind, lambda: rng.choice(["plain", UNICODE, "", "a" * 300]))()
@@ -104,10 +131,11 @@ def encoders(tbl: Table, use_avro: bool, envelope: str):
     return RowEncoder(tbl, True, key_w, avro.AvroWriter(value_schema, 8) if envelope == "row" else None)
 
 
-def rows(seed: int, count: int, nullable: bool, types: list[tuple]) -> list[list]:
+def rows(seed: int, count: int, nullable: bool, types: list[tuple], odd: bool = True) -> list[list]:
+    """count random rows (odd: with JSON_TEXTS now and then, which the native codec may leave)."""
     rng = random.Random(seed)
     null = 0.15 if nullable else 0
-    return [[n] + [value(rng, t[0], t[2], t[3], t[4], null=null) for t in types] for n in range(count)]
+    return [[n] + [value(rng, t[0], t[2], t[3], t[4], null=null, odd=odd) for t in types] for n in range(count)]
 
 
 def python_messages(env, op, row, before):
@@ -167,7 +195,7 @@ def test_every_plain_type_is_taken_natively():
         for use_avro in (True, False):
             enc = encoders(tbl, use_avro, "row")
             for n in range(200):
-                v = value(rng, kind, False, precision, scale)
+                v = value(rng, kind, False, precision, scale, odd=False)
                 if kind.startswith("float") and isinstance(v, float) and kind == "float4" and abs(v) > 3.4e38:
                     continue
                 conv = enc.convert([n, v])
@@ -227,7 +255,7 @@ def test_one_dimensional_arrays_are_taken_natively():
         for use_avro in (True, False):
             enc = encoders(tbl, use_avro, "row")
             for n in range(100):
-                elems = [value(rng, kind, False, None, None) for _ in range(rng.randint(0, 4))]
+                elems = [value(rng, kind, False, None, None, odd=False) for _ in range(rng.randint(0, 4))]
                 a = elems if n % 2 else {"dims": [len(elems)], "lower_bounds": [1], "elements": elems}
                 row = [n, a, rng.choice([None, elems])]
                 conv = enc.convert(row)

@@ -103,7 +103,7 @@ def text_of(rng: random.Random, kind: str, is_array: bool) -> str:
         "time": lambda: rng.choice(["00:00:00", "24:00:00", "12:34:56.5", "23:59:59.999999", "01:02:03.000001"]),
         "timetz": lambda: rng.choice(["12:34:56.5+03", "00:00:00-11:30", "23:59:59+00"]),
         "timestamp": lambda: _timestamp(rng, False), "timestamptz": lambda: _timestamp(rng, True),
-        "interval": lambda: _interval(rng), "json": lambda: _json_text(rng),
+        "interval": lambda: _interval(rng), "json": lambda: _json_text(rng, True),
     }
     gen["jsonb"] = gen["json"]
     return gen.get(kind, lambda: rng.choice(["plain", UNICODE, "", "a" * 300, "\\x41"]))()

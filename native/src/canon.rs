@@ -1,0 +1,170 @@
+//! jsonvalue.embed of a json/jsonb column's text, in one pass: the text as
+//! `json.dumps(json.loads(text), ensure_ascii=False, separators=(",", ":"))` writes it, or the
+//! escape object `{"pgshovel.json": text}` where embed gives that, without building a value
+//! tree (parsing into a tree and writing it out again was a fifth of a mixed row's cost).
+//!
+//! A string without escapes is copied as it stands (the encoder would write the same bytes),
+//! numbers are written as json::write writes them. Whatever json::parse refuses (duplicate
+//! keys, nesting beyond MAX_DEPTH, lone surrogates, NaN) gives None here too, as does a
+//! number beyond a double's range (embed escapes that value).
+
+use std::borrow::Cow;
+
+use crate::json::{self, Parser, Value, MAX_DEPTH};
+
+const ESCAPE_KEY: &str = "pgshovel.json";
+
+/// The top-level value's shape, which embed's escape rule looks at.
+#[derive(PartialEq)]
+enum Shape {
+    Null,
+    Array,
+    Other,
+}
+
+struct Canon<'a, 'o> {
+    p: Parser<'a>,
+    out: &'o mut Vec<u8>,
+    /// The keys of the open objects, the innermost's last (its duplicates are refused).
+    keys: Vec<Cow<'a, str>>,
+    /// Some object has the one key ESCAPE_KEY (jsonvalue._looks_like_escape).
+    escape_like: bool,
+}
+
+/// Appends the JSON-encoding value of a json/jsonb value given as its text; element: an
+/// element of an array column (a JSON array is escaped then). None when json.loads would
+/// refuse the text or read it otherwise than this grammar (the Python codec decides).
+pub fn embed(text: &str, element: bool, out: &mut Vec<u8>) -> Option<()> {
+    let start = out.len();
+    let mut c = Canon { p: Parser::new(text, false), out, keys: Vec::new(), escape_like: false };
+    let shape = c.value(0).filter(|_| {
+        c.p.ws();
+        c.p.at_end()
+    });
+    let escape_like = c.escape_like;
+    match shape {
+        None => {
+            out.truncate(start);
+            None
+        }
+        Some(shape) => {
+            if shape == Shape::Null || (element && shape == Shape::Array) || escape_like {
+                out.truncate(start);
+                out.extend_from_slice(b"{\"pgshovel.json\":");
+                json::write_str(text, out);
+                out.push(b'}');
+            }
+            Some(())
+        }
+    }
+}
+
+impl<'a> Canon<'a, '_> {
+    fn value(&mut self, depth: usize) -> Option<Shape> {
+        if depth > MAX_DEPTH {
+            return None;
+        }
+        self.p.ws();
+        let (word, shape): (&[u8], Shape) = match self.p.peek()? {
+            b'{' => return self.object(depth).map(|_| Shape::Other),
+            b'[' => return self.array(depth).map(|_| Shape::Array),
+            b'"' => return self.string().map(|_| Shape::Other),
+            b'-' | b'0'..=b'9' => {
+                let number = self.p.number()?;
+                if matches!(number, Value::Float(f) if !f.is_finite()) {
+                    return None; // beyond a double's range: embed escapes the value
+                }
+                json::write(&number, self.out);
+                return Some(Shape::Other);
+            }
+            b'n' => (b"null", Shape::Null),
+            b't' => (b"true", Shape::Other),
+            b'f' => (b"false", Shape::Other),
+            _ => return None,
+        };
+        self.p.lit(word, Value::Null)?;
+        self.out.extend_from_slice(word);
+        Some(shape)
+    }
+
+    /// Writes the string at the cursor; returns its decoded text (an object key is compared).
+    fn string(&mut self) -> Option<Cow<'a, str>> {
+        let start = self.p.pos;
+        let text = self.p.string()?;
+        match &text {
+            Cow::Borrowed(_) => self.out.extend_from_slice(&self.p.s[start..self.p.pos]),
+            Cow::Owned(decoded) => json::write_str(decoded, self.out),
+        }
+        Some(text)
+    }
+
+    /// Consumes `close` (after whitespace) when it comes next: an empty container.
+    fn empty(&mut self, close: u8) -> bool {
+        self.p.ws();
+        let empty = self.p.peek() == Some(close);
+        if empty {
+            self.p.pos += 1;
+            self.out.push(close);
+        }
+        empty
+    }
+
+    /// After an item: true at ',' (another follows), false at `close`; None for anything else.
+    fn more(&mut self, close: u8) -> Option<bool> {
+        self.p.ws();
+        let b = self.p.peek()?;
+        if b != b',' && b != close {
+            return None;
+        }
+        self.p.pos += 1;
+        self.out.push(b);
+        Some(b == b',')
+    }
+
+    fn array(&mut self, depth: usize) -> Option<()> {
+        self.p.pos += 1;
+        self.out.push(b'[');
+        if self.empty(b']') {
+            return Some(());
+        }
+        loop {
+            self.value(depth + 1)?;
+            if !self.more(b']')? {
+                return Some(());
+            }
+        }
+    }
+
+    fn object(&mut self, depth: usize) -> Option<()> {
+        self.p.pos += 1;
+        self.out.push(b'{');
+        if self.empty(b'}') {
+            return Some(());
+        }
+        let base = self.keys.len();
+        loop {
+            self.p.ws();
+            if self.p.peek() != Some(b'"') {
+                return None;
+            }
+            let key = self.string()?;
+            if self.keys[base..].contains(&key) {
+                return None; // a Python dict keeps the first position and the last value
+            }
+            self.keys.push(key);
+            self.p.ws();
+            if self.p.peek() != Some(b':') {
+                return None;
+            }
+            self.p.pos += 1;
+            self.out.push(b':');
+            self.value(depth + 1)?;
+            if !self.more(b'}')? {
+                break;
+            }
+        }
+        self.escape_like |= self.keys.len() == base + 1 && self.keys[base] == ESCAPE_KEY;
+        self.keys.truncate(base);
+        Some(())
+    }
+}
