@@ -196,7 +196,8 @@ impl<'a> Parser<'a> {
     }
 
     fn escaped_string(&mut self) -> Option<String> {
-        let mut out = String::new();
+        // decoded, it is no longer than the rest of the text: one allocation, not one per doubling
+        let mut out = String::with_capacity((self.s.len() - self.pos).min(1024));
         loop {
             let start = self.pos;
             self.run();
@@ -279,7 +280,7 @@ impl<'a> Parser<'a> {
                 return None;
             }
         }
-        let token = std::str::from_utf8(&self.s[start..self.pos]).ok()?;
+        let token = self.text.get(start..self.pos)?; // ASCII: no UTF-8 check needed
         if float {
             return token.parse::<f64>().ok().map(Value::Float);
         }
