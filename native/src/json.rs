@@ -190,9 +190,7 @@ impl<'a> Parser<'a> {
 
     /// Moves pos to the next '"', '\\' or control character (or the end).
     fn run(&mut self) {
-        let start = self.pos;
-        let run = self.s[start..].iter().position(|&b| SPECIAL[b as usize]);
-        self.pos = run.map_or(self.s.len(), |n| start + n);
+        self.pos = next_special(self.s, self.pos);
     }
 
     fn escaped_string(&mut self) -> Option<String> {
@@ -295,6 +293,26 @@ impl<'a> Parser<'a> {
     }
 }
 
+/// The index of the first '"', '\\' or control character of s at or after from (s.len(): none).
+/// Eight bytes at a time: a word without one is passed whole (the SWAR tests of "has a zero
+/// byte" and "has a byte below n" are exact about whether the word has one, if not where).
+pub(crate) fn next_special(s: &[u8], from: usize) -> usize {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    let has_zero = |x: u64| x.wrapping_sub(ONES) & !x;
+    let mut i = from;
+    while let Some(word) = s.get(i..i + 8) {
+        let x = u64::from_le_bytes(word.try_into().expect("eight bytes"));
+        let hits = has_zero(x ^ (ONES * b'"' as u64)) | has_zero(x ^ (ONES * b'\\' as u64))
+            | (x.wrapping_sub(ONES * 0x20) & !x);
+        if hits & HIGH != 0 {
+            break;
+        }
+        i += 8;
+    }
+    s[i..].iter().position(|&b| SPECIAL[b as usize]).map_or(s.len(), |n| i + n)
+}
+
 /// Appends n in decimal, zero-padded to at least width digits (format's `{:0width$}` of an
 /// unsigned value, without its allocation: this runs for every integer and temporal value).
 pub fn push_uint(n: u64, width: usize, out: &mut Vec<u8>) {
@@ -318,8 +336,9 @@ pub fn write_str(s: &str, out: &mut Vec<u8>) {
     let bytes = s.as_bytes();
     let mut start = 0;
     // Only '"', '\\' and control characters are escaped: runs without them are copied whole.
-    while let Some(n) = bytes[start..].iter().position(|&b| SPECIAL[b as usize]) {
-        let (i, b) = (start + n, bytes[start + n]);
+    loop {
+        let i = next_special(bytes, start);
+        let Some(&b) = bytes.get(i) else { break };
         let esc: &[u8] = match b {
             b'"' => b"\\\"",
             b'\\' => b"\\\\",

@@ -183,6 +183,26 @@ def test_row_envelope_native_equals_python(use_avro, nullable, arrays):
     assert arrays or taken > total // 2, f"the native codec took only {taken} of {total} rows"
 
 
+@pytest.mark.parametrize("use_avro", [True, False], ids=["avro", "json"])
+def test_strings_with_a_special_character_at_every_place(use_avro):
+    """The parser and the JSON writer pass plain bytes eight at a time: a quote, backslash or
+    control character (or a neighbour that is none: DEL, non-ASCII) at each offset of a word."""
+    cols = (Column("id", 1, "bigint", "int8", False, False), Column("v", 2, "text", "text", False, True),
+            Column("j", 3, "jsonb", "jsonb", False, True))
+    enc = encoders(Table("s", "t", cols, ("id",), "primary key"), use_avro, "row")
+    n = 0
+    for special in ('"', "\\", "\x00", "\x1f", "\n", "\x7f", "é", " ", "\u2028"):
+        for before in range(19):
+            for after in (0, 1, 7, 8, 9):
+                v = "a" * before + special + "b" * after
+                n += 1
+                row = [n, v, json.dumps({v: v}, ensure_ascii=after == 1)]
+                conv = enc.convert(row)
+                want = (enc.key(conv), enc.value(conv))
+                for ascii_only in (True, False):
+                    assert enc.encode_native(json.dumps(row, ensure_ascii=ascii_only)) == want, v
+
+
 def test_every_plain_type_is_taken_natively():
     """Each scalar type alone: rows without arrays or odd values are encoded natively (no fallback)."""
     for kind, pg_type, is_array, precision, scale in TYPES:
