@@ -184,8 +184,7 @@ impl<'a> Parser<'a> {
             self.pos += 1;
             return Some(Cow::Borrowed(self.text.get(start..self.pos - 1)?));
         }
-        self.pos = start;
-        self.escaped_string().map(Cow::Owned)
+        self.escaped_string(start).map(Cow::Owned)
     }
 
     /// Moves pos to the next '"', '\\' or control character (or the end).
@@ -193,12 +192,11 @@ impl<'a> Parser<'a> {
         self.pos = next_special(self.s, self.pos);
     }
 
-    fn escaped_string(&mut self) -> Option<String> {
+    /// The rest of a string from start, with pos at its first special byte (string() found it).
+    fn escaped_string(&mut self, mut start: usize) -> Option<String> {
         // decoded, it is no longer than the rest of the text: one allocation, not one per doubling
-        let mut out = String::with_capacity((self.s.len() - self.pos).min(1024));
+        let mut out = String::with_capacity((self.s.len() - start).min(1024));
         loop {
-            let start = self.pos;
-            self.run();
             out.push_str(self.text.get(start..self.pos)?); // ends at ASCII bytes: char boundaries
             match *self.s.get(self.pos)? {
                 b'"' => {
@@ -224,6 +222,8 @@ impl<'a> Parser<'a> {
                 }
                 _ => return None, // a control character: json.loads (strict) refuses it
             }
+            start = self.pos;
+            self.run();
         }
     }
 
