@@ -131,8 +131,9 @@ def encoders(tbl: Table, use_avro: bool, envelope: str):
     return RowEncoder(tbl, True, key_w, avro.AvroWriter(value_schema, 8) if envelope == "row" else None)
 
 
-def rows(seed: int, count: int, nullable: bool, types: list[tuple], odd: bool = True) -> list[list]:
-    """count random rows (odd: with JSON_TEXTS now and then, which the native codec may leave)."""
+def rows(seed: int, count: int, nullable: bool, types: list[tuple], odd: bool = False) -> list[list]:
+    """count random rows (odd: with JSON_TEXTS now and then, some of which no codec takes: only
+    for the tests that hold the native codec's answer, error included, against Python's)."""
     rng = random.Random(seed)
     null = 0.15 if nullable else 0
     return [[n] + [value(rng, t[0], t[2], t[3], t[4], null=null, odd=odd) for t in types] for n in range(count)]
@@ -169,7 +170,7 @@ def test_row_envelope_native_equals_python(use_avro, nullable, arrays):
     enc = encoders(tbl, use_avro, "row")
     assert enc.native is not None
     env, taken, total = RowEnvelope(enc), 0, 0
-    data = rows(18, 600, nullable, types)
+    data = rows(18, 600, nullable, types, odd=True)
     for i, row in enumerate(data):
         before = data[i - 1] if i % 3 == 0 else None
         op = "IUD"[i % 3]
@@ -236,7 +237,7 @@ def test_debezium_envelope_native_equals_python(use_avro):
     env = DebeziumEnvelope(enc, SourceInfo("set", "db", "s", "every type"), "topic", writer, clock=lambda: 10**18)
     taken = 0
     assert env._native is not None
-    data = rows(19, 300, True, TYPES)
+    data = rows(19, 300, True, TYPES, odd=True)
     for i, row in enumerate(data):
         op = "IUD"[i % 3]
         before = data[i - 1] if op != "I" else None
