@@ -4,8 +4,10 @@ Every benchmark runs against the local stack (``scripts/stack.sh up``, ports
 from scripts/env.sh, overridable from the environment) in the cluster "bench".
 """
 
+import ctypes
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -34,6 +36,17 @@ ENV = {
     "PGSHOVEL_BOOTSTRAP_SERVERS": BOOTSTRAP,
     "PGSHOVEL_SCHEMA_REGISTRY": f"http://127.0.0.1:{os.environ.get('REGISTRY_PORT', '28081')}/apis/ccompat/v7",
 }
+
+
+PR_SET_PDEATHSIG = 1  # prctl(2)
+
+
+def dies_with_bench() -> None:
+    """preexec_fn of the bench's long-lived children (relays, the Connect worker): the child gets
+    SIGTERM when the bench dies, however it dies (Linux's parent-death signal; the bench starts them
+    from its main thread). A relay left behind by a killed bench would hold its set and send heartbeat
+    messages that stall the next run's Debezium."""
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def pgshovel(*args: str) -> None:
@@ -105,7 +118,7 @@ def relay_running(name: str, *args: str, ready: str = "skipping the initial snap
     log = WORK / f"{name}.log"
     with open(log, "w") as out:
         proc = subprocess.Popen([str(BIN / "pgshovel-kafka-relay"), name, "--skip-snapshot", *args],
-                                env=ENV, stdout=out, stderr=subprocess.STDOUT)
+                                env=ENV, stdout=out, stderr=subprocess.STDOUT, preexec_fn=dies_with_bench)
     try:
         deadline = time.monotonic() + 120
         while ready not in log.read_text():

@@ -20,7 +20,7 @@ import psycopg2
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from bench.common import BOOTSTRAP, DSN, WORK
+from bench.common import BOOTSTRAP, DSN, WORK, dies_with_bench
 
 REPO = Path(__file__).resolve().parents[1]
 CONNECT_PORT = int(os.environ.get("CONNECT_PORT", "28083"))
@@ -60,6 +60,9 @@ CONNECTOR = {
     "max.batch.size": "20480",
     "max.queue.size": "81920",
     "poll.interval.ms": "10",
+    # pgshovel2's relays write logical messages (heartbeats) into the WAL; without this Debezium waits
+    # for a <prefix>.message topic it never gets (docs/operations.rst, "Other logical decoding clients")
+    "message.prefix.exclude.list": "pgshovel2\\..*",
 }
 
 
@@ -118,7 +121,7 @@ class Worker:
         with open(self.log, "w") as out:
             self.proc = subprocess.Popen(["java", HEAP, f"-Dlog4j2.configurationFile={log4j}", "-cp", f"{libs}/*",
                                           "org.apache.kafka.connect.cli.ConnectDistributed", str(worker)],
-                                         stdout=out, stderr=subprocess.STDOUT)
+                                         stdout=out, stderr=subprocess.STDOUT, preexec_fn=dies_with_bench)
         self.wait("the REST API", lambda: rest("GET", "/connectors")[0] == 200, 180)
 
     @property

@@ -39,6 +39,7 @@ from bench.common import (
     ENV,
     LOGICAL,
     WORK,
+    dies_with_bench,
     pgshovel,
     prepare,
     save_result,
@@ -62,7 +63,7 @@ class Relay:
         self.started_at = datetime.now(UTC)
         with open(self.log, "w") as out:
             self.proc = subprocess.Popen([str(BIN / "pgshovel-kafka-relay"), name, *args], env=ENV,
-                                         stdout=out, stderr=subprocess.STDOUT)
+                                         stdout=out, stderr=subprocess.STDOUT, preexec_fn=dies_with_bench)
         deadline = time.monotonic() + 120
         while not any(m in self.log.read_text() for m in READY):
             if self.proc.poll() is not None or time.monotonic() > deadline:
