@@ -29,12 +29,14 @@ class TxnReads(NamedTuple):
     """What :func:`txn_run` read: run, the whole transactions (None: none); opening and partial,
     the items the decoder gave at the BEGIN of the transaction after them and its change records,
     read but not finished (the source gives them the old way: the items, then a ChangeRun of
-    partial); next, the message that ended the reads (None: the stream held no more)."""
+    partial); next, the message that ended the reads (None: the stream held no more); last, the
+    last message read (next, or the one before a None)."""
 
     run: TxnRun | None
     opening: list[Item]
     partial: list
     next: object | None
+    last: object
 
 
 def change_run(first: object, read: Callable[[], object | None], decoder: RunMaker) -> tuple[list, object | None]:
@@ -53,17 +55,18 @@ def change_run(first: object, read: Callable[[], object | None], decoder: RunMak
 
 
 def txn_run(msg, read: Callable[[], object | None], decoder: RunMaker, committed: int,
-            may_read: Callable[[], bool]) -> TxnReads:
+            may_read: Callable[[object], bool]) -> TxnReads:
     """The whole transactions from msg (a BEGIN whose commit LSN is above committed, the unit of the
     committed position) that read() gives, every change of them one the lane may take, RUN_MAX
-    change records at most. may_read(): whether the stream may be read at a transaction's end (a
-    keepalive read then must not confirm what is not in Kafka)."""
+    change records at most. may_read(commit): whether the stream may be read after commit, the
+    message that ended a transaction (a keepalive read then must not confirm what is not in Kafka).
+    (Our plugin's records have a faster reader of their own: RecordDecoder.txn_run.)"""
     records: list = []
     txns: list[TxnBounds] = []
     opening: list[Item] | None = None  # None: between transactions
-    start = 0
+    start, last = 0, msg
     while msg is not None:
-        data = msg.payload
+        last, data = msg, msg.payload
         if opening is None:
             if data[0] != BEGIN or commit_lsn(data) <= committed:
                 break
@@ -74,7 +77,7 @@ def txn_run(msg, read: Callable[[], object | None], decoder: RunMaker, committed
             txns.append(TxnBounds(start, len(records), begin.txid, begin.ts_ms, begin.ts_us, begin.last_lsn,
                                   position_prefix(LOGICAL, begin.unit), 0, begin.unit))
             opening = None
-            if not may_read():
+            if not may_read(msg):
                 msg = None
                 break
         elif len(records) < RUN_MAX and (record := decoder.lane_record(data, msg.data_start)) is not None:
@@ -88,4 +91,4 @@ def txn_run(msg, read: Callable[[], object | None], decoder: RunMaker, committed
     if partial:
         del records[start:]
     run = TxnRun(records, txns, True, decoder.tags, decoder.expand_txns) if txns else None
-    return TxnReads(run, opening or [], partial, msg)
+    return TxnReads(run, opening or [], partial, msg, last)

@@ -241,7 +241,7 @@ class LogicalSource:
             while msg is not None:
                 self._last_start = msg.data_start
                 if self.txn_runs and msg.payload[0] == lane_reads.BEGIN and self._may_start_run(msg, position):
-                    reads = lane_reads.txn_run(msg, self._read_one, self._decoder, position.unit, self._may_read)
+                    reads = self._txn_reads(msg, position.unit)
                     if reads.run is not None:
                         yield reads.run
                     if reads.opening:
@@ -275,6 +275,19 @@ class LogicalSource:
             return None
         return self._decoder.lane_record(msg.payload, msg.data_start)
 
+    def _txn_reads(self, msg, committed: int) -> lane_reads.TxnReads:
+        """lane_reads.txn_run from msg, a BEGIN (our plugin's records: the decoder's own reader)."""
+        decoder, read = self._decoder, self._cur.read_message
+        try:
+            if type(decoder) is RecordDecoder:
+                reads = decoder.txn_run(msg, read, committed, self._may_read)
+            else:
+                reads = lane_reads.txn_run(msg, read, decoder, committed, self._may_read)
+        except psycopg2.Error as exc:
+            self._reraise(exc)
+        self._last_start = reads.last.data_start
+        return reads
+
     def _read_one(self) -> object | None:
         """The next message the stream holds (None: none now), its start kept as _last_start."""
         try:
@@ -291,7 +304,9 @@ class LogicalSource:
         return ((self.stream is None or not self.stream.in_block)
                 and lane_reads.commit_lsn(msg.payload) > position.unit)
 
-    def _may_read(self) -> bool:
+    def _may_read(self, commit) -> bool:
+        """Whether the stream may be read after commit, the message that ended a transaction of a run."""
+        self._last_start = commit.data_start
         return not self._keepalive_would_confirm_unrelayed()
 
     def _keepalive_would_confirm_unrelayed(self) -> bool:

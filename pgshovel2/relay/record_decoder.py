@@ -11,13 +11,27 @@ import json
 import struct
 import time
 from collections import deque
+from collections.abc import Callable
 
 from pgshovel2.errors import RelayError
 from pgshovel2.relay import relation_layout
+from pgshovel2.relay.lane_reads import TxnReads
 from pgshovel2.relay.relation_layout import RelationLayout
-from pgshovel2.relay.source import SET_VERSION, Begin, Change, ChangeRun, Commit, Control, Item, RunMaker
+from pgshovel2.relay.source import (
+    RUN_MAX,
+    SET_VERSION,
+    Begin,
+    Change,
+    ChangeRun,
+    Commit,
+    Control,
+    Item,
+    RunMaker,
+    TxnBounds,
+    TxnRun,
+)
 from pgshovel2.setrecord import PLUGIN
-from pgshovel2.wire import Position
+from pgshovel2.wire import LOGICAL, Position, position_prefix
 
 PG_EPOCH_US = 946_684_800_000_000  # 2000-01-01 in microseconds since the Unix epoch
 BEGIN_FIELDS = struct.Struct(">QQq")  # a BEGIN record's commit LSN, txid, commit time (µs since 2000)
@@ -80,6 +94,63 @@ class RecordDecoder(RunMaker):
                 and (not self.subset_tags or self.tags[_U16.unpack_from(data, 9)[0]] not in self.subset_tags)):
             return data
         return None
+
+    def txn_run(self, msg, read: Callable[[], object | None], committed: int,
+                may_read: Callable[[object], bool]) -> TxnReads:
+        """lane_reads.txn_run for our plugin's records, without an item per BEGIN and COMMIT (this
+        runs per source transaction, and small transactions are most of some workloads): the
+        whole transactions from msg, a BEGIN record whose commit LSN is above committed, that
+        read() (a replication cursor's read_message) gives, every change of them one the lane may
+        take (:meth:`lane_record`), RUN_MAX change records at most; may_read(commit) at each
+        COMMIT message, whether the stream may be read on. The decoder's ``ends`` and
+        ``last_lsn`` come out as if each record had been fed; a transaction the run cannot finish
+        is fed from its BEGIN (``opening``; its changes read so far in ``partial``)."""
+        records: list = []
+        txns: list[TxnBounds] = []
+        last = msg
+        takes = self.lane_record if self._held or self.subset_tags else None
+        ends, unpack_begin, unpack_commit = self.ends, BEGIN_FIELDS.unpack_from, COMMIT_FIELDS.unpack_from
+        while msg is not None:
+            begin = last = msg
+            data = begin.payload
+            if data[0] != 66:  # B
+                break
+            unit, txid, ts_us = unpack_begin(data, 1)
+            if unit <= committed:
+                break
+            start = len(records)
+            while (msg := read()) is not None:
+                last, data = msg, msg.payload
+                if (data[0] not in _IUD or data[11] & _FLAG_UNCHANGED or len(records) == RUN_MAX
+                        or (takes is not None and takes(data) is None)):
+                    break
+                records.append(data)
+            if msg is None or data[0] != 67 or len(records) == start:  # C ends the transaction
+                return self._unfinished(records, txns, start, begin, msg, last)
+            _, end_lsn, _ = unpack_commit(data, 1)
+            ts_us += PG_EPOCH_US
+            txns.append(TxnBounds(start, len(records), txid, ts_us // 1000, ts_us, self.last_lsn,
+                                  position_prefix(LOGICAL, unit), 0, unit))
+            ends.append((unit, end_lsn))
+            self.last_lsn = end_lsn
+            msg = read() if may_read(msg) else None
+        if txns:
+            last_txn = txns[-1]
+            self._unit, self._txid, self._ts_ms, self._ordinal = last_txn.unit, last_txn.txid, last_txn.ts_ms, 0
+            self._skip = False
+        return TxnReads(self._txn_run(records, txns), [], [], msg, last)
+
+    def _unfinished(self, records: list, txns: list[TxnBounds], start: int, begin, msg, last) -> TxnReads:
+        """What txn_run read when the transaction at records[start:] (opened by begin, a BEGIN
+        message) cannot be finished in the run: the run before it, the items of its BEGIN and its
+        change records read so far."""
+        partial = records[start:]
+        del records[start:]
+        opening = self.feed(begin.payload, begin.data_start)
+        return TxnReads(self._txn_run(records, txns), opening, partial, msg, last)
+
+    def _txn_run(self, records: list, txns: list[TxnBounds]) -> TxnRun | None:
+        return TxnRun(records, txns, True, self.tags, self.expand_txns) if txns else None
 
     def _expand(self, run: ChangeRun, start: int, stop: int) -> list[Change]:
         """ChangeRun.expand: the Changes of run.records[start:stop]."""

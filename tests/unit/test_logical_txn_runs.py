@@ -77,9 +77,9 @@ class StreamSource(LogicalSource):
         raise AssertionError("unreachable")
 
 
-def stream(records: list[bytes], seed: int) -> list[Message | None]:
+def stream(records: list[bytes], seed: int, odd: bool = True) -> list[Message | None]:
     """records (change records of our plugin) as transactions of 1..6 changes, each its own txid,
-    commit LSN and time: BEGIN, changes, COMMIT; now and then a TRUNCATE among the changes, a
+    commit LSN and time: BEGIN, changes, COMMIT; now and then (odd) a TRUNCATE among the changes, a
     change with an unchanged value (a TOASTed column), a pause inside or after a transaction."""
     rng, out, i, n = random.Random(seed), [], 0, 0
     lsn = FIRST_LSN
@@ -87,15 +87,15 @@ def stream(records: list[bytes], seed: int) -> list[Message | None]:
         size, commit_lsn = rng.randint(1, 6), lsn + 0x100
         out.append(Message(b"B" + BEGIN_FIELDS.pack(commit_lsn, 9000 + n, 1_000_000 + 7_000 * n), lsn))
         for data in records[i:i + size]:
-            if rng.random() < 0.03:
+            if odd and rng.random() < 0.03:
                 out.append(Message(b"T" + struct.pack(">QH", lsn + 1, 0), lsn + 1))
-            if rng.random() < 0.03:
+            if odd and rng.random() < 0.03:
                 data = unchanged(data)
             out.append(Message(data, lsn + 2))
-            if rng.random() < 0.05:
+            if odd and rng.random() < 0.05:
                 out.append(None)
         out.append(Message(b"C" + COMMIT_FIELDS.pack(commit_lsn, commit_lsn + 8, size), commit_lsn))
-        if rng.random() < 0.2:
+        if odd and rng.random() < 0.2:
             out.append(None)
         i, n, lsn = i + size, n + 1, commit_lsn + 8
     return out
@@ -141,6 +141,25 @@ def test_a_stream_with_txn_runs_gives_the_items_it_gives_without():
     assert all(len(r.records) <= 512 and r.complete for r in runs)
     assert flat(with_runs) == flat(plain)
     assert ends_laned == ends and len(ends) == sum(m is not None and m.payload[:1] == b"C" for m in messages)
+
+
+@pytest.mark.parametrize("subset", [False, True])
+def test_runs_stop_at_their_size_and_at_tables_captured_with_a_column_subset(subset):
+    tbl = table(True, TYPES[:3])
+    messages = stream(workload(4, rows(34, 1500, True, TYPES[:3])), 13, odd=False)
+    tags = [tbl.qualified, UNKEYED.qualified]
+    sources = [StreamSource(tags, messages, runs) for runs in (False, True)]
+    for source in sources:
+        source._decoder.subset_tags = {UNKEYED.qualified} if subset else set()
+    plain, with_runs = (source.items_until_idle(0) for source in sources)
+    runs = [i for i in with_runs if type(i) is TxnRun]
+    assert flat(with_runs) == flat(plain)
+    assert list(sources[0]._decoder.ends) == list(sources[1]._decoder.ends)
+    longest = max(len(r.records) for r in runs)
+    assert longest <= 512 and (subset or longest >= 506)  # whole transactions of 1..6 changes, up to RUN_MAX
+    unkeyed = {i for i, tag in enumerate(tags) if tag == UNKEYED.qualified}
+    in_runs = [struct.unpack_from(">H", rec, 9)[0] for r in runs for rec in r.records]
+    assert (unkeyed & set(in_runs)) == (set() if subset else unkeyed)
 
 
 def test_transactions_the_committed_position_reaches_go_the_old_way():
