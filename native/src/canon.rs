@@ -50,7 +50,9 @@ pub fn embed(text: &str, element: bool, out: &mut Vec<u8>) -> Option<()> {
         Some(shape) => {
             if shape == Shape::Null || (element && shape == Shape::Array) || escape_like {
                 out.truncate(start);
-                out.extend_from_slice(b"{\"pgshovel.json\":");
+                out.push(b'{');
+                json::write_str(ESCAPE_KEY, out);
+                out.push(b':');
                 json::write_str(text, out);
                 out.push(b'}');
             }
