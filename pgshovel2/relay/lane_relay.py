@@ -18,7 +18,7 @@ class LaneRelaying:
         could reach its hard size. A transaction's first change goes to the lane too (:meth:`_first_lane`)."""
         i, n = 0, len(run.records)
         while i < n:
-            if self._itemwise(run.unit, 3 * (n - i)):
+            if self._itemwise(run.unit, run.ordinal + i, 3 * (n - i)):
                 self._changes(run, i, n)
                 return
             done = self._lane(run, i) if self._txn.begun else self._first_lane(run, i)
@@ -35,7 +35,7 @@ class LaneRelaying:
         lane call, as at the Commits of its transactions."""
         txns, i = run.txns, 0
         while i < len(txns):
-            if self._itemwise(txns[i].unit, 5 * (txns[-1].stop - txns[i].start)):
+            if self._itemwise(txns[i].unit, txns[i].ordinal, 5 * (txns[-1].stop - txns[i].start)):
                 self._items(run.expand(run, i, len(txns)))
                 return
             done = self.emitter.txn_run(run, i)
@@ -46,11 +46,13 @@ class LaneRelaying:
                 self._items(run.expand(run, i, i + 1))
                 i += 1
 
-    def _itemwise(self, unit: int, messages: int) -> bool:
-        """True where the item path has work to do for the rest of a run from unit, which makes at
-        most messages more: a unit the committed position reaches, an online snapshot's chunk, or a
-        Kafka transaction that could reach its hard size."""
-        return (unit <= self.committed.unit or (self.online is not None and self.online.chunk is not None)
+    def _itemwise(self, unit: int, ordinal: int, messages: int) -> bool:
+        """True where the item path has work to do for the rest of a run from (unit, ordinal), which
+        makes at most messages more: an event the committed position covers (replayed after a
+        restart; when the run's first event is not covered, none of the run is), an online snapshot's chunk, or a
+        Kafka transaction that could reach its hard size. (A unit committed in part by this relay,
+        a PgQ batch or a source transaction bigger than a Kafka transaction, goes on in the lane.)"""
+        return (self.committed.covers(unit, ordinal) or (self.online is not None and self.online.chunk is not None)
                 or self._pending() + messages >= self.hard)
 
     def _txns_done(self, run: TxnRun, start: int, stop: int) -> None:

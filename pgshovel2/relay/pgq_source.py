@@ -126,6 +126,7 @@ class PgqSource:
             raise
         self._ctl.autocommit = True
         self._open: Batch | None = None
+        self._behind = False  # the last poll saw ticks after its batch's
 
     def _query(self, query: str, params: tuple) -> tuple | None:
         """One row of query on the control connection; database outages become UnavailableError."""
@@ -185,7 +186,7 @@ class PgqSource:
         (it was committed to Kafka but not acknowledged before a restart)."""
         while True:
             self._maintain()
-            row = self._query(pgq_ticker.POLL_SQL, (pgq_ticker.TICK_MARGIN, self.queue, self.consumer, self.queue))
+            row = self._poll()
             if row is None or row[0] is None:
                 # a new tick means a batch is ready now
                 if not (row and row[3] and self._tick()):
@@ -203,6 +204,18 @@ class PgqSource:
                 yield from self._batch(batch, position.txid_snapshot)
             while self._open is not None:  # the loop acknowledges the batch after its Kafka commit
                 yield Idle(0.0)
+
+    def _poll(self) -> tuple | None:
+        """The poll's row (pgq_ticker.POLL_SQL); a batch over several ticks (POLL_MERGED_SQL) while
+        the last poll found ticks after its batch's, and enough events queued."""
+        margin, queue, consumer = pgq_ticker.TICK_MARGIN, self.queue, self.consumer
+        row = None
+        if self._behind:
+            row = self._query(pgq_ticker.POLL_MERGED_SQL, (margin, queue, consumer, pgq_ticker.MERGE_COUNT, queue))
+        if row is None or row[0] is None:
+            row = self._query(pgq_ticker.POLL_SQL, (margin, queue, consumer, queue))
+        self._behind = bool(row and row[5])
+        return row
 
     def _tick(self) -> int | None:
         """Tick the queue (no ticker did for longer than its ticker_max_lag); the new tick id or None."""

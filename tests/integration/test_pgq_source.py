@@ -134,3 +134,46 @@ def test_the_poll_that_opens_a_batch_flushes_the_wal_where_ticks_may_not_have(st
             assert cur.fetchone()[0] == session  # local to the transaction
     finally:
         conn.close()
+
+
+def test_a_relay_that_is_behind_opens_batches_over_several_ticks(stack, db, monkeypatch):
+    """Behind (the poll saw ticks after its batch's), the source opens a batch over as many ticks as
+    hold MERGE_COUNT events, or the next tick's alone when fewer are queued; its events come once
+    and in order. An open batch spanning ticks is the consumer's batch after a restart too (a
+    position inside it resumes in the same batch)."""
+    monkeypatch.setattr(pgq_ticker, "MERGE_COUNT", 50)
+    name = f"q_{uuid.uuid4().hex[:8]}"
+    sources = []
+    try:
+        with db.cursor() as cur:
+            cur.execute("CREATE EXTENSION IF NOT EXISTS pgq")
+            cur.execute("SELECT pgq.create_queue(%s)", (name,))
+            for key in ("ticker_max_lag", "ticker_idle_period"):  # tick at every pgq.ticker call
+                cur.execute("SELECT pgq.set_queue_config(%s, %s, '0')", (name, key))
+            cur.execute("SELECT pgq.register_consumer(%s, 'c')", (name,))
+            for tick in range(6):
+                cur.execute("SELECT pgq.insert_event(%s, 'I', format('[%%s]', i)) FROM generate_series(%s, %s) i",
+                            (name, 30 * tick, 30 * tick + 29))
+                cur.execute("SELECT pgq.ticker(%s)", (name,))
+        source = PgqSource(stack.dsn, TriggerCapture(name, "t", "c"), maint_interval=0)
+        sources.append(source)
+        spans, seen = [], []
+        while (row := source._poll())[0] is not None:
+            batch = Batch(*row[:3], row[4])
+            if len(spans) == 1:  # a restarted relay's first poll gives the open batch, ticks and all
+                again = PgqSource(stack.dsn, TriggerCapture(name, "t", "c"), maint_interval=0)
+                sources.append(again)
+                assert again._poll()[:3] == row[:3]
+            events = [r[3] for chunk in source._event_chunks(batch, None) for r in chunk]
+            spans.append((batch.cur_tick_id - batch.prev_tick_id, len(events)))
+            seen += events
+            with db.cursor() as cur:
+                cur.execute("SELECT pgq.finish_batch(%s)", (batch.batch_id,))
+        assert spans == [(1, 30), (2, 60), (3, 90)]
+        assert seen == [f"[{i}]" for i in range(180)]
+    finally:
+        for source in sources:
+            source.close()
+        with db.cursor() as cur:
+            cur.execute("SELECT pgq.unregister_consumer(%s, 'c')", (name,))
+            cur.execute("SELECT pgq.drop_queue(%s)", (name,))

@@ -284,3 +284,23 @@ def test_the_loop_relays_txn_runs_as_it_relays_their_items(soft):
     for topic in plain:
         if not topic.endswith("positions"):
             assert laned[topic] == plain[topic], topic
+
+
+def test_a_batch_committed_in_part_goes_on_in_the_lane(monkeypatch):
+    """A PgQ batch bigger than a Kafka transaction is committed in part, at the ends of its source
+    transactions; the rest of the batch still goes through the native lane (the committed position
+    covers none of it), and every change comes once, its transaction whole."""
+    assert native.module() is not None, "pgshovel2_native is not installed (scripts/install.sh builds it)"
+    laned, change_run = [], Emitter.change_run
+    monkeypatch.setattr(Emitter, "change_run", lambda self, *a: laned.append(change_run(self, *a)) or laned[-1])
+    rng, batches = random.Random(5), []
+    for b in range(3):
+        batches.append([(100 * b + t, 1_000, "I", f'[{k}, "v{k}"]', LOOP_V1.tables[0].qualified, None)
+                        for t in range(40) for k in range(rng.randint(1, 4))])
+    sink = FakeSink()
+    relay = run(RowsSource(batches, True, threading.Event()), sink, soft=40)
+    total = sum(map(len, batches))
+    assert relay.changes == total
+    assert_transactions_whole(sink)
+    assert sink.commits >= 3 * 4  # each batch in several Kafka transactions
+    assert sum(laned) >= 0.9 * total
