@@ -4,6 +4,8 @@ events, while its successor relayed and acknowledged that batch) stops as fenced
 function notices first that the batch is gone."""
 
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import psycopg2
 import pytest
@@ -63,53 +65,63 @@ def _open_batch(db, queue: str) -> Batch:
         return Batch(*cur.fetchone())
 
 
+@contextmanager
+def ticking_queue(db) -> Iterator[str]:
+    """A fresh PgQ queue that ticks at every pgq.ticker call, with consumer 'c'; dropped afterwards."""
+    name = f"q_{uuid.uuid4().hex[:8]}"
+    with db.cursor() as cur:
+        cur.execute("CREATE EXTENSION IF NOT EXISTS pgq")
+        cur.execute("SELECT pgq.create_queue(%s)", (name,))
+        for key in ("ticker_max_lag", "ticker_idle_period"):
+            cur.execute("SELECT pgq.set_queue_config(%s, %s, '0')", (name, key))
+        cur.execute("SELECT pgq.register_consumer(%s, 'c')", (name,))
+    try:
+        yield name
+    finally:
+        with db.cursor() as cur:
+            cur.execute("SELECT pgq.unregister_consumer(%s, 'c')", (name,))
+            cur.execute("SELECT pgq.drop_queue(%s)", (name,))
+
+
 def test_a_batch_bigger_than_the_events_queued_between_its_ticks_is_read_whole(stack, db):
     """A batch of few queued events is read in one query of at most fetch_size + 1 rows; a
     transaction that began before the batch's first tick and commits in it makes it bigger than
     that count says: the source reads it all again through a cursor, fetch_size rows at a time,
     every event once and in order."""
-    name = f"q_{uuid.uuid4().hex[:8]}"
     older = psycopg2.connect(stack.dsn)
     source = None
     try:
-        with db.cursor() as cur:
-            cur.execute("CREATE EXTENSION IF NOT EXISTS pgq")
-            cur.execute("SELECT pgq.create_queue(%s)", (name,))
-            for key in ("ticker_max_lag", "ticker_idle_period"):  # tick at every pgq.ticker call
-                cur.execute("SELECT pgq.set_queue_config(%s, %s, '0')", (name, key))
-            cur.execute("SELECT pgq.register_consumer(%s, 'c')", (name,))
-            with older.cursor() as old:
-                for i in range(25):
-                    old.execute("SELECT pgq.insert_event(%s, 'I', %s)", (name, f"[{i}]"))
-            cur.execute("SELECT pgq.ticker(%s)", (name,))  # the older transaction is still open
-            cur.execute("SELECT pgq.insert_event(%s, 'I', '[100]')", (name,))
-            cur.execute("SELECT pgq.ticker(%s)", (name,))
-        source = PgqSource(stack.dsn, TriggerCapture(name, "t", "c"), maint_interval=0, fetch_size=10)
-        seen = []
-        while len(seen) < 26:
-            batch = _open_batch(db, name)
-            assert batch.batch_id is not None, f"{len(seen)} of 26 events read, no batch left"
-            chunks = list(source._event_chunks(batch, None))
-            events = [row[3] for chunk in chunks for row in chunk]
-            if events == ["[100]"]:
-                assert batch.queued <= 10 and [len(c) for c in chunks] == [1]  # one query
-                older.commit()
-                with db.cursor() as cur:
-                    cur.execute("SELECT pgq.ticker(%s)", (name,))
-            elif events:
-                assert batch.queued <= 10, "the batch of the older transaction must look small"
-                assert [len(c) for c in chunks] == [10, 10, 5]
-            seen += events
+        with ticking_queue(db) as name:
             with db.cursor() as cur:
-                cur.execute("SELECT pgq.finish_batch(%s)", (batch.batch_id,))
-        assert seen == ["[100]"] + [f"[{i}]" for i in range(25)]
+                with older.cursor() as old:
+                    for i in range(25):
+                        old.execute("SELECT pgq.insert_event(%s, 'I', %s)", (name, f"[{i}]"))
+                cur.execute("SELECT pgq.ticker(%s)", (name,))  # the older transaction is still open
+                cur.execute("SELECT pgq.insert_event(%s, 'I', '[100]')", (name,))
+                cur.execute("SELECT pgq.ticker(%s)", (name,))
+            source = PgqSource(stack.dsn, TriggerCapture(name, "t", "c"), maint_interval=0, fetch_size=10)
+            seen = []
+            while len(seen) < 26:
+                batch = _open_batch(db, name)
+                assert batch.batch_id is not None, f"{len(seen)} of 26 events read, no batch left"
+                chunks = list(source._event_chunks(batch, None))
+                events = [row[3] for chunk in chunks for row in chunk]
+                if events == ["[100]"]:
+                    assert batch.queued <= 10 and [len(c) for c in chunks] == [1]  # one query
+                    older.commit()
+                    with db.cursor() as cur:
+                        cur.execute("SELECT pgq.ticker(%s)", (name,))
+                elif events:
+                    assert batch.queued <= 10, "the batch of the older transaction must look small"
+                    assert [len(c) for c in chunks] == [10, 10, 5]
+                seen += events
+                with db.cursor() as cur:
+                    cur.execute("SELECT pgq.finish_batch(%s)", (batch.batch_id,))
+            assert seen == ["[100]"] + [f"[{i}]" for i in range(25)]
     finally:
         older.close()
         if source is not None:
             source.close()
-        with db.cursor() as cur:
-            cur.execute("SELECT pgq.unregister_consumer(%s, 'c')", (name,))
-            cur.execute("SELECT pgq.drop_queue(%s)", (name,))
 
 
 @pytest.mark.parametrize(("session", "opens_with"), [("off", "local"), ("on", "off"), ("remote_apply", "off")])
@@ -142,38 +154,30 @@ def test_a_relay_that_is_behind_opens_batches_over_several_ticks(stack, db, monk
     and in order. An open batch spanning ticks is the consumer's batch after a restart too (a
     position inside it resumes in the same batch)."""
     monkeypatch.setattr(pgq_ticker, "MERGE_COUNT", 50)
-    name = f"q_{uuid.uuid4().hex[:8]}"
     sources = []
     try:
-        with db.cursor() as cur:
-            cur.execute("CREATE EXTENSION IF NOT EXISTS pgq")
-            cur.execute("SELECT pgq.create_queue(%s)", (name,))
-            for key in ("ticker_max_lag", "ticker_idle_period"):  # tick at every pgq.ticker call
-                cur.execute("SELECT pgq.set_queue_config(%s, %s, '0')", (name, key))
-            cur.execute("SELECT pgq.register_consumer(%s, 'c')", (name,))
-            for tick in range(6):
-                cur.execute("SELECT pgq.insert_event(%s, 'I', format('[%%s]', i)) FROM generate_series(%s, %s) i",
-                            (name, 30 * tick, 30 * tick + 29))
-                cur.execute("SELECT pgq.ticker(%s)", (name,))
-        source = PgqSource(stack.dsn, TriggerCapture(name, "t", "c"), maint_interval=0)
-        sources.append(source)
-        spans, seen = [], []
-        while (row := source._poll())[0] is not None:
-            batch = Batch(*row[:3], row[4])
-            if len(spans) == 1:  # a restarted relay's first poll gives the open batch, ticks and all
-                again = PgqSource(stack.dsn, TriggerCapture(name, "t", "c"), maint_interval=0)
-                sources.append(again)
-                assert again._poll()[:3] == row[:3]
-            events = [r[3] for chunk in source._event_chunks(batch, None) for r in chunk]
-            spans.append((batch.cur_tick_id - batch.prev_tick_id, len(events)))
-            seen += events
+        with ticking_queue(db) as name:
             with db.cursor() as cur:
-                cur.execute("SELECT pgq.finish_batch(%s)", (batch.batch_id,))
-        assert spans == [(1, 30), (2, 60), (3, 90)]
-        assert seen == [f"[{i}]" for i in range(180)]
+                for tick in range(6):
+                    cur.execute("SELECT pgq.insert_event(%s, 'I', format('[%%s]', i)) FROM generate_series(%s, %s) i",
+                                (name, 30 * tick, 30 * tick + 29))
+                    cur.execute("SELECT pgq.ticker(%s)", (name,))
+            source = PgqSource(stack.dsn, TriggerCapture(name, "t", "c"), maint_interval=0)
+            sources.append(source)
+            spans, seen = [], []
+            while (row := source._poll())[0] is not None:
+                batch = Batch(*row[:3], row[4])
+                if len(spans) == 1:  # a restarted relay's first poll gives the open batch, ticks and all
+                    again = PgqSource(stack.dsn, TriggerCapture(name, "t", "c"), maint_interval=0)
+                    sources.append(again)
+                    assert again._poll()[:3] == row[:3]
+                events = [r[3] for chunk in source._event_chunks(batch, None) for r in chunk]
+                spans.append((batch.cur_tick_id - batch.prev_tick_id, len(events)))
+                seen += events
+                with db.cursor() as cur:
+                    cur.execute("SELECT pgq.finish_batch(%s)", (batch.batch_id,))
+            assert spans == [(1, 30), (2, 60), (3, 90)]
+            assert seen == [f"[{i}]" for i in range(180)]
     finally:
         for source in sources:
             source.close()
-        with db.cursor() as cur:
-            cur.execute("SELECT pgq.unregister_consumer(%s, 'c')", (name,))
-            cur.execute("SELECT pgq.drop_queue(%s)", (name,))
