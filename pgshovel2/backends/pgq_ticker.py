@@ -44,20 +44,20 @@ OPEN_COMMIT = ("set_config('synchronous_commit', CASE current_setting('synchrono
 # committed in it), and whether ticks after the batch's are there already (the relay is behind).
 # Its transaction, which opens the batch, commits as OPEN_COMMIT says: a crash can only lose it, and
 # the batch is opened again. Parameters: TICK_MARGIN, queue, consumer, queue.
-_POLL = """
+_POLL = f"""
 SELECT b.batch_id, b.prev_tick_id, b.cur_tick_id,
        q.ticker_lag > q.queue_ticker_max_lag + make_interval(secs => %s),
-       b.cur_tick_event_seq - b.prev_tick_event_seq, b.cur_tick_id < q.last_tick_id, {commit}
-FROM {batch} b, pgq.get_queue_info(%s) q
+       b.cur_tick_event_seq - b.prev_tick_event_seq, b.cur_tick_id < q.last_tick_id, {OPEN_COMMIT}
+FROM {{batch}} b, pgq.get_queue_info(%s) q
 """
-POLL_SQL = _POLL.format(commit=OPEN_COMMIT, batch="pgq.next_batch_info(%s, %s)")
+POLL_SQL = _POLL.format(batch="pgq.next_batch_info(%s, %s)")
 # POLL_SQL for a relay that is behind: a batch over as many ticks as it takes to hold MERGE_COUNT
 # events (pgq.next_batch_custom's min_count), or no batch when fewer are queued (a NULL row: the
 # relay polls again with POLL_SQL). Fewer, larger batches: each one costs a Kafka commit and four
 # round trips, whatever its size. Deterministic where it matters: an open batch stays the
 # consumer's batch, ticks and all, until it is finished, across restarts. Parameters: TICK_MARGIN,
 # queue, consumer, MERGE_COUNT, queue.
-POLL_MERGED_SQL = _POLL.format(commit=OPEN_COMMIT, batch="pgq.next_batch_custom(%s, %s, NULL, %s, NULL)")
+POLL_MERGED_SQL = _POLL.format(batch="pgq.next_batch_custom(%s, %s, NULL, %s, NULL)")
 MERGE_COUNT = 20_000  # events in a batch opened while the relay is behind, at least
 
 

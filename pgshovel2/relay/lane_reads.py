@@ -90,5 +90,4 @@ def txn_run(msg, read: Callable[[], object | None], decoder: RunMaker, committed
     partial = records[start:] if opening is not None else []
     if partial:
         del records[start:]
-    run = TxnRun(records, txns, True, decoder.tags, decoder.expand_txns) if txns else None
-    return TxnReads(run, opening or [], partial, msg, last)
+    return TxnReads(decoder.whole_txns(records, txns), opening or [], partial, msg, last)

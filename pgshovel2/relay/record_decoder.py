@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 from pgshovel2.errors import RelayError
 from pgshovel2.relay import relation_layout
-from pgshovel2.relay.lane_reads import TxnReads
+from pgshovel2.relay.lane_reads import BEGIN, COMMIT, TxnReads
 from pgshovel2.relay.relation_layout import RelationLayout
 from pgshovel2.relay.source import (
     RUN_MAX,
@@ -28,7 +28,6 @@ from pgshovel2.relay.source import (
     Item,
     RunMaker,
     TxnBounds,
-    TxnRun,
 )
 from pgshovel2.setrecord import PLUGIN
 from pgshovel2.wire import LOGICAL, Position, position_prefix
@@ -113,7 +112,7 @@ class RecordDecoder(RunMaker):
         while msg is not None:
             begin = last = msg
             data = begin.payload
-            if data[0] != 66:  # B
+            if data[0] != BEGIN:
                 break
             unit, txid, ts_us = unpack_begin(data, 1)
             if unit <= committed:
@@ -125,7 +124,7 @@ class RecordDecoder(RunMaker):
                         or (takes is not None and takes(data) is None)):
                     break
                 records.append(data)
-            if msg is None or data[0] != 67 or len(records) == start:  # C ends the transaction
+            if msg is None or data[0] != COMMIT or len(records) == start:
                 return self._unfinished(records, txns, start, begin, msg, last)
             _, end_lsn, _ = unpack_commit(data, 1)
             ts_us += PG_EPOCH_US
@@ -138,7 +137,7 @@ class RecordDecoder(RunMaker):
             last_txn = txns[-1]
             self._unit, self._txid, self._ts_ms, self._ordinal = last_txn.unit, last_txn.txid, last_txn.ts_ms, 0
             self._skip = False
-        return TxnReads(self._txn_run(records, txns), [], [], msg, last)
+        return TxnReads(self.whole_txns(records, txns), [], [], msg, last)
 
     def _unfinished(self, records: list, txns: list[TxnBounds], start: int, begin, msg, last) -> TxnReads:
         """What txn_run read when the transaction at records[start:] (opened by begin, a BEGIN
@@ -147,10 +146,7 @@ class RecordDecoder(RunMaker):
         partial = records[start:]
         del records[start:]
         opening = self.feed(begin.payload, begin.data_start)
-        return TxnReads(self._txn_run(records, txns), opening, partial, msg, last)
-
-    def _txn_run(self, records: list, txns: list[TxnBounds]) -> TxnRun | None:
-        return TxnRun(records, txns, True, self.tags, self.expand_txns) if txns else None
+        return TxnReads(self.whole_txns(records, txns), opening, partial, msg, last)
 
     def _expand(self, run: ChangeRun, start: int, stop: int) -> list[Change]:
         """ChangeRun.expand: the Changes of run.records[start:stop]."""

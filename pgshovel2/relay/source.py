@@ -115,6 +115,11 @@ class RunMaker:
         self._ordinal += len(records)
         return ChangeRun(self._txid, self._ts_ms, self._unit, ordinal, records, self.tags, self._expand)
 
+    def whole_txns(self, records: list, txns: list["TxnBounds"]) -> "TxnRun | None":
+        """The TxnRun of the whole transactions txns over records (their change records, each one
+        ``lane_record`` gave); None when there is no transaction."""
+        return TxnRun(records, txns, True, self.tags, self.expand_txns) if txns else None
+
     def opening(self) -> list["Item"]:
         """Items to give before the next run (the Begin of a transaction its first lane record
         opened); none here: a decoder that opens transactions at their first change says so."""
