@@ -213,7 +213,7 @@ def fmt(got: dict) -> str:
 
 
 def stream_at_rate(connector: connect.Connector, table: str, tps: int, seconds: int) -> tuple[list, float, str]:
-    """(arrivals [(epoch s, latency ms)], start epoch s, pgbench output) of pgbench inserting rows of
+    """(arrivals [(epoch s, latency ms, in Kafka ms)], start epoch s, pgbench output) of pgbench inserting rows of
     clock_timestamp() into table at tps for seconds while connector streams it."""
     script = WORK / f"{connector.name}.sql"
     script.write_text(f"INSERT INTO {table} (ts) VALUES (clock_timestamp());\n")
@@ -257,7 +257,7 @@ def latency_debezium(tps: int, seconds: int, exactly_once: bool, warmup: float) 
     finally:
         worker.stop()
         cur.execute(f"DROP TABLE {table}")
-    return latency.figures(tps, out, sorted(ms for at, ms in arrived if at - started > warmup), host)
+    return latency.figures(tps, out, [a for a in arrived if a[0] - started > warmup], host)
 
 
 def measure_latency(tps: int, seconds: int, rounds: int = 1) -> dict:
@@ -272,7 +272,8 @@ def measure_latency(tps: int, seconds: int, rounds: int = 1) -> dict:
             lat = (latency_debezium(tps, seconds, DEBEZIUM[v], warmup) if v in DEBEZIUM
                    else latency.measure(tps, seconds, backend=v, warmup=warmup))
             runs[v].append(lat)
-            print(f"  round {round_no + 1} latency {v}: p50 {lat['p50_ms']} ms, p99 {lat['p99_ms']} ms "
+            print(f"  round {round_no + 1} latency {v}: p50 {lat['p50_ms']} ms, p99 {lat['p99_ms']} ms (after "
+                  f"the producer's timestamp: p50 {lat['kafka_p50_ms']}, p99 {lat['kafka_p99_ms']}) "
                   f"at {lat['tps']:,.0f} tps, CPU pressure {lat['cpu_pressure']:.0%}", flush=True)
     return {v: {**{k: statistics.median(r[k] for r in rs) for k in rs[0]}, "runs": rs} for v, rs in runs.items()}
 

@@ -48,12 +48,14 @@ def percentile(sorted_values: list[float], q: float) -> float:
 
 
 class Arrivals(threading.Thread):
-    """Reads topic (read_committed) and records arrival time minus the row's ts, in ms; ts_of gives
-    the ts column's text of a message value (default: pgshovel2's row envelope in JSON)."""
+    """Reads topic (read_committed) and records arrival time minus the row's ts, in ms, and the
+    part of it after the message's producer timestamp (CreateTime: the Kafka transaction's
+    commit and the consumer's fetch); ts_of gives the ts column's text of a message value
+    (default: pgshovel2's row envelope in JSON)."""
 
     def __init__(self, topic: str, partitions: int, ts_of: Callable[[bytes], str] = lambda v: json.loads(v)["ts"]):
         super().__init__(daemon=True)
-        self.latencies: list[tuple[float, float]] = []  # (arrival epoch s, latency ms)
+        self.latencies: list[tuple[float, float, float]] = []  # (arrival epoch s, latency ms, in Kafka ms)
         self.stop = threading.Event()
         self.ts_of = ts_of
         self.consumer = Consumer({"bootstrap.servers": BOOTSTRAP, "group.id": f"bench-latency-{time.time_ns()}",
@@ -68,7 +70,7 @@ class Arrivals(threading.Thread):
                 continue
             now = time.time()
             ts = datetime.fromisoformat(self.ts_of(msg.value())).timestamp()
-            self.latencies.append((now, (now - ts) * 1000))
+            self.latencies.append((now, (now - ts) * 1000, now * 1000 - msg.timestamp()[1]))
         self.consumer.close()
 
 
@@ -101,16 +103,20 @@ def measure(tps: int, seconds: int, relay_args: tuple[str, ...] = (), backend: s
             arrivals.stop.set()
             arrivals.join(30)
     drop_set(cur, name)
-    return figures(tps, out, sorted(ms for at, ms in arrivals.latencies if at - started > warmup), host)
+    return figures(tps, out, [a for a in arrivals.latencies if a[0] - started > warmup], host)
 
 
-def figures(tps: int, out: str, values: list[float], host: dict) -> dict:
+def figures(tps: int, out: str, counted: list[tuple[float, float, float]], host: dict) -> dict:
     """A latency run's figures: {"tps_target", "tps" (pgbench's, from its output out), "samples",
-    "p50_ms", "p95_ms", "p99_ms", "max_ms", and host's keys (cpu_pressure)}; values: the counted
-    latencies in ms, sorted."""
+    "p50_ms", "p95_ms", "p99_ms", "max_ms", "kafka_p50_ms", "kafka_p99_ms" (the part after the
+    producer's timestamp), and host's keys (cpu_pressure)}; counted: Arrivals.latencies after
+    the warm-up."""
+    values = sorted(ms for _, ms, _ in counted)
+    in_kafka = sorted(k for _, _, k in counted)
     return {"tps_target": tps, "tps": float(re.search(r"tps = ([\d.]+)", out).group(1)),
             "samples": len(values), **{f"p{q}_ms": round(percentile(values, q), 1) for q in (50, 95, 99)},
-            "max_ms": round(values[-1], 1), **host}
+            "max_ms": round(values[-1], 1),
+            **{f"kafka_p{q}_ms": round(percentile(in_kafka, q), 1) for q in (50, 99)}, **host}
 
 
 def main() -> None:

@@ -92,8 +92,8 @@ def measure(rows: int, tps: int, seconds: int, chunk_size: int, backend: str) ->
         arrivals.join(30)
         proc.terminate()
         proc.wait(60)
-    before = [ms for at, ms in arrivals.latencies if at < requested and at - arrivals_start(arrivals) > 2]
-    during = [ms for at, ms in arrivals.latencies if requested <= at <= done]
+    before = [ms for at, ms, _ in arrivals.latencies if at < requested and at - arrivals_start(arrivals) > 2]
+    during = [ms for at, ms, _ in arrivals.latencies if requested <= at <= done]
     pgshovel("set", "drop", name)
     cur.execute(f"DROP TABLE bench_relay.{name}_lat, bench_relay.{name}_big")
     return {"backend": backend, "rows": rows, "chunk_size": chunk_size, "tps": tps,
