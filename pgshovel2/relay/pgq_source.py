@@ -79,6 +79,10 @@ FROM (SELECT e.*, max(ev_id) OVER (PARTITION BY ev_txid) AS tx_last FROM ({event
 WHERE {snapshot}::txid_snapshot IS NULL OR NOT txid_visible_in_snapshot(ev_txid, {snapshot}::txid_snapshot)
 ORDER BY tx_last, ev_id
 """)
+# The events query sorts a whole batch twice (by txid for the window, then by tx_last); a merged
+# batch of 20,000 mixed rows takes 8 MB per sort, which spilled to disk at the default 4 MB
+# (190 ms -> 164 ms in memory). Session-wide on the relay's read connection only.
+_READ_SETTINGS = "SET work_mem = '32MB'"
 _ORDER_BY_ID = " order by 1"  # how pgq.batch_event_sql's query ends; the outer query orders
 
 
@@ -120,13 +124,26 @@ class PgqSource:
         self._next_maint = time.monotonic() + min(maint_interval, 5.0)
         self._ctl = connect(dsn, f"queue {self.queue}", UnavailableError)
         try:
-            self._read = connect(dsn, f"queue {self.queue}", UnavailableError)
+            self._read = self._read_connection()
         except BaseException:
             self._ctl.close()
             raise
         self._ctl.autocommit = True
         self._open: Batch | None = None
         self._behind = False  # the last poll saw ticks after its batch's
+
+    def _read_connection(self):
+        """The connection batches are read on, with _READ_SETTINGS for its session; raises
+        UnavailableError when the database cannot be reached or goes away meanwhile."""
+        conn = connect(self.dsn, f"queue {self.queue}", UnavailableError)
+        try:
+            with conn.cursor() as cur:
+                cur.execute(_READ_SETTINGS)
+            conn.commit()
+        except psycopg2.Error as exc:
+            conn.close()
+            self._raise(exc)
+        return conn
 
     def _query(self, query: str, params: tuple) -> tuple | None:
         """One row of query on the control connection; database outages become UnavailableError."""

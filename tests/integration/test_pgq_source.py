@@ -46,6 +46,20 @@ def test_reading_a_batch_another_relay_finished_stops_as_fenced(stack, db, queue
         source.close()
 
 
+def test_the_read_session_sorts_batches_in_memory_after_reading_one(stack, db, queue):
+    """The events query sorts a whole batch twice; the read connection's larger work_mem is a
+    session setting, which must outlive the rollback that ends each batch's read."""
+    batch = _open_batch(db, queue)
+    source = PgqSource(stack.dsn, TriggerCapture(queue, "t", "c"), maint_interval=0)
+    try:
+        assert [row[3] for chunk in source._event_chunks(batch, None) for row in chunk] == ["[1]"]
+        with source._read.cursor() as cur:
+            cur.execute("SELECT current_setting('work_mem'), source FROM pg_settings WHERE name = 'work_mem'")
+            assert cur.fetchone() == ("32MB", "session")
+    finally:
+        source.close()
+
+
 def test_both_errors_pgq_gives_for_a_finished_batch_mean_it_is_gone():
     """A finish between pgq.batch_event_sql's check and pgq.batch_event_tables' (the CI race of
     test_zombie_relay_is_fenced) gives the second message; any other error is not taken for it."""
