@@ -24,10 +24,11 @@ from pgshovel2.backends.snapshot import ExportedSnapshot
 from pgshovel2.codec.rows import loads_row
 from pgshovel2.db import connect, outage
 from pgshovel2.errors import FencedError, RelayError, UnavailableError
+from pgshovel2.relay.pgq_ahead import ReadAhead
+from pgshovel2.relay.pgq_runs import IUD, expand, expand_txns, run_end, txn_bounds
 from pgshovel2.relay.prefetch import prefetch
 from pgshovel2.relay.source import (
     CONTROL_OPS,
-    RUN_MAX,
     Begin,
     Change,
     ChangeRun,
@@ -36,14 +37,12 @@ from pgshovel2.relay.source import (
     Idle,
     Item,
     Lag,
-    TxnBounds,
     TxnRun,
 )
 from pgshovel2.setrecord import TriggerCapture
 from pgshovel2.wire import TRIGGER, Position, position_prefix
 
 log = logging.getLogger(__name__)
-_IUD = frozenset("IUD")
 
 
 def batch_gone(exc: psycopg2.Error) -> bool:
@@ -114,8 +113,9 @@ class PgqSource:
 
     def __init__(self, dsn: str, capture: TriggerCapture, poll_interval: float = 0.02, fetch_size: int = 5000,
                  maint_interval: float = pgq_ticker.MAINT_INTERVAL, raw_rows: bool = False, runs: bool = False,
-                 txn_runs: bool = True):
+                 txn_runs: bool = True, read_ahead: bool = True):
         self.dsn, self.capture = dsn, capture
+        self.read_ahead = read_ahead  # read the next batch while relaying this one (pgq_ahead)
         self.runs = runs and raw_rows  # a transaction's consecutive I/U/D rows come as ChangeRuns
         self.txn_runs = txn_runs and self.runs  # ... and small whole transactions as TxnRuns
         self.queue, self.consumer = capture.queue, capture.consumer
@@ -129,6 +129,7 @@ class PgqSource:
             self._ctl.close()
             raise
         self._ctl.autocommit = True
+        self._ahead = ReadAhead(self._read, events_query, fetch_size)
         self._open: Batch | None = None
         self._behind = False  # the last poll saw ticks after its batch's
 
@@ -247,6 +248,7 @@ class PgqSource:
         if not self.maint_interval or time.monotonic() < self._next_maint:
             return
         self._next_maint = time.monotonic() + self.maint_interval
+        self._ahead.close()  # its read locks the event tables that rotation truncates: the loop would wait on itself
         try:
             with self._ctl.cursor() as cur:
                 done = pgq_ticker.maintain(cur)
@@ -258,7 +260,7 @@ class PgqSource:
     def _batch(self, batch: Batch, snapshot: str | None) -> Iterator[Item]:
         """A batch's events as items, skipping transactions visible in snapshot (the handoff);
         with runs, a transaction's consecutive I/U/D rows of one ts_ms as ChangeRuns, and small whole
-        transactions of such rows as TxnRuns (:func:`_txn_bounds`)."""
+        transactions of such rows as TxnRuns (:func:`pgshovel2.relay.pgq_runs.txn_bounds`)."""
         loads, tick = loads_row, batch.cur_tick_id  # not json.loads: rows queued by older capture code have -0
         ordinal, current, last_ts = 0, None, 0
         prefix = position_prefix(TRIGGER, tick)
@@ -270,11 +272,11 @@ class PgqSource:
                 if txid != current:
                     if current is not None:
                         yield Commit(current, last_ts, tick, ordinal, False)
-                    txns = _txn_bounds(chunk, i, ordinal, tick, prefix) if self.txn_runs else None
+                    txns = txn_bounds(chunk, i, ordinal, tick, prefix) if self.txn_runs else None
                     if txns:
                         end = txns[-1].stop
                         last_ts, current = txns[-1].ts_ms, None
-                        yield TxnRun(chunk, txns, False, None, _expand_txns)
+                        yield TxnRun(chunk, txns, False, None, expand_txns)
                         ordinal, i = ordinal + end - i, end
                         continue
                     current = txid
@@ -285,9 +287,9 @@ class PgqSource:
                                   loads(extra) if extra else None, tick, ordinal)
                 else:
                     last_ts = ts_ms
-                    if self.runs and data and op in _IUD:
-                        step = _run_end(chunk, i) - i
-                        yield ChangeRun(txid, ts_ms, tick, ordinal, chunk[i:i + step], None, _expand)
+                    if self.runs and data and op in IUD:
+                        step = run_end(chunk, i) - i
+                        yield ChangeRun(txid, ts_ms, tick, ordinal, chunk[i:i + step], None, expand)
                     else:
                         yield Change(txid, ts_ms, op, rows(data) if data else None, table,
                                      rows(extra) if extra else None, tick, ordinal)
@@ -313,25 +315,37 @@ class PgqSource:
                                   "relay of this set while this one read it: another relay took over; "
                                   "this one stops") from exc
             self._raise(exc)
+
+    def _chunks(self, batch: Batch, snapshot: str | None) -> Iterator[list[tuple]]:
+        """A batch's rows, read ahead (:mod:`pgshovel2.relay.pgq_ahead`) or read now
+        (:meth:`_query_chunks`), in one transaction of the read connection; once they are all read
+        and the relay is behind, the read of the next batch starts."""
+        self._ahead.wait()
+        try:
+            with self._read.cursor() as cur:
+                cur.execute("SELECT pgq.batch_event_sql(%s)", (batch.batch_id,))
+                batch_sql = cur.fetchone()[0]
+            chunks = self._ahead.take(batch.prev_tick_id, batch.cur_tick_id, batch_sql, snapshot)
+            yield from chunks if chunks is not None else self._query_chunks(batch, batch_sql, snapshot)
         finally:
             try:
                 self._read.rollback()
-            except psycopg2.Error:  # the connection is gone: reported above
+            except psycopg2.Error:  # the connection is gone: reported by the read that failed
                 pass
+        if self._behind and self.read_ahead:
+            self._ahead.start(self.queue, self.consumer, batch.cur_tick_id, True, pgq_ticker.MERGE_COUNT, snapshot)
 
-    def _chunks(self, batch: Batch, snapshot: str | None) -> Iterator[list[tuple]]:
+    def _query_chunks(self, batch: Batch, batch_sql: str, snapshot: str | None) -> Iterator[list[tuple]]:
         """A batch of up to fetch_size queued events in one query; a larger one (or one that turns
         out larger: transactions older than its first tick committed in it) through a server-side
         cursor, which costs the database three more statements."""
-        with self._read.cursor() as cur:
-            cur.execute("SELECT pgq.batch_event_sql(%s)", (batch.batch_id,))
-            batch_sql = cur.fetchone()[0]
-            if batch.queued <= self.fetch_size:
+        if batch.queued <= self.fetch_size:
+            with self._read.cursor() as cur:
                 cur.execute(events_query(batch_sql, snapshot, self.fetch_size + 1))
                 rows = cur.fetchall()
-                if len(rows) <= self.fetch_size:
-                    yield rows
-                    return
+            if len(rows) <= self.fetch_size:
+                yield rows
+                return
         with self._read.cursor(name=f"batch_{batch.batch_id}") as cur:
             cur.execute(events_query(batch_sql, snapshot))  # no parameters: the batch's SQL is text
             while rows := cur.fetchmany(self.fetch_size):
@@ -370,60 +384,10 @@ class PgqSource:
 
     def close(self) -> None:
         """Close both connections (never raises)."""
+        self._ahead.close()
         for conn in (self._ctl, self._read):
             try:
                 conn.close()
             except psycopg2.Error:
                 pass
 
-
-def _run_end(chunk: list[tuple], start: int) -> int:
-    """The end of the ChangeRun from chunk[start] (an I/U/D row with data): the rows after it of
-    the same txid and ts_ms that are I/U/D rows with data, up to RUN_MAX rows in all."""
-    txid, ts_ms = chunk[start][0], chunk[start][1]
-    stop, end = start + 1, min(len(chunk), start + RUN_MAX)
-    while stop < end:
-        row = chunk[stop]
-        if row[0] != txid or row[1] != ts_ms or row[2] not in _IUD or not row[3]:
-            break
-        stop += 1
-    return stop
-
-
-def _txn_bounds(chunk: list[tuple], start: int, ordinal: int, unit: int, prefix: str) -> list[TxnBounds]:
-    """The transactions of the TxnRun from chunk[start] (a transaction's first row, at position
-    ordinal of unit, whose wire.position_prefix is prefix): the whole transactions from it whose
-    rows are I/U/D rows with data of one ts_ms, RUN_MAX rows at most, each followed in chunk by a
-    row of another txid (the last one of a chunk may go on in the next); [] for none."""
-    out, first, limit = [], start, min(len(chunk), start + RUN_MAX)
-    txid, ts_ms = chunk[start][0], chunk[start][1]
-    for i in range(start, len(chunk)):
-        row = chunk[i]
-        if row[0] != txid:
-            out.append(TxnBounds(first, i, txid, ts_ms, ts_ms * 1000, None, prefix, ordinal + first - start, unit))
-            first, txid, ts_ms = i, row[0], row[1]
-        if i >= limit or row[1] != ts_ms or row[2] not in _IUD or not row[3]:
-            break
-    return out
-
-
-def _expand_txns(run: TxnRun, start: int, stop: int) -> list[Item]:
-    """TxnRun.expand of a trigger run: what :meth:`PgqSource._batch` gives for the rows of
-    run.txns[start:stop] without TxnRuns."""
-    rows, items = run.records, []
-    for txn in run.txns[start:stop]:
-        items.append(Begin(txn.txid, txn.ts_ms, txn.unit, txn.ordinal))
-        i = txn.start
-        while i < txn.stop:
-            end = min(_run_end(rows, i), txn.stop)
-            items.append(ChangeRun(txn.txid, txn.ts_ms, txn.unit, txn.ordinal + i - txn.start, rows[i:end], None,
-                                   _expand))
-            i = end
-        items.append(Commit(txn.txid, txn.ts_ms, txn.unit, txn.ordinal + txn.stop - txn.start, False))
-    return items
-
-
-def _expand(run: ChangeRun, start: int, stop: int) -> list[Change]:
-    """ChangeRun.expand of a trigger run: the Changes of run.records[start:stop] (rows as text)."""
-    return [Change(run.txid, run.ts_ms, op, data, table, extra if extra else None, run.unit, run.ordinal + i)
-            for i, (_txid, _ts, op, data, table, extra) in enumerate(run.records[start:stop], start)]

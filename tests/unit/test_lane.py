@@ -19,7 +19,7 @@ import pytest
 from pgshovel2.catalog import Column, Table
 from pgshovel2.codec import avro, native
 from pgshovel2.errors import EncodeError
-from pgshovel2.relay import pgq_source
+from pgshovel2.relay import pgq_runs
 from pgshovel2.relay.debezium import DebeziumEnvelope, SourceInfo
 from pgshovel2.relay.emitter import Emitter, TableRoute
 from pgshovel2.relay.record_decoder import RecordDecoder
@@ -234,9 +234,9 @@ def test_trigger_runs_through_the_lane_equal_changes_one_by_one(use_avro, envelo
         em, sink = emitter(use_avro, tbl, envelope, logical=False)
         laned, start = 0, 0
         while start < len(rows_):
-            stop = pgq_source._run_end(rows_[:start + size], start)
+            stop = pgq_runs.run_end(rows_[:start + size], start)
             laned += relay_run(em, sink, ChangeRun(TXID, 1_000, UNIT, start, rows_[start:stop], None,
-                                                   pgq_source._expand), prefix)
+                                                   pgq_runs.expand), prefix)
             start = stop
         assert (sink.produced, dict(em._counts), em._order.total) == want, size
         assert arrays or laned > len(rows_) // 3, size

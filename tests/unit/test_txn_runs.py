@@ -18,7 +18,7 @@ import pytest
 
 from pgshovel2.catalog import Table
 from pgshovel2.codec import avro, native
-from pgshovel2.relay import pgq_source
+from pgshovel2.relay import pgq_runs
 from pgshovel2.relay.emitter import Emitter
 from pgshovel2.relay.pgq_source import PgqSource
 from pgshovel2.relay.source import RUN_MAX, Begin, Change, ChangeRun, Commit, Control, Idle, TxnBounds, TxnRun
@@ -132,7 +132,7 @@ def test_a_transaction_the_lane_gives_back_is_left_whole():
     run_ = TxnRun(rows_, [TxnBounds(0, 2, 7, 1_000, 1_000_000, None, PREFIX, 0, UNIT),
                           TxnBounds(2, 3, 8, 1_000, 1_000_000, None, PREFIX, 2, UNIT),
                           TxnBounds(3, 4, 9, 1_000, 1_000_000, None, PREFIX, 3, UNIT)], False, None,
-                  pgq_source._expand_txns)
+                  pgq_runs.expand_txns)
     em, sink = emitter(tbl, False, "row")
     assert em.txn_run(run_, 0) == 1
     assert [m[0] for m in sink.produced] == ["txns", "topic.t", "topic.t", "txns"]
@@ -146,7 +146,7 @@ def test_a_topic_the_transaction_record_would_escape_is_left_to_python(topic):
     tbl = table(False, TYPES[:3])
     good = (7, 1_000, "I", '[1, true, 2, 3]', tbl.qualified, None)
     run_ = TxnRun([good], [TxnBounds(0, 1, 7, 1_000, 1_000_000, None, PREFIX, 0, UNIT)], False, None,
-                  pgq_source._expand_txns)
+                  pgq_runs.expand_txns)
     sink = ListSink()
     em = Emitter("myset", {tbl.qualified: route(tbl, topic, False, "row")}, "txns", None, sink)
     assert em.txn_run(run_, 0) == 0 and not sink.produced
@@ -166,7 +166,7 @@ def chunk_rows(spec: str) -> list[tuple]:
 
 
 def cut(rows_: list[tuple], start: int = 0) -> list[tuple[int, int]]:
-    return [(t.start, t.stop) for t in pgq_source._txn_bounds(rows_, start, 0, UNIT, PREFIX)]
+    return [(t.start, t.stop) for t in pgq_runs.txn_bounds(rows_, start, 0, UNIT, PREFIX)]
 
 
 @pytest.mark.parametrize(("spec", "bounds"), [
