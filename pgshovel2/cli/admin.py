@@ -4,19 +4,25 @@ import json
 
 import click
 
-from pgshovel2.cli.audit import audit
-from pgshovel2.cli.bootstrap import bootstrap
-from pgshovel2.cli.cluster import cluster_group, relay_group
-from pgshovel2.cli.common import env_option, log_level_option, reports_errors, setup_logging, zookeeper_options
-from pgshovel2.cli.replicate import replicate
-from pgshovel2.cli.tail import tail
+from pgshovel2.cli.common import (
+    LazyGroup,
+    env_option,
+    log_level_option,
+    reports_errors,
+    setup_logging,
+    zookeeper_options,
+)
 from pgshovel2.cluster import ClusterStore
 from pgshovel2.ops import admin, repoint, resnapshot, skip, status, upgrade, verify
 from pgshovel2.relay.online_request import DEFAULT_CHUNK_SIZE
 from pgshovel2.setrecord import SetRecord, TriggerCapture
 
+_LAZY = {"audit": "pgshovel2.cli.audit:audit", "bootstrap": "pgshovel2.cli.bootstrap:bootstrap",
+         "cluster": "pgshovel2.cli.cluster:cluster_group", "relay": "pgshovel2.cli.cluster:relay_group",
+         "replicate": "pgshovel2.cli.replicate:replicate", "tail": "pgshovel2.cli.tail:tail"}
 
-@click.group()
+
+@click.group(cls=LazyGroup, lazy=_LAZY)
 @zookeeper_options
 @log_level_option
 @click.pass_context
@@ -283,10 +289,3 @@ def set_snapshot(ctx: click.Context, name: str, tables: tuple[str, ...], where: 
     for line in resnapshot.lines(info):
         click.echo(line)
 
-
-main.add_command(tail)
-main.add_command(replicate)
-main.add_command(cluster_group)
-main.add_command(relay_group)
-main.add_command(bootstrap)
-main.add_command(audit)

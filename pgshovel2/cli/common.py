@@ -1,6 +1,7 @@
 """Shared CLI plumbing: global options, logging, and error reporting."""
 
 import functools
+import importlib
 import logging
 import sys
 from collections.abc import Callable
@@ -11,6 +12,25 @@ from pgshovel2.cli import logconfig
 from pgshovel2.errors import PgshovelError
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+class LazyGroup(click.Group):
+    """A click group whose ``lazy`` subcommands ({name: "module:attribute"}) are imported only when
+    one of them runs or help lists them: a set command then does not pay for the Kafka consumer,
+    the schema registry client or Spark's plumbing (about half a second a call)."""
+
+    def __init__(self, *args, lazy: dict[str, str] | None = None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.lazy = dict(lazy or {})
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *self.lazy})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in self.lazy:
+            module, attribute = self.lazy[cmd_name].split(":")
+            return getattr(importlib.import_module(module), attribute)
+        return super().get_command(ctx, cmd_name)
 
 
 def env_option(*decls: str, **kwargs) -> Callable:

@@ -26,15 +26,17 @@ import io
 import json
 import struct
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import fastavro
-from confluent_kafka.schema_registry import SchemaRegistryClient
 from fastavro.logical_readers import LOGICAL_READERS
 
 from pgshovel2.codec.jsonvalue import ESCAPE_KEY, unescape
 from pgshovel2.consumer.errors import ConsumerError
 from pgshovel2.wire import INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN, raw_schema
+
+if TYPE_CHECKING:
+    from confluent_kafka.schema_registry import SchemaRegistryClient
 
 Convert = Callable[[Any], Any]
 _INT32 = (INT32_MIN, INT32_MAX)
@@ -161,7 +163,7 @@ class Decoder:
     Raises ConsumerError naming the message when data cannot be decoded.
     """
 
-    def __init__(self, registry_url: str | None = None, registry: SchemaRegistryClient | None = None,
+    def __init__(self, registry_url: str | None = None, registry: "SchemaRegistryClient | None" = None,
                  raw: bool = False):
         self.registry_url, self.raw = registry_url, raw
         self._registry = registry
@@ -175,6 +177,8 @@ class Decoder:
             if not self.registry_url:
                 raise ConsumerError(f"{where} is Avro (schema id {schema_id}): pass the schema registry URL "
                                     "(--schema-registry or PGSHOVEL_SCHEMA_REGISTRY)")
+            from confluent_kafka.schema_registry import SchemaRegistryClient  # ~0.3 s: only for Avro
+
             self._registry = SchemaRegistryClient({"url": self.registry_url})
         try:
             text = self._registry.get_schema(schema_id).schema_str

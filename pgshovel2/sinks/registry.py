@@ -11,9 +11,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
-from confluent_kafka.schema_registry.error import SchemaRegistryError
-
 from pgshovel2.errors import RelayError, SchemaRejectedError, StopRequestedError
 
 log = logging.getLogger(__name__)
@@ -24,6 +21,10 @@ class SchemaRegistry:
 
     def __init__(self, url: str, retry_seconds: float = 2.0, max_wait: float | None = None,
                  stop: threading.Event | None = None):
+        # confluent_kafka.schema_registry takes ~0.3 s to import (httpx, authlib): only sets that use
+        # a registry pay for it, at their first request
+        from confluent_kafka.schema_registry import SchemaRegistryClient
+
         self.url = url
         self._client = SchemaRegistryClient({"url": url})
         self._retry, self._max_wait, self._stop = retry_seconds, max_wait, stop or threading.Event()
@@ -34,6 +35,8 @@ class SchemaRegistry:
         Retries while the registry is unreachable (up to max_wait s, forever
         when None). Raises SchemaRejectedError when the registry rejects the schema.
         """
+        from confluent_kafka.schema_registry import Schema
+
         return self._call(lambda: self._client.register_schema(subject, Schema(json.dumps(schema), "AVRO")),
                           f"the schema of {subject!r}")
 
@@ -49,6 +52,8 @@ class SchemaRegistry:
 
     def _call(self, request: Callable[[], Any], what: str) -> Any:
         """request(), retried while the registry is unreachable; a 4xx is SchemaRejectedError naming what."""
+        from confluent_kafka.schema_registry.error import SchemaRegistryError
+
         started = time.monotonic()
         while True:
             try:
