@@ -155,7 +155,7 @@ class ReadAhead:
     def __init__(self, conn, query_of: Callable[[str, str | None], sql.Composable], fetch_size: int):
         self.conn, self.query_of, self.fetch_size = conn, query_of, fetch_size
         self.prediction: tuple[Prediction, str | None] | None = None
-        self.used = 0  # batches read ahead and used (a test and the debug log read it)
+        self.used = 0  # batches read ahead and used (tests read it)
         self._cursor = None
         self._first: list[tuple] = []
         self._thread: threading.Thread | None = None
@@ -195,14 +195,15 @@ class ReadAhead:
              snapshot: str | None) -> Iterator[list[tuple]] | None:
         """The rows, in chunks of at most fetch_size, when the batch (prev_tick, cur_tick] whose
         pgq.batch_event_sql text is batch_sql_text, read skipping snapshot, is the one read ahead;
-        None otherwise (the read is dropped). Call :meth:`wait` first. The transaction of conn
-        stays open until the chunks are done or closed; the caller ends it."""
+        None otherwise (a read of another batch is dropped). Call :meth:`wait` first. The
+        transaction of conn stays open until the chunks are done or closed; the caller ends it."""
         self.wait()
         prediction, self.prediction = self.prediction, None
+        if prediction is None:  # none was read: conn's transaction is the caller's, nothing to drop
+            return None
         if prediction != (Prediction(prev_tick, cur_tick, batch_sql_text), snapshot):
-            if prediction is not None:
-                log.debug("read ahead ticks %d..%d, opened %d..%d: read again", prediction[0].prev_tick,
-                          prediction[0].cur_tick, prev_tick, cur_tick)
+            log.debug("read ahead ticks %d..%d, opened %d..%d: read again", prediction[0].prev_tick,
+                      prediction[0].cur_tick, prev_tick, cur_tick)
             self._drop()
             return None
         self.used += 1

@@ -21,8 +21,8 @@ class SchemaRegistry:
 
     def __init__(self, url: str, retry_seconds: float = 2.0, max_wait: float | None = None,
                  stop: threading.Event | None = None):
-        # confluent_kafka.schema_registry takes ~0.3 s to import (httpx, authlib): only sets that use
-        # a registry pay for it, at their first request
+        # confluent_kafka.schema_registry takes ~0.3 s to import (httpx, authlib): only processes
+        # that make a SchemaRegistry pay for it, not every CLI call
         from confluent_kafka.schema_registry import SchemaRegistryClient
 
         self.url = url
