@@ -26,11 +26,13 @@ spark-down:
 demo: stack-up
 	$(PY) scripts/demo.py
 
-# The test suite starts its own stack (ports +1000, state in .stack-test) and stops it.
+# The test suite starts its own stack (ports +1000, state in .stack-test) and stops it; with
+# TEST_WORKERS > 1 (pytest-xdist, whole files per worker) each worker has its own (tests/workers.py).
 # The Spark jobs run as a user runs them (spark_job: spark/*.py in its own JVM; spark_cluster:
 # spark-submit to a standalone cluster) run in test-spark. --durations: what to move out next.
+TEST_WORKERS ?= 2
 test: install
-	$(PY) -m pytest -ra --durations=25 -m "not spark_cluster and not spark_job" tests
+	$(PY) -m pytest -ra --durations=25 -n $(TEST_WORKERS) --dist loadfile -m "not spark_cluster and not spark_job" tests
 
 test-spark: install
 	$(PY) -m pytest -ra -m "spark_cluster or spark_job" tests

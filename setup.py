@@ -21,7 +21,7 @@ setup(
         "prometheus_client>=0.20,<1",
     ],
     extras_require={
-        "test": ["pytest>=8,<10", "ruff>=0.5", "import-linter>=2,<3"],
+        "test": ["pytest>=8,<10", "pytest-xdist>=3.6,<4", "ruff>=0.5", "import-linter>=2,<3"],
         "sentry": ["sentry-sdk>=2,<3"],
         "bench": ["matplotlib>=3.8,<4", "py-spy>=0.3,<1"],
         # 4.0.x: newer releases' spark-token-provider-kafka (a dependency of the Kafka

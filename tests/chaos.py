@@ -77,6 +77,7 @@ class ChaosReport:
     first_duplicated: str | None = None
     transactions_lost: int = 0
     transactions_duplicated: int = 0
+    first_duplicated_transaction: list | None = None  # its records in the transactions topic, in order
     state_equal: bool = False
     seconds: float = 0.0
 
@@ -339,7 +340,11 @@ class ChaosRun:
             for key, _value, h in data[topic]:
                 if h["pgshovel.op"] != "r":
                     out[(topic, int(h["pgshovel.txid"]), tuple(decode(key).values()), h["pgshovel.op"])] += 1
-        begins = Counter(decode(v)["txid"] for _, v, _ in data[txn_topic] if decode(v)["type"] == "BEGIN")
+        records = [(decode(v), h) for _, v, h in data[txn_topic]]
+        begins = Counter(r["txid"] for r, _ in records if r["type"] == "BEGIN")
+        twice = sorted(txid for txid, n in begins.items() if n > 1)
+        if twice:
+            self.report.first_duplicated_transaction = [repr(r) for r in records if r[0]["txid"] == twice[0]]
         return out, begins
 
 

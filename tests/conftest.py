@@ -19,9 +19,13 @@ from pathlib import Path
 import psycopg2
 import pytest
 
-from tests.pgservers import PgServer, extra_port
-from tests.spark_cluster import spark_cluster  # noqa: F401  (a fixture)
-from tests.stock import SELECTION_ENV, StockServers, make_target, stock_majors, target_names
+from tests.workers import separate_worker
+
+separate_worker()  # under pytest-xdist, before anything reads a port: each worker has its own stack
+
+from tests.pgservers import PgServer, extra_port  # noqa: E402
+from tests.spark_cluster import spark_cluster  # noqa: F401, E402  (a fixture)
+from tests.stock import SELECTION_ENV, StockServers, make_target, stock_majors, target_names  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 PORTS = {"PG_PORT": "26432", "ZK_PORT": "23181", "KAFKA_PORT": "30092",

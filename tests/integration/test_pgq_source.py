@@ -81,13 +81,15 @@ def _open_batch(db, queue: str) -> Batch:
 
 @contextmanager
 def ticking_queue(db) -> Iterator[str]:
-    """A fresh PgQ queue that ticks at every pgq.ticker call, with consumer 'c'; dropped afterwards."""
+    """A fresh PgQ queue with consumer 'c' that ticks only at the test's tick() calls: its ticker is
+    paused, so pgqd (pgq.ticker() skips paused queues) adds no tick of its own; dropped afterwards."""
     name = f"q_{uuid.uuid4().hex[:8]}"
     with db.cursor() as cur:
         cur.execute("CREATE EXTENSION IF NOT EXISTS pgq")
         cur.execute("SELECT pgq.create_queue(%s)", (name,))
         for key in ("ticker_max_lag", "ticker_idle_period"):
             cur.execute("SELECT pgq.set_queue_config(%s, %s, '0')", (name, key))
+        cur.execute("SELECT pgq.set_queue_config(%s, 'ticker_paused', 'true')", (name,))
         cur.execute("SELECT pgq.register_consumer(%s, 'c')", (name,))
     try:
         yield name
@@ -95,6 +97,14 @@ def ticking_queue(db) -> Iterator[str]:
         with db.cursor() as cur:
             cur.execute("SELECT pgq.unregister_consumer(%s, 'c')", (name,))
             cur.execute("SELECT pgq.drop_queue(%s)", (name,))
+
+
+def tick(cur, queue: str) -> None:
+    """One tick of a ticking_queue: its ticker is unpaused only inside this one transaction (a
+    multi-statement query), which no other ticker sees."""
+    cur.execute("UPDATE pgq.queue SET queue_ticker_paused = false WHERE queue_name = %(q)s;"
+                " SELECT pgq.ticker(%(q)s);"
+                " UPDATE pgq.queue SET queue_ticker_paused = true WHERE queue_name = %(q)s", {"q": queue})
 
 
 def test_a_batch_bigger_than_the_events_queued_between_its_ticks_is_read_whole(stack, db):
@@ -110,9 +120,9 @@ def test_a_batch_bigger_than_the_events_queued_between_its_ticks_is_read_whole(s
                 with older.cursor() as old:
                     for i in range(25):
                         old.execute("SELECT pgq.insert_event(%s, 'I', %s)", (name, f"[{i}]"))
-                cur.execute("SELECT pgq.ticker(%s)", (name,))  # the older transaction is still open
+                tick(cur, name)  # the older transaction is still open
                 cur.execute("SELECT pgq.insert_event(%s, 'I', '[100]')", (name,))
-                cur.execute("SELECT pgq.ticker(%s)", (name,))
+                tick(cur, name)
             source = PgqSource(stack.dsn, TriggerCapture(name, "t", "c"), maint_interval=0, fetch_size=10)
             seen = []
             while len(seen) < 26:
@@ -124,7 +134,7 @@ def test_a_batch_bigger_than_the_events_queued_between_its_ticks_is_read_whole(s
                     assert batch.queued <= 10 and [len(c) for c in chunks] == [1]  # one query
                     older.commit()
                     with db.cursor() as cur:
-                        cur.execute("SELECT pgq.ticker(%s)", (name,))
+                        tick(cur, name)
                 elif events:
                     assert batch.queued <= 10, "the batch of the older transaction must look small"
                     assert [len(c) for c in chunks] == [10, 10, 5]
@@ -172,10 +182,10 @@ def test_a_relay_that_is_behind_opens_batches_over_several_ticks(stack, db, monk
     try:
         with ticking_queue(db) as name:
             with db.cursor() as cur:
-                for tick in range(6):
+                for n in range(6):
                     cur.execute("SELECT pgq.insert_event(%s, 'I', format('[%%s]', i)) FROM generate_series(%s, %s) i",
-                                (name, 30 * tick, 30 * tick + 29))
-                    cur.execute("SELECT pgq.ticker(%s)", (name,))
+                                (name, 30 * n, 30 * n + 29))
+                    tick(cur, name)
             source = PgqSource(stack.dsn, TriggerCapture(name, "t", "c"), maint_interval=0)
             sources.append(source)
             spans, seen = [], []
