@@ -91,4 +91,4 @@ def online_snapshot(store: ClusterStore, record: SetRecord, emitter: Emitter) ->
     return OnlineSnapshot(name, lambda: store.get_snapshot_request(name),
                           lambda data, version: store.put_snapshot_request(name, data, version),
                           lambda stats: store.put_relay_record(name, "online_snapshot", stats),
-                          reader, key_of)
+                          reader, key_of, lambda: store.zk.connected)

@@ -88,13 +88,16 @@ class OnlineSnapshot:
     save(request, version): writes the request back (the relay only marks it done);
     report(stats): the progress record for ``set status`` (ZooKeeper, relay/online_snapshot);
     reader: a ChunkReader (reads chunks, commits watermarks); key_of(table): the function giving a
-    capture row's Kafka key.
+    capture row's Kafka key; reachable(): whether load can answer now (ZooKeeper connected), else
+    the step polls later: a read would block the relay loop for the whole outage, then fail.
     """
 
     def __init__(self, set_name: str, load: Callable[[], tuple[dict | None, int]],
                  save: Callable[[dict, int], None], report: Callable[[dict], None],
-                 reader: chunks.ChunkReader, key_of: Callable[[Table], Callable[[list], bytes | None]]):
+                 reader: chunks.ChunkReader, key_of: Callable[[Table], Callable[[list], bytes | None]],
+                 reachable: Callable[[], bool] = lambda: True):
         self.set_name, self.load, self.save, self.report = set_name, load, save, report
+        self.reachable = reachable
         self.reader, self.key_of = reader, key_of
         self.progress: dict | None = None  # the committed progress, then what the next commit carries
         self.chunk: _Chunk | None = None
@@ -125,6 +128,9 @@ class OnlineSnapshot:
         """Start the next chunk when one is due (module docstring); record: the set version in
         effect. Raises psycopg2.Error / the reader's error when the database fails."""
         if self.chunk is not None or time.monotonic() < self._next_poll:
+            return
+        if not self.reachable():  # ZooKeeper is away: the leadership check pauses the relay, not a read here
+            self._next_poll = time.monotonic() + POLL_INTERVAL
             return
         request = self._poll()
         if request is None or request.state != ACTIVE:

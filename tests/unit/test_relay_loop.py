@@ -444,3 +444,15 @@ def test_a_source_at_a_steady_rate_wakes_the_relay_once_a_kafka_transaction_not_
     assert 1 + 2 <= sink.commits <= 1 + len(units) // 3 and source.acked.unit == len(units)
     assert Counter(changes(sink).values()) == Counter({1: len(units)})
     assert_transactions_whole(sink)
+
+
+def test_an_online_snapshot_step_does_not_read_its_request_while_zookeeper_is_away():
+    reads, connected = [], [False]
+    online = OnlineSnapshot("s", lambda: reads.append(1) or (None, 0), lambda data, v: None, lambda stats: None,
+                            IdleChunks(), lambda table: lambda row: b"", reachable=lambda: connected[0])
+    online.step(V1)
+    assert reads == []  # a read would block the loop until ZooKeeper is back, then fail
+    online._next_poll = 0.0
+    connected[0] = True
+    online.step(V1)
+    assert reads == [1]
