@@ -19,7 +19,7 @@ from pathlib import Path
 import psycopg2
 import pytest
 
-from tests.workers import separate_worker
+from tests.workers import port_of, separate_worker
 
 separate_worker()  # under pytest-xdist, before anything reads a port: each worker has its own stack
 
@@ -28,8 +28,7 @@ from tests.spark_cluster import spark_cluster  # noqa: F401, E402  (a fixture)
 from tests.stock import SELECTION_ENV, StockServers, make_target, stock_majors, target_names  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
-PORTS = {"PG_PORT": "26432", "ZK_PORT": "23181", "KAFKA_PORT": "30092",
-         "KAFKA_CONTROLLER_PORT": "30093", "REGISTRY_PORT": "29081"}
+PORTS = ("PG_PORT", "ZK_PORT", "KAFKA_PORT", "KAFKA_CONTROLLER_PORT", "REGISTRY_PORT")
 
 
 class Stack:
@@ -68,9 +67,8 @@ def pytest_collection_modifyitems(items):
 @pytest.fixture(scope="session")
 def base_stack():
     """The running test stack; fresh state every session."""
-    env = {**os.environ, **PORTS, "STACK_DIR": os.environ.get("TEST_STACK_DIR", str(REPO / ".stack-test"))}
-    for key in PORTS:
-        env[key] = os.environ.get(f"TEST_{key}", env[key])
+    env = {**os.environ, "STACK_DIR": os.environ.get("TEST_STACK_DIR", str(REPO / ".stack-test"))}
+    env.update({key: str(port_of(f"TEST_{key}")) for key in PORTS})
     s = Stack(env)
     s.script("down")
     subprocess.run(["rm", "-rf", env["STACK_DIR"]], check=True)

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import psycopg2
 
+from tests.workers import port_of
+
 REPO = Path(__file__).resolve().parent.parent
 PG_BIN = os.environ.get("PG_BIN", "/usr/lib/postgresql/15/bin")
 
@@ -34,8 +36,7 @@ def query(dsn: str, text: str, args: tuple = ()) -> list[tuple]:
 
 def extra_port(index: int) -> int:
     """The index-th extra PostgreSQL port (0: the replica target)."""
-    first = int(os.environ.get("TEST_EXTRA_PG_PORT", "26133"))
-    return first + index
+    return port_of("TEST_EXTRA_PG_PORT") + index
 
 
 class PgServer:

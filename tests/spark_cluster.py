@@ -14,8 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.workers import port_of
+
 REPO = Path(__file__).resolve().parent.parent
-SPARK_PORTS = {"SPARK_MASTER_PORT": "28077", "SPARK_MASTER_WEBUI_PORT": "28080", "SPARK_WORKER_WEBUI_PORT": "28081"}
+SPARK_PORTS = ("SPARK_MASTER_PORT", "SPARK_MASTER_WEBUI_PORT", "SPARK_WORKER_WEBUI_PORT")
 VENV = Path(os.environ.get("VENV", REPO / ".venv"))
 
 
@@ -86,9 +88,8 @@ def kill(proc: subprocess.Popen, sig: int = signal.SIGKILL) -> None:
 @pytest.fixture(scope="session")
 def spark_cluster(base_stack, tmp_path_factory):
     """The cluster, started for the tests that request it and stopped after them."""
-    env = {**base_stack.env, **SPARK_PORTS, "VENV": str(VENV), "SPARK_WORKER_MEMORY": "1500m"}
-    for key in SPARK_PORTS:
-        env[key] = os.environ.get(f"TEST_{key}", env[key])
+    env = {**base_stack.env, "VENV": str(VENV), "SPARK_WORKER_MEMORY": "1500m"}
+    env.update({key: str(port_of(f"TEST_{key}")) for key in SPARK_PORTS})
     cluster = SparkCluster(env, package_zip(tmp_path_factory.mktemp("spark") / "pgshovel2.zip"))
     cluster.script("spark-down")
     cluster.script("spark-up")

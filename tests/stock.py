@@ -18,6 +18,7 @@ import psycopg2
 import pytest
 
 from tests.pgservers import query
+from tests.workers import port_of
 
 REPO = Path(__file__).resolve().parent.parent
 KNOWN_MAJORS = (14, 16, 17, 18)
@@ -45,7 +46,7 @@ def stock_majors(environ: dict | None = None) -> list[int]:
 
 def stock_port(major: int) -> int:
     """The TCP port (on 127.0.0.1) of the stock server of major."""
-    return int(os.environ.get("TEST_STOCK_PG_PORT", "26150")) + KNOWN_MAJORS.index(major)
+    return port_of("TEST_STOCK_PG_PORT") + KNOWN_MAJORS.index(major)
 
 
 class StockServer:

@@ -7,13 +7,19 @@ import os
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-PORT_STEP = 300  # gw0 uses 23181, 26133-26139, 26150-26158, 26432, 28077-28081, 29081, 30092-30093
-DEFAULT_PORTS = {
+PORT_STEP = 300  # gw0 takes each base below and up to 9 ports after the extra and stock ones
+DEFAULT_PORTS = {  # gw0's: the defaults every fixture reads through port_of
     "TEST_PG_PORT": 26432, "TEST_ZK_PORT": 23181, "TEST_KAFKA_PORT": 30092,
     "TEST_KAFKA_CONTROLLER_PORT": 30093, "TEST_REGISTRY_PORT": 29081,
     "TEST_EXTRA_PG_PORT": 26133, "TEST_STOCK_PG_PORT": 26150,
     "TEST_SPARK_MASTER_PORT": 28077, "TEST_SPARK_MASTER_WEBUI_PORT": 28080, "TEST_SPARK_WORKER_WEBUI_PORT": 28081,
 }
+
+
+def port_of(name: str) -> int:
+    """The port of TEST_* variable name: the environment's (set by hand, or by separate_worker),
+    else gw0's default. Raises KeyError for a name not in DEFAULT_PORTS."""
+    return int(os.environ.get(name, DEFAULT_PORTS[name]))
 
 
 def worker_index() -> int:

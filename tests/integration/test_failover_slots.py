@@ -27,6 +27,7 @@ from pgshovel2.ops.verify import read_topics
 from tests.helpers import Decoder, assert_verified, caught_up, pgshovel, verify, write_config
 from tests.integration.test_relay import writer
 from tests.stock import StockServer, Target, make_standby
+from tests.workers import port_of
 
 AUDIT = """
 CREATE TABLE audit (seq bigserial PRIMARY KEY, txid bigint NOT NULL, key int NOT NULL, op text NOT NULL);
@@ -51,7 +52,7 @@ CREATE TRIGGER audit AFTER INSERT OR UPDATE OR DELETE ON acct FOR EACH ROW EXECU
 def pair():
     """(primary, standby): stock PostgreSQL 17 on their own ports, the standby streaming through
     physical slot standby1; both removed afterwards."""
-    port = int(os.environ.get("TEST_STOCK_PG_PORT", "26150")) + 8
+    port = port_of("TEST_STOCK_PG_PORT") + 8
     base = os.environ.get("TEST_STACK_DIR", "/tmp/stack-test")
     primary = StockServer(17, port, f"{base}-fo-primary")
     standby = StockServer(17, port + 1, f"{base}-fo-standby")

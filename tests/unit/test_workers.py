@@ -17,8 +17,8 @@ def _taken(index: int, monkeypatch) -> tuple[set[int], str]:
     monkeypatch.setenv("PYTEST_XDIST_WORKER", f"gw{index}")
     workers.separate_worker()
     ports = set()
-    for key, default in workers.DEFAULT_PORTS.items():
-        first = int(os.environ.get(key, default))
+    for key in workers.DEFAULT_PORTS:
+        first = workers.port_of(key)
         ports.update(range(first, first + SPANS.get(key, 1)))
     return ports, os.environ.get("TEST_STACK_DIR", ".stack-test")
 
@@ -42,7 +42,7 @@ def test_a_port_set_by_hand_is_kept(monkeypatch):
     monkeypatch.delenv("TEST_ZK_PORT", raising=False)
     workers.separate_worker()
     assert os.environ["TEST_PG_PORT"] == "27777"
-    assert os.environ["TEST_ZK_PORT"] == str(23181 + workers.PORT_STEP)
+    assert os.environ["TEST_ZK_PORT"] == str(workers.DEFAULT_PORTS["TEST_ZK_PORT"] + workers.PORT_STEP)
 
 
 def test_a_worker_id_not_of_xdist_is_refused(monkeypatch):
