@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import psycopg2
-from confluent_kafka import Producer
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
 
 from pgshovel2.catalog import Table
 from pgshovel2.cluster import ClusterStore
@@ -78,6 +78,7 @@ class ChaosReport:
     transactions_lost: int = 0
     transactions_duplicated: int = 0
     first_duplicated_transaction: list | None = None  # its records in the transactions topic, in order
+    duplicate_trace: list | None = None  # where its copies sit in Kafka (_trace)
     state_equal: bool = False
     seconds: float = 0.0
 
@@ -345,7 +346,43 @@ class ChaosRun:
         twice = sorted(txid for txid, n in begins.items() if n > 1)
         if twice:
             self.report.first_duplicated_transaction = [repr(r) for r in records if r[0]["txid"] == twice[0]]
+            self.report.duplicate_trace = _trace(self.stack, txn_topic, twice[0], decode)
         return out, begins
+
+
+def _read_all(bootstrap: str, topic: str, isolation: str) -> list:
+    """(offset, value) of every message of a one-partition topic, read with isolation.level isolation."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"chaos-trace-{time.time_ns()}",
+                         "isolation.level": isolation, "enable.auto.commit": False,
+                         "enable.partition.eof": True})
+    out = []
+    try:
+        consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+        while (msg := consumer.poll(30)) is not None:
+            if msg.error():
+                if msg.error().code() == KafkaError._PARTITION_EOF:
+                    break
+                continue
+            out.append((msg.offset(), msg.value()))
+    finally:
+        consumer.close()
+    return out
+
+
+def _trace(stack, txn_topic: str, txid: int, decode, around: int = 4) -> list[str]:
+    """Each BEGIN/END of txid in the transactions topic with its offset and the records around
+    it, aborted ones (read_uncommitted only) marked: which Kafka transactions wrote the copies."""
+    committed = {offset for offset, _ in _read_all(stack.bootstrap, txn_topic, "read_committed")}
+    records = [(offset, decode(value)) for offset, value in _read_all(stack.bootstrap, txn_topic, "read_uncommitted")]
+    out = []
+    for i, (offset, rec) in enumerate(records):
+        if rec["txid"] == txid:
+            for o, r in records[max(0, i - around):i + around + 1]:
+                mark = "" if o in committed else " ABORTED"
+                out.append(f"{'>' if o == offset else ' '} {o}{mark} {r['type']} txid {r['txid']} {r['position']} "
+                           f"events {r['event_count']}")
+            out.append("--")
+    return out
 
 
 def _drain_slot(dsn: str, slot: str, tables: tuple[Table, ...]):

@@ -99,7 +99,7 @@ def test_three_relays_active_killed_repeatedly(stack, cluster, db, schema, tmp_p
                "takeover_s": _stats(takeovers), "resumed_relaying_s": _stats(resumes),
                "transactions": report.source_transactions, "messages": report.expected_messages,
                "lost": report.lost, "duplicated": report.duplicated}
-    print(f"\nfailover: {json.dumps(summary)}")
+    print(f"\nfailover: {json.dumps(summary)}\nreport: {report}")
     if os.environ.get("PGSHOVEL2_FAILOVER_REPORT"):
         Path(os.environ["PGSHOVEL2_FAILOVER_REPORT"]).write_text(json.dumps(summary, indent=2))
     assert report.expected_messages > 500
