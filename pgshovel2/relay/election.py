@@ -124,11 +124,27 @@ class Leadership:
         if not acquired or stop.is_set():
             self.release()
             return False
+        self._forget_earlier_session()
         self.since = time.time()
         self.store.watch_set(self.set_name, self._on_set)
         self._publish()
         log.info("active relay of set %r (%s)", self.set_name, self.who)
         return True
+
+    def _forget_earlier_session(self) -> None:
+        """Forget a session that ended while this relay waited in line: kazoo's lock recipe went on
+        in the new session, and this relay holds the lock there while its node exists. (Without
+        this, the first check() would stop the relay it just made active.)"""
+        if not self._lost.is_set():
+            return
+        self._lost.clear()
+        self._suspended.clear()
+        self._back.set()
+        if self.store.zk.exists(f"{self.lock.path}/{self.lock.node}") is None:
+            self._lost.set()  # this session ended too
+        else:
+            log.info("relay %s of set %r: its ZooKeeper session ended while it stood by; it holds the "
+                     "lock in its new session", self.who, self.set_name)
 
     def _cancel_on_stop(self, stop: threading.Event, waiting: threading.Event) -> None:
         while waiting.is_set():

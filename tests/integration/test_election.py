@@ -1,0 +1,58 @@
+"""The relay election in a real ZooKeeper: a standby whose session ended while it waited in line
+holds the lock in its new session once the active relay goes, and stays active."""
+
+import threading
+import time
+
+from kazoo.client import KazooClient
+
+from pgshovel2.cluster import ClusterStore
+from pgshovel2.relay.election import Leadership, LeadershipLostError
+from tests.helpers import pgshovel, write_config
+
+
+def _expire(hosts: str, store: ClusterStore) -> None:
+    """End store's ZooKeeper session from outside (a second client on the same session closes it)."""
+    other = KazooClient(hosts=hosts, client_id=store.zk.client_id)
+    other.start(10)
+    other.stop()
+    other.close()
+
+
+def test_a_standby_whose_session_ended_while_waiting_stays_active_once_it_takes_over(stack, cluster, db, schema,
+                                                                                     tmp_path):
+    with db.cursor() as cur:
+        cur.execute(f'CREATE TABLE "{schema}".t (id int PRIMARY KEY)')
+    cfg = write_config(tmp_path, stack, [{"schema": schema, "name": "t"}])
+    pgshovel(stack, cluster, "set", "create", "s", str(cfg))
+    stop = threading.Event()
+    with ClusterStore(stack.zk, cluster) as first_store, ClusterStore(stack.zk, cluster) as second_store:
+        first = Leadership(first_store, "s", "first")
+        assert first.acquire(stop)
+        second = Leadership(second_store, "s", "second")
+        acquired: list[bool] = []
+        waiter = threading.Thread(target=lambda: acquired.append(second.acquire(stop)), daemon=True)
+        waiter.start()
+        deadline = time.monotonic() + 20
+        while first_store.contenders("s") != ["first", "second"] and time.monotonic() < deadline:
+            time.sleep(0.05)
+        _expire(stack.zk, second_store)  # the standby's session ends while it waits in line
+        deadline = time.monotonic() + 20
+        while not second._lost.is_set() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert second._lost.is_set(), "the standby never saw its session end"
+        first.release()
+        waiter.join(30)
+        assert acquired == [True]
+        second.check()  # active in its new session: no LeadershipLostError
+        assert first_store.contenders("s") == ["second"]
+        _expire(stack.zk, second_store)  # a session ending after it became active still counts
+        deadline = time.monotonic() + 20
+        while not second._lost.is_set() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        try:
+            second.check()
+            raise AssertionError("check() went on after the active relay's session ended")
+        except LeadershipLostError:
+            pass
+        second.release()
