@@ -22,13 +22,13 @@ from collections.abc import Callable
 from typing import Any
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+from kazoo.exceptions import BadVersionError, ConnectionLoss, NodeExistsError, NoNodeError, SessionExpiredError
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.recipe.lock import Lock
 
 from pgshovel2 import __version__, names
 from pgshovel2.config import validate_cluster_name, validate_set_name
-from pgshovel2.errors import ClusterError, ConflictError
+from pgshovel2.errors import ClusterError, ConflictError, UnavailableError
 from pgshovel2.setrecord import SetRecord
 from pgshovel2.zkintents import IntentStore, dump
 
@@ -272,12 +272,19 @@ class ClusterStore(IntentStore):
         znode, until it returns False (kazoo DataWatch)."""
         self.zk.DataWatch(self.set_path(name), callback)
 
-    def get_snapshot_request(self, name: str) -> tuple[dict[str, Any] | None, int]:
-        """(the set's online snapshot request, its znode version); (None, -1) when there is none."""
+    def get_snapshot_request(self, name: str, timeout: float | None = None) -> tuple[dict[str, Any] | None, int]:
+        """(the set's online snapshot request, its znode version); (None, -1) when there is none.
+
+        timeout: seconds to wait for ZooKeeper (None: as long as the session lasts). Raises
+        UnavailableError when the connection drops, the session ends or timeout passes first.
+        """
         try:
-            data, stat = self.zk.get(f"{self.set_path(name)}/snapshot_request")
+            data, stat = self.zk.get_async(f"{self.set_path(name)}/snapshot_request").get(timeout=timeout)
         except NoNodeError:
             return None, -1
+        except (ConnectionLoss, SessionExpiredError, KazooTimeoutError) as exc:
+            raise UnavailableError(f"cannot read the online snapshot request of set {name!r} in ZooKeeper: "
+                                   f"{type(exc).__name__}") from exc
         return json.loads(data), stat.version
 
     def put_snapshot_request(self, name: str, request: dict[str, Any], version: int) -> None:

@@ -29,6 +29,10 @@ from pgshovel2.wire.positions import read_position
 
 log = logging.getLogger(__name__)
 
+# Seconds the relay loop waits for ZooKeeper to answer its poll of the online snapshot request
+# (between Kafka transactions; a slower answer is read at the next poll).
+ZK_POLL_TIMEOUT = 2.0
+
 
 def transactional_id(cluster: str, set_name: str) -> str:
     """The Kafka transactional id of a set's relay (the same for every instance: it fences)."""
@@ -88,7 +92,7 @@ def online_snapshot(store: ClusterStore, record: SetRecord, emitter: Emitter) ->
         # stream rows come as their JSON text (for the native codec): as_values reads them
         return lambda row: enc.key(enc.convert(as_values(row)))
 
-    return OnlineSnapshot(name, lambda: store.get_snapshot_request(name),
+    return OnlineSnapshot(name, lambda: store.get_snapshot_request(name, ZK_POLL_TIMEOUT),
                           lambda data, version: store.put_snapshot_request(name, data, version),
                           lambda stats: store.put_relay_record(name, "online_snapshot", stats),
                           reader, key_of, lambda: store.zk.connected)

@@ -90,6 +90,8 @@ class OnlineSnapshot:
     reader: a ChunkReader (reads chunks, commits watermarks); key_of(table): the function giving a
     capture row's Kafka key; reachable(): whether load can answer now (ZooKeeper connected), else
     the step polls later: a read would block the relay loop for the whole outage, then fail.
+    load may raise UnavailableError (ZooKeeper went away during the read, or did not answer in
+    time): the step then polls later too.
     """
 
     def __init__(self, set_name: str, load: Callable[[], tuple[dict | None, int]],
@@ -132,7 +134,11 @@ class OnlineSnapshot:
         if not self.reachable():  # ZooKeeper is away: the leadership check pauses the relay, not a read here
             self._next_poll = time.monotonic() + POLL_INTERVAL
             return
-        request = self._poll()
+        try:
+            request = self._poll()
+        except UnavailableError as exc:  # it went away meanwhile: as above, the next poll reads it
+            log.debug("online snapshot request not read: %s", exc)
+            request = None
         if request is None or request.state != ACTIVE:
             self._next_poll = time.monotonic() + POLL_INTERVAL
             return

@@ -16,6 +16,7 @@ import pytest
 from pgshovel2.backends.chunks import Chunk
 from pgshovel2.catalog import Column, Table
 from pgshovel2.config import SetConfig, TableConfig
+from pgshovel2.errors import UnavailableError
 from pgshovel2.relay.emitter import Emitter
 from pgshovel2.relay.layout import Layout
 from pgshovel2.relay.loop import Relay
@@ -456,3 +457,23 @@ def test_an_online_snapshot_step_does_not_read_its_request_while_zookeeper_is_aw
     connected[0] = True
     online.step(V1)
     assert reads == [1]
+
+
+def test_an_online_snapshot_step_polls_again_later_when_zookeeper_drops_during_its_read():
+    reads = []
+
+    def load():
+        reads.append(1)
+        if len(reads) == 1:
+            raise UnavailableError("cannot read the online snapshot request of set 's' in ZooKeeper: ConnectionLoss")
+        return None, 0
+
+    online = OnlineSnapshot("s", load, lambda data, v: None, lambda stats: None, IdleChunks(),
+                            lambda table: lambda row: b"")
+    online.step(V1)  # the loop goes on: no restart of the relay for a poll
+    assert reads == [1] and online.chunk is None
+    online.step(V1)
+    assert reads == [1]  # not before the poll interval
+    online._next_poll = 0.0
+    online.step(V1)
+    assert reads == [1, 1]
