@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import psycopg2
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import Producer
 
 from pgshovel2.catalog import Table
 from pgshovel2.cluster import ClusterStore
@@ -34,7 +34,7 @@ from pgshovel2.relay.logical_source import RECORD_FORMAT, RecordDecoder
 from pgshovel2.relay.source import Change
 from pgshovel2.setrecord import SetRecord
 from pgshovel2.sinks.kafka import PARTITIONER
-from tests.helpers import Decoder, RelayProcess, caught_up, pgshovel, write_config
+from tests.helpers import Decoder, RelayProcess, caught_up, pgshovel, read_offsets, write_config
 
 AUDIT = "chaos_audit"
 FAILPOINTS = "before_commit=0.03,after_commit=0.08,before_finish=0.03"
@@ -350,30 +350,12 @@ class ChaosRun:
         return out, begins
 
 
-def _read_all(bootstrap: str, topic: str, isolation: str) -> list:
-    """(offset, value) of every message of a one-partition topic, read with isolation.level isolation."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"chaos-trace-{time.time_ns()}",
-                         "isolation.level": isolation, "enable.auto.commit": False,
-                         "enable.partition.eof": True})
-    out = []
-    try:
-        consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
-        while (msg := consumer.poll(30)) is not None:
-            if msg.error():
-                if msg.error().code() == KafkaError._PARTITION_EOF:
-                    break
-                continue
-            out.append((msg.offset(), msg.value()))
-    finally:
-        consumer.close()
-    return out
-
-
 def _trace(stack, txn_topic: str, txid: int, decode, around: int = 4) -> list[str]:
     """Each BEGIN/END of txid in the transactions topic with its offset and the records around
     it, aborted ones (read_uncommitted only) marked: which Kafka transactions wrote the copies."""
-    committed = {offset for offset, _ in _read_all(stack.bootstrap, txn_topic, "read_committed")}
-    records = [(offset, decode(value)) for offset, value in _read_all(stack.bootstrap, txn_topic, "read_uncommitted")]
+    committed = {offset for _, offset, _, _ in read_offsets(stack.bootstrap, txn_topic)}
+    records = [(offset, decode(value))
+               for _, offset, _, value in read_offsets(stack.bootstrap, txn_topic, "read_uncommitted")]
     out = []
     for i, (offset, rec) in enumerate(records):
         if rec["txid"] == txid:

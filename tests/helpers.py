@@ -170,10 +170,12 @@ def kafka_partitions(keys: list[bytes], partitions: int) -> list[tuple[int, int]
     return out
 
 
-def read_partitioned(bootstrap: str, topic: str, timeout: float = 60) -> list[tuple[int, bytes | None, bytes | None]]:
-    """[(partition, key, value)] of every committed message of topic (partition by partition)."""
+def read_offsets(bootstrap: str, topic: str, isolation: str = "read_committed",
+                 timeout: float = 60) -> list[tuple[int, int, bytes | None, bytes | None]]:
+    """[(partition, offset, key, value)] of every message of topic a consumer with isolation.level
+    isolation reads (read_uncommitted: aborted ones too), partition by partition in offset order."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"pgshovel-test-{time.monotonic_ns()}",
-                         "isolation.level": "read_committed", "enable.auto.commit": False,
+                         "isolation.level": isolation, "enable.auto.commit": False,
                          "enable.partition.eof": True})
     try:
         parts = consumer.list_topics(topic, timeout=timeout).topics[topic].partitions
@@ -186,7 +188,12 @@ def read_partitioned(bootstrap: str, topic: str, timeout: float = 60) -> list[tu
                 assert msg.error().code() == KafkaError._PARTITION_EOF, msg.error().str()
                 pending.discard(msg.partition())
                 continue
-            out.append((msg.partition(), msg.key(), msg.value()))
+            out.append((msg.partition(), msg.offset(), msg.key(), msg.value()))
         return sorted(out, key=lambda m: m[0])
     finally:
         consumer.close()
+
+
+def read_partitioned(bootstrap: str, topic: str, timeout: float = 60) -> list[tuple[int, bytes | None, bytes | None]]:
+    """[(partition, key, value)] of every committed message of topic (partition by partition)."""
+    return [(p, key, value) for p, _, key, value in read_offsets(bootstrap, topic, timeout=timeout)]
