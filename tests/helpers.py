@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import fastavro
@@ -197,3 +198,11 @@ def read_offsets(bootstrap: str, topic: str, isolation: str = "read_committed",
 def read_partitioned(bootstrap: str, topic: str, timeout: float = 60) -> list[tuple[int, bytes | None, bytes | None]]:
     """[(partition, key, value)] of every committed message of topic (partition by partition)."""
     return [(p, key, value) for p, _, key, value in read_offsets(bootstrap, topic, timeout=timeout)]
+
+
+def until(ready: Callable[[], object], what: str, timeout: float, step: float = 0.05) -> None:
+    """Return once ready() is true, checking every step s; fail naming what after timeout s."""
+    deadline = time.monotonic() + timeout
+    while not ready():
+        assert time.monotonic() < deadline, f"timed out after {timeout:g}s waiting for {what}"
+        time.sleep(step)

@@ -2,15 +2,13 @@
 holds the lock in its new session once the active relay goes, and stays active."""
 
 import threading
-import time
-from collections.abc import Callable
 
 import pytest
 from kazoo.client import KazooClient
 
 from pgshovel2.cluster import ClusterStore
 from pgshovel2.relay.election import Leadership, LeadershipLostError
-from tests.helpers import pgshovel, write_config
+from tests.helpers import pgshovel, until, write_config
 
 
 def _expire(hosts: str, store: ClusterStore) -> None:
@@ -19,13 +17,6 @@ def _expire(hosts: str, store: ClusterStore) -> None:
     other.start(10)
     other.stop()
     other.close()
-
-
-def _until(condition: Callable[[], bool], what: str, timeout: float = 20) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"{what} within {timeout}s"
-        time.sleep(0.05)
 
 
 def test_a_standby_whose_session_ended_while_waiting_stays_active_once_it_takes_over(stack, cluster, db, schema,
@@ -42,16 +33,16 @@ def test_a_standby_whose_session_ended_while_waiting_stays_active_once_it_takes_
         acquired: list[bool] = []
         waiter = threading.Thread(target=lambda: acquired.append(second.acquire(stop)), daemon=True)
         waiter.start()
-        _until(lambda: first_store.contenders("s") == ["first", "second"], "the standby waits in line")
+        until(lambda: first_store.contenders("s") == ["first", "second"], "the standby to wait in line", 20)
         _expire(stack.zk, second_store)  # the standby's session ends while it waits in line
-        _until(second._lost.is_set, "the standby sees its session end")
+        until(second._lost.is_set, "the standby to see its session end", 20)
         first.release()
         waiter.join(30)
         assert acquired == [True]
         second.check()  # active in its new session: no LeadershipLostError
         assert first_store.contenders("s") == ["second"]
         _expire(stack.zk, second_store)  # a session ending after it became active still counts
-        _until(second._lost.is_set, "the active relay sees its session end")
+        until(second._lost.is_set, "the active relay to see its session end", 20)
         with pytest.raises(LeadershipLostError):
             second.check()
         second.release()

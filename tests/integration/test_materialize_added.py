@@ -5,7 +5,6 @@ skipped: pgshovel2.txids.holds_snapshot_row), its changes from the stream; Parqu
 import subprocess
 import sys
 import threading
-import time
 
 import pyarrow.parquet as pq
 import pytest
@@ -13,7 +12,7 @@ from pyiceberg.table import StaticTable
 
 from pgshovel2.cluster import ClusterStore
 from pgshovel2.sparkjobs import bootstrap, materialize
-from tests.helpers import REPO, caught_up, cli_env, pgshovel, write_config
+from tests.helpers import REPO, caught_up, cli_env, pgshovel, until, write_config
 from tests.integration.bootstrap_helpers import (
     TABLES,
     create_set,
@@ -97,7 +96,7 @@ def test_a_table_added_while_the_stream_runs_is_read_without_a_restart(stack, db
                                                  zookeeper_hosts=stack.zk, cluster=cluster)
         jobs.append(threading.Thread(target=run, args=(options,)))
         jobs[0].start()
-        _until(lambda: spark.streams.active or failed, 120, "the stream to start")
+        until(lambda: spark.streams.active or failed, "the stream to start", 120, 0.5)
 
     _bootstrap_then_add_a_table(stack, db, schema, cluster, relay_factory, spark, tmp_path, "mas", "trigger", start)
     src = source_rows(stack.dsn, schema, "added", ADDED)
@@ -114,20 +113,13 @@ def test_a_table_added_while_the_stream_runs_is_read_without_a_restart(stack, db
         current = materialize.current_state(out) / "tables"
         return all(parquet_rows(current / bootstrap.table_dir(schema, t), t) == copied[t] for t in TABLES)
     try:
-        _until(lambda: failed or equal(), 300, "every table's state to equal the source")
+        until(lambda: failed or equal(), "every table's state to equal the source", 300, 0.5)
     finally:
         for query in spark.streams.active:
             query.stop()
         jobs[0].join(120)
     assert not failed, failed
     assert not jobs[0].is_alive()  # a stop from outside ends the job: no restart then
-
-
-def _until(ready, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not ready():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.5)
 
 
 def _merge_into_iceberg(stack, cluster: str, boot, tmp_path) -> None:
@@ -167,8 +159,8 @@ def test_a_table_added_while_the_iceberg_stream_runs_is_merged_without_a_restart
              f"hadoop:{warehouse}", "--stream", "--checkpoint", str(tmp_path / "ckpt"), "--trigger-seconds", "1",
              "--master", "local[2]"], cwd=REPO, env=cli_env(stack, cluster), stdout=log.open("w"),
             stderr=subprocess.STDOUT))
-        _until(lambda: _metadata(warehouse, "maw", schema, "branches") is not None or jobs[0].poll() is not None,
-               300, "the Iceberg tables to be created")
+        until(lambda: _metadata(warehouse, "maw", schema, "branches") is not None or jobs[0].poll() is not None,
+              "the Iceberg tables to be created", 300, 0.5)
 
     try:
         _bootstrap_then_add_a_table(stack, db, schema, cluster, relay_factory, spark, tmp_path, "maw", "trigger", start)
@@ -181,7 +173,7 @@ def test_a_table_added_while_the_iceberg_stream_runs_is_merged_without_a_restart
 
         def equal() -> bool:
             return merged() == src and all(iceberg_rows(warehouse, "maw", schema, t) == copied[t] for t in TABLES)
-        _until(lambda: jobs[0].poll() is not None or equal(), 600, "every table merged whole")
+        until(lambda: jobs[0].poll() is not None or equal(), "every table merged whole", 600, 0.5)
         assert jobs[0].poll() is None, log.read_text()[-5000:]
         assert "gained table(s)" in log.read_text()
     finally:
