@@ -55,7 +55,8 @@ def _tune_gc() -> None:
 @env_option("--busy-commit-delay", default=0.25, type=click.FloatRange(0.0),
             help="Seconds a Kafka transaction may keep growing while the relay works through a backlog "
                  "(changes committed over a second ago): fewer, larger transactions; otherwise it commits "
-                 "after the source's own delay (logical: 20 ms).")
+                 "after the source's own delay (logical: 10 ms, up to 20 while changes keep coming; trigger: "
+                 "none, the PgQ batch is the unit).")
 @env_option("--slot-lag-warn-mb", default=1024, type=click.IntRange(1),
             help="Logical backend: warn when the set's slot retains more WAL than this (MiB).")
 @env_option("--heartbeat-interval", default=10.0, type=click.FloatRange(0.1),

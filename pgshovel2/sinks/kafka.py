@@ -195,9 +195,12 @@ class KafkaSink:
             try:
                 call(max(0.1, min(STEP, deadline - time.monotonic())))
                 return
-            except KafkaException as exc:
-                err = exc.args[0]
-                self._producer.poll(0)  # serves the error events (logged) that tell why
+            except KafkaException as failed:
+                exc, err = failed, failed.args[0]
+                try:
+                    self._producer.poll(0)  # serves the error events (logged) that tell why
+                except KafkaException as cause:  # confluent_kafka's poll raises a fatal error (fenced)
+                    exc, err = cause, cause.args[0]
                 if not err.retriable() or time.monotonic() >= deadline:
                     raise self._error(exc, what) from exc
                 if self._stop.is_set():

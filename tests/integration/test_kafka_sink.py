@@ -117,6 +117,27 @@ def test_a_fenced_relay_is_told_so_when_it_produces_after_librdkafka_learned_it(
         second.close()
 
 
+def test_a_relay_fenced_before_its_commit_is_told_so_by_the_commit(stack, producer_kind):
+    """Fenced between its produce and its commit, with the message already sent: the commit is
+    refused as fenced (librdkafka learns it from the EndTxn), and the error events served after
+    that refusal (confluent_kafka's poll raises the fatal error) still name it as fencing."""
+    topic = new_topic(stack)
+    first, second = KafkaSink(stack.bootstrap, f"test-{topic}"), KafkaSink(stack.bootstrap, f"test-{topic}")
+    try:
+        first.start()
+        first.produce(topic, b"k", b"sent, then fenced", [])
+        first._producer.flush(30)  # on the broker, in the open transaction
+        second.start()
+        with pytest.raises(FencedError, match="cannot commit the Kafka transaction: another relay"):
+            first.commit(timeout=30)
+        second.produce(topic, b"k", b"from the second", [])
+        second.commit()
+    finally:
+        first.close()
+        second.close()
+    assert [v for _, v, _ in committed(stack, topic)] == [b"from the second"]
+
+
 def test_an_undelivered_message_fails_the_commit_naming_it(stack, producer_kind):
     topic = new_topic(stack, {"max.message.bytes": "2000"}, partitions=1)
     sink = KafkaSink(stack.bootstrap)  # idempotent-only: the delivery report is what tells
