@@ -6,6 +6,7 @@ the relay tests run the native one (the default), these run both."""
 import os
 import time
 import uuid
+from contextlib import contextmanager
 
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
@@ -47,6 +48,17 @@ def committed(stack, topic: str) -> list[tuple]:
         consumer.close()
 
 
+@contextmanager
+def rivals(stack, topic: str):
+    """(first, second): two sinks of one transactional id, as two relays of one set; closed on exit."""
+    first, second = KafkaSink(stack.bootstrap, f"test-{topic}"), KafkaSink(stack.bootstrap, f"test-{topic}")
+    try:
+        yield first, second
+    finally:
+        first.close()
+        second.close()
+
+
 def test_the_sink_makes_the_producer_asked_for(stack, producer_kind):
     sink = KafkaSink(stack.bootstrap)
     try:
@@ -80,8 +92,7 @@ def test_committed_messages_are_read_as_produced(stack, producer_kind):
 
 def test_a_relay_started_later_fences_this_one(stack, producer_kind):
     topic = new_topic(stack)
-    first, second = KafkaSink(stack.bootstrap, f"test-{topic}"), KafkaSink(stack.bootstrap, f"test-{topic}")
-    try:
+    with rivals(stack, topic) as (first, second):
         first.start()
         first.produce(topic, b"k", b"from the first", [])
         first.commit()
@@ -92,9 +103,6 @@ def test_a_relay_started_later_fences_this_one(stack, producer_kind):
             first.commit(timeout=30)
         second.produce(topic, b"k", b"from the second", [])
         second.commit()
-    finally:
-        first.close()
-        second.close()
     assert [v for _, v, _ in committed(stack, topic)] == [b"from the first", b"from the second"]
 
 
@@ -103,8 +111,7 @@ def test_a_fenced_relay_is_told_so_when_it_produces_after_librdkafka_learned_it(
     the next produce is refused with librdkafka's generic fatal error, which the sink must still
     name as fencing, not as some fatal error."""
     topic = new_topic(stack)
-    first, second = KafkaSink(stack.bootstrap, f"test-{topic}"), KafkaSink(stack.bootstrap, f"test-{topic}")
-    try:
+    with rivals(stack, topic) as (first, second):
         first.start()
         second.start()
         first.produce(topic, b"k", b"fenced on its way", [])
@@ -112,9 +119,6 @@ def test_a_fenced_relay_is_told_so_when_it_produces_after_librdkafka_learned_it(
         with pytest.raises(FencedError, match="another relay of this set took over"):
             first.produce(topic, b"k", b"after", [])
             first.commit(timeout=30)
-    finally:
-        first.close()
-        second.close()
 
 
 def test_a_relay_fenced_before_its_commit_is_told_so_by_the_commit(stack, producer_kind):
@@ -122,8 +126,7 @@ def test_a_relay_fenced_before_its_commit_is_told_so_by_the_commit(stack, produc
     refused as fenced (librdkafka learns it from the EndTxn), and the error events served after
     that refusal (confluent_kafka's poll raises the fatal error) still name it as fencing."""
     topic = new_topic(stack)
-    first, second = KafkaSink(stack.bootstrap, f"test-{topic}"), KafkaSink(stack.bootstrap, f"test-{topic}")
-    try:
+    with rivals(stack, topic) as (first, second):
         first.start()
         first.produce(topic, b"k", b"sent, then fenced", [])
         first._producer.flush(30)  # on the broker, in the open transaction
@@ -132,9 +135,6 @@ def test_a_relay_fenced_before_its_commit_is_told_so_by_the_commit(stack, produc
             first.commit(timeout=30)
         second.produce(topic, b"k", b"from the second", [])
         second.commit()
-    finally:
-        first.close()
-        second.close()
     assert [v for _, v, _ in committed(stack, topic)] == [b"from the second"]
 
 
