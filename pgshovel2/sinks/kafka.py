@@ -161,11 +161,17 @@ class KafkaSink:
     def _error(self, exc: KafkaException, what: str) -> RelayError:
         """Map exc, or the fatal error behind a generic "Local: Fatal error", to a relay error."""
         if exc.args[0].code() == KafkaError._FATAL and self._fatal is None:
-            try:  # serves the error callback, or raises the fatal error itself
-                self._producer.poll(0)
-            except KafkaException as cause:
-                exc = cause
+            exc = self._poll_cause() or exc
         return _error(self._fatal or exc, what)
+
+    def _poll_cause(self) -> KafkaException | None:
+        """Serve the producer's error events (the callback logs them and keeps a fatal one); the
+        fatal error when confluent_kafka's poll raises it instead, as it does once fenced."""
+        try:
+            self._producer.poll(0)
+        except KafkaException as cause:
+            return cause
+        return None
 
     def _on_error(self, err: KafkaError) -> None:
         # Keep the first fatal error (e.g. fenced): later calls fail with a generic "Local: Fatal
@@ -196,11 +202,8 @@ class KafkaSink:
                 call(max(0.1, min(STEP, deadline - time.monotonic())))
                 return
             except KafkaException as failed:
-                exc, err = failed, failed.args[0]
-                try:
-                    self._producer.poll(0)  # serves the error events (logged) that tell why
-                except KafkaException as cause:  # confluent_kafka's poll raises a fatal error (fenced)
-                    exc, err = cause, cause.args[0]
+                exc = self._poll_cause() or failed  # the events that tell why, or the fatal error
+                err = exc.args[0]
                 if not err.retriable() or time.monotonic() >= deadline:
                     raise self._error(exc, what) from exc
                 if self._stop.is_set():
