@@ -29,8 +29,9 @@ DEBEZIUM_VERSION = "3.4.3.Final"
 HEAP = "-Xmx1g"
 
 # Worker settings besides the per-run group and topics. Producer settings as close to pgshovel2's
-# relay as Kafka's Java client allows (linger 5 ms, lz4, acks=all, idempotence) and larger batches,
-# as Debezium's docs suggest for throughput.
+# relay as Kafka's Java client allows (lz4, acks=all, idempotence) and larger batches, as Debezium's
+# docs suggest for throughput. linger 5 ms, Kafka's default: the relay's 100 ms is cut short by each
+# of its commits, but at-least-once nothing ends a batch sooner.
 WORKER = {
     "key.converter": "org.apache.kafka.connect.json.JsonConverter",
     "value.converter": "org.apache.kafka.connect.json.JsonConverter",
