@@ -1,4 +1,4 @@
-"""Kafka sink: topic creation and a transactional (or idempotent-only) producer.
+"""Kafka sink: a transactional (or idempotent-only) producer, and the set's topics (sinks/topics.py).
 
 The sink knows nothing of PgQ. In transactional mode the relay produces a
 batch's messages and calls :meth:`KafkaSink.commit`, which commits one Kafka
@@ -19,15 +19,15 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient
 
 from pgshovel2.config import TopicsConfig
 from pgshovel2.errors import FencedError, RelayError, StopRequestedError, UnavailableError
 from pgshovel2.sinks.producer import new_producer
+from pgshovel2.sinks.topics import MAX_MESSAGE_BYTES, create_missing_topics
 
 log = logging.getLogger(__name__)
-MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 # A long transaction timeout lets one Kafka transaction hold a whole initial
 # snapshot; a crashed relay's open transaction is aborted as soon as its
 # successor calls init_transactions, not after the timeout.
@@ -35,8 +35,6 @@ TRANSACTION_TIMEOUT_MS = 900_000
 # librdkafka's name for the Java client's default partitioner of keyed messages (murmur2; random
 # for a null key). Every producer of set topics uses it: part of the wire contract.
 PARTITIONER = "murmur2_random"
-# How long ensure_topics waits for the partitions of the topics it created to be served (s).
-TOPIC_READY_TIMEOUT = 60.0
 
 # ms. A commit (and a flush) sends what waits at once, whatever linger.ms, so a relay that keeps
 # up sends each Kafka transaction's messages in one Produce request per partition at its commit,
@@ -73,69 +71,6 @@ def _error(exc: KafkaException | KafkaError, what: str) -> RelayError:
     if err.fatal() or err.code() == KafkaError._FATAL:  # a generic "Local: Fatal error" is not flagged fatal
         return RelayError(f"{what}: fatal Kafka error: {err.str()}")
     return UnavailableError(f"{what}: {err.str()}")
-
-
-def _unserved(admin: AdminClient, topics: dict[str, int | None], timeout: float) -> dict[str, str]:
-    """Topic -> why it is not served yet, for the topics (name -> partition count) not ready now."""
-    try:
-        meta = admin.list_topics(timeout=timeout)
-    except KafkaException as exc:
-        return {t: f"no metadata ({exc})" for t in topics}
-    out: dict[str, str] = {}
-    led: list[TopicPartition] = []
-    for topic, count in topics.items():
-        info = meta.topics.get(topic)
-        if info is None or info.error is not None:
-            out[topic] = f"not in the metadata yet ({info.error.str() if info is not None else 'unknown topic'})"
-            continue
-        parts = info.partitions
-        wanted = range(count) if count is not None else sorted(parts)
-        leaderless = [p for p in wanted if p not in parts or parts[p].leader < 0 or parts[p].error]
-        if leaderless or not wanted:
-            out[topic] = f"no leader for partition(s) {leaderless}" if leaderless else "no partitions yet"
-        else:
-            led += [TopicPartition(topic, p) for p in wanted]
-    if led:  # a broker lists itself as leader before it serves the partition: ask the leader itself
-        try:
-            futures = admin.list_offsets({tp: OffsetSpec.latest() for tp in led}, request_timeout=timeout)
-        except KafkaException as exc:
-            return {**out, **{tp.topic: f"cannot list offsets ({exc})" for tp in led}}
-        for tp, future in futures.items():
-            try:
-                future.result()
-            except KafkaException as exc:
-                out.setdefault(tp.topic, f"partition {tp.partition}: {exc.args[0].str()}")
-    return out
-
-
-def wait_until_served(admin: AdminClient, topics: dict[str, int | None], bootstrap: str,
-                      timeout: float = TOPIC_READY_TIMEOUT, stop: threading.Event | None = None) -> None:
-    """Return once every partition of topics (name -> partition count, None: as many as the
-    metadata lists) is served by a leader.
-
-    Served: the metadata names a leader for each partition, and that leader
-    answers a ListOffsets request for it (the metadata shows a new leader a
-    moment before the broker serves the partition). Checked every 0.1 s up
-    to timeout (s); raises UnavailableError naming the first topic still not
-    served (Kafka at bootstrap) and why, StopRequestedError when stop is set meanwhile.
-    """
-    deadline = time.monotonic() + timeout
-    pending = dict(topics)
-    while pending:
-        remaining = deadline - time.monotonic()
-        why = _unserved(admin, pending, max(1.0, min(STEP, remaining)))
-        pending = {t: n for t, n in pending.items() if t in why}
-        if not pending:
-            return
-        if time.monotonic() >= deadline:
-            topic = min(pending)
-            raise UnavailableError(f"topic {topic!r} was created in Kafka at {bootstrap} but is not ready for "
-                                   f"use after {timeout:g}s: {why[topic]}"
-                                   + (f" (and {len(pending) - 1} more topic(s))" if len(pending) > 1 else ""))
-        if stop is not None and stop.wait(0.1):
-            raise StopRequestedError(f"stopped while waiting for new topics to be served by Kafka at {bootstrap}")
-        if stop is None:
-            time.sleep(0.1)
 
 
 class KafkaSink:
@@ -219,39 +154,10 @@ class KafkaSink:
 
     def ensure_topics(self, topics: dict[str, str], settings: TopicsConfig,
                       single_partition: frozenset[str] = frozenset()) -> list[str]:
-        """Create missing topics; topics maps name -> cleanup.policy.
-
-        Topics in single_partition get one partition (ordered records). Returns
-        the names created, once every partition of them is served by its leader
-        (:func:`wait_until_served`, up to TOPIC_READY_TIMEOUT s): producing to or
-        reading offsets of a topic whose leaders are not ready yet fails with
-        NOT_LEADER_OR_FOLLOWER. Raises RelayError naming a missing topic when
-        creation is disabled, UnavailableError when Kafka cannot be reached or
-        a created topic is not served in time.
-        """
-        try:
-            existing = set(self._admin.list_topics(timeout=15).topics)
-        except KafkaException as exc:
-            raise UnavailableError(f"cannot reach Kafka at {self.bootstrap}: {exc}") from exc
-        missing = [t for t in topics if t not in existing]
-        if missing and not settings.create:
-            raise RelayError(f"topic {missing[0]!r} does not exist and topic creation is "
-                             "disabled (topics.create: false): create it first")
-        new = [NewTopic(t, num_partitions=1 if t in single_partition else settings.partitions,
-                        replication_factor=settings.replication_factor,
-                        config={"cleanup.policy": topics[t],
-                                "max.message.bytes": str(MAX_MESSAGE_BYTES)})
-               for t in missing]
-        created: dict[str, int | None] = {t.topic: t.num_partitions for t in new}
-        for topic, future in (self._admin.create_topics(new).items() if new else ()):
-            try:
-                future.result()
-            except KafkaException as exc:
-                if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
-                    raise RelayError(f"cannot create topic {topic!r}: {exc}") from exc
-                created[topic] = None  # created by someone else meanwhile, maybe with other settings
-        wait_until_served(self._admin, created, self.bootstrap, stop=self._stop)
-        return missing
+        """Create missing topics (name -> cleanup.policy) and return their names once served:
+        :func:`pgshovel2.sinks.topics.create_missing_topics` with this sink's admin client, its bootstrap
+        and its stop request."""
+        return create_missing_topics(self._admin, self.bootstrap, topics, settings, single_partition, self._stop)
 
     def produce(self, topic: str, key: bytes | None, value: bytes | None, headers: Headers) -> None:
         """Enqueue one message (beginning a Kafka transaction if none is open).

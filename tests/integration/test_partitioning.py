@@ -17,7 +17,8 @@ from confluent_kafka.admin import AdminClient
 from pgshovel2 import names
 from pgshovel2.config import TopicsConfig
 from pgshovel2.errors import UnavailableError
-from pgshovel2.sinks.kafka import KafkaSink, wait_until_served
+from pgshovel2.sinks.kafka import KafkaSink
+from pgshovel2.sinks.topics import wait_until_served
 from tests.helpers import caught_up, kafka_partitions, pgshovel, read_partitioned, write_config
 
 # Kafka's documented murmur2 vectors (clients/src/test/.../common/utils/UtilsTest.java, testMurmur2).
