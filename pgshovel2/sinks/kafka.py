@@ -25,7 +25,7 @@ from confluent_kafka.admin import AdminClient
 from pgshovel2.config import TopicsConfig
 from pgshovel2.errors import FencedError, RelayError, StopRequestedError, UnavailableError
 from pgshovel2.sinks.producer import new_producer
-from pgshovel2.sinks.topics import MAX_MESSAGE_BYTES, create_missing_topics
+from pgshovel2.sinks.topics import MAX_MESSAGE_BYTES, STEP, create_missing_topics
 
 log = logging.getLogger(__name__)
 # A long transaction timeout lets one Kafka transaction hold a whole initial
@@ -57,7 +57,6 @@ PRODUCER_DEFAULTS = {
 }
 
 Headers = list[tuple[str, str]]
-STEP = 1.0  # s: the longest single wait on librdkafka, so a stop request is seen within it
 # Delivery reports are requested for failures only; serving them every message costs more than
 # the produce call itself.
 POLL_EVERY = 512

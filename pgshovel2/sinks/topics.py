@@ -18,7 +18,7 @@ from pgshovel2.errors import RelayError, StopRequestedError, UnavailableError
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 # s: how long create_missing_topics waits for the partitions of the topics it created to be served
 TOPIC_READY_TIMEOUT = 60.0
-STEP = 1.0  # s: the longest single metadata wait, so a stop request is seen within it
+STEP = 1.0  # s: the longest single wait on librdkafka, so a stop request is seen within it
 
 
 def _unserved(admin: AdminClient, topics: dict[str, int | None], timeout: float) -> dict[str, str]:
@@ -85,8 +85,8 @@ def wait_until_served(admin: AdminClient, topics: dict[str, int | None], bootstr
 
 
 def create_missing_topics(admin: AdminClient, bootstrap: str, topics: dict[str, str], settings: TopicsConfig,
-                  single_partition: frozenset[str] = frozenset(), stop: threading.Event | None = None
-                  ) -> list[str]:
+                          single_partition: frozenset[str] = frozenset(), stop: threading.Event | None = None
+                          ) -> list[str]:
     """Create the missing topics (name -> cleanup.policy) with settings' partition count and
     replication factor (one partition for those in single_partition: ordered records).
 
