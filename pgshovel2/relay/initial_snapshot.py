@@ -21,8 +21,9 @@ def emit_initial_snapshot(stop: threading.Event, snap: ExportedSnapshot, backend
                           unencodable: Callable[[EncodeError, str, str], None]) -> tuple[int, int, float]:
     """Produce every row of tables in snap as op ``r`` through emitter (into its open Kafka
     transaction), each at the snapshot position ``<at.unit>:s<ordinal>`` of backend (the source's:
-    a tick or a commit LSN) with its Debezium snapshot
-    marker (SnapshotMarks, one row behind); returns (rows, capture time in ms, seconds).
+    a tick, or for logical the slot's consistent point minus one: Position.at_consistent_point)
+    with its Debezium snapshot marker (SnapshotMarks, one row behind) and, logical, the
+    consistent point as its ``source.lsn``; returns (rows, capture time in ms, seconds).
 
     A row that cannot be encoded goes to unencodable(error, position, table tag), which raises
     unless the operator asked to skip it. Raises StopRequestedError when stop is set; the caller
@@ -30,7 +31,7 @@ def emit_initial_snapshot(stop: threading.Event, snap: ExportedSnapshot, backend
     """
     now_ms, started, ordinal, last_log = int(time.time() * 1000), time.monotonic(), 0, time.monotonic()
     unit = at.unit
-    lsn = unit if backend == LOGICAL else None
+    lsn = snap.handoff.lsn if backend == LOGICAL else None
 
     def emit(item: tuple, marker: str) -> None:
         table, row, header = item

@@ -104,7 +104,7 @@ class LogicalSource:
             lsn, _ = logical.create_slot(self._repl, self.slot, export=False, plugin=self.plugin)
             snap_record = {"slot": self.slot, "skipped": True, "lsn": str(Lsn(lsn))}
             log.info("skipping the initial snapshot: relaying changes from the slot's consistent point %s", Lsn(lsn))
-        return Position(lsn, 0, True, None, LOGICAL), snap, snap_record
+        return Position.at_consistent_point(lsn), snap, snap_record
 
     def resume(self, position: Position) -> None:
         """Raise RelayError when the slot is gone (Kafka holds a position of it: no guessing)."""

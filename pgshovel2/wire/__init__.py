@@ -159,12 +159,25 @@ class Position:
             return self.batch_version
         return self.set_version
 
+    @classmethod
+    def at_consistent_point(cls, lsn: int, txid_snapshot: str | None = None) -> "Position":
+        """The logical handoff at a slot's consistent point lsn (``CREATE_REPLICATION_SLOT``'s
+        consistent_point): unit lsn - 1, complete, so the snapshot rows emitted at it
+        (``<unit>:s<ordinal>``) sort after every change committed before the point and before
+        every change committed at or after it. The slot decodes each transaction whose commit
+        record starts at or after lsn, and the snapshot it exported holds each one before it;
+        one can commit exactly at lsn (its record right after the one that made the slot
+        consistent). Commit records are 8-byte aligned, so none is at lsn - 1."""
+        return cls(lsn - 1, 0, True, txid_snapshot, LOGICAL)
+
     def header(self) -> str:
         """This position as a ``pgshovel.position`` header value."""
         return change_header(self.backend, self.unit, self.ordinal)
 
     def describe(self) -> str:
         """For operators: ``tick 1060816136, event 12`` or ``commit LSN 16/B374D848, change 12``."""
+        if self.backend == LOGICAL and self.unit % 8 == 7:  # no commit is there: at_consistent_point's
+            return f"the slot's consistent point {Lsn(self.unit + 1)}"
         unit = f"commit LSN {Lsn(self.unit)}" if self.backend == LOGICAL else f"tick {self.unit}"
         return unit + ("" if self.complete else f", first {self.ordinal} events")
 

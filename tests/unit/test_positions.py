@@ -52,6 +52,17 @@ def test_snapshot_rows_sort_between_their_tick_and_the_next_batch():
     assert parse_header(snapshot_header(TRIGGER, tick, 7)) == (TRIGGER, tick, True, 7)
 
 
+def test_a_logical_handoff_leaves_a_transaction_committed_at_the_consistent_point_to_the_stream():
+    point = Lsn.parse("0/8AD3120")  # a commit record can start right where the slot became consistent
+    handoff = Position.at_consistent_point(point)
+    assert not handoff.reaches(point, 0, True) and not handoff.covers(point, 0)
+    assert handoff.reaches(point - 24, 0, True) and handoff.covers(point - 24, 10**6)
+    # its snapshot rows sort between the transactions the copy holds and those the stream brings
+    rows = snapshot_header(LOGICAL, handoff.unit, 0), snapshot_header(LOGICAL, handoff.unit, 9_999_999_999)
+    assert change_header(LOGICAL, point - 24, 9_999_999_999) < rows[0] < rows[1] < change_header(LOGICAL, point, 0)
+    assert handoff.describe() == "the slot's consistent point 0/8AD3120"
+
+
 def test_position_describes_itself_for_operators():
     assert Position(123, 0, True).describe() == "tick 123"
     assert Position(Lsn.parse("16/B374D848"), 5, False, backend=LOGICAL).describe() == \

@@ -109,9 +109,12 @@ class FakeSource:
         self._next = 0.0  # time.monotonic() the next unit arrives at (every)
         self.handoffs = 0
         self.width = len(V1.tables[0].columns)
+        self.consistent_point: int | None = None  # logical: hand off as LogicalSource does, at this LSN
 
     def handoff(self, export):
         self.handoffs += 1
+        if self.consistent_point is not None:
+            return Position.at_consistent_point(self.consistent_point), None, {"skipped": True}
         return Position(0, 0, True, None, self.backend), None, {"skipped": True}
 
     def switch(self, record) -> None:
@@ -231,6 +234,16 @@ def test_relays_every_change_once_and_acknowledges_each_unit(kind):
     assert_transactions_whole(sink)
     assert source.acked.unit == len(units) and source.acked.complete
     assert (sink.position().unit, sink.position().complete) == (len(units), True)
+
+
+def test_a_transaction_committed_at_the_slots_consistent_point_is_relayed():
+    # units are numbered from 1: the first transaction's commit record starts at the consistent point
+    sink, stop = FakeSink(), threading.Event()
+    source = FakeSource([[t] for unit in BATCHES for t in unit], "txn", stop)
+    source.consistent_point = 1
+    run(source, sink)
+    assert changes(sink)[(11, 1, "c")] == changes(sink)[(11, 2, "c")] == 1
+    assert len(changes(sink)) == 5
 
 
 def test_crash_between_commit_and_ack_is_only_acknowledged_on_restart():
