@@ -160,7 +160,7 @@ class Position:
         return self.set_version
 
     @classmethod
-    def at_consistent_point(cls, lsn: int, txid_snapshot: str | None = None) -> "Position":
+    def at_consistent_point(cls, lsn: int) -> "Position":
         """The logical handoff at a slot's consistent point lsn (``CREATE_REPLICATION_SLOT``'s
         consistent_point): unit lsn - 1, complete, so the snapshot rows emitted at it
         (``<unit>:s<ordinal>``) sort after every change committed before the point and before
@@ -168,7 +168,7 @@ class Position:
         record starts at or after lsn, and the snapshot it exported holds each one before it;
         one can commit exactly at lsn (its record right after the one that made the slot
         consistent). Commit records are 8-byte aligned, so none is at lsn - 1."""
-        return cls(lsn - 1, 0, True, txid_snapshot, LOGICAL)
+        return cls(lsn - 1, 0, True, None, LOGICAL)
 
     def header(self) -> str:
         """This position as a ``pgshovel.position`` header value."""
