@@ -46,8 +46,9 @@ LINGER_MS = 100
 
 # The producer's queue: messages enqueued and not yet acknowledged by the broker. librdkafka holds
 # about 1 KB of its own a small message (the message, its six headers, list cells) besides key and
-# value, so the count bounds the relay's memory in a drain: a 1M-row transaction peaked at 124-152
-# MiB of RSS with 500,000, 95-105 MiB with 20,000, at the same drain rate (docs/internals.rst).
+# value, so the count bounds the relay's memory in a drain: a 1M-row transaction peaked at 113-152
+# MiB of RSS with 500,000 (17 runs), 95-105 MiB with 20,000, at the same drain rate
+# (docs/internals.rst).
 # The byte bound leaves room for one message of the largest size a set topic takes.
 QUEUE_MESSAGES = 20_000
 QUEUE_KBYTES = 2 * MAX_MESSAGE_BYTES // 1024
