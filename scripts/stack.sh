@@ -57,8 +57,21 @@ CONF
   grep -q "pgshovel2_decoder" "$dir/data/postgresql.conf" ||
     echo "output_plugin_libraries = '$OUTPUT_PLUGINS'" >> "$dir/data/postgresql.conf"
   chown -R postgres:postgres "$dir"
-  runuser -u postgres -- "$PG_BIN/pg_ctl" -D "$dir/data" -l "$dir/postgres.log" -w -t 60 start >/dev/null || {
-    tail -5 "$dir/postgres.log" >&2; die "postgres did not start on $PG_PORT: see $dir/postgres.log"; }
+  # PG_PORT (55432) lies in Linux's ephemeral range: an outgoing connection that used it as its
+  # local port holds it while it closes and for TIME-WAIT's 60 s after (it was not bound with
+  # SO_REUSEADDR, so postgres' bind fails; port_in_use sees established connections only), as
+  # after a test run. Try again for up to 90 s then.
+  local tries=0
+  until runuser -u postgres -- "$PG_BIN/pg_ctl" -D "$dir/data" -l "$dir/postgres.log" -w -t 60 start \
+      >/dev/null 2>"$dir/pg_ctl.err"; do
+    if tail -5 "$dir/postgres.log" | grep -q "Address already in use" && [ $((tries += 1)) -le 90 ]; then
+      [ "$tries" -gt 1 ] || log "port $PG_PORT is still held by a closing connection: trying again for 90 s"
+      sleep 1
+      continue
+    fi
+    cat "$dir/pg_ctl.err" >&2; tail -5 "$dir/postgres.log" >&2
+    die "postgres did not start on $PG_PORT: see $dir/postgres.log"
+  done
   head -1 "$dir/data/postmaster.pid" > "$dir/data/postmaster.pid.copy"
   "$PG_BIN/psql" -q -h 127.0.0.1 -p "$PG_PORT" -U postgres -d postgres -tAc \
     "SELECT 1 FROM pg_database WHERE datname = '$PG_DB'" | grep -q 1 ||
