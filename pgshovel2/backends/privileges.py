@@ -53,7 +53,9 @@ def grants_sql(config: SetConfig) -> str:
               *(f"GRANT USAGE ON SCHEMA {s} TO {role};" for s in schemas),
               *(f"GRANT SELECT, TRIGGER ON TABLE {t} TO {role};" for t in tables),
               "-- set upgrade and set drop drop triggers: only a table's owner may",
-              *(f"ALTER TABLE {t} OWNER TO {role};  -- or GRANT <owner of the table> TO {role}" for t in tables)]
+              *(f"ALTER TABLE {t} OWNER TO {role};  -- or GRANT <owner of the table> TO {role}" for t in tables),
+              "-- every other role that writes these tables appends to the set's queue, as PgQ's writers do:",
+              "-- GRANT pgq_writer TO <writer>;"]
     if config.pgq == "extension":
         lines.append(f"-- pgq: extension needs a superuser once: CREATE EXTENSION pgq; GRANT pgq_admin TO {role};")
     return "\n".join(lines) + "\n"

@@ -189,10 +189,7 @@ pgshovel2_capture(PG_FUNCTION_ARGS)
 			before = encode(args, old, desc);
 	}
 
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "pgshovel2: SPI_connect failed");
 	pgshovel2_queue_insert(args->queue, op, data, args->table_tag, before);
-	SPI_finish();
 	return PointerGetDatum(NULL);
 }
 

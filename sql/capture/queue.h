@@ -6,7 +6,7 @@
 
 #include "postgres.h"
 
-/* Must run inside SPI_connect(); NULL strings become NULL fields. */
+/* One event; NULL strings become NULL fields. Runs its own SPI query. */
 extern void pgshovel2_queue_insert(const char *queue, const char *ev_type,
 								   const char *ev_data, const char *ev_extra1,
 								   const char *ev_extra2);

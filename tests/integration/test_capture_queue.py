@@ -1,0 +1,119 @@
+"""The C capture trigger's own insert into a PgQ queue (sql/capture/queue.c): the event row is
+the one pgq.insert_event writes (id, time, txid, NULLs) and is in the event table's txid index;
+after a rotation the next transaction writes into the new current table; a writer needs PgQ's
+writer rights (pgq_writer) or INSERT on the event table, and without them its change fails and
+changes nothing."""
+
+import uuid
+
+import psycopg2
+import pytest
+
+from pgshovel2.backends import trigger
+
+
+@pytest.fixture
+def queue(db, schema):
+    """(queue name, captured table) with pgshovel2.capture on the table; the queue is dropped
+    afterwards."""
+    name, table = f"q_{schema}", f'"{schema}".t'
+    with db.cursor() as cur:
+        cur.execute("CREATE EXTENSION IF NOT EXISTS pgq")
+        trigger.ensure_extension(cur)
+        cur.execute(f"CREATE TABLE {table} (id int PRIMARY KEY, v text)")
+        cur.execute("SELECT pgq.create_queue(%s)", (name,))
+        cur.execute(f"CREATE TRIGGER c AFTER INSERT OR UPDATE OR DELETE ON {table} FOR EACH ROW "
+                    f"EXECUTE FUNCTION pgshovel2.capture(%s, 'tag', '1,2', '1', 'all')", (name,))
+    yield name, table
+    with db.cursor() as cur:
+        cur.execute("SELECT pgq.drop_queue(%s, true)", (name,))
+
+
+def _current_table(cur, queue: str) -> str:
+    cur.execute("SELECT queue_data_pfx || '_' || queue_cur_table FROM pgq.queue WHERE queue_name = %s", (queue,))
+    return cur.fetchone()[0]
+
+
+def _events(cur, table: str) -> list[tuple]:
+    cur.execute(f"SELECT ev_id, ev_time, ev_txid, ev_owner, ev_retry, ev_type, ev_data, ev_extra1, ev_extra2, "
+                f"ev_extra3, ev_extra4 FROM {table} ORDER BY ev_id")
+    return cur.fetchall()
+
+
+def test_event_rows_equal_what_pgq_insert_event_writes(stack, queue):
+    name, table = queue
+    conn = psycopg2.connect(stack.dsn)
+    with conn.cursor() as cur:
+        cur.execute(f"INSERT INTO {table} VALUES (1, 'a')")
+        cur.execute("SELECT pgq.insert_event(%s, 'X', 'by pgq')", (name,))
+        cur.execute(f"UPDATE {table} SET id = 2, v = 'b' WHERE id = 1")
+        cur.execute("SELECT txid_current(), now()")
+        txid, now = cur.fetchone()
+    conn.commit()
+    with conn.cursor() as cur:
+        events = _events(cur, _current_table(cur, name))
+        cur.execute("SET enable_seqscan = off")
+        cur.execute(f"SELECT count(*) FROM {_current_table(cur, name)} WHERE ev_txid = %s", (txid,))
+        by_index = cur.fetchone()[0]
+    conn.close()
+    assert [e[1:] for e in events] == [
+        (now, txid, None, None, "I", '[1,"a"]', "tag", None, None, None),
+        (now, txid, None, None, "X", "by pgq", None, None, None, None),
+        (now, txid, None, None, "U", '[2,"b"]', "tag", '[1,"a"]', None, None)]
+    assert events[0][0] < events[1][0] < events[2][0]  # one sequence, in the order written
+    assert by_index == 3
+
+
+def test_a_transaction_after_a_rotation_writes_into_the_new_table(stack, db, queue):
+    name, table = queue
+    writer = psycopg2.connect(stack.dsn)  # one session throughout: its per-transaction lookup must not go stale
+    with writer.cursor() as cur:
+        cur.execute(f"INSERT INTO {table} VALUES (1, 'before')")
+    writer.commit()
+    with db.cursor() as cur:
+        before = _current_table(cur, name)
+        cur.execute("SELECT pgq.set_queue_config(%s, 'rotation_period', '0')", (name,))
+        cur.execute("SELECT pgq.maint_rotate_tables_step1(%s)", (name,))
+        cur.execute("SELECT pgq.maint_rotate_tables_step2()")
+        after = _current_table(cur, name)
+    with writer.cursor() as cur:
+        cur.execute(f"INSERT INTO {table} VALUES (2, 'after')")
+    writer.commit()
+    writer.close()
+    with db.cursor() as cur:
+        assert after != before
+        assert [e[6] for e in _events(cur, before)] == ['[1,"before"]']
+        assert [e[6] for e in _events(cur, after)] == ['[2,"after"]']
+
+
+@pytest.fixture
+def role(stack, db, queue):
+    """A login role that may write the captured table, nothing of PgQ; dropped afterwards."""
+    name = f"w_{uuid.uuid4().hex[:8]}"
+    with db.cursor() as cur:
+        cur.execute(f"CREATE ROLE {name} LOGIN")
+        cur.execute(f"GRANT USAGE ON SCHEMA {queue[1].split('.')[0]} TO {name}")
+        cur.execute(f"GRANT SELECT, INSERT, UPDATE ON {queue[1]} TO {name}")
+    yield name
+    with db.cursor() as cur:
+        cur.execute(f"DROP OWNED BY {name}")
+        cur.execute(f"DROP ROLE {name}")
+
+
+def test_a_writer_needs_pgq_writer_and_without_it_changes_nothing(stack, db, queue, role):
+    name, table = queue
+    conn = psycopg2.connect(stack.dsn.replace("user=postgres", f"user={role}"))
+    conn.autocommit = True
+    with conn.cursor() as cur, pytest.raises(psycopg2.errors.InsufficientPrivilege) as refused:
+        cur.execute(f"INSERT INTO {table} VALUES (1, 'refused')")
+    assert f'role "{role}" may not add events to PgQ queue "{name}"' in str(refused.value)
+    assert "GRANT pgq_writer" in str(refused.value)
+    with db.cursor() as cur:
+        cur.execute(f"GRANT pgq_writer TO {role}")
+    with conn.cursor() as cur:
+        cur.execute(f"INSERT INTO {table} VALUES (2, 'granted')")
+    conn.close()
+    with db.cursor() as cur:
+        cur.execute(f"SELECT id FROM {table}")
+        assert cur.fetchall() == [(2,)]
+        assert [e[5:7] for e in _events(cur, _current_table(cur, name))] == [("I", '[2,"granted"]')]
