@@ -147,6 +147,25 @@ refresh_cache(QueueCache *qc)
 	qc->lxid = MyProc->lxid;
 }
 
+/* The event table has pgq.event_template's columns (else ERROR naming it): the row is formed from them. */
+static void
+check_layout(Relation rel)
+{
+	static const Oid types[EV_NATTS] = {INT8OID, TIMESTAMPTZOID, INT8OID, INT4OID, INT4OID, TEXTOID,
+										TEXTOID, TEXTOID, TEXTOID, TEXTOID, TEXTOID};
+	TupleDesc	desc = RelationGetDescr(rel);
+	int			i;
+
+	for (i = 0; i < EV_NATTS && desc->natts == EV_NATTS; i++)
+		if (TupleDescAttr(desc, i)->attisdropped || TupleDescAttr(desc, i)->atttypid != types[i])
+			break;
+	if (i < EV_NATTS || desc->natts != EV_NATTS)
+		ereport(ERROR,
+				(errmsg("pgshovel2: PgQ event table \"%s\" does not have the columns of pgq.event_template",
+						RelationGetRelationName(rel)),
+				 errhint("The capture trigger supports PgQ 3's event tables only.")));
+}
+
 /* Insert the row into rel and its indexes, as an INSERT statement would. */
 static void
 insert_row(Relation rel, Datum *values, bool *nulls)
@@ -180,10 +199,7 @@ pgshovel2_queue_insert(const char *queue, const char *ev_type,
 	if (qc->lxid != MyProc->lxid)
 		refresh_cache(qc);
 	rel = table_open(qc->table, RowExclusiveLock);
-	if (RelationGetDescr(rel)->natts != EV_NATTS)
-		ereport(ERROR,
-				(errmsg("pgshovel2: PgQ event table \"%s\" has %d columns, not PgQ's %d",
-						RelationGetRelationName(rel), RelationGetDescr(rel)->natts, EV_NATTS)));
+	check_layout(rel);			/* every time: a column added since would be read past values[] */
 	memset(nulls, true, sizeof(nulls));
 	values[EV_ID] = Int64GetDatum(nextval_internal(qc->seq, false));
 	values[EV_TIME] = TimestampTzGetDatum(GetCurrentTransactionStartTimestamp());

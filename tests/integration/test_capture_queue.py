@@ -2,7 +2,7 @@
 the one pgq.insert_event writes (id, time, txid, NULLs) and is in the event table's txid index;
 after a rotation the next transaction writes into the new current table; a writer needs PgQ's
 writer rights (pgq_writer) or INSERT on the event table, and without them its change fails and
-changes nothing."""
+changes nothing; an event table of another layout is refused."""
 
 import uuid
 
@@ -117,3 +117,16 @@ def test_a_writer_needs_pgq_writer_and_without_it_changes_nothing(stack, db, que
         cur.execute(f"SELECT id FROM {table}")
         assert cur.fetchall() == [(2,)]
         assert [e[5:7] for e in _events(cur, _current_table(cur, name))] == [("I", '[2,"granted"]')]
+
+
+def test_an_event_table_of_another_layout_is_refused_and_nothing_changes(stack, db, queue):
+    name, table = queue
+    with db.cursor() as cur:
+        events = _current_table(cur, name)
+        cur.execute(f"ALTER TABLE {events} ADD COLUMN ev_extra5 text")
+        with pytest.raises(psycopg2.Error) as refused:
+            cur.execute(f"INSERT INTO {table} VALUES (1, 'x')")
+        assert f'PgQ event table "{events.split(".")[1]}" does not have the columns of pgq.event_template' \
+            in str(refused.value)
+        cur.execute(f"SELECT count(*) FROM {table}")
+        assert cur.fetchone() == (0,)
