@@ -24,10 +24,12 @@ fi
 
 log "building the pgshovel2 PostgreSQL extension"
 make -s -C "$REPO/sql/capture" PG_CONFIG="$PG_BIN/pg_config" with_llvm=no >/dev/null
-make -s -C "$REPO/sql/capture" PG_CONFIG="$PG_BIN/pg_config" with_llvm=no install >/dev/null
+make -s -C "$REPO/sql/capture" PG_CONFIG="$PG_BIN/pg_config" with_llvm=no INSTALL_SHLIB="$REPO/scripts/install-lib.sh" \
+    install >/dev/null
 log "building the pgshovel2_decoder output plugin (logical backend)"
 make -s -C "$REPO/sql/decoder" PG_CONFIG="$PG_BIN/pg_config" with_llvm=no >/dev/null
-make -s -C "$REPO/sql/decoder" PG_CONFIG="$PG_BIN/pg_config" with_llvm=no install >/dev/null
+make -s -C "$REPO/sql/decoder" PG_CONFIG="$PG_BIN/pg_config" with_llvm=no INSTALL_SHLIB="$REPO/scripts/install-lib.sh" \
+    install >/dev/null
 
 if [ ! -x "$VENV/bin/python" ]; then
   log "creating $VENV"
