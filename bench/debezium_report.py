@@ -42,12 +42,13 @@ def _pressure(figures: dict) -> str:
 
 def latency_lines(lat: dict) -> list[str]:
     ref = lat["debezium"]
-    lines = [f"{'latency ms at ' + str(ref['tps_target']) + ' tps':<40} {'p50':>7} {'p99':>7} {'max':>7}"
+    label = f"latency ms at {ref['tps_target']:.0f} tps"
+    lines = [f"{label:<40} {'p50':>7} {'p99':>7} {'max':>7}"
              f" {'p99/dbz':>8} {'p99/dbz eos':>11} {'CPU pressure':>12}"]
     for name, s in lat.items():
         eos = lat.get("debezium_eos")
         to_eos = _ratio(s["p99_ms"], eos["p99_ms"]) if eos else "-"
-        lines.append(f"{name:<40} {s['p50_ms']:>7} {s['p99_ms']:>7} {s['max_ms']:>7}"
+        lines.append(f"{name:<40} {s['p50_ms']:>7.1f} {s['p99_ms']:>7.1f} {s['max_ms']:>7.1f}"
                      f" {_ratio(s['p99_ms'], ref['p99_ms']):>8} {to_eos:>11} {_pressure(s):>12}")
     return lines
 
