@@ -17,7 +17,6 @@
 
 #include "access/htup_details.h"
 #include "commands/trigger.h"
-#include "executor/spi.h"
 #include "fmgr.h"
 #include "funcapi.h"
 #include "utils/array.h"

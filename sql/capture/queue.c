@@ -4,9 +4,8 @@
  *
  * The queue's current event table and event sequence are looked up once per
  * transaction and queue (the only SPI query here); each event is then one
- * heap insert plus its index entries, with no executor run or plan check:
- * under a pgbench -N load that took a capturing backend's insert from about
- * a tenth of its CPU to a few percent (docs/internals.rst).
+ * heap insert plus its index entries, with no executor run or plan check
+ * (what that saved per row: sql/capture/README.rst, "Cost").
  *
  * Reading queue_cur_table once per transaction is what pgq.insert_event()
  * itself gives a REPEATABLE READ transaction; PgQ's rotation only truncates
@@ -36,7 +35,6 @@
 #include "storage/proc.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
-#include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/rel.h"
 
