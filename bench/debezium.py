@@ -278,12 +278,13 @@ def measure_latency(tps: int, seconds: int, rounds: int = 1) -> dict:
     return {v: {**{k: statistics.median(r[k] for r in rs) for k in rs[0]}, "runs": rs} for v, rs in runs.items()}
 
 
-def tps_debezium(cur, seconds: int) -> tuple[float, dict[str, float]]:
-    """(pgbench -N tps, CPU s of Connect and Kafka meanwhile) with Debezium streaming the pgbench tables;
-    a first pgbench run of seconds / 3, not counted, warms its JVM (a relay has no JIT to warm)."""
+def tps_debezium(cur, seconds: int, exactly_once: bool = False) -> tuple[float, dict[str, float]]:
+    """(pgbench -N tps, CPU s of Connect and Kafka meanwhile) with Debezium streaming the pgbench tables
+    (exactly_once: Connect's exactly-once source support, a Kafka transaction per poll); a first
+    pgbench run of seconds / 3, not counted, warms its JVM (a relay has no JIT to warm)."""
     name = unique("dbztps")
-    worker = connect.Worker(False)
-    connector = connect.Connector(name, [f"public.{t}" for t in PGBENCH])
+    worker = connect.Worker(exactly_once)
+    connector = connect.Connector(name, [f"public.{t}" for t in PGBENCH], exactly_once)
     try:
         connector.start(worker)
         pgbench("-N", "-n", "-c", "4", "-j", "2", "-T", str(max(1, seconds // 3)))
@@ -299,25 +300,32 @@ def tps_debezium(cur, seconds: int) -> tuple[float, dict[str, float]]:
 
 
 def measure_tps(rounds: int, seconds: int, scale: int) -> dict:
-    """{variant: summary of tps, ratio_to_none, cpu_s}: none, debezium, and pgshovel2's backends."""
+    """{variant: summary of tps, ratio_to_none, cpu_s, kafka_us_per_txn, seconds}: none, Debezium
+    (at-least-once and exactly-once), and pgshovel2's backends (exactly-once). kafka_us_per_txn: the
+    broker's CPU µs per pgbench transaction, each a change to two tables (pgbench_accounts and
+    pgbench_history): the median CPU s over the median tps."""
     pgbench("-i", "-q", "-s", str(scale))
     cur = prepare()
-    variants = ["none", "debezium", "logical", "pgoutput", "trigger"]
+    variants = ["none", *DEBEZIUM, "logical", "pgoutput", "trigger"]
     tps: dict[str, list[float]] = {v: [] for v in variants}
     cpu: dict[str, list[dict]] = {v: [] for v in variants}
     for round_no in range(rounds):
         # every other round in reverse: a variant always run right after the same one (after
         # Debezium's JVM, say) would carry that one's after-effects in every round
         for v in variants[::-1] if round_no % 2 else variants:
-            rate, used = tps_debezium(cur, seconds) if v == "debezium" else logical.tps_round(cur, v, seconds)
+            rate, used = (tps_debezium(cur, seconds, DEBEZIUM[v]) if v in DEBEZIUM
+                          else logical.tps_round(cur, v, seconds))
             tps[v].append(rate)
             cpu[v].append(used)
             print(f"  round {round_no + 1} pgbench with {v}: {rate:,.0f} tps, CPU s {used}", flush=True)
     base = statistics.median(tps["none"])
+    cpu_s = {v: {k: statistics.median(r[k] for r in c) for k in c[0]} if c[0] else {} for v, c in cpu.items()}
     return {"workload": f"pgbench -N -c 4 -j 2 -T {seconds}, scale {scale}, interleaved, every other round in reverse",
-            **{v: summary(t) for v, t in tps.items()},
+            "seconds": seconds, **{v: summary(t) for v, t in tps.items()},
             "ratio_to_none": {v: statistics.median(t) / base for v, t in tps.items()},
-            "cpu_s": {v: {k: statistics.median(r[k] for r in c) for k in c[0]} if c[0] else {} for v, c in cpu.items()}}
+            "cpu_s": cpu_s,
+            "kafka_us_per_txn": {v: used["kafka"] * 1e6 / (statistics.median(tps[v]) * seconds)
+                                 for v, used in cpu_s.items() if "kafka" in used}}
 
 
 SECTIONS = ("drain", "latency", "tps")

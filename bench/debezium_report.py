@@ -54,10 +54,16 @@ def latency_lines(lat: dict) -> list[str]:
 
 
 def tps_lines(tps: dict) -> list[str]:
-    ratios = tps["ratio_to_none"]
-    lines = [f"{'pgbench -N tps while streaming':<40} {'median':>9} {'of none':>8} {'- dbz':>7}  CPU s (median)"]
+    """Per variant: pgbench -N tps (median), its ratio to none's and that minus Debezium's
+    (at-least-once), the broker's CPU µs per pgbench transaction and its ratio to Debezium's, CPU s."""
+    ratios, broker = tps["ratio_to_none"], tps.get("kafka_us_per_txn", {})
+    lines = [f"{'pgbench -N tps while streaming':<40} {'median':>9} {'of none':>8} {'- dbz':>7} "
+             f"{'broker µs/txn':>13} {'vs dbz':>7}  CPU s (median)"]
     for name, ratio in ratios.items():
-        lines.append(f"{name:<40} {tps[name]['median']:>9,.0f} {ratio:>8.3f} {ratio - ratios['debezium']:>+7.3f}"
+        us = broker.get(name)
+        lines.append(f"{name:<40} {tps[name]['median']:>9,.0f} {ratio:>8.3f} {ratio - ratios['debezium']:>+7.3f} "
+                     f"{'-' if us is None else f'{us:.1f}':>13} "
+                     f"{'-' if us is None else _ratio(us, broker.get('debezium', 0)):>7}"
                      f"  {tps['cpu_s'].get(name, {})}")
     return lines
 
@@ -108,4 +114,9 @@ def plot(result: dict, stem: Path) -> list[Path]:
         ratios = result["tps"]["ratio_to_none"]
         out.append(_bars(stem.with_name(f"{stem.name}-vs-debezium-tps-kept.png"),
                          "pgbench -N tps kept while streaming", "of none", ratios, ratios["debezium"]))
+        broker = {k: v for k, v in result["tps"].get("kafka_us_per_txn", {}).items() if k != "none"}
+        if "debezium" in broker:
+            out.append(_bars(stem.with_name(f"{stem.name}-vs-debezium-tps-broker.png"),
+                             "broker CPU per pgbench -N transaction while streaming", "µs", broker,
+                             broker["debezium"]))
     return out

@@ -5,7 +5,9 @@ one PNG per figure, and a table on stdout.
     .venv/bin/python -m bench.run [--quick] [--only debezium,relay,...]
 
 --quick keeps 3 runs per figure but shortens each (the whole run in a few
-minutes); --only runs the named sections alone. The section ``debezium``
+minutes); --only runs the named sections alone. Each section's wall time is in
+the result (section_seconds); until the run ends, the sections done so far are
+in bench/results/<time>.unfinished.json. The section ``debezium``
 (bench/debezium.py) measures pgshovel2 beside Debezium in the same run and
 prints every figure as a ratio to Debezium's. The section ``iceberg``
 (bench/iceberg.py: the Spark standalone cluster's bootstrap and Iceberg
@@ -38,8 +40,12 @@ FULL = {"capture": (3, 15, 10), "relay": (1_000_000, 3), "latency": (2000, 30), 
 QUICK = {"capture": (3, 5, 10), "relay": (100_000, 3), "latency": (2000, 10), "memory": 200_000,
          "profile": 100_000, "bootstrap": (5, 1), "replica": (20_000, 10), "logical": (3, 5, 10, 100_000),
          "debezium": (100_000, 1, 15, debezium.QUICK), "iceberg": (2, 1, 100, 60, 5)}
-# section -> (progress line, function of its parameters)
+# section -> (progress line, function of its parameters), in the order they run: Debezium's comparison
+# (the longest section) first, so a run stopped midway has it
 SECTIONS = {
+    "debezium": ("pgshovel2 vs Debezium (drain, CPU, latency, tps kept)",
+                 lambda changes, rounds, seconds, variants: debezium.measure(changes, rounds, seconds,
+                                                                             variants=variants)),
     "capture": ("capture overhead", capture_overhead.measure),
     "relay": ("relay throughput", relay_throughput.measure),
     "latency": ("end-to-end latency", latency.measure),
@@ -48,9 +54,6 @@ SECTIONS = {
     "replica": ("replica apply vs relay", replica.measure),
     "profile": ("profile", profile.measure),
     "logical": ("logical backend (tps, drain, plugin cost)", logical.measure),
-    "debezium": ("pgshovel2 vs Debezium (drain, CPU, latency, tps kept)",
-                 lambda changes, rounds, seconds, variants: debezium.measure(changes, rounds, seconds,
-                                                                             variants=variants)),
     "iceberg": ("Spark cluster: bootstrap vs COPY, Iceberg materialize changes/s and lag", iceberg.measure),
 }
 OPTIONAL = {"iceberg"}  # 15-25 min on 2 cores: only with --only
@@ -100,16 +103,22 @@ def main() -> None:
     if unknown:
         parser.error(f"unknown sections {sorted(unknown)}; known: {', '.join(SECTIONS)}")
     started = time.monotonic()
-    result: dict = {"quick": args.quick, "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    result: dict = {"quick": args.quick, "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                    "section_seconds": {}}
+    prefix = "-".join(only) + "-" if args.only else ""  # a partial run is named by its sections
+    # the sections done so far, rewritten after each: a run stopped midway keeps them
+    unfinished = RESULTS / (prefix + time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + ".unfinished.json")
     for name in only:
         label, function = SECTIONS[name]
         print(f"{label} ...", flush=True)
-        params = p[name]
+        params, began = p[name], time.monotonic()
         result[name] = function(*params) if isinstance(params, tuple) else function(params)
+        result["section_seconds"][name] = round(time.monotonic() - began)
+        unfinished.write_text(json.dumps(result, indent=2))
     result["seconds"] = round(time.monotonic() - started)
-    prefix = "-".join(only) + "-" if args.only else ""  # a partial run is named by its sections
     stem = RESULTS / (prefix + time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()))
     stem.with_suffix(".json").write_text(json.dumps(result, indent=2))
+    unfinished.unlink()
     pngs = plot.plot(result, stem)
     lines = table(result) if set(SECTIONS) - {"debezium"} - OPTIONAL <= set(only) else []
     if "debezium" in result:
