@@ -57,6 +57,10 @@ def _tune_gc() -> None:
                  "(changes committed over a second ago): fewer, larger transactions; otherwise it commits "
                  "after the source's own delay (logical: 10 ms, up to 20 while changes keep coming; trigger: "
                  "none, the PgQ batch is the unit).")
+@env_option("--commit-delay", default=None, type=click.FloatRange(0.0, 1.0),
+            help="Logical backend: seconds from a transaction's end to its Kafka commit while changes keep "
+                 "coming (default 0.01). Longer: fewer Kafka transactions (less broker CPU per change), "
+                 "more latency. A trigger set follows its queue's ticker_max_lag instead.")
 @env_option("--slot-lag-warn-mb", default=1024, type=click.IntRange(1),
             help="Logical backend: warn when the set's slot retains more WAL than this (MiB).")
 @env_option("--heartbeat-interval", default=10.0, type=click.FloatRange(0.1),
@@ -80,7 +84,7 @@ def _tune_gc() -> None:
 def main(set_name: str, zookeeper_hosts: str, cluster: str, bootstrap_servers: str,
          schema_registry: str | None, snapshot: bool | None, progress_interval: float,
          poll_interval: float, transactions: bool, max_transaction_messages: int, busy_commit_delay: float,
-         slot_lag_warn_mb: int, heartbeat_interval: float, pgq_maint_interval: float,
+         commit_delay: float | None, slot_lag_warn_mb: int, heartbeat_interval: float, pgq_maint_interval: float,
          spill_dir: str | None, logical_decoding_work_mem: str | None, zookeeper_session_timeout: float,
          metrics_port: int | None, metrics_address: str, log_level: str) -> None:
     """Relay the changes of replication set SET to Kafka until SIGTERM or SIGINT.
@@ -108,7 +112,7 @@ def main(set_name: str, zookeeper_hosts: str, cluster: str, bootstrap_servers: s
     options = RelayOptions(bootstrap_servers, schema_registry, mode, poll_interval, progress_interval,
                            transactions, max_transaction_messages, slot_lag_warn_mb << 20, heartbeat_interval,
                            pgq_maint_interval, spill_dir, logical_decoding_work_mem,
-                           busy_commit_delay=busy_commit_delay)
+                           busy_commit_delay=busy_commit_delay, commit_delay=commit_delay)
     with ClusterStore(zookeeper_hosts, cluster, timeout=zookeeper_session_timeout) as store:
         totals = run_elected(store, set_name, options, stop)
     log.info("stopped after %d changes in %d batches (%d restarts after interruptions)",

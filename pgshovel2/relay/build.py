@@ -46,7 +46,10 @@ def open_source(record: SetRecord, options: RelayOptions) -> Source:
         return LogicalSource(record.dsn, record.capture.slot, record.tables, options.heartbeat_interval,
                              plugin=record.capture.plugin, mode_all=all_mode_tags(record),
                              spill_dir=options.spill_dir, decoding_work_mem=options.logical_decoding_work_mem,
-                             raw_rows=native.module() is not None, runs=True)
+                             raw_rows=native.module() is not None, runs=True, commit_delay=options.commit_delay)
+    if options.commit_delay is not None:
+        log.warning("--commit-delay applies to logical sets: the Kafka transactions of a trigger set follow its PgQ "
+                    "batches (queue %s, its ticker_max_lag; docs/operations.rst)", record.capture.queue)
     return PgqSource(record.dsn, record.capture, options.poll_interval, maint_interval=options.pgq_maint_interval,
                      raw_rows=native.module() is not None, runs=True)
 

@@ -33,6 +33,10 @@ from pgshovel2.wire import LOGICAL, Lsn, Position
 
 log = logging.getLogger(__name__)
 
+# s from a transaction's end to its Kafka commit while changes keep coming (pgshovel2.relay.commit_clock):
+# each Kafka transaction costs the broker about 3 ms of CPU whatever its size (docs/internals.rst)
+COMMIT_DELAY = 0.01
+
 
 class LogicalSource:
     """A set's slot on its database (dsn), for tables (the set's, in record order), read
@@ -45,19 +49,23 @@ class LogicalSource:
     server's), above which a transaction is streamed before its commit. raw_rows: rows stay the
     plugin's JSON text (for the native codec); runs: consecutive change messages come as ChangeRuns
     (the native lane; with raw_rows only; pgoutput: outside streamed transactions); txn_runs: with
-    runs, whole small transactions the stream holds come as TxnRuns. Raises UnavailableError
+    runs, whole small transactions the stream holds come as TxnRuns. commit_delay: seconds from a
+    transaction's end to its Kafka commit while changes keep coming (None: COMMIT_DELAY; the
+    relay's ``--commit-delay``). Raises UnavailableError
     when the database cannot be reached or goes away (retrying is safe), RelayError when the slot
     is gone.
     """
 
     backend = LOGICAL
-    commit_delay = 0.01  # s from a transaction's end to its Kafka commit, under load
+    commit_delay = COMMIT_DELAY
 
     def __init__(self, dsn: str, slot: str, tables: tuple[Table, ...], heartbeat_interval: float = 10.0,
                  wait_cap: float = 0.5, plugin: str = PLUGIN, mode_all: frozenset[str] = frozenset(),
                  spill_dir: str | None = None, decoding_work_mem: str | None = None, raw_rows: bool = False,
-                 runs: bool = False, txn_runs: bool = True):
+                 runs: bool = False, txn_runs: bool = True, commit_delay: float | None = None):
         self.dsn, self.slot, self.plugin, self.spill_dir = dsn, slot, plugin, spill_dir
+        if commit_delay is not None:
+            self.commit_delay = commit_delay
         self.heartbeat_interval, self.wait_cap = heartbeat_interval, wait_cap
         self._tags = [t.qualified for t in tables]
         self._tables = tables

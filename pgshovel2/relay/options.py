@@ -21,7 +21,10 @@ class RelayOptions:
     (1 s) or this, whichever is longer. Fewer, larger Kafka transactions then, less broker work
     per change; a source that goes idle, or delivers younger changes, commits after its own
     commit_delay (logical: 10 ms), so latency while the relay keeps up does not grow. Values
-    below commit_delay count as commit_delay.
+    below commit_delay count as commit_delay. commit_delay: logical backend, seconds from a
+    transaction's end to its Kafka commit while changes keep coming (None: the source's, 10 ms;
+    pgshovel2.relay.logical_source.COMMIT_DELAY); a trigger set's Kafka transactions follow its
+    PgQ batches (the queue's ticker_max_lag) and ignore it.
     """
 
     bootstrap: str
@@ -37,3 +40,4 @@ class RelayOptions:
     spill_dir: str | None = None
     logical_decoding_work_mem: str | None = None
     busy_commit_delay: float = 0.25
+    commit_delay: float | None = None

@@ -2,7 +2,7 @@
 transactions and killed in between, a 50 MB value, unchanged TOASTed values,
 replica identity checks, zero-column and dropped-column tables, the slot's life
 (dropped with the set; a missing slot refused with the way out), the plugin's record
-format check."""
+format check, ``--commit-delay``."""
 
 import hashlib
 import os
@@ -16,6 +16,7 @@ import pytest
 
 from pgshovel2 import names
 from pgshovel2.cluster import ClusterStore
+from pgshovel2.ops.verify import read_topics
 from pgshovel2.relay.logical_source import RECORD_FORMAT, LogicalSource
 from pgshovel2.relay.source import Change, Commit, Idle
 from pgshovel2.setrecord import slot_name
@@ -312,3 +313,20 @@ def test_plugin_writes_a_layout_record_once_per_table_and_layout(db, cluster, sc
         finally:
             cur.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
     assert kinds == b"BRIIIIIC" + b"BUUUUUC" + b"BRIC", kinds
+
+
+def test_commit_delay_groups_the_transactions_that_keep_coming(stack, cluster, db, schema, tmp_path, relay_factory):
+    # 20 one-row transactions 25 ms apart: with the default 10 ms each would end its own Kafka
+    # transaction (about 21 position records with the handoff's); with --commit-delay 0.5 a few do
+    table, prefix = make_set(stack, cluster, db, tmp_path, "cdelay", "id int PRIMARY KEY", schema)
+    relay = relay_factory("cdelay", "--skip-snapshot", "--commit-delay", "0.5")
+    relay.wait_for("skipping the initial snapshot")
+    with db.cursor() as cur:
+        for i in range(20):
+            cur.execute(f"INSERT INTO {table} VALUES (%s)", (i,))
+            time.sleep(0.025)
+    caught_up(stack, cluster, "cdelay")
+    got = messages(stack, names.table_topic(prefix, schema, "t"))
+    assert sorted(value["id"] for _, value, _ in got) == list(range(20))
+    positions = read_topics(stack.bootstrap, [names.positions_topic(prefix)])[names.positions_topic(prefix)]
+    assert 2 <= len(positions) <= 6
