@@ -12,6 +12,7 @@ from pgshovel2.cli.common import env_option, log_level_option, reports_errors, s
 from pgshovel2.cluster import ClusterStore
 from pgshovel2.errors import RelayError
 from pgshovel2.relay import metrics
+from pgshovel2.relay.logical_source import COMMIT_DELAY
 from pgshovel2.relay.options import RelayOptions
 from pgshovel2.relay.supervisor import run_elected
 
@@ -59,7 +60,7 @@ def _tune_gc() -> None:
                  "none, the PgQ batch is the unit).")
 @env_option("--commit-delay", default=None, type=click.FloatRange(0.0, 1.0),
             help="Logical backend: seconds from a transaction's end to its Kafka commit while changes keep "
-                 "coming (default 0.01). Longer: fewer Kafka transactions (less broker CPU per change), "
+                 f"coming (default {COMMIT_DELAY}). Longer: fewer Kafka transactions (less broker CPU per change), "
                  "more latency. A trigger set follows its queue's ticker_max_lag instead.")
 @env_option("--slot-lag-warn-mb", default=1024, type=click.IntRange(1),
             help="Logical backend: warn when the set's slot retains more WAL than this (MiB).")
