@@ -284,13 +284,10 @@ class LogicalSource:
         return self._decoder.lane_record(msg.payload, msg.data_start)
 
     def _txn_reads(self, msg, committed: int) -> lane_reads.TxnReads:
-        """lane_reads.txn_run from msg, a BEGIN (our plugin's records: the decoder's own reader)."""
+        """The decoder's txn_run from msg, a BEGIN: whole small transactions for a TxnRun."""
         decoder, read = self._decoder, self._cur.read_message
         try:
-            if type(decoder) is RecordDecoder:
-                reads = decoder.txn_run(msg, read, committed, self._may_read)
-            else:
-                reads = lane_reads.txn_run(msg, read, decoder, committed, self._may_read)
+            reads = decoder.txn_run(msg, read, committed, self._may_read)
         except psycopg2.Error as exc:
             self._reraise(exc)
         self._last_start = reads.last.data_start

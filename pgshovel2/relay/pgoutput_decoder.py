@@ -29,9 +29,21 @@ from pgshovel2.codec import native, textforms
 from pgshovel2.codec.rows import as_values
 from pgshovel2.errors import RelayError
 from pgshovel2.names import qualified
+from pgshovel2.relay.lane_reads import BEGIN, COMMIT, TxnReads
 from pgshovel2.relay.relation_layout import LayoutColumn, Redo, RelationLayout
-from pgshovel2.relay.source import SET_VERSION, Begin, Change, ChangeRun, Commit, Control, Item, RunMaker
-from pgshovel2.wire import Position
+from pgshovel2.relay.source import (
+    RUN_MAX,
+    SET_VERSION,
+    Begin,
+    Change,
+    ChangeRun,
+    Commit,
+    Control,
+    Item,
+    RunMaker,
+    TxnBounds,
+)
+from pgshovel2.wire import LOGICAL, Position, position_prefix
 
 PG_EPOCH_US = 946_684_800_000_000
 HEARTBEAT_PREFIX = b"pgshovel2.heartbeat"
@@ -306,6 +318,63 @@ class PgoutputDecoder(RunMaker):
         if not self._open:
             self._opening = self._opened()
         return rel.native, rel.index, data, lsn, rel
+
+    def txn_run(self, msg, read: Callable[[], object | None], committed: int,
+                may_read: Callable[[object], bool]) -> TxnReads:
+        """lane_reads.txn_run for pgoutput, without a Begin and a Commit item per transaction (as
+        RecordDecoder.txn_run): the whole transactions from msg, a Begin whose commit LSN is above
+        committed, that read() gives, every change of them one :meth:`lane_record` would take,
+        RUN_MAX change records at most; may_read(commit) at each Commit, whether the stream may be
+        read on. ``ends``, ``last_lsn`` and the transaction state come out as if every message had
+        been fed; a transaction the run cannot finish (a Relation, a Truncate, a message, a change
+        left to Python, an empty transaction) is fed from its Begin (``opening``, its changes read
+        so far in ``partial``)."""
+        records: list = []
+        txns: list[TxnBounds] = []
+        last = msg
+        relations, subset = self._relations, self.subset_tags
+        unpack_oid, ends = _I32.unpack_from, self.ends
+        while msg is not None:
+            begin = last = msg
+            data = begin.payload
+            if data[0] != BEGIN:
+                break
+            unit, ts_us, xid = _BEGIN.unpack_from(data, 1)
+            if unit <= committed:
+                break
+            start = len(records)
+            while (msg := read()) is not None:
+                last, data = msg, msg.payload
+                if data[0] not in _IUD or len(records) == RUN_MAX:
+                    break
+                rel = relations.get(unpack_oid(data, 1)[0])  # a Relation message unmaps it until settled
+                if rel is None or rel.native is None or (subset and rel.tag in subset):
+                    break
+                records.append((rel.native, rel.index, data, msg.data_start, rel))
+            if msg is None or data[0] != COMMIT or len(records) == start:
+                return self._unfinished(records, txns, start, begin, msg, last)
+            _flags, commit_lsn, end_lsn, _ts = _COMMIT.unpack_from(data, 1)
+            ts_us += PG_EPOCH_US
+            txns.append(TxnBounds(start, len(records), self._full_xid(xid), ts_us // 1000, ts_us, self.last_lsn,
+                                  position_prefix(LOGICAL, unit), 0, unit))
+            ends.append((commit_lsn, end_lsn))
+            self.last_lsn = end_lsn
+            msg = read() if may_read(msg) else None
+        if txns:
+            txn = txns[-1]
+            self._unit, self._txid, self._ts_ms, self._ordinal = txn.unit, txn.txid, txn.ts_ms, 0
+            self._begin, self._open, self._skip = None, False, False
+        return TxnReads(self.whole_txns(records, txns), [], [], msg, last)
+
+    def _unfinished(self, records: list, txns: list[TxnBounds], start: int, begin, msg, last) -> TxnReads:
+        """What txn_run read when the transaction at records[start:] (opened by begin, a Begin
+        message) cannot be finished in the run: the run before it, its Begin item when it has
+        changes read (they go on as a ChangeRun of partial; else the Begin stays held) and them."""
+        partial = records[start:]
+        del records[start:]
+        self.feed(begin.payload, begin.data_start)
+        opening = self._opened() if partial else []
+        return TxnReads(self.whole_txns(records, txns), opening, partial, msg, last)
 
     def opening(self) -> list[Item]:
         """[the Begin] of the transaction :meth:`lane_record` opened since the last call, else []."""
