@@ -33,7 +33,7 @@ setup(
     entry_points={
         "console_scripts": [
             "pgshovel=pgshovel2.cli.admin:main",
-            "pgshovel-kafka-relay=pgshovel2.cli.relay:main",
+            "pgshovel-kafka-relay=pgshovel2.cli.relay:entry",
         ],
     },
 )

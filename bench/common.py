@@ -20,6 +20,7 @@ import psycopg2
 import yaml
 
 from pgshovel2 import names
+from pgshovel2.cli.allocator import find_jemalloc
 
 BIN = Path(sys.executable).parent
 RESULTS = Path(__file__).parent / "results"
@@ -36,6 +37,16 @@ ENV = {
     "PGSHOVEL_BOOTSTRAP_SERVERS": BOOTSTRAP,
     "PGSHOVEL_SCHEMA_REGISTRY": f"http://127.0.0.1:{os.environ.get('REGISTRY_PORT', '28081')}/apis/ccompat/v7",
 }
+
+
+
+
+def relay_allocator() -> str:
+    """The memory allocator the bench's relays run with (their --allocator, PGSHOVEL_ALLOCATOR in
+    ENV, default auto, and what it gives on this machine), for the results."""
+    mode = ENV.get("PGSHOVEL_ALLOCATOR", "auto")
+    jemalloc = mode != "system" and (find_jemalloc() is not None or mode == "jemalloc")
+    return f"{'jemalloc' if jemalloc else 'system'} (--allocator {mode})"
 
 
 PR_SET_PDEATHSIG = 1  # prctl(2)

@@ -42,6 +42,7 @@ from bench.common import (
     cpu_pressure,
     pgshovel,
     prepare,
+    relay_allocator,
     save_result,
     summary,
     unique,
@@ -340,6 +341,7 @@ def measure(changes: int, rounds: int, seconds: int, tps: int = 2000, scale: int
                                  "changes": changes, "rounds": rounds, "pgbench_seconds": seconds,
                                  "latency_tps": tps, "debezium_warmup_changes": WARMUP,
                                  "pgshovel2_variants": [variant_name(*v) for v in variants],
+                                 "pgshovel2_allocator": relay_allocator(),
                                  "workloads": {w.name: w.columns for w in workloads.WORKLOADS.values()},
                                  "drains": {d: {"workload": w.name, "rows_per_transaction": per,
                                                 "changes": drain_changes(changes, most)}

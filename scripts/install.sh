@@ -9,7 +9,7 @@ source "$(dirname "$0")/env.sh"
 
 APT_PACKAGES="postgresql-15 postgresql-15-pgq3 pgqd postgresql-server-dev-15 libpq-dev
   postgresql-contrib zookeeper kcat netcat-openbsd maven openjdk-17-jre-headless libpostgresql-jdbc-java
-  unzip xz-utils build-essential pkg-config libssl-dev"
+  unzip xz-utils build-essential pkg-config libssl-dev libjemalloc2"
 
 missing=""
 for p in $APT_PACKAGES; do

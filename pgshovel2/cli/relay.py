@@ -2,12 +2,15 @@
 
 import gc
 import logging
+import os
 import re
 import signal
 import threading
 
 import click
 
+from pgshovel2.cli.allocator import MODES as ALLOCATORS
+from pgshovel2.cli.allocator import describe, reexec
 from pgshovel2.cli.common import env_option, log_level_option, reports_errors, setup_logging, zookeeper_options
 from pgshovel2.cluster import ClusterStore
 from pgshovel2.errors import RelayError
@@ -17,6 +20,7 @@ from pgshovel2.relay.options import RelayOptions
 from pgshovel2.relay.supervisor import run_elected
 
 log = logging.getLogger("pgshovel2.relay")
+EXEC_ALLOCATOR = "exec-allocator"  # main's context object when it may re-execute the process
 GC_YOUNG_THRESHOLD = 50_000  # allocations of container objects between collections of the young generation
 
 
@@ -80,6 +84,9 @@ def _tune_gc() -> None:
 @env_option("--metrics-port", default=None, type=click.IntRange(1, 65535),
             help="Serve Prometheus metrics on this port (/metrics); off by default.")
 @env_option("--metrics-address", default="127.0.0.1", help="Address of the metrics endpoint.")
+@env_option("--allocator", type=click.Choice(ALLOCATORS), default="auto",
+            help="Memory allocator: jemalloc (less CPU per change; the relay re-executes itself with it preloaded), "
+                 "system (the C library's malloc), or auto: jemalloc when installed and LD_PRELOAD is unset.")
 @log_level_option
 @reports_errors
 def main(set_name: str, zookeeper_hosts: str, cluster: str, bootstrap_servers: str,
@@ -87,13 +94,16 @@ def main(set_name: str, zookeeper_hosts: str, cluster: str, bootstrap_servers: s
          poll_interval: float, transactions: bool, max_transaction_messages: int, busy_commit_delay: float,
          commit_delay: float | None, slot_lag_warn_mb: int, heartbeat_interval: float, pgq_maint_interval: float,
          spill_dir: str | None, logical_decoding_work_mem: str | None, zookeeper_session_timeout: float,
-         metrics_port: int | None, metrics_address: str, log_level: str) -> None:
+         metrics_port: int | None, metrics_address: str, allocator: str, log_level: str) -> None:
     """Relay the changes of replication set SET to Kafka until SIGTERM or SIGINT.
 
     Run several for the same set: one is active (elected in ZooKeeper), the
     others stand by and take over when it dies.
     """
+    if click.get_current_context().find_root().obj == EXEC_ALLOCATOR:
+        reexec(allocator)
     setup_logging(log_level)
+    log.info("memory allocator: %s", describe(allocator, os.environ))
     _tune_gc()
     if metrics_port is not None:
         try:
@@ -118,3 +128,9 @@ def main(set_name: str, zookeeper_hosts: str, cluster: str, bootstrap_servers: s
         totals = run_elected(store, set_name, options, stop)
     log.info("stopped after %d changes in %d batches (%d restarts after interruptions)",
              totals.changes, totals.batches, totals.restarts)
+
+
+def entry() -> None:
+    """The ``pgshovel-kafka-relay`` console script: :func:`main`, which may re-execute the process
+    under the allocator --allocator asks for (main called in-process, as tests do, never does)."""
+    main(obj=EXEC_ALLOCATOR)
