@@ -42,19 +42,20 @@ def running() -> str:
     return "jemalloc" if "libjemalloc" in maps else "system"
 
 
-def exec_env(mode: str, env: Mapping[str, str], find: Callable[[], str | None] = find_jemalloc,
-             current: Callable[[], str] = running) -> dict[str, str] | None:
+def exec_env(mode: str, env: Mapping[str, str], find: Callable[[], str | None] | None = None,
+             current: Callable[[], str] | None = None) -> dict[str, str] | None:
     """The environment to re-execute the relay in for mode (one of :data:`MODES`), or None to
     run on as is: already jemalloc; ``system``; ``auto`` where jemalloc is not installed or
     LD_PRELOAD is set already (the operator's preload is left alone). The new environment has
     jemalloc first in LD_PRELOAD and :data:`JEMALLOC_CONF` as MALLOC_CONF unless env sets one.
-    Raises click.UsageError for mode ``jemalloc`` without the library."""
-    if mode == "system" or current() == "jemalloc":
+    Raises click.UsageError for mode ``jemalloc`` without the library. find and current:
+    :func:`find_jemalloc` and :func:`running` unless given."""
+    if mode == "system" or (current or running)() == "jemalloc":
         return None
     preload = env.get("LD_PRELOAD", "").strip()
     if mode == "auto" and preload:
         return None
-    library = find()
+    library = (find or find_jemalloc)()
     if library is not None and library in preload.split():  # preloaded, yet not mapped: ld.so refused it
         if mode == "jemalloc":
             raise click.UsageError(f"--allocator jemalloc: {library} is in LD_PRELOAD but did not load")
@@ -69,9 +70,10 @@ def exec_env(mode: str, env: Mapping[str, str], find: Callable[[], str | None] =
     return new
 
 
-def describe(mode: str, env: Mapping[str, str], current: Callable[[], str] = running) -> str:
-    """The allocator this process runs with, and why not jemalloc when it is not (for the log)."""
-    if current() == "jemalloc":
+def describe(mode: str, env: Mapping[str, str], current: Callable[[], str] | None = None) -> str:
+    """The allocator this process runs with (current: :func:`running` unless given), and why not
+    jemalloc when it is not (for the log)."""
+    if (current or running)() == "jemalloc":
         return "jemalloc"
     if mode == "system":
         return "system (--allocator system)"

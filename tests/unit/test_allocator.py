@@ -54,3 +54,15 @@ def test_describe_says_why_not_jemalloc():
     assert describe("system", {}, lambda: "system") == "system (--allocator system)"
     assert "LD_PRELOAD='libfoo.so'" in describe("auto", {"LD_PRELOAD": "libfoo.so"}, lambda: "system")
     assert "apt install libjemalloc2" in describe("auto", {}, lambda: "system")
+
+
+def test_the_relay_refuses_to_start_without_the_jemalloc_it_was_told_to_use(monkeypatch):
+    from click.testing import CliRunner
+
+    from pgshovel2.cli import allocator, relay
+
+    monkeypatch.setattr(allocator, "find_jemalloc", lambda: None)
+    monkeypatch.setattr(allocator, "running", lambda: "system")
+    got = CliRunner().invoke(relay.main, ["someset", "--allocator", "jemalloc"], obj=relay.EXEC_ALLOCATOR, env={})
+    assert got.exit_code == 2, got.output
+    assert "--allocator jemalloc: the jemalloc library is not installed (Debian and Ubuntu: apt install" in got.output
