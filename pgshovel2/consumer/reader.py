@@ -117,6 +117,7 @@ class SetReader:
         self.after_snapshot = after_snapshot
         self.copied_tables = None if copied_tables is None else frozenset(copied_tables)
         self.skipped_visible = 0
+        self.redelivered = 0  # messages the client gave again (_redelivered)
         self._paused: set[Partition] = set()
         self._closed = False
 
@@ -197,6 +198,9 @@ class SetReader:
                     else:
                         self._kafka_error(msg)
                     continue
+                if msg.offset() < self._position[where]:
+                    self._redelivered(msg)
+                    continue
                 last_message = time.monotonic()
                 self._position[where] = msg.offset() + 1
                 self._feed(msg)
@@ -218,6 +222,14 @@ class SetReader:
                 return
             if idle_timeout is not None and time.monotonic() - last_message > idle_timeout:
                 return
+
+    def _redelivered(self, msg) -> None:
+        """A message below the partition's next offset came again (librdkafka has re-delivered
+        messages after pause/resume in some versions): it was taken once already, so it is
+        counted (:attr:`redelivered`), logged and not fed twice."""
+        self.redelivered += 1
+        log.warning("%s [%d] offset %d was read already (next offset %d): Kafka client re-delivery ignored",
+                    msg.topic(), msg.partition(), msg.offset(), self._position[(msg.topic(), msg.partition())])
 
     def _after_bootstrap(self, txn: Transaction) -> Transaction | None:
         """txn without what the bootstrap of after_snapshot holds (None: nothing of it left): a
