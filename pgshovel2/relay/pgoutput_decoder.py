@@ -321,7 +321,7 @@ class PgoutputDecoder(RunMaker):
 
     def txn_run(self, msg, read: Callable[[], object | None], committed: int,
                 may_read: Callable[[object], bool]) -> TxnReads:
-        """lane_reads.txn_run for pgoutput, without a Begin and a Commit item per transaction (as
+        """The TxnReads (lane_reads) of pgoutput, without a Begin and a Commit item per transaction (as
         RecordDecoder.txn_run): the whole transactions from msg, a Begin whose commit LSN is above
         committed, that read() gives, every change of them one :meth:`lane_record` would take,
         RUN_MAX change records at most; may_read(commit) at each Commit, whether the stream may be

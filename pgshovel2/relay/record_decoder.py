@@ -96,7 +96,7 @@ class RecordDecoder(RunMaker):
 
     def txn_run(self, msg, read: Callable[[], object | None], committed: int,
                 may_read: Callable[[object], bool]) -> TxnReads:
-        """lane_reads.txn_run for our plugin's records, without an item per BEGIN and COMMIT (this
+        """The TxnReads (lane_reads) of our plugin's records, without an item per BEGIN and COMMIT (this
         runs per source transaction, and small transactions are most of some workloads): the
         whole transactions from msg, a BEGIN record whose commit LSN is above committed, that
         read() (a replication cursor's read_message) gives, every change of them one the lane may
