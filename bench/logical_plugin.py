@@ -24,6 +24,7 @@ from pgshovel2.codec import avro
 from pgshovel2.codec.avro import AvroWriter
 from pgshovel2.codec.rows import RowEncoder
 from pgshovel2.relay.logical_source import RECORD_FORMAT, RecordDecoder
+from pgshovel2.relay.record_decoder import records
 
 _TD_COLUMN = re.compile(r"(\w+)\[[^\]]+\]:('(?:[^']|'')*'|\S+)")
 
@@ -98,7 +99,7 @@ def measure(changes: int, rounds: int) -> dict:
             for key, (query, args) in queries.items():
                 seconds, outputs[key] = _timed(cur, query, args)
                 runs[key].append(seconds / changes * 1e6)
-            payloads = [bytes(r[0]) for r in outputs["ours"]]
+            payloads = [rec for r in outputs["ours"] for rec in records(bytes(r[0]))]
             runs["parse_ours"].append(_parse_ours(payloads) / changes * 1e6)
             runs["parse_test_decoding"].append(
                 _parse_test_decoding([r[0] for r in outputs["test_decoding"]]) / changes * 1e6)

@@ -31,6 +31,7 @@ from pgshovel2.catalog import Table
 from pgshovel2.cluster import ClusterStore
 from pgshovel2.ops.verify import read_topics, verify_set
 from pgshovel2.relay.logical_source import RECORD_FORMAT, RecordDecoder
+from pgshovel2.relay.record_decoder import records
 from pgshovel2.relay.source import Change
 from pgshovel2.setrecord import SetRecord
 from pgshovel2.sinks.kafka import PARTITIONER
@@ -382,8 +383,8 @@ def _drain_slot(dsn: str, slot: str, tables: tuple[Table, ...]):
             cur.execute("SELECT data FROM pg_logical_slot_get_binary_changes(%s, NULL, NULL, 'format', %s, "
                         "'tables', %s)",
                         (slot, RECORD_FORMAT, ";".join(spec)))
-            for (data,) in cur.fetchall():
-                rec = decoder.decode(bytes(data))
+            for record in (r for (data,) in cur.fetchall() for r in records(bytes(data))):
+                rec = decoder.decode(record)
                 if isinstance(rec, Change) and rec.op in "IUD":
                     yield rec.txid, rec.op, rec.row, rec.table, rec.before
             cur.execute("SELECT pg_drop_replication_slot(%s)", (slot,))

@@ -12,7 +12,7 @@ of the last transaction in Kafka) only by :meth:`LogicalSource.ack`, after the c
 import logging
 import select
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 import psycopg2
 
@@ -25,7 +25,7 @@ from pgshovel2.relay import lane_reads, pgoutput_stream, relation_layout
 from pgshovel2.relay.feedback_keeper import FeedbackKeeper
 from pgshovel2.relay.pgoutput_decoder import PgoutputDecoder, SetTable
 from pgshovel2.relay.pgoutput_stream import StreamAssembler
-from pgshovel2.relay.record_decoder import RECORD_FORMAT, RecordDecoder
+from pgshovel2.relay.record_decoder import RECORD_FORMAT, PackReader, RecordDecoder
 from pgshovel2.relay.relation_layout import Redo, RelationLayout
 from pgshovel2.relay.source import Begin, Change, Commit, Control, Idle, Item, Lag
 from pgshovel2.setrecord import PLUGIN, SetRecord
@@ -88,6 +88,7 @@ class LogicalSource:
         self._in_txn = False  # between a Begin and its Commit
         self._last_start: int | None = None  # XLogData start of the last message read
         self._flushed = 0  # the highest position confirmed
+        self._read_message: Callable[[], object | None] = self._cur.read_message
 
     def _sql(self, query: str, params: tuple) -> tuple | None:
         try:
@@ -225,6 +226,8 @@ class LogicalSource:
         self._in_txn, idle_since = False, time.monotonic()
         if self.stream is not None:
             self.stream.reset()
+        else:
+            self._read_message = PackReader(self._cur.read_message).read
         self._keeper.start()
         try:
             yield from self._read(position, idle_since)
@@ -237,7 +240,7 @@ class LogicalSource:
                 yield Idle(self.commit_delay)  # the loop commits what is ready and acknowledges it first
                 continue
             try:
-                msg = self._cur.read_message()
+                msg = self._read_message()
             except psycopg2.Error as exc:
                 self._reraise(exc)
             if msg is None:
@@ -285,7 +288,7 @@ class LogicalSource:
 
     def _txn_reads(self, msg, committed: int) -> lane_reads.TxnReads:
         """The decoder's txn_run from msg, a BEGIN: whole small transactions for a TxnRun."""
-        decoder, read = self._decoder, self._cur.read_message
+        decoder, read = self._decoder, self._read_message
         try:
             reads = decoder.txn_run(msg, read, committed, self._may_read)
         except psycopg2.Error as exc:
@@ -296,7 +299,7 @@ class LogicalSource:
     def _read_one(self) -> object | None:
         """The next message the stream holds (None: none now), its start kept as _last_start."""
         try:
-            msg = self._cur.read_message()
+            msg = self._read_message()
         except psycopg2.Error as exc:
             self._reraise(exc)
         if msg is not None:

@@ -3,8 +3,9 @@
 The plugin (sql/decoder, record format in sql/decoder/README.rst) writes, per transaction
 that touches the set's tables, a BEGIN record, one record per change (row images in the
 capture trigger's value forms: JSON arrays) and a COMMIT record; plus heartbeat, layout (R)
-and set-version (V) records. Unit: a transaction, by its commit LSN; ordinal: the change's
-index in it.
+and set-version (V) records. A transaction's records come in packs (P messages, at most about
+128 KiB each, the last one ending with its COMMIT), which :class:`PackReader` opens into one
+message per record. Unit: a transaction, by its commit LSN; ordinal: the change's index in it.
 """
 
 import json
@@ -38,10 +39,59 @@ COMMIT_FIELDS = struct.Struct(">QQI")  # a COMMIT record's commit LSN, end LSN, 
 _CHANGE = struct.Struct(">QHBI")  # change LSN, table index, flags, row length; the row at 16
 _TRUNCATE = struct.Struct(">QH")
 _LSN = struct.Struct(">Q")
-RECORD_FORMAT = "3"  # the plugin's record format this module reads (its "format" option)
+RECORD_FORMAT = "4"  # the plugin's record format this module reads (its "format" option)
+PACK = 80  # P: a message holding records, each after its length (4 bytes)
+_U32 = struct.Struct(">I")
 _FLAG_OLD, _FLAG_NO_ROW, _FLAG_UNCHANGED = 1, 2, 4
 _U16 = struct.Struct(">H")
 _IUD = frozenset(b"IUD")
+
+
+def unpack(pack: bytes) -> list[bytes]:
+    """The records of a pack (a P message), in order. Raises RelayError when one is cut short."""
+    records, pos, end, length = [], 1, len(pack), _U32.unpack_from
+    while pos < end:
+        start = pos + 4
+        pos = start + length(pack, pos)[0]
+        if pos > end:
+            raise RelayError(f"a pack from output plugin {PLUGIN} ends inside a record ({end} bytes)")
+        records.append(pack[start:pos])
+    return records
+
+
+def records(message: bytes) -> list[bytes]:
+    """The records of one message of the plugin: a pack's, or the message itself."""
+    return unpack(message) if message[0] == PACK else [message]
+
+
+class Unpacked:
+    """One record of a pack as a message: payload, the record; data_start, the pack's XLogData start."""
+
+    __slots__ = ("payload", "data_start")
+
+    def __init__(self, payload: bytes, data_start: int):
+        self.payload, self.data_start = payload, data_start
+
+
+class PackReader:
+    """Reads a replication stream of our plugin one record at a time: read() gives the next
+    message of read_message() (None: the stream holds nothing now), a pack opened into its
+    records (:class:`Unpacked`) first."""
+
+    def __init__(self, read_message: Callable[[], object | None]):
+        self._read_message = read_message
+        self._records: deque[Unpacked] = deque()
+
+    def read(self) -> object | None:
+        """The next record (a message, or an Unpacked of a pack), or None."""
+        if self._records:
+            return self._records.popleft()
+        msg = self._read_message()
+        if msg is None or msg.payload[0] != PACK:
+            return msg
+        start = msg.data_start
+        self._records.extend(Unpacked(record, start) for record in unpack(msg.payload))
+        return self._records.popleft()
 
 
 def _parsed(row: bytes | list | None) -> list | None:
@@ -74,8 +124,11 @@ class RecordDecoder(RunMaker):
         self._held: dict[str, RelationLayout] = {}
         self._unit = self._txid = self._ts_ms = self._ordinal = 0  # of the open transaction
 
-    def feed(self, data: bytes, _wal_start: int) -> list[Item]:
-        """The items of one record (:meth:`decode`), as a list; a held layout before its table's change."""
+    def feed(self, data: bytes, wal_start: int) -> list[Item]:
+        """The items of one record (:meth:`decode`) or of a pack's records, as a list; a held layout
+        before its table's change."""
+        if data[0] == PACK:
+            return [item for record in unpack(data) for item in self.feed(record, wal_start)]
         item = self.decode(data)
         if item is None:
             return []

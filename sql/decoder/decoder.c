@@ -29,7 +29,9 @@ PG_MODULE_MAGIC;
 
 #define HEARTBEAT_PREFIX "pgshovel2.heartbeat"
 #define VERSION_PREFIX "pgshovel2.version"
-#define RECORD_FORMAT "3"		/* sql/decoder/README.rst; 3: layout (R) and set-version (V) records, the list of unchanged values (flag 4) */
+#define RECORD_FORMAT "4"		/* sql/decoder/README.rst; 4: a transaction's records in packs (P) */
+#define UNPACKED_FORMAT "3"		/* format 4 without packs: every record its own message */
+#define PACK_BYTES (128 * 1024)	/* a pack is written once it holds this much, and at COMMIT */
 #define FLAG_OLD 1				/* an old image follows the new one */
 #define FLAG_NO_ROW 2			/* DELETE without any old image (replica identity NOTHING) */
 #define FLAG_UNCHANGED 4		/* the new row's unchanged, unlogged values are listed after it */
@@ -38,18 +40,90 @@ extern void _PG_output_plugin_init(OutputPluginCallbacks *cb);
 
 /*
  * The "format" option names the record format the reader expects; only the
- * one this plugin writes is accepted, so a relay and a plugin of different
- * versions stop with a clear error instead of misreading records.
+ * ones this plugin writes are accepted (4, and 3: the same records without
+ * packs, for a relay one version older), so a relay and a plugin of different
+ * versions stop with a clear error instead of misreading records. Returns
+ * whether the reader takes packs.
  */
-static void
+static bool
 check_format(const char *format)
 {
-	if (strcmp(format, RECORD_FORMAT) != 0)
+	if (strcmp(format, RECORD_FORMAT) == 0)
+		return true;
+	if (strcmp(format, UNPACKED_FORMAT) != 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("pgshovel2_decoder: the reader expects record format \"%s\", this plugin writes "
-						"format %s", format, RECORD_FORMAT),
+						"format %s (or %s)", format, RECORD_FORMAT, UNPACKED_FORMAT),
 				 errhint("Install the same pgshovel2 version as sql/decoder on the database server.")));
+	return false;
+}
+
+/*
+ * Start a record: in a pack (format 4, inside a transaction) its length is
+ * reserved in the pack, else it is a message of its own. Returns the buffer
+ * to write the record into; end_record finishes it.
+ */
+static StringInfo
+start_record(LogicalDecodingContext *ctx)
+{
+	DecoderState *state = ctx->output_plugin_private;
+
+	if (state->pack != NULL)
+	{
+		pq_sendint32(state->pack, 0);
+		state->record_at = state->pack->len;
+		return state->pack;
+	}
+	OutputPluginPrepareWrite(ctx, true);
+	return ctx->out;
+}
+
+/* Write the pack's records as one message 'P' (nothing when it holds none). */
+static void
+write_pack(LogicalDecodingContext *ctx)
+{
+	DecoderState *state = ctx->output_plugin_private;
+
+	if (state->pack->len == 0)
+		return;
+	OutputPluginPrepareWrite(ctx, true);
+	pq_sendbyte(ctx->out, 'P');
+	appendBinaryStringInfo(ctx->out, state->pack->data, state->pack->len);
+	OutputPluginWrite(ctx, true);
+	resetStringInfo(state->pack);
+	if (state->pack->maxlen > 2 * PACK_BYTES)
+	{
+		/* a huge row grew it: give the memory back */
+		MemoryContext old = MemoryContextSwitchTo(state->context);
+
+		pfree(state->pack->data);
+		initStringInfo(state->pack);
+		MemoryContextSwitchTo(old);
+	}
+}
+
+/*
+ * Finish a record start_record began: its length goes in front of it in the
+ * pack, which is written once it holds PACK_BYTES (so a big transaction
+ * streams on with bounded memory); a record of its own is written now.
+ */
+static void
+end_record(LogicalDecodingContext *ctx)
+{
+	DecoderState *state = ctx->output_plugin_private;
+	StringInfo	pack = state->pack;
+	uint32		len;
+
+	if (pack == NULL)
+	{
+		OutputPluginWrite(ctx, true);
+		return;
+	}
+	len = pg_hton32((uint32) (pack->len - state->record_at));
+	memcpy(pack->data + state->record_at - sizeof(uint32), &len, sizeof(uint32));
+	if (pack->len >= PACK_BYTES)
+		write_pack(ctx);
 }
 
 static void
@@ -59,6 +133,7 @@ decoder_startup(LogicalDecodingContext *ctx, OutputPluginOptions *opt, bool is_i
 	ListCell   *option;
 	bool		have_tables = false;
 	bool		have_format = false;
+	bool		packs = false;
 
 	state->context = AllocSetContextCreate(ctx->context, "pgshovel2_decoder",
 										   ALLOCSET_DEFAULT_SIZES);
@@ -73,7 +148,7 @@ decoder_startup(LogicalDecodingContext *ctx, OutputPluginOptions *opt, bool is_i
 
 		if (strcmp(elem->defname, "format") == 0)
 		{
-			check_format(elem->arg ? strVal(elem->arg) : "");
+			packs = check_format(elem->arg ? strVal(elem->arg) : "");
 			have_format = true;
 			continue;
 		}
@@ -98,6 +173,13 @@ decoder_startup(LogicalDecodingContext *ctx, OutputPluginOptions *opt, bool is_i
 						"format %s)", RECORD_FORMAT),
 				 errhint("The reader is older than this plugin: install the same pgshovel2 version "
 						 "as sql/decoder.")));
+	if (packs)
+	{
+		MemoryContext old = MemoryContextSwitchTo(state->context);
+
+		state->pack_buf = makeStringInfo();
+		MemoryContextSwitchTo(old);
+	}
 	ctx->output_plugin_private = state;
 }
 
@@ -138,15 +220,17 @@ static void
 ensure_begin(LogicalDecodingContext *ctx, ReorderBufferTXN *txn)
 {
 	DecoderState *state = ctx->output_plugin_private;
+	StringInfo	out;
 
 	if (state->begun)
 		return;
-	OutputPluginPrepareWrite(ctx, true);
-	pq_sendbyte(ctx->out, 'B');
-	pq_sendint64(ctx->out, txn->final_lsn);
-	pq_sendint64(ctx->out, state->full_xid);
-	pq_sendint64(ctx->out, txn->xact_time.commit_time);
-	OutputPluginWrite(ctx, true);
+	state->pack = state->pack_buf;	/* NULL without packs */
+	out = start_record(ctx);
+	pq_sendbyte(out, 'B');
+	pq_sendint64(out, txn->final_lsn);
+	pq_sendint64(out, state->full_xid);
+	pq_sendint64(out, txn->xact_time.commit_time);
+	end_record(ctx);
 	state->begun = true;
 }
 
@@ -154,18 +238,22 @@ static void
 decoder_commit(LogicalDecodingContext *ctx, ReorderBufferTXN *txn, XLogRecPtr commit_lsn)
 {
 	DecoderState *state = ctx->output_plugin_private;
+	StringInfo	out;
 
 	if (!state->begun)
 	{
 		OutputPluginUpdateProgress(ctx, true);
 		return;
 	}
-	OutputPluginPrepareWrite(ctx, true);
-	pq_sendbyte(ctx->out, 'C');
-	pq_sendint64(ctx->out, commit_lsn);
-	pq_sendint64(ctx->out, txn->end_lsn);
-	pq_sendint32(ctx->out, state->nchanges);
-	OutputPluginWrite(ctx, true);
+	out = start_record(ctx);
+	pq_sendbyte(out, 'C');
+	pq_sendint64(out, commit_lsn);
+	pq_sendint64(out, txn->end_lsn);
+	pq_sendint32(out, state->nchanges);
+	end_record(ctx);
+	if (state->pack != NULL)
+		write_pack(ctx);
+	state->pack = NULL;
 	state->begun = false;
 }
 
@@ -181,9 +269,8 @@ ensure_layout(LogicalDecodingContext *ctx, ShovelTable *t, int index, Relation r
 
 	if (!pgshovel2_layout_changed(t, RelationGetDescr(rel)))
 		return;
-	OutputPluginPrepareWrite(ctx, true);
-	pgshovel2_write_layout(ctx->out, t, index, rel, state->context);
-	OutputPluginWrite(ctx, true);
+	pgshovel2_write_layout(start_record(ctx), t, index, rel, state->context);
+	end_record(ctx);
 }
 
 /*
@@ -298,6 +385,7 @@ decoder_change(LogicalDecodingContext *ctx, ReorderBufferTXN *txn, Relation rel,
 	HeapTuple	old_tuple = NULL;
 	char		op;
 	MemoryContext old_cxt;
+	StringInfo	out;
 
 	t = pgshovel2_find_table(state, RelationGetRelid(rel), &index);
 	if (t == NULL)
@@ -323,21 +411,21 @@ decoder_change(LogicalDecodingContext *ctx, ReorderBufferTXN *txn, Relation rel,
 	ensure_begin(ctx, txn);
 	ensure_layout(ctx, t, index, rel);
 	old_cxt = MemoryContextSwitchTo(state->change_cxt);
-	OutputPluginPrepareWrite(ctx, true);
-	pq_sendbyte(ctx->out, op);
-	pq_sendint64(ctx->out, change->lsn);
-	pq_sendint16(ctx->out, (uint16) index);
+	out = start_record(ctx);
+	pq_sendbyte(out, op);
+	pq_sendint64(out, change->lsn);
+	pq_sendint16(out, (uint16) index);
 	if (op == 'D')
 	{
-		pq_sendbyte(ctx->out, old_tuple ? 0 : FLAG_NO_ROW);
+		pq_sendbyte(out, old_tuple ? 0 : FLAG_NO_ROW);
 		if (old_tuple)
-			write_sized_row(ctx->out, t, rel, old_tuple, NULL, NULL, NULL);
+			write_sized_row(out, t, rel, old_tuple, NULL, NULL, NULL);
 		else
-			pq_sendint32(ctx->out, 0);
+			pq_sendint32(out, 0);
 	}
 	else
-		write_new_row(ctx->out, t, rel, new_tuple, old_tuple);
-	OutputPluginWrite(ctx, true);
+		write_new_row(out, t, rel, new_tuple, old_tuple);
+	end_record(ctx);
 	MemoryContextSwitchTo(old_cxt);
 	MemoryContextReset(state->change_cxt);
 	state->nchanges++;
@@ -356,12 +444,14 @@ decoder_truncate(LogicalDecodingContext *ctx, ReorderBufferTXN *txn, int nrelati
 
 		if (pgshovel2_find_table(state, RelationGetRelid(relations[i]), &index) == NULL)
 			continue;
+		StringInfo	out;
+
 		ensure_begin(ctx, txn);
-		OutputPluginPrepareWrite(ctx, true);
-		pq_sendbyte(ctx->out, 'T');
-		pq_sendint64(ctx->out, change->lsn);
-		pq_sendint16(ctx->out, (uint16) index);
-		OutputPluginWrite(ctx, true);
+		out = start_record(ctx);
+		pq_sendbyte(out, 'T');
+		pq_sendint64(out, change->lsn);
+		pq_sendint16(out, (uint16) index);
+		end_record(ctx);
 		state->nchanges++;
 	}
 }
@@ -397,12 +487,14 @@ version_message(LogicalDecodingContext *ctx, ReorderBufferTXN *txn, XLogRecPtr l
 	char	   *spec = version_tables(message, size, state->context);
 	MemoryContext old;
 
+	StringInfo	out;
+
 	ensure_begin(ctx, txn);
-	OutputPluginPrepareWrite(ctx, true);
-	pq_sendbyte(ctx->out, 'V');
-	pq_sendint64(ctx->out, lsn);
-	pq_sendbytes(ctx->out, message, size);
-	OutputPluginWrite(ctx, true);
+	out = start_record(ctx);
+	pq_sendbyte(out, 'V');
+	pq_sendint64(out, lsn);
+	pq_sendbytes(out, message, size);
+	end_record(ctx);
 	if (spec != NULL)
 	{
 		old = MemoryContextSwitchTo(state->context);

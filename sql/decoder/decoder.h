@@ -38,6 +38,9 @@ typedef struct DecoderState
 	bool		begun;			/* BEGIN of the current transaction written */
 	uint64		full_xid;		/* epoch-qualified xid of the current transaction */
 	uint32		nchanges;		/* records written in the current transaction */
+	StringInfo	pack_buf;		/* format 4: the pack being filled (NULL: format 3, no packs) */
+	StringInfo	pack;			/* pack_buf inside a transaction written in packs, else NULL */
+	int			record_at;		/* where the record being written starts in the pack */
 } DecoderState;
 
 /* options.c */

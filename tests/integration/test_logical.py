@@ -18,6 +18,7 @@ from pgshovel2 import names
 from pgshovel2.cluster import ClusterStore
 from pgshovel2.ops.verify import read_topics
 from pgshovel2.relay.logical_source import RECORD_FORMAT, LogicalSource
+from pgshovel2.relay.record_decoder import records
 from pgshovel2.relay.source import Change, Commit, Idle
 from pgshovel2.setrecord import slot_name
 from pgshovel2.wire import LOGICAL, Position
@@ -272,7 +273,8 @@ def test_slot_dropped_with_set_and_missing_slot_refused(stack, cluster, db, sche
 
 def test_plugin_refuses_another_record_format(db, cluster):
     """A reader expecting another record format than the plugin writes (a relay and a plugin of
-    different versions) stops when decoding starts, with both formats named (sql/decoder/README.rst)."""
+    different versions) stops when decoding starts, with both formats named (sql/decoder/README.rst);
+    format 3, the same records without packs, is still written (a relay one version older)."""
     slot = f"fmt_{cluster}"
     with db.cursor() as cur:
         cur.execute("CREATE EXTENSION IF NOT EXISTS pgshovel2_decoder")
@@ -280,13 +282,14 @@ def test_plugin_refuses_another_record_format(db, cluster):
         try:
             peek = "SELECT count(*) FROM pg_logical_slot_peek_binary_changes(%s, NULL, NULL, {})"
             with pytest.raises(psycopg2.errors.InvalidParameterValue,
-                               match=r'option "format" is required \(this plugin writes record format 3\)'):
+                               match=r'option "format" is required \(this plugin writes record format 4\)'):
                 cur.execute(peek.format("'tables', '1:1'"), (slot,))
             with pytest.raises(psycopg2.errors.InvalidParameterValue,
-                               match='the reader expects record format "2", this plugin writes format 3'):
+                               match=r'the reader expects record format "2", this plugin writes format 4 \(or 3\)'):
                 cur.execute(peek.format("'format', '2', 'tables', '1:1'"), (slot,))
-            cur.execute(peek.format("'format', %s, 'tables', '1:1'"), (slot, RECORD_FORMAT))
-            assert cur.fetchone() == (0,)
+            for fmt in (RECORD_FORMAT, "3"):
+                cur.execute(peek.format("'format', %s, 'tables', '1:1'"), (slot, fmt))
+                assert cur.fetchone() == (0,)
         finally:
             cur.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
 
@@ -307,12 +310,47 @@ def test_plugin_writes_a_layout_record_once_per_table_and_layout(db, cluster, sc
             cur.execute(f"UPDATE {table} SET n = n + 1")
             cur.execute(f"ALTER TABLE {table} ADD COLUMN w int")
             cur.execute(f"INSERT INTO {table} VALUES (6, 6, 'x', 6)")
-            cur.execute("SELECT substr(data, 1, 1) FROM pg_logical_slot_peek_binary_changes(%s, NULL, NULL, "
+            cur.execute("SELECT data FROM pg_logical_slot_peek_binary_changes(%s, NULL, NULL, "
                         "'format', %s, 'tables', %s)", (slot, RECORD_FORMAT, f"{oid}*:1,2,3"))
-            kinds = b"".join(bytes(r[0]) for r in cur.fetchall())
+            kinds = b"".join(rec[:1] for r in cur.fetchall() for rec in records(bytes(r[0])))
         finally:
             cur.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
     assert kinds == b"BRIIIIIC" + b"BUUUUUC" + b"BRIC", kinds
+
+
+def test_plugin_writes_a_transactions_records_in_packs(db, cluster, schema):
+    """Format 4: a small transaction is one pack (P) ending with its COMMIT; a big one (about 600
+    KiB) several, each written once it holds 128 KiB; a heartbeat is a message of its own. The
+    records are those format 3 writes one message each, byte for byte (sql/decoder/README.rst)."""
+    slot = f"pack_{cluster}"
+    table = f'"{schema}".pk'
+    with db.cursor() as cur:
+        cur.execute("CREATE EXTENSION IF NOT EXISTS pgshovel2_decoder")
+        cur.execute(f"CREATE TABLE {table} (id int PRIMARY KEY, s text)")
+        cur.execute("SELECT %s::regclass::oid", (table,))
+        spec = f"{cur.fetchone()[0]}:1,2"
+        cur.execute("SELECT pg_create_logical_replication_slot(%s, 'pgshovel2_decoder')", (slot,))
+        try:
+            cur.execute(f"INSERT INTO {table} VALUES (1, 'a'), (2, 'b')")
+            cur.execute(f"INSERT INTO {table} SELECT g, repeat(md5(g::text), 60) FROM generate_series(3, 322) g")
+            cur.execute("SELECT pgshovel2_decoder.heartbeat(%s)", (slot,))
+            cur.execute(f'CREATE TABLE "{schema}".pk_after (i int)')  # its commit flushes the heartbeat's WAL
+            peek = ("SELECT data FROM pg_logical_slot_peek_binary_changes(%s, NULL, NULL, 'format', %s, "
+                    "'tables', %s)")
+            cur.execute(peek, (slot, RECORD_FORMAT, spec))
+            packs = [bytes(r[0]) for r in cur.fetchall()]
+            cur.execute(peek, (slot, "3", spec))
+            one_by_one = [bytes(r[0]) for r in cur.fetchall()]
+        finally:
+            cur.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
+    assert [rec for p in packs for rec in records(p)] == one_by_one
+    assert b"".join(r[:1] for r in one_by_one) == b"BRIIC" + b"B" + b"I" * 320 + b"C" + b"H", one_by_one[-3:]
+    kinds = [p[:1] for p in packs]
+    assert kinds[0] == b"P" and records(packs[0])[-1][:1] == b"C" and len(records(packs[0])) == 5
+    big = packs[1:-1]
+    assert len(big) == 5 and all(k == b"P" for k in kinds[1:-1]) and packs[-1][:1] == b"H"
+    assert all(128 * 1024 <= len(p) < 128 * 1024 + 2048 for p in big[:-1])
+    assert records(big[-1])[-1][:1] == b"C" and not any(r[:1] == b"C" for p in big[:-1] for r in records(p))
 
 
 def test_commit_delay_groups_the_transactions_that_keep_coming(stack, cluster, db, schema, tmp_path, relay_factory):

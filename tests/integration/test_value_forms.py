@@ -18,6 +18,7 @@ from pgshovel2.codec import avro
 from pgshovel2.errors import SchemaRejectedError
 from pgshovel2.ops.verify import read_topics
 from pgshovel2.relay.logical_source import RECORD_FORMAT
+from pgshovel2.relay.record_decoder import records
 from pgshovel2.setrecord import queue_name
 from pgshovel2.sinks.registry import SchemaRegistry
 from tests.helpers import RelayProcess, caught_up, pgshovel, write_config
@@ -26,8 +27,8 @@ from tests.integration.test_types import SPECIAL
 
 
 def _plugin_rows(data: list[bytes]) -> list[str]:
-    """The new rows of the INSERT records of pgshovel2_decoder output (record format 2,
-    sql/decoder/README.rst: kind, change LSN, table index, flags, row length, row)."""
+    """The new rows of the INSERT records of pgshovel2_decoder output (sql/decoder/README.rst:
+    kind, change LSN, table index, flags, row length, row)."""
     rows = []
     for record in data:
         if record[:1] == b"I":
@@ -73,7 +74,7 @@ def test_plugin_writes_the_trigger_forms(stack, db, schema):
             by_trigger = [r[0] for r in cur.fetchall()]
             cur.execute("SELECT data FROM pg_logical_slot_get_binary_changes(%s, NULL, NULL, 'format', %s, "
                         "'tables', %s)", (slot, RECORD_FORMAT, f"{oid}:{attnums}"))
-            by_plugin = _plugin_rows([bytes(r[0]) for r in cur.fetchall()])
+            by_plugin = _plugin_rows([rec for r in cur.fetchall() for rec in records(bytes(r[0]))])
             cur.execute(f"SELECT pgshovel2.encode_row(f, '{{{attnums}}}'), "
                         f"pgshovel2_decoder.encode_row(f, '{{{attnums}}}') FROM forms f ORDER BY id")
             snapshot = cur.fetchall()

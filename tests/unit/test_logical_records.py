@@ -8,7 +8,8 @@ import pytest
 from pgshovel2.backends.logical import _identity_problem
 from pgshovel2.catalog import Column, Table
 from pgshovel2.config import SetConfig, TableConfig
-from pgshovel2.relay.record_decoder import PG_EPOCH_US, RecordDecoder
+from pgshovel2.errors import RelayError
+from pgshovel2.relay.record_decoder import PG_EPOCH_US, PackReader, RecordDecoder, records
 from pgshovel2.relay.source import Begin, Change, Commit
 from pgshovel2.setrecord import slot_name
 from pgshovel2.wire import LOGICAL, Lsn, change_header, parse_header, snapshot_header
@@ -59,6 +60,40 @@ def test_transaction_records_decode_in_order():
     assert list(src.ends) == [(unit, 0x1_0000_0040), (0x1_0000_0050, 0x1_0000_0050),
                               (0x1_0000_0090, 0x1_0000_00A0)]
     assert (ts_ms, ts_us) == (946_684_801_000, 946_684_801_000_007)
+
+
+def pack(*recs: bytes) -> bytes:
+    return b"P" + b"".join(struct.pack(">I", len(r)) + r for r in recs)
+
+
+class _Msg:
+    def __init__(self, payload: bytes, data_start: int):
+        self.payload, self.data_start = payload, data_start
+
+
+def test_a_pack_gives_its_records_in_order_as_messages_with_its_start():
+    """PackReader opens a pack (format 4) into one message per record, each with the pack's
+    XLogData start; other messages pass as they came; feed takes a whole pack too."""
+    begin = b"B" + struct.pack(">QQq", 0x1_0000_0010, 77, 5)
+    ins = change(b"I", 0x1_0000_0001, 1, 0, b'[1,"x"]')
+    empty = change(b"D", 0x1_0000_0002, 0, 2, b"")
+    commit = b"C" + struct.pack(">QQI", 0x1_0000_0010, 0x1_0000_0040, 2)
+    heartbeat = b"H" + struct.pack(">Q", 0x1_0000_0050)
+    stream = [_Msg(pack(begin, ins, empty), 0x1_0000_0002), _Msg(pack(commit), 0x1_0000_0040),
+              _Msg(heartbeat, 0x1_0000_0050), None]
+    reader = PackReader(lambda: stream.pop(0))
+    got = [(m.payload, m.data_start) for m in iter(reader.read, None)]
+    assert got == [(begin, 0x1_0000_0002), (ins, 0x1_0000_0002), (empty, 0x1_0000_0002),
+                   (commit, 0x1_0000_0040), (heartbeat, 0x1_0000_0050)]
+    assert records(pack(begin, ins)) == [begin, ins] and records(heartbeat) == [heartbeat]
+    assert [type(i).__name__ for i in source().feed(pack(begin, ins, empty, commit), 0)] == [
+        "Begin", "Change", "Change", "Commit"]
+
+
+def test_a_pack_cut_inside_a_record_is_an_error():
+    whole = pack(change(b"I", 1, 0, 0, b"[1]"))
+    with pytest.raises(RelayError, match="ends inside a record"):
+        records(whole[:-1])
 
 
 def test_unchanged_update_of_a_column_subset_is_dropped_but_counted():

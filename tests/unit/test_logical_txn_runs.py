@@ -22,7 +22,7 @@ import pytest
 from pgshovel2.codec import native
 from pgshovel2.relay.logical_source import LogicalSource
 from pgshovel2.relay.pgoutput_decoder import PgoutputDecoder
-from pgshovel2.relay.record_decoder import BEGIN_FIELDS, COMMIT_FIELDS, PG_EPOCH_US, RecordDecoder
+from pgshovel2.relay.record_decoder import BEGIN_FIELDS, COMMIT_FIELDS, PG_EPOCH_US, PackReader, RecordDecoder
 from pgshovel2.relay.source import Change, ChangeRun, Idle, Lag, TxnRun
 from pgshovel2.wire import LOGICAL, Position
 from tests.unit.test_lane import TXID, UNIT, UNKEYED, every_form, record, workload
@@ -61,6 +61,7 @@ class StreamSource(LogicalSource):
         self._decoder = decoder or RecordDecoder(tags, "slot", raw_rows=True)
         self._decoder.last_lsn = FIRST_LSN - 8
         self._cur = Cursor(messages)
+        self._read_message = self._cur.read_message if decoder else PackReader(self._cur.read_message).read
         self.runs, self.txn_runs, self.stream = True, txn_runs, None
         self._in_txn, self._last_start, self._flushed = False, None, 0
         self.heartbeat_interval, self.wait_cap, self.slot = 1e9, 0.0, "slot"
@@ -98,6 +99,27 @@ def stream(records: list[bytes], seed: int, odd: bool = True) -> list[Message | 
         if odd and rng.random() < 0.2:
             out.append(None)
         i, n, lsn = i + size, n + 1, commit_lsn + 8
+    return out
+
+
+def packed(messages: list[Message | None], seed: int) -> list[Message | None]:
+    """messages as the plugin writes them in format 4: a transaction's records in packs (P), each
+    ending at its COMMIT or, in between, where a pack filled up (at random here), with the XLogData
+    start of its last record; a pause (None) only between packs."""
+    rng, out, recs, pause = random.Random(seed), [], [], False
+    for msg in messages:
+        if msg is None:
+            pause = True
+            continue
+        recs.append(msg)
+        if msg.payload[:1] == b"C" or rng.random() < 0.15:
+            out.append(Message(b"P" + b"".join(struct.pack(">I", len(m.payload)) + m.payload for m in recs),
+                               recs[-1].data_start))
+            recs = []
+            if pause:
+                out.append(None)
+                pause = False
+    assert not recs
     return out
 
 
@@ -141,6 +163,21 @@ def test_a_stream_with_txn_runs_gives_the_items_it_gives_without():
     assert all(len(r.records) <= 512 and r.complete for r in runs)
     assert flat(with_runs) == flat(plain)
     assert ends_laned == ends and len(ends) == sum(m is not None and m.payload[:1] == b"C" for m in messages)
+
+
+@pytest.mark.parametrize("committed", [0, 1])
+def test_a_stream_of_packs_gives_the_items_of_its_records_one_by_one(committed):
+    """Format 4: the same records in packs give the same items, with and without TxnRuns, and
+    the same transaction ends to confirm (committed 1: the first transactions are in Kafka)."""
+    tbl = table(True, TYPES)
+    tags = [tbl.qualified, UNKEYED.qualified]
+    messages = stream(workload(5, rows(37, 300, True, TYPES)), 21)
+    at = FIRST_LSN + 0x100 * 6 if committed else 0
+    plain, with_runs, ends, ends_laned = both(messages, tags, at)
+    packed_plain, packed_runs, packed_ends, packed_ends_laned = both(packed(messages, 22), tags, at)
+    assert sum(type(i) is TxnRun for i in packed_runs) > 5
+    assert flat(packed_plain) == flat(plain) == flat(packed_runs) == flat(with_runs)
+    assert packed_ends == ends == packed_ends_laned == ends_laned and len(ends) > 40
 
 
 @pytest.mark.parametrize("subset", [False, True])
