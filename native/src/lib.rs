@@ -11,6 +11,7 @@ mod debezium;
 mod json;
 mod kinds;
 mod lane;
+mod packs;
 mod pgoutput;
 mod producer;
 mod pyfloat;
@@ -233,6 +234,8 @@ fn pgshovel2_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<pgoutput::PgoutputRows>()?;
     m.add_class::<lane::Lane>()?;
     m.add_class::<producer::Producer>()?;
+    m.add_class::<packs::PackReader>()?;
+    m.add_class::<packs::Unpacked>()?;
     m.add("ABI", 1)?;
     Ok(())
 }

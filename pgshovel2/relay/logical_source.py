@@ -25,7 +25,7 @@ from pgshovel2.relay import lane_reads, pgoutput_stream, relation_layout
 from pgshovel2.relay.feedback_keeper import FeedbackKeeper
 from pgshovel2.relay.pgoutput_decoder import PgoutputDecoder, SetTable
 from pgshovel2.relay.pgoutput_stream import StreamAssembler
-from pgshovel2.relay.record_decoder import RECORD_FORMAT, PackReader, RecordDecoder
+from pgshovel2.relay.record_decoder import RECORD_FORMAT, RecordDecoder, pack_reader
 from pgshovel2.relay.relation_layout import Redo, RelationLayout
 from pgshovel2.relay.source import Begin, Change, Commit, Control, Idle, Item, Lag
 from pgshovel2.setrecord import PLUGIN, SetRecord
@@ -227,7 +227,7 @@ class LogicalSource:
         if self.stream is not None:
             self.stream.reset()
         else:
-            self._read_message = PackReader(self._cur.read_message).read
+            self._read_message = pack_reader(self._cur.read_message)
         self._keeper.start()
         try:
             yield from self._read(position, idle_since)

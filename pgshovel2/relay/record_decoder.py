@@ -14,6 +14,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 
+from pgshovel2.codec import native
 from pgshovel2.errors import RelayError
 from pgshovel2.relay import relation_layout
 from pgshovel2.relay.lane_reads import BEGIN, COMMIT, TxnReads
@@ -52,16 +53,26 @@ def unpack(pack: bytes) -> list[bytes]:
     records, pos, end, length = [], 1, len(pack), _U32.unpack_from
     while pos < end:
         start = pos + 4
-        pos = start + length(pack, pos)[0]
-        if pos > end:
+        stop = start + length(pack, pos)[0] if start <= end else end + 1
+        if stop > end:
             raise RelayError(f"a pack from output plugin {PLUGIN} ends inside a record ({end} bytes)")
-        records.append(pack[start:pos])
+        records.append(pack[start:stop])
+        pos = stop
     return records
 
 
 def records(message: bytes) -> list[bytes]:
     """The records of one message of the plugin: a pack's, or the message itself."""
     return unpack(message) if message[0] == PACK else [message]
+
+
+def pack_reader(read_message: Callable[[], object | None]) -> Callable[[], object | None]:
+    """The read() of a reader of packs over read_message (:class:`PackReader`): the native
+    module's twin when it is installed (pgshovel2.codec.native), else the Python one."""
+    mod = native.module()
+    if mod is None:
+        return PackReader(read_message).read
+    return mod.PackReader(read_message, RelayError).read
 
 
 class Unpacked:
@@ -83,14 +94,14 @@ class PackReader:
         self._records: deque[Unpacked] = deque()
 
     def read(self) -> object | None:
-        """The next record (a message, or an Unpacked of a pack), or None."""
-        if self._records:
-            return self._records.popleft()
-        msg = self._read_message()
-        if msg is None or msg.payload[0] != PACK:
-            return msg
-        start = msg.data_start
-        self._records.extend(Unpacked(record, start) for record in unpack(msg.payload))
+        """The next record (a message, or an Unpacked of a pack), or None. Raises RelayError
+        when a pack ends inside a record."""
+        while not self._records:
+            msg = self._read_message()
+            if msg is None or msg.payload[0] != PACK:
+                return msg
+            start = msg.data_start
+            self._records.extend(Unpacked(record, start) for record in unpack(msg.payload))
         return self._records.popleft()
 
 

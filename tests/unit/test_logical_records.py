@@ -1,12 +1,14 @@
 """The relay's reading of pgshovel2_decoder records (sql/decoder/README.rst), positions and
 the logical backend's replica identity rules, without a server."""
 
+import random
 import struct
 
 import pytest
 
 from pgshovel2.backends.logical import _identity_problem
 from pgshovel2.catalog import Column, Table
+from pgshovel2.codec import native
 from pgshovel2.config import SetConfig, TableConfig
 from pgshovel2.errors import RelayError
 from pgshovel2.relay.record_decoder import PG_EPOCH_US, PackReader, RecordDecoder, records
@@ -94,6 +96,40 @@ def test_a_pack_cut_inside_a_record_is_an_error():
     whole = pack(change(b"I", 1, 0, 0, b"[1]"))
     with pytest.raises(RelayError, match="ends inside a record"):
         records(whole[:-1])
+
+
+def test_the_native_pack_reader_gives_what_the_python_one_gives():
+    """Random streams of packs (records of 0 to 300 bytes, empty packs, other messages, pauses)
+    and cut packs: both readers give the same messages and stop with the same error."""
+    mod = native.module()
+    assert mod is not None, "pgshovel2_native is not installed (scripts/install.sh builds it)"
+    readers = {"python": lambda read: PackReader(read).read,
+               "native": lambda read: mod.PackReader(read, RelayError).read}
+    rng = random.Random(5)
+    for _ in range(200):
+        stream: list = []
+        for i in range(rng.randint(1, 12)):
+            recs = [bytes([rng.choice(b"BIUDTCRV")]) + rng.randbytes(rng.randint(0, 300))
+                    for _ in range(rng.randint(0, 6))]
+            kind = rng.random()
+            payload = pack(*recs) if kind < 0.7 else b"H" + rng.randbytes(8)
+            if kind < 0.1:
+                payload = payload[:rng.randint(1, len(payload))]  # cut, perhaps inside a length
+            stream.append(_Msg(payload, 1000 + i))
+            if rng.random() < 0.2:
+                stream.append(None)
+        got = {}
+        for name, make in readers.items():
+            msgs, out = list(stream), []
+            read = make(lambda msgs=msgs: msgs.pop(0) if msgs else None)
+            try:
+                while msgs or out[-1:] != [None]:
+                    m = read()
+                    out.append(None if m is None else (m.payload, m.data_start))
+            except RelayError as exc:
+                out.append(str(exc))
+            got[name] = out
+        assert got["native"] == got["python"]
 
 
 def test_unchanged_update_of_a_column_subset_is_dropped_but_counted():

@@ -22,7 +22,7 @@ import pytest
 from pgshovel2.codec import native
 from pgshovel2.relay.logical_source import LogicalSource
 from pgshovel2.relay.pgoutput_decoder import PgoutputDecoder
-from pgshovel2.relay.record_decoder import BEGIN_FIELDS, COMMIT_FIELDS, PG_EPOCH_US, PackReader, RecordDecoder
+from pgshovel2.relay.record_decoder import BEGIN_FIELDS, COMMIT_FIELDS, PG_EPOCH_US, RecordDecoder, pack_reader
 from pgshovel2.relay.source import Change, ChangeRun, Idle, Lag, TxnRun
 from pgshovel2.wire import LOGICAL, Position
 from tests.unit.test_lane import TXID, UNIT, UNKEYED, every_form, record, workload
@@ -61,7 +61,7 @@ class StreamSource(LogicalSource):
         self._decoder = decoder or RecordDecoder(tags, "slot", raw_rows=True)
         self._decoder.last_lsn = FIRST_LSN - 8
         self._cur = Cursor(messages)
-        self._read_message = self._cur.read_message if decoder else PackReader(self._cur.read_message).read
+        self._read_message = self._cur.read_message if decoder else pack_reader(self._cur.read_message)
         self.runs, self.txn_runs, self.stream = True, txn_runs, None
         self._in_txn, self._last_start, self._flushed = False, None, 0
         self.heartbeat_interval, self.wait_cap, self.slot = 1e9, 0.0, "slot"
