@@ -10,6 +10,9 @@ import signal
 import threading
 import time
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
 
 import psycopg2
 import pytest
@@ -294,27 +297,35 @@ def test_plugin_refuses_another_record_format(db, cluster):
             cur.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
 
 
+@contextmanager
+def plugin_slot(db, slot: str, table: str, columns: str) -> Iterator[tuple[Any, int]]:
+    """A new table (columns: its column list) and a slot of our plugin, dropped afterwards:
+    yields (a cursor of db, the table's OID)."""
+    with db.cursor() as cur:
+        cur.execute("CREATE EXTENSION IF NOT EXISTS pgshovel2_decoder")
+        cur.execute(f"CREATE TABLE {table} ({columns})")
+        cur.execute("SELECT %s::regclass::oid", (table,))
+        (oid,) = cur.fetchone()
+        cur.execute("SELECT pg_create_logical_replication_slot(%s, 'pgshovel2_decoder')", (slot,))
+        try:
+            yield cur, oid
+        finally:
+            cur.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
+
+
 def test_plugin_writes_a_layout_record_once_per_table_and_layout(db, cluster, schema):
     """A layout record (R) before a table's first change of the session and after a DDL only: not
     before every change (a NOT NULL key column once made every change look like a new layout)."""
     slot = f"lay_{cluster}"
     table = f'"{schema}".lay'
-    with db.cursor() as cur:
-        cur.execute("CREATE EXTENSION IF NOT EXISTS pgshovel2_decoder")
-        cur.execute(f"CREATE TABLE {table} (id int PRIMARY KEY, n int NOT NULL, s text)")
-        cur.execute("SELECT %s::regclass::oid", (table,))
-        (oid,) = cur.fetchone()
-        cur.execute("SELECT pg_create_logical_replication_slot(%s, 'pgshovel2_decoder')", (slot,))
-        try:
-            cur.execute(f"INSERT INTO {table} SELECT g, g, 'x' FROM generate_series(1, 5) g")
-            cur.execute(f"UPDATE {table} SET n = n + 1")
-            cur.execute(f"ALTER TABLE {table} ADD COLUMN w int")
-            cur.execute(f"INSERT INTO {table} VALUES (6, 6, 'x', 6)")
-            cur.execute("SELECT data FROM pg_logical_slot_peek_binary_changes(%s, NULL, NULL, "
-                        "'format', %s, 'tables', %s)", (slot, RECORD_FORMAT, f"{oid}*:1,2,3"))
-            kinds = b"".join(rec[:1] for r in cur.fetchall() for rec in records(bytes(r[0])))
-        finally:
-            cur.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
+    with plugin_slot(db, slot, table, "id int PRIMARY KEY, n int NOT NULL, s text") as (cur, oid):
+        cur.execute(f"INSERT INTO {table} SELECT g, g, 'x' FROM generate_series(1, 5) g")
+        cur.execute(f"UPDATE {table} SET n = n + 1")
+        cur.execute(f"ALTER TABLE {table} ADD COLUMN w int")
+        cur.execute(f"INSERT INTO {table} VALUES (6, 6, 'x', 6)")
+        cur.execute("SELECT data FROM pg_logical_slot_peek_binary_changes(%s, NULL, NULL, "
+                    "'format', %s, 'tables', %s)", (slot, RECORD_FORMAT, f"{oid}*:1,2,3"))
+        kinds = b"".join(rec[:1] for r in cur.fetchall() for rec in records(bytes(r[0])))
     assert kinds == b"BRIIIIIC" + b"BUUUUUC" + b"BRIC", kinds
 
 
@@ -324,25 +335,16 @@ def test_plugin_writes_a_transactions_records_in_packs(db, cluster, schema):
     records are those format 3 writes one message each, byte for byte (sql/decoder/README.rst)."""
     slot = f"pack_{cluster}"
     table = f'"{schema}".pk'
-    with db.cursor() as cur:
-        cur.execute("CREATE EXTENSION IF NOT EXISTS pgshovel2_decoder")
-        cur.execute(f"CREATE TABLE {table} (id int PRIMARY KEY, s text)")
-        cur.execute("SELECT %s::regclass::oid", (table,))
-        spec = f"{cur.fetchone()[0]}:1,2"
-        cur.execute("SELECT pg_create_logical_replication_slot(%s, 'pgshovel2_decoder')", (slot,))
-        try:
-            cur.execute(f"INSERT INTO {table} VALUES (1, 'a'), (2, 'b')")
-            cur.execute(f"INSERT INTO {table} SELECT g, repeat(md5(g::text), 60) FROM generate_series(3, 322) g")
-            cur.execute("SELECT pgshovel2_decoder.heartbeat(%s)", (slot,))
-            cur.execute(f'CREATE TABLE "{schema}".pk_after (i int)')  # its commit flushes the heartbeat's WAL
-            peek = ("SELECT data FROM pg_logical_slot_peek_binary_changes(%s, NULL, NULL, 'format', %s, "
-                    "'tables', %s)")
-            cur.execute(peek, (slot, RECORD_FORMAT, spec))
-            packs = [bytes(r[0]) for r in cur.fetchall()]
-            cur.execute(peek, (slot, "3", spec))
-            one_by_one = [bytes(r[0]) for r in cur.fetchall()]
-        finally:
-            cur.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
+    with plugin_slot(db, slot, table, "id int PRIMARY KEY, s text") as (cur, oid):
+        cur.execute(f"INSERT INTO {table} VALUES (1, 'a'), (2, 'b')")
+        cur.execute(f"INSERT INTO {table} SELECT g, repeat(md5(g::text), 60) FROM generate_series(3, 322) g")
+        cur.execute("SELECT pgshovel2_decoder.heartbeat(%s)", (slot,))
+        cur.execute(f'CREATE TABLE "{schema}".pk_after (i int)')  # its commit flushes the heartbeat's WAL
+        peek = "SELECT data FROM pg_logical_slot_peek_binary_changes(%s, NULL, NULL, 'format', %s, 'tables', %s)"
+        cur.execute(peek, (slot, RECORD_FORMAT, f"{oid}:1,2"))
+        packs = [bytes(r[0]) for r in cur.fetchall()]
+        cur.execute(peek, (slot, "3", f"{oid}:1,2"))
+        one_by_one = [bytes(r[0]) for r in cur.fetchall()]
     assert [rec for p in packs for rec in records(p)] == one_by_one
     assert b"".join(r[:1] for r in one_by_one) == b"BRIIC" + b"B" + b"I" * 320 + b"C" + b"H", one_by_one[-3:]
     kinds = [p[:1] for p in packs]
