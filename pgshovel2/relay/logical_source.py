@@ -226,7 +226,7 @@ class LogicalSource:
         self._in_txn, idle_since = False, time.monotonic()
         if self.stream is not None:
             self.stream.reset()
-        else:
+        if self.plugin != pgoutput.NAME:  # our plugin's records come in packs (record format 4)
             self._read_message = pack_reader(self._cur.read_message)
         self._keeper.start()
         try:

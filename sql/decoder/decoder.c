@@ -441,11 +441,10 @@ decoder_truncate(LogicalDecodingContext *ctx, ReorderBufferTXN *txn, int nrelati
 	for (i = 0; i < nrelations; i++)
 	{
 		int			index;
+		StringInfo	out;
 
 		if (pgshovel2_find_table(state, RelationGetRelid(relations[i]), &index) == NULL)
 			continue;
-		StringInfo	out;
-
 		ensure_begin(ctx, txn);
 		out = start_record(ctx);
 		pq_sendbyte(out, 'T');
@@ -486,7 +485,6 @@ version_message(LogicalDecodingContext *ctx, ReorderBufferTXN *txn, XLogRecPtr l
 	DecoderState *state = ctx->output_plugin_private;
 	char	   *spec = version_tables(message, size, state->context);
 	MemoryContext old;
-
 	StringInfo	out;
 
 	ensure_begin(ctx, txn);
