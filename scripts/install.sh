@@ -9,7 +9,7 @@ source "$(dirname "$0")/env.sh"
 
 APT_PACKAGES="postgresql-15 postgresql-15-pgq3 pgqd postgresql-server-dev-15 libpq-dev
   postgresql-contrib zookeeper kcat netcat-openbsd maven openjdk-17-jre-headless libpostgresql-jdbc-java
-  unzip xz-utils build-essential pkg-config libssl-dev libjemalloc2"
+  unzip xz-utils build-essential pkg-config libssl-dev libjemalloc2 curl ca-certificates"
 
 missing=""
 for p in $APT_PACKAGES; do
@@ -45,12 +45,22 @@ fi
 
 # The native row codec (native/, Rust + PyO3): built with maturin into a wheel and installed as
 # the module pgshovel2_native; without it the relay runs the pure-Python codec (it logs which).
-# rustup's cargo (~/.cargo/bin) where the machine has it, even when the caller's PATH lacks it.
+# It needs the Rust of native/Cargo.toml's rust-version, newer than Debian 12's cargo (rustc 1.63):
+# rustup's toolchain (~/.cargo/bin) where the machine has it, even when the caller's PATH lacks it;
+# else the machine's cargo when it is new enough; else rustup installs one into ~/.cargo.
+RUST_MIN=$(sed -n 's/^rust-version = "\(.*\)"$/\1/p' "$REPO/native/Cargo.toml")
 [ -x "$HOME/.cargo/bin/cargo" ] && PATH="$HOME/.cargo/bin:$PATH"
-if ! command -v cargo >/dev/null; then
-  log "installing Rust (Debian's cargo) for the native codec"
-  SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
-  $SUDO apt-get update -q && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q cargo
+rust_ok() {
+  command -v cargo >/dev/null && printf '%s\n%s\n' "$RUST_MIN" "$(cargo --version | cut -d' ' -f2)" | sort -V -C
+}
+if ! rust_ok; then
+  log "installing Rust >= $RUST_MIN for the native codec with rustup (static.rust-lang.org) into $HOME/.cargo"
+  init=$(mktemp -d)/rustup-init  # rustup-init tells what to do by its own name
+  curl -sSf --proto '=https' --tlsv1.2 -o "$init" \
+      "https://static.rust-lang.org/rustup/dist/$(uname -m)-unknown-linux-gnu/rustup-init"
+  chmod +x "$init" && "$init" -y -q --profile minimal --no-modify-path && rm -rf "$(dirname "$init")"
+  PATH="$HOME/.cargo/bin:$PATH"
+  rust_ok || { echo "install.sh: rustup gave no cargo of Rust >= $RUST_MIN (native/Cargo.toml)" >&2; exit 1; }
 fi
 log "building the native row codec (native/)"
 "$VENV/bin/pip" install -q "maturin>=1.5,<2"

@@ -1,5 +1,6 @@
 """docker-compose.yml cannot run here (no Docker engine): check its shape."""
 
+import fnmatch
 from pathlib import Path
 
 import yaml
@@ -35,3 +36,34 @@ def test_relay_command_parses_with_the_real_cli():
     for var in relay["environment"]:
         option = var.removeprefix("PGSHOVEL_").lower()
         assert option in ctx.params, f"{var} is not an option of pgshovel-kafka-relay"
+
+
+def _ignored(path: str, patterns: list[str]) -> bool:
+    """Whether .dockerignore's patterns (Go filepath.Match, with ``**/`` for any depth) leave path, or a
+    folder above it, out of the build context."""
+    parts = path.split("/")
+    prefixes = ["/".join(parts[:i]) for i in range(1, len(parts) + 1)]
+    for pattern in patterns:
+        for candidate in (pattern, pattern.replace("**/", "")):
+            if any(fnmatch.fnmatchcase(p, candidate) for p in prefixes):
+                return True
+    return False
+
+
+def test_dockerfiles_copy_only_what_the_build_context_has():
+    """Every COPY source of the Dockerfiles exists and is not left out by .dockerignore (a COPY of a
+    missing or ignored path fails the image build), and the local state is left out."""
+    root = Path(__file__).resolve().parents[2]
+    patterns = [line.strip() for line in (root / ".dockerignore").read_text().splitlines()
+                if line.strip() and not line.startswith("#")]
+    for dockerfile in (root / "docker").glob("*.Dockerfile"):
+        for line in dockerfile.read_text().splitlines():
+            words = line.split()
+            if not words or words[0] != "COPY" or any(w.startswith("--from") for w in words):
+                continue
+            for source in words[1:-1]:
+                assert (root / source).exists(), f"{dockerfile.name}: COPY {source}: no such path"
+                if source != ".":
+                    assert not _ignored(source, patterns), f"{dockerfile.name}: COPY {source} is in .dockerignore"
+    for local in (".venv/bin/python", ".stack/pg/PG_VERSION", "native/target/release", "native/src/lib.rs"):
+        assert _ignored(local, patterns) == (not local.startswith("native/src")), local
