@@ -3,9 +3,10 @@
  * pgq.insert_event() or an INSERT statement.
  *
  * The queue's current event table and event sequence are looked up once per
- * transaction and queue (the only SPI query here); each event is then one
- * heap insert plus its index entries, with no executor run or plan check
- * (what that saved per row: sql/capture/README.rst, "Cost").
+ * transaction and queue, by reading its row of pgq.queue through that table's
+ * index (no SPI); each event is then one heap insert plus its index entries,
+ * with no executor run or plan check (what each saved: sql/capture/README.rst,
+ * "Cost").
  *
  * Reading queue_cur_table once per transaction is what pgq.insert_event()
  * itself gives a REPEATABLE READ transaction; PgQ's rotation only truncates
@@ -28,7 +29,6 @@
 #include "catalog/pg_type.h"
 #include "commands/sequence.h"
 #include "executor/executor.h"
-#include "executor/spi.h"
 #include "nodes/makefuncs.h"
 #include "parser/parse_func.h"
 #include "miscadmin.h"
@@ -39,6 +39,7 @@
 #include "utils/rel.h"
 
 #include "queue.h"
+#include "queue_lookup.h"
 
 /* Columns of pgq.event_template, in order. */
 enum
@@ -52,17 +53,10 @@ typedef struct QueueCache
 	struct QueueCache *next;
 	char	   *queue;
 	LocalTransactionId lxid;	/* transaction the lookup below belongs to */
-	Oid			table;			/* the current event table, e.g. pgq.event_2_1 */
-	Oid			seq;			/* the queue's event id sequence */
+	QueueRow	row;			/* row.table and row.seq: the queue's event table and sequence */
 } QueueCache;
 
 static QueueCache *queue_caches = NULL;
-static SPIPlanPtr queue_info_plan = NULL;
-
-#define QUEUE_INFO_SQL \
-	"SELECT (queue_data_pfx || '_' || queue_cur_table)::regclass::oid," \
-	" queue_event_seq::regclass::oid, queue_disable_insert" \
-	" FROM pgq.queue WHERE queue_name = $1"
 
 static QueueCache *
 find_cache(const char *queue)
@@ -75,38 +69,10 @@ find_cache(const char *queue)
 	qc = MemoryContextAllocZero(TopMemoryContext, sizeof(QueueCache));
 	qc->queue = MemoryContextStrdup(TopMemoryContext, queue);
 	qc->lxid = InvalidLocalTransactionId;
+	ItemPointerSetInvalid(&qc->row.tid);
 	qc->next = queue_caches;
 	queue_caches = qc;
 	return qc;
-}
-
-static void
-lookup_queue(QueueCache *qc)
-{
-	Oid			types[1] = {TEXTOID};
-	Datum		args[1];
-	bool		isnull;
-
-	if (queue_info_plan == NULL)
-	{
-		queue_info_plan = SPI_prepare(QUEUE_INFO_SQL, 1, types);
-		if (queue_info_plan == NULL)
-			elog(ERROR, "pgshovel2: cannot prepare PgQ queue lookup");
-		SPI_keepplan(queue_info_plan);
-	}
-	args[0] = CStringGetTextDatum(qc->queue);
-	if (SPI_execute_plan(queue_info_plan, args, NULL, true, 1) != SPI_OK_SELECT)
-		elog(ERROR, "pgshovel2: PgQ queue lookup failed");
-	if (SPI_processed != 1)
-		ereport(ERROR,
-				(errcode(ERRCODE_UNDEFINED_OBJECT),
-				 errmsg("pgshovel2: PgQ queue \"%s\" does not exist", qc->queue),
-				 errhint("Drop the capture triggers or recreate the replication set.")));
-	if (DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3, &isnull)))
-		ereport(ERROR,
-				(errmsg("pgshovel2: inserts into PgQ queue \"%s\" are disabled", qc->queue)));
-	qc->table = DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
-	qc->seq = DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
 }
 
 /* Whether the current role may call pgq.insert_event(text, text, text). */
@@ -123,7 +89,7 @@ is_pgq_writer(void)
 static void
 check_writer(QueueCache *qc)
 {
-	if (pg_class_aclcheck(qc->table, GetUserId(), ACL_INSERT) == ACLCHECK_OK ||
+	if (pg_class_aclcheck(qc->row.table, GetUserId(), ACL_INSERT) == ACLCHECK_OK ||
 		is_pgq_writer())
 		return;
 	ereport(ERROR,
@@ -137,10 +103,7 @@ check_writer(QueueCache *qc)
 static void
 refresh_cache(QueueCache *qc)
 {
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "pgshovel2: SPI_connect failed");
-	lookup_queue(qc);
-	SPI_finish();
+	pgshovel2_queue_lookup(qc->queue, &qc->row);
 	check_writer(qc);
 	qc->lxid = MyProc->lxid;
 }
@@ -196,10 +159,10 @@ pgshovel2_queue_insert(const char *queue, const char *ev_type,
 
 	if (qc->lxid != MyProc->lxid)
 		refresh_cache(qc);
-	rel = table_open(qc->table, RowExclusiveLock);
+	rel = table_open(qc->row.table, RowExclusiveLock);
 	check_layout(rel);			/* every time: a column added since would be read past values[] */
 	memset(nulls, true, sizeof(nulls));
-	values[EV_ID] = Int64GetDatum(nextval_internal(qc->seq, false));
+	values[EV_ID] = Int64GetDatum(nextval_internal(qc->row.seq, false));
 	values[EV_TIME] = TimestampTzGetDatum(GetCurrentTransactionStartTimestamp());
 	values[EV_TXID] = Int64GetDatum((int64) U64FromFullTransactionId(GetTopFullTransactionId()));
 	nulls[EV_ID] = nulls[EV_TIME] = nulls[EV_TXID] = false;

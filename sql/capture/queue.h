@@ -6,7 +6,7 @@
 
 #include "postgres.h"
 
-/* One event; NULL strings become NULL fields. Runs its own SPI query. */
+/* One event; NULL strings become NULL fields. ERROR when the queue is gone, disabled or not writable. */
 extern void pgshovel2_queue_insert(const char *queue, const char *ev_type,
 								   const char *ev_data, const char *ev_extra1,
 								   const char *ev_extra2);

@@ -130,3 +130,68 @@ def test_an_event_table_of_another_layout_is_refused_and_nothing_changes(stack, 
             in str(refused.value)
         cur.execute(f"SELECT count(*) FROM {table}")
         assert cur.fetchone() == (0,)
+
+
+def test_a_session_follows_its_queue_dropped_and_created_again_under_its_name(stack, db, queue):
+    name, table = queue
+    writer = psycopg2.connect(stack.dsn)  # one session throughout: what it found of the queue must not go stale
+    with writer.cursor() as cur:
+        cur.execute(f"INSERT INTO {table} VALUES (1, 'first queue')")
+    writer.commit()
+    with db.cursor() as cur:
+        first = _current_table(cur, name)
+        cur.execute("SELECT pgq.drop_queue(%s, true)", (name,))
+        cur.execute("SELECT pgq.create_queue(%s)", (name,))
+        second = _current_table(cur, name)
+    with writer.cursor() as cur:
+        cur.execute(f"INSERT INTO {table} VALUES (2, 'second queue')")
+    writer.commit()
+    writer.close()
+    with db.cursor() as cur:
+        assert second != first
+        assert [e[6] for e in _events(cur, second)] == ['[2,"second queue"]']
+
+
+def test_a_session_finds_its_queue_row_moved_by_updates_and_vacuum(stack, db, queue):
+    name, table = queue
+    writer = psycopg2.connect(stack.dsn)
+    with writer.cursor() as cur:
+        cur.execute(f"INSERT INTO {table} VALUES (1, 'a')")
+    writer.commit()
+    db.autocommit = True
+    with db.cursor() as cur:
+        cur.execute("SELECT ctid FROM pgq.queue WHERE queue_name = %s", (name,))
+        before = cur.fetchone()[0]
+        for lag in range(1, 40):  # new versions of the queue's row; the one the session saw is vacuumed away
+            cur.execute("SELECT pgq.set_queue_config(%s, 'ticker_max_lag', %s)", (name, f"{lag} seconds"))
+        cur.execute("VACUUM pgq.queue")
+        cur.execute("SELECT ctid FROM pgq.queue WHERE queue_name = %s", (name,))
+        after = cur.fetchone()[0]
+    with writer.cursor() as cur:
+        cur.execute(f"INSERT INTO {table} VALUES (2, 'b')")
+    writer.commit()
+    writer.close()
+    with db.cursor() as cur:
+        assert after != before
+        assert [e[6] for e in _events(cur, _current_table(cur, name))] == ['[1,"a"]', '[2,"b"]']
+
+
+@pytest.mark.parametrize("gone", ["dropped", "disabled"])
+def test_a_change_to_a_queue_gone_or_disabled_is_refused_naming_it_and_changes_nothing(stack, db, queue, gone):
+    name, table = queue
+    with db.cursor() as cur:
+        if gone == "dropped":
+            cur.execute("SELECT pgq.drop_queue(%s, true)", (name,))
+        else:
+            cur.execute("UPDATE pgq.queue SET queue_disable_insert = true WHERE queue_name = %s", (name,))
+    conn = psycopg2.connect(stack.dsn)
+    with conn.cursor() as cur, pytest.raises(psycopg2.Error) as refused:
+        cur.execute(f"INSERT INTO {table} VALUES (1, 'x')")
+    conn.close()
+    said = {"dropped": f'PgQ queue "{name}" does not exist', "disabled": f'inserts into PgQ queue "{name}" are disabled'}
+    assert said[gone] in str(refused.value)
+    with db.cursor() as cur:
+        cur.execute(f"SELECT count(*) FROM {table}")
+        assert cur.fetchone() == (0,)
+        if gone == "dropped":
+            cur.execute("SELECT pgq.create_queue(%s)", (name,))  # for the fixture's drop
