@@ -26,6 +26,7 @@
 #include "utils/rel.h"
 #include "utils/typcache.h"
 
+#include "capture_args.h"
 #include "encode.h"
 #include "queue.h"
 
@@ -33,81 +34,6 @@ PG_MODULE_MAGIC;
 
 PG_FUNCTION_INFO_V1(pgshovel2_capture);
 PG_FUNCTION_INFO_V1(pgshovel2_encode_row);
-
-/* Parsed trigger arguments, cached for the life of the trigger's FmgrInfo. */
-typedef struct CaptureArgs
-{
-	Oid			tgoid;
-	const char *queue;
-	const char *table_tag;
-	int			ncols;
-	int16	   *attnums;
-	ColumnCodec *codecs;
-	int			nkeys;
-	int16	   *keys;
-	bool		subset;
-	bool		before_always;
-} CaptureArgs;
-
-static int
-parse_attnums(const char *list, int16 **out, TupleDesc desc, MemoryContext mcxt)
-{
-	int			n = 0;
-	int			cap = 8;
-	const char *p = list;
-
-	*out = MemoryContextAlloc(mcxt, cap * sizeof(int16));
-	while (*p)
-	{
-		char	   *end;
-		long		attnum = strtol(p, &end, 10);
-
-		if (end == p || attnum < 1 || attnum > desc->natts ||
-			TupleDescAttr(desc, attnum - 1)->attisdropped)
-			ereport(ERROR,
-					(errmsg("pgshovel2: bad column list \"%s\" in capture trigger", list),
-					 errhint("Recreate the trigger with \"pgshovel set upgrade\".")));
-		if (n == cap)
-		{
-			cap *= 2;
-			*out = repalloc(*out, cap * sizeof(int16));
-		}
-		(*out)[n++] = (int16) attnum;
-		p = (*end == ',') ? end + 1 : end;
-	}
-	return n;
-}
-
-static CaptureArgs *
-capture_args(FunctionCallInfo fcinfo, TriggerData *tg)
-{
-	CaptureArgs *args = fcinfo->flinfo->fn_extra;
-	Trigger    *trigger = tg->tg_trigger;
-	TupleDesc	desc = RelationGetDescr(tg->tg_relation);
-	MemoryContext mcxt = fcinfo->flinfo->fn_mcxt;
-	int			i;
-
-	if (args && args->tgoid == trigger->tgoid)
-		return args;
-	if (trigger->tgnargs != 5)
-		elog(ERROR, "pgshovel2.capture() takes 5 trigger arguments, got %d",
-			 trigger->tgnargs);
-	args = MemoryContextAllocZero(mcxt, sizeof(CaptureArgs));
-	args->tgoid = trigger->tgoid;
-	args->queue = MemoryContextStrdup(mcxt, trigger->tgargs[0]);
-	args->table_tag = MemoryContextStrdup(mcxt, trigger->tgargs[1]);
-	args->ncols = parse_attnums(trigger->tgargs[2], &args->attnums, desc, mcxt);
-	args->nkeys = parse_attnums(trigger->tgargs[3], &args->keys, desc, mcxt);
-	args->subset = strncmp(trigger->tgargs[4], "subset", 6) == 0;
-	args->before_always = strstr(trigger->tgargs[4], ",before") != NULL;
-	args->codecs = MemoryContextAlloc(mcxt, args->ncols * sizeof(ColumnCodec));
-	for (i = 0; i < args->ncols; i++)
-		pgshovel2_codec_init(&args->codecs[i],
-							 TupleDescAttr(desc, args->attnums[i] - 1)->atttypid,
-							 mcxt);
-	fcinfo->flinfo->fn_extra = args;
-	return args;
-}
 
 /* True when any of the given columns differs (binary) between the tuples. */
 static bool
@@ -156,7 +82,7 @@ pgshovel2_capture(PG_FUNCTION_ARGS)
 	tg = (TriggerData *) fcinfo->context;
 	if (!TRIGGER_FIRED_AFTER(tg->tg_event))
 		elog(ERROR, "pgshovel2.capture() must be an AFTER trigger");
-	args = capture_args(fcinfo, tg);
+	args = pgshovel2_capture_args(tg);
 	desc = RelationGetDescr(tg->tg_relation);
 
 	if (TRIGGER_FIRED_BY_TRUNCATE(tg->tg_event))

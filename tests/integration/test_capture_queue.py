@@ -188,7 +188,8 @@ def test_a_change_to_a_queue_gone_or_disabled_is_refused_naming_it_and_changes_n
     with conn.cursor() as cur, pytest.raises(psycopg2.Error) as refused:
         cur.execute(f"INSERT INTO {table} VALUES (1, 'x')")
     conn.close()
-    said = {"dropped": f'PgQ queue "{name}" does not exist', "disabled": f'inserts into PgQ queue "{name}" are disabled'}
+    said = {"dropped": f'PgQ queue "{name}" does not exist',
+            "disabled": f'inserts into PgQ queue "{name}" are disabled'}
     assert said[gone] in str(refused.value)
     with db.cursor() as cur:
         cur.execute(f"SELECT count(*) FROM {table}")
