@@ -3,11 +3,12 @@
 pgqd (PgQ's daemon) ticks every queue (``pgq.ticker()``) and runs ``pgq.maint_operations()``
 (table rotation, vacuum of PgQ's tables, extra maintenance) every ``maint_period``. Managed
 databases have no pgqd, so the relay's source (pgshovel2.relay.pgq_source) ticks its own
-queue when the last tick is older than the queue's ``ticker_max_lag`` plus
+queue once its last tick is older than the queue's ``ticker_max_lag`` plus
 :data:`TICK_MARGIN` seconds (none: the tick bounds the trigger backend's latency; where pgqd
-also ticks, ``pgq.ticker`` makes one tick of the two calls) at no extra round trip: the age
-comes with the poll (:data:`POLL_SQL`) -- and runs the maintenance every
-``maint_interval`` seconds. pgqd stays supported; both may run.
+also ticks, ``pgq.ticker`` makes one tick of the two calls): each poll (:data:`POLL_SQL`) says
+when the next tick is due, and the source ticks then and opens the tick's batch in the same round
+trip (:data:`TICK_POLL_SQL`) -- and runs the maintenance every ``maint_interval`` seconds. pgqd
+stays supported; both may run.
 
 Who ticked the queue last is told by the relay's session: its ``application_name`` is
 ``pgshovel2 relay <tag> tick <id>`` after it made tick id (:func:`relay_tag`), which
@@ -39,25 +40,44 @@ ASYNC_COMMIT = "set_config('synchronous_commit', 'off', true)"
 OPEN_COMMIT = ("set_config('synchronous_commit', CASE current_setting('synchronous_commit') "
                "WHEN 'off' THEN 'local' ELSE 'off' END, true)")
 
-# One row per poll: the next batch (NULLs when none), whether the relay should tick, the events
-# queued between the batch's ticks (its size, unless transactions older than its first tick
-# committed in it), and whether ticks after the batch's are there already (the relay is behind).
-# Its transaction, which opens the batch, commits as OPEN_COMMIT says: a crash can only lose it, and
-# the batch is opened again. Parameters: TICK_MARGIN, queue, consumer, queue.
-_POLL = f"""
-SELECT b.batch_id, b.prev_tick_id, b.cur_tick_id,
-       q.ticker_lag > q.queue_ticker_max_lag + make_interval(secs => %s),
-       b.cur_tick_event_seq - b.prev_tick_event_seq, b.cur_tick_id < q.last_tick_id, {OPEN_COMMIT}
-FROM {{batch}} b, pgq.get_queue_info(%s) q
+# ASYNC_COMMIT for a transaction that ticks and opens the batch of that tick: the tick is durable
+# before any of the batch reaches Kafka, at the session's setting (a local flush where that is off).
+TICK_OPEN_COMMIT = ("set_config('synchronous_commit', CASE current_setting('synchronous_commit') "
+                    "WHEN 'off' THEN 'local' ELSE current_setting('synchronous_commit') END, true)")
+
+# One row per poll: the next batch (NULLs when none): its id, ticks, the events queued between
+# them (its size, unless transactions older than its first tick committed in it) and the text of
+# pgq.batch_event_sql for it; the seconds until the queue's next tick is due (ticker_max_lag plus
+# TICK_MARGIN after its last tick; <= 0: due now; NULL: no tick yet); whether ticks after the
+# batch's are there already (the relay is behind); ticker_max_lag in seconds. The queue's last
+# tick is read from pgq.tick, not through pgq.get_queue_info (three queries and a sequence read,
+# for a lag). Its transaction, which opens the batch, commits as {commit} says: a crash can only
+# lose it, and the batch is opened again. Parameters: TICK_MARGIN, the batch function's (queue,
+# consumer[, min_count]), queue.
+_POLL = """
+SELECT b.batch_id, b.prev_tick_id, b.cur_tick_id, b.cur_tick_event_seq - b.prev_tick_event_seq,
+       CASE WHEN b.batch_id IS NOT NULL THEN pgq.batch_event_sql(b.batch_id) END,
+       extract(epoch FROM q.queue_ticker_max_lag - (now() - t.tick_time))::float8 + %s,
+       b.cur_tick_id < t.tick_id, extract(epoch FROM q.queue_ticker_max_lag)::float8, {commit}
+FROM {batch} b, pgq.queue q LEFT JOIN LATERAL (
+    SELECT tick_id, tick_time FROM pgq.tick WHERE tick_queue = q.queue_id
+    ORDER BY tick_queue DESC, tick_id DESC LIMIT 1) t ON true
+WHERE q.queue_name = %s
 """
-POLL_SQL = _POLL.format(batch="pgq.next_batch_info(%s, %s)")
+_NEXT = "pgq.next_batch_info(%s, %s)"
+POLL_SQL = _POLL.format(batch=_NEXT, commit=OPEN_COMMIT)
 # POLL_SQL for a relay that is behind: a batch over as many ticks as it takes to hold MERGE_COUNT
 # events (pgq.next_batch_custom's min_count), or no batch when fewer are queued (a NULL row: the
-# relay polls again with POLL_SQL). Fewer, larger batches: each one costs a Kafka commit and four
+# relay polls again with POLL_SQL). Fewer, larger batches: each one costs a Kafka commit and its
 # round trips, whatever its size. Deterministic where it matters: an open batch stays the
 # consumer's batch, ticks and all, until it is finished, across restarts. Parameters: TICK_MARGIN,
 # queue, consumer, MERGE_COUNT, queue.
-POLL_MERGED_SQL = _POLL.format(batch="pgq.next_batch_custom(%s, %s, NULL, %s, NULL)")
+POLL_MERGED_SQL = _POLL.format(batch="pgq.next_batch_custom(%s, %s, NULL, %s, NULL)", commit=OPEN_COMMIT)
+# A tick when PgQ's rules want one (pgq.ticker(queue); the session's application_name then names
+# it, see relay_tag), then POLL_SQL, in one round trip and one transaction, which commits as
+# TICK_OPEN_COMMIT says. Parameters: application_name's prefix, queue, then POLL_SQL's.
+TICK_POLL_SQL = ("SELECT CASE WHEN t IS NOT NULL THEN set_config('application_name', %s || t, false) END "
+                 "FROM pgq.ticker(%s) t;" + _POLL.format(batch=_NEXT, commit=TICK_OPEN_COMMIT))
 MERGE_COUNT = 20_000  # events in a batch opened while the relay is behind, at least
 
 
@@ -66,12 +86,9 @@ def relay_tag(queue: str) -> str:
     return hashlib.sha1(queue.encode()).hexdigest()[:8]
 
 
-def tick(cur, queue: str) -> int | None:
-    """``pgq.ticker(queue)`` (a tick when PgQ's rules want one); on a new tick the session's
-    application_name says so. Returns the new tick id or None."""
-    cur.execute("SELECT t, CASE WHEN t IS NOT NULL THEN set_config('application_name', %s || t, false) END "
-                "FROM pgq.ticker(%s) t", (f"pgshovel2 relay {relay_tag(queue)} tick ", queue))
-    return cur.fetchone()[0]
+def tick_name(queue: str) -> str:
+    """The prefix of application_name a relay's session takes after it ticked queue (TICK_POLL_SQL)."""
+    return f"pgshovel2 relay {relay_tag(queue)} tick "
 
 
 def maintain(cur) -> list[str]:
@@ -111,7 +128,7 @@ def who_ticks(dsn: str, queue: str) -> dict[str, Any]:
     row = one_row(dsn, "SELECT q.last_tick_id, extract(epoch FROM q.ticker_lag)::float8, "
                   "(SELECT max(substring(application_name FROM ' tick ([0-9]+)$')::int8) FROM pg_stat_activity "
                   " WHERE datname = current_database() AND application_name LIKE %s) "
-                  "FROM pgq.get_queue_info(%s) q", (f"pgshovel2 relay {relay_tag(queue)} tick %", queue),
+                  "FROM pgq.get_queue_info(%s) q", (f"{tick_name(queue)}%", queue),
                   ("last_tick", "last_tick_age_seconds", "relay_tick"))
     if row is None:
         return {"error": f"no queue {queue}"}

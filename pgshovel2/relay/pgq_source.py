@@ -7,17 +7,18 @@ Commit of a batch is complete, and the next batch is read only once the loop has
 acknowledged it (``pgq.finish_batch``, after its Kafka commit): commit_delay is 0.
 
 Without pgqd the source ticks its queue itself and runs PgQ's maintenance
-(:mod:`pgshovel2.backends.pgq_ticker`).
+(:mod:`pgshovel2.backends.pgq_ticker`). A relay that keeps up polls only when the queue's
+next tick is due (each poll says when), and then ticks and opens that tick's batch in one
+round trip; a batch of up to fetch_size events is read in one more, on the same autocommit
+connection, and acknowledged in a third.
 """
 
 import logging
 import time
 from collections.abc import Iterator
 from contextlib import closing
-from dataclasses import dataclass
 
 import psycopg2
-from psycopg2 import sql
 
 from pgshovel2.backends import pgq_ticker, trigger
 from pgshovel2.backends.snapshot import ExportedSnapshot
@@ -25,6 +26,7 @@ from pgshovel2.codec.rows import loads_row
 from pgshovel2.db import connect, outage
 from pgshovel2.errors import FencedError, RelayError, UnavailableError
 from pgshovel2.relay.pgq_ahead import ReadAhead
+from pgshovel2.relay.pgq_batch import READ_SETTINGS, Batch, Poll, batch_gone, events_query
 from pgshovel2.relay.pgq_runs import IUD, expand, expand_txns, run_end, txn_bounds
 from pgshovel2.relay.prefetch import prefetch
 from pgshovel2.relay.source import (
@@ -43,58 +45,6 @@ from pgshovel2.setrecord import TriggerCapture
 from pgshovel2.wire import TRIGGER, Position, position_prefix
 
 log = logging.getLogger(__name__)
-
-
-def batch_gone(exc: psycopg2.Error) -> bool:
-    """True when exc is PgQ's error for reading a batch that has been finished: pgq.batch_event_sql
-    raises 'batch not found' when the batch was finished before the read began, and
-    pgq.batch_event_tables 'Cannot find data for batch N' when it was finished between the two
-    (each statement of a PL/pgSQL function sees the commits made before it starts)."""
-    text = str(exc)
-    return isinstance(exc, psycopg2.errors.RaiseException) and (
-        "batch not found" in text or "Cannot find data for batch" in text)
-
-
-@dataclass(frozen=True)
-class Batch:
-    """An open PgQ batch; from pgq.next_batch_info."""
-
-    batch_id: int
-    prev_tick_id: int
-    cur_tick_id: int
-    queued: int = 0  # events queued between its ticks (cur_tick_event_seq - prev_tick_event_seq)
-
-
-# Events grouped by transaction, transactions in commit order: a transaction
-# that waited for another's row lock inserted its events after the other's
-# last one, so ordering transactions by their last ev_id keeps per-key order.
-# {events} is the batch's own query from pgq.batch_event_sql, read directly:
-# pgq.get_batch_events runs that same query in PL/pgSQL and returns it as a set,
-# whose materialized copy cost as much again as the query (a drain's batch of
-# 16,000 mixed rows: 66 ms read through it, 42 ms so).
-_EVENTS_SQL = sql.SQL("""
-SELECT ev_txid, (extract(epoch FROM ev_time) * 1000)::int8, ev_type, ev_data, ev_extra1, ev_extra2
-FROM (SELECT e.*, max(ev_id) OVER (PARTITION BY ev_txid) AS tx_last FROM ({events}) e) e
-WHERE {snapshot}::txid_snapshot IS NULL OR NOT txid_visible_in_snapshot(ev_txid, {snapshot}::txid_snapshot)
-ORDER BY tx_last, ev_id
-""")
-# The events query sorts a whole batch twice (by txid for the window, then by tx_last); a merged
-# batch of 20,000 mixed rows takes 8 MB per sort, which spilled to disk at the default 4 MB
-# (190 ms -> 164 ms in memory). Session-wide on the relay's read connection only.
-_READ_SETTINGS = "SET work_mem = '32MB'"
-_ORDER_BY_ID = " order by 1"  # how pgq.batch_event_sql's query ends; the outer query orders
-
-
-def events_query(batch_sql: str, snapshot: str | None, limit: int | None = None) -> sql.Composed:
-    """The query of a batch's events (txid, ts_ms, ev_type, ev_data, ev_extra1, ev_extra2),
-    grouped by transaction in commit order, skipping transactions visible in snapshot (a
-    txid_snapshot's text, or None); the first limit rows only, unless None. batch_sql: the text
-    pgq.batch_event_sql returned for the batch (PgQ's own selection of its events over the
-    queue's event tables)."""
-    if batch_sql.endswith(_ORDER_BY_ID):
-        batch_sql = batch_sql[:-len(_ORDER_BY_ID)]
-    query = _EVENTS_SQL.format(events=sql.SQL(batch_sql), snapshot=sql.Literal(snapshot))
-    return query if limit is None else query + sql.SQL("LIMIT {}").format(sql.Literal(limit))
 
 
 class PgqSource:
@@ -132,15 +82,20 @@ class PgqSource:
         self._ahead = ReadAhead(self._read, events_query, fetch_size)
         self._open: Batch | None = None
         self._behind = False  # the last poll saw ticks after its batch's
+        self._known = False  # a poll ran: _behind and _tick_at say what it found
+        self._tick_at = 0.0  # time.monotonic() when the queue's next tick is due: poll then
+        self._max_lag = 0.0  # the queue's ticker_max_lag (s), as the last poll read it
 
     def _read_connection(self):
-        """The connection batches are read on, with _READ_SETTINGS for its session; raises
-        UnavailableError when the database cannot be reached or goes away meanwhile."""
+        """The connection large batches are read on (a server-side cursor, in a transaction), with
+        READ_SETTINGS for its session, as the control connection's; raises UnavailableError when
+        the database cannot be reached or goes away meanwhile."""
         conn = connect(self.dsn, f"queue {self.queue}", UnavailableError)
         try:
-            with conn.cursor() as cur:
-                cur.execute(_READ_SETTINGS)
-            conn.commit()
+            for each in (conn, self._ctl):
+                with each.cursor() as cur:
+                    cur.execute(READ_SETTINGS)
+                each.commit()
         except psycopg2.Error as exc:
             conn.close()
             self._raise(exc)
@@ -204,13 +159,14 @@ class PgqSource:
         (it was committed to Kafka but not acknowledged before a restart)."""
         while True:
             self._maintain()
-            row = self._poll()
-            if row is None or row[0] is None:
-                # a new tick means a batch is ready now
-                if not (row and row[3] and self._tick()):
-                    yield Idle(self.poll_interval)
+            tick = time.monotonic() >= self._tick_at
+            if self._known and not (tick or self._behind):
+                yield Idle(max(0.0, min(self.poll_interval, self._tick_at - time.monotonic())))
                 continue
-            batch = self._open = Batch(*row[:3], row[4] or 0)
+            poll = self._poll(tick)
+            batch = self._open = poll.batch
+            if batch is None:
+                continue
             if position.reaches(batch.cur_tick_id, 0, True):
                 log.info("batch of ticks %d..%d is already in Kafka (committed before a restart): "
                          "acknowledging it", batch.prev_tick_id, batch.cur_tick_id)
@@ -223,25 +179,28 @@ class PgqSource:
             while self._open is not None:  # the loop acknowledges the batch after its Kafka commit
                 yield Idle(0.0)
 
-    def _poll(self) -> tuple | None:
-        """The poll's row (pgq_ticker.POLL_SQL); a batch over several ticks (POLL_MERGED_SQL) while
-        the last poll found ticks after its batch's, and enough events queued."""
+    def _poll(self, tick: bool) -> Poll:
+        """Poll (pgq_ticker.POLL_SQL), ticking first when tick (TICK_POLL_SQL); a batch over several
+        ticks (POLL_MERGED_SQL) while the last poll found ticks after its batch's, and enough events
+        queued. Sets when to poll next: when the next tick is due, or a poll_interval after a tick
+        that found nothing to tick."""
         margin, queue, consumer = pgq_ticker.TICK_MARGIN, self.queue, self.consumer
-        row = None
+        poll = None
         if self._behind:
-            row = self._query(pgq_ticker.POLL_MERGED_SQL, (margin, queue, consumer, pgq_ticker.MERGE_COUNT, queue))
-        if row is None or row[0] is None:
-            row = self._query(pgq_ticker.POLL_SQL, (margin, queue, consumer, queue))
-        self._behind = bool(row and row[5])
-        return row
-
-    def _tick(self) -> int | None:
-        """Tick the queue (no ticker did for longer than its ticker_max_lag); the new tick id or None."""
-        try:
-            with self._ctl.cursor() as cur:
-                return pgq_ticker.tick(cur, self.queue)
-        except psycopg2.Error as exc:
-            self._raise(exc)
+            poll = Poll.of(self._query(pgq_ticker.POLL_MERGED_SQL,
+                                       (margin, queue, consumer, pgq_ticker.MERGE_COUNT, queue)))
+        if poll is None or poll.batch is None:
+            if tick:
+                args = (pgq_ticker.tick_name(queue), queue, margin, queue, consumer, queue)
+                poll = Poll.of(self._query(pgq_ticker.TICK_POLL_SQL, args))
+            else:
+                poll = Poll.of(self._query(pgq_ticker.POLL_SQL, (margin, queue, consumer, queue)))
+        self._behind, self._known, self._max_lag = poll.behind, True, poll.max_lag
+        nothing_to_tick = tick and poll.batch is None
+        # from now, not from when the poll was sent: due counts from its transaction's start, and a
+        # tick attempted before the lag is reached by the database's clock would find nothing to do
+        self._tick_at = time.monotonic() + (self.poll_interval if nothing_to_tick else max(poll.due or 0.0, 0.0))
+        return poll
 
     def _maintain(self) -> None:
         """PgQ's maintenance (rotation, vacuum, retry) when maint_interval has passed."""
@@ -322,9 +281,11 @@ class PgqSource:
         and the relay is behind, the read of the next batch starts."""
         self._ahead.wait()
         try:
-            with self._read.cursor() as cur:
-                cur.execute("SELECT pgq.batch_event_sql(%s)", (batch.batch_id,))
-                batch_sql = cur.fetchone()[0]
+            batch_sql = batch.batch_sql
+            if batch_sql is None:
+                with self._ctl.cursor() as cur:
+                    cur.execute("SELECT pgq.batch_event_sql(%s)", (batch.batch_id,))
+                    batch_sql = cur.fetchone()[0]
             chunks = self._ahead.take(batch.prev_tick_id, batch.cur_tick_id, batch_sql, snapshot)
             yield from chunks if chunks is not None else self._query_chunks(batch, batch_sql, snapshot)
         finally:
@@ -336,11 +297,12 @@ class PgqSource:
             self._ahead.start(self.queue, self.consumer, batch.cur_tick_id, True, pgq_ticker.MERGE_COUNT, snapshot)
 
     def _query_chunks(self, batch: Batch, batch_sql: str, snapshot: str | None) -> Iterator[list[tuple]]:
-        """A batch of up to fetch_size queued events in one query; a larger one (or one that turns
-        out larger: transactions older than its first tick committed in it) through a server-side
-        cursor, which costs the database three more statements."""
+        """A batch of up to fetch_size queued events in one query, on the control connection (no
+        transaction to begin and end: its events can no longer change); a larger one (or one that
+        turns out larger: transactions older than its first tick committed in it) through a
+        server-side cursor of the read connection, which costs the database three more statements."""
         if batch.queued <= self.fetch_size:
-            with self._read.cursor() as cur:
+            with self._ctl.cursor() as cur:
                 cur.execute(events_query(batch_sql, snapshot, self.fetch_size + 1))
                 rows = cur.fetchall()
             if len(rows) <= self.fetch_size:
@@ -357,7 +319,10 @@ class PgqSource:
         """Acknowledge the open batch (pgq.finish_batch) when position completes it: its events
         are never read again. A batch another relay of the set acknowledged first is only logged.
         It commits without waiting for the WAL flush (synchronous_commit off): a crash can only lose
-        it, and the batch, read again, is covered by the position committed in Kafka."""
+        it, and the batch, read again, is covered by the position committed in Kafka. The next tick
+        is then due no sooner than ticker_max_lag from now: while the relay keeps up, a batch and its
+        Kafka transaction every ticker_max_lag plus the time a batch takes, so a busier relay makes
+        fewer, larger ones (a relay that is behind does not wait)."""
         batch = self._open
         if batch is None or not position.complete or position.unit < batch.cur_tick_id:
             return
@@ -366,6 +331,7 @@ class PgqSource:
             log.warning("batch %d of queue %s was already acknowledged by another relay of this set",
                         batch.batch_id, self.queue)
         self._open = None
+        self._tick_at = max(self._tick_at, time.monotonic() + self._max_lag)
 
     def wait(self, timeout: float) -> None:
         """Sleep timeout seconds (PgQ has nothing to wait on)."""

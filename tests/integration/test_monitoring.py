@@ -118,8 +118,9 @@ def test_set_status_shows_the_last_relay_error(stack, cluster, db, table_set, re
     relay.wait_for("snapshot done")
     with db.cursor() as cur:  # cut the relay off the database: it must retry and say why
         cur.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                    "WHERE pid <> pg_backend_pid() AND datname = current_database() AND application_name = ''"
-                    " AND backend_type = 'client backend' AND query NOT LIKE '%%pgq.ticker%%'")
+                    "WHERE pid <> pg_backend_pid() AND datname = current_database() AND backend_type = 'client backend'"
+                    " AND (application_name = '' OR application_name LIKE 'pgshovel2 relay %%')"
+                    " AND query <> 'select pgq.ticker()'")  # not pgqd's
         cur.execute(f'INSERT INTO "{table_set}".t VALUES (1, \'after\')')
     relay.wait_for("interrupted")
     caught_up(stack, cluster, "mon")

@@ -3,6 +3,7 @@ has finished (the zombie of test_exactly_once.py, paused between opening a batch
 events, while its successor relayed and acknowledged that batch) stops as fenced, whichever PgQ
 function notices first that the batch is gone."""
 
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -13,7 +14,9 @@ import pytest
 from pgshovel2.backends import pgq_ticker
 from pgshovel2.errors import FencedError
 from pgshovel2.relay.pgq_source import Batch, PgqSource, batch_gone
+from pgshovel2.relay.source import Change, Commit, Idle
 from pgshovel2.setrecord import TriggerCapture
+from pgshovel2.wire import TRIGGER, Position
 
 
 @pytest.fixture
@@ -46,16 +49,18 @@ def test_reading_a_batch_another_relay_finished_stops_as_fenced(stack, db, queue
         source.close()
 
 
-def test_the_read_session_sorts_batches_in_memory_after_reading_one(stack, db, queue):
-    """The events query sorts a whole batch twice; the read connection's larger work_mem is a
-    session setting, which must outlive the rollback that ends each batch's read."""
+def test_the_read_sessions_sort_batches_in_memory_after_reading_one(stack, db, queue):
+    """The events query sorts a whole batch twice; the larger work_mem of both connections a batch
+    is read on (the control connection for a small one, the read connection's cursor for a large
+    one) is a session setting, which must outlive the rollback that ends a cursor's read."""
     batch = _open_batch(db, queue)
     source = PgqSource(stack.dsn, TriggerCapture(queue, "t", "c"), maint_interval=0)
     try:
         assert [row[3] for chunk in source._event_chunks(batch, None) for row in chunk] == ["[1]"]
-        with source._read.cursor() as cur:
-            cur.execute("SELECT current_setting('work_mem'), source FROM pg_settings WHERE name = 'work_mem'")
-            assert cur.fetchone() == ("32MB", "session")
+        for conn in (source._ctl, source._read):
+            with conn.cursor() as cur:
+                cur.execute("SELECT current_setting('work_mem'), source FROM pg_settings WHERE name = 'work_mem'")
+                assert cur.fetchone() == ("32MB", "session")
     finally:
         source.close()
 
@@ -189,12 +194,11 @@ def test_a_relay_that_is_behind_opens_batches_over_several_ticks(stack, db, monk
             source = PgqSource(stack.dsn, TriggerCapture(name, "t", "c"), maint_interval=0)
             sources.append(source)
             spans, seen = [], []
-            while (row := source._poll())[0] is not None:
-                batch = Batch(*row[:3], row[4])
+            while (batch := source._poll(False).batch) is not None:
                 if len(spans) == 1:  # a restarted relay's first poll gives the open batch, ticks and all
                     again = PgqSource(stack.dsn, TriggerCapture(name, "t", "c"), maint_interval=0)
                     sources.append(again)
-                    assert again._poll()[:3] == row[:3]
+                    assert again._poll(False).batch == batch
                 events = [r[3] for chunk in source._event_chunks(batch, None) for r in chunk]
                 spans.append((batch.cur_tick_id - batch.prev_tick_id, len(events)))
                 seen += events
@@ -205,3 +209,86 @@ def test_a_relay_that_is_behind_opens_batches_over_several_ticks(stack, db, monk
     finally:
         for source in sources:
             source.close()
+
+
+@pytest.mark.parametrize(("session", "opens_with"), [("off", "local"), ("on", "on"), ("remote_apply", "remote_apply")])
+def test_the_poll_that_ticks_commits_its_tick_durably_before_its_batch_is_read(stack, db, session, opens_with):
+    """A poll that ticks and opens that tick's batch in one transaction (TICK_POLL_SQL) commits at
+    the session's own setting, or with a local WAL flush where that is off: the tick is durable
+    before any of its batch reaches Kafka (a tick lost in a crash could give its id to other events)."""
+    with ticking_queue(db) as name:
+        with db.cursor() as cur:
+            cur.execute("UPDATE pgq.queue SET queue_ticker_paused = false WHERE queue_name = %s", (name,))
+            cur.execute("SELECT pgq.insert_event(%s, 'I', '[1]')", (name,))
+        conn = psycopg2.connect(stack.dsn, options=f"-c synchronous_commit={session}")
+        try:
+            with conn.cursor() as cur:  # one transaction, as the source's autocommit statement is
+                cur.execute(pgq_ticker.TICK_POLL_SQL, (pgq_ticker.tick_name(name), name, pgq_ticker.TICK_MARGIN,
+                                                       name, "c", name))
+                row = cur.fetchone()
+                cur.execute("SHOW synchronous_commit")
+                assert cur.fetchone()[0] == opens_with
+                cur.execute("SELECT current_setting('application_name')")
+                named = cur.fetchone()[0]
+            conn.commit()
+        finally:
+            conn.close()
+        with db.cursor() as cur:
+            cur.execute("SELECT last_tick_id FROM pgq.get_queue_info(%s)", (name,))
+            assert row[2] == cur.fetchone()[0]  # the batch of the tick the same statement made
+            assert named == pgq_ticker.tick_name(name) + str(row[2])
+            assert row[4] is not None and "pgq.tick" in row[4]  # the batch's pgq.batch_event_sql text
+
+
+class _Counting(psycopg2.extensions.cursor):
+    """A cursor that records the statements it sends (class-wide)."""
+
+    sent: list[str] = []
+
+    def execute(self, query, vars=None):
+        _Counting.sent.append(query if isinstance(query, str) else query.as_string(self.connection))
+        return super().execute(query, vars)
+
+
+def test_a_source_that_keeps_up_polls_when_a_tick_is_due_and_takes_three_statements_a_batch(stack, db):
+    """Writes arriving faster than the queue's ticks: the source sleeps until the next tick is due
+    (each poll says when), then ticks and opens its batch in one statement, reads it in one more
+    and acknowledges it in a third; it does not poll in between (at a poll every poll_interval, it
+    would poll about ten times a batch here). Every event comes once, in order."""
+    name = f"q_{uuid.uuid4().hex[:8]}"
+    with db.cursor() as cur:
+        cur.execute("CREATE EXTENSION IF NOT EXISTS pgq")
+        cur.execute("SELECT pgq.create_queue(%s)", (name,))
+        cur.execute("SELECT pgq.set_queue_config(%s, 'ticker_max_lag', '0.25 seconds')", (name,))
+        cur.execute("SELECT pgq.register_consumer(%s, 'c')", (name,))
+        cur.execute("SELECT last_tick FROM pgq.get_consumer_info(%s, 'c')", (name,))
+        start = cur.fetchone()[0]
+    source = PgqSource(stack.dsn, TriggerCapture(name, "t", "c"), maint_interval=0)
+    source._ctl.cursor_factory = source._read.cursor_factory = _Counting
+    _Counting.sent = []
+    written, seen, batches = 0, [], 0
+    deadline = time.monotonic() + 3
+    try:
+        for item in source.items(Position(start, 0, True, None, TRIGGER)):
+            if isinstance(item, Idle):
+                if time.monotonic() > deadline:
+                    break
+                with db.cursor() as cur:  # a write every 20 ms or so, while the source waits
+                    cur.execute("SELECT pgq.insert_event(%s, 'I', %s)", (name, f"[{written}]"))
+                written += 1
+                time.sleep(max(0.0, min(item.wait, 0.02)))
+            elif isinstance(item, Change):
+                seen.append(item.row)
+            elif isinstance(item, Commit) and item.complete:
+                source.ack(Position(item.unit, item.ordinal, True, None, TRIGGER))
+                batches += 1
+    finally:
+        source.close()
+        with db.cursor() as cur:
+            cur.execute("SELECT pgq.unregister_consumer(%s, 'c')", (name,))
+            cur.execute("SELECT pgq.drop_queue(%s)", (name,))
+    polls = [s for s in _Counting.sent if "next_batch" in s]
+    assert batches >= 5
+    assert len(polls) <= batches + 3  # a poll a batch, and a few that found nothing to tick or open
+    assert len(_Counting.sent) <= 3 * batches + 3
+    assert seen == [[i] for i in range(len(seen))] and len(seen) >= written - 20
