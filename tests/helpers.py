@@ -206,3 +206,17 @@ def until(ready: Callable[[], object], what: str, timeout: float, step: float = 
     while not ready():
         assert time.monotonic() < deadline, f"timed out after {timeout:g}s waiting for {what}"
         time.sleep(step)
+
+
+def capture_into(cur, queue: str, table: str, columns: str, attnums: str) -> None:
+    """Create table (columns: its SQL column list, the first one its key) and PgQ queue, and capture
+    the table's rows into the queue with the C trigger pgshovel2.capture (table tag 'tag', the
+    columns numbered attnums, e.g. '1,2'); cur: an autocommit cursor."""
+    from pgshovel2.backends import trigger
+
+    cur.execute("CREATE EXTENSION IF NOT EXISTS pgq")
+    trigger.ensure_extension(cur)
+    cur.execute(f"CREATE TABLE {table} ({columns})")
+    cur.execute("SELECT pgq.create_queue(%s)", (queue,))
+    cur.execute(f"CREATE TRIGGER c AFTER INSERT OR UPDATE OR DELETE ON {table} FOR EACH ROW "
+                f"EXECUTE FUNCTION pgshovel2.capture(%s, 'tag', %s, '1', 'all')", (queue, attnums))

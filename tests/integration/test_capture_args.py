@@ -6,7 +6,7 @@ column dropped, a trigger replaced with other arguments."""
 import psycopg2
 import pytest
 
-from pgshovel2.backends import trigger
+from tests.helpers import capture_into
 
 
 @pytest.fixture
@@ -15,12 +15,7 @@ def captured(stack, db, schema):
     with columns 1,2,3, and a session that has captured one change already; dropped afterwards."""
     name, table = f"qa_{schema}", f'"{schema}".t'
     with db.cursor() as cur:
-        cur.execute("CREATE EXTENSION IF NOT EXISTS pgq")
-        trigger.ensure_extension(cur)
-        cur.execute(f"CREATE TABLE {table} (id int PRIMARY KEY, v int, w text)")
-        cur.execute("SELECT pgq.create_queue(%s)", (name,))
-        cur.execute(f"CREATE TRIGGER c AFTER INSERT OR UPDATE OR DELETE ON {table} FOR EACH ROW "
-                    f"EXECUTE FUNCTION pgshovel2.capture(%s, 'tag', '1,2,3', '1', 'all')", (name,))
+        capture_into(cur, name, table, "id int PRIMARY KEY, v int, w text", "1,2,3")
     session = psycopg2.connect(stack.dsn)
     session.autocommit = True
     with session.cursor() as cur:

@@ -1,15 +1,17 @@
 """The C capture trigger's own insert into a PgQ queue (sql/capture/queue.c): the event row is
 the one pgq.insert_event writes (id, time, txid, NULLs) and is in the event table's txid index;
-after a rotation the next transaction writes into the new current table; a writer needs PgQ's
-writer rights (pgq_writer) or INSERT on the event table, and without them its change fails and
-changes nothing; an event table of another layout is refused."""
+after a rotation, a queue made again under its name or its row moved, a session's next transaction
+writes into the queue's current table (what the lookup keeps between transactions,
+sql/capture/queue_lookup.c, must not go stale); a writer needs PgQ's writer rights (pgq_writer) or
+INSERT on the event table, and without them its change fails and changes nothing; a change to a
+queue that is gone or disabled, or to an event table of another layout, is refused naming it."""
 
 import uuid
 
 import psycopg2
 import pytest
 
-from pgshovel2.backends import trigger
+from tests.helpers import capture_into
 
 
 @pytest.fixture
@@ -18,12 +20,7 @@ def queue(db, schema):
     afterwards."""
     name, table = f"q_{schema}", f'"{schema}".t'
     with db.cursor() as cur:
-        cur.execute("CREATE EXTENSION IF NOT EXISTS pgq")
-        trigger.ensure_extension(cur)
-        cur.execute(f"CREATE TABLE {table} (id int PRIMARY KEY, v text)")
-        cur.execute("SELECT pgq.create_queue(%s)", (name,))
-        cur.execute(f"CREATE TRIGGER c AFTER INSERT OR UPDATE OR DELETE ON {table} FOR EACH ROW "
-                    f"EXECUTE FUNCTION pgshovel2.capture(%s, 'tag', '1,2', '1', 'all')", (name,))
+        capture_into(cur, name, table, "id int PRIMARY KEY, v text", "1,2")
     yield name, table
     with db.cursor() as cur:
         cur.execute("SELECT pgq.drop_queue(%s, true)", (name,))
@@ -64,26 +61,20 @@ def test_event_rows_equal_what_pgq_insert_event_writes(stack, queue):
     assert by_index == 3
 
 
-def test_a_transaction_after_a_rotation_writes_into_the_new_table(stack, db, queue):
-    name, table = queue
-    writer = psycopg2.connect(stack.dsn)  # one session throughout: its per-transaction lookup must not go stale
-    with writer.cursor() as cur:
-        cur.execute(f"INSERT INTO {table} VALUES (1, 'before')")
-    writer.commit()
-    with db.cursor() as cur:
-        before = _current_table(cur, name)
-        cur.execute("SELECT pgq.set_queue_config(%s, 'rotation_period', '0')", (name,))
-        cur.execute("SELECT pgq.maint_rotate_tables_step1(%s)", (name,))
-        cur.execute("SELECT pgq.maint_rotate_tables_step2()")
-        after = _current_table(cur, name)
-    with writer.cursor() as cur:
-        cur.execute(f"INSERT INTO {table} VALUES (2, 'after')")
-    writer.commit()
-    writer.close()
-    with db.cursor() as cur:
-        assert after != before
-        assert [e[6] for e in _events(cur, before)] == ['[1,"before"]']
-        assert [e[6] for e in _events(cur, after)] == ['[2,"after"]']
+def _write_around(stack, db, table: str, change) -> None:
+    """Insert (1, 'a') in a session, run change(cursor of db), then insert (2, 'b') in the same
+    session: what it found of the queue in its first transaction must not go stale."""
+    writer = psycopg2.connect(stack.dsn)
+    try:
+        for row, step in (((1, "a"), None), ((2, "b"), change)):
+            if step is not None:
+                with db.cursor() as cur:
+                    step(cur)
+            with writer.cursor() as cur:
+                cur.execute(f"INSERT INTO {table} VALUES (%s, %s)", row)
+            writer.commit()
+    finally:
+        writer.close()
 
 
 @pytest.fixture
@@ -132,47 +123,49 @@ def test_an_event_table_of_another_layout_is_refused_and_nothing_changes(stack, 
         assert cur.fetchone() == (0,)
 
 
-def test_a_session_follows_its_queue_dropped_and_created_again_under_its_name(stack, db, queue):
+def _rotate(cur, queue: str) -> None:
+    cur.execute("SELECT pgq.set_queue_config(%s, 'rotation_period', '0')", (queue,))
+    cur.execute("SELECT pgq.maint_rotate_tables_step1(%s)", (queue,))
+    cur.execute("SELECT pgq.maint_rotate_tables_step2()")
+
+
+def _recreate(cur, queue: str) -> None:
+    cur.execute("SELECT pgq.drop_queue(%s, true)", (queue,))
+    cur.execute("SELECT pgq.create_queue(%s)", (queue,))
+
+
+@pytest.mark.parametrize("change", [_rotate, _recreate], ids=["rotated", "dropped and created again"])
+def test_a_session_writes_into_the_current_table_of_its_queue_changed_since(stack, db, queue, change):
+    """After a rotation (the queue's row updated) or a new queue of the same name (another row,
+    other tables), the session's next transaction writes into the queue's current table."""
     name, table = queue
-    writer = psycopg2.connect(stack.dsn)  # one session throughout: what it found of the queue must not go stale
-    with writer.cursor() as cur:
-        cur.execute(f"INSERT INTO {table} VALUES (1, 'first queue')")
-    writer.commit()
     with db.cursor() as cur:
-        first = _current_table(cur, name)
-        cur.execute("SELECT pgq.drop_queue(%s, true)", (name,))
-        cur.execute("SELECT pgq.create_queue(%s)", (name,))
-        second = _current_table(cur, name)
-    with writer.cursor() as cur:
-        cur.execute(f"INSERT INTO {table} VALUES (2, 'second queue')")
-    writer.commit()
-    writer.close()
+        before = _current_table(cur, name)
+    _write_around(stack, db, table, lambda cur: change(cur, name))
     with db.cursor() as cur:
-        assert second != first
-        assert [e[6] for e in _events(cur, second)] == ['[2,"second queue"]']
+        after = _current_table(cur, name)
+        assert after != before
+        assert [e[6] for e in _events(cur, after)] == ['[2,"b"]']
+        if change is _rotate:
+            assert [e[6] for e in _events(cur, before)] == ['[1,"a"]']
 
 
 def test_a_session_finds_its_queue_row_moved_by_updates_and_vacuum(stack, db, queue):
     name, table = queue
-    writer = psycopg2.connect(stack.dsn)
-    with writer.cursor() as cur:
-        cur.execute(f"INSERT INTO {table} VALUES (1, 'a')")
-    writer.commit()
-    db.autocommit = True
-    with db.cursor() as cur:
+    moved = []
+
+    def move(cur):
         cur.execute("SELECT ctid FROM pgq.queue WHERE queue_name = %s", (name,))
-        before = cur.fetchone()[0]
+        moved.append(cur.fetchone()[0])
         for lag in range(1, 40):  # new versions of the queue's row; the one the session saw is vacuumed away
             cur.execute("SELECT pgq.set_queue_config(%s, 'ticker_max_lag', %s)", (name, f"{lag} seconds"))
         cur.execute("VACUUM pgq.queue")
         cur.execute("SELECT ctid FROM pgq.queue WHERE queue_name = %s", (name,))
-        after = cur.fetchone()[0]
-    with writer.cursor() as cur:
-        cur.execute(f"INSERT INTO {table} VALUES (2, 'b')")
-    writer.commit()
-    writer.close()
+        moved.append(cur.fetchone()[0])
+
+    _write_around(stack, db, table, move)
     with db.cursor() as cur:
-        assert after != before
+        assert moved[1] != moved[0]
         assert [e[6] for e in _events(cur, _current_table(cur, name))] == ['[1,"a"]', '[2,"b"]']
 
 
