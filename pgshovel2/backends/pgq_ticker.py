@@ -40,8 +40,9 @@ ASYNC_COMMIT = "set_config('synchronous_commit', 'off', true)"
 OPEN_COMMIT = ("set_config('synchronous_commit', CASE current_setting('synchronous_commit') "
                "WHEN 'off' THEN 'local' ELSE 'off' END, true)")
 
-# ASYNC_COMMIT for a transaction that ticks and opens the batch of that tick: the tick is durable
-# before any of the batch reaches Kafka, at the session's setting (a local flush where that is off).
+# OPEN_COMMIT for a transaction that ticks and opens the batch of that tick: it commits at the
+# session's own setting (a local flush where that is off), so the tick is durable before any of
+# its batch reaches Kafka.
 TICK_OPEN_COMMIT = ("set_config('synchronous_commit', CASE current_setting('synchronous_commit') "
                     "WHEN 'off' THEN 'local' ELSE current_setting('synchronous_commit') END, true)")
 

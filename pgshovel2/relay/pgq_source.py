@@ -81,10 +81,8 @@ class PgqSource:
         self._ctl.autocommit = True
         self._ahead = ReadAhead(self._read, events_query, fetch_size)
         self._open: Batch | None = None
-        self._behind = False  # the last poll saw ticks after its batch's
-        self._known = False  # a poll ran: _behind and _tick_at say what it found
+        self._last: Poll | None = None  # what the last poll found (None: no poll yet)
         self._tick_at = 0.0  # time.monotonic() when the queue's next tick is due: poll then
-        self._max_lag = 0.0  # the queue's ticker_max_lag (s), as the last poll read it
 
     def _read_connection(self):
         """The connection large batches are read on (a server-side cursor, in a transaction), with
@@ -160,7 +158,7 @@ class PgqSource:
         while True:
             self._maintain()
             tick = time.monotonic() >= self._tick_at
-            if self._known and not (tick or self._behind):
+            if self._last is not None and not (tick or self._behind()):
                 yield Idle(max(0.0, min(self.poll_interval, self._tick_at - time.monotonic())))
                 continue
             poll = self._poll(tick)
@@ -186,7 +184,7 @@ class PgqSource:
         that found nothing to tick."""
         margin, queue, consumer = pgq_ticker.TICK_MARGIN, self.queue, self.consumer
         poll = None
-        if self._behind:
+        if self._behind():
             poll = Poll.of(self._query(pgq_ticker.POLL_MERGED_SQL,
                                        (margin, queue, consumer, pgq_ticker.MERGE_COUNT, queue)))
         if poll is None or poll.batch is None:
@@ -195,12 +193,16 @@ class PgqSource:
                 poll = Poll.of(self._query(pgq_ticker.TICK_POLL_SQL, args))
             else:
                 poll = Poll.of(self._query(pgq_ticker.POLL_SQL, (margin, queue, consumer, queue)))
-        self._behind, self._known, self._max_lag = poll.behind, True, poll.max_lag
+        self._last = poll
         nothing_to_tick = tick and poll.batch is None
         # from now, not from when the poll was sent: due counts from its transaction's start, and a
         # tick attempted before the lag is reached by the database's clock would find nothing to do
         self._tick_at = time.monotonic() + (self.poll_interval if nothing_to_tick else max(poll.due or 0.0, 0.0))
         return poll
+
+    def _behind(self) -> bool:
+        """Whether the last poll saw ticks after its batch's."""
+        return self._last is not None and self._last.behind
 
     def _maintain(self) -> None:
         """PgQ's maintenance (rotation, vacuum, retry) when maint_interval has passed."""
@@ -293,7 +295,7 @@ class PgqSource:
                 self._read.rollback()
             except psycopg2.Error:  # the connection is gone: reported by the read that failed
                 pass
-        if self._behind and self.read_ahead:
+        if self._behind() and self.read_ahead:
             self._ahead.start(self.queue, self.consumer, batch.cur_tick_id, True, pgq_ticker.MERGE_COUNT, snapshot)
 
     def _query_chunks(self, batch: Batch, batch_sql: str, snapshot: str | None) -> Iterator[list[tuple]]:
@@ -331,7 +333,7 @@ class PgqSource:
             log.warning("batch %d of queue %s was already acknowledged by another relay of this set",
                         batch.batch_id, self.queue)
         self._open = None
-        self._tick_at = max(self._tick_at, time.monotonic() + self._max_lag)
+        self._tick_at = max(self._tick_at, time.monotonic() + (self._last.max_lag if self._last else 0.0))
 
     def wait(self, timeout: float) -> None:
         """Sleep timeout seconds (PgQ has nothing to wait on)."""

@@ -3,8 +3,8 @@
  * pgq.insert_event() or an INSERT statement.
  *
  * The queue's current event table and event sequence are looked up once per
- * transaction and queue, by reading its row of pgq.queue through that table's
- * index (no SPI); each event is then one heap insert plus its index entries,
+ * transaction and queue, by reading its row of pgq.queue (queue_lookup.c, no
+ * SPI); each event is then one heap insert plus its index entries,
  * with no executor run or plan check (what each saved: sql/capture/README.rst,
  * "Cost").
  *
@@ -53,7 +53,7 @@ typedef struct QueueCache
 	struct QueueCache *next;
 	char	   *queue;
 	LocalTransactionId lxid;	/* transaction the lookup below belongs to */
-	QueueRow	row;			/* row.table and row.seq: the queue's event table and sequence */
+	QueueRow	row;			/* row.table.oid, row.seq.oid: the queue's event table and sequence */
 } QueueCache;
 
 static QueueCache *queue_caches = NULL;
@@ -89,7 +89,7 @@ is_pgq_writer(void)
 static void
 check_writer(QueueCache *qc)
 {
-	if (pg_class_aclcheck(qc->row.table, GetUserId(), ACL_INSERT) == ACLCHECK_OK ||
+	if (pg_class_aclcheck(qc->row.table.oid, GetUserId(), ACL_INSERT) == ACLCHECK_OK ||
 		is_pgq_writer())
 		return;
 	ereport(ERROR,
@@ -159,10 +159,10 @@ pgshovel2_queue_insert(const char *queue, const char *ev_type,
 
 	if (qc->lxid != MyProc->lxid)
 		refresh_cache(qc);
-	rel = table_open(qc->row.table, RowExclusiveLock);
+	rel = table_open(qc->row.table.oid, RowExclusiveLock);
 	check_layout(rel);			/* every time: a column added since would be read past values[] */
 	memset(nulls, true, sizeof(nulls));
-	values[EV_ID] = Int64GetDatum(nextval_internal(qc->row.seq, false));
+	values[EV_ID] = Int64GetDatum(nextval_internal(qc->row.seq.oid, false));
 	values[EV_TIME] = TimestampTzGetDatum(GetCurrentTransactionStartTimestamp());
 	values[EV_TXID] = Int64GetDatum((int64) U64FromFullTransactionId(GetTopFullTransactionId()));
 	nulls[EV_ID] = nulls[EV_TIME] = nulls[EV_TXID] = false;

@@ -133,21 +133,20 @@ still_named(Oid oid, const NameData *relname, Oid nsp)
 }
 
 /*
- * The relation *name (a qualified name as ::regclass reads it) names; *cached, unless the name
- * is new or *oid no longer has the name and schema it had. Keeps name in *cached.
+ * Set r to the relation name (a qualified name, as ::regclass reads it) names: what r holds
+ * already, unless the name is new or r's relation no longer has the name and schema it had.
  */
-static Oid
-resolve(const char *name, char **cached, Oid oid, NameData *relname, Oid *nsp)
+static void
+resolve(ResolvedName *r, const char *name)
 {
-	if (*cached && strcmp(*cached, name) == 0 && OidIsValid(oid) && still_named(oid, relname, *nsp))
-		return oid;
-	oid = RangeVarGetRelid(makeRangeVarFromNameList(stringToQualifiedNameList(name)), NoLock, false);
-	namestrcpy(relname, get_rel_name(oid));
-	*nsp = get_rel_namespace(oid);
-	if (*cached)
-		pfree(*cached);
-	*cached = MemoryContextStrdup(TopMemoryContext, name);
-	return oid;
+	if (r->name && strcmp(r->name, name) == 0 && OidIsValid(r->oid) && still_named(r->oid, &r->relname, r->nsp))
+		return;
+	r->oid = RangeVarGetRelid(makeRangeVarFromNameList(stringToQualifiedNameList(name)), NoLock, false);
+	namestrcpy(&r->relname, get_rel_name(r->oid));
+	r->nsp = get_rel_namespace(r->oid);
+	if (r->name)
+		pfree(r->name);
+	r->name = MemoryContextStrdup(TopMemoryContext, name);
 }
 
 void
@@ -194,9 +193,8 @@ pgshovel2_queue_lookup(const char *queue, QueueRow *row)
 	row->queue_rel = queue_rel;
 	row->tid = tuple->t_self;
 	table = psprintf("%s_%d", TextDatumGetCString(values[Q_DATA_PFX]), DatumGetInt32(values[Q_CUR_TABLE]));
-	row->table = resolve(table, &row->table_name, row->table, &row->table_relname, &row->table_nsp);
-	row->seq = resolve(TextDatumGetCString(values[Q_EVENT_SEQ]), &row->seq_name, row->seq,
-					   &row->seq_relname, &row->seq_nsp);
+	resolve(&row->table, table);
+	resolve(&row->seq, TextDatumGetCString(values[Q_EVENT_SEQ]));
 	ExecDropSingleTupleTableSlot(slot);
 	table_close(rel, AccessShareLock);
 }
