@@ -7,6 +7,7 @@ from scripts/env.sh, overridable from the environment) in the cluster "bench".
 import ctypes
 import json
 import os
+import resource
 import signal
 import statistics
 import subprocess
@@ -157,6 +158,22 @@ def cpu_stall_us() -> int:
     except OSError:
         return 0
     return int(line.rsplit("total=", 1)[1])
+
+
+def host_busy_s() -> float:
+    """CPU seconds, since boot, the host's CPUs spent on anything but idle and iowait, summed over
+    CPUs (/proc/stat's first line). Its difference over a run, divided by the transactions run, is
+    what a transaction cost the host: every process's CPU, the short-lived ones (pgbench, its
+    backends) and the kernel's included."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:9]]
+    return (sum(fields) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
+
+
+def children_cpu_s() -> float:
+    """User + system CPU seconds of this process's children that have ended and been waited for
+    (getrusage RUSAGE_CHILDREN): its difference around a subprocess.run is that command's CPU."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 @contextmanager

@@ -55,17 +55,39 @@ def latency_lines(lat: dict) -> list[str]:
 
 def tps_lines(tps: dict) -> list[str]:
     """Per variant: pgbench -N tps (median), its ratio to none's and that minus Debezium's
-    (at-least-once), the broker's CPU µs per pgbench transaction and its ratio to Debezium's, CPU s."""
+    (at-least-once), the same-round difference (kept_minus_debezium); the host's and the
+    database's CPU µs per pgbench transaction, each with what it adds to none's as a ratio to what
+    Debezium adds; the broker's CPU µs per pgbench transaction and its ratio to Debezium's; CPU s."""
     ratios, broker = tps["ratio_to_none"], tps.get("kafka_us_per_txn", {})
-    lines = [f"{'pgbench -N tps while streaming':<40} {'median':>9} {'of none':>8} {'- dbz':>7} "
+    paired = tps.get("kept_minus_debezium", {})
+    host, db = tps.get("host_us_per_txn", {}), tps.get("database_us_per_txn", {})
+    lines = [f"{'pgbench -N tps while streaming':<40} {'median':>9} {'of none':>8} {'- dbz':>7} {'by round':>8} "
+             f"{'host µs/txn':>11} {'+ vs dbz':>8} {'db µs/txn':>9} {'+ vs dbz':>8} "
              f"{'broker µs/txn':>13} {'vs dbz':>7}  CPU s (median)"]
     for name, ratio in ratios.items():
         us = broker.get(name)
         lines.append(f"{name:<40} {tps[name]['median']:>9,.0f} {ratio:>8.3f} {ratio - ratios['debezium']:>+7.3f} "
-                     f"{'-' if us is None else f'{us:.1f}':>13} "
-                     f"{'-' if us is None else _ratio(us, broker.get('debezium', 0)):>7}"
+                     f"{_signed(paired.get(name)):>8} {_number(host.get(name)):>11} {_added(host, name):>8} "
+                     f"{_number(db.get(name)):>9} {_added(db, name):>8} "
+                     f"{_number(us):>13} {'-' if us is None else _ratio(us, broker.get('debezium', 0)):>7}"
                      f"  {tps['cpu_s'].get(name, {})}")
     return lines
+
+
+def _added(per_txn: dict[str, float], name: str) -> str:
+    """What name adds to none's CPU µs per transaction, as a ratio to what Debezium adds ('-': not
+    measured, or none itself)."""
+    if name == "none" or not {name, "none", "debezium"} <= set(per_txn):
+        return "-"
+    return _ratio(per_txn[name] - per_txn["none"], per_txn["debezium"] - per_txn["none"])
+
+
+def _signed(value: float | None) -> str:
+    return "-" if value is None else f"{value:+.3f}"
+
+
+def _number(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
 
 
 def table(result: dict) -> list[str]:
@@ -114,6 +136,12 @@ def plot(result: dict, stem: Path) -> list[Path]:
         ratios = result["tps"]["ratio_to_none"]
         out.append(_bars(stem.with_name(f"{stem.name}-vs-debezium-tps-kept.png"),
                          "pgbench -N tps kept while streaming", "of none", ratios, ratios["debezium"]))
+        for key, title in (("host_us_per_txn", "host CPU per pgbench -N transaction while streaming"),
+                           ("database_us_per_txn", "database CPU per pgbench -N transaction while streaming")):
+            per_txn = result["tps"].get(key, {})
+            if "debezium" in per_txn:
+                out.append(_bars(stem.with_name(f"{stem.name}-vs-debezium-tps-{key.split('_')[0]}.png"),
+                                 title, "µs", per_txn, per_txn["debezium"]))
         broker = {k: v for k, v in result["tps"].get("kafka_us_per_txn", {}).items() if k != "none"}
         if "debezium" in broker:
             out.append(_bars(stem.with_name(f"{stem.name}-vs-debezium-tps-broker.png"),

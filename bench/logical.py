@@ -39,7 +39,9 @@ from bench.common import (
     ENV,
     LOGICAL,
     WORK,
+    children_cpu_s,
     dies_with_bench,
+    host_busy_s,
     pgshovel,
     prepare,
     save_result,
@@ -108,6 +110,20 @@ def cpu_seconds(pid: int | tuple[int, ...]) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def walsender_pid(cur, slot: str, timeout: float = 60) -> int:
+    """The pid of the walsender streaming slot, once there is one (it exists once its client
+    streams); SystemExit after timeout seconds without."""
+    deadline = time.monotonic() + timeout
+    while True:
+        cur.execute("SELECT active_pid FROM pg_replication_slots WHERE slot_name = %s", (slot,))
+        row = cur.fetchone()
+        if row and row[0] is not None:
+            return row[0]
+        if time.monotonic() > deadline:
+            raise SystemExit(f"slot {slot}: no walsender streams it after {timeout:.0f} s")
+        time.sleep(0.1)
+
+
 def helper_pids(cur, relay: "Relay | None", logical_set: str | None) -> dict[str, int | tuple[int, ...]]:
     """Processes besides pgbench and the backends it talks to: the relay, the logical set's
     walsender, a trigger set's relay sessions (``relay_db``: its polls, ticks and batch reads;
@@ -118,18 +134,8 @@ def helper_pids(cur, relay: "Relay | None", logical_set: str | None) -> dict[str
         cur.execute("SELECT pid FROM pg_stat_activity WHERE backend_type = 'client backend' "
                     "AND pid <> pg_backend_pid() AND backend_start >= %s", (relay.started_at,))
         pids["relay_db"] = tuple(row[0] for row in cur.fetchall())
-    if logical_set and relay:  # the walsender exists once the relay streams: wait for it (60 s at most)
-        deadline = time.monotonic() + 60
-        while True:
-            cur.execute("SELECT active_pid FROM pg_replication_slots WHERE slot_name = %s",
-                        (slot_name(CLUSTER, logical_set),))
-            pid = cur.fetchone()[0]
-            if pid is not None:
-                pids["walsender"] = pid
-                break
-            if time.monotonic() > deadline:
-                raise SystemExit(f"set {logical_set}: no walsender streams its slot after 60 s")
-            time.sleep(0.1)
+    if logical_set and relay:
+        pids["walsender"] = walsender_pid(cur, slot_name(CLUSTER, logical_set))
     stack_dir = os.environ.get("STACK_DIR", str(Path(__file__).resolve().parent.parent / ".stack"))
     kafka_pid = Path(stack_dir) / "kafka" / "kafka.pid"
     if kafka_pid.exists():
@@ -163,15 +169,25 @@ def pgbench_set(cur, variant: str, *relay_args: str) -> Iterator[tuple[str, "Rel
         identity(cur, PGBENCH, "DEFAULT")
 
 
+def measured_pgbench(seconds: int, pids: dict[str, int | tuple[int, ...]]) -> tuple[str, dict[str, float]]:
+    """(pgbench's output, CPU s during it) of ``pgbench -N -c 4 -j 2 -T seconds``: of each of pids'
+    processes by name, "pgbench": of pgbench itself, "host": of the whole host (host_busy_s)."""
+    before, host, own = {k: cpu_seconds(p) for k, p in pids.items()}, host_busy_s(), children_cpu_s()
+    out = pgbench("-N", "-n", "-c", "4", "-j", "2", "-T", str(seconds))
+    cpu = {k: round(cpu_seconds(p) - before[k], 2) for k, p in pids.items()}
+    cpu["pgbench"] = round(children_cpu_s() - own, 2)
+    cpu["host"] = round(host_busy_s() - host, 2)
+    return out, cpu
+
+
 def tps_round(cur, variant: str, seconds: int) -> tuple[float, dict[str, float]]:
-    """(pgbench tps, CPU seconds of the helper processes during pgbench) of one round of variant."""
+    """(pgbench tps, CPU seconds during pgbench: of each helper process (helper_pids), of pgbench
+    and of the host, measured_pgbench's) of one round of variant."""
     backend = VARIANTS[variant][0]
     with pgbench_set(cur, variant) as (name, relay):
         cur.execute("CHECKPOINT")
         pids = helper_pids(cur, relay, name if backend in LOGICAL else None)
-        before = {k: cpu_seconds(p) for k, p in pids.items()}
-        out = pgbench("-N", "-n", "-c", "4", "-j", "2", "-T", str(seconds))
-        cpu = {k: round(cpu_seconds(p) - before[k], 2) for k, p in pids.items()}
+        out, cpu = measured_pgbench(seconds, pids)
         if relay is not None:
             caught_up(name, backend)
     return float(re.search(r"tps = ([\d.]+)", out).group(1)), cpu
