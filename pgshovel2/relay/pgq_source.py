@@ -108,14 +108,22 @@ class PgqSource:
         except psycopg2.Error as exc:
             self._raise(exc)
 
-    def _raise(self, exc: psycopg2.Error):
-        """Raise exc as the source error it means (this is called inside its except block)."""
-        err = self._error(exc)
+    def _raise(self, exc: psycopg2.Error, batch: Batch | None = None):
+        """Raise exc, from a statement on batch (None: not known, e.g. the poll that opens one), as
+        the source error it means (this is called inside its except block)."""
+        err = self._error(exc, batch)
         if err is exc:
             raise
         raise err from exc
 
-    def _error(self, exc: psycopg2.Error) -> Exception:
+    def _error(self, exc: psycopg2.Error, batch: Batch | None) -> Exception:
+        if batch_gone(exc):
+            # Only the owner of the set's transactional id acknowledges batches (after a Kafka
+            # commit), so another relay owns the set now: stop rather than fence it back. The poll
+            # meets it too: it opens the batch and reads pgq.batch_event_sql in one statement.
+            which = f"batch {batch.batch_id}" if batch else f"the batch it opened ({str(exc).splitlines()[0]})"
+            return FencedError(f"{which} of queue {self.queue} was acknowledged by another relay of this set "
+                               "while this one read it: another relay took over; this one stops")
         if outage(exc, self._ctl):
             return UnavailableError(f"queue {self.queue}: the database went away: {str(exc).strip()}")
         if isinstance(exc, (psycopg2.errors.UndefinedTable, psycopg2.errors.UndefinedFunction)) \
@@ -269,13 +277,7 @@ class PgqSource:
             with closing(chunks):
                 yield from chunks
         except psycopg2.Error as exc:
-            if batch_gone(exc):
-                # Only the owner of the set's transactional id acknowledges batches (after a Kafka
-                # commit), so another relay owns the set now: stop rather than fence it back.
-                raise FencedError(f"batch {batch.batch_id} of queue {self.queue} was acknowledged by another "
-                                  "relay of this set while this one read it: another relay took over; "
-                                  "this one stops") from exc
-            self._raise(exc)
+            self._raise(exc, batch)
 
     def _chunks(self, batch: Batch, snapshot: str | None) -> Iterator[list[tuple]]:
         """A batch's rows, read ahead (:mod:`pgshovel2.relay.pgq_ahead`) or read now

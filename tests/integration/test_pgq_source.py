@@ -49,6 +49,24 @@ def test_reading_a_batch_another_relay_finished_stops_as_fenced(stack, db, queue
         source.close()
 
 
+def test_a_poll_whose_batch_another_relay_finished_meanwhile_stops_as_fenced(stack, db, queue):
+    """The poll opens the batch and reads pgq.batch_event_sql in one statement (POLL_SQL), and each
+    statement in PgQ's functions sees the commits made before it: a successor that acknowledged the
+    batch in between (the zombie of test_chaos.py, resumed mid-poll) makes pgq.batch_event_sql fail
+    there. The source's statement runner takes that error for a takeover wherever it meets it; here
+    from the same call on a batch that is finished already."""
+    batch = _open_batch(db, queue)
+    with db.cursor() as cur:
+        cur.execute("SELECT pgq.finish_batch(%s)", (batch.batch_id,))
+    source = PgqSource(stack.dsn, TriggerCapture(queue, "t", "c"), maint_interval=0)
+    try:
+        with pytest.raises(FencedError, match=r"the batch it opened \(batch not found\) .* another relay took over"):
+            source._query("SELECT pgq.batch_event_sql(%s)", (batch.batch_id,))
+        assert source._query("SELECT 1", ()) == (1,)  # the control connection is still usable
+    finally:
+        source.close()
+
+
 def test_the_read_sessions_sort_batches_in_memory_after_reading_one(stack, db, queue):
     """The events query sorts a whole batch twice; the larger work_mem of both connections a batch
     is read on (the control connection for a small one, the read connection's cursor for a large
