@@ -333,7 +333,7 @@ def measure_tps(rounds: int, seconds: int, scale: int) -> dict:
 
 def tps_figures(tps: dict[str, list[float]], cpu: dict[str, list[dict]], seconds: int) -> dict:
     """measure_tps's figures from its rounds: tps[variant][round], cpu[variant][round] (CPU s by
-    process, and "host")."""
+    process, "pgbench" and "host": measured_pgbench's)."""
     base = statistics.median(tps["none"])
     kept = {v: [rate / none for rate, none in zip(t, tps["none"], strict=True)] for v, t in tps.items()}
     cpu_s = {v: {k: statistics.median(r[k] for r in c) for k in c[0]} if c[0] else {} for v, c in cpu.items()}
@@ -357,7 +357,7 @@ OFF_DATABASE = ("pgbench", "relay", "connect", "kafka")
 
 def _per_txn(tps: dict[str, list[float]], cpu: dict[str, list[dict]], seconds: int, of) -> dict[str, float]:
     """{variant: median over rounds of of(round's CPU s) in µs per pgbench transaction}, for the
-    variants whose rounds all measured the host."""
+    variants whose rounds all measured the host and pgbench (results from before them have none)."""
     return {v: statistics.median(of(r) * 1e6 / (rate * seconds) for r, rate in zip(c, tps[v], strict=True))
             for v, c in cpu.items() if all("host" in r and "pgbench" in r for r in c)}
 
