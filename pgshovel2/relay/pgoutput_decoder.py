@@ -17,7 +17,6 @@ prefix ``pgshovel2.version`` (``set upgrade``) are set-version Controls at their
 """
 
 import json
-import struct
 import time
 from collections import deque
 from collections.abc import Callable
@@ -30,6 +29,18 @@ from pgshovel2.codec.rows import as_values
 from pgshovel2.errors import RelayError
 from pgshovel2.names import qualified
 from pgshovel2.relay.lane_reads import BEGIN, COMMIT, TxnReads
+from pgshovel2.relay.pgoutput_messages import (
+    BEGIN_FIELDS,
+    COMMIT_FIELDS,
+    HEARTBEAT_PREFIX,
+    PG_EPOCH_US,
+    U32,
+    VERSION_PREFIX,
+    change_tuples,
+    logical_message,
+    relation,
+    truncated,
+)
 from pgshovel2.relay.relation_layout import LayoutColumn, Redo, RelationLayout
 from pgshovel2.relay.source import (
     RUN_MAX,
@@ -45,12 +56,6 @@ from pgshovel2.relay.source import (
 )
 from pgshovel2.wire import LOGICAL, Position, position_prefix
 
-PG_EPOCH_US = 946_684_800_000_000
-HEARTBEAT_PREFIX = b"pgshovel2.heartbeat"
-VERSION_PREFIX = b"pgshovel2.version"
-_BEGIN = struct.Struct(">QqI")      # final LSN, commit time (µs since 2000), xid
-_COMMIT = struct.Struct(">BQQq")    # flags, commit LSN, end LSN, commit time
-_I32, _I16, _Q = struct.Struct(">I"), struct.Struct(">H"), struct.Struct(">Q")
 _OPS = {b"I": "I", b"U": "U", b"D": "D"}  # a change message's kind -> Change.op
 _IUD = frozenset(b"IUD")
 
@@ -78,32 +83,6 @@ def _native_rows(picks: list[int], converters: list[Callable[[str], Any]]) -> An
     module is off or absent or too old to have it."""
     rows = getattr(native.module(), "PgoutputRows", None)
     return None if rows is None else rows(picks, [textforms.native_form(c) for c in converters])
-
-
-def _cstring(data: bytes, pos: int) -> tuple[str, int]:
-    end = data.index(b"\0", pos)
-    return data[pos:end].decode("utf-8"), end + 1
-
-
-def _tuple(data: bytes, pos: int) -> tuple[list, int]:
-    """TupleData -> ([text | None | ... (unchanged TOAST)], next position)."""
-    (n,) = _I16.unpack_from(data, pos)
-    pos += 2
-    out: list = []
-    for _ in range(n):
-        kind = data[pos]
-        pos += 1
-        if kind == 116:  # t
-            (size,) = _I32.unpack_from(data, pos)
-            out.append(data[pos + 4:pos + 4 + size].decode("utf-8"))
-            pos += 4 + size
-        elif kind == 110:  # n
-            out.append(None)
-        elif kind == 117:  # u
-            out.append(...)
-        else:
-            raise RelayError(f"pgoutput sent a column value of kind {chr(kind)!r} (binary is not asked for)")
-    return out, pos
 
 
 class PgoutputDecoder(RunMaker):
@@ -149,7 +128,7 @@ class PgoutputDecoder(RunMaker):
         return handler(self, data, wal_start)
 
     def _on_begin(self, data: bytes, _lsn: int) -> list[Item]:
-        commit_lsn, ts_us, xid = _BEGIN.unpack_from(data, 1)
+        commit_lsn, ts_us, xid = BEGIN_FIELDS.unpack_from(data, 1)
         ts_us += PG_EPOCH_US
         txid = self._full_xid(xid)
         self._unit, self._txid, self._ts_ms, self._ordinal = commit_lsn, txid, ts_us // 1000, 0
@@ -164,7 +143,7 @@ class PgoutputDecoder(RunMaker):
         return [self._begin]
 
     def _on_commit(self, data: bytes, _lsn: int) -> list[Item]:
-        _flags, commit_lsn, end_lsn, _ts = _COMMIT.unpack_from(data, 1)
+        _flags, commit_lsn, end_lsn, _ts = COMMIT_FIELDS.unpack_from(data, 1)
         if not self._open:  # nothing of the set's tables: our plugin writes nothing either
             self._begin = None
             return []
@@ -174,33 +153,20 @@ class PgoutputDecoder(RunMaker):
         return [Commit(self._txid, self._ts_ms, commit_lsn, self._ordinal, True)]
 
     def _on_message(self, data: bytes, _lsn: int) -> list[Item]:
-        flags = data[1]
-        (lsn,) = _Q.unpack_from(data, 2)
-        end = data.index(b"\0", 10)
-        if flags & 1 and data[10:end] == VERSION_PREFIX:
-            content = json.loads(data[end + 5:])
+        transactional, lsn, prefix, content = logical_message(data)
+        if transactional and prefix == VERSION_PREFIX:
             items = self._opened()
-            items.append(Control(self._txid, self._ts_ms, SET_VERSION, content, "", None, self._unit, self._ordinal))
+            items.append(Control(self._txid, self._ts_ms, SET_VERSION, json.loads(data[content:]), "", None,
+                                 self._unit, self._ordinal))
             return items
-        if flags & 1 or data[10:end] != HEARTBEAT_PREFIX:
+        if transactional or prefix != HEARTBEAT_PREFIX:
             return []
         self.ends.append((lsn, lsn))
         self.last_lsn = lsn
         return [Commit(None, int(time.time() * 1000), lsn, 0, True)]
 
     def _on_relation(self, data: bytes, _lsn: int) -> list[Item]:
-        (oid,) = _I32.unpack_from(data, 1)
-        schema, pos = _cstring(data, 5)
-        name, pos = _cstring(data, pos)
-        pos += 1  # replica identity setting
-        (ncols,) = _I16.unpack_from(data, pos)
-        pos += 2
-        columns = []
-        for _ in range(ncols):
-            col, pos = _cstring(data, pos + 1)
-            type_oid, typmod = struct.unpack_from(">Ii", data, pos)
-            pos += 8
-            columns.append((col, type_oid, typmod))
+        oid, schema, name, columns = relation(data)
         self._raw[oid] = (schema, name, columns)
         self._relations.pop(oid, None)
         self._pending.add(oid)
@@ -282,7 +248,7 @@ class PgoutputDecoder(RunMaker):
         return row
 
     def _change(self, kind: bytes, data: bytes, lsn: int) -> list[Item]:
-        (oid,) = _I32.unpack_from(data, 1)
+        (oid,) = U32.unpack_from(data, 1)
         if oid in self._pending:
             if self._skip:
                 return []  # in Kafka already (the loop would skip it); its layout is settled when it counts
@@ -312,7 +278,7 @@ class PgoutputDecoder(RunMaker):
         first such change opens it: :meth:`opening` then gives its Begin, for before the run."""
         if data[0] not in _IUD or (not self._open and self._begin is None):
             return None
-        rel = self._relations.get(_I32.unpack_from(data, 1)[0])
+        rel = self._relations.get(U32.unpack_from(data, 1)[0])
         if rel is None or rel.native is None or (self.subset_tags and rel.tag in self.subset_tags):
             return None
         if not self._open:
@@ -333,13 +299,13 @@ class PgoutputDecoder(RunMaker):
         txns: list[TxnBounds] = []
         last = msg
         relations, subset = self._relations, self.subset_tags
-        unpack_oid, ends = _I32.unpack_from, self.ends
+        unpack_oid, ends = U32.unpack_from, self.ends
         while msg is not None:
             begin = last = msg
             data = begin.payload
             if data[0] != BEGIN:
                 break
-            unit, ts_us, xid = _BEGIN.unpack_from(data, 1)
+            unit, ts_us, xid = BEGIN_FIELDS.unpack_from(data, 1)
             if unit <= committed:
                 break
             start = len(records)
@@ -353,7 +319,7 @@ class PgoutputDecoder(RunMaker):
                 records.append((rel.native, rel.index, data, msg.data_start, rel))
             if msg is None or data[0] != COMMIT or len(records) == start:
                 return self._unfinished(records, txns, start, begin, msg, last)
-            _flags, commit_lsn, end_lsn, _ts = _COMMIT.unpack_from(data, 1)
+            _flags, commit_lsn, end_lsn, _ts = COMMIT_FIELDS.unpack_from(data, 1)
             ts_us += PG_EPOCH_US
             txns.append(TxnBounds(start, len(records), self._full_xid(xid), ts_us // 1000, ts_us, self.last_lsn,
                                   position_prefix(LOGICAL, unit), 0, unit))
@@ -406,15 +372,7 @@ class PgoutputDecoder(RunMaker):
 
     def _python_rows(self, rel: _Relation, kind: bytes, data: bytes) -> tuple[Any, Any, tuple] | None:
         """_rows by the Python converters (rows as lists): no native decoder, or a change it left to Python."""
-        pos = 5
-        old, full = None, data[pos:pos + 1] == b"O"
-        if data[pos:pos + 1] in (b"K", b"O"):
-            old, pos = _tuple(data, pos + 1)
-        new = None
-        if kind != b"D":
-            if data[pos:pos + 1] != b"N":
-                raise RelayError(f"pgoutput sent a {kind.decode()} message of {rel.tag} without its new row")
-            new, pos = _tuple(data, pos + 1)
+        old, full, new = change_tuples(kind, data, rel.tag)
         row, unchanged = self._row(rel, new, old, full) if new is not None else (None, ())
         before = self._old_row(rel, old) if old is not None else None
         if kind == b"D":
@@ -424,10 +382,8 @@ class PgoutputDecoder(RunMaker):
         return row, before, unchanged
 
     def _on_truncate(self, data: bytes, lsn: int) -> list[Item]:
-        (n,) = _I32.unpack_from(data, 1)
         items = self._opened()
-        for i in range(n):
-            (oid,) = _I32.unpack_from(data, 6 + 4 * i)
+        for oid in truncated(data):
             tag = qualified(*self._raw[oid][:2]) if oid in self._raw else self._relation(oid).tag
             items.append(Change(self._txid, self._ts_ms, "T", None, tag, None, self._unit, self._ordinal, lsn))
             self._ordinal += 1
