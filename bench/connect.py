@@ -27,6 +27,7 @@ CONNECT_PORT = int(os.environ.get("CONNECT_PORT", "28083"))
 URL = f"http://127.0.0.1:{CONNECT_PORT}"
 DEBEZIUM_VERSION = "3.4.3.Final"
 HEAP = "-Xmx1g"
+DEBEZIUM = {"debezium": False, "debezium_eos": True}  # the benches' Debezium variants -> exactly-once
 
 # Worker settings besides the per-run group and topics. Producer settings as close to pgshovel2's
 # relay as Kafka's Java client allows (lz4, acks=all, idempotence) and larger batches, as Debezium's
