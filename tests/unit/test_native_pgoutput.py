@@ -26,6 +26,7 @@ from pgshovel2.relay.envelopes import RowEnvelope
 from pgshovel2.relay.pgoutput_decoder import PgoutputDecoder, SetTable
 from pgshovel2.relay.relation_layout import RelationLayout
 from pgshovel2.relay.source import Change
+from tests.unit.pgoutput_bytes import tuple_data
 from tests.unit.test_native_codec import ARRAYS, TYPES, UNICODE, _json_text, encoders, native_messages, python_messages
 
 OID = 4242
@@ -144,17 +145,10 @@ def decoder(tbl: Table, python: bool, monkeypatch) -> PgoutputDecoder:
     with monkeypatch.context() as m:
         if python:
             m.setattr(pgoutput_decoder, "_native_rows", lambda *_: None)
-        first = dec.feed(b"D" + struct.pack(">I", OID) + b"K" + _tuple([b"0"] + [None] * (len(oids) - 1)), 1)
+        first = dec.feed(b"D" + struct.pack(">I", OID) + b"K" + tuple_data([b"0"] + [None] * (len(oids) - 1)), 1)
         dec.settle(next(i for i in first if isinstance(i, RelationLayout)))
     assert (dec._relations[OID].native is None) == python
     return dec
-
-
-def _tuple(values: list) -> bytes:
-    out = struct.pack(">H", len(values))
-    for v in values:
-        out += b"n" if v is None else b"u" if v is ... else b"t" + struct.pack(">I", len(v)) + v
-    return out
 
 
 def message(rng: random.Random, tbl: Table, n: int, odd: float) -> tuple[bytes, bool]:
@@ -182,8 +176,8 @@ def message(rng: random.Random, tbl: Table, n: int, odd: float) -> tuple[bytes, 
     old = row(False) if old_kind else None
     if old_kind == "K":
         old = [v if c.name in tbl.key else None for v, c in zip(old, tbl.columns, strict=True)]
-    data = kind.encode() + struct.pack(">I", OID) + (old_kind.encode() + _tuple(old) if old_kind else b"")
-    data += b"N" + _tuple(new) if new is not None else b""
+    data = kind.encode() + struct.pack(">I", OID) + (old_kind.encode() + tuple_data(old) if old_kind else b"")
+    data += b"N" + tuple_data(new) if new is not None else b""
     arrays = any(v not in (None, ...) and c.is_array and not (v.startswith(b"{") and b"{" not in v[1:])
                  for r in (new, old) if r for v, c in zip(r, tbl.columns, strict=True))
     return data, arrays or bool(special)
@@ -258,7 +252,7 @@ def test_odd_texts_are_left_to_python_and_equal(monkeypatch):
         tbl = Table("s", "t", cols, ("id",), "primary key")
         nat, py = decoder(tbl, False, monkeypatch), decoder(tbl, True, monkeypatch)
         for text in texts:
-            data = b"I" + struct.pack(">I", OID) + b"N" + _tuple([b"1", text.encode()])
+            data = b"I" + struct.pack(">I", OID) + b"N" + tuple_data([b"1", text.encode()])
             got, want = outcome(nat, data), outcome(py, data)
             if isinstance(want, str):
                 assert got == want, (kind, text)
@@ -284,7 +278,7 @@ def test_one_dimensional_arrays_are_taken_natively(monkeypatch):
         rng = random.Random(kind)
         for _ in range(60):
             text = text_of(rng, kind, True).encode()
-            got, want = outcome(nat, b"I" + struct.pack(">I", OID) + b"N" + _tuple([b"1", text])), \
-                outcome(py, b"I" + struct.pack(">I", OID) + b"N" + _tuple([b"1", text]))
+            got, want = outcome(nat, b"I" + struct.pack(">I", OID) + b"N" + tuple_data([b"1", text])), \
+                outcome(py, b"I" + struct.pack(">I", OID) + b"N" + tuple_data([b"1", text]))
             same_change(got[0], want[0])
             assert isinstance(got[0].row, bytes) == (text.startswith(b"{") and b"{" not in text[1:]), text

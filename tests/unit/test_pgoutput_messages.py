@@ -6,20 +6,12 @@ import pytest
 
 from pgshovel2.errors import RelayError
 from pgshovel2.relay import pgoutput_messages as pm
+from tests.unit.pgoutput_bytes import tuple_data
 
 
 def _tuple(*values) -> bytes:
-    """TupleData of values: str -> 't', None -> 'n', ... -> 'u' (unchanged TOASTed value)."""
-    out = struct.pack(">H", len(values))
-    for v in values:
-        if v is None:
-            out += b"n"
-        elif v is ...:
-            out += b"u"
-        else:
-            raw = v.encode()
-            out += b"t" + struct.pack(">I", len(raw)) + raw
-    return out
+    """TupleData of values, text given as str."""
+    return tuple_data([v.encode() if isinstance(v, str) else v for v in values])
 
 
 def test_a_relation_gives_its_oid_names_and_columns_in_order():

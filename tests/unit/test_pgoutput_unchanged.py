@@ -12,6 +12,7 @@ from pgshovel2.codec.textforms import converter
 from pgshovel2.relay import pgoutput_decoder
 from pgshovel2.relay.pgoutput_decoder import PgoutputDecoder, Redo, SetTable
 from pgshovel2.relay.relation_layout import RelationLayout
+from tests.unit.pgoutput_bytes import tuple_data
 
 TABLE = Table("s", "t", (Column("id", 1, "integer", "int4", False, False),
                          Column("n", 2, "integer", "int4", False, True),
@@ -35,15 +36,7 @@ def _decoder() -> PgoutputDecoder:
 
 
 def _tuple(*values) -> bytes:
-    out = struct.pack(">H", len(values))
-    for v in values:
-        if v is None:
-            out += b"n"
-        elif v is ...:
-            out += b"u"
-        else:
-            out += b"t" + struct.pack(">I", len(v)) + v
-    return out
+    return tuple_data(values)
 
 
 def _update(old_kind: bytes = b"", old: bytes = b"", new: bytes = b"") -> bytes:
