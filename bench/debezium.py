@@ -13,8 +13,9 @@ tables (bench/workloads.py: ``narrow`` and ``mixed``):
   same window (utime + stime, /proc/<pid>/stat), in µs;
 - latency p50/p99 at a steady pgbench rate (bench/latency.py's method: commit time in the row
   against arrival at a read_committed consumer);
-- pgbench -N tps kept while each tool streams the pgbench tables (bench/debezium_tps.py), rounds interleaved with a run
-  without capture (none) (bench/logical.py's rounds for none and pgshovel2): of none's median, and
+- pgbench -N tps kept while each tool streams the pgbench tables (bench/debezium_tps.py), rounds
+  interleaved with a run without capture (none) (bench/logical.py's rounds for none and
+  pgshovel2): of none's median, and
   against Debezium's in the same round; and what each pgbench transaction cost the host's CPUs
   (all processes: pgbench and its backends, the tool, its walsender or sessions, the broker) and
   the database's share of it (without pgbench, the tool's process and the broker).
