@@ -16,6 +16,7 @@ from typing import NamedTuple
 from pgshovel2.relay.source import RUN_MAX, Item, RunMaker, TxnRun
 
 BEGIN, COMMIT = 66, 67  # B and C: the first byte of a BEGIN and a COMMIT, in our plugin's records and pgoutput's
+PG_EPOCH_US = 946_684_800_000_000  # µs from the Unix epoch to PostgreSQL's (2000-01-01): both BEGINs' commit times
 
 
 def commit_lsn(begin: bytes) -> int:

@@ -28,12 +28,11 @@ from pgshovel2.codec import native, textforms
 from pgshovel2.codec.rows import as_values
 from pgshovel2.errors import RelayError
 from pgshovel2.names import qualified
-from pgshovel2.relay.lane_reads import BEGIN, COMMIT, TxnReads
+from pgshovel2.relay.lane_reads import BEGIN, COMMIT, PG_EPOCH_US, TxnReads
 from pgshovel2.relay.pgoutput_messages import (
     BEGIN_FIELDS,
     COMMIT_FIELDS,
     HEARTBEAT_PREFIX,
-    PG_EPOCH_US,
     U32,
     VERSION_PREFIX,
     change_tuples,

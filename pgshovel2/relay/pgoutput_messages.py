@@ -9,7 +9,6 @@ import struct
 
 from pgshovel2.errors import RelayError
 
-PG_EPOCH_US = 946_684_800_000_000  # µs from the Unix epoch to PostgreSQL's (2000-01-01)
 HEARTBEAT_PREFIX = b"pgshovel2.heartbeat"
 VERSION_PREFIX = b"pgshovel2.version"
 BEGIN_FIELDS = struct.Struct(">QqI")      # after the kind byte: final LSN, commit time (µs since 2000), xid

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pgshovel2.codec import native
 from pgshovel2.errors import RelayError
 from pgshovel2.relay import relation_layout
-from pgshovel2.relay.lane_reads import BEGIN, COMMIT, TxnReads
+from pgshovel2.relay.lane_reads import BEGIN, COMMIT, PG_EPOCH_US, TxnReads
 from pgshovel2.relay.relation_layout import RelationLayout
 from pgshovel2.relay.source import (
     RUN_MAX,
@@ -34,7 +34,6 @@ from pgshovel2.relay.source import (
 from pgshovel2.setrecord import PLUGIN
 from pgshovel2.wire import LOGICAL, Position, position_prefix
 
-PG_EPOCH_US = 946_684_800_000_000  # 2000-01-01 in microseconds since the Unix epoch
 BEGIN_FIELDS = struct.Struct(">QQq")  # a BEGIN record's commit LSN, txid, commit time (µs since 2000)
 COMMIT_FIELDS = struct.Struct(">QQI")  # a COMMIT record's commit LSN, end LSN, changes
 _CHANGE = struct.Struct(">QHBI")  # change LSN, table index, flags, row length; the row at 16

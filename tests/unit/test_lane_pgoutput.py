@@ -14,8 +14,8 @@ import random
 import struct
 
 from pgshovel2.codec import native
+from pgshovel2.relay.lane_reads import PG_EPOCH_US
 from pgshovel2.relay.pgoutput_decoder import PgoutputDecoder
-from pgshovel2.relay.pgoutput_messages import PG_EPOCH_US
 from pgshovel2.relay.source import Begin, Change
 from pgshovel2.wire import LOGICAL, position_prefix
 from tests.unit.test_lane import TXID, UNIT, emitter, every_form, relay_change, relay_run, route
