@@ -236,11 +236,13 @@ def test_the_poll_that_ticks_commits_its_tick_durably_before_its_batch_is_read(s
     before any of its batch reaches Kafka (a tick lost in a crash could give its id to other events)."""
     with ticking_queue(db) as name:
         with db.cursor() as cur:
-            cur.execute("UPDATE pgq.queue SET queue_ticker_paused = false WHERE queue_name = %s", (name,))
             cur.execute("SELECT pgq.insert_event(%s, 'I', '[1]')", (name,))
         conn = psycopg2.connect(stack.dsn, options=f"-c synchronous_commit={session}")
         try:
             with conn.cursor() as cur:  # one transaction, as the source's autocommit statement is
+                # unpaused only inside it, so no other ticker (pgqd) ticks the queue before the check
+                set_paused = "UPDATE pgq.queue SET queue_ticker_paused = %s WHERE queue_name = %s"
+                cur.execute(set_paused, (False, name))
                 cur.execute(pgq_ticker.TICK_POLL_SQL, (pgq_ticker.tick_name(name), name, pgq_ticker.TICK_MARGIN,
                                                        name, "c", name))
                 row = cur.fetchone()
@@ -248,6 +250,7 @@ def test_the_poll_that_ticks_commits_its_tick_durably_before_its_batch_is_read(s
                 assert cur.fetchone()[0] == opens_with
                 cur.execute("SELECT current_setting('application_name')")
                 named = cur.fetchone()[0]
+                cur.execute(set_paused, (True, name))
             conn.commit()
         finally:
             conn.close()
