@@ -89,6 +89,7 @@ class LogicalSource:
         self._last_start: int | None = None  # XLogData start of the last message read
         self._flushed = 0  # the highest position confirmed
         self._read_message: Callable[[], object | None] = self._cur.read_message
+        self._reader = None  # our plugin's reader of packs (record_decoder.pack_reader)
 
     def _sql(self, query: str, params: tuple) -> tuple | None:
         try:
@@ -227,7 +228,8 @@ class LogicalSource:
         if self.stream is not None:
             self.stream.reset()
         if self.plugin != pgoutput.NAME:  # our plugin's records come in packs (record format 4)
-            self._read_message = pack_reader(self._cur.read_message)
+            self._reader = pack_reader(self._cur.read_message)
+            self._read_message = self._reader.read
         self._keeper.start()
         try:
             yield from self._read(position, idle_since)
@@ -288,9 +290,12 @@ class LogicalSource:
 
     def _txn_reads(self, msg, committed: int) -> lane_reads.TxnReads:
         """The decoder's txn_run from msg, a BEGIN: whole small transactions for a TxnRun."""
-        decoder, read = self._decoder, self._read_message
+        decoder = self._decoder
         try:
-            reads = decoder.txn_run(msg, read, committed, self._may_read)
+            if hasattr(self._reader, "txn_scan") and decoder.scans():
+                reads = decoder.txn_scan(self._reader, msg, committed, self._flushed)
+            else:
+                reads = decoder.txn_run(msg, self._read_message, committed, self._may_read)
         except psycopg2.Error as exc:
             self._reraise(exc)
         self._last_start = reads.last.data_start

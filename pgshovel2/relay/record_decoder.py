@@ -65,13 +65,14 @@ def records(message: bytes) -> list[bytes]:
     return unpack(message) if message[0] == PACK else [message]
 
 
-def pack_reader(read_message: Callable[[], object | None]) -> Callable[[], object | None]:
-    """The read() of a reader of packs over read_message (:class:`PackReader`): the native
-    module's twin when it is installed (pgshovel2.codec.native), else the Python one."""
+def pack_reader(read_message: Callable[[], object | None]) -> "PackReader":
+    """A reader of packs over read_message (:class:`PackReader`): the native module's twin when it
+    is installed (pgshovel2.codec.native; it also has ``txn_scan``, :meth:`RecordDecoder.txn_scan`),
+    else the Python one."""
     mod = native.module()
     if mod is None:
-        return PackReader(read_message).read
-    return mod.PackReader(read_message, RelayError).read
+        return PackReader(read_message)
+    return mod.PackReader(read_message, RelayError)
 
 
 class Unpacked:
@@ -201,6 +202,28 @@ class RecordDecoder(RunMaker):
             self._unit, self._txid, self._ts_ms, self._ordinal = last_txn.unit, last_txn.txid, last_txn.ts_ms, 0
             self._skip = False
         return TxnReads(self.whole_txns(records, txns), [], [], msg, last)
+
+    def txn_scan(self, reader, msg, committed: int, confirmed: int) -> TxnReads:
+        """:meth:`txn_run` made by the native reader of packs (its ``txn_scan``, native/src/packs.rs),
+        for a decoder that holds no layout (:meth:`scans`), over reader's records: no Python object
+        per BEGIN, COMMIT or pack record. confirmed: the slot's confirmed position; the stream is not
+        read on after a COMMIT message that starts at or below it (txn_run's may_read: a keepalive
+        read then could confirm what is not in Kafka, LogicalSource._keepalive_would_confirm_unrelayed).
+        """
+        exclude = [i for i, tag in enumerate(self.tags) if tag in self.subset_tags] if self.subset_tags else []
+        records, txns, ends, self.last_lsn, partial, begin, msg, last = reader.txn_scan(
+            msg, committed, RUN_MAX, confirmed, self.last_lsn, exclude, TxnBounds)
+        if txns:
+            last_txn = txns[-1]
+            self._unit, self._txid, self._ts_ms, self._ordinal = last_txn.unit, last_txn.txid, last_txn.ts_ms, 0
+            self._skip = False
+        self.ends.extend(ends)
+        opening = self.feed(begin.payload, begin.data_start) if begin is not None else []
+        return TxnReads(self.whole_txns(records, txns), opening, partial, msg, last)
+
+    def scans(self) -> bool:
+        """Whether :meth:`txn_scan` may stand for :meth:`txn_run` now: no layout is held."""
+        return not self._held
 
     def _unfinished(self, records: list, txns: list[TxnBounds], start: int, begin, msg, last) -> TxnReads:
         """What txn_run read when the transaction at records[start:] (opened by begin, a BEGIN

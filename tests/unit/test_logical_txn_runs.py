@@ -25,7 +25,7 @@ from pgshovel2.relay.logical_source import LogicalSource
 from pgshovel2.relay.pgoutput_decoder import PgoutputDecoder
 from pgshovel2.relay.record_decoder import BEGIN_FIELDS, COMMIT_FIELDS, RecordDecoder, pack_reader
 from pgshovel2.relay.source import Change, ChangeRun, Idle, Lag, TxnRun
-from pgshovel2.wire import LOGICAL, Position
+from pgshovel2.wire import LOGICAL, Position, position_prefix
 from tests.unit.test_lane import TXID, UNIT, UNKEYED, every_form, record, workload
 from tests.unit.test_lane_pgoutput import in_transaction
 from tests.unit.test_lane_pgoutput import messages as pg_messages
@@ -58,11 +58,13 @@ class StreamSource(LogicalSource):
     tags, or pgoutput's messages for decoder (a PgoutputDecoder)."""
 
     def __init__(self, tags: list[str], messages: list[Message | None], txn_runs: bool,
-                 decoder: PgoutputDecoder | None = None):
+                 decoder: PgoutputDecoder | None = None, scan: bool = True):
         self._decoder = decoder or RecordDecoder(tags, "slot", raw_rows=True)
         self._decoder.last_lsn = FIRST_LSN - 8
         self._cur = Cursor(messages)
-        self._read_message = self._cur.read_message if decoder else pack_reader(self._cur.read_message)
+        reader = None if decoder else pack_reader(self._cur.read_message)
+        self._reader = reader if scan else None  # scan: the native reader's txn_scan makes TxnRuns
+        self._read_message = self._cur.read_message if decoder else reader.read
         self.runs, self.txn_runs, self.stream = True, txn_runs, None
         self._in_txn, self._last_start, self._flushed = False, None, 0
         self.heartbeat_interval, self.wait_cap, self.slot = 1e9, 0.0, "slot"
@@ -147,18 +149,26 @@ def flat(items: list) -> list:
 
 
 def both(messages: list[Message | None], tags: list[str], committed: int = 0,
-         decoder: Callable[[], PgoutputDecoder] | None = None) -> tuple[list, list, list, list]:
+         decoder: Callable[[], PgoutputDecoder] | None = None, scan: bool = True) -> tuple[list, list, list, list]:
     """(items without TxnRuns, items with, the decoders' ends without and with); decoder: makes a
-    pgoutput decoder for each (None: our plugin's records)."""
-    plain, laned = (StreamSource(tags, messages, runs, decoder() if decoder else None) for runs in (False, True))
+    pgoutput decoder for each (None: our plugin's records); scan: our plugin's TxnRuns come from
+    the native reader's txn_scan (else from RecordDecoder.txn_run in Python)."""
+    plain, laned = (StreamSource(tags, messages, runs, decoder() if decoder else None, scan) for runs in (False, True))
     items = plain.items_until_idle(committed), laned.items_until_idle(committed)
     return items[0], items[1], list(plain._decoder.ends), list(laned._decoder.ends)
 
 
-def test_a_stream_with_txn_runs_gives_the_items_it_gives_without():
+def needs_native(scan: bool) -> None:
+    if scan:
+        assert native.module() is not None, "pgshovel2_native is not installed (scripts/install.sh builds it)"
+
+
+@pytest.mark.parametrize("scan", [False, True])
+def test_a_stream_with_txn_runs_gives_the_items_it_gives_without(scan):
+    needs_native(scan)
     tbl = table(True, TYPES)
     messages = stream(workload(5, rows(31, 400, True, TYPES)), 8)
-    plain, with_runs, ends, ends_laned = both(messages, [tbl.qualified, UNKEYED.qualified])
+    plain, with_runs, ends, ends_laned = both(messages, [tbl.qualified, UNKEYED.qualified], scan=scan)
     runs = [i for i in with_runs if type(i) is TxnRun]
     assert len(runs) > 5 and sum(len(r.txns) for r in runs) > 40
     assert all(len(r.records) <= 512 and r.complete for r in runs)
@@ -166,27 +176,56 @@ def test_a_stream_with_txn_runs_gives_the_items_it_gives_without():
     assert ends_laned == ends and len(ends) == sum(m is not None and m.payload[:1] == b"C" for m in messages)
 
 
+@pytest.mark.parametrize("scan", [False, True])
 @pytest.mark.parametrize("committed", [0, 1])
-def test_a_stream_of_packs_gives_the_items_of_its_records_one_by_one(committed):
-    """Format 4: the same records in packs give the same items, with and without TxnRuns, and
-    the same transaction ends to confirm (committed 1: the first transactions are in Kafka)."""
+def test_a_stream_of_packs_gives_the_items_of_its_records_one_by_one(committed, scan):
+    """Format 4: the same records in packs give the same items, with and without TxnRuns (made
+    in Python or by the native reader's txn_scan), and the same transaction ends to confirm
+    (committed 1: the first transactions are in Kafka)."""
+    needs_native(scan)
     tbl = table(True, TYPES)
     tags = [tbl.qualified, UNKEYED.qualified]
     messages = stream(workload(5, rows(37, 300, True, TYPES)), 21)
     at = FIRST_LSN + 0x100 * 6 if committed else 0
-    plain, with_runs, ends, ends_laned = both(messages, tags, at)
-    packed_plain, packed_runs, packed_ends, packed_ends_laned = both(packed(messages, 22), tags, at)
+    plain, with_runs, ends, ends_laned = both(messages, tags, at, scan=scan)
+    packed_plain, packed_runs, packed_ends, packed_ends_laned = both(packed(messages, 22), tags, at, scan=scan)
     assert sum(type(i) is TxnRun for i in packed_runs) > 5
     assert flat(packed_plain) == flat(plain) == flat(packed_runs) == flat(with_runs)
     assert packed_ends == ends == packed_ends_laned == ends_laned and len(ends) > 40
 
 
+@pytest.mark.parametrize("scan", [False, True])
+def test_txn_runs_do_not_read_on_after_a_commit_the_confirmed_position_reaches(scan):
+    """While a keepalive read could confirm a transaction not yet in Kafka (the confirmed
+    position reaches the start of the COMMIT just read), a TxnRun ends at that COMMIT: with
+    everything below the confirmed position, every run holds one transaction."""
+    needs_native(scan)
+    tbl = table(True, TYPES[:3])
+    tags = [tbl.qualified, UNKEYED.qualified]
+    messages = packed(stream(workload(4, rows(35, 200, True, TYPES[:3])), 14, odd=False), 23)
+    runs = {}
+    for flushed in (0, FIRST_LSN + 0x100_0000):
+        source = StreamSource(tags, messages, True, scan=scan)
+        source._flushed, runs[flushed] = flushed, []
+        for item in source._read(Position(0, 0, True, None, LOGICAL), 0.0):
+            if type(item) is Idle:
+                if not source._cur.messages:
+                    break
+                source._decoder.ends.clear()  # what the loop's ack does once the run is in Kafka
+            elif type(item) is TxnRun:
+                runs[flushed].append(len(item.txns))
+    assert max(runs[0]) > 5 and len(runs[0]) < 10
+    assert set(runs[FIRST_LSN + 0x100_0000]) == {1} and len(runs[FIRST_LSN + 0x100_0000]) > 30
+
+
+@pytest.mark.parametrize("scan", [False, True])
 @pytest.mark.parametrize("subset", [False, True])
-def test_runs_stop_at_their_size_and_at_tables_captured_with_a_column_subset(subset):
+def test_runs_stop_at_their_size_and_at_tables_captured_with_a_column_subset(subset, scan):
+    needs_native(scan)
     tbl = table(True, TYPES[:3])
     messages = stream(workload(4, rows(34, 1500, True, TYPES[:3])), 13, odd=False)
     tags = [tbl.qualified, UNKEYED.qualified]
-    sources = [StreamSource(tags, messages, runs) for runs in (False, True)]
+    sources = [StreamSource(tags, messages, runs, scan=scan) for runs in (False, True)]
     for source in sources:
         source._decoder.subset_tags = {UNKEYED.qualified} if subset else set()
     plain, with_runs = (source.items_until_idle(0) for source in sources)
@@ -200,27 +239,32 @@ def test_runs_stop_at_their_size_and_at_tables_captured_with_a_column_subset(sub
     assert (unkeyed & set(in_runs)) == (set() if subset else unkeyed)
 
 
-def test_transactions_the_committed_position_reaches_go_the_old_way():
+@pytest.mark.parametrize("scan", [False, True])
+def test_transactions_the_committed_position_reaches_go_the_old_way(scan):
+    needs_native(scan)
     tbl = table(True, TYPES)
     messages = stream(workload(6, rows(32, 120, True, TYPES)), 9)
     commits = [struct.unpack_from(">Q", m.payload, 1)[0] for m in messages if m is not None and m.payload[:1] == b"C"]
     committed = commits[len(commits) // 2]
-    plain, with_runs, _, _ = both(messages, [tbl.qualified, UNKEYED.qualified], committed)
+    plain, with_runs, _, _ = both(messages, [tbl.qualified, UNKEYED.qualified], committed, scan=scan)
     runs = [i for i in with_runs if type(i) is TxnRun]
     assert runs and min(t.unit for r in runs for t in r.txns) > committed
     assert flat(with_runs) == flat(plain)
 
 
-def test_a_transaction_begins_after_the_end_of_the_one_before():
+@pytest.mark.parametrize("scan", [False, True])
+def test_a_transaction_begins_after_the_end_of_the_one_before(scan):
+    needs_native(scan)
     tbl = table(True, TYPES[:4])
     messages = stream(workload(7, rows(33, 60, True, TYPES[:4])), 10)
-    _, with_runs, _, _ = both(messages, [tbl.qualified, UNKEYED.qualified])
+    _, with_runs, _, _ = both(messages, [tbl.qualified, UNKEYED.qualified], scan=scan)
     txns = [t for i in with_runs if type(i) is TxnRun for t in i.txns]
     assert txns[0].last_lsn == FIRST_LSN - 8 or txns[0].last_lsn > FIRST_LSN
     commit_time = {m.payload[1:9]: m for m in messages if m is not None and m.payload[:1] == b"B"}
     for txn in txns:
         _, txid, ts_us = BEGIN_FIELDS.unpack_from(commit_time[struct.pack(">Q", txn.unit)].payload, 1)
         assert (txn.txid, txn.ts_us, txn.ts_ms) == (txid, ts_us + PG_EPOCH_US, (ts_us + PG_EPOCH_US) // 1000)
+        assert (txn.prefix, txn.ordinal) == (position_prefix(LOGICAL, txn.unit), 0)
 
 
 @every_form
