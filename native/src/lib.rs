@@ -15,6 +15,7 @@ mod packs;
 mod pgoutput;
 mod producer;
 mod pyfloat;
+mod scan;
 
 use json::Value;
 use kinds::Kind;
@@ -236,6 +237,7 @@ fn pgshovel2_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<producer::Producer>()?;
     m.add_class::<packs::PackReader>()?;
     m.add_class::<packs::Unpacked>()?;
+    m.add_function(wrap_pyfunction!(scan::pgoutput_scan, m)?)?;
     m.add("ABI", 1)?;
     Ok(())
 }

@@ -58,6 +58,7 @@ class LogicalSource:
 
     backend = LOGICAL
     commit_delay = COMMIT_DELAY
+    scans = True  # TxnRuns by the decoder's native txn_scan where it has one (else its txn_run)
 
     def __init__(self, dsn: str, slot: str, tables: tuple[Table, ...], heartbeat_interval: float = 10.0,
                  wait_cap: float = 0.5, plugin: str = PLUGIN, mode_all: frozenset[str] = frozenset(),
@@ -292,9 +293,9 @@ class LogicalSource:
         """The decoder's txn_run from msg, a BEGIN: whole small transactions for a TxnRun."""
         decoder = self._decoder
         try:
-            if hasattr(self._reader, "txn_scan") and decoder.scans():
-                reads = decoder.txn_scan(self._reader, msg, committed, self._flushed)
-            else:
+            reads = decoder.txn_scan(self._reader or self._read_message, msg, committed, self._flushed) \
+                if self.scans else None
+            if reads is None:
                 reads = decoder.txn_run(msg, self._read_message, committed, self._may_read)
         except psycopg2.Error as exc:
             self._reraise(exc)

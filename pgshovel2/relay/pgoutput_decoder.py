@@ -331,6 +331,27 @@ class PgoutputDecoder(RunMaker):
             self._begin, self._open, self._skip = None, False, False
         return TxnReads(self.whole_txns(records, txns), [], [], msg, last)
 
+    def txn_scan(self, read: Callable[[], object | None], msg, committed: int, confirmed: int) -> TxnReads | None:
+        """:meth:`txn_run` made natively (``pgoutput_scan``, native/src/scan.rs) over read (a
+        replication cursor's read_message), without a Python object per Begin and Commit; None when
+        the native module does not have it. confirmed: as RecordDecoder.txn_scan's."""
+        scan = getattr(native.module(), "pgoutput_scan", None)
+        if scan is None:
+            return None
+        records, txns, ends, self.last_lsn, partial, begin, msg, last = scan(
+            read, msg, committed, RUN_MAX, confirmed, self.last_lsn, TxnBounds, self._relations, self.subset_tags,
+            self._xid_ref)
+        if txns:
+            txn = txns[-1]
+            self._unit, self._txid, self._ts_ms, self._ordinal = txn.unit, txn.txid, txn.ts_ms, 0
+            self._begin, self._open, self._skip = None, False, False
+        self.ends.extend(ends)
+        opening = []
+        if begin is not None:
+            self.feed(begin.payload, begin.data_start)
+            opening = self._opened() if partial else []
+        return TxnReads(self.whole_txns(records, txns), opening, partial, msg, last)
+
     def _unfinished(self, records: list, txns: list[TxnBounds], start: int, begin, msg, last) -> TxnReads:
         """What txn_run read when the transaction at records[start:] (opened by begin, a Begin
         message) cannot be finished in the run: the run before it, its Begin item when it has

@@ -203,13 +203,15 @@ class RecordDecoder(RunMaker):
             self._skip = False
         return TxnReads(self.whole_txns(records, txns), [], [], msg, last)
 
-    def txn_scan(self, reader, msg, committed: int, confirmed: int) -> TxnReads:
-        """:meth:`txn_run` made by the native reader of packs (its ``txn_scan``, native/src/packs.rs),
-        for a decoder that holds no layout (:meth:`scans`), over reader's records: no Python object
-        per BEGIN, COMMIT or pack record. confirmed: the slot's confirmed position; the stream is not
-        read on after a COMMIT message that starts at or below it (txn_run's may_read: a keepalive
-        read then could confirm what is not in Kafka, LogicalSource._keepalive_would_confirm_unrelayed).
-        """
+    def txn_scan(self, reader, msg, committed: int, confirmed: int) -> TxnReads | None:
+        """:meth:`txn_run` made by the native reader of packs (its ``txn_scan``, native/src/scan.rs)
+        over reader's records, without a Python object per BEGIN, COMMIT or pack record; None when
+        it cannot stand for txn_run (a Python reader, or a layout held). confirmed: the slot's
+        confirmed position; the stream is not read on after a COMMIT message that starts at or below
+        it (txn_run's may_read: a keepalive read then could confirm what is not in Kafka,
+        LogicalSource._keepalive_would_confirm_unrelayed)."""
+        if self._held or not hasattr(reader, "txn_scan"):
+            return None
         exclude = [i for i, tag in enumerate(self.tags) if tag in self.subset_tags] if self.subset_tags else []
         records, txns, ends, self.last_lsn, partial, begin, msg, last = reader.txn_scan(
             msg, committed, RUN_MAX, confirmed, self.last_lsn, exclude, TxnBounds)
@@ -220,10 +222,6 @@ class RecordDecoder(RunMaker):
         self.ends.extend(ends)
         opening = self.feed(begin.payload, begin.data_start) if begin is not None else []
         return TxnReads(self.whole_txns(records, txns), opening, partial, msg, last)
-
-    def scans(self) -> bool:
-        """Whether :meth:`txn_scan` may stand for :meth:`txn_run` now: no layout is held."""
-        return not self._held
 
     def _unfinished(self, records: list, txns: list[TxnBounds], start: int, begin, msg, last) -> TxnReads:
         """What txn_run read when the transaction at records[start:] (opened by begin, a BEGIN
