@@ -237,7 +237,7 @@ fn money(s: &str) -> Option<String> {
 
 fn from_hex(s: &str) -> Option<Vec<u8>> {
     let b = s.as_bytes();
-    if !b.len().is_multiple_of(2) {
+    if b.len() % 2 != 0 {
         return None;
     }
     b.chunks(2)

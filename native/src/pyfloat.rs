@@ -70,7 +70,7 @@ fn half_even(f: f64, digits: &str, exp: i32) -> Option<String> {
     if digits != lo && digits != hi {
         return None;
     }
-    let even = if (last - b'0').is_multiple_of(2) { lo.to_string() } else { hi };
+    let even = if (last - b'0') % 2 == 0 { lo.to_string() } else { hi };
     let text = format!("{}.{}e{}", &even[..1], &even[1..], exp);
     (even != digits && text.parse::<f64>().ok() == Some(f)).then_some(even)
 }
