@@ -325,11 +325,7 @@ class PgoutputDecoder(RunMaker):
             ends.append((commit_lsn, end_lsn))
             self.last_lsn = end_lsn
             msg = read() if may_read(msg) else None
-        if txns:
-            txn = txns[-1]
-            self._unit, self._txid, self._ts_ms, self._ordinal = txn.unit, txn.txid, txn.ts_ms, 0
-            self._begin, self._open, self._skip = None, False, False
-        return TxnReads(self.whole_txns(records, txns), [], [], msg, last)
+        return self._whole(records, txns, msg, last)
 
     def txn_scan(self, read: Callable[[], object | None], msg, committed: int, confirmed: int) -> TxnReads | None:
         """:meth:`txn_run` made natively (``pgoutput_scan``, native/src/scan.rs) over read (a
@@ -341,16 +337,19 @@ class PgoutputDecoder(RunMaker):
         records, txns, ends, self.last_lsn, partial, begin, msg, last = scan(
             read, msg, committed, RUN_MAX, confirmed, self.last_lsn, TxnBounds, self._relations, self.subset_tags,
             self._xid_ref)
+        self.ends.extend(ends)
+        if begin is not None:
+            return self._unfinished(records + partial, txns, len(records), begin, msg, last)
+        return self._whole(records, txns, msg, last)
+
+    def _whole(self, records: list, txns: list[TxnBounds], msg, last) -> TxnReads:
+        """What txn_run read when every transaction it read is whole: the run, the decoder's state
+        that of the last transaction's end."""
         if txns:
             txn = txns[-1]
             self._unit, self._txid, self._ts_ms, self._ordinal = txn.unit, txn.txid, txn.ts_ms, 0
             self._begin, self._open, self._skip = None, False, False
-        self.ends.extend(ends)
-        opening = []
-        if begin is not None:
-            self.feed(begin.payload, begin.data_start)
-            opening = self._opened() if partial else []
-        return TxnReads(self.whole_txns(records, txns), opening, partial, msg, last)
+        return TxnReads(self.whole_txns(records, txns), [], [], msg, last)
 
     def _unfinished(self, records: list, txns: list[TxnBounds], start: int, begin, msg, last) -> TxnReads:
         """What txn_run read when the transaction at records[start:] (opened by begin, a Begin

@@ -197,11 +197,7 @@ class RecordDecoder(RunMaker):
             ends.append((unit, end_lsn))
             self.last_lsn = end_lsn
             msg = read() if may_read(msg) else None
-        if txns:
-            last_txn = txns[-1]
-            self._unit, self._txid, self._ts_ms, self._ordinal = last_txn.unit, last_txn.txid, last_txn.ts_ms, 0
-            self._skip = False
-        return TxnReads(self.whole_txns(records, txns), [], [], msg, last)
+        return self._whole(records, txns, msg, last)
 
     def txn_scan(self, reader, msg, committed: int, confirmed: int) -> TxnReads | None:
         """:meth:`txn_run` made by the native reader of packs (its ``txn_scan``, native/src/scan.rs)
@@ -215,13 +211,19 @@ class RecordDecoder(RunMaker):
         exclude = [i for i, tag in enumerate(self.tags) if tag in self.subset_tags] if self.subset_tags else []
         records, txns, ends, self.last_lsn, partial, begin, msg, last = reader.txn_scan(
             msg, committed, RUN_MAX, confirmed, self.last_lsn, exclude, TxnBounds)
+        self.ends.extend(ends)
+        if begin is not None:
+            return self._unfinished(records + partial, txns, len(records), begin, msg, last)
+        return self._whole(records, txns, msg, last)
+
+    def _whole(self, records: list, txns: list[TxnBounds], msg, last) -> TxnReads:
+        """What txn_run read when every transaction it read is whole: the run, the decoder's state
+        that of the last transaction's end."""
         if txns:
             last_txn = txns[-1]
             self._unit, self._txid, self._ts_ms, self._ordinal = last_txn.unit, last_txn.txid, last_txn.ts_ms, 0
             self._skip = False
-        self.ends.extend(ends)
-        opening = self.feed(begin.payload, begin.data_start) if begin is not None else []
-        return TxnReads(self.whole_txns(records, txns), opening, partial, msg, last)
+        return TxnReads(self.whole_txns(records, txns), [], [], msg, last)
 
     def _unfinished(self, records: list, txns: list[TxnBounds], start: int, begin, msg, last) -> TxnReads:
         """What txn_run read when the transaction at records[start:] (opened by begin, a BEGIN
