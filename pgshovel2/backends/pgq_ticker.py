@@ -53,8 +53,8 @@ TICK_OPEN_COMMIT = ("set_config('synchronous_commit', CASE current_setting('sync
 # batch's are there already (the relay is behind); ticker_max_lag in seconds. The queue's last
 # tick is read from pgq.tick, not through pgq.get_queue_info (three queries and a sequence read,
 # for a lag). Its transaction, which opens the batch, commits as {commit} says: a crash can only
-# lose it, and the batch is opened again. Parameters: TICK_MARGIN, the batch function's (queue,
-# consumer[, min_count]), queue.
+# lose it, and the batch is opened again. Parameters (after POLL_LOCK's): TICK_MARGIN, the batch
+# function's (queue, consumer[, min_count]), queue.
 _POLL = """
 SELECT b.batch_id, b.prev_tick_id, b.cur_tick_id, b.cur_tick_event_seq - b.prev_tick_event_seq,
        CASE WHEN b.batch_id IS NOT NULL THEN pgq.batch_event_sql(b.batch_id) END,
@@ -65,21 +65,36 @@ FROM {batch} b, pgq.queue q LEFT JOIN LATERAL (
     ORDER BY tick_queue DESC, tick_id DESC LIMIT 1) t ON true
 WHERE q.queue_name = %s
 """
+# The first statement of every poll: one poll of a consumer at a time. pgq.next_batch_custom reads
+# the subscription without locking it, so two relays of a set polling at once (a paused former
+# relay resumed while its successor polls) could both find no open batch and both open one; the
+# later one overwrites the batch the other's relay is reading, whose finish_batch then finds nothing
+# to finish, and the overwriting batch starts at the same tick: its events would come twice. Held
+# to the end of the poll's transaction; the PgQ statements after it see the batch the other poll
+# opened, and return it. Parameters: poll_lock(queue, consumer).
+POLL_LOCK = "SELECT pg_advisory_xact_lock(%s, hashtext(%s));"
+POLL_LOCK_CLASS = 1885827378  # the advisory locks' first key, for PgQ consumers ("pgq2")
 _NEXT = "pgq.next_batch_info(%s, %s)"
-POLL_SQL = _POLL.format(batch=_NEXT, commit=OPEN_COMMIT)
+POLL_SQL = POLL_LOCK + _POLL.format(batch=_NEXT, commit=OPEN_COMMIT)
 # POLL_SQL for a relay that is behind: a batch over as many ticks as it takes to hold MERGE_COUNT
 # events (pgq.next_batch_custom's min_count), or no batch when fewer are queued (a NULL row: the
 # relay polls again with POLL_SQL). Fewer, larger batches: each one costs a Kafka commit and its
 # round trips, whatever its size. Deterministic where it matters: an open batch stays the
-# consumer's batch, ticks and all, until it is finished, across restarts. Parameters: TICK_MARGIN,
-# queue, consumer, MERGE_COUNT, queue.
-POLL_MERGED_SQL = _POLL.format(batch="pgq.next_batch_custom(%s, %s, NULL, %s, NULL)", commit=OPEN_COMMIT)
+# consumer's batch, ticks and all, until it is finished, across restarts. Parameters: poll_lock's,
+# TICK_MARGIN, queue, consumer, MERGE_COUNT, queue.
+POLL_MERGED_SQL = POLL_LOCK + _POLL.format(batch="pgq.next_batch_custom(%s, %s, NULL, %s, NULL)", commit=OPEN_COMMIT)
 # A tick when PgQ's rules want one (pgq.ticker(queue); the session's application_name then names
 # it, see relay_tag), then POLL_SQL, in one round trip and one transaction, which commits as
-# TICK_OPEN_COMMIT says. Parameters: application_name's prefix, queue, then POLL_SQL's.
-TICK_POLL_SQL = ("SELECT CASE WHEN t IS NOT NULL THEN set_config('application_name', %s || t, false) END "
+# TICK_OPEN_COMMIT says. Parameters: poll_lock's, application_name's prefix, queue, then POLL_SQL's
+# after poll_lock's.
+TICK_POLL_SQL = (POLL_LOCK + "SELECT CASE WHEN t IS NOT NULL THEN set_config('application_name', %s || t, false) END "
                  "FROM pgq.ticker(%s) t;" + _POLL.format(batch=_NEXT, commit=TICK_OPEN_COMMIT))
 MERGE_COUNT = 20_000  # events in a batch opened while the relay is behind, at least
+
+
+def poll_lock(queue: str, consumer: str) -> tuple[int, str]:
+    """The parameters of POLL_LOCK for consumer of queue: (POLL_LOCK_CLASS, "queue/consumer")."""
+    return POLL_LOCK_CLASS, f"{queue}/{consumer}"
 
 
 def relay_tag(queue: str) -> str:

@@ -83,6 +83,7 @@ class PgqSource:
         self._open: Batch | None = None
         self._last: Poll | None = None  # what the last poll found (None: no poll yet)
         self._tick_at = 0.0  # time.monotonic() when the queue's next tick is due: poll then
+        self._in_kafka: int | None = None  # the last tick whose batch is whole in Kafka (positions given)
 
     def _read_connection(self):
         """The connection large batches are read on (a server-side cursor, in a transaction), with
@@ -163,6 +164,8 @@ class PgqSource:
     def items(self, position: Position) -> Iterator[Item]:
         """Batches after position; a batch position covers wholly comes as one complete Commit
         (it was committed to Kafka but not acknowledged before a restart)."""
+        if position.complete:
+            self._in_kafka = position.unit
         while True:
             self._maintain()
             tick = time.monotonic() >= self._tick_at
@@ -171,7 +174,7 @@ class PgqSource:
                 continue
             poll = self._poll(tick)
             batch = self._open = poll.batch
-            if batch is None:
+            if batch is None or self._moved_past_kafka(batch):
                 continue
             if position.reaches(batch.cur_tick_id, 0, True):
                 log.info("batch of ticks %d..%d is already in Kafka (committed before a restart): "
@@ -191,22 +194,40 @@ class PgqSource:
         queued. Sets when to poll next: when the next tick is due, or a poll_interval after a tick
         that found nothing to tick."""
         margin, queue, consumer = pgq_ticker.TICK_MARGIN, self.queue, self.consumer
+        lock = pgq_ticker.poll_lock(queue, consumer)
         poll = None
         if self._behind():
             poll = Poll.of(self._query(pgq_ticker.POLL_MERGED_SQL,
-                                       (margin, queue, consumer, pgq_ticker.MERGE_COUNT, queue)))
+                                       (*lock, margin, queue, consumer, pgq_ticker.MERGE_COUNT, queue)))
         if poll is None or poll.batch is None:
             if tick:
-                args = (pgq_ticker.tick_name(queue), queue, margin, queue, consumer, queue)
+                args = (*lock, pgq_ticker.tick_name(queue), queue, margin, queue, consumer, queue)
                 poll = Poll.of(self._query(pgq_ticker.TICK_POLL_SQL, args))
             else:
-                poll = Poll.of(self._query(pgq_ticker.POLL_SQL, (margin, queue, consumer, queue)))
+                poll = Poll.of(self._query(pgq_ticker.POLL_SQL, (*lock, margin, queue, consumer, queue)))
         self._last = poll
         nothing_to_tick = tick and poll.batch is None
         # from now, not from when the poll was sent: due counts from its transaction's start, and a
         # tick attempted before the lag is reached by the database's clock would find nothing to do
         self._tick_at = time.monotonic() + (self.poll_interval if nothing_to_tick else max(poll.due or 0.0, 0.0))
         return poll
+
+    def _moved_past_kafka(self, batch: Batch) -> bool:
+        """Whether batch starts before the last tick known to be whole in Kafka and ends after it,
+        which only a batch opened over another's (by a relay of the set without POLL_LOCK, or
+        before a crash lost its opening) can: then the consumer is moved to that tick
+        (pgq.register_consumer_at, which drops the open batch) and True, the next poll opens the
+        batch after it. Its events up to that tick would otherwise come a second time."""
+        done = self._in_kafka
+        if done is None or not batch.prev_tick_id < done < batch.cur_tick_id:
+            return False
+        log.warning("batch %d of queue %s spans ticks %d..%d, and tick %d is in Kafka already (another relay of "
+                    "the set opened this batch over the one it relayed): the consumer moves to tick %d",
+                    batch.batch_id, self.queue, batch.prev_tick_id, batch.cur_tick_id, done, done)
+        self._query(pgq_ticker.POLL_LOCK + "SELECT pgq.register_consumer_at(%s, %s, %s)",
+                    (*pgq_ticker.poll_lock(self.queue, self.consumer), self.queue, self.consumer, done))
+        self._open = self._last = None  # poll again at once
+        return True
 
     def _behind(self) -> bool:
         """Whether the last poll saw ticks after its batch's."""
@@ -327,6 +348,8 @@ class PgqSource:
         is then due no sooner than ticker_max_lag from now: while the relay keeps up, a batch and its
         Kafka transaction every ticker_max_lag plus the time a batch takes, so a busier relay makes
         fewer, larger ones (a relay that is behind does not wait)."""
+        if position.complete:
+            self._in_kafka = max(self._in_kafka or 0, position.unit)
         batch = self._open
         if batch is None or not position.complete or position.unit < batch.cur_tick_id:
             return

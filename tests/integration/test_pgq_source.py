@@ -3,6 +3,7 @@ has finished (the zombie of test_exactly_once.py, paused between opening a batch
 events, while its successor relayed and acknowledged that batch) stops as fenced, whichever PgQ
 function notices first that the batch is gone."""
 
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -171,6 +172,73 @@ def test_a_batch_bigger_than_the_events_queued_between_its_ticks_is_read_whole(s
             source.close()
 
 
+def test_two_relays_polling_at_once_share_one_batch(stack, db, queue):
+    """A poll that opens a batch (here held open in a transaction of its own) and a poll of another
+    relay of the set at the same time: the second waits for the first (POLL_LOCK) and gets the very
+    batch it opened. PgQ's next_batch alone lets the second open another batch over the first's
+    ticks and more, and the relay of the first then relays those ticks twice (the zombie of
+    test_zombie_relay_is_fenced, resumed while its successor polled)."""
+    first = psycopg2.connect(stack.dsn)
+    source = PgqSource(stack.dsn, TriggerCapture(queue, "t", "c"), maint_interval=0)
+    try:
+        with first.cursor() as cur:
+            cur.execute(pgq_ticker.POLL_SQL, (*pgq_ticker.poll_lock(queue, "c"), pgq_ticker.TICK_MARGIN, queue, "c",
+                                              queue))
+            opened = cur.fetchone()[0]
+        assert opened is not None
+        with db.cursor() as cur:
+            cur.execute("SELECT pgq.insert_event(%s, 'I', '[2]')", (queue,))
+            cur.execute("SELECT pgq.ticker(%s)", (queue,))  # a later tick the second poll could end at
+        polled = []
+        second = threading.Thread(target=lambda: polled.append(source._poll(False).batch))
+        second.start()
+        second.join(1.0)
+        assert second.is_alive(), "the second poll did not wait for the first"
+        first.commit()
+        second.join(30)
+        assert polled[0] is not None and polled[0].batch_id == opened
+    finally:
+        first.close()
+        source.close()
+
+
+def test_a_batch_over_a_tick_already_in_kafka_is_read_from_that_tick(stack, db):
+    """An open batch over ticks t1..t3 while Kafka holds the batch t1..t2 whole (a batch opened over
+    another's, or opened again differently after a crash lost its opening): the source moves the
+    consumer to t2 and relays only the events after it, once."""
+    with ticking_queue(db) as name:
+        with db.cursor() as cur:
+            cur.execute("SELECT last_tick FROM pgq.get_consumer_info(%s, 'c')", (name,))
+            (t1,) = cur.fetchone()
+            cur.execute("SELECT pgq.insert_event(%s, 'I', '[1]')", (name,))
+            tick(cur, name)
+            cur.execute("SELECT last_tick_id FROM pgq.get_queue_info(%s)", (name,))
+            (t2,) = cur.fetchone()
+            cur.execute("SELECT pgq.insert_event(%s, 'I', '[2]')", (name,))
+            tick(cur, name)
+            cur.execute("SELECT prev_tick_id, cur_tick_id FROM pgq.next_batch_custom(%s, 'c', NULL, 1, NULL)",
+                        (name,))
+            prev, t3 = cur.fetchone()
+            assert (prev, t3) == (t1, t3) and t3 > t2  # the open batch spans both ticks
+            cur.execute("UPDATE pgq.queue SET queue_ticker_paused = false WHERE queue_name = %s", (name,))
+        source = PgqSource(stack.dsn, TriggerCapture(name, "t", "c"), maint_interval=0)
+        seen, commits = [], []
+        try:
+            for item in source.items(Position(t2, 0, True, None, TRIGGER)):
+                if isinstance(item, Change):
+                    seen.append(item.row)
+                elif isinstance(item, Commit) and item.complete:
+                    commits.append(item.unit)
+                    source.ack(Position(item.unit, item.ordinal, True, None, TRIGGER))
+                    break
+        finally:
+            source.close()
+        assert seen == [[2]] and commits == [t3]
+        with db.cursor() as cur:
+            cur.execute("SELECT last_tick FROM pgq.get_consumer_info(%s, 'c')", (name,))
+            assert cur.fetchone()[0] == t3
+
+
 @pytest.mark.parametrize(("session", "opens_with"), [("off", "local"), ("on", "off"), ("remote_apply", "off")])
 def test_the_poll_that_opens_a_batch_flushes_the_wal_where_ticks_may_not_have(stack, queue, session, opens_with):
     """A tick committed with synchronous_commit off is visible before it is durable: where the
@@ -181,7 +249,8 @@ def test_the_poll_that_opens_a_batch_flushes_the_wal_where_ticks_may_not_have(st
     conn = psycopg2.connect(stack.dsn, options=f"-c synchronous_commit={session}")
     try:
         with conn.cursor() as cur:  # one transaction, as the source's autocommit statement is
-            cur.execute(pgq_ticker.POLL_SQL, (pgq_ticker.TICK_MARGIN, queue, "c", queue))
+            cur.execute(pgq_ticker.POLL_SQL, (*pgq_ticker.poll_lock(queue, "c"), pgq_ticker.TICK_MARGIN, queue, "c",
+                                              queue))
             assert cur.fetchone()[0] is not None  # the queue fixture's batch: the poll opened it
             cur.execute("SHOW synchronous_commit")
             assert cur.fetchone()[0] == opens_with
@@ -243,8 +312,8 @@ def test_the_poll_that_ticks_commits_its_tick_durably_before_its_batch_is_read(s
                 # unpaused only inside it, so no other ticker (pgqd) ticks the queue before the check
                 set_paused = "UPDATE pgq.queue SET queue_ticker_paused = %s WHERE queue_name = %s"
                 cur.execute(set_paused, (False, name))
-                cur.execute(pgq_ticker.TICK_POLL_SQL, (pgq_ticker.tick_name(name), name, pgq_ticker.TICK_MARGIN,
-                                                       name, "c", name))
+                cur.execute(pgq_ticker.TICK_POLL_SQL, (*pgq_ticker.poll_lock(name, "c"), pgq_ticker.tick_name(name),
+                                                       name, pgq_ticker.TICK_MARGIN, name, "c", name))
                 row = cur.fetchone()
                 cur.execute("SHOW synchronous_commit")
                 assert cur.fetchone()[0] == opens_with
