@@ -14,7 +14,7 @@ from bench.common import save_result
 from pgshovel2.catalog import Column, Table
 from pgshovel2.codec import textforms
 from pgshovel2.codec.rows import RowEncoder
-from pgshovel2.relay import pgoutput_decoder
+from pgshovel2.relay import pgoutput_relations
 from pgshovel2.relay.pgoutput_decoder import PgoutputDecoder, SetTable
 from pgshovel2.relay.relation_layout import RelationLayout
 
@@ -46,14 +46,14 @@ def decoder(python: bool) -> PgoutputDecoder:
     rel = b"".join(b"\x00" + c[0].encode() + b"\x00" + struct.pack(">Ii", c[3], -1) for c in COLUMNS)
     dec.feed(b"R" + struct.pack(">I", 7) + b"s\x00mixed\x00d" + struct.pack(">H", len(COLUMNS)) + rel, 0)
     dec.feed(b"B" + struct.pack(">QqI", 0x90, 0, 5), 0)
-    saved = pgoutput_decoder._native_rows
+    saved = pgoutput_relations.native_rows
     if python:
-        pgoutput_decoder._native_rows = lambda *_: None
+        pgoutput_relations.native_rows = lambda *_: None
     try:
         first = dec.feed(INSERT, 1)
         dec.settle(next(i for i in first if isinstance(i, RelationLayout)))
     finally:
-        pgoutput_decoder._native_rows = saved
+        pgoutput_relations.native_rows = saved
     return dec
 
 

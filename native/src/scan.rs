@@ -202,7 +202,7 @@ impl Form for Plugin {
 }
 
 /// pgoutput's messages: a change is a lane record (PgoutputDecoder.lane_record's (native, index,
-/// data, lsn, relation)) when its relation (in relations, oid -> the decoder's _Relation) has a
+/// data, lsn, relation)) when its relation (in relations, oid -> the decoder's MappedRelation) has a
 /// native decoder and a table outside subset. xid_ref: the decoder's reference full xid.
 struct Pgoutput<'py> {
     relations: Bound<'py, PyAny>,

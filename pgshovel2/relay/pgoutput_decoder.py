@@ -1,30 +1,29 @@
-"""pgoutput's logical replication messages (protocol version 1) -> the items our plugin's
-records give (:class:`pgshovel2.relay.logical_source.RecordDecoder`); no I/O.
+"""pgoutput's logical replication messages (protocol version 1) -> the items our plugin's records
+give (:class:`pgshovel2.relay.logical_source.RecordDecoder`); no I/O.
 
-Formats: https://www.postgresql.org/docs/current/protocol-logicalrep-message-formats.html.
-Begin is held back until the transaction's first change (PostgreSQL 14 sends empty
-transactions; our plugin writes nothing for them). Values are output-function text turned
-into capture forms by the table's converters: by the native decoder when the native module is
-on (native/src/pgoutput.rs: a change's rows as capture JSON text, as our plugin's raw rows are;
-a change it leaves to Python is decoded here, rows as lists). A Relation message (the table's layout, sent
-before its first change in a session and after an ALTER TABLE) is held until the relation's
-next change, which is preceded by a :class:`RelationLayout` (the source turns a new layout
-into a schema-change Control, :mod:`pgshovel2.relay.relation_layout`) and a :class:`Redo` of
-the change, decoded once the source (:meth:`PgoutputDecoder.settle`) has settled the layout. A
-Relation that still does not hold the set's columns with their types then stops the stream
-(RelayError naming the table): a wrong row is never written. Transactional messages with
-prefix ``pgshovel2.version`` (``set upgrade``) are set-version Controls at their place.
+Formats: https://www.postgresql.org/docs/current/protocol-logicalrep-message-formats.html. Begin
+is held back until the transaction's first change (PostgreSQL 14 sends empty transactions; our
+plugin writes nothing for them). Values are output-function text turned into capture forms by
+the table's converters: by the native decoder when the native module is on
+(native/src/pgoutput.rs: a change's rows as capture JSON text, as our plugin's raw rows are; a
+change it leaves to Python by :mod:`pgshovel2.relay.pgoutput_relations`, rows as lists). A
+Relation message (the table's layout, sent before its first change in a session and after an
+ALTER TABLE) is held until the relation's next change, which is preceded by a
+:class:`RelationLayout` (the source turns a new layout into a schema-change Control,
+:mod:`pgshovel2.relay.relation_layout`) and a :class:`Redo` of the change, decoded once the
+source (:meth:`PgoutputDecoder.settle`) has settled the layout. A Relation that still does not
+hold the set's columns with their types then stops the stream (RelayError naming the table): a
+wrong row is never written. Transactional messages with prefix ``pgshovel2.version`` (``set
+upgrade``) are set-version Controls at their place.
 """
 
 import json
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
-from pgshovel2.catalog import Table
-from pgshovel2.codec import native, textforms
+from pgshovel2.codec import native
 from pgshovel2.codec.rows import as_values
 from pgshovel2.errors import RelayError
 from pgshovel2.names import qualified
@@ -35,11 +34,11 @@ from pgshovel2.relay.pgoutput_messages import (
     HEARTBEAT_PREFIX,
     U32,
     VERSION_PREFIX,
-    change_tuples,
     logical_message,
     relation,
     truncated,
 )
+from pgshovel2.relay.pgoutput_relations import MappedRelation, SetTable, map_relation, python_rows
 from pgshovel2.relay.relation_layout import LayoutColumn, Redo, RelationLayout
 from pgshovel2.relay.source import (
     RUN_MAX,
@@ -59,31 +58,6 @@ _OPS = {b"I": "I", b"U": "U", b"D": "D"}  # a change message's kind -> Change.op
 _IUD = frozenset(b"IUD")
 
 
-@dataclass
-class SetTable:
-    """A table of the set as the decoder needs it: tag, columns, their type OIDs and converters."""
-
-    table: Table
-    type_oids: dict[int, int]
-    converters: list[Callable[[str], Any]]
-
-
-@dataclass
-class _Relation:
-    tag: str
-    picks: list[int]                       # index in the relation's columns of each set column
-    converters: list[Callable[[str], Any]]
-    native: Any = None                     # pgshovel2_native.PgoutputRows of the relation, or None
-    index: int = 0                         # the table's index in PgoutputDecoder.tags
-
-
-def _native_rows(picks: list[int], converters: list[Callable[[str], Any]]) -> Any:
-    """The native decoder of a relation's rows (native/src/pgoutput.rs), or None when the native
-    module is off or absent or too old to have it."""
-    rows = getattr(native.module(), "PgoutputRows", None)
-    return None if rows is None else rows(picks, [textforms.native_form(c) for c in converters])
-
-
 class PgoutputDecoder(RunMaker):
     """Turns pgoutput messages into items (:meth:`feed`); the attributes of RecordDecoder
     (ends, last_lsn, subset_tags) mean the same. tables: the set's tables by tag.
@@ -96,7 +70,7 @@ class PgoutputDecoder(RunMaker):
         self.subset_tags: set[str] = set()
         self.ends: deque[tuple[int, int]] = deque()
         self.last_lsn: int | None = None
-        self._relations: dict[int, _Relation] = {}
+        self._relations: dict[int, MappedRelation] = {}
         self._raw: dict[int, tuple[str, str, list[tuple[str, int, int]]]] = {}  # oid -> schema, name, columns
         self._pending: set[int] = set()  # relations whose layout came and is not settled yet
         self.skip_through: Position | None = None  # units it reaches fully are in Kafka (set before streaming)
@@ -196,55 +170,16 @@ class PgoutputDecoder(RunMaker):
 
     def _map(self, oid: int) -> None:
         schema, name, columns = self._raw[oid]
-        self._relations[oid] = self._map_relation(schema, name, {c: (i, t) for i, (c, t, _) in enumerate(columns)})
-
-    def _map_relation(self, schema: str, name: str, columns: dict[str, tuple[int, int]]) -> _Relation:
         tag = qualified(schema, name)
-        entry = self.tables.get(tag)
-        if entry is None:
-            raise RelayError(f"slot {self.slot} sent changes of table {tag}, which is not in the set "
-                             "(its publication was changed by hand?)")
-        picks = []
-        for col in entry.table.columns:
-            found = columns.get(col.name)
-            if found is None or found[1] != entry.type_oids.get(col.attnum):
-                what = "is not in it any more" if found is None else "changed its type"
-                raise RelayError(f"table {tag}: column {col.name!r} {what} (a DDL statement the logical backend "
-                                 "with decoder pgoutput does not relay yet): nothing after it was relayed; "
-                                 "re-create the set for the new layout")
-            picks.append(found[0])
-        return _Relation(tag, picks, entry.converters, _native_rows(picks, entry.converters), self.tags.index(tag))
+        by_name = {c: (i, t) for i, (c, t, _) in enumerate(columns)}
+        index = self.tags.index(tag) if tag in self.tables else 0
+        self._relations[oid] = map_relation(self.tables.get(tag), tag, by_name, self.slot, index)
 
-    def _relation(self, oid: int) -> _Relation:
+    def _relation(self, oid: int) -> MappedRelation:
         rel = self._relations.get(oid)
         if rel is None:
             raise RelayError(f"pgoutput sent a change of relation {oid} before its Relation message")
         return rel
-
-    def _row(self, rel: _Relation, values: list, old: list | None, full: bool = False) -> tuple[list, tuple]:
-        """(row, unchanged positions) of a TupleData. An unchanged TOASTed value ('u') is taken
-        from old when old holds it: a full old row (full: REPLICA IDENTITY FULL, 'O') or a key
-        tuple ('K') for its key columns, which PostgreSQL logs even when unchanged if stored out
-        of line. Otherwise the value is None and its position is listed as unchanged."""
-        row, unchanged = [], []
-        for i, (pick, conv) in enumerate(zip(rel.picks, rel.converters, strict=True)):
-            text = values[pick]
-            if text is ...:
-                known = old[pick] if old is not None else None
-                if known is ... or (known is None and not full):
-                    unchanged.append(i)
-                    row.append(None)
-                    continue
-                text = known
-            row.append(None if text is None else conv(text))
-        return row, tuple(unchanged)
-
-    def _old_row(self, rel: _Relation, old: list) -> list:
-        row, unchanged = self._row(rel, old, None)
-        if unchanged:  # PostgreSQL flattens old rows: never seen
-            col = self.tables[rel.tag].table.columns[unchanged[0]].name
-            raise RelayError(f"table {rel.tag}, column {col!r}: pgoutput sent an old row without its value")
-        return row
 
     def _change(self, kind: bytes, data: bytes, lsn: int) -> list[Item]:
         (oid,) = U32.unpack_from(data, 1)
@@ -377,28 +312,17 @@ class PgoutputDecoder(RunMaker):
                               unchanged))
         return out
 
-    def _rows(self, rel: _Relation, kind: bytes, data: bytes) -> tuple[Any, Any, tuple] | None:
+    def _rows(self, rel: MappedRelation, kind: bytes, data: bytes) -> tuple[Any, Any, tuple] | None:
         """(row, before, unchanged positions) of a change message of rel, natively when its decoder
         takes it; None when the capture trigger would write no event (an update of a subset table
         that changes none of its columns)."""
         got = rel.native.change(data) if rel.native is not None else None
         if got is None:
-            return self._python_rows(rel, kind, data)
+            return python_rows(rel, kind, data, self.tables[rel.tag].table, rel.tag in self.subset_tags)
         row, before, _ = got
         if kind == b"U" and before is not None and rel.tag in self.subset_tags and as_values(before) == as_values(row):
             return None
         return got
-
-    def _python_rows(self, rel: _Relation, kind: bytes, data: bytes) -> tuple[Any, Any, tuple] | None:
-        """_rows by the Python converters (rows as lists): no native decoder, or a change it left to Python."""
-        old, full, new = change_tuples(kind, data, rel.tag)
-        row, unchanged = self._row(rel, new, old, full) if new is not None else (None, ())
-        before = self._old_row(rel, old) if old is not None else None
-        if kind == b"D":
-            row, before = before, None
-        if kind == b"U" and before is not None and before == row and rel.tag in self.subset_tags:
-            return None
-        return row, before, unchanged
 
     def _on_truncate(self, data: bytes, lsn: int) -> list[Item]:
         items = self._opened()

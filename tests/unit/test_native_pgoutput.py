@@ -20,7 +20,7 @@ from pgshovel2.catalog import Column, Table
 from pgshovel2.codec import avro, native, textforms
 from pgshovel2.codec.rows import as_values
 from pgshovel2.consumer.pgtext import date_text, float4_text, float8_text, timestamp_text
-from pgshovel2.relay import pgoutput_decoder
+from pgshovel2.relay import pgoutput_relations
 from pgshovel2.relay.debezium import DebeziumEnvelope, SourceInfo
 from pgshovel2.relay.envelopes import RowEnvelope
 from pgshovel2.relay.pgoutput_decoder import PgoutputDecoder, SetTable
@@ -144,7 +144,7 @@ def decoder(tbl: Table, python: bool, monkeypatch) -> PgoutputDecoder:
     dec.feed(b"B" + struct.pack(">QqI", 0x90, 0, 5), 0)
     with monkeypatch.context() as m:
         if python:
-            m.setattr(pgoutput_decoder, "_native_rows", lambda *_: None)
+            m.setattr(pgoutput_relations, "native_rows", lambda *_: None)
         first = dec.feed(b"D" + struct.pack(">I", OID) + b"K" + tuple_data([b"0"] + [None] * (len(oids) - 1)), 1)
         dec.settle(next(i for i in first if isinstance(i, RelationLayout)))
     assert (dec._relations[OID].native is None) == python
@@ -265,7 +265,7 @@ def test_python_path_when_native_is_off(monkeypatch):
     monkeypatch.setattr(native, "module", lambda: None)
     tbl = table(TYPES)
     dec = PgoutputDecoder({tbl.qualified: SetTable(tbl, {}, [])})
-    assert pgoutput_decoder._native_rows([0], [int]) is None and dec.tables
+    assert pgoutput_relations.native_rows([0], [int]) is None and dec.tables
 
 
 def test_one_dimensional_arrays_are_taken_natively(monkeypatch):

@@ -9,7 +9,7 @@ import pytest
 from pgshovel2.catalog import Column, Table
 from pgshovel2.codec.rows import as_values
 from pgshovel2.codec.textforms import converter
-from pgshovel2.relay import pgoutput_decoder
+from pgshovel2.relay import pgoutput_relations
 from pgshovel2.relay.pgoutput_decoder import PgoutputDecoder, Redo, SetTable
 from pgshovel2.relay.relation_layout import RelationLayout
 from tests.unit.pgoutput_bytes import tuple_data
@@ -22,7 +22,7 @@ TABLE = Table("s", "t", (Column("id", 1, "integer", "int4", False, False),
 @pytest.fixture(autouse=True, params=["native", "python"])
 def _path(request, monkeypatch):
     if request.param == "python":
-        monkeypatch.setattr(pgoutput_decoder, "_native_rows", lambda *_: None)
+        monkeypatch.setattr(pgoutput_relations, "native_rows", lambda *_: None)
 
 
 def _decoder() -> PgoutputDecoder:
