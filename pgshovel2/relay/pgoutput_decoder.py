@@ -269,13 +269,8 @@ class PgoutputDecoder(RunMaker):
         scan = getattr(native.module(), "pgoutput_scan", None)
         if scan is None:
             return None
-        records, txns, ends, self.last_lsn, partial, begin, msg, last = scan(
-            read, msg, committed, RUN_MAX, confirmed, self.last_lsn, TxnBounds, self._relations, self.subset_tags,
-            self._xid_ref)
-        self.ends.extend(ends)
-        if begin is not None:
-            return self._unfinished(records + partial, txns, len(records), begin, msg, last)
-        return self._whole(records, txns, msg, last)
+        return self.scanned(scan(read, msg, committed, RUN_MAX, confirmed, self.last_lsn, TxnBounds, self._relations,
+                                 self.subset_tags, self._xid_ref))
 
     def _whole(self, records: list, txns: list[TxnBounds], msg, last) -> TxnReads:
         """What txn_run read when every transaction it read is whole: the run, the decoder's state

@@ -209,12 +209,7 @@ class RecordDecoder(RunMaker):
         if self._held or not hasattr(reader, "txn_scan"):
             return None
         exclude = [i for i, tag in enumerate(self.tags) if tag in self.subset_tags] if self.subset_tags else []
-        records, txns, ends, self.last_lsn, partial, begin, msg, last = reader.txn_scan(
-            msg, committed, RUN_MAX, confirmed, self.last_lsn, exclude, TxnBounds)
-        self.ends.extend(ends)
-        if begin is not None:
-            return self._unfinished(records + partial, txns, len(records), begin, msg, last)
-        return self._whole(records, txns, msg, last)
+        return self.scanned(reader.txn_scan(msg, committed, RUN_MAX, confirmed, self.last_lsn, exclude, TxnBounds))
 
     def _whole(self, records: list, txns: list[TxnBounds], msg, last) -> TxnReads:
         """What txn_run read when every transaction it read is whole: the run, the decoder's state

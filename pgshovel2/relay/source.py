@@ -24,6 +24,7 @@ calls :meth:`Source.ack` with it and the source may forget the unit.
 Sources never know Kafka; the loop never knows PgQ or slots.
 """
 
+from collections import deque
 from collections.abc import Callable, Iterator
 from typing import NamedTuple, Protocol
 
@@ -107,6 +108,8 @@ class RunMaker:
     _unit: int
     _ordinal: int
     tags: list[str]
+    ends: deque[tuple[int, int]]  # (unit, LSN to confirm) of each transaction end and heartbeat read
+    last_lsn: int | None
 
     def run(self, records: list) -> ChangeRun:
         """The ChangeRun of records (each one the decoder's ``lane_record`` gave), the open
@@ -119,6 +122,17 @@ class RunMaker:
         """The TxnRun of the whole transactions txns over records (their change records, each one
         ``lane_record`` gave); None when there is no transaction."""
         return TxnRun(records, txns, True, self.tags, self.expand_txns) if txns else None
+
+    def scanned(self, result: tuple) -> "TxnReads":  # noqa: F821 (lane_reads imports this module)
+        """The TxnReads of a native scan's result (native/src/scan.rs: records, txns, ends, last_lsn,
+        partial, begin, msg, last): its ends and last_lsn taken on, then ended as txn_run ends,
+        through the decoder's ``_unfinished`` when begin opened a transaction the scan could not
+        finish, else ``_whole``."""
+        records, txns, ends, self.last_lsn, partial, begin, msg, last = result
+        self.ends.extend(ends)
+        if begin is not None:
+            return self._unfinished(records + partial, txns, len(records), begin, msg, last)
+        return self._whole(records, txns, msg, last)
 
     def opening(self) -> list["Item"]:
         """Items to give before the next run (the Begin of a transaction its first lane record
