@@ -8,7 +8,7 @@ tables (bench/workloads.py: ``narrow`` and ``mixed``):
   relay start, Debezium's slot is created before the inserts; both then drain the same N changes
   from the WAL (trigger: from its queue). The clock runs from the tool being ready (the relay's
   ready line; the connector's slot in use) until a read_committed consumer counted N messages on
-  the table's topic. Debezium: JSON converter with schemas, at-least-once and exactly-once;
+  the table's topic (kcat, bench/counter.py). Debezium: JSON converter with schemas, at-least-once and exactly-once;
 - CPU per change of the tool's process (relay; the Connect JVM) and of the Kafka broker over the
   same window (utime + stime, /proc/<pid>/stat), in µs;
 - latency p50/p99 at a steady pgbench rate (bench/latency.py's method: commit time in the row
@@ -32,15 +32,11 @@ import argparse
 import json
 import re
 import statistics
-import threading
 import time
-
-from confluent_kafka import Consumer, TopicPartition
 
 from bench import connect, latency, workloads
 from bench.capture_overhead import pgbench
 from bench.common import (
-    BOOTSTRAP,
     LOGICAL,
     WORK,
     cpu_pressure,
@@ -54,6 +50,7 @@ from bench.common import (
 )
 from bench.common import topic as set_topic
 from bench.connect import DEBEZIUM
+from bench.counter import Counter
 from bench.debezium_report import plot, table
 from bench.debezium_tps import measure_tps
 from bench.logical import Relay, cpu_seconds, helper_pids
@@ -78,40 +75,6 @@ def drain_changes(changes: int, most: int | None) -> int:
 
 def variant_name(backend: str, encoding: str, envelope: str) -> str:
     return f"{backend}/{encoding}/{envelope}"
-
-
-class Counter(threading.Thread):
-    """Counts the messages of topic (every partition, from offset 0, read_committed) until n;
-    ``done`` is set then and ``finished_at`` is its time.monotonic()."""
-
-    def __init__(self, topic: str, n: int):
-        super().__init__(daemon=True)
-        self.topic, self.n, self.count = topic, n, 0
-        self.done, self.stop = threading.Event(), threading.Event()
-        self.finished_at = 0.0
-
-    def run(self) -> None:
-        consumer = Consumer({"bootstrap.servers": BOOTSTRAP, "group.id": f"bench-count-{time.time_ns()}",
-                             "isolation.level": "read_committed", "enable.auto.commit": False,
-                             "fetch.wait.max.ms": 20})
-        try:
-            while not self.stop.is_set():
-                meta = consumer.list_topics(self.topic, timeout=5).topics.get(self.topic)
-                if meta is not None and meta.error is None and meta.partitions:
-                    break
-                time.sleep(0.1)
-            consumer.assign([TopicPartition(self.topic, p, 0) for p in meta.partitions])
-            while not self.stop.is_set() and self.count < self.n:
-                self.count += sum(1 for m in consumer.consume(10000, 0.1) if m.error() is None)
-            self.finished_at = time.monotonic()
-            self.done.set()
-        finally:
-            consumer.close()
-
-    def wait(self, timeout: float = 3600) -> None:
-        if not self.done.wait(timeout):
-            self.stop.set()
-            raise SystemExit(f"{self.topic}: {self.count} of {self.n} messages within {timeout} s")
 
 
 def cpu_of(pids: dict[str, int]) -> dict[str, float]:

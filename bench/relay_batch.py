@@ -23,7 +23,8 @@ from confluent_kafka import Consumer, TopicPartition
 from bench import connect, latency, workloads
 from bench.common import BOOTSTRAP, WORK, pgshovel, prepare, py_spy, save_result, summary
 from bench.common import topic as set_topic
-from bench.debezium import Counter, cpu_of, create_variant_set, figures
+from bench.counter import Counter
+from bench.debezium import cpu_of, create_variant_set, figures
 from bench.logical import Relay, helper_pids
 from bench.profile import top
 
