@@ -314,20 +314,13 @@ pub(crate) fn next_special(s: &[u8], from: usize) -> usize {
 }
 
 /// Appends n in decimal, zero-padded to at least width digits (format's `{:0width$}` of an
-/// unsigned value, without its allocation: this runs for every integer and temporal value).
+/// unsigned value, without its allocation: this runs for every integer and temporal value; itoa
+/// writes two digits a step).
 pub fn push_uint(n: u64, width: usize, out: &mut Vec<u8>) {
-    let mut buf = [0u8; 20];
-    let (mut i, mut v) = (buf.len(), n);
-    loop {
-        i -= 1;
-        buf[i] = b'0' + (v % 10) as u8;
-        v /= 10;
-        if v == 0 {
-            break;
-        }
-    }
-    out.extend(std::iter::repeat_n(b'0', width.saturating_sub(buf.len() - i)));
-    out.extend_from_slice(&buf[i..]);
+    let mut buf = itoa::Buffer::new();
+    let digits = buf.format(n).as_bytes();
+    out.resize(out.len() + width.saturating_sub(digits.len()), b'0');
+    out.extend_from_slice(digits);
 }
 
 /// Appends s as a JSON string, escaped as Python's encoder does with ensure_ascii=False.
