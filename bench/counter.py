@@ -47,7 +47,8 @@ class Counter(threading.Thread):
 
     @property
     def count(self) -> int:
-        """Messages counted so far."""
+        """Messages kcat has written out so far: its output to a file is buffered, so this may be a
+        few thousand behind what it read (a figure for wait's error, not for the clock)."""
         self._out.seek(0, 2)
         return self._out.tell()
 
@@ -58,6 +59,8 @@ class Counter(threading.Thread):
             ["kcat", "-C", "-q", "-b", BOOTSTRAP, "-t", self.topic, "-o", "beginning", "-c", str(self.n),
              "-f", ".", "-X", "isolation.level=read_committed", "-X", "fetch.wait.max.ms=20"],
             stdout=self._out, stderr=subprocess.DEVNULL)
+        if self.stop.is_set():  # wait gave up while kcat started: it may not have seen kcat to kill
+            self._kcat.kill()
         if self._kcat.wait() == 0 and not self.stop.is_set():  # blocks in waitpid: the exit's own time
             self.finished_at = time.monotonic()
             self.done.set()
