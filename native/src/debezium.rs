@@ -311,7 +311,7 @@ fn encode(codec: &RowCodec, row: &Bound<'_, PyAny>) -> Option<(Key, Vec<u8>)> {
         codec.encode_row(Row::Text(b.as_bytes()), true)
     } else if let Ok(list) = row.downcast::<PyList>() {
         let values = list.iter().map(|v| from_py(&v)).collect::<Option<Vec<_>>>()?;
-        codec.encode_row(Row::Values(values), true)
+        codec.encode_row(Row::Values(&values, 256), true)
     } else {
         None
     }?;

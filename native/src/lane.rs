@@ -22,6 +22,7 @@ mod out;
 mod txns;
 use out::{Direct, Heads, Msg, Target};
 use crate::producer::Producer;
+use crate::json::Value;
 use crate::pgoutput::PgoutputRows;
 use crate::{Row, RowCodec};
 
@@ -34,13 +35,29 @@ const HEAD: usize = 16; // kind, change LSN (8), table index (2), flags (1), row
 type Out = (usize, Option<Vec<u8>>, Option<Vec<u8>>, u8);
 
 /// One change as the lane reads it: kind (b'I', b'U', b'D'), table index, the row and the old
-/// row (capture JSON text), and its own LSN (logical backend).
+/// row, and its own LSN (logical backend).
 struct Rec<'a> {
     kind: u8,
     table: usize,
-    row: &'a [u8],
-    old: Option<&'a [u8]>,
+    row: Body<'a>,
+    old: Option<Body<'a>>,
     lsn: Option<i64>,
+}
+
+/// A row of a Rec: capture JSON text (our plugin's records, trigger rows), or capture values
+/// (a pgoutput change's, decoded from its texts without that JSON).
+enum Body<'a> {
+    Text(&'a [u8]),
+    Values(Vec<Value<'a>>, usize),
+}
+
+impl Body<'_> {
+    fn row(&self) -> Row<'_> {
+        match self {
+            Body::Text(text) => Row::Text(text),
+            Body::Values(values, size) => Row::Values(values, *size),
+        }
+    }
 }
 
 /// Lane.encode's txn argument: (txid, ts_ms, ts_us, last_lsn, total_order, per table index
@@ -251,7 +268,7 @@ impl Lane {
 /// A run record the lane takes, held while its Rec is read (Lane::held).
 enum Held<'py> {
     Plugin(Bound<'py, PyBytes>),
-    Pgoutput(PgoutputChange),
+    Pgoutput(PgoutputChange<'py>),
     Trigger(TriggerRow<'py>),
 }
 
@@ -259,7 +276,7 @@ impl Held<'_> {
     fn rec(&self) -> Option<Rec<'_>> {
         match self {
             Held::Plugin(bytes) => plugin_record(bytes.as_bytes()),
-            Held::Pgoutput(change) => Some(change.rec()),
+            Held::Pgoutput(change) => change.rec(),
             Held::Trigger(row) => row.rec(),
         }
     }
@@ -279,43 +296,48 @@ impl TriggerRow<'_> {
             Some(old) => Some(old.to_str().ok()?.as_bytes()),
             None => None,
         };
-        Some(Rec { kind: self.kind, table: self.table, row: self.row.to_str().ok()?.as_bytes(), old, lsn: None })
+        let row = Body::Text(self.row.to_str().ok()?.as_bytes());
+        Some(Rec { kind: self.kind, table: self.table, row, old: old.map(Body::Text), lsn: None })
     }
 }
 
-/// A pgoutput change of a run, decoded (pgoutput_change).
-struct PgoutputChange {
-    kind: u8,
+/// A pgoutput run record (pgoutput_change): its relation's decoder, table index, message and
+/// WAL start.
+struct PgoutputChange<'py> {
+    rows: Bound<'py, PgoutputRows>,
     table: usize,
-    row: Vec<u8>,
-    old: Option<Vec<u8>>,
+    data: Bound<'py, PyBytes>,
     lsn: i64,
 }
 
-impl PgoutputChange {
-    fn rec(&self) -> Rec<'_> {
-        Rec { kind: self.kind, table: self.table, row: &self.row, old: self.old.as_deref(), lsn: Some(self.lsn) }
+impl PgoutputChange<'_> {
+    /// The change with its rows as capture values (what PgoutputDecoder's native decoding gives,
+    /// without its JSON text), or None (a change the native decoder leaves to Python, or one
+    /// with unchanged values: Python's).
+    fn rec(&self) -> Option<Rec<'_>> {
+        let data = self.data.as_bytes();
+        let (kind, row, old, unchanged) = self.rows.get().values(data)?;
+        if !unchanged.is_empty() {
+            return None;
+        }
+        let size = data.len() + 64; // a value is seldom longer than its message's texts and names
+        Some(Rec { kind, table: self.table, row: Body::Values(row?, size), old: old.map(|v| Body::Values(v, size)),
+                   lsn: Some(self.lsn) })
     }
 }
 
-/// A pgoutput run record (PgoutputRows, table index, message, WAL start, relation) decoded as
-/// PgoutputDecoder would decode it natively, or None (not such a record, or a change the native
-/// decoder leaves to Python, or one with unchanged values: Python's).
-fn pgoutput_change(item: &Bound<'_, PyAny>) -> Option<PgoutputChange> {
+/// A pgoutput run record (PgoutputRows, table index, message, WAL start, relation), or None.
+fn pgoutput_change<'py>(item: &Bound<'py, PyAny>) -> Option<PgoutputChange<'py>> {
     let item = item.downcast::<PyTuple>().ok()?;
     if item.len() != 5 {
         return None;
     }
-    let rows = item.get_item(0).ok()?.downcast_into::<PgoutputRows>().ok()?;
-    let table: usize = item.get_item(1).ok()?.extract().ok()?;
-    let data = item.get_item(2).ok()?.downcast_into::<PyBytes>().ok()?;
-    let lsn: i64 = item.get_item(3).ok()?.extract().ok()?;
-    let data = data.as_bytes();
-    let (row, old, unchanged) = rows.get().decode(data)?;
-    if !unchanged.is_empty() {
-        return None;
-    }
-    Some(PgoutputChange { kind: data[0], table, row: row?, old, lsn })
+    Some(PgoutputChange {
+        rows: item.get_item(0).ok()?.downcast_into::<PgoutputRows>().ok()?,
+        table: item.get_item(1).ok()?.extract().ok()?,
+        data: item.get_item(2).ok()?.downcast_into::<PyBytes>().ok()?,
+        lsn: item.get_item(3).ok()?.extract().ok()?,
+    })
 }
 
 /// A plugin change record as a Rec, or None (not an I/U/D record with its row and without
@@ -332,8 +354,8 @@ fn plugin_record(data: &[u8]) -> Option<Rec<'_>> {
     Some(Rec {
         kind: data[0],
         table: u16::from_be_bytes([data[9], data[10]]) as usize,
-        row: &data[HEAD..HEAD + size],
-        old: (flags & FLAG_OLD != 0).then(|| &data[HEAD + size..]),
+        row: Body::Text(&data[HEAD..HEAD + size]),
+        old: (flags & FLAG_OLD != 0).then(|| Body::Text(&data[HEAD + size..])),
         lsn: Some(i64::try_from(u64::from_be_bytes(data[1..9].try_into().ok()?)).ok()?),
     })
 }
@@ -343,13 +365,13 @@ fn plugin_record(data: &[u8]) -> Option<Rec<'_>> {
 /// in this envelope and is left to Python, which counts it (Emitter.skipped_unkeyed_deletes).
 fn row_messages(codec: &RowCodec, rec: &Rec<'_>) -> Option<Vec<Out>> {
     let (table, kind) = (rec.table, rec.kind);
-    let (key, value) = codec.encode_row(Row::Text(rec.row), true)?;
+    let (key, value) = codec.encode_row(rec.row.row(), true)?;
     if kind == b'D' {
         return Some(vec![(table, Some(key?), None, b'd')]);
     }
     let op = if kind == b'I' { b'c' } else { b'u' };
-    let Some(old) = rec.old else { return Some(vec![(table, key, value, op)]) };
-    let (old_key, _) = codec.encode_row(Row::Text(old), true)?;
+    let Some(old) = &rec.old else { return Some(vec![(table, key, value, op)]) };
+    let (old_key, _) = codec.encode_row(old.row(), true)?;
     if old_key != key {
         return Some(vec![(table, old_key, None, b'd'), (table, key, value, b'c')]);
     }
@@ -362,10 +384,10 @@ fn debezium_messages(py: Python<'_>, events: &DebeziumEvents, rec: &Rec<'_>, pos
                      -> PyResult<Option<Vec<Out>>> {
     let (table, kind) = (rec.table, rec.kind);
     let rows = events.rows();
-    let Some((Some(key), Some(body))) = rows.encode_row(Row::Text(rec.row), true) else { return Ok(None) };
-    let old = match rec.old {
+    let Some((Some(key), Some(body))) = rows.encode_row(rec.row.row(), true) else { return Ok(None) };
+    let old = match &rec.old {
         None => None,
-        Some(old) => match rows.encode_row(Row::Text(old), true) {
+        Some(old) => match rows.encode_row(old.row(), true) {
             Some((Some(k), Some(b))) => Some((Some(k), b)),
             _ => return Ok(None),
         },

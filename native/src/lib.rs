@@ -45,9 +45,11 @@ struct RowCodec {
     names_len: usize,
 }
 
+/// A row to encode: the capture's JSON text, or its values (trigger-form values from Python, or
+/// the capture values of a pgoutput change) with the bytes a value is allocated at.
 enum Row<'a> {
     Text(&'a [u8]),
-    Values(Vec<Value<'a>>),
+    Values(&'a [Value<'a>], usize),
 }
 
 #[pymethods]
@@ -98,7 +100,7 @@ impl RowCodec {
             self.encode_row(Row::Text(b.as_bytes()), with_value)
         } else if let Ok(list) = row.downcast::<PyList>() {
             match list.iter().map(|v| from_py(&v)).collect::<Option<Vec<_>>>() {
-                Some(values) => self.encode_row(Row::Values(values), with_value),
+                Some(values) => self.encode_row(Row::Values(&values, 256), with_value),
                 None => None,
             }
         } else {
@@ -121,18 +123,22 @@ impl RowCodec {
 
 impl RowCodec {
     fn encode_row(&self, row: Row, with_value: bool) -> Encoded {
+        let parsed;
         let (values, size) = match row {
             Row::Text(text) => match json::parse(std::str::from_utf8(text).ok()?, true)? {
-                Value::Arr(values) => (values, text.len()),
+                Value::Arr(values) => {
+                    parsed = values;
+                    (parsed.as_slice(), text.len())
+                }
                 _ => return None,
             },
-            Row::Values(values) => (values, 256),
+            Row::Values(values, size) => (values, size),
         };
         if values.len() != self.kinds.len() {
             return None;
         }
-        let key = if self.key_idx.is_empty() { None } else { Some(self.key(&values)?) };
-        let value = if with_value { Some(self.value(&values, size + self.names_len + 16)?) } else { None };
+        let key = if self.key_idx.is_empty() { None } else { Some(self.key(values)?) };
+        let value = if with_value { Some(self.value(values, size + self.names_len + 16)?) } else { None };
         Some((key, value))
     }
 

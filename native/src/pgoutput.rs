@@ -12,7 +12,11 @@
 
 mod forms;
 
-use forms::{array_value, value, Form};
+use std::borrow::Cow;
+
+use forms::{array_of, array_value, value, value_of, Form};
+
+use crate::json::Value;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyTuple};
 
@@ -73,41 +77,61 @@ impl PgoutputRows {
     }
 }
 
+/// The tuples of an Insert/Update/Delete message: its kind, its old tuple ('K' or 'O') and
+/// whether that is the whole old row ('O'), its new tuple ('N').
+struct Tuples<'a> {
+    kind: u8,
+    old: Option<Vec<Col<'a>>>,
+    full: bool,
+    new: Option<Vec<Col<'a>>>,
+}
+
+/// One change's rows in the set's columns: per set column its text, or None (NULL, or an
+/// unchanged value not known, whose position is in unchanged).
+struct Picked<'a> {
+    kind: u8,
+    row: Option<Vec<Option<&'a str>>>,
+    before: Option<Vec<Option<&'a str>>>,
+    unchanged: Vec<usize>,
+}
+
+/// (kind, row, before, unchanged) of a change with its rows as capture values (decode's).
+pub(crate) type Values<'a> = (u8, Option<Vec<Value<'a>>>, Option<Vec<Value<'a>>>, Vec<usize>);
+
 impl PgoutputRows {
-    /// What `change` gives, without Python objects (the lane reads it); None: Python's.
+    /// What `change` gives, without Python objects; None: Python's.
     pub(crate) fn decode(&self, data: &[u8]) -> Option<Decoded> {
-        let kind = *data.first()?;
-        if !matches!(kind, b'I' | b'U' | b'D') {
-            return None;
-        }
-        let mut pos = 5;
-        let full = data.get(pos) == Some(&b'O');
-        let mut old = None;
-        if matches!(data.get(pos), Some(b'K' | b'O')) {
-            let (cols, next) = tuple(data, pos + 1)?;
-            old = Some(cols);
-            pos = next;
-        }
-        let mut new = None;
-        if kind != b'D' {
-            if data.get(pos) != Some(&b'N') {
-                return None;
-            }
-            let (cols, next) = tuple(data, pos + 1)?;
-            new = Some(cols);
-            pos = next;
-        }
-        if pos != data.len() {
-            return None;
-        }
-        let (mut row, mut unchanged) = match &new {
+        let picked = self.pick(data)?;
+        let json = |cols: Option<Vec<Option<&str>>>| match cols {
+            Some(cols) => self.row_json(&cols).map(Some),
+            None => Some(None),
+        };
+        Some((json(picked.row)?, json(picked.before)?, picked.unchanged))
+    }
+
+    /// The change of a message with its rows as the capture values `json::parse` reads from
+    /// decode's JSON (the lane encodes them without that text); None: Python's.
+    pub(crate) fn values<'a>(&self, data: &'a [u8]) -> Option<Values<'a>> {
+        let picked = self.pick(data)?;
+        let values = |cols: Option<Vec<Option<&'a str>>>| match cols {
+            Some(cols) => self.row_values(&cols).map(Some),
+            None => Some(None),
+        };
+        Some((picked.kind, values(picked.row)?, values(picked.before)?, picked.unchanged))
+    }
+
+    /// PgoutputDecoder._change's rows of a message in the set's columns (a Delete's old row is
+    /// its row); None: Python's.
+    fn pick<'a>(&self, data: &'a [u8]) -> Option<Picked<'a>> {
+        let t = tuples(data)?;
+        let (mut row, mut unchanged) = match &t.new {
             Some(cols) => {
-                let (row, unchanged) = self.row(cols, old.as_deref(), full)?;
+                let (row, unchanged) = self.row(cols, t.old.as_deref(), t.full)?;
                 (Some(row), unchanged)
             }
             None => (None, Vec::new()),
         };
-        let mut before = match &old {
+        let mut before = match &t.old {
             Some(cols) => {
                 let (row, missing) = self.row(cols, None, false)?;
                 if !missing.is_empty() {
@@ -117,22 +141,19 @@ impl PgoutputRows {
             }
             None => None,
         };
-        if kind == b'D' {
+        if t.kind == b'D' {
             row = before.take();
             unchanged.clear();
         }
-        Some((row, before, unchanged))
+        Some(Picked { kind: t.kind, row, before, unchanged })
     }
 
-    /// PgoutputDecoder._row: the set's row of a TupleData as JSON, and its unchanged positions.
-    fn row(&self, values: &[Col], old: Option<&[Col]>, full: bool) -> Option<(Vec<u8>, Vec<usize>)> {
-        let mut out = Vec::with_capacity(256);
+    /// PgoutputDecoder._row: per set column its text of a TupleData (None: NULL or not known),
+    /// and the positions of unchanged values not known.
+    fn row<'a>(&self, values: &[Col<'a>], old: Option<&[Col<'a>]>, full: bool) -> Option<(Vec<Option<&'a str>>, Vec<usize>)> {
+        let mut out = Vec::with_capacity(self.picks.len());
         let mut unchanged = Vec::new();
-        out.push(b'[');
-        for (i, (&pick, &(form, array))) in self.picks.iter().zip(&self.forms).enumerate() {
-            if i > 0 {
-                out.push(b',');
-            }
+        for (i, &pick) in self.picks.iter().enumerate() {
             let mut col = *values.get(pick)?;
             if col == Col::Unchanged {
                 let known = match old {
@@ -141,20 +162,69 @@ impl PgoutputRows {
                 };
                 if known == Col::Unchanged || (known == Col::Null && !full) {
                     unchanged.push(i);
-                    out.extend_from_slice(b"null");
-                    continue;
                 }
                 col = known;
             }
+            out.push(match col {
+                Col::Text(text) => Some(text),
+                _ => None,
+            });
+        }
+        Some((out, unchanged))
+    }
+
+    /// A row's texts as capture JSON.
+    fn row_json(&self, cols: &[Option<&str>]) -> Option<Vec<u8>> {
+        let mut out = Vec::with_capacity(256);
+        out.push(b'[');
+        for (i, (col, &(form, array))) in cols.iter().zip(&self.forms).enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
             match col {
-                Col::Text(text) if array => array_value(form, text, &mut out)?,
-                Col::Text(text) => value(form, text, &mut out)?,
-                _ => out.extend_from_slice(b"null"),
+                Some(text) if array => array_value(form, text, &mut out)?,
+                Some(text) => value(form, text, &mut out)?,
+                None => out.extend_from_slice(b"null"),
             }
         }
         out.push(b']');
-        Some((out, unchanged))
+        Some(out)
     }
+
+    /// A row's texts as capture values.
+    fn row_values<'a>(&self, cols: &[Option<&'a str>]) -> Option<Vec<Value<'a>>> {
+        cols.iter().zip(&self.forms).map(|(col, &(form, array))| match col {
+            Some(text) if array => array_of(form, text),
+            Some(text) => value_of(form, Cow::Borrowed(text)),
+            None => Some(Value::Null),
+        }).collect()
+    }
+}
+
+/// The tuples of an I/U/D message; None: another message, or one Python names the error of.
+fn tuples(data: &[u8]) -> Option<Tuples<'_>> {
+    let kind = *data.first()?;
+    if !matches!(kind, b'I' | b'U' | b'D') {
+        return None;
+    }
+    let mut pos = 5;
+    let full = data.get(pos) == Some(&b'O');
+    let mut old = None;
+    if matches!(data.get(pos), Some(b'K' | b'O')) {
+        let (cols, next) = tuple(data, pos + 1)?;
+        old = Some(cols);
+        pos = next;
+    }
+    let mut new = None;
+    if kind != b'D' {
+        if data.get(pos) != Some(&b'N') {
+            return None;
+        }
+        let (cols, next) = tuple(data, pos + 1)?;
+        new = Some(cols);
+        pos = next;
+    }
+    (pos == data.len()).then_some(Tuples { kind, old, full, new })
 }
 
 /// TupleData at pos -> (its columns, the position after it); None for a binary column or a

@@ -3,7 +3,9 @@
 //! returns None for a text it does not read exactly as Python does (the change is then
 //! decoded in Python).
 
-use crate::json;
+use std::borrow::Cow;
+
+use crate::json::{self, Value};
 
 /// A column's text -> capture form conversion (textforms.native_form names).
 #[derive(Clone, Copy, PartialEq)]
@@ -40,59 +42,112 @@ impl Form {
     }
 }
 
-/// Appends the capture JSON of a non-null column text of form (textforms' converter of it).
-pub fn value(form: Form, text: &str, out: &mut Vec<u8>) -> Option<()> {
-    match form {
-        Form::Bool => out.extend_from_slice(match text {
-            "t" => b"true",
-            "f" => b"false",
+/// The capture value of a non-null column text of form (textforms' converter of it), as
+/// `json::parse` reads the capture JSON `value` writes for it: the lane encodes it without that
+/// text. None: Python's.
+pub fn value_of(form: Form, text: Cow<'_, str>) -> Option<Value<'_>> {
+    Some(match form {
+        Form::Bool => Value::Bool(match text.as_ref() {
+            "t" => true,
+            "f" => false,
             _ => return None,
         }),
         Form::Int => {
-            if !is_json_int(text) || text == "-0" || text.len() > 40 {
+            if !is_json_int(&text) || text == "-0" || text.len() > 40 {
                 return None;
             }
-            out.extend_from_slice(text.as_bytes());
+            match text.parse::<i64>() {
+                Ok(i) => Value::Int(i),
+                Err(_) => Value::BigInt(text.into_owned()),
+            }
         }
-        Form::Float => float(text, out)?,
-        Form::Date => write_int(date(text)?, out),
-        Form::Time => write_int(time(text)?, out),
-        Form::Timestamp => write_int(timestamp(text)?, out),
+        Form::Float => match text.as_ref() {
+            "NaN" | "Infinity" | "-Infinity" => Value::Str(text),
+            "-0" => Value::Float(-0.0),
+            t if is_json_number(t) && t.len() <= 40 => match json::parse(t, true)? {
+                Value::Int(i) => Value::Int(i),
+                Value::Float(f) => Value::Float(f),
+                Value::BigInt(digits) => Value::BigInt(digits),
+                _ => return None,
+            },
+            _ => return None,
+        },
+        Form::Date => int(date(&text)?),
+        Form::Time => int(time(&text)?),
+        Form::Timestamp => int(timestamp(&text)?),
         Form::Interval => {
-            let (months, days, us) = interval(text)?;
-            out.push(b'[');
-            write_int(months, out);
-            out.push(b',');
-            write_int(days, out);
-            out.push(b',');
-            write_int(us, out);
-            out.push(b']');
+            let (months, days, us) = interval(&text)?;
+            Value::Arr(vec![int(months), int(days), int(us)])
         }
-        Form::Bytea => json::write_str(text.strip_prefix("\\x")?, out),
-        Form::Text => json::write_str(text, out),
+        Form::Bytea => Value::Str(match text {
+            Cow::Borrowed(t) => Cow::Borrowed(t.strip_prefix("\\x")?),
+            Cow::Owned(t) => Cow::Owned(t.strip_prefix("\\x")?.to_string()),
+        }),
+        Form::Text => Value::Str(text),
         Form::Python => return None,
+    })
+}
+
+/// Appends the capture JSON of a non-null column text of form (what value_of reads; a float
+/// as its own token, as json.loads reads it as the converter does).
+pub fn value(form: Form, text: &str, out: &mut Vec<u8>) -> Option<()> {
+    let v = value_of(form, Cow::Borrowed(text))?;
+    match v {
+        Value::Int(_) | Value::Float(_) | Value::BigInt(_) if form == Form::Float => {
+            out.extend_from_slice(if text == "-0" { b"-0.0" } else { text.as_bytes() })
+        }
+        _ => json::write(&v, out),
     }
     Some(())
+}
+
+/// The capture value of a one-dimensional array text (array_value's): the array of its
+/// element values.
+pub fn array_of(form: Form, text: &str) -> Option<Value<'_>> {
+    let mut items = Vec::new();
+    array_items(text, |item| {
+        items.push(match item {
+            Some(item) => value_of(form, item)?,
+            None => Value::Null,
+        });
+        Some(())
+    })?;
+    Some(Value::Arr(items))
 }
 
 /// textforms._array for a one-dimensional array_out text with lower bound 1 (``{a,NULL,"b c"}``,
 /// ``{}``): the JSON array of its element forms. A nested array, a bounds decoration or an
 /// element with surrounding blanks is left to Python.
 pub fn array_value(form: Form, text: &str, out: &mut Vec<u8>) -> Option<()> {
-    let body = text.strip_prefix('{')?.strip_suffix('}')?;
     out.push(b'[');
-    if body.is_empty() {
-        out.push(b']');
-        return Some(());
-    }
-    let b = body.as_bytes();
-    let mut pos = 0;
     let mut first = true;
-    loop {
+    array_items(text, |item| {
         if !first {
             out.push(b',');
         }
         first = false;
+        match item {
+            Some(item) => value(form, &item, out),
+            None => {
+                out.extend_from_slice(b"null");
+                Some(())
+            }
+        }
+    })?;
+    out.push(b']');
+    Some(())
+}
+
+/// Calls each with every element text of a one-dimensional array_out text (None for NULL), in
+/// order; None where the text is not one array_value takes, or where each gives None.
+fn array_items<'a>(text: &'a str, mut each: impl FnMut(Option<Cow<'a, str>>) -> Option<()>) -> Option<()> {
+    let body = text.strip_prefix('{')?.strip_suffix('}')?;
+    if body.is_empty() {
+        return Some(());
+    }
+    let b = body.as_bytes();
+    let mut pos = 0;
+    loop {
         if b.get(pos) == Some(&b'"') {
             let mut item = String::new();
             pos += 1;
@@ -112,44 +167,30 @@ pub fn array_value(form: Form, text: &str, out: &mut Vec<u8>) -> Option<()> {
                 }
             }
             pos += 1;
-            value(form, &item, out)?;
+            each(Some(Cow::Owned(item)))?;
         } else {
             let end = b[pos..].iter().position(|&c| c == b',').map_or(b.len(), |n| pos + n);
             let word = &body[pos..end];
             if word.is_empty() || word.contains(['{', '}', '"', '\\']) || word.trim() != word {
                 return None;
             }
-            if word == "NULL" {
-                out.extend_from_slice(b"null");
-            } else {
-                value(form, word, out)?;
-            }
+            each(if word == "NULL" { None } else { Some(Cow::Borrowed(word)) })?;
             pos = end;
         }
         match b.get(pos) {
-            None => break,
+            None => return Some(()),
             Some(b',') => pos += 1,
             _ => return None,
         }
     }
-    out.push(b']');
-    Some(())
 }
 
-fn write_int(n: i128, out: &mut Vec<u8>) {
-    out.extend_from_slice(n.to_string().as_bytes());
-}
-
-/// textforms._float: the special values as strings, "-0" as -0.0, else the number token
-/// itself (json.loads reads it as the converter does).
-fn float(text: &str, out: &mut Vec<u8>) -> Option<()> {
-    match text {
-        "NaN" | "Infinity" | "-Infinity" => json::write_str(text, out),
-        "-0" => out.extend_from_slice(b"-0.0"),
-        _ if is_json_number(text) && text.len() <= 40 => out.extend_from_slice(text.as_bytes()),
-        _ => return None,
+/// A converter's integer as json.loads reads its token: an int, or its digits beyond i64.
+fn int<'a>(n: i128) -> Value<'a> {
+    match i64::try_from(n) {
+        Ok(i) => Value::Int(i),
+        Err(_) => Value::BigInt(n.to_string()),
     }
-    Some(())
 }
 
 fn digits_len(b: &[u8]) -> usize {
