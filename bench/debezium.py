@@ -2,7 +2,7 @@
 tables (bench/workloads.py: ``narrow`` and ``mixed``):
 
 - drain: changes/s of N inserts written (5,000 per source transaction; and ``mixed_small``: at
-  most 100,000 mixed rows two per source transaction, DRAINS) before the tool streams them:
+  most 400,000 mixed rows two per source transaction, DRAINS) before the tool streams them:
   pgshovel2's set (logical through our plugin and through pgoutput, trigger; JSON and Avro; row
   and debezium envelopes; exactly-once, the relay's default) has its position taken by a first
   relay start, Debezium's slot is created before the inserts; both then drain the same N changes
@@ -60,7 +60,7 @@ PGSHOVEL2 = [(b, e, env) for b in ("logical", "pgoutput", "trigger") for e in ("
 QUICK = [("logical", "json", "row"), ("logical", "avro", "row"), ("logical", "json", "debezium"),
          ("pgoutput", "json", "row"), ("trigger", "json", "row"), ("trigger", "avro", "row")]
 WARMUP = 20_000  # changes of a first Debezium drain on each new worker, not counted
-SMALL_CHANGES = 100_000  # at most, of the drain in small transactions
+SMALL_CHANGES = 400_000  # at most, of the drain in small transactions (pgshovel2 drains it in 3-5 s)
 # drain name -> (workload, rows per source transaction, most changes): the bulk loads of 5,000 rows
 # a transaction, and the mixed rows in transactions of two, as an OLTP primary writes them (the
 # cost per source transaction: BEGIN/END records, positions, acknowledgements)

@@ -58,10 +58,15 @@ WORKLOADS = {w.name: w for w in (NARROW, MIXED)}
 def fill(cur, workload: Workload, table: str, changes: int, per_transaction: int = 5000) -> None:
     """changes rows of workload inserted into table (keys 1..changes), per_transaction rows per
     source transaction (cur must be autocommit; small transactions are committed by a DO block's
-    loop, one statement from here)."""
+    loop, one statement from here, without waiting for each commit's WAL flush: the same WAL, in a
+    third of the time)."""
     if per_transaction < 100:
         one = workload.fill_sql(table, "s", f"least(s + {per_transaction - 1}, {changes})")
-        cur.execute(f"DO $$ BEGIN FOR s IN 1..{changes} BY {per_transaction} LOOP {one}; COMMIT; END LOOP; END $$")
+        cur.execute("SET synchronous_commit = off")
+        try:
+            cur.execute(f"DO $$ BEGIN FOR s IN 1..{changes} BY {per_transaction} LOOP {one}; COMMIT; END LOOP; END $$")
+        finally:
+            cur.execute("RESET synchronous_commit")
         return
     sql = workload.fill_sql(table)
     for start in range(0, changes, per_transaction):

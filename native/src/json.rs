@@ -317,10 +317,23 @@ pub(crate) fn next_special(s: &[u8], from: usize) -> usize {
 /// unsigned value, without its allocation: this runs for every integer and temporal value; itoa
 /// writes two digits a step).
 pub fn push_uint(n: u64, width: usize, out: &mut Vec<u8>) {
+    if width == 2 && n < 100 {
+        out.extend_from_slice(&[b'0' + (n / 10) as u8, b'0' + (n % 10) as u8]); // a date's or a clock's part
+        return;
+    }
     let mut buf = itoa::Buffer::new();
     let digits = buf.format(n).as_bytes();
     out.resize(out.len() + width.saturating_sub(digits.len()), b'0');
     out.extend_from_slice(digits);
+}
+
+/// A pgshovel.position (wire.change_header_at): prefix (wire.position_prefix) and the ordinal in
+/// at least 10 digits.
+pub fn position(prefix: &str, ordinal: u64) -> String {
+    let mut out = Vec::with_capacity(prefix.len() + 10);
+    out.extend_from_slice(prefix.as_bytes());
+    push_uint(ordinal, 10, &mut out);
+    String::from_utf8(out).expect("a str and ASCII digits")
 }
 
 /// Appends s as a JSON string, escaped as Python's encoder does with ensure_ascii=False.

@@ -161,7 +161,7 @@ impl Lane {
         for (n, record) in records.iter().skip(start).enumerate() {
             let Some(held) = self.held(&record) else { break };
             let Some(rec) = held.rec() else { break };
-            let text = format!("{prefix}{:010}", ordinal + n as u64);
+            let text = crate::json::position(prefix, ordinal + n as u64);
             if !self.push_change(py, &rec, &text, txn.as_mut(), &mut counts, &mut out)? {
                 break;
             }

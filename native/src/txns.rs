@@ -61,14 +61,14 @@ impl Lane {
                             events: vec![0; tables] };
         let mut out = Vec::with_capacity(2 + stop.saturating_sub(*start));
         let mut counts = vec![0usize; tables];
-        let first = format!("{prefix}{ordinal:010}");
+        let first = crate::json::position(prefix, ordinal);
         let mut last = first.clone();
         out.push(txn_record(b"BEGIN", txid, &first, ts_ms, None, frame));
         for n in 0..stop.saturating_sub(*start) {
             let record = records.get_item(start + n)?;
             let Some(held) = self.held(&record) else { return Ok(None) };
             let Some(rec) = held.rec() else { return Ok(None) };
-            last = format!("{prefix}{:010}", ordinal + n as u64);
+            last = crate::json::position(prefix, ordinal + n as u64);
             if !self.push_change(py, &rec, &last, Some(&mut txn), &mut counts, &mut out)? {
                 return Ok(None);
             }
