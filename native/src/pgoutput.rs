@@ -1,4 +1,5 @@
-//! pgoutput's Insert/Update/Delete messages -> the set's rows as capture JSON text.
+//! pgoutput's Insert/Update/Delete messages -> the set's rows as capture JSON text (for the
+//! Python decoder) or as the capture values that text parses to (for the native lane).
 //!
 //! A `PgoutputRows` is built per relation from the set's columns: where each is in the
 //! relation's TupleData and its text form (pgshovel2.codec.textforms.native_form). `change`
