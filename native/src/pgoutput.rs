@@ -194,11 +194,15 @@ impl PgoutputRows {
 
     /// A row's texts as capture values.
     fn row_values<'a>(&self, cols: &[Option<&'a str>]) -> Option<Vec<Value<'a>>> {
-        cols.iter().zip(&self.forms).map(|(col, &(form, array))| match col {
-            Some(text) if array => array_of(form, text),
-            Some(text) => value_of(form, Cow::Borrowed(text)),
-            None => Some(Value::Null),
-        }).collect()
+        let mut out = Vec::with_capacity(cols.len()); // collect() of Options grows it twice a row
+        for (col, &(form, array)) in cols.iter().zip(&self.forms) {
+            out.push(match col {
+                Some(text) if array => array_of(form, text)?,
+                Some(text) => value_of(form, Cow::Borrowed(text))?,
+                None => Value::Null,
+            });
+        }
+        Some(out)
     }
 }
 

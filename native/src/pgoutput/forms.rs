@@ -227,13 +227,15 @@ fn is_json_number(text: &str) -> bool {
     rest.is_empty()
 }
 
-/// A run of 1..=max ASCII digits at the start of s: (value, rest).
+/// A run of min..=max ASCII digits at the start of s (max at most 18: read as an i64, not by
+/// i128's slower parse): (value, rest).
 fn number(s: &str, min: usize, max: usize) -> Option<(i128, &str)> {
+    debug_assert!(max <= 18);
     let n = digits_len(s.as_bytes());
     if n < min || n > max {
         return None;
     }
-    Some((s[..n].parse().ok()?, &s[n..]))
+    Some((s[..n].parse::<i64>().ok()? as i128, &s[n..]))
 }
 
 /// Exactly two ASCII digits at the start of s.
@@ -245,9 +247,10 @@ fn two(s: &str) -> Option<(i128, &str)> {
     None
 }
 
-/// temporal.days_from_civil (floor divisions, as Python's //).
-fn days_from_civil(year: i128, month: i128, day: i128) -> i128 {
-    let year = year - (month <= 2) as i128;
+/// temporal.days_from_civil (floor divisions, as Python's //); i64, whose divisions are
+/// instructions where i128's are library calls (years of 9 digits at most here).
+fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
+    let year = year - (month <= 2) as i64;
     let era = year.div_euclid(400);
     let yoe = year - era * 400;
     let doy = (153 * (month + if month > 2 { -3 } else { 9 }) + 2).div_euclid(5) + day - 1;
@@ -267,8 +270,9 @@ fn civil(s: &str) -> Option<(i128, &str)> {
 
 /// Days since 1970 of the packed year*10000+month*100+day of civil(), the year BC when bc.
 fn days_of(packed: i128, bc: bool) -> i128 {
+    let packed = packed as i64; // at most 13 digits (civil)
     let (y, m, d) = (packed / 10000, packed / 100 % 100, packed % 100);
-    days_from_civil(if bc { 1 - y } else { y }, m, d)
+    days_from_civil(if bc { 1 - y } else { y }, m, d) as i128
 }
 
 /// textforms.date_form.
@@ -300,7 +304,7 @@ fn clock(s: &str, two_digit_hours: bool, max_frac: usize) -> Option<(i128, &str)
             return None;
         }
         let digits = &f[..n.min(6)];
-        frac = digits.parse::<i128>().ok()? * 10i128.pow(6 - digits.len() as u32);
+        frac = (digits.parse::<i64>().ok()? * 10i64.pow(6 - digits.len() as u32)) as i128;
         s = &f[n..];
     }
     Some((((h * 60 + m) * 60 + sec) * 1_000_000 + frac, s))
