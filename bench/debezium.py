@@ -24,7 +24,8 @@ Debezium is measured warm, as a long-running connector is: every new worker firs
 changes uncounted of each table and transaction size it will drain (the JIT compiles what that
 drain runs), and drains run in DRAINS' order: 2-row transactions of the mixed table drained at
 18-25k changes/s on a worker warmed on narrow rows alone, 26k after 20k of their own, 33k after
-the 1M-row mixed drain (2026-12-05; so ``--drains mixed_small`` alone understates Debezium); before the latency clock starts a first row has streamed end to end; the tps
+the 1M-row mixed drain (2026-12-05; so ``--drains mixed_small`` alone understates Debezium);
+before the latency clock starts a first row has streamed end to end; the tps
 round follows an uncounted pgbench run of a third of its length.
 
     .venv/bin/python -m bench.debezium [--changes 100000] [--rounds 1] [--seconds 10] [--variants quick]
@@ -62,7 +63,9 @@ PGSHOVEL2 = [(b, e, env) for b in ("logical", "pgoutput", "trigger") for e in ("
              for env in ("row", "debezium")]
 QUICK = [("logical", "json", "row"), ("logical", "avro", "row"), ("logical", "json", "debezium"),
          ("pgoutput", "json", "row"), ("trigger", "json", "row"), ("trigger", "avro", "row")]
-WARMUP = 20_000  # changes of a first Debezium drain of each drain's table and transaction size on each new worker, not counted
+# changes of a first Debezium drain of each drain's table and transaction size on each new worker,
+# not counted
+WARMUP = 20_000
 SMALL_CHANGES = 400_000  # at most, of the drain in small transactions (pgshovel2 drains it in 3-5 s)
 # drain name -> (workload, rows per source transaction, most changes): the bulk loads of 5,000 rows
 # a transaction, and the mixed rows in transactions of two, as an OLTP primary writes them (the
