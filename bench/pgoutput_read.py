@@ -1,5 +1,5 @@
-"""CPU per message of reading a pgoutput stream with psycopg2's replication cursor, the way the
-logical source reads it (``read_message`` until it gives None, then wait on the socket), with
+"""CPU per message of reading a pgoutput stream the way the logical source reads it (its reader,
+psycopg2's ``read_message`` or the native one, until it gives None, then wait on the socket), with
 nothing else done per message: what the relay pays before it decodes anything. Two figures: the
 whole loop's CPU per message (this reader keeps up with the walsender, so it waits and wakes for
 most messages, which a busy relay does not), and the CPU inside the read_message calls that gave
@@ -9,7 +9,10 @@ the relay's cost when the stream is ahead of it, as in a drain. The stream: the
 and a Commit, two messages a change), written before the slot is read. Needs the bench stack's
 PostgreSQL (``make stack-up``).
 
-    .venv/bin/python -m bench.pgoutput_read [--changes 100000] [--per-transaction 2]
+    .venv/bin/python -m bench.pgoutput_read [--changes 100000] [--per-transaction 2] [--readers native,psycopg2]
+
+Each reader reads the same stream from the slot's start (nothing is confirmed). The native reader
+is called from Python here, a call per message; inside the relay's scans it is not.
 """
 
 import argparse
@@ -21,6 +24,7 @@ import psycopg2.extras
 
 from bench import workloads
 from bench.common import DSN, prepare, save_result
+from pgshovel2.relay.stream_reader import stream_reader
 
 SLOT, PUBLICATION, TABLE = "bench_read_slot", "bench_read_pub", "public.bench_read"
 
@@ -41,19 +45,21 @@ def teardown(cur) -> None:
     cur.execute(f"DROP TABLE IF EXISTS {TABLE}")
 
 
-def read(messages: int) -> dict:
-    """Reads messages messages of the slot: this thread's CPU µs per message, bytes per message."""
+def read(messages: int, reader: str) -> dict:
+    """Reads messages messages of the slot with reader (``native``: relay/stream_reader.py's;
+    ``psycopg2``: read_message): this thread's CPU µs per message, bytes per message."""
     conn = psycopg2.connect(DSN, connection_factory=psycopg2.extras.LogicalReplicationConnection)
     try:
         cur = conn.cursor()
         cur.start_replication(slot_name=SLOT, decode=False,
                               options={"proto_version": "1", "publication_names": PUBLICATION})
+        read_message = stream_reader(conn, cur) if reader == "native" else cur.read_message
         got, size, in_calls = 0, 0, 0
         clock = time.thread_time_ns
         started = time.thread_time()
         while got < messages:
             before = clock()
-            msg = cur.read_message()
+            msg = read_message()
             if msg is None:
                 select.select([cur], [], [], 1.0)
                 continue
@@ -83,17 +89,20 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--changes", type=int, default=100_000)
     parser.add_argument("--per-transaction", type=int, default=2)
+    parser.add_argument("--readers", default="native,psycopg2")
     args = parser.parse_args()
     cur = prepare()
     setup(cur, args.changes, args.per_transaction)
+    txns = -(-args.changes // args.per_transaction)
+    result: dict = {"changes": args.changes, "per_transaction": args.per_transaction}
     try:
-        txns = -(-args.changes // args.per_transaction)
-        result = {"changes": args.changes, "per_transaction": args.per_transaction,
-                  **read(args.changes + 2 * txns)}
+        for reader in args.readers.split(","):
+            got = read(args.changes + 2 * txns, reader)
+            got["read_us_per_change"] = round(got["read_us_per_message"] * got["messages"] / args.changes, 3)
+            result[reader] = got
+            print(reader, got)
     finally:
         teardown(cur)
-    result["read_us_per_change"] = round(result["read_us_per_message"] * result["messages"] / args.changes, 3)
-    print(result)
     print(f"results: {save_result('pgoutput-read', result)}")
 
 

@@ -7,6 +7,7 @@
 //! exactly as Python would gives None: the caller encodes that row in Python.
 
 mod canon;
+mod copy;
 mod debezium;
 mod json;
 mod kinds;
@@ -243,6 +244,7 @@ fn pgshovel2_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<producer::Producer>()?;
     m.add_class::<packs::PackReader>()?;
     m.add_class::<packs::Unpacked>()?;
+    m.add_class::<copy::CopyReader>()?;
     m.add_function(wrap_pyfunction!(scan::pgoutput_scan, m)?)?;
     m.add("ABI", 1)?;
     Ok(())

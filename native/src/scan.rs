@@ -9,6 +9,8 @@ use std::collections::HashMap;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyTuple};
 
+use crate::copy::CopyReader;
+
 /// µs from the Unix epoch to PostgreSQL's (2000-01-01): both BEGINs' commit times are from there.
 const PG_EPOCH_US: i64 = 946_684_800_000_000;
 const BEGIN: u8 = b'B';
@@ -258,16 +260,21 @@ impl Form for Pgoutput<'_> {
     }
 }
 
-/// PgoutputDecoder.txn_run's reads from first (a message of read_message, a replication cursor's,
-/// pgoutput's Begin) within (committed, run_max, confirmed, last_lsn, bounds) as Limits says;
+/// PgoutputDecoder.txn_run's reads from first (a message of read_message -- a replication cursor's,
+/// or a crate::copy::CopyReader, read without a Python call per message -- pgoutput's Begin) within (committed, run_max, confirmed, last_lsn, bounds) as Limits says;
 /// relations, subset and xid_ref: the decoder's relations by oid, subset_tags and reference full
 /// xid. Gives Scanned's (records, txns, ends, last_lsn, partial, begin, next, last).
 #[pyfunction]
 #[allow(clippy::too_many_arguments)]
-pub fn pgoutput_scan<'py>(py: Python<'py>, read_message: PyObject, first: PyObject, committed: u64, run_max: usize,
+pub fn pgoutput_scan<'py>(py: Python<'py>, read_message: Bound<'py, PyAny>, first: PyObject, committed: u64, run_max: usize,
                           confirmed: u64, last_lsn: Option<u64>, bounds: PyObject, relations: Bound<'py, PyAny>,
                           subset: Bound<'py, PyAny>, xid_ref: i64) -> PyResult<Scanned> {
     let mut form = Pgoutput { relations, subset, xid_ref, known: HashMap::new() };
     let limits = Limits { committed, run_max, confirmed, last_lsn, bounds };
-    scan(py, &mut Cursor(&read_message), &mut form, first, limits)
+    if let Ok(reader) = read_message.downcast::<CopyReader>() {
+        let mut reader = reader.borrow_mut();
+        reader.check_open(py)?;
+        return scan(py, &mut *reader, &mut form, first, limits);
+    }
+    scan(py, &mut Cursor(read_message.as_unbound()), &mut form, first, limits)
 }

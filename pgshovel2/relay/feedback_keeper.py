@@ -14,7 +14,8 @@ always has a recent reply and never asks. (Outside a transaction the source itse
 while a keepalive could do harm: ``LogicalSource._keepalive_would_confirm_unrelayed``.)
 
 psycopg2's ``read_message`` and ``send_feedback`` hold the GIL for their whole C call and never
-release it, so the two threads never use the connection at the same time.
+release it, and so does the native reader (relay/stream_reader.py), so the two threads never use
+the connection at the same time.
 """
 
 import logging

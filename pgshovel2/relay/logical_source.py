@@ -28,6 +28,7 @@ from pgshovel2.relay.pgoutput_stream import StreamAssembler
 from pgshovel2.relay.record_decoder import RECORD_FORMAT, RecordDecoder, pack_reader
 from pgshovel2.relay.relation_layout import Redo, RelationLayout
 from pgshovel2.relay.source import Begin, Change, Commit, Control, Idle, Item, Lag
+from pgshovel2.relay.stream_reader import stream_reader
 from pgshovel2.setrecord import PLUGIN, SetRecord
 from pgshovel2.wire import LOGICAL, Lsn, Position
 
@@ -59,6 +60,7 @@ class LogicalSource:
     backend = LOGICAL
     commit_delay = COMMIT_DELAY
     scans = True  # TxnRuns by the decoder's native txn_scan where it has one (else its txn_run)
+    native_reads = True  # the stream read by the native reader where there is one (relay/stream_reader.py)
 
     def __init__(self, dsn: str, slot: str, tables: tuple[Table, ...], heartbeat_interval: float = 10.0,
                  wait_cap: float = 0.5, plugin: str = PLUGIN, mode_all: frozenset[str] = frozenset(),
@@ -228,9 +230,12 @@ class LogicalSource:
         self._in_txn, idle_since = False, time.monotonic()
         if self.stream is not None:
             self.stream.reset()
+        read = stream_reader(self._repl, self._cur) if self.native_reads else self._cur.read_message
         if self.plugin != pgoutput.NAME:  # our plugin's records come in packs (record format 4)
-            self._reader = pack_reader(self._cur.read_message)
+            self._reader = pack_reader(read)
             self._read_message = self._reader.read
+        else:
+            self._read_message = read
         self._keeper.start()
         try:
             yield from self._read(position, idle_since)
