@@ -103,17 +103,29 @@ fn json_record(kind: &[u8], txid: i64, position: &str, ts_ms: i64, counts: Optio
     let mut out = Vec::with_capacity(160);
     out.extend_from_slice(b"{\"type\":\"");
     out.extend_from_slice(kind);
-    out.extend_from_slice(format!("\",\"txid\":{txid},\"position\":\"{position}\",\"ts_ms\":{ts_ms},\"event_count\":").as_bytes());
+    let mut digits = itoa::Buffer::new();
+    out.extend_from_slice(b"\",\"txid\":");
+    out.extend_from_slice(digits.format(txid).as_bytes());
+    out.extend_from_slice(b",\"position\":\"");
+    out.extend_from_slice(position.as_bytes());
+    out.extend_from_slice(b"\",\"ts_ms\":");
+    out.extend_from_slice(digits.format(ts_ms).as_bytes());
+    out.extend_from_slice(b",\"event_count\":");
     match counts {
         None => out.extend_from_slice(b"null,\"data_collections\":null"),
         Some(counts) => {
             let total: usize = counts.iter().map(|(_, n)| n).sum();
-            out.extend_from_slice(format!("{total},\"data_collections\":[").as_bytes());
+            out.extend_from_slice(digits.format(total).as_bytes());
+            out.extend_from_slice(b",\"data_collections\":[");
             for (i, (topic, n)) in counts.iter().enumerate() {
                 if i > 0 {
                     out.push(b',');
                 }
-                out.extend_from_slice(format!("{{\"data_collection\":\"{topic}\",\"event_count\":{n}}}").as_bytes());
+                out.extend_from_slice(b"{\"data_collection\":\"");
+                out.extend_from_slice(topic.as_bytes());
+                out.extend_from_slice(b"\",\"event_count\":");
+                out.extend_from_slice(digits.format(*n).as_bytes());
+                out.push(b'}');
             }
             out.push(b']');
         }
