@@ -336,6 +336,16 @@ pub fn position(prefix: &str, ordinal: u64) -> String {
     String::from_utf8(out).expect("a str and ASCII digits")
 }
 
+/// The position prefix of a logical unit (wire.position_prefix): its commit LSN in 16 upper-case
+/// hex digits and a colon, as `format!("{unit:016X}:")` writes it, without the formatter.
+pub fn lsn_prefix(unit: u64) -> String {
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
+    let mut out = Vec::with_capacity(17);
+    out.extend((0..16).rev().map(|i| HEX[(unit >> (4 * i)) as usize & 15]));
+    out.push(b':');
+    String::from_utf8(out).expect("ASCII hex digits")
+}
+
 /// Appends s as a JSON string, escaped as Python's encoder does with ensure_ascii=False.
 pub fn write_str(s: &str, out: &mut Vec<u8>) {
     out.push(b'"');

@@ -122,7 +122,7 @@ pub fn scan(py: Python<'_>, reader: &mut impl Reads, form: &mut impl Form, first
         };
         let ts_us = ts_us + PG_EPOCH_US;
         let txn = (start, out.records.len(), txid, ts_us.div_euclid(1000), ts_us, out.last_lsn,
-                   format!("{unit:016X}:"), 0u64, unit);
+                   crate::json::lsn_prefix(unit), 0u64, unit);
         out.txns.append(limits.bounds.call1(py, txn)?)?;
         out.ends.push(end);
         out.last_lsn = Some(end.1);
