@@ -63,6 +63,15 @@ def read_until(read, cur, commits: int, timeout: float = 30) -> list[tuple[bytes
     return got
 
 
+def read_until_broken(read, cur, timeout: float = 10) -> None:
+    """Reads (waiting on the socket between reads) until read raises the broken stream's error."""
+    with pytest.raises(psycopg2.OperationalError, match="replication stream"):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            read()
+            select.select([cur], [], [], 0.2)
+
+
 def confirmed(db, slot: str) -> str:
     with db.cursor() as cur:
         cur.execute("SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = %s", (slot,))
@@ -123,11 +132,7 @@ def test_keepalives_asking_for_a_reply_are_answered_and_confirm_nothing(stack, d
     conn, cur = start(stack, name, publication, options="-c wal_sender_timeout=2s")
     silent = native.module().CopyReader(psycopg2._psycopg.__file__, conn, psycopg2.OperationalError, lambda: None)
     try:
-        with pytest.raises(psycopg2.OperationalError, match="replication stream"):
-            deadline = time.monotonic() + 10
-            while time.monotonic() < deadline:
-                silent()
-                select.select([cur], [], [], 0.2)
+        read_until_broken(silent, cur)
     finally:
         conn.close()
 
@@ -146,10 +151,6 @@ def test_a_closed_connection_or_an_ended_stream_raises(stack, db, slot):
         with db.cursor() as dbcur:
             dbcur.execute("SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE slot_name = %s",
                           (name,))
-        with pytest.raises(psycopg2.OperationalError, match="replication stream"):
-            deadline = time.monotonic() + 10
-            while time.monotonic() < deadline:
-                reader()
-                select.select([cur], [], [], 0.2)
+        read_until_broken(reader, cur)
     finally:
         conn.close()
