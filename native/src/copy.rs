@@ -19,7 +19,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
 use crate::packs::Unpacked;
-use crate::scan::{Reads, Seen};
+use crate::scan::{be_u64, Reads, Seen};
 
 type GetCopyData = unsafe extern "C" fn(*mut c_void, *mut *mut c_char, c_int) -> c_int;
 type ConnFn = unsafe extern "C" fn(*mut c_void) -> c_int;
@@ -90,10 +90,6 @@ impl Drop for Copied<'_> {
     fn drop(&mut self) {
         unsafe { (self.pq.freemem)(self.ptr as *mut c_void) }
     }
-}
-
-fn be_u64(bytes: &[u8]) -> u64 {
-    u64::from_be_bytes(bytes.try_into().unwrap())
 }
 
 const XLOG_DATA_HEADER: usize = 1 + 8 + 8 + 8; // 'w', data start, WAL end, send time

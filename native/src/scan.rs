@@ -172,7 +172,8 @@ impl Out<'_> {
     }
 }
 
-fn be_u64(bytes: &[u8]) -> u64 {
+/// The big-endian u64 of bytes (8 of them).
+pub(crate) fn be_u64(bytes: &[u8]) -> u64 {
     u64::from_be_bytes(bytes.try_into().unwrap())
 }
 
@@ -260,8 +261,9 @@ impl Form for Pgoutput<'_> {
     }
 }
 
-/// PgoutputDecoder.txn_run's reads from first (a message of read_message -- a replication cursor's,
-/// or a crate::copy::CopyReader, read without a Python call per message -- pgoutput's Begin) within (committed, run_max, confirmed, last_lsn, bounds) as Limits says;
+/// PgoutputDecoder.txn_run's reads from first (pgoutput's Begin, a message of read_message: a
+/// replication cursor's, or a crate::copy::CopyReader, read without a Python call per message)
+/// within (committed, run_max, confirmed, last_lsn, bounds) as Limits says;
 /// relations, subset and xid_ref: the decoder's relations by oid, subset_tags and reference full
 /// xid. Gives Scanned's (records, txns, ends, last_lsn, partial, begin, next, last).
 #[pyfunction]
