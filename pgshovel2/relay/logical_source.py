@@ -60,7 +60,6 @@ class LogicalSource:
     backend = LOGICAL
     commit_delay = COMMIT_DELAY
     scans = True  # TxnRuns by the decoder's native txn_scan where it has one (else its txn_run)
-    native_reads = True  # the stream read by the native reader where there is one (relay/stream_reader.py)
 
     def __init__(self, dsn: str, slot: str, tables: tuple[Table, ...], heartbeat_interval: float = 10.0,
                  wait_cap: float = 0.5, plugin: str = PLUGIN, mode_all: frozenset[str] = frozenset(),
@@ -230,7 +229,7 @@ class LogicalSource:
         self._in_txn, idle_since = False, time.monotonic()
         if self.stream is not None:
             self.stream.reset()
-        read = stream_reader(self._repl, self._cur) if self.native_reads else self._cur.read_message
+        read = stream_reader(self._repl, self._cur)  # the native reader where there is one
         if self.plugin != pgoutput.NAME:  # our plugin's records come in packs (record format 4)
             self._reader = pack_reader(read)
             self._read_message = self._reader.read
