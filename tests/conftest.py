@@ -12,7 +12,6 @@ marked ``stock`` (``make test-matrix`` runs them on 14, 16, 17 and 18)."""
 import os
 import signal
 import subprocess
-import time
 import uuid
 from pathlib import Path
 
@@ -144,6 +143,7 @@ def _drop_slots(stack, cluster: str) -> None:
     max_replication_slots. Best effort: a test may have stopped ZooKeeper or PostgreSQL."""
     from pgshovel2.cluster import ClusterStore
     from pgshovel2.setrecord import SlotCapture
+    from tests.helpers import drop_slot
 
     try:
         with ClusterStore(stack.zk, cluster) as store:
@@ -152,31 +152,7 @@ def _drop_slots(stack, cluster: str) -> None:
         return
     for record in records:
         if isinstance(record.capture, SlotCapture):
-            _drop_slot(record.dsn, record.capture.slot)
-
-
-def _drop_slot(dsn: str, slot: str) -> None:
-    try:
-        conn = psycopg2.connect(dsn, connect_timeout=5)
-    except psycopg2.Error:
-        return
-    conn.autocommit = True
-    try:
-        with conn.cursor() as cur:
-            for _ in range(50):
-                cur.execute("SELECT active_pid FROM pg_replication_slots WHERE slot_name = %s", (slot,))
-                row = cur.fetchone()
-                if row is None:
-                    return
-                if row[0] is None:
-                    cur.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
-                    return
-                cur.execute("SELECT pg_terminate_backend(%s)", (row[0],))
-                time.sleep(0.1)
-    except psycopg2.Error:
-        pass
-    finally:
-        conn.close()
+            drop_slot(record.dsn, record.capture.slot)
 
 
 @pytest.fixture

@@ -220,3 +220,28 @@ def capture_into(cur, queue: str, table: str, columns: str, attnums: str) -> Non
     cur.execute("SELECT pgq.create_queue(%s)", (queue,))
     cur.execute(f"CREATE TRIGGER c AFTER INSERT OR UPDATE OR DELETE ON {table} FOR EACH ROW "
                 f"EXECUTE FUNCTION pgshovel2.capture(%s, 'tag', %s, '1', 'all')", (queue, attnums))
+
+
+def drop_slot(dsn: str, slot: str) -> None:
+    """Drop slot on dsn, ending its walsender first; best effort (the server may be down)."""
+    try:
+        conn = psycopg2.connect(dsn, connect_timeout=5)
+    except psycopg2.Error:
+        return
+    conn.autocommit = True
+    try:
+        with conn.cursor() as cur:
+            for _ in range(50):
+                cur.execute("SELECT active_pid FROM pg_replication_slots WHERE slot_name = %s", (slot,))
+                row = cur.fetchone()
+                if row is None:
+                    return
+                if row[0] is None:
+                    cur.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
+                    return
+                cur.execute("SELECT pg_terminate_backend(%s)", (row[0],))
+                time.sleep(0.1)
+    except psycopg2.Error:
+        pass
+    finally:
+        conn.close()

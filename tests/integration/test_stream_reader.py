@@ -13,6 +13,7 @@ from psycopg2.extras import LogicalReplicationConnection
 
 from pgshovel2.codec import native
 from pgshovel2.relay.stream_reader import stream_reader
+from tests.helpers import drop_slot
 
 pytestmark = pytest.mark.skipif(getattr(native.module(), "CopyReader", None) is None,
                                 reason="the native module is not installed")
@@ -28,15 +29,8 @@ def slot(stack, db, schema):
         cur.execute(f"CREATE PUBLICATION {name} FOR TABLE {table}")
         cur.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (name,))
     yield name, name, table
+    drop_slot(stack.dsn, name)
     with db.cursor() as cur:
-        for _ in range(50):
-            cur.execute("SELECT active_pid FROM pg_replication_slots WHERE slot_name = %s", (name,))
-            pid = cur.fetchone()[0]
-            if pid is None:
-                break
-            cur.execute("SELECT pg_terminate_backend(%s)", (pid,))
-            time.sleep(0.1)
-        cur.execute("SELECT pg_drop_replication_slot(%s)", (name,))
         cur.execute(f"DROP PUBLICATION {name}")
 
 
