@@ -4,10 +4,9 @@
 
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyString, PyTuple};
-use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::types::RDKafkaErrorCode;
 
-use crate::producer::Producer;
+use crate::producer::{Headers, Producer, Topic};
 
 /// A message the lane made: topic (a table index; None: the transactions topic), key, value,
 /// and a data message's op (b'c', b'u', b'd') and pgshovel.position (None: a BEGIN or END record).
@@ -49,6 +48,8 @@ pub(crate) struct Direct<'a, 'py> {
     /// per table index, its topic's name
     pub topics: &'a [String],
     pub txn_topic: Option<String>,
+    /// per table index, then the transactions topic: its handle once a message went to it
+    pub handles: Vec<Option<Topic>>,
     pub sent: usize,
 }
 
@@ -115,18 +116,15 @@ impl<'py> Direct<'_, 'py> {
         let ops = [c, u, d];
         let position = heads.position.to_str()?;
         for m in msgs {
-            let topic = match m.topic {
-                Some(t) => self.topics[t].as_str(),
-                None => self.txn_topic.as_deref().unwrap_or_default(),
-            };
+            let topic = self.handle(py, m.topic)?;
             loop {
                 let list: &[(&str, &str)] = match &m.data {
                     Some((op, pos)) => &[ops[op_index(*op)], txid, (position, pos.as_str()), ts_ms, set, version],
                     None => &[set, version],
                 };
-                let mut headers = OwnedHeaders::new_with_capacity(list.len());
+                let mut headers = Headers::with_capacity(list.len());
                 for (name, value) in list {
-                    headers = headers.insert(Header { key: name, value: Some(value.as_bytes()) });
+                    headers.add(name, Some(value.as_bytes()));
                 }
                 match self.producer.send(topic, m.key.as_deref(), m.value.as_deref(), headers) {
                     Ok(()) => break,
@@ -139,5 +137,23 @@ impl<'py> Direct<'_, 'py> {
             self.sent += 1;
         }
         Ok(())
+    }
+
+    /// The handle of a message's topic (a table index; None: the transactions topic).
+    fn handle(&mut self, py: Python<'py>, topic: Option<usize>) -> PyResult<Topic> {
+        let slot = topic.unwrap_or(self.topics.len());
+        if self.handles.len() <= slot {
+            self.handles.resize(self.topics.len() + 1, None);
+        }
+        if let Some(handle) = self.handles[slot] {
+            return Ok(handle);
+        }
+        let name = match topic {
+            Some(t) => self.topics[t].as_str(),
+            None => self.txn_topic.as_deref().unwrap_or_default(),
+        };
+        let handle = self.producer.topic(name).map_err(|code| self.producer.refused(py, code))?;
+        self.handles[slot] = Some(handle);
+        Ok(handle)
     }
 }

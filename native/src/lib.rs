@@ -10,6 +10,7 @@ mod canon;
 mod copy;
 mod debezium;
 mod json;
+mod kafka_reports;
 mod kinds;
 mod lane;
 mod packs;

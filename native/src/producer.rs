@@ -3,115 +3,32 @@
 //! from native code without Python building or parsing it per call. Errors are raised as
 //! confluent_kafka's (KafkaException of a KafkaError with librdkafka's code, fatal, retriable and
 //! txn_requires_abort flags; BufferError for a full queue), so the sink maps both producers'
-//! errors in one place. librdkafka's error events and failed deliveries are gathered while it
-//! works (the GIL released) and handed to the Python callbacks when the call returns.
+//! errors in one place (kafka_reports). librdkafka's error events and failed deliveries are
+//! gathered while it works (the GIL released) and handed to the Python callbacks when the call
+//! returns. Messages are sent through per-topic handles (Topic), so librdkafka does not look a
+//! topic up by name per message.
 
-use std::ffi::CStr;
+use std::ffi::{c_void, CString};
+use std::ptr;
 use std::sync::Mutex;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use pyo3::exceptions::{PyBufferError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyString, PyTuple};
 use rdkafka::config::{ClientConfig, RDKafkaLogLevel};
-use rdkafka::error::{KafkaError, RDKafkaError};
-use rdkafka::message::{Header, OwnedHeaders};
-use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer as _, ProducerContext};
+use rdkafka::error::KafkaError;
+use rdkafka::producer::{BaseProducer, Producer as _};
 use rdkafka::bindings::{
-    rd_kafka_err2str, rd_kafka_flush, rd_kafka_queue_destroy, rd_kafka_queue_get_main, rd_kafka_queue_length,
-    rd_kafka_resp_err_t,
+    rd_kafka_flush, rd_kafka_header_add, rd_kafka_headers_destroy, rd_kafka_headers_new,
+    rd_kafka_headers_t, rd_kafka_last_error, rd_kafka_producev, rd_kafka_queue_destroy, rd_kafka_queue_get_main,
+    rd_kafka_queue_length, rd_kafka_resp_err_t, rd_kafka_topic_destroy, rd_kafka_topic_new, rd_kafka_topic_t,
+    rd_kafka_vtype_t, RD_KAFKA_MSG_F_COPY,
 };
-use rdkafka::types::{RDKafkaErrorCode, RDKafkaRespErr};
+use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::util::Timeout;
-use rdkafka::{ClientContext, Message};
 
-/// A failed delivery: (librdkafka's error, topic, key).
-type Failure = (RDKafkaErrorCode, String, Option<Vec<u8>>);
-
-/// What librdkafka reported while the producer worked, for the Python callbacks.
-#[derive(Default)]
-struct Reports {
-    errors: Mutex<Vec<(RDKafkaErrorCode, String)>>,
-    failures: Mutex<Vec<Failure>>,
-}
-
-fn code_of(error: &KafkaError) -> RDKafkaErrorCode {
-    error.rdkafka_error_code().unwrap_or(RDKafkaErrorCode::Fail)
-}
-
-/// librdkafka's text of an error code (rd_kafka_err2str), as confluent_kafka's KafkaError.str().
-fn text_of(code: RDKafkaErrorCode) -> String {
-    match RDKafkaRespErr::try_from(code as i32) {
-        // SAFETY: rd_kafka_err2str returns a static NUL-terminated string for every code.
-        Ok(resp) => unsafe { CStr::from_ptr(rd_kafka_err2str(resp)) }.to_string_lossy().into_owned(),
-        Err(_) => format!("{code:?}"),
-    }
-}
-
-impl ClientContext for Reports {
-    /// Each error event comes here twice in a row (the rdkafka crate's Client::poll_event and
-    /// BaseProducer::poll both hand it over): the repeat is dropped.
-    fn error(&self, error: KafkaError, reason: &str) {
-        let report = (code_of(&error), reason.to_string());
-        let mut errors = self.errors.lock().unwrap();
-        if errors.last() != Some(&report) {
-            errors.push(report);
-        }
-    }
-
-    /// librdkafka's log lines to stderr in its own default form (what confluent_kafka's producer
-    /// prints: a broker that refuses connections shows there at once). Written from librdkafka's
-    /// threads, which must not wait for the GIL: a Python thread holding it may be waiting on them.
-    fn log(&self, level: RDKafkaLogLevel, fac: &str, message: &str) {
-        let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
-        eprintln!("%{}|{}.{:03}|{}|pgshovel2-native#producer| {}", level as i32, now.as_secs(),
-                  now.subsec_millis(), fac, message);
-    }
-}
-
-impl ProducerContext for Reports {
-    type DeliveryOpaque = ();
-
-    fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
-        if let Err((error, message)) = result {
-            self.failures.lock().unwrap().push((code_of(error), message.topic().to_string(),
-                                                message.key().map(<[u8]>::to_vec)));
-        }
-    }
-}
-
-/// confluent_kafka.KafkaException(KafkaError(code, reason, fatal, retriable, txn_requires_abort)).
-fn kafka_exception(py: Python<'_>, code: RDKafkaErrorCode, reason: &str, flags: (bool, bool, bool)) -> PyErr {
-    match kafka_error(py, code, reason, flags).and_then(|e| {
-        py.import("confluent_kafka")?.getattr("KafkaException")?.call1((e,))
-    }) {
-        Ok(exc) => PyErr::from_value(exc),
-        Err(err) => err,
-    }
-}
-
-fn kafka_error<'py>(py: Python<'py>, code: RDKafkaErrorCode, reason: &str,
-                    (fatal, retriable, abort): (bool, bool, bool)) -> PyResult<Bound<'py, PyAny>> {
-    py.import("confluent_kafka")?.getattr("KafkaError")?.call1((code as i32, reason, fatal, retriable, abort))
-}
-
-/// The Python exception of an error of the rdkafka crate.
-fn raise(py: Python<'_>, error: KafkaError) -> PyErr {
-    match error {
-        KafkaError::Transaction(e) => transaction_exception(py, &e),
-        KafkaError::Flush(code) if code == RDKafkaErrorCode::OperationTimedOut => {
-            kafka_exception(py, code, "Local: Timed out flushing the messages", (false, true, false))
-        }
-        other => {
-            let code = code_of(&other);
-            kafka_exception(py, code, &text_of(code), (false, false, false))
-        }
-    }
-}
-
-fn transaction_exception(py: Python<'_>, e: &RDKafkaError) -> PyErr {
-    kafka_exception(py, e.code(), &e.string(), (e.is_fatal(), e.is_retriable(), e.txn_requires_abort()))
-}
+use crate::kafka_reports::{kafka_error, kafka_exception, raise, text_of, Reports};
 
 /// The instant seconds from now (negative: a year, for ever).
 fn deadline(seconds: f64) -> Instant {
@@ -173,11 +90,12 @@ fn header_value<'a>(value: &'a Bound<'_, PyAny>) -> PyResult<Option<&'a [u8]>> {
     Err(PyValueError::new_err("a header value must be str, bytes or None"))
 }
 
-/// headers with one more: item, a (name: str, value) tuple.
-fn add_header(headers: OwnedHeaders, item: &Bound<'_, PyAny>) -> PyResult<OwnedHeaders> {
+/// Adds item, a (name: str, value) tuple, to headers.
+fn add_header(headers: &mut Headers, item: &Bound<'_, PyAny>) -> PyResult<()> {
     let pair = item.downcast::<PyTuple>()?;
     let (name, value) = (pair.get_item(0)?, pair.get_item(1)?);
-    Ok(headers.insert(Header { key: name.downcast::<PyString>()?.to_str()?, value: header_value(&value)? }))
+    headers.add(name.downcast::<PyString>()?.to_str()?, header_value(&value)?);
+    Ok(())
 }
 
 /// Optional bytes (a key or value): None or bytes.
@@ -191,31 +109,116 @@ pub struct Producer {
     inner: BaseProducer<Reports>,
     on_error: PyObject,
     on_delivery: PyObject,
+    /// the topic handles made so far, by name; destroyed before inner (Drop)
+    topics: Mutex<Vec<(String, Topic)>>,
+}
+
+/// A topic's librdkafka handle (rd_kafka_topic_t), valid while the producer that made it lives.
+/// A message sent through it skips librdkafka's lookup of the topic by name.
+#[derive(Clone, Copy)]
+pub(crate) struct Topic(*mut rd_kafka_topic_t);
+
+// SAFETY: librdkafka's topic handles are thread-safe (refcounted, locked inside librdkafka).
+unsafe impl Send for Topic {}
+unsafe impl Sync for Topic {}
+
+/// One message's headers, built in librdkafka's own list; destroyed unless a send takes them.
+pub(crate) struct Headers(*mut rd_kafka_headers_t);
+
+impl Headers {
+    pub(crate) fn with_capacity(n: usize) -> Self {
+        // SAFETY: rd_kafka_headers_new allocates (it aborts rather than return NULL).
+        Headers(unsafe { rd_kafka_headers_new(n) })
+    }
+
+    /// Adds a header: name, and value (None: null).
+    pub(crate) fn add(&mut self, name: &str, value: Option<&[u8]>) {
+        let (v, len) = value.map_or((ptr::null(), 0), |v| (v.as_ptr() as *const c_void, v.len() as isize));
+        // SAFETY: librdkafka copies name and value; it fails only on read-only headers, never these.
+        unsafe { rd_kafka_header_add(self.0, name.as_ptr() as *const _, name.len() as isize, v, len) };
+    }
+}
+
+impl Drop for Headers {
+    fn drop(&mut self) {
+        if !self.0.is_null() {
+            // SAFETY: not handed to librdkafka (a send that takes them sets the pointer to NULL).
+            unsafe { rd_kafka_headers_destroy(self.0) };
+        }
+    }
+}
+
+impl Drop for Producer {
+    /// The topic handles go before librdkafka's client (inner, dropped after this).
+    fn drop(&mut self) {
+        for (_, topic) in self.topics.get_mut().map(std::mem::take).unwrap_or_default() {
+            // SAFETY: made by rd_kafka_topic_new on this client, released once.
+            unsafe { rd_kafka_topic_destroy(topic.0) };
+        }
+    }
 }
 
 impl Producer {
-    /// Enqueues one message (librdkafka copies it); Err(code) when it refuses (QueueFull: full).
-    pub(crate) fn send(&self, topic: &str, key: Option<&[u8]>, value: Option<&[u8]>, headers: OwnedHeaders)
+    /// The handle of the topic named name, made on its first use and kept until the producer is
+    /// dropped. Err: librdkafka refused the name (InvalidArg for one with a NUL).
+    pub(crate) fn topic(&self, name: &str) -> Result<Topic, RDKafkaErrorCode> {
+        let mut topics = self.topics.lock().unwrap();
+        if let Some((_, topic)) = topics.iter().find(|(n, _)| n == name) {
+            return Ok(*topic);
+        }
+        let cname = CString::new(name).map_err(|_| RDKafkaErrorCode::InvalidArgument)?;
+        // SAFETY: the client pointer is valid while inner lives; NULL conf: the default topic conf.
+        let handle = unsafe { rd_kafka_topic_new(self.inner.client().native_ptr(), cname.as_ptr(), ptr::null_mut()) };
+        if handle.is_null() {
+            // SAFETY: reads this thread's last librdkafka error.
+            return Err(RDKafkaErrorCode::from(unsafe { rd_kafka_last_error() }));
+        }
+        topics.push((name.to_string(), Topic(handle)));
+        Ok(Topic(handle))
+    }
+
+    /// Enqueues one message (librdkafka copies key and value and takes the headers); Err(code)
+    /// when it refuses (QueueFull: full).
+    pub(crate) fn send(&self, topic: Topic, key: Option<&[u8]>, value: Option<&[u8]>, mut headers: Headers)
                        -> Result<(), RDKafkaErrorCode> {
-        let mut record: BaseRecord<'_, [u8], [u8]> = BaseRecord::to(topic).headers(headers);
-        record.key = key;
-        record.payload = value;
-        self.inner.send(record).map_err(|(e, _)| e.rdkafka_error_code().unwrap_or(RDKafkaErrorCode::Fail))
+        let bytes = |b: Option<&[u8]>| b.map_or((ptr::null_mut(), 0), |b| (b.as_ptr() as *mut c_void, b.len()));
+        let ((key_ptr, key_len), (value_ptr, value_len)) = (bytes(key), bytes(value));
+        // SAFETY: topic was made on this client and lives as long as it; librdkafka copies key and
+        // value (F_COPY) before it returns and owns the headers when it accepts the message.
+        let err = unsafe {
+            rd_kafka_producev(
+                self.inner.client().native_ptr(),
+                rd_kafka_vtype_t::RD_KAFKA_VTYPE_RKT, topic.0,
+                rd_kafka_vtype_t::RD_KAFKA_VTYPE_PARTITION, -1i32,
+                rd_kafka_vtype_t::RD_KAFKA_VTYPE_MSGFLAGS, RD_KAFKA_MSG_F_COPY,
+                rd_kafka_vtype_t::RD_KAFKA_VTYPE_VALUE, value_ptr, value_len,
+                rd_kafka_vtype_t::RD_KAFKA_VTYPE_KEY, key_ptr, key_len,
+                rd_kafka_vtype_t::RD_KAFKA_VTYPE_OPAQUE, ptr::null_mut::<c_void>(),
+                rd_kafka_vtype_t::RD_KAFKA_VTYPE_HEADERS, headers.0,
+                rd_kafka_vtype_t::RD_KAFKA_VTYPE_END,
+            )
+        };
+        if err != rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR {
+            return Err(RDKafkaErrorCode::from(err));
+        }
+        headers.0 = ptr::null_mut();
+        Ok(())
     }
 
     fn send_py(&self, py: Python<'_>, topic: &Bound<'_, PyAny>, key: &Bound<'_, PyAny>, value: &Bound<'_, PyAny>,
                headers: &Bound<'_, PyAny>) -> PyResult<Result<(), RDKafkaErrorCode>> {
-        let mut owned = OwnedHeaders::new_with_capacity(headers.len().unwrap_or(6));
+        let mut owned = Headers::with_capacity(headers.len().unwrap_or(6));
         if let Ok(list) = headers.downcast::<PyList>() {
             for item in list.iter() {
-                owned = add_header(owned, &item)?;
+                add_header(&mut owned, &item)?;
             }
         } else {
             for item in headers.try_iter()? {
-                owned = add_header(owned, &item?)?;
+                add_header(&mut owned, &item?)?;
             }
         }
-        let sent = self.send(topic.downcast::<PyString>()?.to_str()?, opt_bytes(key)?, opt_bytes(value)?, owned);
+        let topic = self.topic(topic.downcast::<PyString>()?.to_str()?).map_err(|code| self.refused(py, code))?;
+        let sent = self.send(topic, opt_bytes(key)?, opt_bytes(value)?, owned);
         match sent {
             Err(code) if code != RDKafkaErrorCode::QueueFull => {
                 Err(self.refused(py, code))
@@ -286,7 +289,7 @@ impl Producer {
         }
         let inner = config.create_with_context(Reports::default())
             .map_err(|e| PyValueError::new_err(format!("Kafka producer settings: {e}")))?;
-        Ok(Producer { inner, on_error, on_delivery })
+        Ok(Producer { inner, on_error, on_delivery, topics: Mutex::new(Vec::new()) })
     }
 
     /// Enqueue one message; BufferError when the queue is full, KafkaException otherwise.
