@@ -1,4 +1,4 @@
-//! Python's `repr` of a float (what `json` writes for it), from Rust's shortest digits.
+//! Python's `repr` of a float (what `json` writes for it), from zmij's shortest digits.
 
 /// Appends Python's `repr(f)` (json writes it so; NaN and the infinities as its literals).
 pub fn write_float(f: f64, out: &mut Vec<u8>) {
@@ -10,23 +10,16 @@ pub fn write_float(f: f64, out: &mut Vec<u8>) {
         out.extend_from_slice(if f > 0.0 { b"Infinity" } else { b"-Infinity" });
         return;
     }
-    let sci = format!("{:e}", f); // shortest round-trip digits: "-1.25e-7"
-    let (mantissa, exp) = sci.split_once('e').unwrap_or((&sci, "0"));
-    let exp: i32 = exp.parse().unwrap_or(0);
-    let (neg, mantissa) = match mantissa.strip_prefix('-') {
-        Some(m) => (true, m),
-        None => (false, mantissa),
-    };
-    let mut digits: String = mantissa.chars().filter(|c| *c != '.').collect();
-    if let Some(even) = half_even(f.abs(), &digits, exp) {
-        digits = even;
-    }
+    let mut buffer = zmij::Buffer::new();
+    let (neg, digits, len, exp) = shortest(buffer.format_finite(f).as_bytes());
+    let sig = &digits[..len];
+    let even = half_even(f.abs(), std::str::from_utf8(sig).unwrap_or_default(), exp);
+    let d = even.as_deref().map_or(sig, str::as_bytes);
     if neg {
         out.push(b'-');
     }
     let decpt = exp + 1;
-    let n = digits.len() as i32;
-    let d = digits.as_bytes();
+    let n = d.len() as i32;
     if decpt > -4 && decpt <= 16 {
         if decpt <= 0 {
             out.extend_from_slice(b"0.");
@@ -50,6 +43,47 @@ pub fn write_float(f: f64, out: &mut Vec<u8>) {
         out.extend_from_slice(if exp < 0 { b"e-" } else { b"e+" });
         crate::json::push_uint(exp.unsigned_abs() as u64, 2, out);
     }
+}
+
+/// The shortest round-trip digits in zmij's text of a finite float ("-1.25e-7", "0.001",
+/// "123.0", "1e+16"): (negative, the significant digits without leading or trailing zeros ("0"
+/// for zero) and their number, the decimal exponent of the first).
+fn shortest(text: &[u8]) -> (bool, [u8; 24], usize, i32) {
+    let mut digits = [b'0'; 24];
+    let neg = text.first() == Some(&b'-');
+    let text = if neg { &text[1..] } else { text };
+    let (mantissa, exp) = match text.iter().position(|&c| c == b'e' || c == b'E') {
+        Some(at) => (&text[..at], parse_exp(&text[at + 1..])),
+        None => (text, 0),
+    };
+    let point = mantissa.iter().position(|&c| c == b'.');
+    let whole = point.map_or(mantissa, |at| &mantissa[..at]);
+    let first = mantissa.iter().position(|&c| c.is_ascii_digit() && c != b'0');
+    let Some(first) = first else { return (neg, digits, 1, 0) };
+    // the digits from the first significant one on, the point skipped, trailing zeros trimmed
+    let from = &mantissa[first..];
+    let last = from.iter().rposition(|&c| c.is_ascii_digit() && c != b'0').unwrap_or(0);
+    let mut len = 0;
+    for &c in from[..=last].iter().filter(|c| c.is_ascii_digit()).take(digits.len()) {
+        digits[len] = c;
+        len += 1;
+    }
+    // the first digit's place: digits before the point count down from it, zeros after it too
+    let place = match point {
+        Some(at) if first > at => at as i32 - first as i32,
+        _ => whole.len() as i32 - first as i32 - 1,
+    };
+    (neg, digits, len, place + exp)
+}
+
+fn parse_exp(text: &[u8]) -> i32 {
+    let (neg, digits) = match text.first() {
+        Some(b'-') => (true, &text[1..]),
+        Some(b'+') => (false, &text[1..]),
+        _ => (false, text),
+    };
+    let value = digits.iter().fold(0i32, |v, &c| v * 10 + (c - b'0') as i32);
+    if neg { -value } else { value }
 }
 
 /// When |f|'s exact value lies exactly halfway between two n-digit strings, one of them Rust's
