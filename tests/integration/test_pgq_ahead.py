@@ -25,9 +25,11 @@ def queue_with(db, consumers: tuple[str, ...]) -> Iterator[str]:
     with db.cursor() as cur:
         cur.execute("CREATE EXTENSION IF NOT EXISTS pgq")
         cur.execute("SELECT pgq.create_queue(%s)", (name,))
-        _ticker_config(cur, name, "0")
+        # the consumers first, all at the queue's first tick: once it ticks at every call, another
+        # test's pgq.ticker() (it ticks every queue) could tick between two registrations
         for consumer in consumers:
             cur.execute("SELECT pgq.register_consumer(%s, %s)", (name, consumer))
+        _ticker_config(cur, name, "0")
     try:
         yield name
     finally:
