@@ -86,9 +86,9 @@ fn parse_exp(text: &[u8]) -> i32 {
     if neg { -value } else { value }
 }
 
-/// When |f|'s exact value lies exactly halfway between two n-digit strings, one of them Rust's
+/// When |f|'s exact value lies exactly halfway between two n-digit strings, one of them zmij's
 /// shortest digits, and the other has the even last digit and also reads back as f: that one
-/// (Python's repr rounds half to even there; Rust's shortest digits round half up).
+/// (Python's repr rounds half to even there; a shortest-digits algorithm need not).
 fn half_even(f: f64, digits: &str, exp: i32) -> Option<String> {
     let exact = exact_digits(f)?;
     let n = digits.len();
