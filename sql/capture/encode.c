@@ -16,44 +16,92 @@
 #include "utils/date.h"
 #include "utils/lsyscache.h"
 #include "utils/timestamp.h"
+#include "utils/uuid.h"
 
 #include <math.h>
 
 #include "encode.h"
 
-void
-pgshovel2_json_string(StringInfo buf, const char *s)
+/*
+ * Append s[0..len) as a JSON string: runs of characters that need no escape
+ * are copied whole.
+ */
+static void
+append_json_text(StringInfo buf, const char *s, int len)
 {
-	const unsigned char *p;
+	const unsigned char *p = (const unsigned char *) s;
+	const unsigned char *end = p + len;
+	const unsigned char *run = p;
 
-	appendStringInfoCharMacro(buf, '"');
-	for (p = (const unsigned char *) s; *p; p++)
+	enlargeStringInfo(buf, len + 2);
+	buf->data[buf->len++] = '"';
+	for (; p < end; p++)
 	{
+		const char *escaped;
+
+		if (*p >= 0x20 && *p != '"' && *p != '\\')
+			continue;
+		appendBinaryStringInfo(buf, (const char *) run, p - run);
+		run = p + 1;
 		switch (*p)
 		{
 			case '"':
-				appendBinaryStringInfo(buf, "\\\"", 2);
+				escaped = "\\\"";
 				break;
 			case '\\':
-				appendBinaryStringInfo(buf, "\\\\", 2);
+				escaped = "\\\\";
 				break;
 			case '\n':
-				appendBinaryStringInfo(buf, "\\n", 2);
+				escaped = "\\n";
 				break;
 			case '\t':
-				appendBinaryStringInfo(buf, "\\t", 2);
+				escaped = "\\t";
 				break;
 			case '\r':
-				appendBinaryStringInfo(buf, "\\r", 2);
+				escaped = "\\r";
 				break;
 			default:
-				if (*p < 0x20)
-					appendStringInfo(buf, "\\u%04x", *p);
-				else
-					appendStringInfoCharMacro(buf, (char) *p);
+				appendStringInfo(buf, "\\u%04x", *p);
+				continue;
 		}
+		appendBinaryStringInfo(buf, escaped, 2);
 	}
+	appendBinaryStringInfo(buf, (const char *) run, p - run);
 	appendStringInfoCharMacro(buf, '"');
+}
+
+void
+pgshovel2_json_string(StringInfo buf, const char *s)
+{
+	append_json_text(buf, s, strlen(s));
+}
+
+/* Append an integer's decimal digits (what "%lld" would print, without a format). */
+static inline void
+append_int64(StringInfo buf, int64 value)
+{
+	enlargeStringInfo(buf, MAXINT8LEN);
+	buf->len += pg_lltoa(value, buf->data + buf->len);
+}
+
+/* A uuid's text form (uuid_out's: lowercase hex, 8-4-4-4-12), which needs no escape. */
+static void
+encode_uuid(StringInfo buf, pg_uuid_t *uuid)
+{
+	static const char hex[] = "0123456789abcdef";
+	int			i;
+
+	enlargeStringInfo(buf, 2 * UUID_LEN + 6);
+	buf->data[buf->len++] = '"';
+	for (i = 0; i < UUID_LEN; i++)
+	{
+		if (i == 4 || i == 6 || i == 8 || i == 10)
+			buf->data[buf->len++] = '-';
+		buf->data[buf->len++] = hex[uuid->data[i] >> 4];
+		buf->data[buf->len++] = hex[uuid->data[i] & 0xf];
+	}
+	buf->data[buf->len++] = '"';
+	buf->data[buf->len] = '\0';
 }
 
 /* Types whose output text depends on session settings (or is costly to parse). */
@@ -199,16 +247,16 @@ pgshovel2_encode_value(StringInfo buf, ColumnCodec *codec, Datum value,
 			appendStringInfoString(buf, DatumGetBool(value) ? "true" : "false");
 			break;
 		case INT2OID:
-			appendStringInfo(buf, "%d", (int) DatumGetInt16(value));
+			append_int64(buf, DatumGetInt16(value));
 			break;
 		case INT4OID:
-			appendStringInfo(buf, "%d", DatumGetInt32(value));
+			append_int64(buf, DatumGetInt32(value));
 			break;
 		case INT8OID:
-			appendStringInfo(buf, INT64_FORMAT, DatumGetInt64(value));
+			append_int64(buf, DatumGetInt64(value));
 			break;
 		case OIDOID:
-			appendStringInfo(buf, "%u", DatumGetObjectId(value));
+			append_int64(buf, DatumGetObjectId(value));
 			break;
 		case FLOAT4OID:
 			encode_float(buf, DatumGetFloat4(value), true);
@@ -217,25 +265,42 @@ pgshovel2_encode_value(StringInfo buf, ColumnCodec *codec, Datum value,
 			encode_float(buf, DatumGetFloat8(value), false);
 			break;
 		case DATEOID:			/* days since 2000-01-01 */
-			appendStringInfo(buf, "%d", (int) DatumGetDateADT(value));
+			append_int64(buf, DatumGetDateADT(value));
 			break;
 		case TIMEOID:			/* microseconds since midnight */
-			appendStringInfo(buf, INT64_FORMAT, (int64) DatumGetTimeADT(value));
+			append_int64(buf, DatumGetTimeADT(value));
 			break;
 		case TIMESTAMPOID:		/* microseconds since 2000-01-01 00:00 */
 		case TIMESTAMPTZOID:
-			appendStringInfo(buf, INT64_FORMAT, DatumGetInt64(value));
+			append_int64(buf, DatumGetInt64(value));
 			break;
 		case INTERVALOID:
 			{
 				Interval   *iv = DatumGetIntervalP(value);
 
-				appendStringInfo(buf, "[%d,%d," INT64_FORMAT "]",
-								 iv->month, iv->day, iv->time);
+				appendStringInfoCharMacro(buf, '[');
+				append_int64(buf, iv->month);
+				appendStringInfoCharMacro(buf, ',');
+				append_int64(buf, iv->day);
+				appendStringInfoCharMacro(buf, ',');
+				append_int64(buf, iv->time);
+				appendStringInfoCharMacro(buf, ']');
 				break;
 			}
 		case BYTEAOID:
 			encode_bytea(buf, value);
+			break;
+		case TEXTOID:			/* their output functions copy the value as it is */
+		case VARCHAROID:
+		case BPCHAROID:
+			{
+				text	   *t = DatumGetTextPP(value);
+
+				append_json_text(buf, VARDATA_ANY(t), VARSIZE_ANY_EXHDR(t));
+				break;
+			}
+		case UUIDOID:
+			encode_uuid(buf, DatumGetUUIDP(value));
 			break;
 		default:
 			if (codec->elem)
@@ -249,17 +314,20 @@ void
 pgshovel2_encode_tuple(StringInfo buf, HeapTuple tuple, TupleDesc desc,
 					 const int16 *attnums, int natts, ColumnCodec *codecs)
 {
+	Datum	   *values = palloc(Max(desc->natts, 1) * sizeof(Datum));
+	bool	   *nulls = palloc(Max(desc->natts, 1) * sizeof(bool));
 	int			i;
 
+	/* once for the tuple: heap_getattr walks from the first column for each one after a varlena */
+	heap_deform_tuple(tuple, desc, values, nulls);
 	appendStringInfoCharMacro(buf, '[');
 	for (i = 0; i < natts; i++)
 	{
-		bool		isnull;
-		Datum		value = heap_getattr(tuple, attnums[i], desc, &isnull);
-
 		if (i > 0)
 			appendStringInfoCharMacro(buf, ',');
-		pgshovel2_encode_value(buf, &codecs[i], value, isnull);
+		pgshovel2_encode_value(buf, &codecs[i], values[attnums[i] - 1], nulls[attnums[i] - 1]);
 	}
 	appendStringInfoCharMacro(buf, ']');
+	pfree(values);
+	pfree(nulls);
 }

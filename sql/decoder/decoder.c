@@ -273,6 +273,29 @@ ensure_layout(LogicalDecodingContext *ctx, ShovelTable *t, int index, Relation r
 	end_record(ctx);
 }
 
+/* A tuple's values, deformed once (heap_getattr walks from the first column for each one after a varlena). */
+typedef struct Row
+{
+	Datum	   *values;
+	bool	   *nulls;
+} Row;
+
+/* The values of tuple (NULL: none) of rel, in the current memory context. */
+static Row *
+deform(Relation rel, HeapTuple tuple)
+{
+	TupleDesc	desc = RelationGetDescr(rel);
+	Row		   *row;
+
+	if (tuple == NULL)
+		return NULL;
+	row = palloc(sizeof(Row));
+	row->values = palloc(Max(desc->natts, 1) * sizeof(Datum));
+	row->nulls = palloc(Max(desc->natts, 1) * sizeof(bool));
+	heap_deform_tuple(tuple, desc, row->values, row->nulls);
+	return row;
+}
+
 /*
  * The value of a captured column. An unchanged TOASTed value (a pointer to
  * the TOAST table, not in the WAL record) is taken from the old image when
@@ -284,18 +307,19 @@ ensure_layout(LogicalDecodingContext *ctx, ShovelTable *t, int index, Relation r
  * which PostgreSQL always flattens): such a value is an error.
  */
 static Datum
-column_value(ShovelTable *t, int i, Relation rel, HeapTuple tuple, HeapTuple old, bool *isnull,
-			 bool *unchanged)
+column_value(ShovelTable *t, int i, Relation rel, Row *row, Row *old, bool *isnull, bool *unchanged)
 {
-	TupleDesc	desc = RelationGetDescr(rel);
-	Form_pg_attribute att = TupleDescAttr(desc, t->attnums[i] - 1);
-	Datum		value = heap_getattr(tuple, t->attnums[i], desc, isnull);
+	int			at = t->attnums[i] - 1;
+	Form_pg_attribute att = TupleDescAttr(RelationGetDescr(rel), at);
+	Datum		value = row->values[at];
 
+	*isnull = row->nulls[at];
 	if (*isnull || att->attlen != -1 || !VARATT_IS_EXTERNAL_ONDISK(DatumGetPointer(value)))
 		return value;
 	if (old != NULL)
 	{
-		value = heap_getattr(old, t->attnums[i], desc, isnull);
+		value = old->values[at];
+		*isnull = old->nulls[at];
 		if (!*isnull && !VARATT_IS_EXTERNAL_ONDISK(DatumGetPointer(value)))
 			return value;
 		/* a NULL is the column's value only in a FULL old image; a key-only one just omits it */
@@ -317,8 +341,8 @@ column_value(ShovelTable *t, int i, Relation rel, HeapTuple tuple, HeapTuple old
  * *nunchanged counts them), NULL for an old row.
  */
 static void
-write_row(StringInfo out, ShovelTable *t, Relation rel, HeapTuple tuple, HeapTuple old,
-		  uint16 *unchanged, int *nunchanged)
+write_row(StringInfo out, ShovelTable *t, Relation rel, Row *row, Row *old, uint16 *unchanged,
+		  int *nunchanged)
 {
 	int			i;
 
@@ -327,7 +351,7 @@ write_row(StringInfo out, ShovelTable *t, Relation rel, HeapTuple tuple, HeapTup
 	{
 		bool		isnull;
 		bool		missing = false;
-		Datum		value = column_value(t, i, rel, tuple, old, &isnull, unchanged ? &missing : NULL);
+		Datum		value = column_value(t, i, rel, row, old, &isnull, unchanged ? &missing : NULL);
 
 		if (i > 0)
 			appendStringInfoCharMacro(out, ',');
@@ -340,29 +364,29 @@ write_row(StringInfo out, ShovelTable *t, Relation rel, HeapTuple tuple, HeapTup
 
 /* Append a row image preceded by its length (uint32). */
 static void
-write_sized_row(StringInfo out, ShovelTable *t, Relation rel, HeapTuple tuple, HeapTuple old,
-				uint16 *unchanged, int *nunchanged)
+write_sized_row(StringInfo out, ShovelTable *t, Relation rel, Row *row, Row *old, uint16 *unchanged,
+				int *nunchanged)
 {
 	int			at = out->len;
 	uint32		len;
 
 	pq_sendint32(out, 0);
-	write_row(out, t, rel, tuple, old, unchanged, nunchanged);
+	write_row(out, t, rel, row, old, unchanged, nunchanged);
 	len = pg_hton32((uint32) (out->len - at - 4));
 	memcpy(out->data + at, &len, 4);
 }
 
 /* Append an INSERT's or UPDATE's flags, new row, unchanged list and old row. */
 static void
-write_new_row(StringInfo out, ShovelTable *t, Relation rel, HeapTuple new_tuple, HeapTuple old_tuple)
+write_new_row(StringInfo out, ShovelTable *t, Relation rel, Row *row, Row *old)
 {
 	int			flags_at = out->len;
 	uint16	   *unchanged = palloc(sizeof(uint16) * Max(t->ncols, 1));
 	int			nunchanged = 0;
 	int			i;
 
-	pq_sendbyte(out, old_tuple ? FLAG_OLD : 0);
-	write_sized_row(out, t, rel, new_tuple, old_tuple, unchanged, &nunchanged);
+	pq_sendbyte(out, old ? FLAG_OLD : 0);
+	write_sized_row(out, t, rel, row, old, unchanged, &nunchanged);
 	if (nunchanged > 0)
 	{
 		out->data[flags_at] |= FLAG_UNCHANGED;
@@ -370,8 +394,8 @@ write_new_row(StringInfo out, ShovelTable *t, Relation rel, HeapTuple new_tuple,
 		for (i = 0; i < nunchanged; i++)
 			pq_sendint16(out, unchanged[i]);
 	}
-	if (old_tuple)
-		write_row(out, t, rel, old_tuple, NULL, NULL, NULL);
+	if (old)
+		write_row(out, t, rel, old, NULL, NULL, NULL);
 }
 
 static void
@@ -419,12 +443,12 @@ decoder_change(LogicalDecodingContext *ctx, ReorderBufferTXN *txn, Relation rel,
 	{
 		pq_sendbyte(out, old_tuple ? 0 : FLAG_NO_ROW);
 		if (old_tuple)
-			write_sized_row(out, t, rel, old_tuple, NULL, NULL, NULL);
+			write_sized_row(out, t, rel, deform(rel, old_tuple), NULL, NULL, NULL);
 		else
 			pq_sendint32(out, 0);
 	}
 	else
-		write_new_row(out, t, rel, new_tuple, old_tuple);
+		write_new_row(out, t, rel, deform(rel, new_tuple), deform(rel, old_tuple));
 	end_record(ctx);
 	MemoryContextSwitchTo(old_cxt);
 	MemoryContextReset(state->change_cxt);
