@@ -2,7 +2,8 @@
 tables (bench/workloads.py: ``narrow`` and ``mixed``):
 
 - drain: changes/s of N inserts written (5,000 per source transaction; and ``mixed_small``: at
-  most 400,000 mixed rows two per source transaction, DRAINS) before the tool streams them:
+  most 400,000 mixed rows two per source transaction, DRAINS; then vacuumed and checkpointed,
+  workloads.fill) before the tool streams them:
   pgshovel2's set (logical through our plugin and through pgoutput, trigger; JSON and Avro; row
   and debezium envelopes; exactly-once, the relay's default) has its position taken by a first
   relay start, Debezium's slot is created before the inserts; both then drain the same N changes

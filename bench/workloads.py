@@ -59,7 +59,10 @@ def fill(cur, workload: Workload, table: str, changes: int, per_transaction: int
     """changes rows of workload inserted into table (keys 1..changes), per_transaction rows per
     source transaction (cur must be autocommit; small transactions are committed by a DO block's
     loop, one statement from here, without waiting for each commit's WAL flush: the same WAL, in a
-    third of the time)."""
+    third of the time); then the table vacuumed and analyzed and a checkpoint, so that neither
+    autovacuum (the inserts pass its insert threshold; a worker vacuuming a 400k-row table was seen
+    in a 3 s drain) nor the checkpointer (the fill's dirty pages) works in the drain that follows,
+    whichever tool drains it (under a second for 1M mixed rows)."""
     if per_transaction < 100:
         one = workload.fill_sql(table, "s", f"least(s + {per_transaction - 1}, {changes})")
         cur.execute("SET synchronous_commit = off")
@@ -67,7 +70,9 @@ def fill(cur, workload: Workload, table: str, changes: int, per_transaction: int
             cur.execute(f"DO $$ BEGIN FOR s IN 1..{changes} BY {per_transaction} LOOP {one}; COMMIT; END LOOP; END $$")
         finally:
             cur.execute("RESET synchronous_commit")
-        return
-    sql = workload.fill_sql(table)
-    for start in range(0, changes, per_transaction):
-        cur.execute(sql, (start + 1, min(start + per_transaction, changes)))
+    else:
+        sql = workload.fill_sql(table)
+        for start in range(0, changes, per_transaction):
+            cur.execute(sql, (start + 1, min(start + per_transaction, changes)))
+    cur.execute(f"VACUUM ANALYZE {table}")
+    cur.execute("CHECKPOINT")
