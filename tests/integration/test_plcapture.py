@@ -5,6 +5,7 @@ are compared byte for byte; encode_row too. Then DDL without event triggers, a
 non-superuser install, and a set with ``capture: plpgsql`` relayed to Kafka."""
 
 import json
+import random
 import threading
 import uuid
 
@@ -149,6 +150,45 @@ def test_pl_capture_writes_the_c_events_byte_for_byte(stack, db, schema):
     assert by_generic == by_c
     assert len(snapshots) == 4 * 5 and all(a == b for a, b in snapshots), [s for s in snapshots if s[0] != s[1]][:1]
 
+
+def _random_text(rnd: random.Random, longest: int) -> str:
+    """Text mixing every control character, quotes, backslashes, non-ASCII and astral characters,
+    in runs: what the C encoder copies whole and what it escapes."""
+    pick = [lambda: chr(rnd.randint(1, 31)), lambda: rnd.choice('"\\'), lambda: chr(rnd.randint(32, 126)),
+            lambda: chr(rnd.randint(0x80, 0x2FFF)), lambda: "\U0001F418"]
+    return "".join(rnd.choice(pick)() for _ in range(rnd.choice([0, 1, 7, 60, longest])))
+
+
+def _random_row(rnd: random.Random) -> list:
+    """A row of test_c_and_pl_encode_random_values_alike's table r, a twentieth of its values NULL."""
+    ints = [(-2**15, 2**15 - 1), (-2**31, 2**31 - 1), (-2**63, 2**63 - 1), (0, 2**32 - 1)]
+    row = [rnd.choice([lo, hi, 0, rnd.randint(lo, hi)]) for lo, hi in ints]
+    row += [_random_text(rnd, 300), _random_text(rnd, 40)[:40], _random_text(rnd, 9)[:9],
+            str(uuid.UUID(int=rnd.getrandbits(128))), rnd.choice(["infinity", "2024-02-29", "0044-03-15 BC"]),
+            rnd.choice(["00:00", "23:59:59.999999"]), rnd.choice(["-infinity", "2024-01-01 00:00:00.000001+05:30"]),
+            rnd.choice(["1 year 2 mons -3 days 04:05:06.789", "-178000000 years", "-00:00:00.000001"]),
+            _random_text(rnd, 3000)]
+    return [None if rnd.random() < 0.05 else v for v in row]
+
+
+def test_c_and_pl_encode_random_values_alike(stack, db, schema):
+    """encode_row() of the C capture (its integer, text, uuid and interval forms written without
+    the types' output functions) and of the PL/pgSQL capture, over 2,000 random rows: the same text."""
+    rnd = random.Random(1205)
+    with db.cursor() as cur:
+        cur.execute("CREATE EXTENSION IF NOT EXISTS pgq")
+        trigger.ensure_extension(cur)
+        plcapture.ensure(cur)
+        cur.execute(f'CREATE TABLE "{schema}".r (i2 int2, i4 int4, i8 int8, o oid, t text, v varchar(40), '
+                    "b char(9), u uuid, d date, tm time, tz timestamptz, iv interval, big text)")
+        cur.executemany(f'INSERT INTO "{schema}".r VALUES ({", ".join(["%s"] * 13)})',
+                        [_random_row(rnd) for _ in range(2000)])
+        attnums = "'{1,2,3,4,5,6,7,8,9,10,11,12,13}'::int2[]"
+        cur.execute(f"SELECT pgshovel2.encode_row(r, {attnums}), pgshovel2_pl.encode_row(r, {attnums}) "
+                    f'FROM "{schema}".r r')
+        pairs = cur.fetchall()
+    assert len(pairs) == 2000 and any("\\u0001" in c for c, _ in pairs) and any('\\"' in c for c, _ in pairs)
+    assert [(c, pl) for c, pl in pairs if c != pl][:1] == []
 
 def _s_events(cur, queue: str) -> list[tuple]:
     return [(t, json.loads(d) if t == "S" else d, x2) for t, d, _, x2 in _events(cur, queue)]
