@@ -207,7 +207,8 @@ impl Lane {
         Ok(match (producer, wait) {
             (Some(producer), Some(wait)) => Target::Direct(Direct {
                 producer: producer.get(), wait, topics: &self.topic_names,
-                txn_topic: txn_topic.map(|t| t.extract(py)).transpose()?, handles: Vec::new(), sent: 0 }),
+                txn_topic: txn_topic.map(|t| t.extract(py)).transpose()?,
+                handles: vec![None; self.topic_names.len() + 1], sent: 0 }),
             _ => Target::List(PyList::empty(py)),
         })
     }

@@ -48,7 +48,8 @@ pub(crate) struct Direct<'a, 'py> {
     /// per table index, its topic's name
     pub topics: &'a [String],
     pub txn_topic: Option<String>,
-    /// per table index, then the transactions topic: its handle once a message went to it
+    /// per table index, then the transactions topic (one more than topics): its handle once a
+    /// message went to it
     pub handles: Vec<Option<Topic>>,
     pub sent: usize,
 }
@@ -142,9 +143,6 @@ impl<'py> Direct<'_, 'py> {
     /// The handle of a message's topic (a table index; None: the transactions topic).
     fn handle(&mut self, py: Python<'py>, topic: Option<usize>) -> PyResult<Topic> {
         let slot = topic.unwrap_or(self.topics.len());
-        if self.handles.len() <= slot {
-            self.handles.resize(self.topics.len() + 1, None);
-        }
         if let Some(handle) = self.handles[slot] {
             return Ok(handle);
         }
