@@ -35,35 +35,32 @@ PG_MODULE_MAGIC;
 PG_FUNCTION_INFO_V1(pgshovel2_capture);
 PG_FUNCTION_INFO_V1(pgshovel2_encode_row);
 
-/* True when any of the given columns differs (binary) between the tuples. */
+/* True when any of the given columns differs (binary) between the rows. */
 static bool
-columns_differ(HeapTuple a, HeapTuple b, TupleDesc desc, const int16 *attnums, int n)
+columns_differ(const PgShovel2Row *a, const PgShovel2Row *b, TupleDesc desc, const int16 *attnums, int n)
 {
 	int			i;
 
 	for (i = 0; i < n; i++)
 	{
-		Form_pg_attribute att = TupleDescAttr(desc, attnums[i] - 1);
-		bool		null_a;
-		bool		null_b;
-		Datum		va = heap_getattr(a, attnums[i], desc, &null_a);
-		Datum		vb = heap_getattr(b, attnums[i], desc, &null_b);
+		int			at = attnums[i] - 1;
+		Form_pg_attribute att = TupleDescAttr(desc, at);
 
-		if (null_a != null_b)
+		if (a->nulls[at] != b->nulls[at])
 			return true;
-		if (!null_a && !datumIsEqual(va, vb, att->attbyval, att->attlen))
+		if (!a->nulls[at] && !datumIsEqual(a->values[at], b->values[at], att->attbyval, att->attlen))
 			return true;
 	}
 	return false;
 }
 
 static char *
-encode(CaptureArgs *args, HeapTuple tuple, TupleDesc desc)
+encode(CaptureArgs *args, const PgShovel2Row *row)
 {
 	StringInfoData buf;
 
 	initStringInfo(&buf);
-	pgshovel2_encode_tuple(&buf, tuple, desc, args->attnums, args->ncols, args->codecs);
+	pgshovel2_encode_deformed(&buf, row, args->attnums, args->ncols, args->codecs);
 	return buf.data;
 }
 
@@ -92,26 +89,26 @@ pgshovel2_capture(PG_FUNCTION_ARGS)
 	else if (TRIGGER_FIRED_BY_INSERT(tg->tg_event))
 	{
 		op = "I";
-		data = encode(args, tg->tg_trigtuple, desc);
+		data = encode(args, pgshovel2_deform(tg->tg_trigtuple, desc));
 	}
 	else if (TRIGGER_FIRED_BY_DELETE(tg->tg_event))
 	{
 		op = "D";
-		data = encode(args, tg->tg_trigtuple, desc);
+		data = encode(args, pgshovel2_deform(tg->tg_trigtuple, desc));
 	}
 	else
 	{
-		HeapTuple	old = tg->tg_trigtuple;
-		HeapTuple	new = tg->tg_newtuple;
+		PgShovel2Row *old = pgshovel2_deform(tg->tg_trigtuple, desc);
+		PgShovel2Row *new = pgshovel2_deform(tg->tg_newtuple, desc);
 
 		if (args->subset &&
 			!columns_differ(old, new, desc, args->attnums, args->ncols))
 			return PointerGetDatum(NULL);
 		op = "U";
-		data = encode(args, new, desc);
+		data = encode(args, new);
 		if (args->before_always ||
 			columns_differ(old, new, desc, args->keys, args->nkeys))
-			before = encode(args, old, desc);
+			before = encode(args, old);
 	}
 
 	pgshovel2_queue_insert(args->queue, op, data, args->table_tag, before);

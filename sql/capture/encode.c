@@ -310,24 +310,46 @@ pgshovel2_encode_value(StringInfo buf, ColumnCodec *codec, Datum value,
 	}
 }
 
-void
-pgshovel2_encode_tuple(StringInfo buf, HeapTuple tuple, TupleDesc desc,
-					 const int16 *attnums, int natts, ColumnCodec *codecs)
+/* The values of tuple (NULL: none), in the current memory context. */
+PgShovel2Row *
+pgshovel2_deform(HeapTuple tuple, TupleDesc desc)
 {
-	Datum	   *values = palloc(Max(desc->natts, 1) * sizeof(Datum));
-	bool	   *nulls = palloc(Max(desc->natts, 1) * sizeof(bool));
+	PgShovel2Row *row;
+
+	if (tuple == NULL)
+		return NULL;
+	row = palloc(sizeof(PgShovel2Row));
+	row->values = palloc(Max(desc->natts, 1) * sizeof(Datum));
+	row->nulls = palloc(Max(desc->natts, 1) * sizeof(bool));
+	heap_deform_tuple(tuple, desc, row->values, row->nulls);
+	return row;
+}
+
+/* The JSON array of row's columns attnums (natts of them), with their codecs, appended to buf. */
+void
+pgshovel2_encode_deformed(StringInfo buf, const PgShovel2Row *row, const int16 *attnums, int natts,
+						  ColumnCodec *codecs)
+{
 	int			i;
 
-	/* once for the tuple: heap_getattr walks from the first column for each one after a varlena */
-	heap_deform_tuple(tuple, desc, values, nulls);
 	appendStringInfoCharMacro(buf, '[');
 	for (i = 0; i < natts; i++)
 	{
 		if (i > 0)
 			appendStringInfoCharMacro(buf, ',');
-		pgshovel2_encode_value(buf, &codecs[i], values[attnums[i] - 1], nulls[attnums[i] - 1]);
+		pgshovel2_encode_value(buf, &codecs[i], row->values[attnums[i] - 1], row->nulls[attnums[i] - 1]);
 	}
 	appendStringInfoCharMacro(buf, ']');
-	pfree(values);
-	pfree(nulls);
+}
+
+void
+pgshovel2_encode_tuple(StringInfo buf, HeapTuple tuple, TupleDesc desc,
+					 const int16 *attnums, int natts, ColumnCodec *codecs)
+{
+	PgShovel2Row *row = pgshovel2_deform(tuple, desc);
+
+	pgshovel2_encode_deformed(buf, row, attnums, natts, codecs);
+	pfree(row->values);
+	pfree(row->nulls);
+	pfree(row);
 }

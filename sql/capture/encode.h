@@ -26,6 +26,14 @@ typedef struct ColumnCodec
 	char		elem_align;
 } ColumnCodec;
 
+/* A tuple's values, deformed once (heap_getattr walks from the first column for each one after a varlena). */
+typedef struct PgShovel2Row
+{
+	Datum	   *values;			/* by attnum - 1 */
+	bool	   *nulls;
+} PgShovel2Row;
+
+extern PgShovel2Row *pgshovel2_deform(HeapTuple tuple, TupleDesc desc);
 extern void pgshovel2_codec_init(ColumnCodec *codec, Oid type_oid,
 								 MemoryContext mcxt);
 extern void pgshovel2_encode_value(StringInfo buf, ColumnCodec *codec,
@@ -33,6 +41,9 @@ extern void pgshovel2_encode_value(StringInfo buf, ColumnCodec *codec,
 extern void pgshovel2_encode_tuple(StringInfo buf, HeapTuple tuple,
 								 TupleDesc desc, const int16 *attnums,
 								 int natts, ColumnCodec *codecs);
+extern void pgshovel2_encode_deformed(StringInfo buf, const PgShovel2Row *row,
+									  const int16 *attnums, int natts,
+									  ColumnCodec *codecs);
 extern void pgshovel2_json_string(StringInfo buf, const char *s);
 
 /* encode_row.c: the body of the SQL function encode_row(record, int2[]) -> text. */

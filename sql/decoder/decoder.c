@@ -273,29 +273,6 @@ ensure_layout(LogicalDecodingContext *ctx, ShovelTable *t, int index, Relation r
 	end_record(ctx);
 }
 
-/* A tuple's values, deformed once (heap_getattr walks from the first column for each one after a varlena). */
-typedef struct Row
-{
-	Datum	   *values;
-	bool	   *nulls;
-} Row;
-
-/* The values of tuple (NULL: none) of rel, in the current memory context. */
-static Row *
-deform(Relation rel, HeapTuple tuple)
-{
-	TupleDesc	desc = RelationGetDescr(rel);
-	Row		   *row;
-
-	if (tuple == NULL)
-		return NULL;
-	row = palloc(sizeof(Row));
-	row->values = palloc(Max(desc->natts, 1) * sizeof(Datum));
-	row->nulls = palloc(Max(desc->natts, 1) * sizeof(bool));
-	heap_deform_tuple(tuple, desc, row->values, row->nulls);
-	return row;
-}
-
 /*
  * The value of a captured column. An unchanged TOASTed value (a pointer to
  * the TOAST table, not in the WAL record) is taken from the old image when
@@ -307,7 +284,8 @@ deform(Relation rel, HeapTuple tuple)
  * which PostgreSQL always flattens): such a value is an error.
  */
 static Datum
-column_value(ShovelTable *t, int i, Relation rel, Row *row, Row *old, bool *isnull, bool *unchanged)
+column_value(ShovelTable *t, int i, Relation rel, PgShovel2Row *row, PgShovel2Row *old, bool *isnull,
+			 bool *unchanged)
 {
 	int			at = t->attnums[i] - 1;
 	Form_pg_attribute att = TupleDescAttr(RelationGetDescr(rel), at);
@@ -341,7 +319,7 @@ column_value(ShovelTable *t, int i, Relation rel, Row *row, Row *old, bool *isnu
  * *nunchanged counts them), NULL for an old row.
  */
 static void
-write_row(StringInfo out, ShovelTable *t, Relation rel, Row *row, Row *old, uint16 *unchanged,
+write_row(StringInfo out, ShovelTable *t, Relation rel, PgShovel2Row *row, PgShovel2Row *old, uint16 *unchanged,
 		  int *nunchanged)
 {
 	int			i;
@@ -364,8 +342,8 @@ write_row(StringInfo out, ShovelTable *t, Relation rel, Row *row, Row *old, uint
 
 /* Append a row image preceded by its length (uint32). */
 static void
-write_sized_row(StringInfo out, ShovelTable *t, Relation rel, Row *row, Row *old, uint16 *unchanged,
-				int *nunchanged)
+write_sized_row(StringInfo out, ShovelTable *t, Relation rel, PgShovel2Row *row, PgShovel2Row *old,
+				uint16 *unchanged, int *nunchanged)
 {
 	int			at = out->len;
 	uint32		len;
@@ -378,7 +356,7 @@ write_sized_row(StringInfo out, ShovelTable *t, Relation rel, Row *row, Row *old
 
 /* Append an INSERT's or UPDATE's flags, new row, unchanged list and old row. */
 static void
-write_new_row(StringInfo out, ShovelTable *t, Relation rel, Row *row, Row *old)
+write_new_row(StringInfo out, ShovelTable *t, Relation rel, PgShovel2Row *row, PgShovel2Row *old)
 {
 	int			flags_at = out->len;
 	uint16	   *unchanged = palloc(sizeof(uint16) * Max(t->ncols, 1));
@@ -407,6 +385,7 @@ decoder_change(LogicalDecodingContext *ctx, ReorderBufferTXN *txn, Relation rel,
 	int			index;
 	HeapTuple	new_tuple = NULL;
 	HeapTuple	old_tuple = NULL;
+	PgShovel2Row *old_row;
 	char		op;
 	MemoryContext old_cxt;
 	StringInfo	out;
@@ -439,16 +418,17 @@ decoder_change(LogicalDecodingContext *ctx, ReorderBufferTXN *txn, Relation rel,
 	pq_sendbyte(out, op);
 	pq_sendint64(out, change->lsn);
 	pq_sendint16(out, (uint16) index);
+	old_row = pgshovel2_deform(old_tuple, RelationGetDescr(rel));
 	if (op == 'D')
 	{
-		pq_sendbyte(out, old_tuple ? 0 : FLAG_NO_ROW);
-		if (old_tuple)
-			write_sized_row(out, t, rel, deform(rel, old_tuple), NULL, NULL, NULL);
+		pq_sendbyte(out, old_row ? 0 : FLAG_NO_ROW);
+		if (old_row)
+			write_sized_row(out, t, rel, old_row, NULL, NULL, NULL);
 		else
 			pq_sendint32(out, 0);
 	}
 	else
-		write_new_row(out, t, rel, deform(rel, new_tuple), deform(rel, old_tuple));
+		write_new_row(out, t, rel, pgshovel2_deform(new_tuple, RelationGetDescr(rel)), old_row);
 	end_record(ctx);
 	MemoryContextSwitchTo(old_cxt);
 	MemoryContextReset(state->change_cxt);
