@@ -79,8 +79,15 @@ def rest(method: str, path: str, body: dict | None = None) -> tuple[int, str]:
         return e.code, e.read().decode()
 
 
+def topic_names() -> list[str]:
+    """The names of the bench broker's topics."""
+    return list(AdminClient({"bootstrap.servers": BOOTSTRAP}).list_topics(timeout=30).topics)
+
+
 def delete_topics(topics: list[str]) -> None:
     """Delete topics of the bench broker, waiting for the broker's answer; missing ones are fine."""
+    if not topics:
+        return
     admin = AdminClient({"bootstrap.servers": BOOTSTRAP})  # referenced until the answers are in
     for future in admin.delete_topics(topics, operation_timeout=30).values():
         try:

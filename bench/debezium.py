@@ -39,7 +39,7 @@ import re
 import statistics
 import time
 
-from bench import connect, latency, workloads
+from bench import connect, latency, leftovers, workloads
 from bench.capture_overhead import pgbench
 from bench.common import (
     LOGICAL,
@@ -302,6 +302,7 @@ def main() -> None:
     if unknown:
         parser.error(f"no such figure or drain: {', '.join(unknown)}")
     variants = PGSHOVEL2 if args.variants == "all" else QUICK
+    leftovers.clear_and_say()
     result = {"started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
               **measure(args.changes, args.rounds, args.seconds, variants=variants, sections=args.only,
                         drains=args.drains)}

@@ -25,6 +25,7 @@ from bench import (
     debezium_report,
     iceberg,
     latency,
+    leftovers,
     logical,
     plot,
     profile,
@@ -102,6 +103,7 @@ def main() -> None:
     unknown = set(only) - set(SECTIONS)
     if unknown:
         parser.error(f"unknown sections {sorted(unknown)}; known: {', '.join(SECTIONS)}")
+    leftovers.clear_and_say()
     started = time.monotonic()
     result: dict = {"quick": args.quick, "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                     "section_seconds": {}}
