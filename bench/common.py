@@ -61,9 +61,11 @@ def dies_with_bench() -> None:
     ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
-def pgshovel(*args: str) -> None:
-    """Run the admin CLI against the bench cluster; raises CalledProcessError on failure."""
-    subprocess.run([str(BIN / "pgshovel"), *args], env=ENV, check=True, capture_output=True, text=True)
+def pgshovel(*args: str) -> str:
+    """Run the admin CLI against the bench cluster; returns its standard output. Raises
+    CalledProcessError on failure."""
+    return subprocess.run([str(BIN / "pgshovel"), *args], env=ENV, check=True, capture_output=True,
+                          text=True).stdout
 
 
 def prepare():

@@ -6,10 +6,9 @@ until the disk was full and PostgreSQL stopped with a PANIC in the middle of the
 """
 
 import re
-import subprocess
 
-from bench.common import BIN, ENV, prepare
-from bench.connect import delete_topics, sql, topic_names
+from bench.common import pgshovel, prepare
+from bench.connect import delete_topics, topic_names
 
 # topics the bench names: a set's or connector's (common.unique(): letters, digits, a dot) and a
 # Connect worker's internal ones (connect.Worker)
@@ -20,28 +19,30 @@ DEBEZIUM_SLOTS = "dbz%"  # bench/debezium*.py name their connectors (and so slot
 def bench_sets() -> list[str]:
     """The sets of the bench cluster (only the bench makes sets there). Raises CalledProcessError
     when ZooKeeper cannot be read."""
-    out = subprocess.run([str(BIN / "pgshovel"), "set", "list"], env=ENV, check=True, capture_output=True,
-                         text=True).stdout
-    return [line.split("\t")[0] for line in out.splitlines() if line.strip()]
+    return [line.split("\t")[0] for line in pgshovel("set", "list").splitlines() if line.strip()]
 
 
 def clear() -> list[str]:
     """Drop every set of the bench cluster (its slot or PgQ queue), the inactive slots and the
     publications of Debezium connectors, the tables of schema bench_relay and the topics the bench
-    names (BENCH_TOPIC). Returns the names of the sets and slots dropped (empty: nothing was left). Run before a
-    bench run: it drops whatever another bench run still uses."""
+    names (BENCH_TOPIC). Returns the names of the sets and slots dropped (empty: nothing was left).
+    Run before a bench run: it drops whatever another bench run still uses."""
     cur = prepare()
     sets = bench_sets()
     for name in sets:
-        subprocess.run([str(BIN / "pgshovel"), "set", "drop", name], env=ENV, check=True, capture_output=True)
+        pgshovel("set", "drop", name)
     cur.execute("SELECT slot_name FROM pg_replication_slots WHERE NOT active AND slot_name LIKE %s",
                 (DEBEZIUM_SLOTS,))
     slots = [row[0] for row in cur.fetchall()]
-    sql(*(f"SELECT pg_drop_replication_slot('{slot}')" for slot in slots))
+    for slot in slots:
+        cur.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
     cur.execute("SELECT pubname FROM pg_publication WHERE pubname LIKE %s", (DEBEZIUM_SLOTS,))
-    sql(*(f"DROP PUBLICATION {row[0]}" for row in cur.fetchall()))
+    for (publication,) in cur.fetchall():
+        cur.execute(f"DROP PUBLICATION {publication}")
     cur.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'bench_relay'")
-    sql(*(f"DROP TABLE bench_relay.{row[0]}" for row in cur.fetchall()))
+    for (table,) in cur.fetchall():
+        cur.execute(f"DROP TABLE bench_relay.{table}")
+    cur.connection.close()
     delete_topics([t for t in topic_names() if BENCH_TOPIC.match(t)])
     return sets + slots
 
