@@ -4,13 +4,20 @@ of Kafka (SIGKILL) and of PostgreSQL (-m immediate), each once with the relay ru
 (it must recover by itself) and once with the relay SIGKILLed at the same moment, and
 a fenced zombie relay, under steady pgbench load; 0 lost, 0 duplicated.
 
-``make chaos`` runs the same with PGSHOVEL2_CHAOS_KILLS=100 and keeps the report.
+``make chaos`` runs the same with PGSHOVEL2_CHAOS_KILLS=100 and keeps each backend's report:
+PGSHOVEL2_CHAOS_REPORT's path with the backend before its suffix (chaos-<time>-trigger.json).
 """
 
 import os
 from pathlib import Path
 
 from tests.chaos import ChaosRun
+
+
+def report_path(path: Path, backend: str) -> Path:
+    """Where backend's report goes: path with "-<backend>" before its suffix, so that the
+    backends of one run do not overwrite each other's."""
+    return path.with_name(f"{path.stem}-{backend}{path.suffix}")
 
 
 def test_chaos_exactly_once(stack, cluster, db, schema, tmp_path, backend):
@@ -21,7 +28,7 @@ def test_chaos_exactly_once(stack, cluster, db, schema, tmp_path, backend):
     finally:
         stack.script("up")  # whatever a failed run left stopped
     if os.environ.get("PGSHOVEL2_CHAOS_REPORT"):
-        report.dump(Path(os.environ["PGSHOVEL2_CHAOS_REPORT"]))
+        report.dump(report_path(Path(os.environ["PGSHOVEL2_CHAOS_REPORT"]), backend))
     print(f"\nchaos report: {report}")
     assert report.kills >= kills and report.failpoint_kills > 0
     assert report.service_restarts == {"kafka": 1, "postgres": 1, "zookeeper": 1, "kafka crash": 1,
