@@ -13,9 +13,14 @@ def end_offsets(admin: AdminClient, groups: list[list[Partition]], bootstrap: st
     """(topic, partition) -> committed end offset, asked group after group, in order.
 
     The order matters to readers that start mid-stream: asking the data
-    partitions before the transactions topic guarantees that data past the
-    data offsets whose BEGIN is before the transactions offset belongs to
-    transactions already visible (see pgshovel2.consumer.reassembly).
+    partitions before the transactions topic makes data past the data offsets
+    whose BEGIN is before the transactions offset belong to transactions
+    already visible (orphans, see pgshovel2.consumer.reassembly). It cannot
+    rule out the opposite cut: a Kafka transaction's commit markers reach its
+    partitions one by one, so a data partition may show it committed before
+    the transactions topic does; its BEGIN/END then come after the start and
+    some of its data before (Reassembler's covered drops it when a bootstrap
+    holds it).
     Raises ConsumerError naming the topics when Kafka cannot answer.
     """
     out: dict[Partition, int] = {}

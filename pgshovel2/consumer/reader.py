@@ -110,11 +110,13 @@ class SetReader:
             self._consumer.close()
             raise
         mid_stream = not from_beginning or start_offsets is not None
-        self.reassembler = Reassembler(self.topics, self.partitions, drop_orphans=mid_stream,
-                                       snapshot_chunk=snapshot_chunk)
         if isinstance(after_snapshot, str):
             after_snapshot = parse_handoff(after_snapshot)
         self.after_snapshot = after_snapshot
+        # a transaction the start offsets cut (Reassembler's covered) is the bootstrap's when it covers it
+        covered = after_snapshot.covers if start_offsets is not None and after_snapshot is not None else None
+        self.reassembler = Reassembler(self.topics, self.partitions, drop_orphans=mid_stream,
+                                       snapshot_chunk=snapshot_chunk, covered=covered)
         self.copied_tables = None if copied_tables is None else frozenset(copied_tables)
         self.skipped_visible = 0
         self.redelivered = 0  # messages the client gave again (_redelivered)

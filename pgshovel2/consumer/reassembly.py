@@ -22,7 +22,7 @@ Rules (WIRE.md, docs/consumer.rst):
 """
 
 from collections import Counter, deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from pgshovel2.consumer.errors import ConsumerError, OrderError
@@ -64,11 +64,16 @@ class Reassembler:
     topics: the set's topics (selected tables); partitions: data topic ->
     partition count; drop_orphans: True when reading did not start at the
     beginning; snapshot_chunk: most snapshot rows per yielded snapshot
-    Transaction.
+    Transaction; covered: (txid, BEGIN position) -> whether a bootstrap the
+    reading starts after holds that transaction (None: no bootstrap). Reading
+    mid-stream, a transaction that can never complete (its missing data lies
+    before the start offsets: commit markers reach partitions at their own
+    moments, so the end offsets asked one after the other can cut a Kafka
+    transaction) is dropped when covered says the bootstrap holds it.
     """
 
     def __init__(self, topics: SetTopics, partitions: dict[str, int], *, drop_orphans: bool,
-                 snapshot_chunk: int = 1000):
+                 snapshot_chunk: int = 1000, covered: Callable[[int, str], bool] | None = None):
         if snapshot_chunk < 1:
             raise ValueError("snapshot_chunk must be at least 1")
         self.topics, self.partitions = topics, partitions
@@ -85,6 +90,8 @@ class Reassembler:
         self._done: TxnRecord | None = None  # END of the last completed transaction
         self._moved = False
         self.orphans_dropped = 0
+        self.covered = covered
+        self.cut_dropped = 0  # transactions cut by the start offsets, held by the bootstrap
 
     # -- input ---------------------------------------------------------------------------------
 
@@ -159,6 +166,11 @@ class Reassembler:
                 self._absorb_records()
             yield from self._scan_heads()
             cur = self._current
+            if cur is not None and self._cut_and_covered(cur):
+                self._current, self._done, self._moved = None, cur.end, True
+                self._orphan_txids.add(cur.begin.txid)  # its data still to come elsewhere: dropped too
+                self.cut_dropped += 1
+                continue
             if cur is not None and cur.end is not None and not self.missing():
                 if self._chunk:
                     yield self._flush_chunk()
@@ -279,14 +291,25 @@ class Reassembler:
                          f"(positions {cur.begin.position}..{cur.end.position})", msg)
         return WAIT
 
+    def _past(self, topic: str) -> bool:
+        """Every partition of topic holds a message already: what is missing there never comes."""
+        heads = [self._buffers.get((topic, p)) for p in range(self.partitions.get(topic, 0))]
+        return bool(heads) and all(heads)
+
+    def _cut_and_covered(self, cur: _Open) -> bool:
+        """Reading mid-stream after a bootstrap: cur can never complete and the bootstrap holds it."""
+        missing = self.missing()
+        return (missing is not None and self.drop_orphans and self.covered is not None
+                and any(self._past(topic) for topic in missing.counts)
+                and self.covered(cur.begin.txid, cur.begin.position))
+
     def _check_stuck(self) -> None:
         missing = self.missing()
         if missing is None:
             return
         for topic, count in missing.counts.items():
-            heads = [self._buffers.get((topic, p)) for p in range(self.partitions.get(topic, 0))]
-            if heads and all(heads):
-                first = heads[0][0]
+            if self._past(topic):
+                first = self._buffers[(topic, 0)][0]
                 raise _error(f"transaction txid {missing.txid} can never complete: {count} message(s) of "
                              f"this topic are missing and every partition of the topic is already past it",
                              first)

@@ -288,3 +288,33 @@ def test_online_snapshot_rows_and_marks_between_transactions():
     assert [(t.snapshot, t.txid, len(t.changes)) for t in out] == [(False, 1, 1), (True, 0, 2), (False, 2, 1)]
     assert [m.kind for m in r.snapshot_marks] == ["SNAPSHOT_BEGIN", "SNAPSHOT_END"]
     assert r.snapshot_marks[1].event_count == 2 and r.idle
+
+
+def test_transaction_cut_by_the_start_offsets_is_dropped_when_the_bootstrap_covers_it():
+    """Started mid-stream after a bootstrap: txid 5's BEGIN/END are past the transactions topic's
+    start but its data in b is before b's start (commit markers reach partitions one by one), so
+    it can never complete; the bootstrap holds it, so it is dropped and txid 6 comes out."""
+    r, log = Reassembler(TOPICS, PARTS, drop_orphans=True, covered=lambda txid, _pos: txid < 6), Log()
+    later = log.data(B, 0, "c", 6, pos(3, 0), 1)
+    out = feed(r, log.begin(5, pos(2, 0)), log.end(5, pos(2, 0), {B: 1}), log.begin(6, pos(3, 0)), later,
+               log.end(6, pos(3, 0), {B: 1}))
+    assert [(t.txid, ops(t)) for t in out] == [(6, [("c", "public.b", 1)])]
+    assert r.cut_dropped == 1 and r.idle
+
+
+def test_transaction_cut_by_the_start_offsets_not_covered_is_still_an_order_error():
+    r, log = Reassembler(TOPICS, PARTS, drop_orphans=True, covered=lambda txid, _pos: txid < 5), Log()
+    later = log.data(B, 0, "c", 6, pos(3, 0), 1)
+    with pytest.raises(OrderError, match="txid 5 can never complete"):
+        feed(r, log.begin(5, pos(2, 0)), log.end(5, pos(2, 0), {B: 1}), later)
+    assert r.cut_dropped == 0
+
+
+def test_data_of_a_dropped_cut_transaction_arriving_later_elsewhere_is_dropped_too():
+    """txid 5's b message is before b's start; its a message (partition 1, empty so far) comes
+    after the drop: dropped as well, not an order error."""
+    r, log = Reassembler(TOPICS, PARTS, drop_orphans=True, covered=lambda txid, _pos: txid < 6), Log()
+    first = feed(r, log.begin(5, pos(2, 0)), log.end(5, pos(2, 1), {A: 1, B: 1}), log.data(B, 0, "c", 6, pos(3, 0), 1),
+                 log.begin(6, pos(3, 0)), log.end(6, pos(3, 0), {B: 1}))
+    straggler = feed(r, log.data(A, 1, "c", 5, pos(2, 1), 2))
+    assert [t.txid for t in first] == [6] and straggler == [] and r.cut_dropped == 1
