@@ -298,9 +298,10 @@ class Reassembler:
 
     def _cut_and_covered(self, cur: _Open) -> bool:
         """Reading mid-stream after a bootstrap: cur can never complete and the bootstrap holds it."""
+        if self.covered is None or not self.drop_orphans:
+            return False  # no bootstrap to hold it: not even missing() on a plain reader's path
         missing = self.missing()
-        return (missing is not None and self.drop_orphans and self.covered is not None
-                and any(self._past(topic) for topic in missing.counts)
+        return (missing is not None and any(self._past(topic) for topic in missing.counts)
                 and self.covered(cur.begin.txid, cur.begin.position))
 
     def _check_stuck(self) -> None:
