@@ -93,6 +93,12 @@ LEFT JOIN pg_type e ON t.typcategory = 'A' AND e.oid = t.typelem
 ORDER BY a.attnum
 """
 
+# Generated columns (pg_attribute.attgenerated: 's' stored, 'v' virtual from PostgreSQL 18).
+_GENERATED_SQL = """
+SELECT attname, attgenerated FROM pg_attribute
+WHERE attrelid = %s AND attnum > 0 AND NOT attisdropped AND attgenerated <> ''
+"""
+
 _KEY_SQL = """
 SELECT i.indisprimary, i.indkey::int2[] FROM pg_index i
 WHERE i.indrelid = %s AND (i.indisprimary OR i.indisreplident)
@@ -117,11 +123,14 @@ def column_from_row(row: tuple | list) -> Column:
     return Column(name, attnum, pg_type, kind, bool(is_array), nullable, precision, scale)
 
 
-def resolve_table(cur, tc: TableConfig, where: str, source: str) -> Table:
+def resolve_table(cur, tc: TableConfig, where: str, source: str, stored_generated: bool = True,
+                  notes: list[str] | None = None) -> Table:
     """Resolve one configured table with cursor cur; where: e.g. ``tables[0]``.
 
-    Raises ConfigError for a missing table or column, or an unkeyed table
-    without ``allow_unkeyed``. Key columns are always captured.
+    Generated columns the set cannot carry are left out (:func:`uncarried_generated`), each
+    with a line appended to notes. Raises ConfigError for a missing table or column, a
+    column listed in ``columns`` or ``key`` that is left out, or an unkeyed table without
+    ``allow_unkeyed``. Key columns are always captured.
     """
     cur.execute(_TABLE_SQL, (tc.schema, tc.name))
     found = cur.fetchone()
@@ -132,13 +141,29 @@ def resolve_table(cur, tc: TableConfig, where: str, source: str) -> Table:
     cur.execute(_COLUMNS_SQL, {"oid": oid})
     all_columns = [column_from_row(r) for r in cur.fetchall()]
     by_name = {c.name: c for c in all_columns}
+    left_out = uncarried_generated(cur, oid, stored_generated)
     for field_name, wanted in (("columns", tc.columns), ("key", tc.key)):
         for i, col in enumerate(wanted or ()):
             if col not in by_name:
                 raise ConfigError(source, f"{where}.{field_name}[{i}]", col,
                                   f"no column {names.quote_ident(col)} in table "
                                   f"{names.qualified(tc.schema, tc.name)}")
+            if col in left_out:
+                raise ConfigError(source, f"{where}.{field_name}[{i}]", col,
+                                  f"column {names.quote_ident(col)} of {names.qualified(tc.schema, tc.name)} "
+                                  f"cannot be captured: {left_out[col]}")
     key, key_source = _key(cur, oid, tc, all_columns)
+    for col in key:
+        if col in left_out:
+            raise ConfigError(source, f"{where}.name", tc.name,
+                              f"key column {names.quote_ident(col)} of {names.qualified(tc.schema, tc.name)} "
+                              f"cannot be captured: {left_out[col]}")
+    for name, why in left_out.items():
+        if notes is not None and tc.columns is None:
+            notes.append(f"column {names.quote_ident(name)} of {names.qualified(tc.schema, tc.name)} "
+                         f"left out: {why}")
+    all_columns = [c for c in all_columns if c.name not in left_out]
+    by_name = {c.name: c for c in all_columns}
     if not key and not tc.allow_unkeyed:
         raise ConfigError(source, f"{where}.name", tc.name,
                           f"table {names.qualified(tc.schema, tc.name)} has no primary key or "
@@ -146,6 +171,26 @@ def resolve_table(cur, tc: TableConfig, where: str, source: str) -> Table:
     wanted_cols = set(tc.columns or by_name) | set(key)
     columns = tuple(c for c in all_columns if c.name in wanted_cols)
     return Table(tc.schema, tc.name, columns, key, key_source)
+
+
+def uncarried_generated(cur, oid: int, stored_generated: bool) -> dict[str, str]:
+    """Generated columns of table oid that are not captured, by name, with the reason.
+
+    A virtual generated column (PostgreSQL 18) has no stored value: the WAL does not carry it
+    and a capture trigger sees NULL, so no path can relay it. A stored one is left out only
+    when stored_generated is false (pgoutput before PostgreSQL 18 does not send generated
+    columns); the trigger backend and our decoder carry it.
+    """
+    cur.execute(_GENERATED_SQL, (oid,))
+    out = {}
+    for name, kind in cur.fetchall():
+        if kind == "v":
+            out[name] = ("a virtual generated column has no stored value (the WAL does not hold it and a "
+                         "capture trigger sees NULL); capture the columns it is computed from")
+        elif not stored_generated:
+            out[name] = ("a stored generated column, which pgoutput sends only from PostgreSQL 18 on; use "
+                         "backend: trigger, or decoder: pgshovel2 where the server has it")
+    return out
 
 
 def _key(cur, oid: int, tc: TableConfig, columns: list[Column]) -> tuple[tuple[str, ...], str]:
@@ -170,17 +215,19 @@ def raise_all(problems: list[ConfigError], source: str) -> None:
                           f"{len(problems)} problems:{lines}\n")
 
 
-def resolve_set(conn, set_name: str, config: SetConfig, source: str) -> tuple[Table, ...]:
+def resolve_set(conn, set_name: str, config: SetConfig, source: str, stored_generated: bool = True,
+                notes: list[str] | None = None) -> tuple[Table, ...]:
     """Resolve every table of a set config against the database of conn.
 
-    Also checks that escaped topic and Avro field names do not collide and fit
-    Kafka's limits. Raises ConfigError naming every bad table at once; reads only.
+    stored_generated, notes: as :func:`resolve_table`. Also checks that escaped topic and
+    Avro field names do not collide and fit Kafka's limits. Raises ConfigError naming every
+    bad table at once; reads only.
     """
     resolved, problems = [], []
     with conn.cursor() as cur:
         for i, tc in enumerate(config.tables):
             try:
-                resolved.append(resolve_table(cur, tc, f"tables[{i}]", source))
+                resolved.append(resolve_table(cur, tc, f"tables[{i}]", source, stored_generated, notes))
             except ConfigError as exc:
                 problems.append(exc)
     raise_all(problems, source)

@@ -15,15 +15,16 @@ primary key with DEFAULT, the index with USING INDEX, every column with FULL);
 NOTHING is refused. An UPDATE that does not change a TOASTed value does not
 log it; only FULL logs the old row with its values inline, from which the
 decoders take it. Without FULL the value is null and the message lists the
-column in its ``pgshovel.unchanged`` header (docs/wire.rst): so with Avro a
-NOT NULL TOASTable captured column (a varlena type whose storage is not
-PLAIN), whose field cannot be null, needs FULL. The ``debezium`` envelope needs
-FULL (it carries every UPDATE's before-image).
+column in its ``pgshovel.unchanged`` header (docs/wire.rst): so in a table
+whose identity is not FULL, a NOT NULL variable-length column that is not part of
+the key is nullable in the set's schemas (:func:`unlogged_nullable`). The
+``debezium`` envelope needs FULL (it carries every UPDATE's before-image).
 
 Functions taking a cursor run in the caller's transaction and never commit. The relay
 streams the slot through :class:`pgshovel2.relay.logical_source.LogicalSource`.
 """
 
+import dataclasses
 import logging
 import time
 import uuid
@@ -56,12 +57,16 @@ SELECT c.relreplident,
        ARRAY(SELECT a.attname::text FROM pg_index i JOIN pg_attribute a
              ON a.attrelid = c.oid AND a.attnum = ANY(i.indkey)
              WHERE i.indrelid = c.oid AND CASE c.relreplident WHEN 'i' THEN i.indisreplident
-                                                              ELSE i.indisprimary END),
-       ARRAY(SELECT a.attname::text FROM pg_attribute a
-             WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
-               AND a.attlen = -1 AND a.attstorage <> 'p' AND a.attnotnull AND a.attname = ANY(%(columns)s)
-             ORDER BY a.attnum)
+                                                              ELSE i.indisprimary END)
 FROM pg_class c WHERE c.oid = %(table)s::regclass
+"""
+
+# NOT NULL variable-length columns of a table whose replica identity is not FULL: PostgreSQL may
+# store their values out of line, and an UPDATE that leaves such a value unchanged does not log it.
+_UNLOGGED_SQL = """
+SELECT a.attname::text FROM pg_class c JOIN pg_attribute a ON a.attrelid = c.oid
+WHERE c.oid = %s::regclass AND c.relreplident <> 'f' AND a.attnum > 0 AND NOT a.attisdropped
+  AND a.attnotnull AND a.attlen = -1
 """
 
 
@@ -103,15 +108,24 @@ def check_tables(cur, config: SetConfig, tables: tuple[Table, ...], source: str,
     """Raise ConfigError naming every table (``tables[i]``) whose replica identity does not
     log what the relay needs (module docstring), all of them in one error. With pgoutput a
     table must also log some old row (PostgreSQL refuses UPDATE/DELETE on a published table
-    without one, and pgoutput sends no DELETE without it)."""
+    without one, and pgoutput sends no DELETE without it), and must not have REPLICA IDENTITY
+    FULL with a virtual generated column (PostgreSQL 18 refuses UPDATE/DELETE of such a published
+    table: the application's writes would fail)."""
     problems = []
     for i, table in enumerate(tables):
-        cur.execute(_IDENTITY_SQL, {"table": table.qualified, "columns": [c.name for c in table.columns]})
-        ident, ident_cols, toastable_not_null = cur.fetchone()
-        problem = _identity_problem(table, config, ident, set(ident_cols), toastable_not_null)
+        cur.execute(_IDENTITY_SQL, {"table": table.qualified})
+        ident, ident_cols = cur.fetchone()
+        problem = _identity_problem(table, config, ident, set(ident_cols))
         if problem is None and plugin == pgoutput.NAME and ident != "f" and not ident_cols:
             problem = ("with decoder pgoutput its replica identity must log an old row, but it logs none "
                        "(NOTHING, or DEFAULT without a primary key)")
+        if problem is None and plugin == pgoutput.NAME and ident == "f" and _has_virtual(cur, table):
+            problem = ("it has a virtual generated column, which pgoutput cannot publish, and PostgreSQL refuses "
+                       "UPDATE and DELETE of a published table whose REPLICA IDENTITY FULL includes an unpublished "
+                       "generated column: give it REPLICA IDENTITY DEFAULT (its primary key)")
+            problems.append(ConfigError(source, f"tables[{i}]", table.qualified,
+                                        f"{problem} (or use backend: trigger)"))
+            continue
         if problem:
             problems.append(ConfigError(source, f"tables[{i}]", table.qualified,
                                         f"{problem}: run ALTER TABLE {table.qualified} REPLICA IDENTITY FULL "
@@ -119,11 +133,16 @@ def check_tables(cur, config: SetConfig, tables: tuple[Table, ...], source: str,
     raise_all(problems, source)
 
 
-def _identity_problem(table: Table, config: SetConfig, ident: str, ident_cols: set[str],
-                      toastable_not_null: list[str]) -> str | None:
+def _has_virtual(cur, table: Table) -> bool:
+    """Whether table has a virtual generated column (PostgreSQL 18's attgenerated 'v')."""
+    cur.execute("SELECT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = %s::regclass AND attnum > 0 "
+                "AND NOT attisdropped AND attgenerated = 'v')", (table.qualified,))
+    return bool(cur.fetchone()[0])
+
+
+def _identity_problem(table: Table, config: SetConfig, ident: str, ident_cols: set[str]) -> str | None:
     """Why table's replica identity ident (relreplident) is not enough for the set, or None
-    (module docstring). ident_cols: the identity's columns; toastable_not_null: captured NOT
-    NULL columns whose values may be stored out of line."""
+    (module docstring). ident_cols: the identity's columns."""
     if ident == "f":
         return None
     kind = {"d": "DEFAULT", "i": "USING INDEX", "n": "NOTHING"}[ident]
@@ -131,16 +150,30 @@ def _identity_problem(table: Table, config: SetConfig, ident: str, ident_cols: s
         ident_cols = set()
     if config.envelope == "debezium":
         return f"the debezium envelope needs every old row in the WAL, but its replica identity is {kind}"
-    toastable = [c for c in toastable_not_null if c not in table.key]
-    if toastable and config.encoding == "avro":
-        cols = ", ".join(names.quote_ident(c) for c in toastable)
-        return (f"NOT NULL TOASTable captured column(s) {cols} need replica identity FULL with Avro (an UPDATE "
-                "that leaves a TOASTed value unchanged does not log it otherwise, and its field cannot be null "
-                f"for the pgshovel.unchanged header); it is {kind}")
     if table.key and not set(table.key) <= ident_cols:
         return (f"its key ({', '.join(table.key)}) is not in what the WAL logs of an UPDATE's or DELETE's "
                 f"old row (replica identity {kind}: {', '.join(sorted(ident_cols)) or 'nothing'})")
     return None
+
+
+def unlogged_nullable(cur, tables: tuple[Table, ...], notes: list[str] | None = None) -> tuple[Table, ...]:
+    """tables with the columns whose values an UPDATE may leave unchanged and unlogged made
+    nullable: NOT NULL, variable-length (pg_attribute.attlen -1: PostgreSQL may store the value
+    out of line), not part of the key, in a table whose replica identity is not FULL. Such a
+    value travels as null with the ``pgshovel.unchanged`` header (docs/wire.rst), so its Avro
+    field must admit null. One line per table changed goes to notes. Reads only."""
+    out = []
+    for table in tables:
+        cur.execute(_UNLOGGED_SQL, (table.qualified,))
+        unlogged = {r[0] for r in cur.fetchall()} - set(table.key)
+        changed = [c.name for c in table.columns if c.name in unlogged and not c.nullable]
+        if changed and notes is not None:
+            notes.append(f"{table.qualified}: NOT NULL column(s) {', '.join(names.quote_ident(c) for c in changed)} "
+                         "nullable in the value schema: with replica identity other than FULL an UPDATE that "
+                         "leaves such a value unchanged does not log it (null + header pgshovel.unchanged)")
+        out.append(dataclasses.replace(table, columns=tuple(
+            dataclasses.replace(c, nullable=True) if c.name in changed else c for c in table.columns)))
+    return tuple(out)
 
 
 def install(cur, slot: str, plugin: str = PLUGIN, tables: tuple[Table, ...] = ()) -> None:

@@ -16,9 +16,10 @@ from typing import Any
 from psycopg2 import sql
 
 from pgshovel2.catalog import Table
-from pgshovel2.codec.textforms import SESSION_SETTINGS, converter
+from pgshovel2.codec.textforms import SESSION_SETTINGS, WALSENDER_SETTINGS, converter
 
 NAME = "pgoutput"
+GENERATED_VERSION = 180000  # server_version_num from which a publication can send stored generated columns
 
 _TYPES_SQL = """
 WITH RECURSIVE d(attnum, atttypid, typ) AS (
@@ -39,12 +40,14 @@ def publication_name(slot: str) -> str:
 
 def libpq_options() -> str:
     """libpq ``options`` pinning the settings output text depends on (``-c name=value ...``)."""
-    return " ".join(f"-c {k}={v}" for k, v in SESSION_SETTINGS.items())
+    return " ".join(f"-c {k}={v}" for k, v in WALSENDER_SETTINGS.items())
 
 
-def pin_settings(cur) -> None:
-    """SET the pinned settings in cur's session (the snapshot reader)."""
-    for name, value in SESSION_SETTINGS.items():
+def pin_settings(cur, search_path: bool = False) -> None:
+    """SET the pinned settings in cur's session (the snapshot reader); search_path: pin it too (as
+    the walsender's, :data:`~pgshovel2.codec.textforms.WALSENDER_SETTINGS`: only in a session whose
+    queries name every object qualified)."""
+    for name, value in (WALSENDER_SETTINGS if search_path else SESSION_SETTINGS).items():
         cur.execute(sql.SQL("SET {} = %s").format(sql.Identifier(name)), (value,))
 
 
@@ -97,11 +100,23 @@ def _targets(cur, tables: tuple[Table, ...]) -> list[sql.Composable]:
     return parts
 
 
+def sends_generated(cur) -> bool:
+    """Whether a publication on cur's server can send stored generated columns (PostgreSQL 18's
+    ``publish_generated_columns``); before 18 pgoutput leaves every generated column out of its
+    messages, so a set must not capture them (pgshovel2.catalog.uncarried_generated)."""
+    cur.execute("SELECT current_setting('server_version_num')::int")
+    return cur.fetchone()[0] >= GENERATED_VERSION
+
+
 def create_publication(cur, name: str, tables: tuple[Table, ...]) -> str:
     """CREATE PUBLICATION name FOR TABLE the set's tables (column lists: module docstring), with
-    publish_via_partition_root; in the caller's transaction. Returns the statement's text.
-    Raises psycopg2 errors (e.g. not the tables' owner) for the caller to report."""
-    statement = sql.SQL("CREATE PUBLICATION {} FOR TABLE {} WITH (publish_via_partition_root = true)").format(
+    publish_via_partition_root, and from PostgreSQL 18 on publish_generated_columns = stored
+    (the set captures stored generated columns there); in the caller's transaction. Returns the
+    statement's text. Raises psycopg2 errors (e.g. not the tables' owner) for the caller to report."""
+    options = "publish_via_partition_root = true"
+    if sends_generated(cur):
+        options += ", publish_generated_columns = stored"
+    statement = sql.SQL("CREATE PUBLICATION {} FOR TABLE {} WITH (" + options + ")").format(
         sql.Identifier(name), sql.SQL(", ").join(_targets(cur, tables)))
     cur.execute(statement)
     return statement.as_string(cur)

@@ -20,6 +20,11 @@ from psycopg2.extensions import parse_dsn
 
 from pgshovel2.config import SetConfig
 
+# What the application's roles that write the captured tables need: their own privileges on
+# the tables, nothing of ours (the capture triggers run as the set's role; the WAL needs nothing).
+WRITERS = ("-- the roles that write these tables need no grant for pgshovel2: their own privileges on the "
+           "tables are enough (never grant them pgq_writer: it would let them append events no change made)")
+
 
 def _role(config: SetConfig) -> str:
     return parse_dsn(config.dsn).get("user") or "<role of database.dsn>"
@@ -41,7 +46,7 @@ def grants_sql(config: SetConfig) -> str:
     schemas = sorted({_ident(t.schema) for t in config.tables})
     lines = [f"-- grants for the {config.backend} backend, role {role}, database {db}"]
     if config.backend == "logical":
-        lines += [f"ALTER ROLE {role} REPLICATION;",
+        lines += [f"ALTER ROLE {role} REPLICATION;", WRITERS,
                   *(f"GRANT USAGE ON SCHEMA {s} TO {role};" for s in schemas),
                   *(f"GRANT SELECT ON TABLE {t} TO {role};" for t in tables),
                   "-- pgoutput's publication: CREATE on the database and ownership of the tables",
@@ -53,9 +58,8 @@ def grants_sql(config: SetConfig) -> str:
               *(f"GRANT USAGE ON SCHEMA {s} TO {role};" for s in schemas),
               *(f"GRANT SELECT, TRIGGER ON TABLE {t} TO {role};" for t in tables),
               "-- set upgrade and set drop drop triggers: only a table's owner may",
-              *(f"ALTER TABLE {t} OWNER TO {role};  -- or GRANT <owner of the table> TO {role}" for t in tables),
-              "-- every other role that writes these tables appends to the set's queue, as PgQ's writers do:",
-              "-- GRANT pgq_writer TO <writer>;"]
+              *(f"ALTER TABLE {t} OWNER TO {role};  -- or GRANT <owner of the table> TO {role}" for t in tables)]
+    lines.append(WRITERS)
     if config.pgq == "extension":
         lines.append(f"-- pgq: extension needs a superuser once: CREATE EXTENSION pgq; GRANT pgq_admin TO {role};")
     return "\n".join(lines) + "\n"

@@ -62,7 +62,7 @@ class TableReader:
                     cur.execute("SET TRANSACTION SNAPSHOT %s", (snapshot_id,))
                     adopting = False
                 if encode_row is None:
-                    pgoutput.pin_settings(cur)
+                    pgoutput.pin_settings(cur, search_path=True)
                 cur.execute("SELECT txid_current_snapshot()::text, CASE WHEN pg_is_in_recovery() THEN NULL "
                             "ELSE pg_current_wal_insert_lsn()::text END")
                 self.txid_snapshot, self.wal_insert_lsn = cur.fetchone()

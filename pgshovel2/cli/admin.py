@@ -67,6 +67,8 @@ def set_create(ctx: click.Context, name: str, config: str | None, dry_run: bool,
         click.echo(f"  capture {record.capture.kind}: {record.capture.why}")
     if record.change and record.change.get("decoder"):
         click.echo(f"decoder: {record.change['decoder']}")
+    for note in (record.change or {}).get("notes", []):
+        click.echo(f"  note: {note}")
     for line in _topic_lines(record):
         click.echo(line)
     if dry_run:

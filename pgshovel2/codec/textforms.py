@@ -24,6 +24,11 @@ from pgshovel2.wire import INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN
 # Settings that make output text session-independent: libpq ``options`` and SET statements.
 SESSION_SETTINGS = {"DateStyle": "ISO", "IntervalStyle": "postgres", "extra_float_digits": "3",
                     "bytea_output": "hex", "TimeZone": "UTC", "client_encoding": "UTF8"}
+# search_path pinned too: reg* values (regclass, regproc, ...) name objects qualified unless in
+# pg_catalog, as our C encoder and the PL/pgSQL capture write them (sql/capture/README.rst). The
+# walsender (pgoutput) and snapshot reads pin it; a session running the user's SQL (an online
+# snapshot's --where) does not.
+WALSENDER_SETTINGS = {**SESSION_SETTINGS, "search_path": "pg_catalog"}
 
 BOOL, BYTEA, INT8, INT2, INT4, OID = 16, 17, 20, 21, 23, 26
 FLOAT4, FLOAT8, DATE, TIME, TIMESTAMP, TIMESTAMPTZ, INTERVAL = 700, 701, 1082, 1083, 1114, 1184, 1186

@@ -14,7 +14,7 @@ import time
 from typing import Any
 
 from pgshovel2 import catalog
-from pgshovel2.backends import logical, privileges, trigger
+from pgshovel2.backends import logical, pgoutput, privileges, trigger
 from pgshovel2.cluster import ClusterStore
 from pgshovel2.config import SetConfig, load_config, validate_set_name
 from pgshovel2.db import connect
@@ -46,9 +46,9 @@ def create_set(store: ClusterStore, name: str, config_path: str, dry_run: bool =
     intent = Intent.new(store.cluster, name, "create", 1)
     what = f"create set {name!r}"
     with twophase.prepared_command(store, intent, config.dsn, what) as (conn, cur):
-        tables = catalog.resolve_set(conn, name, config, config_path)
-        change = {"kind": "create", "gid": intent.gid}
+        change: dict[str, Any] = {"kind": "create", "gid": intent.gid}
         plugin = _decoder(cur, config, change)
+        tables = _resolve(conn, cur, name, config, config_path, plugin, change)
         _check_privileges(cur, config, config_path, plugin)
         record = _with_capture(cur, SetRecord.new(store.cluster, name, config, tables, change, plugin))
         store.check_prefix(record)
@@ -65,6 +65,22 @@ def _decoder(cur, config: SetConfig, change: dict[str, Any]) -> str:
     plugin, why = logical.choose_decoder(cur, config.decoder)
     change["decoder"] = f"{plugin} ({why})"
     return plugin
+
+
+def _resolve(conn, cur, name: str, config: SetConfig, config_path: str, plugin: str,
+             change: dict[str, Any]) -> tuple[catalog.Table, ...]:
+    """The config's tables resolved against the catalog (catalog.resolve_set), without the generated
+    columns the set's path cannot carry, and for a logical set with the columns an UPDATE may
+    leave unlogged made nullable (logical.unlogged_nullable); what that changed goes into
+    change["notes"]."""
+    notes: list[str] = []
+    stored = not (config.backend == "logical" and plugin == pgoutput.NAME and not pgoutput.sends_generated(cur))
+    tables = catalog.resolve_set(conn, name, config, config_path, stored_generated=stored, notes=notes)
+    if config.backend == "logical":
+        tables = logical.unlogged_nullable(cur, tables, notes)
+    if notes:
+        change["notes"] = notes
+    return tables
 
 
 def _with_capture(cur, record: SetRecord) -> SetRecord:
@@ -108,10 +124,10 @@ def _preview(store: ClusterStore, name: str, config: SetConfig, config_path: str
     conn = connect(config.dsn, f"set {name!r}")
     try:
         conn.set_session(readonly=True)
-        tables = catalog.resolve_set(conn, name, config, config_path)
         change: dict[str, Any] = {"kind": "create"}
         with conn.cursor() as cur:
             plugin = _decoder(cur, config, change)
+            tables = _resolve(conn, cur, name, config, config_path, plugin, change)
             record = _with_capture(cur, SetRecord.new(store.cluster, name, config, tables, change, plugin))
         store.check_prefix(record)
         if isinstance(record.capture, SlotCapture):

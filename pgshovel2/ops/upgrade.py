@@ -19,7 +19,7 @@ their existing rows come as the online snapshot the CLI requests after the upgra
 from dataclasses import dataclass, field
 
 from pgshovel2 import catalog
-from pgshovel2.backends import logical, logical_version, trigger
+from pgshovel2.backends import logical, logical_version, pgoutput, trigger
 from pgshovel2.catalog import Table
 from pgshovel2.cluster import ClusterStore
 from pgshovel2.config import SetConfig, load_config
@@ -142,10 +142,21 @@ def _preview(name: str, record: SetRecord, config: SetConfig, config_path: str) 
     conn = connect(config.dsn, f"set {name!r}")
     try:
         conn.set_session(readonly=True)
-        return diff(name, record, config, catalog.resolve_set(conn, name, config, config_path))
+        return diff(name, record, config, _resolve(conn, name, record, config, config_path))
     finally:
         conn.rollback()
         conn.close()
+
+
+def _resolve(conn, name: str, record: SetRecord, config: SetConfig, config_path: str) -> tuple[Table, ...]:
+    """config's tables resolved against the catalog, without the generated columns the set's
+    path cannot carry (pgoutput before PostgreSQL 18: stored ones; every path: virtual ones), a
+    logical set's with the columns an UPDATE may leave unlogged nullable (logical.unlogged_nullable)."""
+    logical_set = isinstance(record.capture, SlotCapture)
+    with conn.cursor() as cur:
+        stored = not (logical_set and record.capture.plugin == pgoutput.NAME and not pgoutput.sends_generated(cur))
+        tables = catalog.resolve_set(conn, name, config, config_path, stored_generated=stored)
+        return logical.unlogged_nullable(cur, tables) if logical_set else tables
 
 
 @twophase.retry_on_deadlock
@@ -165,7 +176,7 @@ def upgrade_set(store: ClusterStore, name: str, config_path: str) -> UpgradePlan
     intent = Intent.new(store.cluster, name, "upgrade", record.version + 1)
     what = f"upgrade set {name!r}"
     with twophase.prepared_command(store, intent, config.dsn, what) as (conn, cur):
-        tables = catalog.resolve_set(conn, name, config, config_path)
+        tables = _resolve(conn, name, record, config, config_path)
         result = diff(name, record, config, tables)
         if isinstance(record.capture, SlotCapture):
             _switch_logical(cur, record, result, config, tables, config_path)

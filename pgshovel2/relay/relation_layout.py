@@ -20,6 +20,7 @@ from typing import Any, NamedTuple
 
 from pgshovel2.catalog import Table, column_from_row
 from pgshovel2.codec.textforms import converter
+from pgshovel2.names import qualified
 from pgshovel2.relay.source import SCHEMA_CHANGE, Control
 from pgshovel2.setrecord import SetRecord
 from pgshovel2.wire import Lsn
@@ -104,7 +105,7 @@ WITH RECURSIVE u(i, typid, typmod) AS (
 )
 SELECT r.i, format_type(u.typid, u.typmod), t.typname, t.typtype, t.typcategory = 'A', e.typname, e.typtype,
        r.typmod, r.typid::int8,
-       CASE WHEN t.typsubscript = 'array_subscript_handler'::regproc THEN t.typelem::int8 ELSE 0 END
+       CASE WHEN t.typsubscript = 'array_subscript_handler'::regproc THEN t.typelem::int8 ELSE 0 END, t.typlen
 FROM resolved r JOIN u ON u.i = r.i JOIN pg_type t ON t.oid = r.typid
 LEFT JOIN pg_type e ON t.typcategory = 'A' AND e.oid = t.typelem
 ORDER BY r.i
@@ -137,10 +138,12 @@ def resolve(cur, layout: RelationLayout, current: Table, mode_all: bool) -> Reso
     cur.execute(_TYPES_SQL, {"oids": [c.type_oid for c in columns], "mods": [c.typmod for c in columns]})
     types = {r[0]: r[1:] for r in cur.fetchall()}
     rows, type_oids, converters = [], {}, {}
+    unlogged = _unlogged_nullable(cur, layout)
     for i, c in enumerate(columns, 1):
-        pg_type, typname, typtype, is_array, elem, elemtype, typmod, base_oid, elem_oid = types[i]
+        pg_type, typname, typtype, is_array, elem, elemtype, typmod, base_oid, elem_oid, typlen = types[i]
         missing = _missing(c.missing, typname) if layout.captured else c.missing
-        rows.append([c.name, c.attnum, pg_type, not c.notnull, typname, typtype, is_array, elem, elemtype,
+        nullable = not c.notnull or (unlogged and typlen == -1 and c.attnum not in current_attnums(current))
+        rows.append([c.name, c.attnum, pg_type, nullable, typname, typtype, is_array, elem, elemtype,
                      typmod, missing])
         type_oids[c.attnum] = c.type_oid
         converters[c.attnum] = converter(base_oid, elem_oid)
@@ -149,6 +152,24 @@ def resolve(cur, layout: RelationLayout, current: Table, mode_all: bool) -> Reso
     key = [attnums[k] for k in current.key if attnums.get(k) in present]
     payload = {"schema": layout.schema, "name": layout.name, "dropped": False, "columns": rows, "key": key}
     return Resolved(payload, type_oids, converters)
+
+
+def current_attnums(current: Table) -> frozenset[int]:
+    """The attnums of current's captured columns."""
+    return frozenset(c.attnum for c in current.columns)
+
+
+def _unlogged_nullable(cur, layout: RelationLayout) -> bool:
+    """Whether a NOT NULL variable-length column that layout adds to the table gets a nullable
+    field: the table's replica identity is not FULL, so an UPDATE may leave its value unchanged
+    and unlogged (pgshovel2.backends.logical.unlogged_nullable, the same rule at set create)."""
+    if layout.oid is not None:
+        cur.execute("SELECT relreplident <> 'f' FROM pg_class WHERE oid = %s", (layout.oid,))
+    else:
+        cur.execute("SELECT relreplident <> 'f' FROM pg_class WHERE oid = to_regclass(%s)",
+                    (qualified(layout.schema, layout.name),))
+    row = cur.fetchone()
+    return bool(row and row[0])
 
 
 def _missing(text: str | None, typname: str) -> Any:

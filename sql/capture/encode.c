@@ -14,6 +14,7 @@
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/date.h"
+#include "utils/guc.h"
 #include "utils/lsyscache.h"
 #include "utils/timestamp.h"
 #include "utils/uuid.h"
@@ -125,6 +126,49 @@ has_own_form(Oid base_type)
 	}
 }
 
+/*
+ * Types whose output names an object as visible through search_path (reg*):
+ * their text depends on the writer's session unless search_path is pinned.
+ */
+static bool
+names_objects(Oid base_type)
+{
+	switch (base_type)
+	{
+		case REGPROCOID:
+		case REGPROCEDUREOID:
+		case REGOPEROID:
+		case REGOPERATOROID:
+		case REGCLASSOID:
+		case REGCOLLATIONOID:
+		case REGTYPEOID:
+		case REGCONFIGOID:
+		case REGDICTIONARYOID:
+			return true;
+		default:
+			return false;
+	}
+}
+
+/*
+ * A reg* value's text with search_path pinned to pg_catalog, as the PL/pgSQL
+ * capture (whose functions pin it) and the relay's sessions (pgoutput, snapshot
+ * reads: pgshovel2.codec.textforms.SESSION_SETTINGS) write it: qualified unless
+ * in pg_catalog, whatever the writer's search_path.
+ */
+static char *
+pinned_output(ColumnCodec *codec, Datum value)
+{
+	int			nest = NewGUCNestLevel();
+	char	   *text;
+
+	(void) set_config_option("search_path", "pg_catalog", PGC_USERSET, PGC_S_SESSION,
+							 GUC_ACTION_SAVE, true, 0, false);
+	text = OutputFunctionCall(&codec->out, value);
+	AtEOXact_GUC(true, nest);
+	return text;
+}
+
 void
 pgshovel2_codec_init(ColumnCodec *codec, Oid type_oid, MemoryContext mcxt)
 {
@@ -137,6 +181,7 @@ pgshovel2_codec_init(ColumnCodec *codec, Oid type_oid, MemoryContext mcxt)
 	getTypeOutputInfo(type_oid, &out_func, &is_varlena);
 	fmgr_info_cxt(out_func, &codec->out, mcxt);
 	elem_type = get_element_type(codec->base_type);
+	codec->pin_path = names_objects(codec->base_type) || (OidIsValid(elem_type) && names_objects(getBaseType(elem_type)));
 
 	/*
 	 * Arrays of a domain keep the text form: the relay maps their elements to
@@ -306,7 +351,8 @@ pgshovel2_encode_value(StringInfo buf, ColumnCodec *codec, Datum value,
 			if (codec->elem)
 				encode_array(buf, codec, value);
 			else
-				pgshovel2_json_string(buf, OutputFunctionCall(&codec->out, value));
+				pgshovel2_json_string(buf, codec->pin_path ? pinned_output(codec, value)
+									  : OutputFunctionCall(&codec->out, value));
 	}
 }
 

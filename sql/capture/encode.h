@@ -18,6 +18,7 @@ typedef struct ColumnCodec
 {
 	Oid			base_type;		/* type after stripping domains */
 	FmgrInfo	out;			/* the type's output function */
+	bool		pin_path;		/* its text depends on search_path (reg* types): written with it pinned */
 	/* arrays of session-dependent types are encoded element by element */
 	struct ColumnCodec *elem;
 	Oid			elem_type;

@@ -17,9 +17,12 @@
  * ev_time now(), ev_txid txid_current(), ev_owner and ev_retry NULL, and the
  * caller's ev_type, ev_data, ev_extra1, ev_extra2 (ev_extra3/4 NULL).
  *
- * Who may add events: a role that may call pgq.insert_event (PgQ's writers,
- * pgq_writer; the PL/pgSQL capture's rule too) or may INSERT into the event
- * table. Checked once per transaction and queue.
+ * Who may add events: any role whose change fires the capture trigger. The
+ * trigger was created for the set by a role allowed to (the table's owner, or
+ * TRIGGER on it), which is the decision that every change of the table is
+ * captured; a writer needs no right on the queue, and should not have one
+ * (pgq_writer would let it call pgq.insert_event and append an event no change
+ * made).
  */
 #include "postgres.h"
 
@@ -30,10 +33,8 @@
 #include "commands/sequence.h"
 #include "executor/executor.h"
 #include "nodes/makefuncs.h"
-#include "parser/parse_func.h"
 #include "miscadmin.h"
 #include "storage/proc.h"
-#include "utils/acl.h"
 #include "utils/builtins.h"
 #include "utils/memutils.h"
 #include "utils/rel.h"
@@ -75,36 +76,10 @@ find_cache(const char *queue)
 	return qc;
 }
 
-/* Whether the current role may call pgq.insert_event(text, text, text). */
-static bool
-is_pgq_writer(void)
-{
-	Oid			argtypes[3] = {TEXTOID, TEXTOID, TEXTOID};
-	Oid			fn = LookupFuncName(list_make2(makeString("pgq"), makeString("insert_event")),
-									3, argtypes, true);
-
-	return OidIsValid(fn) && pg_proc_aclcheck(fn, GetUserId(), ACL_EXECUTE) == ACLCHECK_OK;
-}
-
-static void
-check_writer(QueueCache *qc)
-{
-	if (pg_class_aclcheck(qc->row.table.oid, GetUserId(), ACL_INSERT) == ACLCHECK_OK ||
-		is_pgq_writer())
-		return;
-	ereport(ERROR,
-			(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-			 errmsg("pgshovel2: role \"%s\" may not add events to PgQ queue \"%s\"",
-					GetUserNameFromId(GetUserId(), false), qc->queue),
-			 errdetail("A change to a table of a trigger set is captured into that queue in the same transaction."),
-			 errhint("GRANT pgq_writer TO the role, as for pgq.insert_event.")));
-}
-
 static void
 refresh_cache(QueueCache *qc)
 {
 	pgshovel2_queue_lookup(qc->queue, &qc->row);
-	check_writer(qc);
 	qc->lxid = MyProc->lxid;
 }
 

@@ -81,9 +81,13 @@ def test_pgoutput_text_gives_the_plugin_forms(stack, db, schema):
                 cur.execute(statement)
             cur.execute("UPDATE forms SET id = id + 100 WHERE id = 1")
             pgoutput.pin_settings(cur)
+            cur.execute("SHOW search_path")
+            path = cur.fetchone()[0]
+            cur.execute("SET search_path = pg_catalog")  # as the relay's walsender (pgoutput.libpq_options)
             cur.execute("SELECT lsn::text::pg_lsn - '0/0'::pg_lsn, data FROM pg_logical_slot_get_binary_changes("
                         "%s, NULL, NULL, 'proto_version', '1', 'publication_names', %s)", (slot, pub))
             messages = [(int(lsn), bytes(data)) for lsn, data in cur.fetchall()]
+            cur.execute(f"SET search_path = {path}")
             attnums = ",".join(str(c.attnum) for c in table.columns)
             cur.execute(f"SELECT pgshovel2_decoder.encode_row(f, '{{{attnums}}}') FROM forms f ORDER BY id")
             plugin_rows = [_dumps(json.loads(r[0])) for r in cur.fetchall()]

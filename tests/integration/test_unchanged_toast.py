@@ -7,6 +7,6 @@ import pytest
 from tests.integration.unchanged_toast import run
 
 
-@pytest.mark.parametrize("identity", ["DEFAULT", "FULL"])
+@pytest.mark.parametrize("identity", ["DEFAULT", "FULL", "DEFAULT NOT NULL"])
 def test_unchanged_toast_plugin(stack, cluster, db, schema, tmp_path, relay_factory, target, identity):
     run(stack, cluster, db, schema, tmp_path, relay_factory, target, "pgshovel2", identity)

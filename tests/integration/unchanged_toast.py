@@ -18,17 +18,20 @@ BIG = "(SELECT string_agg(md5(random()::text), '') FROM generate_series(1, 32768
 
 
 def run(stack, cluster, db, schema, tmp_path, relay_factory, target, decoder: str, identity: str) -> None:
-    """The whole scenario with decoder (pgshovel2 | pgoutput) and identity (DEFAULT | FULL)."""
+    """The whole scenario with decoder (pgshovel2 | pgoutput) and identity (DEFAULT | FULL |
+    ``DEFAULT NOT NULL``: big is NOT NULL, so its Avro field is made nullable by set create)."""
     t = f'"{schema}".t'
+    identity, _, not_null = identity.partition(" ")
     with db.cursor() as cur:
-        cur.execute(f"CREATE TABLE {t} (id int PRIMARY KEY, n int, big text)")
+        cur.execute(f"CREATE TABLE {t} (id int PRIMARY KEY, n int, big text {not_null})")
         cur.execute(f"INSERT INTO {t} VALUES (1, 0, {BIG}), (2, 0, {BIG})")
     set_name = f"toast{decoder[:4]}"
     cfg = write_config(tmp_path, stack, [{"schema": schema, "name": "t"}], backend="logical",
                        decoder=decoder, topic_prefix=f"{set_name}{cluster}")
     with db.cursor() as cur:
         cur.execute(f"ALTER TABLE {t} REPLICA IDENTITY {identity}")
-    pgshovel(stack, cluster, "set", "create", set_name, str(cfg))
+    created = pgshovel(stack, cluster, "set", "create", set_name, str(cfg)).stdout
+    assert ('"big" nullable in the value schema' in created) == (identity == "DEFAULT" and bool(not_null)), created
     relay = relay_factory(set_name)
     relay.wait_for("snapshot done")
     with db.cursor() as cur:

@@ -2,7 +2,8 @@
 -- where the C extension cannot be installed (managed PostgreSQL, no superuser). PG 14-18.
 -- Installed by "pgshovel set create" (capture: plpgsql) into the schema pgshovel2_pl by the
 -- set's database role; it coexists with the C extension (schema pgshovel2). See README.rst.
--- Writers of captured tables need what PgQ needs to append (membership in pgq_writer).
+-- Writers of captured tables need nothing of ours: the trigger functions run as the set's role
+-- (SECURITY DEFINER, search_path pinned), the only one that may append to the queue.
 -- Values are written exactly as sql/capture/encode.c writes them (sql/capture/README.rst).
 -- String literals below use E'' where they hold backslashes: their meaning must not depend
 -- on standard_conforming_strings when a body is compiled.
@@ -10,7 +11,7 @@
 CREATE SCHEMA IF NOT EXISTS pgshovel2_pl;
 
 CREATE OR REPLACE FUNCTION pgshovel2_pl.version() RETURNS text
-LANGUAGE sql IMMUTABLE AS $$ SELECT '4' $$;
+LANGUAGE sql IMMUTABLE AS $$ SELECT '5' $$;
 
 -- The layout each (queue, table) was last captured in: captured attnums, key attnums, the
 -- table_columns rows of the captured columns (text), mode and table tag as installed.
