@@ -362,17 +362,26 @@ fn plugin_record(data: &[u8]) -> Option<Rec<'_>> {
 }
 
 /// The row envelope's messages of a change (RowEnvelope.change), or None (Python's). The key is
-/// None for an unkeyed table (its codec has no key columns); such a table's DELETE has no message
-/// in this envelope and is left to Python, which counts it (Emitter.skipped_unkeyed_deletes).
+/// None for an unkeyed table (its codec has no key columns): its DELETE is (None, the row, d), its
+/// UPDATE (None, the old row, d) then (None, the row, u); one without its old row is left to Python,
+/// whose Emitter.change refuses it.
 fn row_messages(codec: &RowCodec, rec: &Rec<'_>) -> Option<Vec<Out>> {
     let (table, kind) = (rec.table, rec.kind);
     let (key, value) = codec.encode_row(rec.row.row(), true)?;
     if kind == b'D' {
-        return Some(vec![(table, Some(key?), None, b'd')]);
+        return Some(match key {
+            Some(key) => vec![(table, Some(key), None, b'd')],
+            None => vec![(table, None, Some(value?), b'd')],
+        });
     }
     let op = if kind == b'I' { b'c' } else { b'u' };
-    let Some(old) = &rec.old else { return Some(vec![(table, key, value, op)]) };
-    let (old_key, _) = codec.encode_row(old.row(), true)?;
+    let Some(old) = &rec.old else {
+        return (key.is_some() || kind == b'I').then(|| vec![(table, key, value, op)]);
+    };
+    let (old_key, old_value) = codec.encode_row(old.row(), true)?;
+    if old_key.is_none() {
+        return Some(vec![(table, None, Some(old_value?), b'd'), (table, None, value, op)]);
+    }
     if old_key != key {
         return Some(vec![(table, old_key, None, b'd'), (table, key, value, b'c')]);
     }

@@ -22,7 +22,7 @@ from pgshovel2 import wire
 from pgshovel2.catalog import Table
 from pgshovel2.codec.avro import AvroWriter
 from pgshovel2.codec.rows import RowEncoder, encode_record, txn_record_avro, txn_record_json
-from pgshovel2.errors import RelayError
+from pgshovel2.errors import EncodeError, RelayError
 from pgshovel2.relay.envelopes import SNAPSHOT_TRUE, Context, Envelope, Message, RowEnvelope, TxnOrder
 from pgshovel2.relay.lane import NAMES, OPS, TableLanes
 from pgshovel2.relay.source import Change, ChangeRun, TxnRun
@@ -54,7 +54,6 @@ class Emitter:
         self._order = TxnOrder()
         self._txn_ts_us: int | None = None  # the open source transaction's commit time (logical)
         self._txn_last_lsn: int | None = None  # LSN completely processed before it (logical)
-        self.skipped_unkeyed_deletes = 0
         self.version = 0  # the set version the routes were built from: header pgshovel.version
         self.replaying = False  # build and count messages, produce none
         self._fixed_for: tuple | None = None  # (txid, ts_ms, version) of _fixed
@@ -226,19 +225,19 @@ class Emitter:
         """Emit the messages of one captured change (between begin and end of its txid).
 
         Raises RelayError for a table not in the set, or a keyed table's DELETE without its
-        key (replica identity NOTHING); an unkeyed table's DELETE without row is counted in
-        skipped_unkeyed_deletes (WIRE.md: only the Debezium envelope can carry it).
+        key (replica identity NOTHING); EncodeError (:func:`_unkeyed_without_old_row`: the loop
+        stops there, naming the position and ``set skip``) for an unkeyed table's DELETE or
+        UPDATE without its old row, which no consumer could apply.
         """
         route = self.routes.get(ev.table)
         if route is None:
             raise RelayError(f"event for table {ev.table} which is not in set {self.set_name!r}; "
                              "the set's capture and its ZooKeeper config disagree")
+        if not route.table.key and (ev.op == "D" and ev.row is None or ev.op == "U" and ev.before is None):
+            raise _unkeyed_without_old_row(self.set_name, ev)
         if ev.row is None and ev.op == "D":
-            if route.table.key:
-                raise RelayError(f"a DELETE on {ev.table} came without its key (replica identity NOTHING?): "
-                                 f"set REPLICA IDENTITY on the table and re-create set {self.set_name!r}")
-            self.skipped_unkeyed_deletes += 1
-            return
+            raise RelayError(f"a DELETE on {ev.table} came without its key (replica identity NOTHING?): "
+                             f"set REPLICA IDENTITY on the table and re-create set {self.set_name!r}")
         if ev.op == "T":
             self._record({"type": "TRUNCATE", "txid": ev.txid, "position": position,
                           "ts_ms": ev.ts_ms, "event_count": None, "data_collections": None,
@@ -248,13 +247,28 @@ class Emitter:
         ctx = Context(ev.txid, position, ev.ts_ms, order=self._order, lsn=ev.lsn, last_lsn=self._txn_last_lsn,
                       ts_us=self._txn_ts_us) if getattr(envelope, "uses_context", True) else None
         msgs = envelope.change(ev.op, ev.row, ev.before, ctx)
-        if not msgs:
-            self.skipped_unkeyed_deletes += 1
         unchanged = _unchanged_header(route.table, ev) if ev.unchanged else None
         for msg in msgs:
             self._send(route, msg, ev.txid, position, ev.ts_ms, unchanged)
         if msgs:
             self._counts[route.topic] += len(msgs)
+
+
+def _unkeyed_without_old_row(set_name: str, ev: Change) -> EncodeError:
+    """The error for an unkeyed table's DELETE (UPDATE) that came without its (old) row: a consumer
+    could not tell which of the table's rows it removed. Logical backend (ev.lsn set): written while
+    the table's replica identity was not FULL (sets created before FULL was required); trigger
+    backend: an UPDATE captured by a trigger installed before unkeyed tables' old rows were."""
+    what = "DELETE came without its row" if ev.op == "D" else "UPDATE came without its old row"
+    if ev.lsn is not None:
+        fix = (f"its replica identity was not FULL when it was written: run ALTER TABLE {ev.table} "
+               "REPLICA IDENTITY FULL so that later changes carry it")
+    else:
+        fix = (f"its capture trigger was installed by an older pgshovel2: run 'pgshovel set upgrade {set_name} "
+               "CONFIG' so that later changes carry it")
+    return EncodeError(f"set {set_name!r}: table {ev.table} has no key (allow_unkeyed) and this {what}, so no "
+                       f"consumer could tell which row it changed: {fix} (skipping this one change leaves every "
+                       "consumer's copy of the table different from the source by it)")
 
 
 def _unchanged_header(table: Table, ev: Change) -> str:

@@ -10,8 +10,20 @@ instance per table. An envelope only builds messages; the
     INSERT            -> (key, row, c)
     UPDATE            -> (key, row, u)
     UPDATE of the key -> (old key, None, d), (key, row, c)
-    DELETE            -> (key, None, d); nothing for an unkeyed table
+    DELETE            -> (key, None, d)
     snapshot row      -> (key, row, r)
+
+and for an unkeyed table (``allow_unkeyed``: null keys, topics with cleanup.policy=delete), every
+change carries the row images a consumer needs to keep the table as a multiset::
+
+    INSERT            -> (None, row, c)
+    UPDATE            -> (None, old row, d), (None, row, u)   (one position)
+    DELETE            -> (None, old row, d)                   (a value, not a tombstone)
+    snapshot row      -> (None, row, r)
+
+An unkeyed table's UPDATE must come with its old row and its DELETE with its row (the trigger
+backend captures them, the logical backend needs REPLICA IDENTITY FULL); the emitter refuses one
+without (:class:`~pgshovel2.relay.emitter.Emitter`), so an envelope never sees it.
 
 ``debezium`` (:class:`DebeziumEnvelope`), value = a Debezium 3.x PostgreSQL change event
 ``{before, after, source, transaction, op, ts_ms, ts_us, ts_ns}`` (every field: docs/wire.rst)::
@@ -23,6 +35,7 @@ instance per table. An envelope only builds messages; the
                          (old key, None) tombstone, (key, {before: null, after: row, op: c})
     DELETE            -> (key, {before: old row, after: null, op: d}), (key, None) tombstone;
                          an unkeyed table: (None, {... op: d}) and no tombstone
+                         (an unkeyed table's UPDATE: (None, {before: old row, after: row, op: u}))
     snapshot row      -> (key, {before: null, after: row, op: r, transaction: null})
 
 TRUNCATE is not an envelope matter: the emitter writes it to the transactions topic.
@@ -182,7 +195,9 @@ class Envelope(Protocol):
 
 
 class RowEnvelope:
-    """The ``row`` envelope: value = the after-image; deletes are tombstones (keyed tables only).
+    """The ``row`` envelope: value = the after-image; a keyed table's deletes are tombstones, an
+    unkeyed table's carry the deleted row (op ``d``), and its UPDATEs are the old row's ``d`` then
+    the new row's ``u`` (module docstring).
 
     uses_context: False, :meth:`change` reads nothing of its Context (the emitter passes None).
     """
@@ -201,7 +216,8 @@ class RowEnvelope:
         return [Message(self.encoder.key(conv), self.encoder.value(conv), "r")]
 
     def change(self, op: str, row: Any, before: Any, ctx: Context | None) -> list[Message]:
-        """See the module docstring; an unkeyed DELETE yields no message. Rows: JSON text or lists."""
+        """See the module docstring (an unkeyed table's UPDATE without its old row is only its
+        ``u``: the emitter refuses it before). Rows: JSON text or lists."""
         enc = self.encoder
         if enc.native is not None:
             out = self._native_change(op, row, before)
@@ -210,12 +226,15 @@ class RowEnvelope:
         conv = enc.convert(as_values(row))
         key = enc.key(conv)
         if op == "D":
-            return [Message(key, None, "d")] if key is not None else []
+            return [Message(key, None if key is not None else enc.value(conv), "d")]
         out = []
         new_op = "c" if op == "I" else "u"
         if before is not None:
-            old_key = enc.key(enc.convert(as_values(before)))
-            if old_key != key:
+            old = enc.convert(as_values(before))
+            old_key = enc.key(old)
+            if old_key is None:
+                out.append(Message(None, enc.value(old), "d"))
+            elif old_key != key:
                 out.append(Message(old_key, None, "d"))
                 new_op = "c"
         out.append(Message(key, enc.value(conv), new_op))
@@ -229,12 +248,14 @@ class RowEnvelope:
             return None
         key, value = got
         if op == "D":
-            return [Message(key, None, "d")] if key is not None else []
+            return [Message(key, None if key is not None else value, "d")]
         if before is None:
             return [Message(key, value, "c" if op == "I" else "u")]
         old = enc.native.encode(before, True)
         if old is None:
             return None
+        if old[0] is None:
+            return [Message(None, old[1], "d"), Message(None, value, "c" if op == "I" else "u")]
         if old[0] != key:
             return [Message(old[0], None, "d"), Message(key, value, "c")]
         return [Message(key, value, "c" if op == "I" else "u")]

@@ -7,8 +7,9 @@ headers, their order and the debezium envelope's event numbering are the same by
 goes the Python way.
 
 A table takes the lane when its envelope has a native writer: the row envelope's native codec
-(an unkeyed table's messages have a null key; its DELETEs, which have no message in that envelope,
-go the Python way, which counts them), or, for a keyed table, the debezium envelope's native event
+(an unkeyed table's messages have a null key, its DELETEs carry the deleted row and its UPDATEs are
+the old row's ``d`` then the new row's ``u``; one without its old row goes the Python way, which
+refuses it), or, for a keyed table, the debezium envelope's native event
 writer (DebeziumEvents).
 """
 

@@ -13,6 +13,7 @@ from pgshovel2.catalog import Column, Table
 from pgshovel2.codec import avro
 from pgshovel2.codec.avro import AvroWriter
 from pgshovel2.codec.rows import RowEncoder
+from pgshovel2.errors import EncodeError
 from pgshovel2.relay.debezium import DebeziumEnvelope, SourceInfo
 from pgshovel2.relay.emitter import Emitter, TableRoute
 from pgshovel2.relay.envelopes import Context, RowEnvelope, SnapshotMarks, TxnOrder
@@ -237,7 +238,36 @@ def test_row_envelope_sequences():
     assert ops(env.change("U", ROW2, ROW1, c)) == [(1, False, "d"), (2, True, "c")]
     assert ops(env.change("D", ROW1, None, c)) == [(1, False, "d")]
     assert ops(env.read(ROW1, c)) == [(1, True, "r")]
-    assert RowEnvelope(RowEncoder(UNKEYED, False)).change("D", ["x"], None, c) == []
+
+
+def unkeyed_row_envelope(use_avro: bool, native: bool) -> RowEnvelope:
+    writer = AvroWriter(avro.value_schema("myset", UNKEYED), 9) if use_avro else None
+    enc = RowEncoder(UNKEYED, use_avro, None, writer)
+    if not native:
+        enc.native = None
+    return RowEnvelope(enc)
+
+
+@pytest.mark.parametrize("native", [True, False], ids=["native", "python"])
+@pytest.mark.parametrize("use_avro", [True, False], ids=["avro", "json"])
+def test_row_envelope_of_an_unkeyed_table_carries_every_row_image(use_avro, native):
+    """Unkeyed (issue #66): a DELETE carries the deleted row (op d, not a tombstone), an UPDATE is the
+    old row's d then the new row's u; null keys; the native codec and Python write the same bytes."""
+    env, c = unkeyed_row_envelope(use_avro, native), ctx()
+    image = lambda text: env.row_image(env.encoder.convert([text]))  # noqa: E731
+    assert env.change("I", ["a"], None, c) == [(None, image("a"), "c")]
+    assert env.change("D", ["a"], None, c) == [(None, image("a"), "d")]
+    assert env.change("U", ["b"], ["a"], c) == [(None, image("a"), "d"), (None, image("b"), "u")]
+    assert env.change("U", ["a"], ["a"], c) == [(None, image("a"), "d"), (None, image("a"), "u")]
+    assert env.read(["a"], c) == [(None, image("a"), "r")]
+    assert env.change("D", ["a"], None, c) == unkeyed_row_envelope(use_avro, not native).change("D", ["a"], None, c)
+    assert env.change("U", '["b"]', '["a"]', c) == unkeyed_row_envelope(use_avro, not native).change(
+        "U", '["b"]', '["a"]', c)
+
+
+def test_debezium_update_of_an_unkeyed_table_carries_before():
+    got = decode_json(envelope(UNKEYED).change("U", ["new"], ["old"], ctx()))
+    assert [(k, v["before"], v["after"], op) for k, v, op in got] == [(None, {"msg": "old"}, {"msg": "new"}, "u")]
 
 
 class RecordingSink:
@@ -248,6 +278,36 @@ class RecordingSink:
 
     def produce(self, topic, key, value, headers):
         self.produced.append((topic, key, value, dict(headers)))
+
+
+@pytest.mark.parametrize("debezium", [False, True], ids=["row", "debezium"])
+def test_emitter_refuses_an_unkeyed_change_without_its_old_row(debezium):
+    """An unkeyed table's DELETE without its row (logical, identity not FULL) or UPDATE without its old
+    row (a trigger from before old rows were captured) stops the relay (EncodeError, which the loop
+    names with the position and set skip), never dropped nor sent as an extra row; nothing produced."""
+    sink = RecordingSink()
+    env = envelope(UNKEYED) if debezium else RowEnvelope(RowEncoder(UNKEYED, False))
+    em = Emitter("myset", {UNKEYED.qualified: TableRoute(UNKEYED, "topic.u", env.encoder, env)}, "txns", None, sink)
+    em.begin(4242, "p1", 10)
+    begun = list(sink.produced)
+    with pytest.raises(EncodeError, match=r'table "public"\."log" has no key .*DELETE came without its row.*'
+                                          r'ALTER TABLE "public"\."log" REPLICA IDENTITY FULL'):
+        em.change(Change(4242, 10, "D", None, UNKEYED.qualified, None, 1, 0, lsn=77), "p1")
+    with pytest.raises(EncodeError, match=r"UPDATE came without its old row.*'pgshovel set upgrade myset CONFIG'"):
+        em.change(Change(4242, 10, "U", ["new"], UNKEYED.qualified, None, 1, 1), "p2")
+    assert sink.produced == begun
+    em.change(Change(4242, 10, "U", ["new"], UNKEYED.qualified, ["old"], 1, 2), "p3")
+    em.change(Change(4242, 10, "D", ["new"], UNKEYED.qualified, None, 1, 3), "p4")
+    em.end(4242, "p4", 10)
+    data = [(json.loads(v), h["pgshovel.op"], h["pgshovel.position"]) for t, k, v, h in sink.produced if t == "topic.u"]
+    if debezium:
+        assert [(v["before"], v["after"], op, p) for v, op, p in data] == [
+            ({"msg": "old"}, {"msg": "new"}, "u", "p3"), ({"msg": "new"}, None, "d", "p4")]
+    else:
+        assert data == [({"msg": "old"}, "d", "p3"), ({"msg": "new"}, "u", "p3"), ({"msg": "new"}, "d", "p4")]
+    end = json.loads(sink.produced[-1][2])
+    assert end["type"] == "END" and end["data_collections"] == [{"data_collection": "topic.u",
+                                                                 "event_count": len(data)}]
 
 
 def test_emitter_frames_orders_and_counts_debezium():

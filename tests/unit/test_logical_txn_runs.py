@@ -285,7 +285,7 @@ def test_logical_txn_runs_through_the_lane_equal_their_items_relayed_one_by_one(
     laned = relay_items(em, got, with_runs, LOGICAL)
     assert got.produced == want.produced
     in_runs = sum(len(i.txns) for i in with_runs if type(i) is TxnRun)
-    assert laned < in_runs  # some transactions were given back (arrays, unkeyed deletes)
+    assert laned < in_runs  # some transactions were given back (arrays, unkeyed updates without old row)
     assert arrays or laned > in_runs // 6
     assert not any(type(i) is Change and i.op == "T" for i in flat(with_runs) if type(i) is TxnRun)
 

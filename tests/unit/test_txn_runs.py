@@ -120,7 +120,7 @@ def test_txn_runs_through_the_lane_equal_their_items_relayed_one_by_one(use_avro
     laned = relay_items(em, got, items)
     assert got.produced == want.produced
     in_runs = sum(len(i.txns) for i in items if type(i) is TxnRun)
-    assert laned < in_runs  # some transactions were given back (arrays, unkeyed deletes)
+    assert laned < in_runs  # some transactions were given back (arrays, unkeyed updates without old row)
     assert arrays or laned > in_runs // 6
 
 
