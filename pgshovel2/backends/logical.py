@@ -12,13 +12,15 @@ for the initial copy); ``set drop`` drops it.
 Replica identity rules (``ALTER TABLE ... REPLICA IDENTITY``): a keyed table's
 key columns must be in what the WAL logs for an UPDATE/DELETE's old row (its
 primary key with DEFAULT, the index with USING INDEX, every column with FULL);
-NOTHING is refused. An UPDATE that does not change a TOASTed value does not
-log it; only FULL logs the old row with its values inline, from which the
-decoders take it. Without FULL the value is null and the message lists the
-column in its ``pgshovel.unchanged`` header (docs/wire.rst): so in a table
-whose identity is not FULL, a NOT NULL variable-length column that is not part of
-the key is nullable in the set's schemas (:func:`unlogged_nullable`). The
-``debezium`` envelope needs FULL (it carries every UPDATE's before-image).
+NOTHING is refused. An unkeyed table (``allow_unkeyed``) needs FULL: its UPDATEs
+and DELETEs travel with their whole old rows (docs/wire.rst "Unkeyed tables").
+An UPDATE that does not change a TOASTed value does not log it; only FULL logs
+the old row with its values inline, from which the decoders take it. Without
+FULL the value is null and the message lists the column in its
+``pgshovel.unchanged`` header (docs/wire.rst): so in a table whose identity is
+not FULL, a NOT NULL variable-length column that is not part of the key is
+nullable in the set's schemas (:func:`unlogged_nullable`). The ``debezium``
+envelope needs FULL (it carries every UPDATE's before-image).
 
 Functions taking a cursor run in the caller's transaction and never commit. The relay
 streams the slot through :class:`pgshovel2.relay.logical_source.LogicalSource`.
@@ -150,6 +152,10 @@ def _identity_problem(table: Table, config: SetConfig, ident: str, ident_cols: s
         ident_cols = set()
     if config.envelope == "debezium":
         return f"the debezium envelope needs every old row in the WAL, but its replica identity is {kind}"
+    if not table.key:
+        return (f"it has no key (allow_unkeyed), so a consumer can only remove the row an UPDATE or DELETE "
+                f"changed by its whole old row, which the WAL holds only with REPLICA IDENTITY FULL, but its "
+                f"replica identity is {kind}")
     if table.key and not set(table.key) <= ident_cols:
         return (f"its key ({', '.join(table.key)}) is not in what the WAL logs of an UPDATE's or DELETE's "
                 f"old row (replica identity {kind}: {', '.join(sorted(ident_cols)) or 'nothing'})")

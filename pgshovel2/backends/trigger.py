@@ -46,7 +46,8 @@ def install(cur, capture: TriggerCapture, tables: tuple[Table, ...], all_columns
 
     all_columns: qualified table name -> number of live columns (to tell a
     column subset). before_images: capture the old row of every UPDATE (not
-    only of key changes). pgq, pgq_sql: pgq_install.ensure's mode and PL-only file.
+    only of key changes; an unkeyed table's always are, :func:`capture_mode`).
+    pgq, pgq_sql: pgq_install.ensure's mode and PL-only file.
     Raises CaptureError when the queue already exists or PgQ/capture cannot be installed.
     """
     queue = capture.queue
@@ -81,12 +82,21 @@ def ensure_capture(cur, pgq_kind: str) -> None:
                            "'capture: plpgsql' in the set config (or leave capture out to let set create choose)")
 
 
+def capture_mode(table: Table, all_columns: dict, before_images: bool) -> str:
+    """The capture trigger's mode argument for table: ``all`` or ``subset`` (fewer captured
+    columns than all_columns[table] live ones), then ``,before`` (the old row of every UPDATE)
+    when before_images asks for it or the table is unkeyed: a consumer can only remove the row an
+    unkeyed table's UPDATE changed by its old image (docs/wire.rst "Unkeyed tables")."""
+    mode = "subset" if len(table.columns) < all_columns[table.qualified] else "all"
+    return mode + (",before" if before_images or not table.key else "")
+
+
 def install_triggers(cur, capture: TriggerCapture, tables: tuple[Table, ...], all_columns: dict,
                      before_images: bool = False) -> None:
     """Create the capture triggers (ROW and TRUNCATE) of tables writing into the set's queue.
 
-    Arguments as :func:`install`; the queue must exist. Installs or updates pgshovel2_pl
-    for capture kind ``plpgsql`` and records each table's layout there.
+    Arguments as :func:`install` (modes: :func:`capture_mode`); the queue must exist. Installs or
+    updates pgshovel2_pl for capture kind ``plpgsql`` and records each table's layout there.
     """
     queue, trigger = capture.queue, capture.trigger
     function = sql.Identifier(capture.schema, "capture")
@@ -96,8 +106,7 @@ def install_triggers(cur, capture: TriggerCapture, tables: tuple[Table, ...], al
         attnums = ",".join(str(c.attnum) for c in table.columns)
         by_name = {c.name: c.attnum for c in table.columns}
         keys = ",".join(str(by_name[k]) for k in table.key)
-        mode = "subset" if len(table.columns) < all_columns[table.qualified] else "all"
-        mode += ",before" if before_images else ""
+        mode = capture_mode(table, all_columns, before_images)
         target = sql.Identifier(table.schema, table.name)
         row_function = function
         if capture.kind == "plpgsql":  # the row trigger function generated for the table's layout
@@ -114,6 +123,23 @@ def install_triggers(cur, capture: TriggerCapture, tables: tuple[Table, ...], al
             "EXECUTE FUNCTION {}({}, {}, '', '', 'all')").format(
                 sql.Identifier(trigger + "_t"), target, function, sql.Literal(queue),
                 sql.Literal(table.qualified)))
+
+
+def without_old_rows(cur, capture: TriggerCapture, tables: tuple[Table, ...]) -> frozenset[str]:
+    """The unkeyed tables of tables (qualified names) whose ROW capture trigger of the set exists and
+    does not capture every UPDATE's old row (no ``,before`` in its mode: installed by a pgshovel2
+    from before unkeyed tables needed it, :func:`capture_mode`). Reads only."""
+    out = set()
+    for table in tables:
+        if table.key:
+            continue
+        cur.execute("SELECT tgargs FROM pg_catalog.pg_trigger WHERE tgrelid = pg_catalog.to_regclass(%s) "
+                    "AND tgname = %s", (table.qualified, capture.trigger))
+        row = cur.fetchone()
+        args = bytes(row[0]).split(b"\0") if row is not None else []
+        if len(args) >= 5 and b",before" not in args[4]:
+            out.add(table.qualified)
+    return frozenset(out)
 
 
 def drop_triggers(cur, capture: TriggerCapture, tables: tuple[Table, ...]) -> list[str]:

@@ -44,10 +44,13 @@ class TableChange:
     columns_removed: list[str] = field(default_factory=list)
     columns_retyped: list[str] = field(default_factory=list)
     key: tuple[tuple[str, ...], tuple[str, ...]] | None = None
+    old_rows: bool = False  # an unkeyed table whose capture trigger starts writing every UPDATE's old row
 
     def describe(self) -> str:
         """One line for the operator."""
         parts = [f"{self.kind} table {self.table}"]
+        if self.old_rows:
+            parts.append("unkeyed: its capture trigger (from an older pgshovel2) will capture every UPDATE's old row")
         if self.columns_added:
             parts.append("columns added: " + ", ".join(self.columns_added))
         if self.columns_removed:
@@ -89,8 +92,11 @@ class UpgradePlan:
         return out
 
 
-def diff(set_name: str, record: SetRecord, config: SetConfig, tables: tuple[Table, ...]) -> UpgradePlan:
-    """The plan that takes the stored record to config/tables (resolved from the catalog)."""
+def diff(set_name: str, record: SetRecord, config: SetConfig, tables: tuple[Table, ...],
+         old_rows: frozenset[str] = frozenset()) -> UpgradePlan:
+    """The plan that takes the stored record to config/tables (resolved from the catalog).
+    old_rows: tables (qualified names) whose capture trigger must be replaced even when the table is
+    unchanged (:func:`pgshovel2.backends.trigger.without_old_rows`)."""
     old = {t.qualified: t for t in record.tables}
     new = {t.qualified: t for t in tables}
     changes, triggers, topics = [], [], []
@@ -103,19 +109,19 @@ def diff(set_name: str, record: SetRecord, config: SetConfig, tables: tuple[Tabl
         elif after is None:
             changes.append(TableChange(before.qualified, "removed"))
             triggers.append(f"drop on {before.qualified} (its topic stays)")
-        elif before != after:
-            changes.append(_table_change(before, after))
+        elif before != after or name in old_rows:
+            changes.append(_table_change(before, after, name in old_rows))
             triggers.append(f"replace on {after.qualified}")
     return UpgradePlan(set_name, record.version, record.version + 1, changes, topics, triggers,
                        isinstance(record.capture, SlotCapture))
 
 
-def _table_change(before: Table, after: Table) -> TableChange:
+def _table_change(before: Table, after: Table, old_rows: bool = False) -> TableChange:
     b = {c.name: c for c in before.columns}
     a = {c.name: c for c in after.columns}
     retyped = [n for n in b.keys() & a.keys() if (b[n].pg_type, b[n].nullable) != (a[n].pg_type, a[n].nullable)]
     return TableChange(after.qualified, "changed", sorted(a.keys() - b.keys()), sorted(b.keys() - a.keys()),
-                       sorted(retyped), (before.key, after.key) if before.key != after.key else None)
+                       sorted(retyped), (before.key, after.key) if before.key != after.key else None, old_rows)
 
 
 def _check_immutable(old: SetConfig, new: SetConfig, source: str) -> None:
@@ -142,7 +148,8 @@ def _preview(name: str, record: SetRecord, config: SetConfig, config_path: str) 
     conn = connect(config.dsn, f"set {name!r}")
     try:
         conn.set_session(readonly=True)
-        return diff(name, record, config, _resolve(conn, name, record, config, config_path))
+        tables = _resolve(conn, name, record, config, config_path)
+        return diff(name, record, config, tables, _old_rows(conn, record, tables))
     finally:
         conn.rollback()
         conn.close()
@@ -157,6 +164,17 @@ def _resolve(conn, name: str, record: SetRecord, config: SetConfig, config_path:
         stored = not (logical_set and record.capture.plugin == pgoutput.NAME and not pgoutput.sends_generated(cur))
         tables = catalog.resolve_set(conn, name, config, config_path, stored_generated=stored)
         return logical.unlogged_nullable(cur, tables) if logical_set else tables
+
+
+def _old_rows(conn, record: SetRecord, tables: tuple[Table, ...]) -> frozenset[str]:
+    """The unkeyed tables of a trigger set, kept by the upgrade, whose capture trigger does not write
+    every UPDATE's old row (installed by an older pgshovel2): the upgrade replaces their triggers.
+    Empty for a logical set."""
+    if not isinstance(record.capture, TriggerCapture):
+        return frozenset()
+    kept = {t.qualified for t in record.tables}
+    with conn.cursor() as cur:
+        return trigger.without_old_rows(cur, record.capture, tuple(t for t in tables if t.qualified in kept))
 
 
 @twophase.retry_on_deadlock
@@ -177,7 +195,7 @@ def upgrade_set(store: ClusterStore, name: str, config_path: str) -> UpgradePlan
     what = f"upgrade set {name!r}"
     with twophase.prepared_command(store, intent, config.dsn, what) as (conn, cur):
         tables = _resolve(conn, name, record, config, config_path)
-        result = diff(name, record, config, tables)
+        result = diff(name, record, config, tables, _old_rows(conn, record, tables))
         if isinstance(record.capture, SlotCapture):
             _switch_logical(cur, record, result, config, tables, config_path)
         else:

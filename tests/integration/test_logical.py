@@ -238,7 +238,7 @@ def test_zero_column_and_dropped_column_tables(stack, cluster, db, schema, tmp_p
         cur.execute(f'DELETE FROM "{schema}".z')
     caught_up(stack, cluster, "zd")
     z = messages(stack, names.table_topic(prefix, schema, "z"))
-    assert [(k, v, h["pgshovel.op"]) for k, v, h in z] == [(None, {}, "c")]  # unkeyed DELETE: no message
+    assert [(k, v, h["pgshovel.op"]) for k, v, h in z] == [(None, {}, "c"), (None, {}, "d")]  # unkeyed: the row
     d = messages(stack, names.table_topic(prefix, schema, "d"))
     assert [(k["id"], v, h["pgshovel.op"]) for k, v, h in d] == [
         (1, {"id": 1, "n": 10}, "c"), (2, {"id": 2, "n": 20}, "c"), (1, {"id": 1, "n": 11}, "u")]

@@ -177,7 +177,10 @@ def _table(key: tuple[str, ...]) -> Table:
     ("d", {"id"}, "row", ("id",), None, "json"),
     ("d", {"id"}, "debezium", ("id",), "debezium", "avro"),
     ("i", {"n"}, "row", ("id",), "its key (id)", "avro"),
-    ("d", set(), "row", (), None, "avro"),
+    ("d", set(), "row", (), "no key (allow_unkeyed)", "avro"),  # unkeyed: FULL only (issue #66)
+    ("i", {"n"}, "row", (), "replica identity is USING INDEX", "json"),
+    ("n", set(), "row", (), "REPLICA IDENTITY FULL", "avro"),
+    ("f", set(), "row", (), None, "avro"),
 ])
 def test_replica_identity_rules(ident, ident_cols, envelope, key, problem, encoding):
     config = SetConfig(dsn="x", tables=(TableConfig("s", "t"),), backend="logical", envelope=envelope,
