@@ -34,7 +34,11 @@ class Change:
     ``d`` delete, ``r`` snapshot read, ``t`` truncate. key/value: decoded
     dicts (column field name -> value; see pgshovel2.consumer.decode), or
     the message bytes when read with ``SetReader(decode=False)``; None for a
-    null key (unkeyed table), a tombstone (``d``) or a truncate.
+    null key (unkeyed table), a tombstone (a keyed table's ``d``) or a
+    truncate. An unkeyed table's ``d`` carries the deleted row as its value,
+    and its UPDATE is that ``d`` of the old row then a ``u`` of the new row at
+    the same position (docs/wire.rst "Unkeyed tables"; RowState keeps such a
+    table as a multiset).
     txid: source transaction (0 for snapshot rows). position: the relay's
     sortable position. ts_ms: capture time, ms since the epoch.
     partition/offset: where the message is in Kafka. version: the set version

@@ -13,6 +13,12 @@ caller hands in: :meth:`RowState.apply_all` with ``marks``, or :meth:`RowState.s
 :meth:`RowState.snapshot_end`), the key is kept *incomplete* (not in :attr:`RowState.tables`)
 until an op ``r`` row or a change with every value replaces it; one still incomplete at the
 table's ``SNAPSHOT_END`` is an error.
+
+Unkeyed tables (``allow_unkeyed``, null keys) are kept as a multiset of rows (docs/wire.rst "Unkeyed
+tables"): an INSERT or snapshot row adds one occurrence of its row, a DELETE (op ``d``, its value the
+deleted row) removes one occurrence equal to it, an UPDATE is the old row's ``d`` then the new row's
+``u`` (Debezium envelope: one ``u`` event, ``before`` removed, ``after`` added). Each occurrence
+has a synthetic key in :attr:`RowState.tables`: an int, in the order the rows arrived.
 """
 
 from collections.abc import Hashable, Iterable, Sequence
@@ -20,18 +26,47 @@ from typing import Any
 
 from pgshovel2.consumer.model import Change, Transaction, TxnRecord
 
+_NAN = ("NaN",)  # a float NaN, which equals no other NaN, as part of a hashable image
+
 
 def _hashable(value: Any) -> Hashable:
     if isinstance(value, dict):
         return tuple(sorted((k, _hashable(v)) for k, v in value.items()))
     if isinstance(value, list):
         return tuple(_hashable(v) for v in value)
+    if isinstance(value, float) and value != value:
+        return _NAN
     return value
 
 
+class _Multiset:
+    """The occurrences of an unkeyed table's rows: row image -> synthetic keys (ints)."""
+
+    def __init__(self) -> None:
+        self.by_image: dict[Hashable, list[int]] = {}
+        self.next = 0
+
+    def add(self, rows: dict[Hashable, dict[str, Any]], value: dict[str, Any]) -> None:
+        """Add one occurrence of value to rows under the next synthetic key."""
+        key, self.next = self.next, self.next + 1
+        rows[key] = value
+        self.by_image.setdefault(_hashable(value), []).append(key)
+
+    def remove(self, rows: dict[Hashable, dict[str, Any]], value: dict[str, Any]) -> None:
+        """Remove one occurrence equal to value from rows (the latest added); none: nothing (a row
+        from before the state started, as a keyed table's delete of an unknown key)."""
+        image = _hashable(value)
+        keys = self.by_image.get(image)
+        if keys:
+            rows.pop(keys.pop(), None)
+            if not keys:
+                del self.by_image[image]
+
+
 class RowState:
-    """table -> {key -> value} of keyed tables (decoded values, row envelope or Debezium
-    events' ``after``). Unkeyed tables are not kept (their deletes are not in the row envelope).
+    """table -> {key -> value} (decoded values, row envelope or Debezium events' ``after``): for a
+    keyed table by its key, for an unkeyed one by a synthetic key per occurrence of a row (module
+    docstring; ``tables[t].values()`` is the table's rows either way).
 
     incomplete: table topic -> {key -> the last UPDATE of the key with unchanged values} while
     the table's online snapshot is in progress and the key's previous value was never seen
@@ -40,11 +75,13 @@ class RowState:
     Raises ValueError from :meth:`apply` when an UPDATE has unchanged columns and the row's
     previous value was never seen outside an online snapshot of its table (start the state from
     the beginning of the topics, or at the table's SNAPSHOT_BEGIN with the marks handed in), and
-    from :meth:`snapshot_end` for a key still incomplete then.
+    from :meth:`snapshot_end` for a key still incomplete then; from :meth:`apply` for an unkeyed
+    table's change with unchanged columns (the source always logs their rows whole).
     """
 
     def __init__(self) -> None:
         self.tables: dict[str, dict[Hashable, dict[str, Any]]] = {}
+        self._unkeyed: dict[str, _Multiset] = {}  # table -> its occurrences, for tables with null keys
         self.incomplete: dict[str, dict[Hashable, Change]] = {}
         self._online: set[str] = set()  # table topics whose online snapshot is in progress
         self._marks_applied = 0  # marks of apply_all's list applied so far
@@ -99,8 +136,10 @@ class RowState:
         if change.op == "t":
             rows.clear()
             self.incomplete.pop(change.topic, None)
+            self._unkeyed.pop(change.table, None)
             return
         if change.key is None:
+            self._apply_unkeyed(rows, change)
             return
         key = _hashable(change.key)
         incomplete = self.incomplete.get(change.topic, {})
@@ -121,6 +160,26 @@ class RowState:
                 return
             value = _image(change.fill_unchanged(previous))
         rows[key] = value
+
+    def _apply_unkeyed(self, rows: dict[Hashable, dict[str, Any]], change: Change) -> None:
+        """Apply a change of an unkeyed table (null key) to its multiset of rows (module docstring)."""
+        if change.value is None:
+            return
+        value = change.value
+        if not isinstance(value, dict):
+            raise ValueError(f"{change.topic} offset {change.offset}: an unkeyed table's rows need decoded values")
+        change.fill_unchanged(None)  # raises: an unkeyed table's rows are never partial
+        rows_of = self._unkeyed.setdefault(change.table, _Multiset())
+        if "after" in value and "source" in value:  # a Debezium event
+            before, after = value.get("before"), value.get("after")
+            if before is not None and change.op in ("u", "d"):
+                rows_of.remove(rows, before)
+            if after is not None and change.op != "d":
+                rows_of.add(rows, after)
+        elif change.op == "d":
+            rows_of.remove(rows, value)
+        else:
+            rows_of.add(rows, value)
 
     def _moved_from(self, change: Change) -> dict[str, Any] | None:
         """The row the delete at change's position removed (an UPDATE of the key)."""

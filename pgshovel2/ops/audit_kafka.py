@@ -27,6 +27,7 @@ key). Rebuild rule and its limits are ``set verify``'s (pgshovel2.ops.verify): a
 written before a change of the set's columns differs in form.
 """
 
+from collections import Counter
 from dataclasses import dataclass
 
 from pgshovel2 import backends, wire
@@ -35,7 +36,7 @@ from pgshovel2.cluster import ClusterStore
 from pgshovel2.consumer.decode import Decoder
 from pgshovel2.consumer.errors import ConsumerError
 from pgshovel2.ops import status, verify
-from pgshovel2.ops.audit import AuditError, TableDrift, differing_keys, in_rounds, require_keys
+from pgshovel2.ops.audit import AuditError, TableDrift, differing_keys, in_rounds
 from pgshovel2.relay import setup
 from pgshovel2.setrecord import SetRecord, SlotCapture
 from pgshovel2.sinks.registry import SchemaRegistry
@@ -73,10 +74,9 @@ def audit(store: ClusterStore, record: SetRecord, bootstrap: str, registry_url: 
     """Compare every table of the set with the state rebuilt from Kafka (module docstring).
 
     rounds/pause: as :func:`pgshovel2.ops.audit.in_rounds`; one round is exact. timeout (s): how
-    long a round waits for the relay. Raises AuditError (a table without key), RelayError (relay
-    not caught up in time, source unreachable), ConsumerError (an undecodable key).
+    long a round waits for the relay. Raises RelayError (relay not caught up in time, source
+    unreachable), ConsumerError (an undecodable key).
     """
-    require_keys(record)
     registry = SchemaRegistry(registry_url, max_wait=30) if registry_url else None
     routes, _ = setup.routes(record, registry)
     decoder = Decoder(registry_url)
@@ -93,22 +93,30 @@ def _round(store: ClusterStore, record: SetRecord, routes: dict, decoder: Decode
     results, found = [], {}
     for route in routes.values():
         kept = [m for m in messages[route.topic] if point.includes(m[2])]
-        keyed, _ = verify.rebuilt_rows(verify.rebuild(kept, truncates.get(route.topic, ""), route.envelope))
-        source = sources[route.table.qualified]
+        rebuilt = verify.rebuilt_rows(verify.rebuild(kept, truncates.get(route.topic, ""), route.envelope))
+        keyed = bool(route.table.key)
+        source, kafka = (sources[route.table.qualified][0], rebuilt[0]) if keyed else \
+            (_occurrences(sources[route.table.qualified][1]), _occurrences(rebuilt[1]))
         buckets, bad, keys = differing_keys({(k,): v for k, v in source.items()},
-                                            {(k,): v for k, v in keyed.items()}, 1)
+                                            {(k,): v for k, v in kafka.items()}, 1)
         shown = {_shown(decoder, k[0], route.topic): source.get(k[0]) for k in keys}
-        results.append(TableDrift(route.table.qualified, len(source), buckets, bad, sorted(shown, key=repr),
-                                  str(point)))
+        rows = len(source) if keyed else sum(source.values())
+        results.append(TableDrift(route.table.qualified, rows, buckets, bad, sorted(shown, key=repr), str(point)))
         found[route.table.qualified] = shown
     return results, found
 
 
-def _read_source(record: SetRecord, routes: dict) -> tuple[AuditPoint, dict[str, dict]]:
-    """(the point, table -> {key bytes: row image}) of the source tables in one snapshot."""
+def _occurrences(counts: Counter) -> dict[bytes, int]:
+    """An unkeyed table's multiset (row image -> occurrences) without its empty entries."""
+    return {image: n for image, n in counts.items() if n}
+
+
+def _read_source(record: SetRecord, routes: dict) -> tuple[AuditPoint, dict[str, tuple[dict, Counter]]]:
+    """(the point, table -> (key bytes -> row image, Counter of unkeyed row images): verify.source_images)
+    of the source tables in one snapshot."""
     with backends.reader(record, AuditError) as snap:
         point = take_point(record, snap)
-        sources = {r.table.qualified: verify.source_images(r.table, r.envelope, snap)[0] for r in routes.values()}
+        sources = {r.table.qualified: verify.source_images(r.table, r.envelope, snap) for r in routes.values()}
     return point, sources
 
 
@@ -128,7 +136,8 @@ def take_point(record: SetRecord, snap: TableReader) -> AuditPoint:
 
 
 def _shown(decoder: Decoder, key: bytes, topic: str) -> tuple:
-    """A key's values, decoded from its Kafka key, for the report."""
+    """A key's values, decoded from its Kafka key (an unkeyed table's: the row's, from its image),
+    for the report; the bytes themselves when they do not decode (a Debezium Avro row image)."""
     try:
         decoded = decoder.decode(key, f"a key of topic {topic}")
     except ConsumerError:

@@ -4,7 +4,9 @@ source tables, row for row (keyed tables), or as a multiset (unkeyed ones).
 Rebuild rule: per key the last message by offset wins, a tombstone (or a
 Debezium delete event) removes the key, and a TRUNCATE record removes every
 row whose position precedes it. Unkeyed tables: every after-image adds a row,
-a Debezium delete event's before-image removes one. Rows are compared as
+every before-image of a delete or update removes one (row envelope: the value
+of an op ``d`` message, which an UPDATE's ``u`` follows at the same position;
+Debezium: a ``d`` or ``u`` event's ``before``). Rows are compared as
 encoded bytes (the envelope's row images): the source rows are encoded by the
 same codec, so equal bytes mean equal values.
 """
@@ -135,11 +137,21 @@ def rebuild(messages: list, truncated_at: str, envelope: Envelope) -> TopicState
             if after is None and old is not None and old[1] is not None:
                 moved = (position, old[1])
             state.keyed[key] = (position, after)
-        elif after is not None:
-            state.unkeyed.append((position, after))
-        elif before is not None:
-            state.removed.append((position, before))
+        else:
+            _rebuild_unkeyed(state, headers.get(wire.OP), position, before, after)
     return state
+
+
+def _rebuild_unkeyed(state: TopicState, op: str | None, position: str, before: bytes | None,
+                     after: bytes | None) -> None:
+    """An unkeyed table's message (images of Envelope.images, op its pgshovel.op) into state: a
+    row envelope's ``d`` has its deleted row as the value (images gives it as after)."""
+    if op == "d" and before is None:
+        before, after = after, None
+    if before is not None and op in ("u", "d"):
+        state.removed.append((position, before))
+    if after is not None:
+        state.unkeyed.append((position, after))
 
 
 def _fill(envelope: Envelope, key: bytes, after: bytes, columns: list[str], state: TopicState,

@@ -9,6 +9,9 @@ Batching: while transactions arrive back to back (the replica is behind), up to
 transaction; a batch is also committed after ``batch_delay`` seconds, or when the
 topics are idle. ``batch_changes=1`` applies every source transaction alone.
 
+Unkeyed tables are applied as multisets (pgshovel2.replica.sql.TableMap): their deletes remove one
+row equal to the deleted one, their UPDATEs are the old row's delete then the new row's insert.
+
 Set versions: a change carrying a newer ``pgshovel.version`` header than the target
 applied first gets the target's tables altered to that version's layout, in the same
 target transaction (pgshovel2.replica.sql.alter_table; new tables are created).
@@ -138,7 +141,8 @@ class Replicator:
             return
         with self.target.cursor() as cur:
             moved = None  # the create of an UPDATE of the key whose unchanged values were not logged
-            for change, after in zip(txn.changes, [*txn.changes[1:], None], strict=True):
+            changes = txn.changes
+            for previous, change, after in zip([None, *changes[:-1]], changes, [*changes[1:], None], strict=True):
                 if change is moved:
                     continue
                 if change.version > st.set_version:
@@ -148,6 +152,11 @@ class Replicator:
                     raise ReplicaError(f"{change.topic!r} offset {change.offset}: table {change.table} is not in "
                                        f"set version {st.set_version} applied on the target")
                 kind, values = tmap.classify(change)
+                if kind == "insert" and change.op == "u" and not _follows_its_delete(change, previous):
+                    raise ReplicaError(f"{change.topic!r} offset {change.offset}: an UPDATE of unkeyed table "
+                                       f"{change.table} without its old row (op d at position {change.position}; "
+                                       "written by a relay from before unkeyed tables carried it): the target "
+                                       "cannot tell which row it changed; re-bootstrap the replica")
                 if kind == "delete" and _moves(change, after):
                     moved = after
                     self._groups.raw(cur, tmap.moved_row(cur, values, tmap.classify(after)[1], after.unchanged))
@@ -220,6 +229,12 @@ class Replicator:
         self.transactions, self.changes = st.transactions, st.changes
         self.commits += 1
         self._groups, self._pending_changes = StatementGroups(), 0
+
+
+def _follows_its_delete(update: Change, previous: Change | None) -> bool:
+    """update (op u of an unkeyed table) comes right after the d of its old row (same table, position)."""
+    return (previous is not None and previous.op == "d" and previous.table == update.table
+            and previous.position == update.position)
 
 
 def _moves(delete: Change, after: Change | None) -> bool:

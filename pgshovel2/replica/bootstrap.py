@@ -41,7 +41,7 @@ MODES = ("copy", "kafka", "parquet")
 
 
 def tables_of(record: SetRecord) -> tuple[Table, ...]:
-    """The set record's tables, each checked to be replicable (TableMap.of raises for unkeyed ones)."""
+    """The set record's tables, each checked to be replicable (TableMap.of raises ReplicaError)."""
     for t in record.tables:
         TableMap.of(t)
     return record.tables
@@ -62,7 +62,7 @@ def bootstrap(target, cluster: str, set_name: str, record: SetRecord, mode: str,
     """Fill target (a psycopg2 connection, not autocommit) for set_name and commit; returns its state.
 
     Raises ReplicaError when the target already holds a position for the set
-    (it resumes instead), when a table is unkeyed or the copy fails; the
+    (it resumes instead) or the copy fails; the
     target is unchanged then (one transaction).
     """
     manifest = None

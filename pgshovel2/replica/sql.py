@@ -36,9 +36,10 @@ class TableMap:
 
     fields: decoded field name (Avro-escaped or plain column name) -> column
     name; key: the key columns. adapters: column name -> decoded value to what
-    psycopg2 sends (pgshovel2.replica.values). Raises ReplicaError for an
-    unkeyed table: its deletes are not in the row envelope, so a replica could
-    not follow them.
+    psycopg2 sends (pgshovel2.replica.values). An unkeyed table (no key) is
+    applied as a multiset: an INSERT adds its row, a DELETE removes one row
+    equal to the deleted one (:meth:`delete_one`), an UPDATE is both (its ``d``
+    of the old row, then its ``u``).
     """
 
     table: Table
@@ -49,9 +50,6 @@ class TableMap:
     @classmethod
     def of(cls, table: Table, json_encoding: bool = False) -> "TableMap":
         """The map of table; json_encoding: the set's encoding is ``json`` (else Avro)."""
-        if not table.key:
-            raise ReplicaError(f"table {table.qualified} of the set has no key: replica apply needs a primary "
-                               "key (or replica identity / configured key) to apply updates and deletes")
         fields = {}
         for col in table.columns:
             for name in (col.name, *col.aliases):
@@ -88,10 +86,14 @@ class TableMap:
 
     def classify(self, change: Change) -> tuple[str, dict[str, Any] | None]:
         """(kind, values) of change: ``upsert`` (column -> value of the after-image), ``delete``
-        (key column -> value) or ``truncate`` (None). Raises ReplicaError for what cannot be applied."""
+        (key column -> value) or ``truncate`` (None); an unkeyed table's: ``insert`` (column ->
+        value of the row) or ``delete_one`` (column -> value of the deleted row). Raises
+        ReplicaError for what cannot be applied."""
         where = f"{change.topic!r} [{change.partition}] offset {change.offset}"
         if change.op == "t":
             return "truncate", None
+        if not self.table.key:
+            return self._classify_unkeyed(change, where)
         if change.op == "d":
             if change.key is None:
                 raise ReplicaError(f"{where}: a delete without a key")
@@ -103,6 +105,36 @@ class TableMap:
                 row = {c: v for c, v in row.items() if c not in change.unchanged}
             return "upsert", row
         raise ReplicaError(f"{where}: cannot apply op {change.op!r} with value {change.value!r}")
+
+    def _classify_unkeyed(self, change: Change, where: str) -> tuple[str, dict[str, Any]]:
+        """classify for an unkeyed table (a multiset: see the class docstring)."""
+        if change.value is None or change.unchanged or change.op not in ("c", "u", "r", "d"):
+            raise ReplicaError(f"{where}: cannot apply op {change.op!r} of unkeyed table {self.table.qualified} "
+                               f"with value {change.value!r:.80} (an unkeyed table's changes carry whole rows)")
+        row = self.row(change.value, f"the value of {where}")
+        return ("delete_one" if change.op == "d" else "insert"), row
+
+    def delete_one(self, cur, row: dict[str, Any]) -> bytes:
+        """The DELETE of one row of an unkeyed table equal to row (every column: by its text form, so
+        any type compares, json and point included, and NULL equals NULL), rendered by cur. It scans
+        the table; deletes nothing when no row is equal (the target had diverged)."""
+        cols = list(row)
+        match = sql.SQL(" AND ").join(
+            sql.SQL(f"{{0}}::text IS NOT DISTINCT FROM (%s::{self.types[c]})::text").format(sql.Identifier(c))
+            for c in cols) if cols else sql.SQL("true")
+        query = sql.SQL("DELETE FROM {0} WHERE ctid = (SELECT ctid FROM {0} WHERE {1} LIMIT 1)").format(
+            self.ident, match)
+        return cur.mogrify(query.as_string(cur), [row[c] for c in cols])
+
+    def insert_many(self, cur, rows: list[dict[str, Any]]) -> bytes:
+        """One INSERT of rows (same columns) of an unkeyed table, rendered by cur."""
+        cols = list(rows[0])
+        if not cols:  # a table without columns: one INSERT per row
+            one = sql.SQL("INSERT INTO {} DEFAULT VALUES").format(self.ident).as_string(cur).encode()
+            return b"; ".join([one] * len(rows))
+        template = self._row_template(cols)
+        values = b", ".join(cur.mogrify(template, [r[c] for c in cols]) for r in rows)
+        return self._insert_head(cols).as_string(cur).encode() + b" VALUES " + values
 
     def _known(self, columns: frozenset[str], where: str) -> None:
         unknown = sorted(columns - set(self.adapters))
@@ -151,10 +183,12 @@ class TableMap:
 
 
 def create_table(table: Table) -> sql.Composed:
-    """CREATE SCHEMA/TABLE IF NOT EXISTS for a set table: its captured columns and key."""
+    """CREATE SCHEMA/TABLE IF NOT EXISTS for a set table: its captured columns and key (none for an
+    unkeyed table)."""
     cols = [sql.SQL("{} {}{}").format(sql.Identifier(c.name), sql.SQL(column_type(c)),
                                       sql.SQL("" if c.nullable else " NOT NULL")) for c in table.columns]
-    cols.append(sql.SQL("PRIMARY KEY ({})").format(sql.SQL(", ").join(map(sql.Identifier, table.key))))
+    if table.key:
+        cols.append(sql.SQL("PRIMARY KEY ({})").format(sql.SQL(", ").join(map(sql.Identifier, table.key))))
     return sql.SQL("CREATE SCHEMA IF NOT EXISTS {}; CREATE TABLE IF NOT EXISTS {}.{} ({})").format(
         sql.Identifier(table.schema), sql.Identifier(table.schema), sql.Identifier(table.name),
         sql.SQL(", ").join(cols))
