@@ -11,7 +11,9 @@ or an LSN: logical backend, in their text form) and the snapshot rows (op
 ``r``) pgshovel2.txids.holds_snapshot_row says it holds (rows of the tables it
 copied; for a logical set, only those emitted before its consistent point).
 Other snapshot rows (a table added to the set later, an online snapshot after
-a logical bootstrap) are applied like upserts.
+a logical bootstrap) are applied like upserts. An unkeyed table's delete (op ``d``)
+carries its whole row, and its Debezium UPDATE event becomes the old row's ``d`` then
+the new row's ``u`` (as the row envelope sends them; pgshovel2.sparkjobs.multiset).
 """
 
 import json
@@ -64,14 +66,25 @@ def change_rows(table: Table, cols: list[spark_codec.SparkColumn], registry_url:
             if datum is None:
                 datum = decoder.decode(row["key"], f"the key of {where}")
             if datum is None:
-                continue  # unkeyed delete: nothing identifies the row
+                continue  # an unkeyed delete of an older relay (no row): nothing identifies the row
             unchanged = unchanged_columns(headers, op, where)
             try:
+                old = _old_unkeyed(table, value, op, envelope)
+                if old is not None:  # the old row of an unkeyed table's Debezium UPDATE: its d first
+                    yield [*physical(old, True), "d", position, row["offset"], []]
                 values = physical(datum, fill)
             except ValueError as exc:
                 raise ConsumerError(f"{where}: {exc}") from exc
             yield [*values, "d" if deleted else op, position, row["offset"], unchanged]
     return convert
+
+
+def _old_unkeyed(table: Table, value: Any, op: str, envelope: str) -> Any:
+    """The ``before`` of an unkeyed table's Debezium UPDATE event (which the row envelope sends as a
+    message of its own, op d), else None."""
+    if table.key or op != "u" or envelope != "debezium":
+        return None
+    return value.get("before")
 
 
 def _physical(table: Table, cols: list[spark_codec.SparkColumn], encoding: str):

@@ -4,7 +4,9 @@ Changes are read from Kafka (spark-sql-kafka-0-10, ``read_committed``) from
 the bootstrap manifest's offsets, decoded by the project's consumer decoder
 (pgshovel2.sparkjobs.changes), filtered by the manifest's handoff (txid snapshot or LSN) and
 applied per key in ``pgshovel.position`` order (a tombstone deletes; a
-TRUNCATE on the transactions topic deletes every row older than it).
+TRUNCATE on the transactions topic deletes every row older than it); an unkeyed
+table's as a multiset (pgshovel2.sparkjobs.multiset). ``--format iceberg``
+(pgshovel2.sparkjobs.icemerge) refuses unkeyed tables: its MERGE needs a key.
 
 Output layout (both modes): ``OUTPUT/CURRENT`` names the current state
 folder ``state-<n>``, which holds ``tables/<schema>.<table>/`` (Parquet: the
@@ -29,7 +31,7 @@ from pgshovel2.codec import spark as spark_codec
 from pgshovel2.consumer.decode import Decoder
 from pgshovel2.consumer.topics import SetTopics
 from pgshovel2.setrecord import SetRecord
-from pgshovel2.sparkjobs import carry, changes, evolve, iceberg
+from pgshovel2.sparkjobs import carry, changes, evolve, iceberg, multiset
 from pgshovel2.sparkjobs.bootstrap import table_dir
 from pgshovel2.sparkjobs.session import require_class
 from pgshovel2.sparkjobs.tablewatch import TableWatch
@@ -259,9 +261,11 @@ class _Job:
         """Latest row per key by (position, offset) of the state base and stream (the table's
         decoded changes: changes.change_frame), both of columns names (:func:`_conform`),
         unlogged values carried (pgshovel2.sparkjobs.carry); tombstones and rows before a TRUNCATE
-        removed. beyond: :meth:`beyond`."""
+        removed. beyond: :meth:`beyond`. An unkeyed table: its multiset (pgshovel2.sparkjobs.multiset)."""
         from pyspark.sql import functions as sf
 
+        if not table.key:
+            return multiset.apply(base, stream, names, truncated_at)
         base = (base.withColumn(changes.OP, sf.lit("r")).withColumn(changes.OFFSET, sf.lit(-1).cast("long"))
                 .withColumn(changes.UNCHANGED, sf.array().cast("array<string>")))
         both = carry.fill(stream, list(table.key), names, base=base, beyond=beyond)
