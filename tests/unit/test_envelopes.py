@@ -265,10 +265,6 @@ def test_row_envelope_of_an_unkeyed_table_carries_every_row_image(use_avro, nati
         "U", '["b"]', '["a"]', c)
 
 
-def test_debezium_update_of_an_unkeyed_table_carries_before():
-    got = decode_json(envelope(UNKEYED).change("U", ["new"], ["old"], ctx()))
-    assert [(k, v["before"], v["after"], op) for k, v, op in got] == [(None, {"msg": "old"}, {"msg": "new"}, "u")]
-
 
 class RecordingSink:
     """Collects produced messages (the emitter's only use of the sink)."""

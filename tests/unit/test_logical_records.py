@@ -180,7 +180,6 @@ def _table(key: tuple[str, ...]) -> Table:
     ("d", set(), "row", (), "no key (allow_unkeyed)", "avro"),  # unkeyed: FULL only (issue #66)
     ("i", {"n"}, "row", (), "replica identity is USING INDEX", "json"),
     ("n", set(), "row", (), "REPLICA IDENTITY FULL", "avro"),
-    ("f", set(), "row", (), None, "avro"),
 ])
 def test_replica_identity_rules(ident, ident_cols, envelope, key, problem, encoding):
     config = SetConfig(dsn="x", tables=(TableConfig("s", "t"),), backend="logical", envelope=envelope,
