@@ -126,18 +126,6 @@ def test_replicate_from_kafka_snapshot_rows(stack, cluster, db, schema, relay_fa
     tconn.close()
 
 
-def test_unkeyed_table_is_refused_and_target_unchanged(stack, cluster, db, schema, relay_factory, tmp_path,
-                                                       target):
-    with db.cursor() as cur:
-        cur.execute(f'CREATE TABLE "{schema}".loose (v int)')
-    cfg = write_config(tmp_path, stack, [{"schema": schema, "name": "loose", "allow_unkeyed": True}])
-    pgshovel(stack, cluster, "set", "create", "loose", str(cfg))
-    done = subprocess.run([str(BIN / "pgshovel"), "replicate", "loose", "--target", target.dsn],
-                          env=cli_env(stack, cluster), capture_output=True, text=True, timeout=120)
-    assert done.returncode == 1 and "has no key" in done.stderr, done.stderr
-    assert target.query("SELECT to_regclass('pgshovel2_replica.position')") == [(None,)]
-
-
 TYPED = """CREATE TABLE {s}.typed (id int PRIMARY KEY, d date, ts timestamp, tz timestamptz, tm time,
   n numeric(10,2), by bytea, u uuid, j jsonb, ia int[], da date[], f8 float8, t text, z float4, fa float8[]);
 INSERT INTO {s}.typed VALUES
