@@ -135,6 +135,16 @@ def _check_topic(got: list, encoding: str) -> None:
     assert len(old) == 1, (encoding, ops)
 
 
+def _check_tail(stack, cluster: str, set_name: str, t: str) -> None:  # noqa: F811
+    """pgshovel tail shows the deleted row of a DELETE (JSON lines and the pretty form)."""
+    lines = [json.loads(line) for line in
+             pgshovel(stack, cluster, "tail", set_name, "--from-beginning", "--format", "json").stdout.splitlines()]
+    deleted = [(c["key"], c["value"]["msg"], c["value"]["n"]) for c in lines if c["op"] == "d"]
+    assert (None, "a", 1) in deleted and (None, "c", 3) in deleted, lines
+    pretty = pgshovel(stack, cluster, "tail", set_name, "--from-beginning").stdout
+    assert f"  d {t.replace(chr(34), '')} {{msg: 'a', n: 1, note: NULL" in pretty, pretty
+
+
 @pytest.mark.parametrize("envelope", ["row", "debezium"])
 def test_keyless_table_on_every_path(stack, cluster, db, schema, tmp_path, relay_factory, target,  # noqa: F811
                                      envelope):
@@ -153,6 +163,7 @@ def test_keyless_table_on_every_path(stack, cluster, db, schema, tmp_path, relay
         where = (backend, extra, encoding, envelope)
         if envelope == "row":
             _check_topic(messages(stack, names.table_topic(f"{name}{cluster}", schema, f"k{i}")), encoding)
+            _check_tail(stack, cluster, name, t)
         source = _source(db, t)
         assert source == Counter({("a", 1, None, ()): 1, ("b", 2, "x", (1, 2)): 1, ("c", 3, None, (("x", 1),)): 1,
                                   ("c", 3, "changed", (("x", 1),)): 1, (None, None, None, None): 1})
