@@ -1,0 +1,239 @@
+-- pgshovel2 capture extension, update 0.2 -> 0.3: partitioned tables.
+\echo Use "ALTER EXTENSION pgshovel2 UPDATE TO '0.3'" to load this file. \quit
+
+-- A set capturing a partitioned table T has, besides its capture triggers on T (cloned by
+-- PostgreSQL onto T's partitions), three statement triggers for TRUNCATE, named after its
+-- capture trigger B (pgshovel2_<set>_<hash>):
+--   B_tb  BEFORE TRUNCATE on T, B_ta AFTER TRUNCATE on T: truncate_root(<function>, <args>...)
+--   B_tp  BEFORE TRUNCATE on every leaf partition of T: <function>(<args>...)
+-- A TRUNCATE of a partition (or of a partitioned partition) is logged as nothing the stream
+-- could turn into rows; B_tp writes the rows it removes first, as the DELETEs of T they are
+-- (trigger sets: D events in the set's queue; logical sets: pgshovel2_pl.truncate_message). A
+-- TRUNCATE of T itself is T's own TRUNCATE event: while it runs, B_tb/B_ta keep T's OID in the
+-- transaction-local setting pgshovel2.truncating ("<oid>,<oid>,...,") and B_tp does nothing.
+
+-- Whether an ancestor of partition rel is being truncated (its OID in pgshovel2.truncating).
+CREATE FUNCTION truncating_ancestor(rel oid) RETURNS boolean
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
+SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_partition_ancestors(rel) a
+               WHERE a.relid::pg_catalog.oid OPERATOR(pg_catalog.<>) rel
+                 AND pg_catalog.strpos(',' OPERATOR(pg_catalog.||)
+                                       coalesce(pg_catalog.current_setting('pgshovel2.truncating', true), ''),
+                                       ',' OPERATOR(pg_catalog.||) a.relid::pg_catalog.oid::text OPERATOR(pg_catalog.||) ',')
+                     OPERATOR(pg_catalog.>) 0)
+$$;
+
+-- B_tb and B_ta (above): BEFORE adds the table's OID to pgshovel2.truncating, AFTER takes it out
+-- again (a later TRUNCATE of a partition in the same transaction is captured). The arguments
+-- (the partitions' truncate trigger function and its arguments) are read by
+-- add_partition_triggers(); the function ignores them.
+CREATE FUNCTION truncate_root() RETURNS trigger
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    flag text := coalesce(pg_catalog.current_setting('pgshovel2.truncating', true), '');
+    me text := TG_RELID::text || ',';
+    pos int;
+BEGIN
+    IF TG_OP <> 'TRUNCATE' OR TG_LEVEL <> 'STATEMENT' THEN
+        RAISE EXCEPTION 'pgshovel2.truncate_root() must be a TRUNCATE ... FOR EACH STATEMENT trigger (trigger % on %)',
+            TG_NAME, TG_RELID::regclass;
+    END IF;
+    IF TG_WHEN = 'BEFORE' THEN
+        flag := flag || me;
+    ELSE
+        pos := pg_catalog.strpos(',' || flag, ',' || me);
+        IF pos > 0 THEN
+            flag := pg_catalog.left(flag, pos - 1) || pg_catalog.substr(flag, pos + pg_catalog.length(me));
+        END IF;
+    END IF;
+    PERFORM pg_catalog.set_config('pgshovel2.truncating', flag, true);
+    RETURN NULL;
+END $$;
+
+-- B_tp of a set with C capture (above): appends one D event per row of the truncated partition
+-- to the set's queue (argument: the queue), exactly the event a DELETE of the row would have
+-- made: ev_data the row in the capture form (encode_row) of the columns the set's capture
+-- trigger on the partition's top-most captured ancestor lists (mapped to the partition's
+-- columns by name), ev_extra1 that trigger's table tag. One INSERT ... SELECT into the queue's
+-- current event table. SECURITY DEFINER: a role that may truncate the partition needs no
+-- right on the queue. Nothing when no ancestor is captured by the set any more.
+CREATE FUNCTION truncate_partition() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    qname text := TG_ARGV[0];
+    root oid;
+    args text[];
+    cols int2[];
+    leaf_cols int2[];
+    q record;
+BEGIN
+    IF TG_OP <> 'TRUNCATE' OR TG_LEVEL <> 'STATEMENT' OR TG_WHEN <> 'BEFORE' OR TG_NARGS <> 1 THEN
+        RAISE EXCEPTION 'pgshovel2.truncate_partition() must be a BEFORE TRUNCATE ... FOR EACH STATEMENT trigger '
+            'with one argument (trigger % on %)', TG_NAME, TG_RELID::regclass;
+    END IF;
+    IF pgshovel2.truncating_ancestor(TG_RELID) THEN
+        RETURN NULL;
+    END IF;
+    SELECT t.tgrelid, pgshovel2.trigger_args(t.tgargs) INTO root, args
+    FROM pg_catalog.pg_partition_ancestors(TG_RELID) WITH ORDINALITY a(relid, depth)
+    JOIN pg_catalog.pg_trigger t ON t.tgrelid = a.relid
+    WHERE a.relid <> TG_RELID AND t.tgfoid = 'pgshovel2.capture()'::pg_catalog.regprocedure
+      AND t.tgparentid = 0 AND t.tgtype::int & 1 = 1 AND (pgshovel2.trigger_args(t.tgargs))[1] = qname
+    ORDER BY a.depth DESC LIMIT 1;
+    IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
+    cols := pg_catalog.string_to_array(args[3], ',')::int2[];
+    SELECT pg_catalog.array_agg(l.attnum ORDER BY u.i) INTO leaf_cols
+    FROM pg_catalog.unnest(cols) WITH ORDINALITY u(a, i)
+    JOIN pg_catalog.pg_attribute r ON r.attrelid = root AND r.attnum = u.a AND NOT r.attisdropped
+    JOIN pg_catalog.pg_attribute l ON l.attrelid = TG_RELID AND l.attname = r.attname AND NOT l.attisdropped;
+    IF pg_catalog.cardinality(leaf_cols) IS DISTINCT FROM pg_catalog.cardinality(cols) THEN
+        RAISE EXCEPTION 'pgshovel2: partition % lacks a column its table % captures (%)', TG_RELID::regclass,
+            root::regclass, args[3];
+    END IF;
+    SELECT queue_data_pfx || '_' || queue_cur_table AS tbl, queue_event_seq AS seq, queue_disable_insert AS off
+    INTO q FROM pgq.queue WHERE queue_name = qname;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'pgshovel2: PgQ queue % of the truncate trigger % on % does not exist', qname, TG_NAME,
+            TG_RELID::regclass;
+    ELSIF q.off AND pg_catalog.current_setting('session_replication_role') <> 'replica' THEN
+        RAISE EXCEPTION 'pgshovel2: writing to PgQ queue % is disabled', qname;
+    END IF;
+    EXECUTE pg_catalog.format(
+        'INSERT INTO %s (ev_id, ev_time, ev_txid, ev_type, ev_data, ev_extra1) '
+        'SELECT pg_catalog.nextval(%L), pg_catalog.now(), pg_catalog.txid_current(), ''D'', '
+        'pgshovel2.encode_row(p, %L::pg_catalog.int2[]), %L FROM ONLY %s p',
+        q.tbl, q.seq, leaf_cols, args[2], TG_RELID::regclass);
+    RETURN NULL;
+END $$;
+
+-- Give every leaf partition of rel (any depth, rel's own tree) the B_tp trigger of each set
+-- whose B_tb trigger is on rel or an ancestor of rel (the same function and arguments); leaves
+-- that have it are left alone. Returns the number of triggers created. Called by set create's
+-- caller, the event trigger below, and the relay.
+CREATE FUNCTION add_partition_triggers(rel oid) RETURNS int
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    r record;
+    leaf oid;
+    done int := 0;
+BEGIN
+    FOR r IN SELECT pg_catalog.left(t.tgname, pg_catalog.length(t.tgname) - 3) || '_tp' AS name,
+                    pgshovel2.trigger_args(t.tgargs) AS args,
+                    pg_catalog.to_regproc((pgshovel2.trigger_args(t.tgargs))[1]) AS fn
+             FROM pg_catalog.pg_partition_ancestors(rel) a
+             JOIN pg_catalog.pg_trigger t ON t.tgrelid = a.relid
+             WHERE t.tgname LIKE 'pgshovel2\_%\_tb' AND t.tgparentid = 0 LOOP
+        IF r.fn IS NULL THEN
+            RAISE EXCEPTION 'pgshovel2: the truncate trigger function % (of triggers %) does not exist',
+                r.args[1], r.name;
+        END IF;
+        FOR leaf IN SELECT p.relid FROM pg_catalog.pg_partition_tree(rel) p
+                    JOIN pg_catalog.pg_class c ON c.oid = p.relid
+                    WHERE p.isleaf AND c.relkind = 'r'
+                      AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_trigger x
+                                      WHERE x.tgrelid = p.relid AND x.tgname = r.name) LOOP
+            EXECUTE pg_catalog.format('CREATE TRIGGER %I BEFORE TRUNCATE ON %s FOR EACH STATEMENT '
+                                      'EXECUTE FUNCTION %s(%s)', r.name, leaf::regclass, r.fn,
+                                      (SELECT pg_catalog.string_agg(pg_catalog.quote_literal(a), ', ' ORDER BY i)
+                                       FROM pg_catalog.unnest(r.args[2:]) WITH ORDINALITY u(a, i)));
+            done := done + 1;
+        END LOOP;
+    END LOOP;
+    RETURN done;
+END $$;
+
+-- CREATE TABLE ... PARTITION OF and ALTER TABLE ... ATTACH PARTITION of (a partition of) a
+-- captured partitioned table: the new leaves get their B_tp triggers in the DDL's transaction.
+CREATE FUNCTION on_partition_change() RETURNS event_trigger
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    rel oid;
+BEGIN
+    FOR rel IN SELECT DISTINCT d.objid FROM pg_catalog.pg_event_trigger_ddl_commands() d
+               JOIN pg_catalog.pg_class c ON c.oid = d.objid
+               WHERE d.classid = 'pg_catalog.pg_class'::pg_catalog.regclass AND c.relkind IN ('r', 'p')
+                 AND (c.relispartition OR c.relkind = 'p') LOOP
+        PERFORM pgshovel2.add_partition_triggers(rel);
+    END LOOP;
+END $$;
+
+CREATE EVENT TRIGGER pgshovel2_partitions ON ddl_command_end
+    WHEN TAG IN ('CREATE TABLE', 'ALTER TABLE') EXECUTE FUNCTION on_partition_change();
+
+-- 0.2's recapture, but for a partition's capture triggers (clones of its table's): those
+-- follow their table's, whose own recapture re-creates them (a clone cannot be dropped alone).
+CREATE OR REPLACE FUNCTION recapture(rel oid, statement text) RETURNS int
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    tg record;
+    args text[];
+    live int2[];
+    cols int2[];
+    keys int2[];
+    done int := 0;
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = rel AND tgparentid = 0
+                   AND tgfoid = 'pgshovel2.capture()'::regprocedure) THEN
+        RETURN 0;
+    END IF;
+    EXECUTE format('LOCK TABLE %s IN SHARE ROW EXCLUSIVE MODE', rel::regclass);
+    SELECT array_agg(attnum ORDER BY attnum) INTO live FROM pg_attribute
+    WHERE attrelid = rel AND attnum > 0 AND NOT attisdropped;
+    live := coalesce(live, '{}');
+    FOR tg IN SELECT tgname, tgargs FROM pg_trigger
+              WHERE tgrelid = rel AND tgfoid = 'pgshovel2.capture()'::regprocedure AND tgparentid = 0
+              ORDER BY tgname LOOP
+        args := pgshovel2.trigger_args(tg.tgargs);
+        CONTINUE WHEN array_length(args, 1) IS DISTINCT FROM 5 OR args[3] = '';  -- TRUNCATE trigger
+        IF args[5] LIKE 'all%' THEN
+            cols := live;
+        ELSE
+            cols := ARRAY(SELECT a FROM unnest(string_to_array(args[3], ',')::int2[]) a
+                          WHERE a = ANY (live) ORDER BY a);
+        END IF;
+        keys := ARRAY(SELECT k FROM unnest(string_to_array(args[4], ',')::int2[])
+                                    WITH ORDINALITY u(k, i)
+                      WHERE k = ANY (live) ORDER BY i);
+        PERFORM pgq.insert_event(args[1], 'S',
+            json_build_object('schema', n.nspname, 'name', c.relname,
+                              'columns', pgshovel2.table_columns(rel, cols),
+                              'key', to_json(keys), 'dropped', false)::text,
+            args[2], to_json(statement)::text, NULL, NULL)
+        FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = rel;
+        EXECUTE format('DROP TRIGGER %I ON %s', tg.tgname, rel::regclass);
+        EXECUTE format('CREATE TRIGGER %I AFTER INSERT OR UPDATE OR DELETE ON %s FOR EACH ROW '
+                       'EXECUTE FUNCTION pgshovel2.capture(%L, %L, %L, %L, %L)',
+                       tg.tgname, rel::regclass, args[1], args[2],
+                       array_to_string(cols, ','), array_to_string(keys, ','), args[5]);
+        done := done + 1;
+    END LOOP;
+    RETURN done;
+END $$;
+
+-- 0.2's on_drop_table, but the set triggers of partitioned tables (_tb, _ta, _tp) are not
+-- capture triggers: dropping a partition drops its _tp trigger, not a captured table.
+CREATE OR REPLACE FUNCTION on_drop_table() RETURNS event_trigger
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    d record;
+    q text;
+BEGIN
+    FOR d IN SELECT DISTINCT o.address_names[1] AS nsp, o.address_names[2] AS tbl,
+                    o.address_names[3] AS tgname
+             FROM pg_event_trigger_dropped_objects() o
+             WHERE o.object_type = 'trigger' AND o.address_names[3] LIKE 'pgshovel2\_%'
+               AND o.address_names[3] NOT LIKE '%\_t' AND o.address_names[3] NOT LIKE '%\_tb'
+               AND o.address_names[3] NOT LIKE '%\_ta' AND o.address_names[3] NOT LIKE '%\_tp' LOOP
+        FOR q IN SELECT queue_name FROM pgq.queue
+                 WHERE queue_name LIKE 'pgshovel2.%'
+                   AND left(d.tgname, length('pgshovel2_' || split_part(queue_name, '.', 3)) + 1)
+                       = 'pgshovel2_' || split_part(queue_name, '.', 3) || '_' LOOP
+            PERFORM pgq.insert_event(q, 'S',
+                json_build_object('schema', d.nsp, 'name', d.tbl, 'dropped', true)::text,
+                '"' || replace(d.nsp, '"', '""') || '"."' || replace(d.tbl, '"', '""') || '"',
+                to_json(current_query())::text, NULL, NULL);
+        END LOOP;
+    END LOOP;
+END $$;
