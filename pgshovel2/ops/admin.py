@@ -14,7 +14,7 @@ import time
 from typing import Any
 
 from pgshovel2 import catalog
-from pgshovel2.backends import logical, privileges, trigger
+from pgshovel2.backends import logical, partitions, privileges, trigger
 from pgshovel2.cluster import ClusterStore
 from pgshovel2.config import SetConfig, load_config, validate_set_name
 from pgshovel2.db import connect
@@ -96,6 +96,7 @@ def _install(cur, record: SetRecord, config_path: str) -> SetRecord:
     if isinstance(record.capture, SlotCapture):
         logical.check_tables(cur, record.config, record.tables, config_path, record.capture.plugin)
         logical.install(cur, record.capture.slot, record.capture.plugin, record.tables)
+        partitions.install_logical(cur, record, record.tables)
         return record
     counts = trigger.column_counts(cur, record.tables)
     kind = trigger.install(cur, record.capture, record.tables, counts,
@@ -139,7 +140,7 @@ def drop_set(store: ClusterStore, name: str) -> list[str]:
     with twophase.prepared_command(store, intent, record.dsn, what) as (_conn, cur):
         if isinstance(record.capture, SlotCapture):
             logical.check_droppable(cur, record.capture.slot)
-            done = []
+            done = partitions.uninstall(cur, partitions.for_record(record), record.tables, everywhere=True)
             if logical.drop_publication(cur, record.capture.slot):
                 done.append(f"publication {record.capture.slot}")
         else:

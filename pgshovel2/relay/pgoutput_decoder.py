@@ -14,7 +14,9 @@ ALTER TABLE) is held until the relation's next change, which is preceded by a
 source (:meth:`PgoutputDecoder.settle`) has settled the layout. A Relation that still does not
 hold the set's columns with their types then stops the stream (RelayError naming the table): a
 wrong row is never written. Transactional messages with prefix ``pgshovel2.version`` (``set
-upgrade``) are set-version Controls at their place.
+upgrade``) are set-version Controls at their place; those with prefix ``pgshovel2.truncate``
+(a TRUNCATE of a partition) are the DELETEs of the rows it removed
+(:mod:`pgshovel2.relay.truncate_messages`).
 """
 
 import json
@@ -52,6 +54,7 @@ from pgshovel2.relay.source import (
     RunMaker,
     TxnBounds,
 )
+from pgshovel2.relay.truncate_messages import TRUNCATE_PREFIX, deletes
 from pgshovel2.wire import LOGICAL, Position, position_prefix
 
 _OPS = {b"I": "I", b"U": "U", b"D": "D"}  # a change message's kind -> Change.op
@@ -132,11 +135,26 @@ class PgoutputDecoder(RunMaker):
             items.append(Control(self._txid, self._ts_ms, SET_VERSION, json.loads(data[content:]), "", None,
                                  self._unit, self._ordinal))
             return items
+        if transactional and prefix == TRUNCATE_PREFIX:
+            return self._truncated_partition(data[content:], lsn)
         if transactional or prefix != HEARTBEAT_PREFIX:
             return []
         self.ends.append((lsn, lsn))
         self.last_lsn = lsn
         return [Commit(None, int(time.time() * 1000), lsn, 0, True)]
+
+    def _truncated_partition(self, content: bytes, lsn: int) -> list[Item]:
+        """The DELETEs of the rows a TRUNCATE of a partition removed (a pgshovel2.truncate message,
+        :mod:`pgshovel2.relay.truncate_messages`), at the message's place."""
+        found = deletes(content, self.slot, self.tables)
+        if found is None:
+            return []
+        tag, rows = found
+        items = self._opened()
+        for row in rows:
+            items.append(Change(self._txid, self._ts_ms, "D", row, tag, None, self._unit, self._ordinal, lsn))
+            self._ordinal += 1
+        return items
 
     def _on_relation(self, data: bytes, _lsn: int) -> list[Item]:
         oid, schema, name, columns = relation(data)

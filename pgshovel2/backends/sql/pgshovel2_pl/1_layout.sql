@@ -10,7 +10,7 @@
 CREATE SCHEMA IF NOT EXISTS pgshovel2_pl;
 
 CREATE OR REPLACE FUNCTION pgshovel2_pl.version() RETURNS text
-LANGUAGE sql IMMUTABLE AS $$ SELECT '4' $$;
+LANGUAGE sql IMMUTABLE AS $$ SELECT '5' $$;
 
 -- The layout each (queue, table) was last captured in: captured attnums, key attnums, the
 -- table_columns rows of the captured columns (text), mode and table tag as installed.
