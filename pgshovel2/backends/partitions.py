@@ -21,10 +21,13 @@ transaction and never commit.
 
 from dataclasses import dataclass
 
+import psycopg2
 from psycopg2 import sql
 
 from pgshovel2.backends import plcapture
 from pgshovel2.catalog import Table
+from pgshovel2.db import connect
+from pgshovel2.errors import UnavailableError
 from pgshovel2.setrecord import PGOUTPUT, SetRecord, SlotCapture, TriggerCapture, trigger_name
 
 ROOT_BEFORE, ROOT_AFTER, LEAF = "_tb", "_ta", "_tp"
@@ -108,20 +111,32 @@ def partitioned(cur, tables: tuple[Table, ...]) -> tuple[Table, ...]:
     return tuple(out)
 
 
+def root_statement(triggers: TruncateTriggers, table: Table, suffix: str) -> sql.Composed:
+    """CREATE TRIGGER ``B_tb`` (suffix ROOT_BEFORE) or ``B_ta`` (ROOT_AFTER) on table."""
+    when = "BEFORE" if suffix == ROOT_BEFORE else "AFTER"
+    args = sql.SQL(", ").join(sql.Literal(a) for a in (triggers.leaf, *triggers.args))
+    return sql.SQL("CREATE TRIGGER {} {} TRUNCATE ON {} FOR EACH STATEMENT EXECUTE FUNCTION {}({})").format(
+        sql.Identifier(triggers.base + suffix), sql.SQL(when), sql.Identifier(table.schema, table.name),
+        sql.SQL(triggers.root), args)
+
+
 def install(cur, triggers: TruncateTriggers, tables: tuple[Table, ...]) -> list[str]:
     """Create the TRUNCATE triggers of the partitioned tables among tables (module docstring) and
     ``B_tp`` on each of their leaf partitions; returns the leaves given ``B_tp``. The trigger
     functions must be installed (pgshovel2 0.3 or pgshovel2_pl)."""
     leaves = []
     for table in partitioned(cur, tables):
-        target = sql.Identifier(table.schema, table.name)
-        args = sql.SQL(", ").join(sql.Literal(a) for a in (triggers.leaf, *triggers.args))
-        for suffix, when in ((ROOT_BEFORE, "BEFORE"), (ROOT_AFTER, "AFTER")):
-            cur.execute(sql.SQL("CREATE TRIGGER {} {} TRUNCATE ON {} FOR EACH STATEMENT "
-                                "EXECUTE FUNCTION {}({})").format(
-                sql.Identifier(triggers.base + suffix), sql.SQL(when), target, sql.SQL(triggers.root), args))
+        for suffix in (ROOT_BEFORE, ROOT_AFTER):
+            cur.execute(root_statement(triggers, table, suffix))
         leaves += add_missing(cur, triggers, table)
     return leaves
+
+
+def missing_root(cur, triggers: TruncateTriggers, table: Table) -> list[str]:
+    """The suffixes (ROOT_BEFORE, ROOT_AFTER) of the triggers partitioned table lacks."""
+    cur.execute("SELECT tgname FROM pg_trigger WHERE tgrelid = to_regclass(%s)", (table.qualified,))
+    have = {name for (name,) in cur.fetchall()}
+    return [suffix for suffix in (ROOT_BEFORE, ROOT_AFTER) if triggers.base + suffix not in have]
 
 
 def missing(cur, triggers: TruncateTriggers, table: Table) -> list[tuple[int, str]]:
@@ -166,3 +181,25 @@ def uninstall(cur, triggers: TruncateTriggers, tables: tuple[Table, ...], everyw
         cur.execute(sql.SQL("DROP TRIGGER {} ON {}").format(sql.Identifier(triggers.leaf_name), sql.SQL(leaf)))
         done.append(f"trigger {triggers.leaf_name} on {leaf}")
     return done
+
+
+def lacking(record: SetRecord) -> dict:
+    """{missing: [the tables and partitions of the set lacking their TRUNCATE trigger]}, or {error}
+    when the database does not answer (for ``set status``)."""
+    triggers = for_record(record)
+    try:
+        conn = connect(record.dsn, f"set {record.name!r}", UnavailableError)
+    except UnavailableError as exc:
+        return {"error": str(exc), "missing": []}
+    try:
+        with conn.cursor() as cur:
+            out = []
+            for table in partitioned(cur, record.tables):
+                out += [f"table {table.qualified} ({triggers.base + suffix})"
+                        for suffix in missing_root(cur, triggers, table)]
+                out += [f"partition {leaf} of {table.qualified}" for _oid, leaf in missing(cur, triggers, table)]
+            return {"missing": out}
+    except psycopg2.Error as exc:
+        return {"error": str(exc).strip(), "missing": []}
+    finally:
+        conn.close()

@@ -5,6 +5,7 @@ row moving between partitions is a delete and a create in one transaction; a TRU
 partition reaches consumers as the deletes of the rows it removed. After each step the table is
 rebuilt from Kafka by the consumer library and compared with the source, rows and values."""
 
+import time
 from decimal import Decimal
 
 import pytest
@@ -40,7 +41,7 @@ def make_orders(cur, schema: str) -> str:
     cur.execute(f"CREATE TABLE \"{schema}\".orders_2026_lo PARTITION OF \"{schema}\".orders_2026 "
                 "FOR VALUES FROM (MINVALUE) TO (1000)")
     cur.execute(f"CREATE TABLE \"{schema}\".orders_2026_hi PARTITION OF \"{schema}\".orders_2026 "
-                "FOR VALUES FROM (1000) TO (MAXVALUE)")
+                "FOR VALUES FROM (1000) TO (100000)")
     cur.execute(f"CREATE TABLE \"{schema}\".orders_other PARTITION OF {t} DEFAULT")
     cur.execute(f"INSERT INTO {t} SELECT g, DATE '2024-01-01' + (g * 7) % 1200, 'n' || g, g * 1.25 "
                 "FROM generate_series(1, 300) g")
@@ -116,4 +117,56 @@ def test_partitions_go_to_the_tables_topic(stack, cluster, db, schema, tmp_path,
         cur.execute(f'TRUNCATE "{schema}".orders_2025')
         cur.execute("COMMIT")
     check(stack, cluster, "parts", db, table)
+    assert relay.stop() == 0
+
+
+def wait_for_truncate_trigger(db, partition: str, timeout: float = 30) -> None:
+    """Wait until partition has a set's TRUNCATE trigger (added by the pgshovel2 extension's event
+    trigger in the DDL's transaction, else by the relay within seconds)."""
+    deadline = time.monotonic() + timeout
+    with db.cursor() as cur:
+        while True:
+            cur.execute("SELECT count(*) FROM pg_trigger WHERE tgrelid = %s::regclass AND tgname LIKE '%%\\_tp'",
+                        (partition,))
+            if cur.fetchone()[0]:
+                return
+            assert time.monotonic() < deadline, f"{partition} got no TRUNCATE trigger within {timeout}s"
+            time.sleep(0.2)
+
+
+def test_partitions_created_and_attached_later(stack, cluster, db, schema, tmp_path, relay_factory, path):
+    """Partitions created (PARTITION OF, also below a partitioned partition) and attached (a table
+    of another column order, with a dropped column) after set create: their rows, changes and
+    TRUNCATEs reach the table's topic."""
+    with db.cursor() as cur:
+        table = make_orders(cur, schema)
+    cfg = set_config(tmp_path, stack, schema, path, f"later{path}{cluster}")
+    pgshovel(stack, cluster, "set", "create", "later", str(cfg))
+    relay = relay_factory("later")
+    relay.wait_for("snapshot done")
+    s = f'"{schema}"'
+    with db.cursor() as cur:
+        cur.execute(f"DELETE FROM {s}.orders_other WHERE day >= '2027-01-01'")
+        cur.execute(f"CREATE TABLE {s}.orders_2027 PARTITION OF {table} "
+                    "FOR VALUES FROM ('2027-01-01') TO ('2028-01-01')")
+        cur.execute(f"CREATE TABLE {s}.orders_2026_top PARTITION OF {s}.orders_2026 "
+                    "FOR VALUES FROM (100000) TO (MAXVALUE)")
+        cur.execute(f"CREATE TABLE {s}.orders_x (pad int, amount numeric(12,2), note text, day date NOT NULL, "
+                    "id int NOT NULL)")
+        cur.execute(f"ALTER TABLE {s}.orders_x DROP COLUMN pad")
+        cur.execute(f"ALTER TABLE {table} ATTACH PARTITION {s}.orders_x "
+                    "FOR VALUES FROM ('2028-01-01') TO ('2029-01-01')")
+        cur.execute(f"INSERT INTO {table} SELECT g, DATE '2027-01-01' + g % 700, 'late' || g, g "
+                    "FROM generate_series(1000, 1300) g")
+        cur.execute(f"INSERT INTO {table} SELECT g, DATE '2026-02-02' + g % 300, 'top' || g, g "
+                    "FROM generate_series(100000, 100100) g")
+        cur.execute(f"UPDATE {table} SET note = 'moved', day = day + 365 WHERE id % 10 = 0")
+        cur.execute(f"UPDATE {table} SET amount = amount + 1 WHERE day >= '2028-01-01' AND id % 3 = 0")
+    check(stack, cluster, "later", db, table)
+    for partition in ("orders_2027", "orders_2026_top", "orders_x"):
+        wait_for_truncate_trigger(db, f"{s}.{partition}")
+    with db.cursor() as cur:
+        cur.execute(f"TRUNCATE {s}.orders_2027")
+        cur.execute(f"TRUNCATE {s}.orders_x, {s}.orders_2026_top")
+    check(stack, cluster, "later", db, table)
     assert relay.stop() == 0
