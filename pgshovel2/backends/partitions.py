@@ -100,6 +100,12 @@ def install_logical(cur, record: SetRecord, tables: tuple[Table, ...]) -> list[s
     return install(cur, for_record(record), tables)
 
 
+def publication(record: SetRecord) -> str:
+    """The set's publication (a pgoutput set's: named as its slot), else ``""`` (none)."""
+    capture = record.capture
+    return capture.slot if isinstance(capture, SlotCapture) and capture.plugin == PGOUTPUT else ""
+
+
 def partitioned(cur, tables: tuple[Table, ...]) -> tuple[Table, ...]:
     """The partitioned tables among tables (those that exist)."""
     out = []

@@ -14,7 +14,7 @@ import time
 from typing import Any
 
 from pgshovel2 import catalog
-from pgshovel2.backends import logical, partitions, privileges, trigger
+from pgshovel2.backends import logical, partition_checks, partitions, privileges, trigger
 from pgshovel2.cluster import ClusterStore
 from pgshovel2.config import SetConfig, load_config, validate_set_name
 from pgshovel2.db import connect
@@ -52,6 +52,7 @@ def create_set(store: ClusterStore, name: str, config_path: str, dry_run: bool =
         _check_privileges(cur, config, config_path, plugin)
         record = _with_capture(cur, SetRecord.new(store.cluster, name, config, tables, change, plugin))
         store.check_prefix(record)
+        check_partitions(cur, record, config_path)
         record = _install(cur, record, config_path)
         twophase.plan(store, intent, {"op": "create", "record": record.to_dict()})
     twophase.finish(store, intent, config.dsn, lambda: store.create_set(record), what)
@@ -90,6 +91,13 @@ def _check_privileges(cur, config: SetConfig, config_path: str, plugin: str) -> 
                            "'pgshovel set create --print-grants CONFIG'):\n  " + "\n  ".join(problems))
 
 
+def check_partitions(cur, record: SetRecord, config_path: str) -> None:
+    """Raise ConfigError for tables of the set that overlap each other or another set's through
+    partitions (pgshovel2.backends.partition_checks)."""
+    partition_checks.check(cur, record.tables, partitions.base_name(record), partitions.publication(record),
+                           config_path)
+
+
 def _install(cur, record: SetRecord, config_path: str) -> SetRecord:
     """The backend's capture objects of a new set, in the command's transaction; returns the
     record with what install chose (the kind of PgQ)."""
@@ -114,6 +122,7 @@ def _preview(store: ClusterStore, name: str, config: SetConfig, config_path: str
         with conn.cursor() as cur:
             plugin = _decoder(cur, config, change)
             record = _with_capture(cur, SetRecord.new(store.cluster, name, config, tables, change, plugin))
+            check_partitions(cur, record, config_path)
         store.check_prefix(record)
         if isinstance(record.capture, SlotCapture):
             with conn.cursor() as cur:

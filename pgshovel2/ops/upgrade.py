@@ -19,7 +19,7 @@ their existing rows come as the online snapshot the CLI requests after the upgra
 from dataclasses import dataclass, field
 
 from pgshovel2 import catalog
-from pgshovel2.backends import logical, logical_version, partitions, trigger
+from pgshovel2.backends import logical, logical_version, partition_checks, partitions, trigger
 from pgshovel2.catalog import Table
 from pgshovel2.cluster import ClusterStore
 from pgshovel2.config import SetConfig, load_config
@@ -142,7 +142,10 @@ def _preview(name: str, record: SetRecord, config: SetConfig, config_path: str) 
     conn = connect(config.dsn, f"set {name!r}")
     try:
         conn.set_session(readonly=True)
-        return diff(name, record, config, catalog.resolve_set(conn, name, config, config_path))
+        tables = catalog.resolve_set(conn, name, config, config_path)
+        with conn.cursor() as cur:
+            _check_partitions(cur, record, tables, config_path)
+        return diff(name, record, config, tables)
     finally:
         conn.rollback()
         conn.close()
@@ -166,6 +169,7 @@ def upgrade_set(store: ClusterStore, name: str, config_path: str) -> UpgradePlan
     what = f"upgrade set {name!r}"
     with twophase.prepared_command(store, intent, config.dsn, what) as (conn, cur):
         tables = catalog.resolve_set(conn, name, config, config_path)
+        _check_partitions(cur, record, tables, config_path)
         result = diff(name, record, config, tables)
         if isinstance(record.capture, SlotCapture):
             _switch_logical(cur, record, result, config, tables, config_path)
@@ -175,6 +179,12 @@ def upgrade_set(store: ClusterStore, name: str, config_path: str) -> UpgradePlan
         twophase.plan(store, intent, {"op": "update", "record": new_record.to_dict(), "znode_version": znode_version})
     twophase.finish(store, intent, config.dsn, lambda: store.update_set(new_record, znode_version), what)
     return result
+
+
+def _check_partitions(cur, record: SetRecord, tables: tuple[Table, ...], source: str) -> None:
+    """Raise ConfigError for tables of the new version that overlap through partitions
+    (pgshovel2.backends.partition_checks)."""
+    partition_checks.check(cur, tables, partitions.base_name(record), partitions.publication(record), source)
 
 
 def _switch_logical(cur, record: SetRecord, result: UpgradePlan, config: SetConfig, tables: tuple[Table, ...],

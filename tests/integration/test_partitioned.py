@@ -8,6 +8,7 @@ rebuilt from Kafka by the consumer library and compared with the source, rows an
 import time
 from decimal import Decimal
 
+import psycopg2
 import pytest
 
 from pgshovel2 import names
@@ -170,3 +171,43 @@ def test_partitions_created_and_attached_later(stack, cluster, db, schema, tmp_p
         cur.execute(f"TRUNCATE {s}.orders_x, {s}.orders_2026_top")
     check(stack, cluster, "later", db, table)
     assert relay.stop() == 0
+
+
+def refused(stack, cluster: str, name: str, cfg) -> str:
+    """The error of a set create that must fail; nothing of the set is left in the database."""
+    proc = pgshovel(stack, cluster, "set", "create", name, str(cfg), check=False)
+    assert proc.returncode != 0, proc.stdout
+    with psycopg2.connect(stack.dsn) as conn, conn.cursor() as cur:
+        cur.execute("SELECT count(*) FROM pg_trigger WHERE tgname LIKE %s", (f"pgshovel2\\_{name}\\_%",))
+        assert cur.fetchone()[0] == 0
+    return proc.stderr
+
+
+def test_overlapping_partitions_are_refused(stack, cluster, db, schema, tmp_path, path):
+    """A set naming a table and one of its partitions (any depth), or a partition of a table
+    another set captures (or a table of which another set captures a partition), is refused,
+    naming both tables; set upgrade too."""
+    with db.cursor() as cur:
+        make_orders(cur, schema)
+    entry = {"schema": schema, "name": "orders"}
+    for partition in ("orders_2024", "orders_2026_lo"):
+        cfg = write_config(tmp_path, stack, [entry, {"schema": schema, "name": partition}], topic_prefix=f"x{cluster}")
+        err = refused(stack, cluster, "both", cfg)
+        assert (f'tables[1]: table "{schema}"."{partition}" is a partition of "{schema}"."orders" (tables[0])'
+                in err), err
+    pgshovel(stack, cluster, "set", "create", "whole", str(set_config(tmp_path, stack, schema, path, f"w{cluster}")))
+    for partition in ("orders_2025", "orders_2026", "orders_2026_hi"):
+        cfg = write_config(tmp_path, stack, [{"schema": schema, "name": partition}], topic_prefix=f"p{cluster}")
+        err = refused(stack, cluster, "part", cfg)
+        assert f'it is a partition of "{schema}"."orders", which is captured by another set (' in err, err
+    options = dict(PATHS[path])
+    backend = options.pop("backend")
+    upgraded = write_config(tmp_path, stack, [entry, {"schema": schema, "name": "orders_2024"}], encoding="json",
+                            backend=backend, topic_prefix=f"w{cluster}", **options)
+    proc = pgshovel(stack, cluster, "set", "upgrade", "whole", str(upgraded), check=False)
+    assert proc.returncode != 0 and "is a partition of" in proc.stderr, proc.stderr
+    pgshovel(stack, cluster, "set", "drop", "whole")
+    pgshovel(stack, cluster, "set", "create", "part", str(write_config(
+        tmp_path, stack, [{"schema": schema, "name": "orders_2024"}], topic_prefix=f"p{cluster}")))
+    err = refused(stack, cluster, "whole", set_config(tmp_path, stack, schema, path, f"w{cluster}"))
+    assert f'its partition "{schema}"."orders_2024" is captured by another set (trigger pgshovel2_part_' in err, err
