@@ -7,9 +7,10 @@ has, named after its trigger name B (:func:`base_name`):
 
 - ``B_tb`` BEFORE TRUNCATE and ``B_ta`` AFTER TRUNCATE on T (``truncate_root``): while T itself
   is truncated (its own TRUNCATE event) the partitions' triggers do nothing;
-- ``B_tp`` BEFORE TRUNCATE on every leaf partition of T, any depth: the partition's rows as the
-  DELETEs of T they are -- D events in a trigger set's queue (``truncate_partition``), logical
-  messages for a logical set (``pgshovel2_pl.truncate_message``).
+- ``B_tp`` BEFORE TRUNCATE on every leaf partition of T, any depth (arguments: the set's, then
+  T's OID): the partition's rows as the DELETEs of T they are -- D events in a trigger set's
+  queue (``truncate_partition``: ``emit_rows``), logical messages for a logical set
+  (``pgshovel2_pl.truncate_message``: ``emit_messages``).
 
 The functions are in the C extension (schema pgshovel2, version 0.3, sql/capture) for sets with C
 capture, else in pgshovel2_pl (sql/capture_pl, installable by a non-superuser). ``B_tb`` carries
@@ -33,6 +34,7 @@ from pgshovel2.setrecord import PGOUTPUT, SetRecord, SlotCapture, TriggerCapture
 ROOT_BEFORE, ROOT_AFTER, LEAF = "_tb", "_ta", "_tp"
 
 _PARTITIONED_SQL = "SELECT relkind = 'p' FROM pg_class WHERE oid = to_regclass(%s)"
+_OID_SQL = "SELECT to_regclass(%s)::oid"
 
 # Leaf partitions of a table (any depth; foreign tables have no TRUNCATE to capture) without a trigger named %(name)s.
 _MISSING_SQL = """
@@ -59,11 +61,11 @@ class TruncateTriggers:
         """``B_tp``: the name of the leaf partitions' triggers."""
         return self.base + LEAF
 
-    def leaf_statement(self, leaf: str) -> sql.Composed:
-        """CREATE TRIGGER B_tp on leaf (a regclass text, quoted as needed)."""
+    def leaf_statement(self, leaf: str, root: int) -> sql.Composed:
+        """CREATE TRIGGER B_tp on leaf (a regclass text, quoted as needed) of the set's table of OID root."""
         return sql.SQL("CREATE TRIGGER {} BEFORE TRUNCATE ON {} FOR EACH STATEMENT EXECUTE FUNCTION {}({})").format(
             sql.Identifier(self.leaf_name), sql.SQL(leaf), sql.SQL(self.leaf),
-            sql.SQL(", ").join(sql.Literal(a) for a in self.args))
+            sql.SQL(", ").join(sql.Literal(a) for a in (*self.args, str(root))))
 
 
 def base_name(record: SetRecord) -> str:
@@ -156,9 +158,15 @@ def add_missing(cur, triggers: TruncateTriggers, table: Table) -> list[str]:
     psycopg2 errors (e.g. no TRIGGER privilege on a partition) for the caller to report."""
     added = []
     for _oid, leaf in missing(cur, triggers, table):
-        cur.execute(triggers.leaf_statement(leaf))
+        cur.execute(triggers.leaf_statement(leaf, table_oid(cur, table)))
         added.append(leaf)
     return added
+
+
+def table_oid(cur, table: Table) -> int:
+    """The OID of table (which must exist)."""
+    cur.execute(_OID_SQL, (table.qualified,))
+    return cur.fetchone()[0]
 
 
 def uninstall(cur, triggers: TruncateTriggers, tables: tuple[Table, ...], everywhere: bool = False) -> list[str]:

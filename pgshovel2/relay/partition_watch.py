@@ -102,5 +102,6 @@ def _lacking(cur, triggers: partitions.TruncateTriggers, table) -> list[tuple[st
     """(what, the CREATE TRIGGER statement) of each trigger table and its leaf partitions lack."""
     out = [(f"table {table.qualified}", partitions.root_statement(triggers, table, suffix))
            for suffix in partitions.missing_root(cur, triggers, table)]
-    return out + [(f"partition {leaf}", triggers.leaf_statement(leaf))
-                  for _oid, leaf in partitions.missing(cur, triggers, table)]
+    leaves = partitions.missing(cur, triggers, table)
+    root = partitions.table_oid(cur, table) if leaves else 0
+    return out + [(f"partition {leaf}", triggers.leaf_statement(leaf, root)) for _oid, leaf in leaves]

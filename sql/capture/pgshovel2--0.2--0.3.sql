@@ -5,12 +5,16 @@
 -- PostgreSQL onto T's partitions), three statement triggers for TRUNCATE, named after its
 -- capture trigger B (pgshovel2_<set>_<hash>):
 --   B_tb  BEFORE TRUNCATE on T, B_ta AFTER TRUNCATE on T: truncate_root(<function>, <args>...)
---   B_tp  BEFORE TRUNCATE on every leaf partition of T: <function>(<args>...)
+--   B_tp  BEFORE TRUNCATE on every leaf partition of T: <function>(<args>..., <T's OID>)
 -- A TRUNCATE of a partition (or of a partitioned partition) is logged as nothing the stream
 -- could turn into rows; B_tp writes the rows it removes first, as the DELETEs of T they are
--- (trigger sets: D events in the set's queue; logical sets: pgshovel2_pl.truncate_message). A
--- TRUNCATE of T itself is T's own TRUNCATE event: while it runs, B_tb/B_ta keep T's OID in the
--- transaction-local setting pgshovel2.truncating ("<oid>,<oid>,...,") and B_tp does nothing.
+-- (trigger sets: D events in the set's queue, emit_rows; logical sets:
+-- pgshovel2_pl.truncate_message). A TRUNCATE of T itself is T's own TRUNCATE event: while it
+-- runs, B_tb/B_ta keep T's OID in the transaction-local setting pgshovel2.truncating
+-- ("<oid>,<oid>,...,") and B_tp does nothing. The event triggers pgshovel2_partitions_start and
+-- pgshovel2_partitions relay the rows of a partition ATTACHed (as creates) or DETACHed (as
+-- deletes) in the DDL's transaction and give new partitions their B_tp; pgshovel2_drop_table
+-- refuses a DROP TABLE of a partition (DETACH first). sql/capture/README.rst.
 
 -- Whether an ancestor of partition rel is being truncated (its OID in pgshovel2.truncating).
 CREATE FUNCTION truncating_ancestor(rel oid) RETURNS boolean
@@ -50,68 +54,117 @@ BEGIN
     RETURN NULL;
 END $$;
 
--- B_tp of a set with C capture (above): appends one D event per row of the truncated partition
--- to the set's queue (argument: the queue), exactly the event a DELETE of the row would have
--- made: ev_data the row in the capture form (encode_row) of the columns the set's capture
--- trigger on the partition's top-most captured ancestor lists (mapped to the partition's
--- columns by name), ev_extra1 that trigger's table tag. One INSERT ... SELECT into the queue's
--- current event table. SECURITY DEFINER: a role that may truncate the partition needs no
--- right on the queue. Nothing when no ancestor is captured by the set any more.
-CREATE FUNCTION truncate_partition() RETURNS trigger
+-- The rows of leaf (ONLY leaf; every leaf partition of it when it is partitioned) as op events
+-- ('D' or 'I') of root in the queue qname, exactly the events a DELETE or an INSERT of each row would
+-- have made: ev_data the row in the capture form (encode_row) of the columns the set's capture
+-- trigger on root lists (mapped to the leaf's columns by name), ev_extra1 that trigger's table
+-- tag. One INSERT ... SELECT into the queue's current event table per leaf. Returns the number
+-- of events; 0 when root has no capture trigger of the queue. SECURITY DEFINER (the queue's rights);
+-- not executable by PUBLIC: it writes any rows it is given.
+CREATE FUNCTION emit_rows(qname text, root oid, leaf oid, op text) RETURNS bigint
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
-    qname text := TG_ARGV[0];
-    root oid;
     args text[];
     cols int2[];
     leaf_cols int2[];
     q record;
+    part oid;
+    n bigint;
+    total bigint := 0;
 BEGIN
-    IF TG_OP <> 'TRUNCATE' OR TG_LEVEL <> 'STATEMENT' OR TG_WHEN <> 'BEFORE' OR TG_NARGS <> 1 THEN
-        RAISE EXCEPTION 'pgshovel2.truncate_partition() must be a BEFORE TRUNCATE ... FOR EACH STATEMENT trigger '
-            'with one argument (trigger % on %)', TG_NAME, TG_RELID::regclass;
+    IF op NOT IN ('D', 'I') THEN
+        RAISE EXCEPTION 'pgshovel2.emit_rows(): op must be D or I, not %', op;
     END IF;
-    IF pgshovel2.truncating_ancestor(TG_RELID) THEN
-        RETURN NULL;
-    END IF;
-    SELECT t.tgrelid, pgshovel2.trigger_args(t.tgargs) INTO root, args
-    FROM pg_catalog.pg_partition_ancestors(TG_RELID) WITH ORDINALITY a(relid, depth)
-    JOIN pg_catalog.pg_trigger t ON t.tgrelid = a.relid
-    WHERE a.relid <> TG_RELID AND t.tgfoid = 'pgshovel2.capture()'::pg_catalog.regprocedure
-      AND t.tgparentid = 0 AND t.tgtype::int & 1 = 1 AND (pgshovel2.trigger_args(t.tgargs))[1] = qname
-    ORDER BY a.depth DESC LIMIT 1;
+    SELECT pgshovel2.trigger_args(t.tgargs) INTO args FROM pg_catalog.pg_trigger t
+    WHERE t.tgrelid = root AND t.tgfoid = 'pgshovel2.capture()'::pg_catalog.regprocedure AND t.tgparentid = 0
+      AND t.tgtype::int & 1 = 1 AND (pgshovel2.trigger_args(t.tgargs))[1] = qname;
     IF NOT FOUND THEN
-        RETURN NULL;
-    END IF;
-    cols := pg_catalog.string_to_array(args[3], ',')::int2[];
-    SELECT pg_catalog.array_agg(l.attnum ORDER BY u.i) INTO leaf_cols
-    FROM pg_catalog.unnest(cols) WITH ORDINALITY u(a, i)
-    JOIN pg_catalog.pg_attribute r ON r.attrelid = root AND r.attnum = u.a AND NOT r.attisdropped
-    JOIN pg_catalog.pg_attribute l ON l.attrelid = TG_RELID AND l.attname = r.attname AND NOT l.attisdropped;
-    IF pg_catalog.cardinality(leaf_cols) IS DISTINCT FROM pg_catalog.cardinality(cols) THEN
-        RAISE EXCEPTION 'pgshovel2: partition % lacks a column its table % captures (%)', TG_RELID::regclass,
-            root::regclass, args[3];
+        RETURN 0;
     END IF;
     SELECT queue_data_pfx || '_' || queue_cur_table AS tbl, queue_event_seq AS seq, queue_disable_insert AS off
     INTO q FROM pgq.queue WHERE queue_name = qname;
     IF NOT FOUND THEN
-        RAISE EXCEPTION 'pgshovel2: PgQ queue % of the truncate trigger % on % does not exist', qname, TG_NAME,
-            TG_RELID::regclass;
+        RAISE EXCEPTION 'pgshovel2: PgQ queue % (of the partitions of %) does not exist', qname, root::regclass;
     ELSIF q.off AND pg_catalog.current_setting('session_replication_role') <> 'replica' THEN
         RAISE EXCEPTION 'pgshovel2: writing to PgQ queue % is disabled', qname;
     END IF;
-    EXECUTE pg_catalog.format(
-        'INSERT INTO %s (ev_id, ev_time, ev_txid, ev_type, ev_data, ev_extra1) '
-        'SELECT pg_catalog.nextval(%L), pg_catalog.now(), pg_catalog.txid_current(), ''D'', '
-        'pgshovel2.encode_row(p, %L::pg_catalog.int2[]), %L FROM ONLY %s p',
-        q.tbl, q.seq, leaf_cols, args[2], TG_RELID::regclass);
+    cols := pg_catalog.string_to_array(args[3], ',')::int2[];
+    FOR part IN SELECT c.oid FROM pg_catalog.pg_class c WHERE c.oid = leaf AND c.relkind = 'r'
+                UNION SELECT p.relid FROM pg_catalog.pg_partition_tree(leaf) p JOIN pg_catalog.pg_class c ON c.oid = p.relid
+                WHERE p.isleaf AND c.relkind = 'r' LOOP
+        SELECT pg_catalog.array_agg(l.attnum ORDER BY u.i) INTO leaf_cols
+        FROM pg_catalog.unnest(cols) WITH ORDINALITY u(a, i)
+        JOIN pg_catalog.pg_attribute r ON r.attrelid = root AND r.attnum = u.a AND NOT r.attisdropped
+        JOIN pg_catalog.pg_attribute l ON l.attrelid = part AND l.attname = r.attname AND NOT l.attisdropped;
+        IF pg_catalog.cardinality(leaf_cols) IS DISTINCT FROM pg_catalog.cardinality(cols) THEN
+            RAISE EXCEPTION 'pgshovel2: % lacks a column % captures (%)', part::regclass, root::regclass, args[3];
+        END IF;
+        EXECUTE pg_catalog.format(
+            'INSERT INTO %s (ev_id, ev_time, ev_txid, ev_type, ev_data, ev_extra1) '
+            'SELECT pg_catalog.nextval(%L), pg_catalog.now(), pg_catalog.txid_current(), %L, '
+            'pgshovel2.encode_row(p, %L::pg_catalog.int2[]), %L FROM ONLY %s p',
+            q.tbl, q.seq, op, leaf_cols, args[2], part::regclass);
+        GET DIAGNOSTICS n = ROW_COUNT;
+        total := total + n;
+    END LOOP;
+    RETURN total;
+END $$;
+REVOKE ALL ON FUNCTION emit_rows(text, oid, oid, text) FROM PUBLIC;
+
+-- B_tp of a set with C capture (arguments: its queue, the OID of its table T): the rows a
+-- TRUNCATE of the partition removes, as D events of T (emit_rows). SECURITY DEFINER: a role
+-- that may truncate the partition needs no right on the queue. Nothing while T itself is
+-- truncated, and nothing when the partition is no longer T's (detached).
+CREATE FUNCTION truncate_partition() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF TG_OP <> 'TRUNCATE' OR TG_LEVEL <> 'STATEMENT' OR TG_WHEN <> 'BEFORE' OR TG_NARGS <> 2 THEN
+        RAISE EXCEPTION 'pgshovel2.truncate_partition() must be a BEFORE TRUNCATE ... FOR EACH STATEMENT trigger '
+            'with two arguments (trigger % on %)', TG_NAME, TG_RELID::regclass;
+    END IF;
+    IF pgshovel2.truncating_ancestor(TG_RELID) OR NOT EXISTS (
+            SELECT 1 FROM pg_catalog.pg_partition_ancestors(TG_RELID) a
+            WHERE a.relid::oid = TG_ARGV[1]::oid AND a.relid::oid <> TG_RELID) THEN
+        RETURN NULL;
+    END IF;
+    PERFORM pgshovel2.emit_rows(TG_ARGV[0], TG_ARGV[1]::oid, TG_RELID, 'D');
     RETURN NULL;
 END $$;
 
--- Give every leaf partition of rel (any depth, rel's own tree) the B_tp trigger of each set
--- whose B_tb trigger is on rel or an ancestor of rel (the same function and arguments); leaves
--- that have it are left alone. Returns the number of triggers created. Called by set create's
--- caller, the event trigger below, and the relay.
+-- The rows of leaf as op ('D', 'I') changes of root for a set whose partitions' TRUNCATE
+-- trigger function is fn with args (without the root's OID): the function of that kind of set
+-- (emit_rows, pgshovel2_pl.emit_rows, pgshovel2_pl.emit_messages).
+CREATE FUNCTION emit(fn text, args text[], root oid, leaf oid, op text) RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    CASE fn
+    WHEN 'pgshovel2.truncate_partition' THEN
+        PERFORM pgshovel2.emit_rows(args[1], root, leaf, op);
+    WHEN 'pgshovel2_pl.truncate_partition' THEN
+        EXECUTE 'SELECT pgshovel2_pl.emit_rows($1, $2, $3, $4)' USING args[1], root, leaf, op;
+    WHEN 'pgshovel2_pl.truncate_message' THEN
+        EXECUTE 'SELECT pgshovel2_pl.emit_messages($1, $2, $3, $4, $5)' USING args[1], args[2], root, leaf, op;
+    ELSE
+        RAISE EXCEPTION 'pgshovel2: unknown partition trigger function %', fn;
+    END CASE;
+END $$;
+REVOKE ALL ON FUNCTION emit(text, text[], oid, oid, text) FROM PUBLIC;
+
+-- (set's B_tb trigger name, its table T, leaf) of every leaf partition of every partitioned
+-- table a set captures, as text "<B_tb>:<T>:<leaf>," each.
+CREATE FUNCTION partition_leaves() RETURNS text
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
+SELECT coalesce(pg_catalog.string_agg(t.tgname || ':' || t.tgrelid || ':' || p.relid::oid || ',', ''), '')
+FROM pg_catalog.pg_trigger t
+CROSS JOIN LATERAL pg_catalog.pg_partition_tree(t.tgrelid) p
+JOIN pg_catalog.pg_class c ON c.oid = p.relid
+WHERE t.tgname LIKE 'pgshovel2\_%\_tb' AND t.tgparentid = 0 AND p.isleaf AND p.level > 0 AND c.relkind = 'r'
+$$;
+
+-- Give every leaf partition of the tables with a set's B_tb trigger (every such table when rel is
+-- NULL, else those that are rel or its ancestors) the set's B_tp trigger (the function and
+-- arguments B_tb names, and T's OID); leaves that have it are left alone. Returns the number of
+-- triggers created.
 CREATE FUNCTION add_partition_triggers(rel oid) RETURNS int
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -119,46 +172,90 @@ DECLARE
     leaf oid;
     done int := 0;
 BEGIN
-    FOR r IN SELECT pg_catalog.left(t.tgname, pg_catalog.length(t.tgname) - 3) || '_tp' AS name,
+    FOR r IN SELECT pg_catalog.left(t.tgname, pg_catalog.length(t.tgname) - 3) || '_tp' AS name, t.tgrelid AS root,
                     pgshovel2.trigger_args(t.tgargs) AS args,
                     pg_catalog.to_regproc((pgshovel2.trigger_args(t.tgargs))[1]) AS fn
-             FROM pg_catalog.pg_partition_ancestors(rel) a
-             JOIN pg_catalog.pg_trigger t ON t.tgrelid = a.relid
-             WHERE t.tgname LIKE 'pgshovel2\_%\_tb' AND t.tgparentid = 0 LOOP
+             FROM pg_catalog.pg_trigger t
+             WHERE t.tgname LIKE 'pgshovel2\_%\_tb' AND t.tgparentid = 0
+               AND (rel IS NULL OR t.tgrelid IN (SELECT a.relid FROM pg_catalog.pg_partition_ancestors(rel) a)) LOOP
         IF r.fn IS NULL THEN
             RAISE EXCEPTION 'pgshovel2: the truncate trigger function % (of triggers %) does not exist',
                 r.args[1], r.name;
         END IF;
-        FOR leaf IN SELECT p.relid FROM pg_catalog.pg_partition_tree(rel) p
+        FOR leaf IN SELECT p.relid FROM pg_catalog.pg_partition_tree(r.root) p
                     JOIN pg_catalog.pg_class c ON c.oid = p.relid
-                    WHERE p.isleaf AND c.relkind = 'r'
+                    WHERE p.isleaf AND p.level > 0 AND c.relkind = 'r'
                       AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_trigger x
                                       WHERE x.tgrelid = p.relid AND x.tgname = r.name) LOOP
             EXECUTE pg_catalog.format('CREATE TRIGGER %I BEFORE TRUNCATE ON %s FOR EACH STATEMENT '
                                       'EXECUTE FUNCTION %s(%s)', r.name, leaf::regclass, r.fn,
                                       (SELECT pg_catalog.string_agg(pg_catalog.quote_literal(a), ', ' ORDER BY i)
-                                       FROM pg_catalog.unnest(r.args[2:]) WITH ORDINALITY u(a, i)));
+                                       FROM pg_catalog.unnest(r.args[2:] || r.root::text) WITH ORDINALITY u(a, i)));
             done := done + 1;
         END LOOP;
     END LOOP;
     RETURN done;
 END $$;
+REVOKE ALL ON FUNCTION add_partition_triggers(oid) FROM PUBLIC;
 
--- CREATE TABLE ... PARTITION OF and ALTER TABLE ... ATTACH PARTITION of (a partition of) a
--- captured partitioned table: the new leaves get their B_tp triggers in the DDL's transaction.
-CREATE FUNCTION on_partition_change() RETURNS event_trigger
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
-DECLARE
-    rel oid;
+-- ALTER TABLE starts: the partitions of the sets' partitioned tables now (partition_leaves),
+-- kept in the transaction-local setting pgshovel2.partitions for on_partition_change.
+CREATE FUNCTION on_partition_change_start() RETURNS event_trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
-    FOR rel IN SELECT DISTINCT d.objid FROM pg_catalog.pg_event_trigger_ddl_commands() d
-               JOIN pg_catalog.pg_class c ON c.oid = d.objid
-               WHERE d.classid = 'pg_catalog.pg_class'::pg_catalog.regclass AND c.relkind IN ('r', 'p')
-                 AND (c.relispartition OR c.relkind = 'p') LOOP
-        PERFORM pgshovel2.add_partition_triggers(rel);
-    END LOOP;
+    PERFORM pg_catalog.set_config('pgshovel2.partitions', pgshovel2.partition_leaves(), true);
 END $$;
 
+-- CREATE TABLE ... PARTITION OF, ALTER TABLE ... ATTACH / DETACH PARTITION of the partitions of
+-- a table a set captures, in the DDL's transaction:
+-- - a partition that left its table (a B_tp trigger whose table is no longer its ancestor:
+--   DETACH, also CONCURRENTLY): its rows as deletes of the table (emit), its B_tp dropped;
+-- - a partition that joined the table in this ALTER TABLE (not among the partitions when it
+--   started: ATTACH): its rows as creates of the table (emit);
+-- - then every new partition gets its B_tp trigger (add_partition_triggers).
+-- SECURITY DEFINER: the DDL's role need not own the queue or hold the functions' rights.
+CREATE FUNCTION on_partition_change() RETURNS event_trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    r record;
+    before text := CASE WHEN TG_TAG = 'ALTER TABLE'
+                        THEN pg_catalog.current_setting('pgshovel2.partitions', true) END;
+BEGIN
+    PERFORM pg_catalog.set_config('pgshovel2.partitions', NULL, true);
+    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_event_trigger_ddl_commands() d
+                   JOIN pg_catalog.pg_class c ON c.oid = d.objid
+                   WHERE d.classid = 'pg_catalog.pg_class'::pg_catalog.regclass
+                     AND (c.relkind = 'p' OR c.relispartition)) THEN
+        RETURN;
+    END IF;
+    FOR r IN SELECT t.tgrelid AS leaf, t.tgname, t.tgfoid::pg_catalog.regproc::text AS fn,
+                    pgshovel2.trigger_args(t.tgargs) AS args
+             FROM pg_catalog.pg_trigger t
+             WHERE t.tgname LIKE 'pgshovel2\_%\_tp' AND t.tgparentid = 0 LOOP
+        CONTINUE WHEN pg_catalog.cardinality(r.args) < 2 OR EXISTS (
+            SELECT 1 FROM pg_catalog.pg_partition_ancestors(r.leaf) a
+            WHERE a.relid::oid = r.args[pg_catalog.cardinality(r.args)]::oid AND a.relid::oid <> r.leaf);
+        PERFORM pgshovel2.emit(r.fn, r.args[1:pg_catalog.cardinality(r.args) - 1],
+                               r.args[pg_catalog.cardinality(r.args)]::oid, r.leaf, 'D');
+        EXECUTE pg_catalog.format('DROP TRIGGER %I ON %s', r.tgname, r.leaf::regclass);
+    END LOOP;
+    IF before IS NOT NULL THEN
+        FOR r IN SELECT t.tgrelid AS root, p.relid::oid AS leaf, pgshovel2.trigger_args(t.tgargs) AS args
+                 FROM pg_catalog.pg_trigger t
+                 CROSS JOIN LATERAL pg_catalog.pg_partition_tree(t.tgrelid) p
+                 JOIN pg_catalog.pg_class c ON c.oid = p.relid
+                 WHERE t.tgname LIKE 'pgshovel2\_%\_tb' AND t.tgparentid = 0 AND p.isleaf AND p.level > 0
+                   AND c.relkind = 'r'
+                   AND pg_catalog.strpos(',' || before, ',' || t.tgname || ':' || t.tgrelid || ':' || p.relid::oid || ',')
+                       = 0 LOOP
+            PERFORM pgshovel2.emit(r.args[1], r.args[2:], r.root, r.leaf, 'I');
+        END LOOP;
+    END IF;
+    PERFORM pgshovel2.add_partition_triggers(NULL);
+END $$;
+
+CREATE EVENT TRIGGER pgshovel2_partitions_start ON ddl_command_start
+    WHEN TAG IN ('ALTER TABLE') EXECUTE FUNCTION on_partition_change_start();
 CREATE EVENT TRIGGER pgshovel2_partitions ON ddl_command_end
     WHEN TAG IN ('CREATE TABLE', 'ALTER TABLE') EXECUTE FUNCTION on_partition_change();
 
@@ -213,13 +310,28 @@ BEGIN
 END $$;
 
 -- 0.2's on_drop_table, but the set triggers of partitioned tables (_tb, _ta, _tp) are not
--- capture triggers: dropping a partition drops its _tp trigger, not a captured table.
+-- capture triggers, and DROP TABLE of a partition of a table a set captures (its _tp trigger
+-- dropped, its table's _tb not) is refused: its rows would leave the table without a record
+-- (sql_drop runs after they are gone). DETACH PARTITION relays them as deletes first.
 CREATE OR REPLACE FUNCTION on_drop_table() RETURNS event_trigger
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     d record;
     q text;
 BEGIN
+    SELECT o.address_names[1] AS nsp, o.address_names[2] AS tbl INTO d
+    FROM pg_event_trigger_dropped_objects() o
+    WHERE o.object_type = 'trigger' AND o.address_names[3] LIKE 'pgshovel2\_%\_tp'
+      AND NOT EXISTS (SELECT 1 FROM pg_event_trigger_dropped_objects() x
+                      WHERE x.object_type = 'trigger'
+                        AND x.address_names[3] = left(o.address_names[3], length(o.address_names[3]) - 3) || '_tb')
+    LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'pgshovel2: DROP TABLE of %.%, a partition of a table a replication set captures: its rows '
+            'would leave the table without a record in the set''s stream', quote_ident(d.nsp), quote_ident(d.tbl)
+            USING HINT = 'Detach it first (ALTER TABLE <its table> DETACH PARTITION ...): that relays its rows as '
+                         'deletes; then drop it.';
+    END IF;
     FOR d IN SELECT DISTINCT o.address_names[1] AS nsp, o.address_names[2] AS tbl,
                     o.address_names[3] AS tgname
              FROM pg_event_trigger_dropped_objects() o

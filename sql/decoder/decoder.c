@@ -29,7 +29,7 @@ PG_MODULE_MAGIC;
 
 #define HEARTBEAT_PREFIX "pgshovel2.heartbeat"
 #define VERSION_PREFIX "pgshovel2.version"
-#define TRUNCATE_PREFIX "pgshovel2.truncate"
+#define ROWS_PREFIX "pgshovel2.rows"
 #define RECORD_FORMAT "5"		/* sql/decoder/README.rst; 5: 4 + partitions, TRUNCATE of a partition */
 #define PACKED_FORMAT "4"		/* a transaction's records in packs (P) */
 #define UNPACKED_FORMAT "3"		/* format 4 without packs: every record its own message */
@@ -564,9 +564,9 @@ decoder_message(LogicalDecodingContext *ctx, ReorderBufferTXN *txn, XLogRecPtr l
 		version_message(ctx, txn, lsn, size, message);
 		return;
 	}
-	if (transactional && strcmp(prefix, TRUNCATE_PREFIX) == 0)
+	if (transactional && strcmp(prefix, ROWS_PREFIX) == 0)
 	{
-		pgshovel2_truncate_message(ctx, txn, lsn, size, message);
+		pgshovel2_rows_message(ctx, txn, lsn, size, message);
 		return;
 	}
 	if (transactional || strcmp(prefix, HEARTBEAT_PREFIX) != 0)

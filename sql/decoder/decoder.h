@@ -62,9 +62,9 @@ extern void pgshovel2_routes_reset(void);
 extern bool pgshovel2_route(DecoderState *state, Relation leaf, int *index, Oid *ancestor,
 							TupleConversionMap **map);
 
-/* truncate.c: the rows a TRUNCATE of a partition removed (logical messages), as DELETE records */
-extern void pgshovel2_truncate_message(LogicalDecodingContext *ctx, ReorderBufferTXN *txn,
-									   XLogRecPtr lsn, Size size, const char *message);
+/* rows.c: rows a TRUNCATE, ATTACH or DETACH of a partition moved (logical messages), as DELETE/INSERT records */
+extern void pgshovel2_rows_message(LogicalDecodingContext *ctx, ReorderBufferTXN *txn,
+								   XLogRecPtr lsn, Size size, const char *message);
 
 /* layout.c */
 extern bool pgshovel2_layout_changed(ShovelTable *t, TupleDesc desc);

@@ -211,3 +211,43 @@ def test_overlapping_partitions_are_refused(stack, cluster, db, schema, tmp_path
         tmp_path, stack, [{"schema": schema, "name": "orders_2024"}], topic_prefix=f"p{cluster}")))
     err = refused(stack, cluster, "whole", set_config(tmp_path, stack, schema, path, f"w{cluster}"))
     assert f'its partition "{schema}"."orders_2024" is captured by another set (trigger pgshovel2_part_' in err, err
+
+
+def test_attach_detach_and_drop_of_partitions(stack, cluster, db, schema, tmp_path, relay_factory, path):
+    """On a server with the pgshovel2 extension (event triggers): the rows of a table ATTACHed as a
+    partition arrive as creates, those of a partition DETACHed (also a partitioned one) leave as
+    deletes, in the DDL's transaction; DROP TABLE of a partition is refused (DETACH first)."""
+    with db.cursor() as cur:
+        cur.execute("CREATE EXTENSION IF NOT EXISTS pgshovel2 CASCADE")
+        table = make_orders(cur, schema)
+    cfg = set_config(tmp_path, stack, schema, path, f"move{path}{cluster}")
+    pgshovel(stack, cluster, "set", "create", "move", str(cfg))
+    relay = relay_factory("move")
+    relay.wait_for("snapshot done")
+    s = f'"{schema}"'
+    with db.cursor() as cur:
+        cur.execute(f"CREATE TABLE {s}.orders_x (pad int, amount numeric(12,2), note text, day date NOT NULL, "
+                    "id int NOT NULL)")
+        cur.execute(f"ALTER TABLE {s}.orders_x DROP COLUMN pad")
+        cur.execute(f"INSERT INTO {s}.orders_x SELECT g, 'attached', DATE '2028-01-01' + g, g "
+                    "FROM generate_series(1, 150) g")
+        cur.execute(f"DELETE FROM {s}.orders_other WHERE day >= '2028-01-01'")
+        cur.execute(f"ALTER TABLE {table} ATTACH PARTITION {s}.orders_x "
+                    "FOR VALUES FROM ('2028-01-01') TO ('2029-01-01')")
+        cur.execute("BEGIN")
+        cur.execute(f"ALTER TABLE {table} DETACH PARTITION {s}.orders_2025")
+        cur.execute(f"INSERT INTO {table} VALUES (7001, '2024-07-07', 'same txn', 1)")
+        cur.execute("COMMIT")
+        cur.execute(f"ALTER TABLE {table} DETACH PARTITION {s}.orders_2026")
+    check(stack, cluster, "move", db, table)
+    with db.cursor() as cur:
+        with pytest.raises(psycopg2.Error, match="DROP TABLE of .*orders_2024, a partition of a table a replication "
+                                                 "set captures"):
+            cur.execute(f"DROP TABLE {s}.orders_2024")
+        cur.execute(f"ALTER TABLE {table} DETACH PARTITION {s}.orders_2024")
+        cur.execute(f"DROP TABLE {s}.orders_2024")
+        cur.execute(f"ALTER TABLE {table} ATTACH PARTITION {s}.orders_2025 "
+                    "FOR VALUES FROM ('2025-01-01') TO ('2026-01-01')")
+        cur.execute(f"UPDATE {table} SET note = 'back' WHERE day < '2026-01-01'")
+    check(stack, cluster, "move", db, table)
+    assert relay.stop() == 0

@@ -1,19 +1,21 @@
 /*
- * truncate.c - TRUNCATE of a partition of a set's table, as the DELETEs of the rows it removed.
+ * rows.c - rows that joined or left a set's table without a change record: as the INSERTs and
+ * DELETEs they are.
  *
- * PostgreSQL logs a TRUNCATE of a partition as a truncate of that partition only, and a
- * TRUNCATE record cannot say which rows went. The set's BEFORE TRUNCATE trigger on every leaf
- * partition (pgshovel2_pl.truncate_message, installed by set create) writes the rows into the
- * WAL first, as transactional logical messages with prefix "pgshovel2.truncate" (at most 1,000
- * rows each), in the truncating transaction:
+ * PostgreSQL logs a TRUNCATE of a partition as a truncate of that partition only (which cannot
+ * say which rows went), and ATTACH / DETACH PARTITION as catalog changes. The set's triggers
+ * (sql/capture_pl 4_partitions.sql; the C extension's event trigger for ATTACH and DETACH) write
+ * the rows into the WAL first, in the same transaction, as transactional logical messages with
+ * prefix "pgshovel2.rows" (at most 1,000 rows each):
  *
- *     <slot name> '\n' <leaf oid> '\n' <attnum>,<attnum>,... '\n' <row> ['\n' <row> ...]
+ *     <slot name> '\n' <op: D or I> '\n' <table OID> '\n' <partition OID> '\n' <attnum>,<attnum>,...
+ *     '\n' <row> ['\n' <row> ...]
  *
- * a row being pgshovel2_decoder.encode_row(<leaf row>, '{<the attnums>}'): the leaf's live
- * columns in the capture trigger's forms. The plugin of that slot writes each row as the DELETE
- * record ('D', flags 0, the whole old row) of the leaf's top-most ancestor in the set
- * (partitions.c), its captured columns picked by name, at the message's LSN: what a DELETE of
- * the row would have given, so the relay and every consumer take it as one.
+ * a row being pgshovel2_decoder.encode_row(<partition row>, '{<the attnums>}'): the partition's
+ * live columns in the capture trigger's forms. The plugin of that slot writes each row as the
+ * DELETE ('D', flags 0, the whole old row) or INSERT ('I', flags 0) record of the table, when it
+ * is in the set, with its captured columns picked by name, at the message's LSN: what a DELETE
+ * or INSERT of the row would have given, so the relay and every consumer take it as one.
  */
 #include "postgres.h"
 
@@ -50,8 +52,8 @@ static void
 bad_message(const char *why)
 {
 	ereport(ERROR,
-			(errmsg("pgshovel2_decoder: malformed \"pgshovel2.truncate\" message: %s", why),
-			 errhint("The message is written by the set's truncate trigger of the same pgshovel2 version.")));
+			(errmsg("pgshovel2_decoder: malformed \"pgshovel2.rows\" message: %s", why),
+			 errhint("The message is written by pgshovel2_pl.emit_messages of the same pgshovel2 version.")));
 }
 
 /* The attnum list of the message: *n of them. */
@@ -135,44 +137,52 @@ split_row(Line row, Line *elements, int n)
 }
 
 /*
- * For each captured column of t (in the descriptor of ancestor), its position among the message's
- * leaf attnums (map: leaf -> ancestor conversion, NULL when the descriptors match).
+ * For each captured column of t (in root's descriptor), its position among the message's attnums
+ * of leaf: the leaf's column of the same name.
  */
 static int *
-picks(ShovelTable *t, Relation ancestor, TupleConversionMap *map, const int16 *attnums, int n)
+picks(ShovelTable *t, Relation root, Relation leaf, const int16 *attnums, int n)
 {
 	int		   *out = palloc(sizeof(int) * Max(t->ncols, 1));
+	TupleDesc	leaf_desc = RelationGetDescr(leaf);
 	int			i;
 
 	for (i = 0; i < t->ncols; i++)
 	{
-		AttrNumber	leaf_attnum = map ? map->attrMap->attnums[t->attnums[i] - 1] : t->attnums[i];
+		const char *name = NameStr(TupleDescAttr(RelationGetDescr(root), t->attnums[i] - 1)->attname);
 		int			j;
 
 		out[i] = -1;
 		for (j = 0; j < n; j++)
-			if (attnums[j] == leaf_attnum)
+		{
+			Form_pg_attribute att;
+
+			if (attnums[j] > leaf_desc->natts)
+				bad_message("an attnum is not a column of the partition");
+			att = TupleDescAttr(leaf_desc, attnums[j] - 1);
+			if (!att->attisdropped && strcmp(NameStr(att->attname), name) == 0)
 				out[i] = j;
+		}
 		if (out[i] < 0)
 			ereport(ERROR,
-					(errmsg("pgshovel2_decoder: the rows of a TRUNCATE of a partition of table \"%s\" lack "
-							"its column \"%s\"", RelationGetRelationName(ancestor),
-							NameStr(TupleDescAttr(RelationGetDescr(ancestor), t->attnums[i] - 1)->attname))));
+					(errmsg("pgshovel2_decoder: the rows of \"%s\" (a \"pgshovel2.rows\" message) lack column "
+							"\"%s\" of table \"%s\"", RelationGetRelationName(leaf), name,
+							RelationGetRelationName(root))));
 	}
 	return out;
 }
 
-/* Write one row of the message as the DELETE record of table index. */
+/* Write one row of the message as the op record (D, I) of table index. */
 static void
-write_delete(LogicalDecodingContext *ctx, XLogRecPtr lsn, int index, ShovelTable *t, const int *pick,
-			 Line *elements)
+write_row(LogicalDecodingContext *ctx, char op, XLogRecPtr lsn, int index, ShovelTable *t, const int *pick,
+		  Line *elements)
 {
 	StringInfo	out = pgshovel2_start_record(ctx);
 	int			at;
 	uint32		len;
 	int			i;
 
-	pq_sendbyte(out, 'D');
+	pq_sendbyte(out, op);
 	pq_sendint64(out, lsn);
 	pq_sendint16(out, (uint16) index);
 	pq_sendbyte(out, 0);
@@ -191,19 +201,48 @@ write_delete(LogicalDecodingContext *ctx, XLogRecPtr lsn, int index, ShovelTable
 	pgshovel2_end_record(ctx);
 }
 
+/* The OID on the next line. */
+static Oid
+next_oid(const char **at, const char *end, const char *missing)
+{
+	Line		line;
+	char	   *text;
+	char	   *stop;
+	unsigned long oid;
+
+	if (!next_line(at, end, &line))
+		bad_message(missing);
+	text = pnstrdup(line.start, line.len);
+	oid = strtoul(text, &stop, 10);
+	if (*text == '\0' || *stop != '\0' || oid == 0 || oid > PG_UINT32_MAX)
+		bad_message(missing);
+	return (Oid) oid;
+}
+
+static Relation
+open_relation(Oid relid, const char *what)
+{
+	Relation	rel = RelationIdGetRelation(relid);
+
+	if (!RelationIsValid(rel))
+		elog(ERROR, "pgshovel2_decoder: could not open relation %u (%s in a \"pgshovel2.rows\" message)", relid,
+			 what);
+	return rel;
+}
+
 void
-pgshovel2_truncate_message(LogicalDecodingContext *ctx, ReorderBufferTXN *txn, XLogRecPtr lsn, Size size,
-						   const char *message)
+pgshovel2_rows_message(LogicalDecodingContext *ctx, ReorderBufferTXN *txn, XLogRecPtr lsn, Size size,
+					   const char *message)
 {
 	DecoderState *state = ctx->output_plugin_private;
 	const char *at = message;
 	const char *end = message + size;
 	Line		line;
+	char		op;
+	Oid			root_oid;
 	Oid			leaf_oid;
+	Relation	root;
 	Relation	leaf;
-	Relation	ancestor;
-	Oid			ancestor_oid;
-	TupleConversionMap *map;
 	int			index;
 	int16	   *attnums;
 	int			n;
@@ -215,39 +254,35 @@ pgshovel2_truncate_message(LogicalDecodingContext *ctx, ReorderBufferTXN *txn, X
 	if (!next_line(&at, end, &line) || line.len != (int) strlen(slot) || memcmp(line.start, slot, line.len) != 0)
 		return;					/* another set's */
 	old = MemoryContextSwitchTo(state->change_cxt);
-	if (!next_line(&at, end, &line))
-		bad_message("no partition");
-	leaf_oid = (Oid) strtoul(pnstrdup(line.start, line.len), NULL, 10);
-	leaf = RelationIdGetRelation(leaf_oid);
-	if (!RelationIsValid(leaf))
-		elog(ERROR, "pgshovel2_decoder: could not open relation %u (a truncated partition)", leaf_oid);
-	if (!pgshovel2_route(state, leaf, &index, &ancestor_oid, &map))
-	{
-		RelationClose(leaf);	/* no ancestor in the set (any more) */
-		MemoryContextSwitchTo(old);
-		MemoryContextReset(state->change_cxt);
-		return;
-	}
+	if (!next_line(&at, end, &line) || line.len != 1 || (line.start[0] != 'D' && line.start[0] != 'I'))
+		bad_message("no op (D or I)");
+	op = line.start[0];
+	root_oid = next_oid(&at, end, "no table");
+	leaf_oid = next_oid(&at, end, "no partition");
 	if (!next_line(&at, end, &line))
 		bad_message("no attnum list");
 	attnums = parse_attnums(line, &n);
-	ancestor = RelationIdGetRelation(ancestor_oid);
-	if (!RelationIsValid(ancestor))
-		elog(ERROR, "pgshovel2_decoder: could not open relation %u (an ancestor of \"%s\")", ancestor_oid,
-			 RelationGetRelationName(leaf));
+	if (pgshovel2_find_table(state, root_oid, &index) == NULL)
+	{
+		MemoryContextSwitchTo(old);	/* the table is not in the set (any more) */
+		MemoryContextReset(state->change_cxt);
+		return;
+	}
+	root = open_relation(root_oid, "a set's table");
+	leaf = open_relation(leaf_oid, "a partition");
 	MemoryContextSwitchTo(old);
 	pgshovel2_ensure_begin(ctx, txn);
-	pgshovel2_ensure_layout(ctx, &state->tables[index], index, ancestor);
+	pgshovel2_ensure_layout(ctx, &state->tables[index], index, root);
 	old = MemoryContextSwitchTo(state->change_cxt);
-	pick = picks(&state->tables[index], ancestor, map, attnums, n);
+	pick = picks(&state->tables[index], root, leaf, attnums, n);
 	elements = palloc(sizeof(Line) * Max(n, 1));
 	while (next_line(&at, end, &line))
 	{
 		split_row(line, elements, n);
-		write_delete(ctx, lsn, index, &state->tables[index], pick, elements);
+		write_row(ctx, op, lsn, index, &state->tables[index], pick, elements);
 		state->nchanges++;
 	}
-	RelationClose(ancestor);
+	RelationClose(root);
 	RelationClose(leaf);
 	MemoryContextSwitchTo(old);
 	MemoryContextReset(state->change_cxt);
