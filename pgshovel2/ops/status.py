@@ -12,7 +12,9 @@
 - a logical set's slot: whether it survives a failover (pgshovel2.backends.slot_failover:
   a failover slot on PostgreSQL 17+, synced to the standby given with ``--standby``);
 - partitioned tables: the partitions (and tables) lacking the set's TRUNCATE trigger
-  (pgshovel2.backends.partitions.lacking), whose TRUNCATE would not reach Kafka.
+  (pgshovel2.backends.partitions.lacking), whose TRUNCATE would not reach Kafka, and the
+  partitions that joined or left without their rows relayed where no event trigger does it
+  (ZooKeeper ``relay/partitions``, pgshovel2.relay.partition_moves).
 """
 
 import time
@@ -27,7 +29,7 @@ from pgshovel2.consumer.offsets import end_offsets, partition_counts
 from pgshovel2.db import connect, redacted
 from pgshovel2.errors import PgshovelError, RelayError, UnavailableError
 from pgshovel2.ops import resnapshot
-from pgshovel2.relay import election
+from pgshovel2.relay import election, partition_moves
 from pgshovel2.setrecord import SetRecord, SlotCapture
 from pgshovel2.wire import Position
 from pgshovel2.wire.positions import read_position
@@ -116,7 +118,8 @@ def set_status(store: ClusterStore, set_name: str, bootstrap: str, standby_dsn: 
     out["last_error"] = error
     out["skips"] = store.get_relay_record(set_name, "skips")
     out["online_snapshot"] = resnapshot.show(store, set_name)
-    out["partitions"] = partitions.lacking(record)
+    out["partitions"] = {**partitions.lacking(record),
+                         "relay": store.get_relay_record(set_name, "partitions") or {}}
     return out
 
 
@@ -167,10 +170,10 @@ def lines(info: dict[str, Any]) -> list[str]:
 
 
 def _partition_lines(info: dict[str, Any]) -> list[str]:
-    if info.get("error"):
-        return [f"  partitions:       {info['error']}"]
-    return [f"  NO TRUNCATE TRIGGER: {what}: a TRUNCATE of it would not reach Kafka (the relay creates it when "
+    out = [f"  partitions:       {info['error']}"] if info.get("error") else []
+    out += [f"  NO TRUNCATE TRIGGER: {what}: a TRUNCATE of it would not reach Kafka (the relay creates it when "
             "its role may; see its log)" for what in info.get("missing", [])]
+    return out + partition_moves.lines(info.get("relay"))
 
 
 RUNBOOK = "docs/runbooks.rst"

@@ -10,18 +10,21 @@ TRUNCATE of a new partition before that is not captured (docs/wire.rst, "Partiti
 When its role may not, it logs a warning naming the partition and the statement a DBA runs, at
 most every WARN_INTERVAL seconds a partition; ``pgshovel set status`` lists such partitions
 (:func:`pgshovel2.ops.status`). The watch never stops the relay: a database outage is the
-stream's to report.
+stream's to report. Partitions that joined or left the table there are
+:mod:`pgshovel2.relay.partition_moves`'.
 """
 
 import logging
 import time
 
 import psycopg2
+from kazoo.exceptions import KazooException
 from psycopg2 import sql
 
 from pgshovel2.backends import partitions
 from pgshovel2.db import connect
-from pgshovel2.errors import UnavailableError
+from pgshovel2.errors import ClusterError, UnavailableError
+from pgshovel2.relay.partition_moves import PartitionMoves
 from pgshovel2.setrecord import SetRecord
 
 log = logging.getLogger(__name__)
@@ -33,10 +36,11 @@ LOCK_TIMEOUT = "2s"
 
 class PartitionWatch:
     """Adds the TRUNCATE triggers a set's partitions lack (module docstring), on a connection of
-    its own to dsn, at most every interval seconds (:meth:`check`)."""
+    its own to dsn, at most every interval seconds (:meth:`check`); moves: finds partitions that
+    joined or left where no event trigger relays them (None: not looked for)."""
 
-    def __init__(self, dsn: str, interval: float = INTERVAL):
-        self.dsn, self.interval = dsn, interval
+    def __init__(self, dsn: str, moves: PartitionMoves | None = None, interval: float = INTERVAL):
+        self.dsn, self.moves, self.interval = dsn, moves, interval
         self._conn = None
         self._next = 0.0
         self._warned: dict[str, float] = {}  # partition -> when it was last warned about
@@ -50,8 +54,8 @@ class PartitionWatch:
         self._next = now + self.interval
         try:
             return self._check(record)
-        except (psycopg2.Error, UnavailableError) as exc:
-            log.debug("partition watch: %s", str(exc).strip())
+        except (psycopg2.Error, UnavailableError, ClusterError, KazooException) as exc:
+            log.warning("partition watch of set %r: %s", record.name, str(exc).strip())
             self.close()
             return []
 
@@ -64,7 +68,10 @@ class PartitionWatch:
         triggers = partitions.for_record(record)
         done = []
         with self._conn.cursor() as cur:
-            for table in partitions.partitioned(cur, record.tables):
+            tables = partitions.partitioned(cur, record.tables)
+            if self.moves is not None and tables:
+                self.moves.check(cur, triggers, tables)
+            for table in tables:
                 for name, statement in _lacking(cur, triggers, table):
                     if self._create(cur, statement, name, table.qualified):
                         done.append(name)
