@@ -103,20 +103,36 @@ def check_tables(cur, config: SetConfig, tables: tuple[Table, ...], source: str,
     """Raise ConfigError naming every table (``tables[i]``) whose replica identity does not
     log what the relay needs (module docstring), all of them in one error. With pgoutput a
     table must also log some old row (PostgreSQL refuses UPDATE/DELETE on a published table
-    without one, and pgoutput sends no DELETE without it)."""
+    without one, and pgoutput sends no DELETE without it). A partitioned table's leaf partitions
+    are checked too, each by its own identity (the one the WAL logs its rows by), named."""
     problems = []
     for i, table in enumerate(tables):
-        cur.execute(_IDENTITY_SQL, {"table": table.qualified, "columns": [c.name for c in table.columns]})
-        ident, ident_cols, toastable_not_null = cur.fetchone()
-        problem = _identity_problem(table, config, ident, set(ident_cols), toastable_not_null)
-        if problem is None and plugin == pgoutput.NAME and ident != "f" and not ident_cols:
-            problem = ("with decoder pgoutput its replica identity must log an old row, but it logs none "
-                       "(NOTHING, or DEFAULT without a primary key)")
-        if problem:
-            problems.append(ConfigError(source, f"tables[{i}]", table.qualified,
-                                        f"{problem}: run ALTER TABLE {table.qualified} REPLICA IDENTITY FULL "
-                                        "(or use backend: trigger)"))
+        for target in (table.qualified, *_leaves(cur, table)):
+            problem = _relation_problem(cur, config, table, target, plugin)
+            if problem:
+                what = "" if target == table.qualified else f"its partition {target}: "
+                problems.append(ConfigError(source, f"tables[{i}]", table.qualified,
+                                            f"{what}{problem}: run ALTER TABLE {target} REPLICA IDENTITY FULL "
+                                            "(or use backend: trigger)"))
     raise_all(problems, source)
+
+
+def _leaves(cur, table: Table) -> list[str]:
+    """The leaf partitions of table (none unless it is partitioned), as regclass texts."""
+    cur.execute("SELECT p.relid::regclass::text FROM pg_partition_tree(to_regclass(%s)) p JOIN pg_class c "
+                "ON c.oid = p.relid WHERE p.isleaf AND p.level > 0 AND c.relkind = 'r' ORDER BY 1", (table.qualified,))
+    return [name for (name,) in cur.fetchall()]
+
+
+def _relation_problem(cur, config: SetConfig, table: Table, relation: str, plugin: str) -> str | None:
+    """Why relation's replica identity (table itself, or a partition of it) is not enough, or None."""
+    cur.execute(_IDENTITY_SQL, {"table": relation, "columns": [c.name for c in table.columns]})
+    ident, ident_cols, toastable_not_null = cur.fetchone()
+    problem = _identity_problem(table, config, ident, set(ident_cols), toastable_not_null)
+    if problem is None and plugin == pgoutput.NAME and ident != "f" and not ident_cols:
+        problem = ("with decoder pgoutput its replica identity must log an old row, but it logs none "
+                   "(NOTHING, or DEFAULT without a primary key)")
+    return problem
 
 
 def _identity_problem(table: Table, config: SetConfig, ident: str, ident_cols: set[str],

@@ -251,3 +251,21 @@ def test_attach_detach_and_drop_of_partitions(stack, cluster, db, schema, tmp_pa
         cur.execute(f"UPDATE {table} SET note = 'back' WHERE day < '2026-01-01'")
     check(stack, cluster, "move", db, table)
     assert relay.stop() == 0
+
+
+@pytest.mark.parametrize("backend", ["logical", "pgoutput"])
+def test_partitions_replica_identity_is_checked(stack, cluster, db, schema, tmp_path, backend):
+    """The WAL logs a partition's old rows by the partition's own replica identity: a logical set
+    whose envelope needs FULL is refused naming each partition without it."""
+    with db.cursor() as cur:
+        make_orders(cur, schema)
+    cfg = write_config(tmp_path, stack, [{"schema": schema, "name": "orders"}], backend=backend,
+                       envelope="debezium", topic_prefix=f"ri{cluster}")  # FULL on the table only
+    err = refused(stack, cluster, "ri", cfg)
+    assert f'its partition "{schema}".orders_2026_lo: the debezium envelope needs every old row' in err, err
+    with db.cursor() as cur:
+        cur.execute("SELECT p.relid::regclass::text FROM pg_partition_tree(%s::regclass) p WHERE p.isleaf",
+                    (f'"{schema}".orders',))
+        for (leaf,) in cur.fetchall():
+            cur.execute(f"ALTER TABLE {leaf} REPLICA IDENTITY FULL")
+    pgshovel(stack, cluster, "set", "create", "ri", str(cfg))
