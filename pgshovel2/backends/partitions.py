@@ -33,7 +33,6 @@ from pgshovel2.setrecord import PGOUTPUT, SetRecord, SlotCapture, TriggerCapture
 
 ROOT_BEFORE, ROOT_AFTER, LEAF = "_tb", "_ta", "_tp"
 
-_PARTITIONED_SQL = "SELECT relkind = 'p' FROM pg_class WHERE oid = to_regclass(%s)"
 _OID_SQL = "SELECT to_regclass(%s)::oid"
 
 # Leaf partitions of a table (any depth; foreign tables have no TRUNCATE to capture) without a trigger named %(name)s.
@@ -109,14 +108,13 @@ def publication(record: SetRecord) -> str:
 
 
 def partitioned(cur, tables: tuple[Table, ...]) -> tuple[Table, ...]:
-    """The partitioned tables among tables (those that exist)."""
-    out = []
-    for table in tables:
-        cur.execute(_PARTITIONED_SQL, (table.qualified,))
-        row = cur.fetchone()
-        if row is not None and row[0]:
-            out.append(table)
-    return tuple(out)
+    """The partitioned tables among tables (those that exist), in one query."""
+    if not tables:
+        return ()
+    cur.execute("SELECT t FROM unnest(%s::text[]) t WHERE (SELECT relkind FROM pg_class "
+                "WHERE oid = to_regclass(t)) = 'p'", ([t.qualified for t in tables],))
+    found = {t for (t,) in cur.fetchall()}
+    return tuple(t for t in tables if t.qualified in found)
 
 
 def root_statement(triggers: TruncateTriggers, table: Table, suffix: str) -> sql.Composed:

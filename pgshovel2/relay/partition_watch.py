@@ -18,6 +18,7 @@ import logging
 import time
 
 import psycopg2
+import psycopg2.errors
 from kazoo.exceptions import KazooException
 from psycopg2 import sql
 
@@ -44,6 +45,7 @@ class PartitionWatch:
         self._conn = None
         self._next = 0.0
         self._warned: dict[str, float] = {}  # partition -> when it was last warned about
+        self._partitioned: tuple[frozenset[str], tuple] | None = None  # (the set's tags, its partitioned tables)
 
     def check(self, record: SetRecord) -> list[str]:
         """Once interval has passed since the last check: create what the set's partitioned tables
@@ -52,6 +54,9 @@ class PartitionWatch:
         if now < self._next:
             return []
         self._next = now + self.interval
+        tags = frozenset(t.qualified for t in record.tables)
+        if self._partitioned is not None and self._partitioned[0] == tags and not self._partitioned[1]:
+            return []  # none of the set's tables is partitioned (a table cannot become so)
         try:
             return self._check(record)
         except (psycopg2.Error, UnavailableError, ClusterError, KazooException) as exc:
@@ -69,7 +74,11 @@ class PartitionWatch:
         done = []
         with self._conn.cursor() as cur:
             tables = partitions.partitioned(cur, record.tables)
-            if self.moves is not None and tables:
+            self._partitioned = (frozenset(t.qualified for t in record.tables), tables)
+            if not tables:
+                self.close()
+                return []
+            if self.moves is not None:
                 self.moves.check(cur, triggers, tables)
             for table in tables:
                 for name, statement in _lacking(cur, triggers, table):
@@ -81,6 +90,10 @@ class PartitionWatch:
         text = statement.as_string(cur)
         try:
             cur.execute(statement)
+        except psycopg2.errors.LockNotAvailable:
+            log.info("%s of set table %s: its TRUNCATE trigger waits for a lock (writers); tried again in %gs",
+                     name, table, self.interval)
+            return False
         except psycopg2.Error as exc:
             if self._conn.closed:
                 raise

@@ -198,12 +198,13 @@ BEGIN
 END $$;
 REVOKE ALL ON FUNCTION add_partition_triggers(oid) FROM PUBLIC;
 
--- ALTER TABLE starts: the partitions of the sets' partitioned tables now (partition_leaves),
--- kept in the transaction-local setting pgshovel2.partitions for on_partition_change.
+-- ALTER TABLE starts: the partitions of the sets' partitioned tables now (partition_leaves,
+-- after a comma), kept in the transaction-local setting pgshovel2.partitions for
+-- on_partition_change.
 CREATE FUNCTION on_partition_change_start() RETURNS event_trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
-    PERFORM pg_catalog.set_config('pgshovel2.partitions', pgshovel2.partition_leaves(), true);
+    PERFORM pg_catalog.set_config('pgshovel2.partitions', ',' || pgshovel2.partition_leaves(), true);
 END $$;
 
 -- CREATE TABLE ... PARTITION OF, ALTER TABLE ... ATTACH / DETACH PARTITION of the partitions of
@@ -218,8 +219,10 @@ CREATE FUNCTION on_partition_change() RETURNS event_trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     r record;
+    -- '' (a placeholder setting outside the transaction that set it: DETACH ... CONCURRENTLY
+    -- commits in between) is no snapshot
     before text := CASE WHEN TG_TAG = 'ALTER TABLE'
-                        THEN pg_catalog.current_setting('pgshovel2.partitions', true) END;
+                        THEN NULLIF(pg_catalog.current_setting('pgshovel2.partitions', true), '') END;
 BEGIN
     PERFORM pg_catalog.set_config('pgshovel2.partitions', NULL, true);
     IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_event_trigger_ddl_commands() d
@@ -246,7 +249,7 @@ BEGIN
                  JOIN pg_catalog.pg_class c ON c.oid = p.relid
                  WHERE t.tgname LIKE 'pgshovel2\_%\_tb' AND t.tgparentid = 0 AND p.isleaf AND p.level > 0
                    AND c.relkind = 'r'
-                   AND pg_catalog.strpos(',' || before, ',' || t.tgname || ':' || t.tgrelid || ':' || p.relid::oid || ',')
+                   AND pg_catalog.strpos(before, ',' || t.tgname || ':' || t.tgrelid || ':' || p.relid::oid || ',')
                        = 0 LOOP
             PERFORM pgshovel2.emit(r.args[1], r.args[2:], r.root, r.leaf, 'I');
         END LOOP;
