@@ -274,3 +274,27 @@ def test_partitions_replica_identity_is_checked(stack, cluster, db, schema, tmp_
         for (leaf,) in cur.fetchall():
             cur.execute(f"ALTER TABLE {leaf} REPLICA IDENTITY FULL")
     pgshovel(stack, cluster, "set", "create", "ri", str(cfg))
+
+
+OLD_TRIGGERS = r"SELECT tgname, tgrelid::regclass::text FROM pg_trigger WHERE tgname ~ '^pgshovel2_old_.*_t[abp]$'"
+
+
+def test_cluster_upgrade_gives_older_sets_their_truncate_triggers(stack, cluster, db, schema, tmp_path, path):
+    """A set created before the TRUNCATE triggers existed (here: its triggers dropped) gets them, and
+    pgshovel2_pl where it runs its functions, from pgshovel cluster upgrade."""
+    with db.cursor() as cur:
+        make_orders(cur, schema)
+    pgshovel(stack, cluster, "set", "create", "old", str(set_config(tmp_path, stack, schema, path, f"old{cluster}")))
+    with db.cursor() as cur:
+        cur.execute(OLD_TRIGGERS)
+        triggers = sorted(cur.fetchall())
+        assert len(triggers) == 2 + 5, triggers  # B_tb, B_ta on the table; B_tp on its five leaves
+        for name, rel in triggers:
+            cur.execute(f'DROP TRIGGER "{name}" ON {rel}')
+    out = pgshovel(stack, cluster, "cluster", "upgrade").stdout
+    for name in {name for name, _rel in triggers}:
+        assert out.count(f"set 'old': trigger {name} on ") == [n for n, _ in triggers].count(name), out
+    with db.cursor() as cur:
+        cur.execute(OLD_TRIGGERS)
+        assert sorted(cur.fetchall()) == triggers
+    assert "set 'old': trigger" not in pgshovel(stack, cluster, "cluster", "upgrade").stdout
