@@ -74,10 +74,10 @@ def check(stack, cluster: str, set_name: str, db, table: str) -> None:
     assert got == want, (sorted(got.keys() - want.keys())[:5], sorted(want.keys() - got.keys())[:5])
 
 
-def set_config(tmp_path, stack, schema: str, path: str, prefix: str):
+def set_config(tmp_path, stack, schema: str, path: str, prefix: str, encoding: str = "json"):
     options = dict(PATHS[path])
     backend = options.pop("backend")
-    return write_config(tmp_path, stack, [{"schema": schema, "name": "orders"}], encoding="json",
+    return write_config(tmp_path, stack, [{"schema": schema, "name": "orders"}], encoding=encoding,
                         backend=backend, topic_prefix=prefix, **options)
 
 
@@ -85,7 +85,7 @@ def test_partitions_go_to_the_tables_topic(stack, cluster, db, schema, tmp_path,
     with db.cursor() as cur:
         table = make_orders(cur, schema)
     prefix = f"parts{path}{cluster}"
-    cfg = set_config(tmp_path, stack, schema, path, prefix)
+    cfg = set_config(tmp_path, stack, schema, path, prefix, encoding="avro")
     pgshovel(stack, cluster, "set", "create", "parts", str(cfg))
     relay = relay_factory("parts")
     relay.wait_for("snapshot done")
@@ -163,6 +163,14 @@ def test_partitions_created_and_attached_later(stack, cluster, db, schema, tmp_p
                     "FROM generate_series(100000, 100100) g")
         cur.execute(f"UPDATE {table} SET note = 'moved', day = day + 365 WHERE id % 10 = 0")
         cur.execute(f"UPDATE {table} SET amount = amount + 1 WHERE day >= '2028-01-01' AND id % 3 = 0")
+    check(stack, cluster, "later", db, table)
+    with db.cursor() as cur:  # DDL on the table (recursing to its partitions) and on a partition alone
+        cur.execute(f"ALTER TABLE {table} ADD COLUMN extra text")
+        cur.execute(f"ALTER TABLE {s}.orders_2027 ADD CONSTRAINT positive CHECK (id > 0)")
+        cur.execute(f"UPDATE {table} SET extra = 'e' || id WHERE id % 4 = 0")
+        cur.execute(f"UPDATE {table} SET extra = '' WHERE extra IS NULL")  # every row in the new layout (verify)
+        cur.execute(f"INSERT INTO {table} VALUES (1500, '2027-05-05', 'with extra', 2, 'x'), "
+                    "(1501, '2028-05-05', 'attached one', 3, 'y'), (100500, '2026-05-05', 'top', 4, 'z')")
     check(stack, cluster, "later", db, table)
     for partition in ("orders_2027", "orders_2026_top", "orders_x"):
         wait_for_truncate_trigger(db, f"{s}.{partition}")
