@@ -112,33 +112,47 @@ def check_tables(cur, config: SetConfig, tables: tuple[Table, ...], source: str,
     table must also log some old row (PostgreSQL refuses UPDATE/DELETE on a published table
     without one, and pgoutput sends no DELETE without it), and must not have REPLICA IDENTITY
     FULL with a virtual generated column (PostgreSQL 18 refuses UPDATE/DELETE of such a published
-    table: the application's writes would fail)."""
+    table: the application's writes would fail). A partitioned table's leaf partitions are checked
+    too, each by its own identity (the one the WAL logs its rows by), named."""
     problems = []
     for i, table in enumerate(tables):
-        cur.execute(_IDENTITY_SQL, {"table": table.qualified})
-        ident, ident_cols = cur.fetchone()
-        problem = _identity_problem(table, config, ident, set(ident_cols))
-        if problem is None and plugin == pgoutput.NAME and ident != "f" and not ident_cols:
-            problem = ("with decoder pgoutput its replica identity must log an old row, but it logs none "
-                       "(NOTHING, or DEFAULT without a primary key)")
-        if problem is None and plugin == pgoutput.NAME and ident == "f" and _has_virtual(cur, table):
-            problem = ("it has a virtual generated column, which pgoutput cannot publish, and PostgreSQL refuses "
-                       "UPDATE and DELETE of a published table whose REPLICA IDENTITY FULL includes an unpublished "
-                       "generated column: give it REPLICA IDENTITY DEFAULT (its primary key)")
-            problems.append(ConfigError(source, f"tables[{i}]", table.qualified,
-                                        f"{problem} (or use backend: trigger)"))
-            continue
-        if problem:
-            problems.append(ConfigError(source, f"tables[{i}]", table.qualified,
-                                        f"{problem}: run ALTER TABLE {table.qualified} REPLICA IDENTITY FULL "
-                                        "(or use backend: trigger)"))
+        for target in (table.qualified, *_leaves(cur, table)):
+            problem, fix = _relation_problem(cur, config, table, target, plugin)
+            if problem:
+                what = "" if target == table.qualified else f"its partition {target}: "
+                problems.append(ConfigError(source, f"tables[{i}]", table.qualified, f"{what}{problem}{fix}"))
     raise_all(problems, source)
 
 
-def _has_virtual(cur, table: Table) -> bool:
-    """Whether table has a virtual generated column (PostgreSQL 18's attgenerated 'v')."""
+def _leaves(cur, table: Table) -> list[str]:
+    """The leaf partitions of table (none unless it is partitioned), as regclass texts."""
+    cur.execute("SELECT p.relid::regclass::text FROM pg_partition_tree(to_regclass(%s)) p JOIN pg_class c "
+                "ON c.oid = p.relid WHERE p.isleaf AND p.level > 0 AND c.relkind = 'r' ORDER BY 1", (table.qualified,))
+    return [name for (name,) in cur.fetchall()]
+
+
+def _relation_problem(cur, config: SetConfig, table: Table, relation: str, plugin: str) -> tuple[str | None, str]:
+    """(why relation's replica identity (table itself, or a partition of it) is not enough, or None;
+    the fix to append to it)."""
+    cur.execute(_IDENTITY_SQL, {"table": relation})
+    ident, ident_cols = cur.fetchone()
+    fix = f": run ALTER TABLE {relation} REPLICA IDENTITY FULL (or use backend: trigger)"
+    problem = _identity_problem(table, config, ident, set(ident_cols))
+    if problem is None and plugin == pgoutput.NAME and ident != "f" and not ident_cols:
+        problem = ("with decoder pgoutput its replica identity must log an old row, but it logs none "
+                   "(NOTHING, or DEFAULT without a primary key)")
+    if problem is None and plugin == pgoutput.NAME and ident == "f" and _has_virtual(cur, relation):
+        problem = ("it has a virtual generated column, which pgoutput cannot publish, and PostgreSQL refuses "
+                   "UPDATE and DELETE of a published table whose REPLICA IDENTITY FULL includes an unpublished "
+                   "generated column: give it REPLICA IDENTITY DEFAULT (its primary key)")
+        fix = " (or use backend: trigger)"
+    return problem, fix
+
+
+def _has_virtual(cur, relation: str) -> bool:
+    """Whether relation has a virtual generated column (PostgreSQL 18's attgenerated 'v')."""
     cur.execute("SELECT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = %s::regclass AND attnum > 0 "
-                "AND NOT attisdropped AND attgenerated = 'v')", (table.qualified,))
+                "AND NOT attisdropped AND attgenerated = 'v')", (relation,))
     return bool(cur.fetchone()[0])
 
 

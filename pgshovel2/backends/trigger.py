@@ -14,7 +14,7 @@ from typing import Any
 
 from psycopg2 import sql
 
-from pgshovel2.backends import pgq_install, plcapture
+from pgshovel2.backends import partitions, pgq_install, plcapture
 from pgshovel2.backends.snapshot import ExportedSnapshot, export_txid_snapshot
 from pgshovel2.catalog import Table
 from pgshovel2.db import connect, one_row
@@ -24,7 +24,7 @@ from pgshovel2.setrecord import CONSUMER, TriggerCapture
 NAME = "trigger"
 ENCODE_ROW = "pgshovel2.encode_row"  # rows in capture form (sql/capture)
 ENCODE_ROW_PL = "pgshovel2_pl.encode_row"  # the same from sql/capture_pl
-EXTENSION_VERSION = "0.2"  # sql/capture: 0.2 records DDL on captured tables in the queues
+EXTENSION_VERSION = "0.3"  # sql/capture: 0.2 records DDL on captured tables in the queues, 0.3 partitions
 TICKER_MAX_LAG = "20 milliseconds"  # latency vs Kafka transactions per second: docs/operations.rst
 
 
@@ -93,7 +93,8 @@ def capture_mode(table: Table, all_columns: dict, before_images: bool) -> str:
 
 def install_triggers(cur, capture: TriggerCapture, tables: tuple[Table, ...], all_columns: dict,
                      before_images: bool = False) -> None:
-    """Create the capture triggers (ROW and TRUNCATE) of tables writing into the set's queue.
+    """Create the capture triggers (ROW and TRUNCATE) of tables writing into the set's queue,
+    and the TRUNCATE triggers of partitioned tables and their partitions (:mod:`.partitions`).
 
     Arguments as :func:`install` (modes: :func:`capture_mode`); the queue must exist. Installs or
     updates pgshovel2_pl for capture kind ``plpgsql`` and records each table's layout there.
@@ -123,6 +124,7 @@ def install_triggers(cur, capture: TriggerCapture, tables: tuple[Table, ...], al
             "EXECUTE FUNCTION {}({}, {}, '', '', 'all')").format(
                 sql.Identifier(trigger + "_t"), target, function, sql.Literal(queue),
                 sql.Literal(table.qualified)))
+    partitions.install(cur, partitions.for_trigger(capture), tables)
 
 
 def without_old_rows(cur, capture: TriggerCapture, tables: tuple[Table, ...]) -> frozenset[str]:
@@ -142,9 +144,12 @@ def without_old_rows(cur, capture: TriggerCapture, tables: tuple[Table, ...]) ->
     return frozenset(out)
 
 
-def drop_triggers(cur, capture: TriggerCapture, tables: tuple[Table, ...]) -> list[str]:
-    """Drop the set's capture triggers of tables that still exist; returns the tables touched."""
+def drop_triggers(cur, capture: TriggerCapture, tables: tuple[Table, ...], everywhere: bool = False) -> list[str]:
+    """Drop the set's capture triggers of tables that still exist (and of partitioned tables,
+    their partitions' TRUNCATE triggers; everywhere: wherever they are, partitions.uninstall);
+    returns the tables touched."""
     trigger = capture.trigger
+    partitions.uninstall(cur, partitions.for_trigger(capture), tables, everywhere)
     done = []
     for table in tables:
         cur.execute("SELECT to_regclass(%s)", (table.qualified,))
@@ -206,7 +211,7 @@ def uninstall(cur, capture: TriggerCapture, tables: tuple[Table, ...]) -> list[s
     Tolerates objects that are already gone; returns what it removed.
     """
     queue = capture.queue
-    done = [f"triggers on {t}" for t in drop_triggers(cur, capture, tables)]
+    done = [f"triggers on {t}" for t in drop_triggers(cur, capture, tables, everywhere=True)]
     if capture.kind == "plpgsql":
         plcapture.forget(cur, queue)
     cur.execute("SELECT 1 FROM pg_namespace WHERE nspname = 'pgq'")

@@ -14,7 +14,7 @@ import time
 from typing import Any
 
 from pgshovel2 import catalog
-from pgshovel2.backends import logical, pgoutput, privileges, trigger
+from pgshovel2.backends import logical, partition_checks, partitions, pgoutput, privileges, trigger
 from pgshovel2.cluster import ClusterStore
 from pgshovel2.config import SetConfig, load_config, validate_set_name
 from pgshovel2.db import connect
@@ -52,6 +52,7 @@ def create_set(store: ClusterStore, name: str, config_path: str, dry_run: bool =
         _check_privileges(cur, config, config_path, plugin)
         record = _with_capture(cur, SetRecord.new(store.cluster, name, config, tables, change, plugin))
         store.check_prefix(record)
+        check_partitions(cur, record, config_path)
         record = _install(cur, record, config_path)
         twophase.plan(store, intent, {"op": "create", "record": record.to_dict()})
     twophase.finish(store, intent, config.dsn, lambda: store.create_set(record), what)
@@ -106,12 +107,20 @@ def _check_privileges(cur, config: SetConfig, config_path: str, plugin: str) -> 
                            "'pgshovel set create --print-grants CONFIG'):\n  " + "\n  ".join(problems))
 
 
+def check_partitions(cur, record: SetRecord, config_path: str) -> None:
+    """Raise ConfigError for tables of the set that overlap each other or another set's through
+    partitions (pgshovel2.backends.partition_checks)."""
+    partition_checks.check(cur, record.tables, partitions.base_name(record), partitions.publication(record),
+                           config_path)
+
+
 def _install(cur, record: SetRecord, config_path: str) -> SetRecord:
     """The backend's capture objects of a new set, in the command's transaction; returns the
     record with what install chose (the kind of PgQ)."""
     if isinstance(record.capture, SlotCapture):
         logical.check_tables(cur, record.config, record.tables, config_path, record.capture.plugin)
         logical.install(cur, record.capture.slot, record.capture.plugin, record.tables)
+        partitions.install_logical(cur, record, record.tables)
         return record
     counts = trigger.column_counts(cur, record.tables)
     kind = trigger.install(cur, record.capture, record.tables, counts,
@@ -129,6 +138,7 @@ def _preview(store: ClusterStore, name: str, config: SetConfig, config_path: str
             plugin = _decoder(cur, config, change)
             tables = _resolve(conn, cur, name, config, config_path, plugin, change)
             record = _with_capture(cur, SetRecord.new(store.cluster, name, config, tables, change, plugin))
+            check_partitions(cur, record, config_path)
         store.check_prefix(record)
         if isinstance(record.capture, SlotCapture):
             with conn.cursor() as cur:
@@ -155,7 +165,7 @@ def drop_set(store: ClusterStore, name: str) -> list[str]:
     with twophase.prepared_command(store, intent, record.dsn, what) as (_conn, cur):
         if isinstance(record.capture, SlotCapture):
             logical.check_droppable(cur, record.capture.slot)
-            done = []
+            done = partitions.uninstall(cur, partitions.for_record(record), record.tables, everywhere=True)
             if logical.drop_publication(cur, record.capture.slot):
                 done.append(f"publication {record.capture.slot}")
         else:

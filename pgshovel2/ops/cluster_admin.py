@@ -8,8 +8,12 @@ keep it until they end; the trigger's arguments and events do not change
 between versions), so capture never stops. A database whose PgQ is the PL-only build
 (pgshovel2.backends.pgq_install) gets PgQ's ``pgq_pl_only.upgrade.sql`` from this host when
 that file's version is newer than ``pgq.version()`` there (one transaction; PgQ's functions
-are replaced in place, its tables kept). Every database is checked before any is changed; a
-downgrade is refused unless forced.
+are replaced in place, its tables kept). Then each set gets what this version captures with
+(:func:`_partitions_update`, one transaction a set): pgshovel2_pl at this package's version where
+the set runs its functions (PL/pgSQL capture; a logical set with a partitioned table), and the
+TRUNCATE triggers of its partitioned tables and their partitions that it lacks (a set created
+before they existed). Every database is checked before any is changed; a downgrade is refused
+unless forced.
 """
 
 from typing import Any
@@ -18,12 +22,13 @@ import psycopg2
 from psycopg2.extensions import make_dsn, parse_dsn
 
 from pgshovel2 import __version__
-from pgshovel2.backends import pgq_install
+from pgshovel2.backends import partitions, pgq_install, plcapture
 from pgshovel2.backends.trigger import EXTENSION_VERSION
 from pgshovel2.cluster import ClusterStore
 from pgshovel2.db import connect
 from pgshovel2.errors import CaptureError, ClusterError
 from pgshovel2.relay import election
+from pgshovel2.setrecord import SetRecord, SlotCapture
 
 EXTENSION = "pgshovel2"
 
@@ -98,6 +103,7 @@ def upgrade(store: ClusterStore, force: bool = False) -> list[str]:
     pgq_plan = [(dsn, sets, *_pl_pgq_plan(dsn, sets)) for dsn, sets, _, _ in plan]
     done = [_update(dsn, sets, installed, target) for dsn, sets, installed, target in plan]
     done += [_pgq_update(dsn, sets, have, source) for dsn, sets, have, source in pgq_plan if have]
+    done += [line for record in store.records() for line in _partitions_update(record)]
     store.put_root({**root, "pgshovel_version": __version__}, root_version)
     done.append(f"cluster {store.cluster!r}: pgshovel2 {recorded} -> {__version__}")
     return done
@@ -154,3 +160,36 @@ def _pgq_update(dsn: str, sets: list[str], have: str, source: pgq_install.PlSour
     finally:
         conn.close()
     return f"{label}: PgQ (PL-only) {have} -> {source.version} from {source.upgrade or source.install}"
+
+
+def _partitions_update(record: SetRecord) -> list[str]:
+    """What set record's database lacks of this version's capture, added in one transaction:
+    pgshovel2_pl at plcapture.VERSION where the set runs its functions, and the TRUNCATE
+    triggers of its partitioned tables and their partitions (pgshovel2.backends.partitions).
+    Raises ClusterError naming the set when the database refuses."""
+    label = f"set {record.name!r}"
+    done = []
+    conn = connect(make_dsn(record.dsn), "cluster upgrade")
+    try:
+        with conn.cursor() as cur:
+            tables = partitions.partitioned(cur, record.tables)
+            capture = record.capture
+            uses_pl = bool(tables) if isinstance(capture, SlotCapture) else capture.kind == "plpgsql"
+            if uses_pl:
+                before = plcapture.installed_version(cur)
+                plcapture.ensure(cur)
+                if before != plcapture.VERSION:
+                    done.append(f"{label}: {plcapture.SCHEMA} {before} -> {plcapture.VERSION}")
+            triggers = partitions.for_record(record)
+            for table in tables:
+                for suffix in partitions.missing_root(cur, triggers, table):
+                    cur.execute(partitions.root_statement(triggers, table, suffix))
+                    done.append(f"{label}: trigger {triggers.base + suffix} on {table.qualified}")
+                done += [f"{label}: trigger {triggers.leaf_name} on {leaf}"
+                         for leaf in partitions.add_missing(cur, triggers, table)]
+        conn.commit()
+    except (psycopg2.Error, CaptureError) as exc:
+        raise ClusterError(f"{label}: adding its partitions' TRUNCATE triggers failed: {str(exc).strip()}") from exc
+    finally:
+        conn.close()
+    return done

@@ -10,7 +10,11 @@
   committed after it;
 - read_committed end offsets of the set's topics (Kafka);
 - a logical set's slot: whether it survives a failover (pgshovel2.backends.slot_failover:
-  a failover slot on PostgreSQL 17+, synced to the standby given with ``--standby``).
+  a failover slot on PostgreSQL 17+, synced to the standby given with ``--standby``);
+- partitioned tables: the partitions (and tables) lacking the set's TRUNCATE trigger
+  (pgshovel2.backends.partitions.lacking), whose TRUNCATE would not reach Kafka, and the
+  partitions that joined or left without their rows relayed where no event trigger does it
+  (ZooKeeper ``relay/partitions``, pgshovel2.relay.partition_moves).
 """
 
 import time
@@ -19,13 +23,13 @@ from typing import Any
 from confluent_kafka.admin import AdminClient
 
 from pgshovel2 import backends
-from pgshovel2.backends import logical, slot_failover, trigger
+from pgshovel2.backends import logical, partitions, slot_failover, trigger
 from pgshovel2.cluster import ClusterStore
 from pgshovel2.consumer.offsets import end_offsets, partition_counts
 from pgshovel2.db import connect, redacted
 from pgshovel2.errors import PgshovelError, RelayError, UnavailableError
 from pgshovel2.ops import resnapshot
-from pgshovel2.relay import election
+from pgshovel2.relay import election, partition_moves
 from pgshovel2.setrecord import SetRecord, SlotCapture
 from pgshovel2.wire import Position
 from pgshovel2.wire.positions import read_position
@@ -114,6 +118,8 @@ def set_status(store: ClusterStore, set_name: str, bootstrap: str, standby_dsn: 
     out["last_error"] = error
     out["skips"] = store.get_relay_record(set_name, "skips")
     out["online_snapshot"] = resnapshot.show(store, set_name)
+    out["partitions"] = {**partitions.lacking(record),
+                         "relay": store.get_relay_record(set_name, "partitions") or {}}
     return out
 
 
@@ -157,9 +163,17 @@ def lines(info: dict[str, Any]) -> list[str]:
         out.append(f"  skip {position}: {state} (asked by {request['by']}: {request['reason']})")
     if info.get("online_snapshot") is not None:
         out += ["  " + line for line in resnapshot.lines(info["online_snapshot"])]
+    out += _partition_lines(info.get("partitions") or {})
     for topic, parts in kafka.get("end_offsets", {}).items():
         out.append(f"  {topic}: " + ", ".join(f"[{p}] {o}" for p, o in parts.items()))
     return out
+
+
+def _partition_lines(info: dict[str, Any]) -> list[str]:
+    out = [f"  partitions:       {info['error']}"] if info.get("error") else []
+    out += [f"  NO TRUNCATE TRIGGER: {what}: a TRUNCATE of it would not reach Kafka (the relay creates it when "
+            "its role may; see its log)" for what in info.get("missing", [])]
+    return out + partition_moves.lines(info.get("relay"))
 
 
 RUNBOOK = "docs/runbooks.rst"

@@ -19,7 +19,7 @@ their existing rows come as the online snapshot the CLI requests after the upgra
 from dataclasses import dataclass, field
 
 from pgshovel2 import catalog
-from pgshovel2.backends import logical, logical_version, pgoutput, trigger
+from pgshovel2.backends import logical, logical_version, partition_checks, partitions, pgoutput, trigger
 from pgshovel2.catalog import Table
 from pgshovel2.cluster import ClusterStore
 from pgshovel2.config import SetConfig, load_config
@@ -149,6 +149,8 @@ def _preview(name: str, record: SetRecord, config: SetConfig, config_path: str) 
     try:
         conn.set_session(readonly=True)
         tables = _resolve(conn, name, record, config, config_path)
+        with conn.cursor() as cur:
+            _check_partitions(cur, record, tables, config_path)
         return diff(name, record, config, tables, _old_rows(conn, record, tables))
     finally:
         conn.rollback()
@@ -195,6 +197,7 @@ def upgrade_set(store: ClusterStore, name: str, config_path: str) -> UpgradePlan
     what = f"upgrade set {name!r}"
     with twophase.prepared_command(store, intent, config.dsn, what) as (conn, cur):
         tables = _resolve(conn, name, record, config, config_path)
+        _check_partitions(cur, record, tables, config_path)
         result = diff(name, record, config, tables, _old_rows(conn, record, tables))
         if isinstance(record.capture, SlotCapture):
             _switch_logical(cur, record, result, config, tables, config_path)
@@ -206,13 +209,23 @@ def upgrade_set(store: ClusterStore, name: str, config_path: str) -> UpgradePlan
     return result
 
 
+def _check_partitions(cur, record: SetRecord, tables: tuple[Table, ...], source: str) -> None:
+    """Raise ConfigError for tables of the new version that overlap through partitions
+    (pgshovel2.backends.partition_checks)."""
+    partition_checks.check(cur, tables, partitions.base_name(record), partitions.publication(record), source)
+
+
 def _switch_logical(cur, record: SetRecord, result: UpgradePlan, config: SetConfig, tables: tuple[Table, ...],
                     source: str) -> None:
-    """Lock the touched tables, then the publication and the version message (logical_version)."""
+    """Lock the touched tables, replace their partitions' TRUNCATE triggers (backends.partitions), then
+    the publication and the version message (logical_version)."""
     capture = record.capture
     touched = {c.table for c in result.tables}
     logical.check_tables(cur, config, tables, source, capture.plugin)
     logical_version.lock_tables(cur, [t for t in (*record.tables, *tables) if t.qualified in touched])
+    triggers = partitions.for_record(record)
+    partitions.uninstall(cur, triggers, tuple(t for t in record.tables if t.qualified in touched))
+    partitions.install_logical(cur, record, tuple(t for t in tables if t.qualified in touched))
     modes = {(tc.schema, tc.name): tc.columns is None for tc in config.tables}
     mode_all = frozenset(t.qualified for t in tables if modes.get((t.schema, t.name), False))
     logical_version.mark_version(cur, capture.slot, capture.plugin, result.to_version, tables, mode_all)

@@ -19,6 +19,8 @@ from pgshovel2.relay.logical_source import LogicalSource
 from pgshovel2.relay.loop import Relay
 from pgshovel2.relay.online_snapshot import OnlineSnapshot
 from pgshovel2.relay.options import RelayOptions
+from pgshovel2.relay.partition_moves import PartitionMoves
+from pgshovel2.relay.partition_watch import PartitionWatch
 from pgshovel2.relay.pgq_source import PgqSource
 from pgshovel2.relay.relation_layout import all_mode_tags
 from pgshovel2.relay.source import Source
@@ -80,7 +82,15 @@ def build(store: ClusterStore, set_name: str, options: RelayOptions, leadership:
                  leadership, lambda rec: store.put_relay_record(set_name, "snapshot", rec),
                  frozenset((store.get_relay_record(set_name, "skips") or {}).get("requested", {})),
                  lambda position, what: store.update_skips(set_name, "skipped", position, {**what, "at": time.time()}),
-                 online_snapshot(store, record, emitter))
+                 online_snapshot(store, record, emitter), partition_watch(store, record))
+
+
+def partition_watch(store: ClusterStore, record: SetRecord) -> PartitionWatch:
+    """The watch over the set's partitions (pgshovel2.relay.partition_watch), keeping what it saw in
+    the relay record ``partitions``."""
+    name = record.name
+    return PartitionWatch(record.dsn, PartitionMoves(lambda: store.get_relay_record(name, "partitions"),
+                                                     lambda data: store.put_relay_record(name, "partitions", data)))
 
 
 def online_snapshot(store: ClusterStore, record: SetRecord, emitter: Emitter) -> OnlineSnapshot:

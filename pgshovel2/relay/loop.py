@@ -37,6 +37,7 @@ from pgshovel2.relay.lane_relay import LaneRelaying
 from pgshovel2.relay.layout import Layout
 from pgshovel2.relay.online_snapshot import Emission, OnlineSnapshot, emit_chunk
 from pgshovel2.relay.options import RelayOptions
+from pgshovel2.relay.partition_watch import PartitionWatch
 from pgshovel2.relay.progress import Progress
 from pgshovel2.relay.source import Begin, Change, ChangeRun, Commit, Control, Idle, Item, Source, TxnRun
 from pgshovel2.sinks.kafka import KafkaSink
@@ -63,7 +64,9 @@ class Relay(LaneRelaying):
     the handoff record (ZooKeeper ``relay/snapshot``); skips: positions an operator asked to
     leave out when their change cannot be encoded (pgshovel2.ops.skip), on_skip(position, what)
     records each one left out. online: the set's online snapshots (hooked in between Kafka
-    transactions, at changes, controls and commits), None for none.
+    transactions, at changes, controls and commits), None for none. watch: gives new partitions
+    of the set's partitioned tables their TRUNCATE triggers (checked with the progress), None
+    for none.
 
     Raises UnavailableError when a service goes away (retrying is safe), FencedError when
     another relay took over, RelayError/EncodeError when it cannot go on without losing or
@@ -75,12 +78,12 @@ class Relay(LaneRelaying):
                  position_key: bytes, leadership: Leadership | None = None,
                  on_handoff: Callable[[dict], None] = lambda record: None,
                  skips: frozenset[str] = frozenset(), on_skip: Callable[[str, dict], None] = lambda p, what: None,
-                 online: OnlineSnapshot | None = None):
+                 online: OnlineSnapshot | None = None, watch: PartitionWatch | None = None):
         self.set_name, self.source, self.sink, self.layout = set_name, source, sink, layout
         self.emitter, self.control, self.options = layout.emitter, control, options
         self.read_position, self.position_topic, self.position_key = read_position, position_topic, position_key
         self.leadership, self.on_handoff = leadership, on_handoff
-        self.skips, self.on_skip, self.online = skips, on_skip, online
+        self.skips, self.on_skip, self.online, self.watch = skips, on_skip, online, watch
         self.soft = options.max_transaction_messages
         self.hard = 10 * self.soft
         self._clock = CommitClock(source.commit_delay, options.busy_commit_delay)
@@ -126,6 +129,8 @@ class Relay(LaneRelaying):
         finally:
             if self.online is not None:
                 self.online.reader.close()
+            if self.watch is not None:
+                self.watch.close()
             self.source.close()
             self.sink.close()
 
@@ -363,3 +368,5 @@ class Relay(LaneRelaying):
 
     def _progress(self) -> None:
         self.progress.report(self.changes, self.batches)
+        if self.watch is not None:
+            self.watch.check(self.layout.record)

@@ -14,7 +14,9 @@ ALTER TABLE) is held until the relation's next change, which is preceded by a
 source (:meth:`PgoutputDecoder.settle`) has settled the layout. A Relation that still does not
 hold the set's columns with their types then stops the stream (RelayError naming the table): a
 wrong row is never written. Transactional messages with prefix ``pgshovel2.version`` (``set
-upgrade``) are set-version Controls at their place.
+upgrade``) are set-version Controls at their place; those with prefix ``pgshovel2.rows``
+(a TRUNCATE, DETACH or ATTACH of a partition) are the DELETEs or INSERTs of the rows it moved
+(:mod:`pgshovel2.relay.row_messages`).
 """
 
 import json
@@ -27,6 +29,7 @@ from pgshovel2.codec import native
 from pgshovel2.codec.rows import as_values
 from pgshovel2.errors import RelayError
 from pgshovel2.names import qualified
+from pgshovel2.relay import row_messages
 from pgshovel2.relay.lane_reads import BEGIN, COMMIT, PG_EPOCH_US, TxnReads
 from pgshovel2.relay.pgoutput_messages import (
     BEGIN_FIELDS,
@@ -132,11 +135,26 @@ class PgoutputDecoder(RunMaker):
             items.append(Control(self._txid, self._ts_ms, SET_VERSION, json.loads(data[content:]), "", None,
                                  self._unit, self._ordinal))
             return items
+        if transactional and prefix == row_messages.ROWS_PREFIX:
+            return self._moved_rows(data[content:], lsn)
         if transactional or prefix != HEARTBEAT_PREFIX:
             return []
         self.ends.append((lsn, lsn))
         self.last_lsn = lsn
         return [Commit(None, int(time.time() * 1000), lsn, 0, True)]
+
+    def _moved_rows(self, content: bytes, lsn: int) -> list[Item]:
+        """The DELETEs or INSERTs of rows a TRUNCATE, DETACH or ATTACH of a partition moved (a
+        pgshovel2.rows message, :mod:`pgshovel2.relay.row_messages`), at the message's place."""
+        found = row_messages.rows(content, self.slot, self.tables)
+        if found is None:
+            return []
+        op, tag, values = found
+        items = self._opened()
+        for row in values:
+            items.append(Change(self._txid, self._ts_ms, op, row, tag, None, self._unit, self._ordinal, lsn))
+            self._ordinal += 1
+        return items
 
     def _on_relation(self, data: bytes, _lsn: int) -> list[Item]:
         oid, schema, name, columns = relation(data)

@@ -29,7 +29,9 @@ PG_MODULE_MAGIC;
 
 #define HEARTBEAT_PREFIX "pgshovel2.heartbeat"
 #define VERSION_PREFIX "pgshovel2.version"
-#define RECORD_FORMAT "4"		/* sql/decoder/README.rst; 4: a transaction's records in packs (P) */
+#define ROWS_PREFIX "pgshovel2.rows"
+#define RECORD_FORMAT "5"		/* sql/decoder/README.rst; 5: 4 + partitions, TRUNCATE of a partition */
+#define PACKED_FORMAT "4"		/* a transaction's records in packs (P) */
 #define UNPACKED_FORMAT "3"		/* format 4 without packs: every record its own message */
 #define PACK_BYTES (128 * 1024)	/* a pack is written once it holds this much, and at COMMIT */
 #define FLAG_OLD 1				/* an old image follows the new one */
@@ -48,13 +50,13 @@ extern void _PG_output_plugin_init(OutputPluginCallbacks *cb);
 static bool
 check_format(const char *format)
 {
-	if (strcmp(format, RECORD_FORMAT) == 0)
+	if (strcmp(format, RECORD_FORMAT) == 0 || strcmp(format, PACKED_FORMAT) == 0)
 		return true;
 	if (strcmp(format, UNPACKED_FORMAT) != 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("pgshovel2_decoder: the reader expects record format \"%s\", this plugin writes "
-						"format %s (or %s)", format, RECORD_FORMAT, UNPACKED_FORMAT),
+						"format %s (or %s, %s)", format, RECORD_FORMAT, PACKED_FORMAT, UNPACKED_FORMAT),
 				 errhint("Install the same pgshovel2 version as sql/decoder on the database server.")));
 	return false;
 }
@@ -64,8 +66,8 @@ check_format(const char *format)
  * reserved in the pack, else it is a message of its own. Returns the buffer
  * to write the record into; end_record finishes it.
  */
-static StringInfo
-start_record(LogicalDecodingContext *ctx)
+StringInfo
+pgshovel2_start_record(LogicalDecodingContext *ctx)
 {
 	DecoderState *state = ctx->output_plugin_private;
 
@@ -108,8 +110,8 @@ write_pack(LogicalDecodingContext *ctx)
  * pack, which is written once it holds PACK_BYTES (so a big transaction
  * streams on with bounded memory); a record of its own is written now.
  */
-static void
-end_record(LogicalDecodingContext *ctx)
+void
+pgshovel2_end_record(LogicalDecodingContext *ctx)
 {
 	DecoderState *state = ctx->output_plugin_private;
 	StringInfo	pack = state->pack;
@@ -180,6 +182,7 @@ decoder_startup(LogicalDecodingContext *ctx, OutputPluginOptions *opt, bool is_i
 		state->pack_buf = makeStringInfo();
 		MemoryContextSwitchTo(old);
 	}
+	pgshovel2_routes_init(state->context);
 	ctx->output_plugin_private = state;
 }
 
@@ -188,6 +191,7 @@ decoder_shutdown(LogicalDecodingContext *ctx)
 {
 	DecoderState *state = ctx->output_plugin_private;
 
+	pgshovel2_routes_done();
 	MemoryContextDelete(state->change_cxt);
 	MemoryContextDelete(state->context);
 }
@@ -216,8 +220,8 @@ decoder_begin(LogicalDecodingContext *ctx, ReorderBufferTXN *txn)
 }
 
 /* Write the transaction's BEGIN record if it is not written yet. */
-static void
-ensure_begin(LogicalDecodingContext *ctx, ReorderBufferTXN *txn)
+void
+pgshovel2_ensure_begin(LogicalDecodingContext *ctx, ReorderBufferTXN *txn)
 {
 	DecoderState *state = ctx->output_plugin_private;
 	StringInfo	out;
@@ -225,12 +229,12 @@ ensure_begin(LogicalDecodingContext *ctx, ReorderBufferTXN *txn)
 	if (state->begun)
 		return;
 	state->pack = state->pack_buf;	/* NULL without packs */
-	out = start_record(ctx);
+	out = pgshovel2_start_record(ctx);
 	pq_sendbyte(out, 'B');
 	pq_sendint64(out, txn->final_lsn);
 	pq_sendint64(out, state->full_xid);
 	pq_sendint64(out, txn->xact_time.commit_time);
-	end_record(ctx);
+	pgshovel2_end_record(ctx);
 	state->begun = true;
 }
 
@@ -245,12 +249,12 @@ decoder_commit(LogicalDecodingContext *ctx, ReorderBufferTXN *txn, XLogRecPtr co
 		OutputPluginUpdateProgress(ctx, true);
 		return;
 	}
-	out = start_record(ctx);
+	out = pgshovel2_start_record(ctx);
 	pq_sendbyte(out, 'C');
 	pq_sendint64(out, commit_lsn);
 	pq_sendint64(out, txn->end_lsn);
 	pq_sendint32(out, state->nchanges);
-	end_record(ctx);
+	pgshovel2_end_record(ctx);
 	if (state->pack != NULL)
 		write_pack(ctx);
 	state->pack = NULL;
@@ -262,15 +266,15 @@ decoder_commit(LogicalDecodingContext *ctx, ReorderBufferTXN *txn, XLogRecPtr co
  * ALTER TABLE, write its layout record (layout.c); the captured columns and
  * their codecs follow the new descriptor from here on.
  */
-static void
-ensure_layout(LogicalDecodingContext *ctx, ShovelTable *t, int index, Relation rel)
+void
+pgshovel2_ensure_layout(LogicalDecodingContext *ctx, ShovelTable *t, int index, Relation rel)
 {
 	DecoderState *state = ctx->output_plugin_private;
 
 	if (!pgshovel2_layout_changed(t, RelationGetDescr(rel)))
 		return;
-	pgshovel2_write_layout(start_record(ctx), t, index, rel, state->context);
-	end_record(ctx);
+	pgshovel2_write_layout(pgshovel2_start_record(ctx), t, index, rel, state->context);
+	pgshovel2_end_record(ctx);
 }
 
 /*
@@ -281,11 +285,13 @@ ensure_layout(LogicalDecodingContext *ctx, ShovelTable *t, int index, Relation r
  * it, flattened, whenever one of them is stored out of line). Otherwise
  * *unchanged is set and the value is written as null: the record lists it
  * (flag 4) and a wrong value is never written. unchanged NULL (old rows,
- * which PostgreSQL always flattens): such a value is an error.
+ * which PostgreSQL always flattens): such a value is an error. rel: the
+ * relation whose descriptor the rows have (the set's table); replident: the
+ * replica identity of the relation the WAL record is of (a partition's own).
  */
 static Datum
-column_value(ShovelTable *t, int i, Relation rel, PgShovel2Row *row, PgShovel2Row *old, bool *isnull,
-			 bool *unchanged)
+column_value(ShovelTable *t, int i, Relation rel, char replident, PgShovel2Row *row, PgShovel2Row *old,
+			 bool *isnull, bool *unchanged)
 {
 	int			at = t->attnums[i] - 1;
 	Form_pg_attribute att = TupleDescAttr(RelationGetDescr(rel), at);
@@ -301,7 +307,7 @@ column_value(ShovelTable *t, int i, Relation rel, PgShovel2Row *row, PgShovel2Ro
 		if (!*isnull && !VARATT_IS_EXTERNAL_ONDISK(DatumGetPointer(value)))
 			return value;
 		/* a NULL is the column's value only in a FULL old image; a key-only one just omits it */
-		if (*isnull && rel->rd_rel->relreplident == REPLICA_IDENTITY_FULL)
+		if (*isnull && replident == REPLICA_IDENTITY_FULL)
 			return value;
 	}
 	if (unchanged == NULL)
@@ -319,8 +325,8 @@ column_value(ShovelTable *t, int i, Relation rel, PgShovel2Row *row, PgShovel2Ro
  * *nunchanged counts them), NULL for an old row.
  */
 static void
-write_row(StringInfo out, ShovelTable *t, Relation rel, PgShovel2Row *row, PgShovel2Row *old, uint16 *unchanged,
-		  int *nunchanged)
+write_row(StringInfo out, ShovelTable *t, Relation rel, char replident, PgShovel2Row *row, PgShovel2Row *old,
+		  uint16 *unchanged, int *nunchanged)
 {
 	int			i;
 
@@ -329,7 +335,8 @@ write_row(StringInfo out, ShovelTable *t, Relation rel, PgShovel2Row *row, PgSho
 	{
 		bool		isnull;
 		bool		missing = false;
-		Datum		value = column_value(t, i, rel, row, old, &isnull, unchanged ? &missing : NULL);
+		Datum		value = column_value(t, i, rel, replident, row, old, &isnull,
+											unchanged ? &missing : NULL);
 
 		if (i > 0)
 			appendStringInfoCharMacro(out, ',');
@@ -342,21 +349,22 @@ write_row(StringInfo out, ShovelTable *t, Relation rel, PgShovel2Row *row, PgSho
 
 /* Append a row image preceded by its length (uint32). */
 static void
-write_sized_row(StringInfo out, ShovelTable *t, Relation rel, PgShovel2Row *row, PgShovel2Row *old,
-				uint16 *unchanged, int *nunchanged)
+write_sized_row(StringInfo out, ShovelTable *t, Relation rel, char replident, PgShovel2Row *row,
+				PgShovel2Row *old, uint16 *unchanged, int *nunchanged)
 {
 	int			at = out->len;
 	uint32		len;
 
 	pq_sendint32(out, 0);
-	write_row(out, t, rel, row, old, unchanged, nunchanged);
+	write_row(out, t, rel, replident, row, old, unchanged, nunchanged);
 	len = pg_hton32((uint32) (out->len - at - 4));
 	memcpy(out->data + at, &len, 4);
 }
 
 /* Append an INSERT's or UPDATE's flags, new row, unchanged list and old row. */
 static void
-write_new_row(StringInfo out, ShovelTable *t, Relation rel, PgShovel2Row *row, PgShovel2Row *old)
+write_new_row(StringInfo out, ShovelTable *t, Relation rel, char replident, PgShovel2Row *row,
+			  PgShovel2Row *old)
 {
 	int			flags_at = out->len;
 	uint16	   *unchanged = palloc(sizeof(uint16) * Max(t->ncols, 1));
@@ -364,7 +372,7 @@ write_new_row(StringInfo out, ShovelTable *t, Relation rel, PgShovel2Row *row, P
 	int			i;
 
 	pq_sendbyte(out, old ? FLAG_OLD : 0);
-	write_sized_row(out, t, rel, row, old, unchanged, &nunchanged);
+	write_sized_row(out, t, rel, replident, row, old, unchanged, &nunchanged);
 	if (nunchanged > 0)
 	{
 		out->data[flags_at] |= FLAG_UNCHANGED;
@@ -373,7 +381,36 @@ write_new_row(StringInfo out, ShovelTable *t, Relation rel, PgShovel2Row *row, P
 			pq_sendint16(out, unchanged[i]);
 	}
 	if (old)
-		write_row(out, t, rel, old, NULL, NULL, NULL);
+		write_row(out, t, rel, replident, old, NULL, NULL, NULL);
+}
+
+/*
+ * The set's table a change of rel is decoded as (NULL: none): rel itself, or for a leaf
+ * partition its top-most ancestor in the set (partitions.c), opened into *target (closed by the
+ * caller) with the map converting rel's tuples into its descriptor (NULL: none needed).
+ */
+static ShovelTable *
+change_table(DecoderState *state, Relation rel, int *index, Relation *target, TupleConversionMap **map)
+{
+	ShovelTable *t = pgshovel2_find_table(state, RelationGetRelid(rel), index);
+	Oid			ancestor;
+
+	*target = rel;
+	*map = NULL;
+	if (t != NULL || !pgshovel2_route(state, rel, index, &ancestor, map))
+		return t;
+	*target = RelationIdGetRelation(ancestor);
+	if (!RelationIsValid(*target))
+		elog(ERROR, "pgshovel2_decoder: could not open relation %u (an ancestor of \"%s\")", ancestor,
+			 RelationGetRelationName(rel));
+	return &state->tables[*index];
+}
+
+/* tuple in the set table's descriptor (map: change_table's); NULL stays NULL. */
+static HeapTuple
+converted(HeapTuple tuple, TupleConversionMap *map)
+{
+	return tuple == NULL || map == NULL ? tuple : execute_attr_map_tuple(tuple, map);
 }
 
 static void
@@ -383,20 +420,17 @@ decoder_change(LogicalDecodingContext *ctx, ReorderBufferTXN *txn, Relation rel,
 	DecoderState *state = ctx->output_plugin_private;
 	ShovelTable *t;
 	int			index;
+	Relation	target;
+	TupleConversionMap *map;
+	char		replident = rel->rd_rel->relreplident;
 	HeapTuple	new_tuple = NULL;
 	HeapTuple	old_tuple = NULL;
 	PgShovel2Row *old_row;
+	TupleDesc	desc;
 	char		op;
 	MemoryContext old_cxt;
 	StringInfo	out;
 
-	t = pgshovel2_find_table(state, RelationGetRelid(rel), &index);
-	if (t == NULL)
-		return;
-	if (change->data.tp.newtuple)
-		new_tuple = &change->data.tp.newtuple->tuple;
-	if (change->data.tp.oldtuple)
-		old_tuple = &change->data.tp.oldtuple->tuple;
 	switch (change->action)
 	{
 		case REORDER_BUFFER_CHANGE_INSERT:
@@ -411,27 +445,37 @@ decoder_change(LogicalDecodingContext *ctx, ReorderBufferTXN *txn, Relation rel,
 		default:
 			return;
 	}
-	ensure_begin(ctx, txn);
-	ensure_layout(ctx, t, index, rel);
+	t = change_table(state, rel, &index, &target, &map);
+	if (t == NULL)
+		return;
+	desc = RelationGetDescr(target);
+	pgshovel2_ensure_begin(ctx, txn);
+	pgshovel2_ensure_layout(ctx, t, index, target);
 	old_cxt = MemoryContextSwitchTo(state->change_cxt);
-	out = start_record(ctx);
+	if (change->data.tp.newtuple)
+		new_tuple = converted(&change->data.tp.newtuple->tuple, map);
+	if (change->data.tp.oldtuple)
+		old_tuple = converted(&change->data.tp.oldtuple->tuple, map);
+	out = pgshovel2_start_record(ctx);
 	pq_sendbyte(out, op);
 	pq_sendint64(out, change->lsn);
 	pq_sendint16(out, (uint16) index);
-	old_row = pgshovel2_deform(old_tuple, RelationGetDescr(rel));
+	old_row = pgshovel2_deform(old_tuple, desc);
 	if (op == 'D')
 	{
 		pq_sendbyte(out, old_row ? 0 : FLAG_NO_ROW);
 		if (old_row)
-			write_sized_row(out, t, rel, old_row, NULL, NULL, NULL);
+			write_sized_row(out, t, target, replident, old_row, NULL, NULL, NULL);
 		else
 			pq_sendint32(out, 0);
 	}
 	else
-		write_new_row(out, t, rel, pgshovel2_deform(new_tuple, RelationGetDescr(rel)), old_row);
-	end_record(ctx);
+		write_new_row(out, t, target, replident, pgshovel2_deform(new_tuple, desc), old_row);
+	pgshovel2_end_record(ctx);
 	MemoryContextSwitchTo(old_cxt);
 	MemoryContextReset(state->change_cxt);
+	if (target != rel)
+		RelationClose(target);
 	state->nchanges++;
 }
 
@@ -449,12 +493,12 @@ decoder_truncate(LogicalDecodingContext *ctx, ReorderBufferTXN *txn, int nrelati
 
 		if (pgshovel2_find_table(state, RelationGetRelid(relations[i]), &index) == NULL)
 			continue;
-		ensure_begin(ctx, txn);
-		out = start_record(ctx);
+		pgshovel2_ensure_begin(ctx, txn);
+		out = pgshovel2_start_record(ctx);
 		pq_sendbyte(out, 'T');
 		pq_sendint64(out, change->lsn);
 		pq_sendint16(out, (uint16) index);
-		end_record(ctx);
+		pgshovel2_end_record(ctx);
 		state->nchanges++;
 	}
 }
@@ -491,17 +535,18 @@ version_message(LogicalDecodingContext *ctx, ReorderBufferTXN *txn, XLogRecPtr l
 	MemoryContext old;
 	StringInfo	out;
 
-	ensure_begin(ctx, txn);
-	out = start_record(ctx);
+	pgshovel2_ensure_begin(ctx, txn);
+	out = pgshovel2_start_record(ctx);
 	pq_sendbyte(out, 'V');
 	pq_sendint64(out, lsn);
 	pq_sendbytes(out, message, size);
-	end_record(ctx);
+	pgshovel2_end_record(ctx);
 	if (spec != NULL)
 	{
 		old = MemoryContextSwitchTo(state->context);
 		pgshovel2_parse_tables(state, spec);
 		MemoryContextSwitchTo(old);
+		pgshovel2_routes_reset();
 	}
 }
 
@@ -517,6 +562,11 @@ decoder_message(LogicalDecodingContext *ctx, ReorderBufferTXN *txn, XLogRecPtr l
 	if (transactional && strcmp(prefix, VERSION_PREFIX) == 0)
 	{
 		version_message(ctx, txn, lsn, size, message);
+		return;
+	}
+	if (transactional && strcmp(prefix, ROWS_PREFIX) == 0)
+	{
+		pgshovel2_rows_message(ctx, txn, lsn, size, message);
 		return;
 	}
 	if (transactional || strcmp(prefix, HEARTBEAT_PREFIX) != 0)

@@ -10,8 +10,10 @@
 #include "postgres.h"
 #include "fmgr.h"
 #include "access/htup_details.h"
+#include "access/tupconvert.h"
 #include "nodes/pg_list.h"
 #include "lib/stringinfo.h"
+#include "replication/logical.h"
 #include "utils/rel.h"
 
 #include "encode.h"
@@ -43,9 +45,26 @@ typedef struct DecoderState
 	int			record_at;		/* where the record being written starts in the pack */
 } DecoderState;
 
+/* decoder.c: records (a transaction's BEGIN written first, a table's layout before its rows) */
+extern StringInfo pgshovel2_start_record(LogicalDecodingContext *ctx);
+extern void pgshovel2_end_record(LogicalDecodingContext *ctx);
+extern void pgshovel2_ensure_begin(LogicalDecodingContext *ctx, ReorderBufferTXN *txn);
+extern void pgshovel2_ensure_layout(LogicalDecodingContext *ctx, ShovelTable *t, int index, Relation rel);
+
 /* options.c */
 extern void pgshovel2_parse_tables(DecoderState *state, const char *spec);
 extern ShovelTable *pgshovel2_find_table(DecoderState *state, Oid relid, int *index);
+
+/* partitions.c: a leaf partition's changes decoded as changes of its top-most ancestor in the set */
+extern void pgshovel2_routes_init(MemoryContext mcxt);
+extern void pgshovel2_routes_done(void);
+extern void pgshovel2_routes_reset(void);
+extern bool pgshovel2_route(DecoderState *state, Relation leaf, int *index, Oid *ancestor,
+							TupleConversionMap **map);
+
+/* rows.c: rows a TRUNCATE, ATTACH or DETACH of a partition moved (logical messages), as DELETE/INSERT records */
+extern void pgshovel2_rows_message(LogicalDecodingContext *ctx, ReorderBufferTXN *txn,
+								   XLogRecPtr lsn, Size size, const char *message);
 
 /* layout.c */
 extern bool pgshovel2_layout_changed(ShovelTable *t, TupleDesc desc);

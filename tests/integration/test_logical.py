@@ -274,7 +274,9 @@ def test_slot_dropped_with_set_and_missing_slot_refused(stack, cluster, db, sche
 def test_plugin_refuses_another_record_format(db, cluster):
     """A reader expecting another record format than the plugin writes (a relay and a plugin of
     different versions) stops when decoding starts, with both formats named (sql/decoder/README.rst);
-    format 3, the same records without packs, is still written (a relay one version older)."""
+    formats 4 (no truncate messages of partitions asked for: the plugin writes their DELETEs all
+    the same) and 3, the same records without packs, are still written (relays one and two
+    versions older)."""
     slot = f"fmt_{cluster}"
     with db.cursor() as cur:
         cur.execute("CREATE EXTENSION IF NOT EXISTS pgshovel2_decoder")
@@ -282,12 +284,13 @@ def test_plugin_refuses_another_record_format(db, cluster):
         try:
             peek = "SELECT count(*) FROM pg_logical_slot_peek_binary_changes(%s, NULL, NULL, {})"
             with pytest.raises(psycopg2.errors.InvalidParameterValue,
-                               match=r'option "format" is required \(this plugin writes record format 4\)'):
+                               match=r'option "format" is required \(this plugin writes record format 5\)'):
                 cur.execute(peek.format("'tables', '1:1'"), (slot,))
             with pytest.raises(psycopg2.errors.InvalidParameterValue,
-                               match=r'the reader expects record format "2", this plugin writes format 4 \(or 3\)'):
+                               match=r'the reader expects record format "2", this plugin writes format 5 '
+                                     r'\(or 4, 3\)'):
                 cur.execute(peek.format("'format', '2', 'tables', '1:1'"), (slot,))
-            for fmt in (RECORD_FORMAT, "3"):
+            for fmt in (RECORD_FORMAT, "4", "3"):
                 cur.execute(peek.format("'format', %s, 'tables', '1:1'"), (slot, fmt))
                 assert cur.fetchone() == (0,)
         finally:

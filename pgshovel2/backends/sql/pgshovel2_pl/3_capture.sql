@@ -132,10 +132,12 @@ END $$;
 -- still the one it was generated for: the catalog signature (_sig_of) it was generated at
 -- unchanged, or else the full check (_check: may append an S event and regenerate it);
 -- when that finds another layout, the row goes through _row(). As a TRUNCATE trigger it
--- appends the 'T' event. SECURITY DEFINER (the set's role: writers of the table need no
--- right on pgshovel2_pl or the queue) with a pinned search_path (a writer's objects can
--- never run as that role); the transaction-local settings it makes survive its exit (the SET
--- clause restores only search_path). Records the signature (layout_sig; NULL, matching nothing, when l
+-- appends the 'T' event. It names the table by its OID (l.rel), never by TG_RELID: as the
+-- clone of a partitioned table's row trigger it fires on the partitions (rows are read by
+-- column name, so a partition's own attnums do not matter). SECURITY DEFINER (the set's role:
+-- writers of the table need no right on pgshovel2_pl or the queue) with a pinned search_path (a
+-- writer's objects can never run as that role); the transaction-local settings it makes survive
+-- its exit (the SET clause restores only search_path). Records the signature (layout_sig; NULL, matching nothing, when l
 -- is not the table's live layout: the first write then appends the S event). Called with
 -- the layout row locked (register's upsert, _prepare's FOR UPDATE). Returns its name
 -- (unqualified).
@@ -170,8 +172,8 @@ BEGIN
     IF pg_catalog.current_setting('pgshovel2_pl.s%4$s', true) IS DISTINCT FROM '%5$s' THEN
         IF pgshovel2_pl._sig_of(%11$L::pg_catalog.oid, %12$L, %13$L) OPERATOR(pg_catalog.=) %14$L THEN
             PERFORM pg_catalog.set_config('pgshovel2_pl.s%4$s', '%5$s', true);
-        ELSIF pgshovel2_pl._check(TG_ARGV[0], TG_RELID) IS DISTINCT FROM '%5$s' THEN
-            PERFORM pgshovel2_pl._row(TG_ARGV[0], TG_ARGV[1], TG_RELID, TG_OP, NEW, OLD);
+        ELSIF pgshovel2_pl._check(TG_ARGV[0], %11$L::pg_catalog.oid) IS DISTINCT FROM '%5$s' THEN
+            PERFORM pgshovel2_pl._row(TG_ARGV[0], TG_ARGV[1], %11$L::pg_catalog.oid, TG_OP, NEW, OLD);
             RETURN NULL;
         END IF;
     END IF;
@@ -366,7 +368,8 @@ BEGIN
     ELSIF TG_LEVEL <> 'ROW' THEN
         RAISE EXCEPTION 'pgshovel2_pl.capture() must fire FOR EACH ROW for INSERT/UPDATE/DELETE';
     END IF;
-    PERFORM pgshovel2_pl._row(TG_ARGV[0], TG_ARGV[1], TG_RELID, TG_OP, NEW, OLD);
+    PERFORM pgshovel2_pl._row(TG_ARGV[0], TG_ARGV[1], pgshovel2_pl.captured_rel(TG_ARGV[0], TG_RELID), TG_OP,
+                              NEW, OLD);
     RETURN NULL;
 END $$;
 
