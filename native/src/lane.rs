@@ -97,6 +97,9 @@ pub struct Lane {
     /// (printable ASCII without quote or backslash); None: such a record is Python's
     plain_topics: Vec<Option<String>>,
     indexes: HashMap<String, usize>,
+    /// bytes: the most key and value of one message may take together; a change with a larger
+    /// message is left to Python (the set's oversized policy, pgshovel2.relay.oversized)
+    limit: usize,
 }
 
 #[pymethods]
@@ -104,9 +107,13 @@ impl Lane {
     /// writers: per table index, the RowCodec of the row envelope (keyed or not) or, for a keyed
     /// table, the DebeziumEvents of the debezium envelope (None: no lane); topics: per table index, its data
     /// topic (str; anything where writers has None); tags: per table index, the table's tag (the
-    /// table of a trigger row). Raises TypeError for another writer.
+    /// table of a trigger row); limit: the most bytes of key and value one message may take
+    /// (None: no limit), a change with a larger one is left to Python. Raises TypeError for
+    /// another writer.
     #[new]
-    fn new(py: Python<'_>, writers: Vec<Option<Bound<'_, PyAny>>>, topics: Vec<PyObject>, tags: Vec<String>) -> PyResult<Self> {
+    #[pyo3(signature = (writers, topics, tags, limit=None))]
+    fn new(py: Python<'_>, writers: Vec<Option<Bound<'_, PyAny>>>, topics: Vec<PyObject>, tags: Vec<String>,
+           limit: Option<usize>) -> PyResult<Self> {
         if writers.len() != topics.len() || writers.len() != tags.len() {
             return Err(pyo3::exceptions::PyValueError::new_err("Lane: writers, topics and tags differ in length"));
         }
@@ -124,7 +131,7 @@ impl Lane {
             let plain = !name.is_empty() && name.bytes().all(|b| b.is_ascii_graphic() && b != b'"' && b != b'\\');
             plain.then(|| name.clone())
         }).collect();
-        Ok(Lane { writers, topics, topic_names, plain_topics, indexes })
+        Ok(Lane { writers, topics, topic_names, plain_topics, indexes, limit: limit.unwrap_or(usize::MAX) })
     }
 
     /// (messages, done, counts, events) for records[start:], a run of one transaction's changes:
@@ -240,9 +247,22 @@ impl Lane {
 
     /// Appends the messages of one change to out and counts them per table index in counts;
     /// false (nothing appended): the change is Python's. position: its pgshovel.position.
-    fn push_change(&self, py: Python<'_>, rec: &Rec<'_>, position: &str, txn: Option<&mut Txn>,
+    /// A change with a message over the lane's limit is Python's too (its numbering undone).
+    fn push_change(&self, py: Python<'_>, rec: &Rec<'_>, position: &str, mut txn: Option<&mut Txn>,
                    counts: &mut [usize], out: &mut Vec<Msg>) -> PyResult<bool> {
-        let Some(outs) = self.change(py, rec, position, txn)? else { return Ok(false) };
+        let numbered = txn.as_deref().map(|t| (t.total, t.per.get(rec.table).copied(), t.events.get(rec.table).copied()));
+        let Some(outs) = self.change(py, rec, position, txn.as_deref_mut())? else { return Ok(false) };
+        let size = |o: &Out| o.1.as_ref().map_or(0, Vec::len) + o.2.as_ref().map_or(0, Vec::len);
+        if outs.iter().any(|o| size(o) > self.limit) {
+            if let (Some(t), Some((total, per, events))) = (txn, numbered) {
+                t.total = total;
+                if let (Some(p), Some(e)) = (per, events) {
+                    t.per[rec.table] = p;
+                    t.events[rec.table] = e;
+                }
+            }
+            return Ok(false);
+        }
         for (table, key, value, op) in outs {
             out.push(Msg { topic: Some(table), key, value, data: Some((op, position.to_string())) });
             counts[table] += 1;

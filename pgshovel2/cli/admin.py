@@ -120,6 +120,10 @@ def set_inspect(ctx: click.Context, name: str, as_json: bool, version: int | Non
         click.echo(f"  topic {topic} <- {tag}")
     click.echo(f"  topics {info['topics']['transactions']} (transactions), {info['topics']['positions']} "
                "(relay positions)")
+    oversized = cfg.get("oversized") or {"policy": "fail", "columns": []}
+    click.echo(f"  oversized messages: {oversized['policy']}"
+               + (f" (cut: {', '.join(oversized['columns'])})" if oversized["columns"] else "")
+               + (f" -> topic {info['topics']['dead_letter']}" if info["topics"].get("dead_letter") else ""))
     snap = info["snapshot"]
     click.echo(f"  snapshot: {json.dumps(snap) if snap else 'not taken yet'}")
     for t in info["tables"]:

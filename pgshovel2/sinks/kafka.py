@@ -25,7 +25,7 @@ from confluent_kafka.admin import AdminClient
 from pgshovel2.config import TopicsConfig
 from pgshovel2.errors import FencedError, RelayError, StopRequestedError, UnavailableError
 from pgshovel2.sinks.producer import new_producer
-from pgshovel2.sinks.topics import MAX_MESSAGE_BYTES, STEP, create_missing_topics
+from pgshovel2.sinks.topics import MAX_MESSAGE_BYTES, STEP, create_missing_topics, topic_max_message_bytes
 
 log = logging.getLogger(__name__)
 # A long transaction timeout lets one Kafka transaction hold a whole initial
@@ -109,6 +109,8 @@ class KafkaSink:
         self._in_txn = False
         self._fatal: KafkaError | None = None
         self.produced = 0
+        self._producer_max = int(settings["message.max.bytes"])
+        self._limits: dict[str, tuple[int, str]] = {}
 
     def _error(self, exc: KafkaException, what: str) -> RelayError:
         """Map exc, or the fatal error behind a generic "Local: Fatal error", to a relay error."""
@@ -167,6 +169,23 @@ class KafkaSink:
         :func:`pgshovel2.sinks.topics.create_missing_topics` with this sink's admin client, its bootstrap
         and its stop request."""
         return create_missing_topics(self._admin, self.bootstrap, topics, settings, single_partition, self._stop)
+
+    def message_limit(self, topic: str) -> tuple[int, str]:
+        """(bytes, why): the largest message topic takes -- the smaller of the topic's
+        ``max.message.bytes`` (asked from Kafka once per topic; MAX_MESSAGE_BYTES, what the relay
+        creates topics with, when Kafka does not tell) and the producer's ``message.max.bytes`` --
+        and the settings it comes from, for an error naming them."""
+        known = self._limits.get(topic)
+        if known is None:
+            told = topic_max_message_bytes(self._admin, topic)
+            if told is None:
+                log.warning("Kafka at %s does not tell topic %r's max.message.bytes: assuming %d",
+                            self.bootstrap, topic, MAX_MESSAGE_BYTES)
+            topic_max = told if told is not None else MAX_MESSAGE_BYTES
+            why = (f"topic {topic!r} max.message.bytes {topic_max}{'' if told is not None else ' (assumed)'}, "
+                   f"producer message.max.bytes {self._producer_max}")
+            known = self._limits[topic] = (min(topic_max, self._producer_max), why)
+        return known
 
     def produce(self, topic: str, key: bytes | None, value: bytes | None, headers: Headers) -> None:
         """Enqueue one message (beginning a Kafka transaction if none is open).
