@@ -163,15 +163,22 @@ class Guard:
                        if _length(table.columns[_index(table, c)].kind, new[_index(table, c)]) < n}
                 extra = [(wire.TRUNCATED, json.dumps(cut, ensure_ascii=False, separators=(",", ":")))]
                 return [(m, extra if m.value is not None else []) for m in msgs]
-            for image in (new, old):
-                if image is not None:
-                    _cut(table, image, cols, excess + FRAMING)
+            images = [image for image in (new, old) if image is not None]
+            sizes = [_bytes(image, cols) for image in images]
+            for image, size in zip(images, sizes, strict=True):  # each its share of the excess
+                _cut(table, image, cols, (excess + FRAMING) * size // max(sum(sizes), 1) + 1)
             msgs = redo(new, old)
         raise self._error(table, topic, msgs, headers, row, f" (cutting {', '.join(lengths)} was not enough)")
 
 
 def _index(table: Table, name: str) -> int:
     return next(i for i, c in enumerate(table.columns) if c.name == name)
+
+
+def _bytes(image: list, cols: list[int]) -> int:
+    """About the encoded bytes of image's values of cols (UTF-8 size; hex digits of bytea halved
+    later, by _cut's per-character rate: an estimate for sharing the cut out)."""
+    return sum(len(image[i].encode("utf-8", "surrogatepass")) for i in cols if isinstance(image[i], str))
 
 
 def _length(kind: str, value: Any) -> int:
@@ -182,16 +189,18 @@ def _length(kind: str, value: Any) -> int:
 
 
 def _cut(table: Table, image: list, cols: list[int], excess: int) -> None:
-    """Shorten image's values of cols, longest first, by at least excess bytes of encoded form: a
-    character takes at least one byte, a bytea byte is two hex digits in capture form (and one
-    byte in Avro, 4/3 in base64). Each value cut is cut by at least a tenth, so the rounds end."""
+    """Shorten image's values of cols, longest first, by about excess bytes of encoded form: a
+    character by its UTF-8 size (JSON escapes make some longer: the next round cuts more), a bytea
+    byte (two hex digits in capture form) by one (Avro; 4/3 in base64). Each value cut is cut by at
+    least a tenth, so the rounds end."""
     left = excess
     for i in sorted(cols, key=lambda i: -len(image[i]) if isinstance(image[i], str) else 0):
         value = image[i]
         if left <= 0 or not isinstance(value, str) or not value:
             continue
         bytea = table.columns[i].kind == "bytea"
-        take = min(len(value), max(2 * left if bytea else left, len(value) // 10))
+        per_char = 0.5 if bytea else len(value.encode("utf-8", "surrogatepass")) / len(value)  # bytes a character
+        take = min(len(value), max(-int(-left // per_char), len(value) // 10))
         keep = (len(value) - take) & ~1 if bytea else len(value) - take  # bytea: whole bytes
         image[i] = value[:keep]
-        left -= (len(value) - keep) // 2 if bytea else len(value) - keep
+        left -= int((len(value) - keep) * per_char)

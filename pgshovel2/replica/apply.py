@@ -147,6 +147,10 @@ class Replicator:
                 if tmap is None:
                     raise ReplicaError(f"{change.topic!r} offset {change.offset}: table {change.table} is not in "
                                        f"set version {st.set_version} applied on the target")
+                if change.truncated:
+                    log.warning("%s at position %s: applying a row whose columns %s the relay cut to fit Kafka "
+                                "(oversized policy truncate): the target holds their starts only", change.table,
+                                change.position, change.truncated)
                 kind, values = tmap.classify(change)
                 if kind == "delete" and _moves(change, after):
                     moved = after
