@@ -30,6 +30,9 @@ const FLAG_OLD: u8 = 1;
 const FLAG_NO_ROW: u8 = 2;
 const FLAG_UNCHANGED: u8 = 4;
 const HEAD: usize = 16; // kind, change LSN (8), table index (2), flags (1), row length (4)
+/// bytes of encoded values an encode call holds before it hands them over (a run of large rows
+/// is not all in memory at once)
+const FLUSH_BYTES: usize = 16 << 20;
 
 /// A data message: (table index, key or None for an unkeyed table, value or None for a tombstone, op).
 type Out = (usize, Option<Vec<u8>>, Option<Vec<u8>>, u8);
@@ -165,14 +168,21 @@ impl Lane {
         let mut target = self.target(py, producer.as_ref(), wait, None)?;
         let mut done = 0;
         let mut out = Vec::with_capacity(records.len().saturating_sub(start) + 8);
+        let mut held_bytes = 0; // of the messages in out: handed over once past FLUSH_BYTES
         for (n, record) in records.iter().skip(start).enumerate() {
             let Some(held) = self.held(&record) else { break };
             let Some(rec) = held.rec() else { break };
             let text = crate::json::position(prefix, ordinal + n as u64);
+            let before = out.len();
             if !self.push_change(py, &rec, &text, txn.as_mut(), &mut counts, &mut out)? {
                 break;
             }
             done += 1;
+            held_bytes += out[before..].iter().map(|m| m.value.as_ref().map_or(0, Vec::len)).sum::<usize>();
+            if held_bytes > FLUSH_BYTES {
+                target.put(py, std::mem::take(&mut out), &heads, &self.topics, None)?;
+                held_bytes = 0;
+            }
         }
         target.put(py, out, &heads, &self.topics, None)?;
         let events = txn.map_or_else(|| vec![0; self.writers.len()], |t| t.events);

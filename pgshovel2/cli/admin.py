@@ -155,7 +155,7 @@ def set_upgrade(ctx: click.Context, name: str, config: str, dry_run: bool, no_sn
     if req is not None:
         click.echo(f"online snapshot {req.id} requested: {', '.join(req.tables)} ('pgshovel set snapshot {name} "
                    "--status' shows it)")
-    if dry_run and result.tables:
+    if dry_run and result.changes:
         click.echo("dry run: nothing was changed")
 
 

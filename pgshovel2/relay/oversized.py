@@ -15,8 +15,9 @@ batch framing. The emitter checks every message of a change against it *before* 
   same Kafka transaction; in its place on its own topic a placeholder: same key and headers, empty
   value, header ``pgshovel.dead_letter``.
 - ``truncate``: the named text/varchar/char/citext/bytea columns of the row (and of a debezium
-  event's before image) are cut, longest first, until every message fits; header
-  ``pgshovel.truncated`` names them with their lengths before. Still too large: as ``fail``.
+  event's before image) are cut, each to the same share of its length, until every message fits;
+  header ``pgshovel.truncated`` names them with their lengths before. Still too large with them
+  empty: as ``fail``.
 """
 
 import json
@@ -33,7 +34,7 @@ from pgshovel2.relay.envelopes import Message
 FRAMING = 1024  # bytes kept free of a limit for record and batch framing
 FIXED_HEADERS = 4096  # bytes the six pgshovel.* headers of a message take at most (set name <= 40 bytes)
 KEY_TEXT = 200  # characters of a key shown in an error
-TRUNCATE_ROUNDS = 8  # re-encodings truncate tries before it gives up (escaping makes sizes uneven)
+TRUNCATE_ROUNDS = 12  # re-encodings truncate tries (a bisection of the share kept)
 
 Headers = list[tuple[str, str]]
 
@@ -147,7 +148,10 @@ class Guard:
 
     def _truncate(self, table: Table, topic: str, msgs: list[Message], headers: Callable[[str], Headers],
                   redo: Callable[[Any, Any], list[Message]], row: Any, before: Any) -> list[tuple[Message, Headers]]:
-        """The change's messages again with the named columns cut until they fit topic."""
+        """The change's messages again with the named columns cut until they fit topic: each cut
+        value keeps the same share k of its length (characters; bytea: whole bytes), k found by
+        re-encoding (the encoded size grows with k; escapes and base64 make it uneven), aiming
+        at 90-100 % of the room."""
         cols = [i for i, c in enumerate(table.columns) if c.name in self.config.columns
                 and c.kind in TRUNCATABLE and not c.is_array and c.name not in table.key]
         if not cols:
@@ -156,29 +160,32 @@ class Guard:
         new, old = list(as_values(row)), list(as_values(before)) if before is not None else None
         lengths = {table.columns[i].name: _length(table.columns[i].kind, new[i]) for i in cols
                    if isinstance(new[i], str)}
+
+        def size_of(out: list[Message]) -> int:
+            return max(message_size(m.key, m.value, headers(m.op)) for m in out)
+
+        lo, hi, k, best = 0.0, 1.0, room / size_of(msgs), None
         for _ in range(TRUNCATE_ROUNDS):
-            excess = max(message_size(m.key, m.value, headers(m.op)) for m in msgs) - room
-            if excess <= 0:
-                cut = {c: n for c, n in lengths.items()
-                       if _length(table.columns[_index(table, c)].kind, new[_index(table, c)]) < n}
-                extra = [(wire.TRUNCATED, json.dumps(cut, ensure_ascii=False, separators=(",", ":")))]
-                return [(m, extra if m.value is not None else []) for m in msgs]
-            images = [image for image in (new, old) if image is not None]
-            sizes = [_bytes(image, cols) for image in images]
-            for image, size in zip(images, sizes, strict=True):  # each its share of the excess
-                _cut(table, image, cols, (excess + FRAMING) * size // max(sum(sizes), 1) + 1)
-            msgs = redo(new, old)
-        raise self._error(table, topic, msgs, headers, row, f" (cutting {', '.join(lengths)} was not enough)")
-
-
-def _index(table: Table, name: str) -> int:
-    return next(i for i, c in enumerate(table.columns) if c.name == name)
-
-
-def _bytes(image: list, cols: list[int]) -> int:
-    """About the encoded bytes of image's values of cols (UTF-8 size; hex digits of bytea halved
-    later, by _cut's per-character rate: an estimate for sharing the cut out)."""
-    return sum(len(image[i].encode("utf-8", "surrogatepass")) for i in cols if isinstance(image[i], str))
+            out = redo(_scaled(table, new, cols, k), _scaled(table, old, cols, k) if old is not None else None)
+            size = size_of(out)
+            if size <= room:
+                lo, best = k, (out, k)
+                if size >= 0.9 * room:
+                    break
+            else:
+                hi = k
+            guess = k * room / size * 0.98
+            k = guess if lo < guess < hi else (lo + hi) / 2
+        if best is None:
+            out = redo(_scaled(table, new, cols, 0.0), _scaled(table, old, cols, 0.0) if old is not None else None)
+            if size_of(out) > room:
+                names = ", ".join(table.columns[i].name for i in cols)
+                raise self._error(table, topic, out, headers, row, f" (even with {names} cut to nothing)")
+            best = (out, 0.0)
+        out, k = best
+        cut = {c: n for c, n in lengths.items() if n and int(n * k) < n}
+        extra = [(wire.TRUNCATED, json.dumps(cut, ensure_ascii=False, separators=(",", ":")))]
+        return [(m, extra if m.value is not None else []) for m in out]
 
 
 def _length(kind: str, value: Any) -> int:
@@ -188,19 +195,13 @@ def _length(kind: str, value: Any) -> int:
     return len(value) // 2 if kind == "bytea" else len(value)
 
 
-def _cut(table: Table, image: list, cols: list[int], excess: int) -> None:
-    """Shorten image's values of cols, longest first, by about excess bytes of encoded form: a
-    character by its UTF-8 size (JSON escapes make some longer: the next round cuts more), a bytea
-    byte (two hex digits in capture form) by one (Avro; 4/3 in base64). Each value cut is cut by at
-    least a tenth, so the rounds end."""
-    left = excess
-    for i in sorted(cols, key=lambda i: -len(image[i]) if isinstance(image[i], str) else 0):
-        value = image[i]
-        if left <= 0 or not isinstance(value, str) or not value:
-            continue
-        bytea = table.columns[i].kind == "bytea"
-        per_char = 0.5 if bytea else len(value.encode("utf-8", "surrogatepass")) / len(value)  # bytes a character
-        take = min(len(value), max(-int(-left // per_char), len(value) // 10))
-        keep = (len(value) - take) & ~1 if bytea else len(value) - take  # bytea: whole bytes
-        image[i] = value[:keep]
-        left -= int((len(value) - keep) * per_char)
+def _scaled(table: Table, image: list, cols: list[int], k: float) -> list:
+    """A copy of image whose values of cols keep the share k of their length (a bytea, in capture
+    form hex digits, whole bytes)."""
+    out = list(image)
+    for i in cols:
+        value = out[i]
+        if isinstance(value, str) and value:
+            keep = int(len(value) * k)
+            out[i] = value[:keep & ~1 if table.columns[i].kind == "bytea" else keep]
+    return out
