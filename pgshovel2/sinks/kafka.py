@@ -111,6 +111,7 @@ class KafkaSink:
         self.produced = 0
         self._producer_max = int(settings["message.max.bytes"])
         self._limits: dict[str, tuple[int, str]] = {}
+        self._too_large: str | None = None  # a delivery Kafka refused as too large (_delivery_failed)
 
     def _error(self, exc: KafkaException, what: str) -> RelayError:
         """Map exc, or the fatal error behind a generic "Local: Fatal error", to a relay error."""
@@ -298,6 +299,21 @@ class KafkaSink:
             self._failed.append(err.str())
         else:
             self._failed.append(f"topic {topic!r}, key {key!r:.80}: {err.str()}")
+        if err.code() == KafkaError.MSG_SIZE_TOO_LARGE and self._too_large is None:
+            self._too_large = self._failed[-1]
+
+    def _refused_as_too_large(self) -> None:
+        """Raise RelayError (not retried) when Kafka refused a message as too large although the relay
+        found it within the limit it knows (message_limit): the topic's real limit is lower than
+        Kafka told, or Kafka did not tell (no DescribeConfigs permission)."""
+        if self._too_large is not None:
+            failed, self._too_large = self._too_large, None
+            known = ", ".join(f"{t}: {why}" for t, (_, why) in self._limits.items())
+            raise RelayError(f"Kafka refused a message as too large ({failed}) although it was within the limits "
+                             f"the relay knows ({known or 'none asked yet'}): the topic's max.message.bytes or the "
+                             "broker's limit is lower than Kafka told the relay, or Kafka told nothing (grant "
+                             "DescribeConfigs on the set's topics); fix the limit, or let the set's oversized policy "
+                             "see it (a restart asks again), then start the relay")
 
     def commit(self, timeout: float = 300.0) -> None:
         """Commit the open Kafka transaction (or, idempotent-only, flush everything).
@@ -314,8 +330,11 @@ class KafkaSink:
             return
         try:
             self._retrying(self._producer.commit_transaction, timeout, "cannot commit the Kafka transaction")
-        except BaseException:
+        except BaseException as exc:
             self.abort()
+            if isinstance(exc, RelayError):
+                self._poll_cause()  # the delivery reports that tell why
+                self._refused_as_too_large()
             raise
         finally:
             self._failed.clear()
@@ -340,6 +359,7 @@ class KafkaSink:
         if self._failed:
             first, count = self._failed[0], len(self._failed)
             self._failed.clear()
+            self._refused_as_too_large()
             raise UnavailableError(f"{count} message(s) not delivered to Kafka; first: {first}")
         if remaining:
             raise UnavailableError(f"{remaining} message(s) still unacknowledged by Kafka at "
