@@ -15,7 +15,7 @@ batch framing. The emitter checks every message of a change against it *before* 
   same Kafka transaction; in its place on its own topic a placeholder: same key and headers, empty
   value, header ``pgshovel.dead_letter``.
 - ``truncate``: the named text/varchar/char/citext/bytea columns of the row (and of a debezium
-  event's before image) are cut, each to the same share of its length, until every message fits;
+  event's before image) longer than a cap are cut to it, the cap chosen so every message fits;
   header ``pgshovel.truncated`` names them with their lengths before. Still too large with them
   empty: as ``fail``.
 """
@@ -34,7 +34,7 @@ from pgshovel2.relay.envelopes import Message
 FRAMING = 1024  # bytes kept free of a limit for record and batch framing
 FIXED_HEADERS = 4096  # bytes the six pgshovel.* headers of a message take at most (set name <= 40 bytes)
 KEY_TEXT = 200  # characters of a key shown in an error
-TRUNCATE_ROUNDS = 12  # re-encodings truncate tries (a bisection of the share kept)
+TRUNCATE_ROUNDS = 16  # re-encodings truncate tries (a search for the cap of the cut values)
 
 Headers = list[tuple[str, str]]
 
@@ -148,10 +148,10 @@ class Guard:
 
     def _truncate(self, table: Table, topic: str, msgs: list[Message], headers: Callable[[str], Headers],
                   redo: Callable[[Any, Any], list[Message]], row: Any, before: Any) -> list[tuple[Message, Headers]]:
-        """The change's messages again with the named columns cut until they fit topic: each cut
-        value keeps the same share k of its length (characters; bytea: whole bytes), k found by
-        re-encoding (the encoded size grows with k; escapes and base64 make it uneven), aiming
-        at 90-100 % of the room."""
+        """The change's messages again with the named columns cut until they fit topic: every named
+        value longer than a cap is cut to it (characters; bytea: bytes), shorter ones stay whole;
+        the cap is found by re-encoding (the encoded size grows with it; escapes and base64 make it
+        uneven), aiming at 90-100 % of the room."""
         cols = [i for i, c in enumerate(table.columns) if c.name in self.config.columns
                 and c.kind in TRUNCATABLE and not c.is_array and c.name not in table.key]
         if not cols:
@@ -160,31 +160,39 @@ class Guard:
         new, old = list(as_values(row)), list(as_values(before)) if before is not None else None
         lengths = {table.columns[i].name: _length(table.columns[i].kind, new[i]) for i in cols
                    if isinstance(new[i], str)}
+        top = max([_length(table.columns[i].kind, image[i]) for image in (new, old) if image is not None
+                   for i in cols] or [0])
 
         def size_of(out: list[Message]) -> int:
             return max(message_size(m.key, m.value, headers(m.op)) for m in out)
 
-        lo, hi, k, best = 0.0, 1.0, room / size_of(msgs), None
+        def cut(cap: int) -> list[Message]:
+            return redo(_capped(table, new, cols, cap), _capped(table, old, cols, cap) if old is not None else None)
+
+        lo, hi, best = 0, top, None  # caps: lo fits (assumed until tried), hi does not
+        cap = int(top * room / size_of(msgs))
         for _ in range(TRUNCATE_ROUNDS):
-            out = redo(_scaled(table, new, cols, k), _scaled(table, old, cols, k) if old is not None else None)
+            out = cut(cap)
             size = size_of(out)
             if size <= room:
-                lo, best = k, (out, k)
+                lo, best = cap, (out, cap)
                 if size >= 0.9 * room:
                     break
             else:
-                hi = k
-            guess = k * room / size * 0.98
-            k = guess if lo < guess < hi else (lo + hi) / 2
+                hi = cap
+            guess = int(cap * room / size * 0.98)
+            cap = guess if lo < guess < hi else (lo + hi) // 2
+            if hi - lo <= 1:
+                break
         if best is None:
-            out = redo(_scaled(table, new, cols, 0.0), _scaled(table, old, cols, 0.0) if old is not None else None)
+            out = cut(0)
             if size_of(out) > room:
                 names = ", ".join(table.columns[i].name for i in cols)
                 raise self._error(table, topic, out, headers, row, f" (even with {names} cut to nothing)")
-            best = (out, 0.0)
-        out, k = best
-        cut = {c: n for c, n in lengths.items() if n and int(n * k) < n}
-        extra = [(wire.TRUNCATED, json.dumps(cut, ensure_ascii=False, separators=(",", ":")))]
+            best = (out, 0)
+        out, cap = best
+        cut_cols = {c: n for c, n in lengths.items() if n > cap}
+        extra = [(wire.TRUNCATED, json.dumps(cut_cols, ensure_ascii=False, separators=(",", ":")))]
         return [(m, extra if m.value is not None else []) for m in out]
 
 
@@ -195,13 +203,12 @@ def _length(kind: str, value: Any) -> int:
     return len(value) // 2 if kind == "bytea" else len(value)
 
 
-def _scaled(table: Table, image: list, cols: list[int], k: float) -> list:
-    """A copy of image whose values of cols keep the share k of their length (a bytea, in capture
-    form hex digits, whole bytes)."""
+def _capped(table: Table, image: list, cols: list[int], cap: int) -> list:
+    """A copy of image whose values of cols are cut to at most cap characters (a bytea, in capture
+    form hex digits, to cap bytes)."""
     out = list(image)
     for i in cols:
         value = out[i]
-        if isinstance(value, str) and value:
-            keep = int(len(value) * k)
-            out[i] = value[:keep & ~1 if table.columns[i].kind == "bytea" else keep]
+        if isinstance(value, str):
+            out[i] = value[:2 * cap if table.columns[i].kind == "bytea" else cap]
     return out

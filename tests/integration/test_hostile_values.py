@@ -251,8 +251,8 @@ def test_a_limit_lowered_behind_the_relays_back(stack, cluster, db, schema, tmp_
     refuses the message at delivery; the relay stops at once naming the refusal (not retried in a
     loop), the next start asks again and stops before producing, with the position; set skip
     gets past it."""
-    with db.cursor() as cur:
-        cur.execute(f'CREATE TABLE "{schema}".ov (id int PRIMARY KEY, body text)')
+    with db.cursor() as cur:  # bytea of random bytes: LZ4 cannot make them fit the limit
+        cur.execute(f'CREATE TABLE "{schema}".ov (id int PRIMARY KEY, body bytea)')
     create_set(stack, cluster, tmp_path, "ovl", schema, "ov", "trigger-c", "json")
     relay = RelayProcess(stack, cluster, "ovl", "--skip-snapshot", log_path=tmp_path / "first.log")
     relay.wait_for("skipping the initial snapshot")
@@ -267,7 +267,8 @@ def test_a_limit_lowered_behind_the_relays_back(stack, cluster, db, schema, tmp_
     for future in admin.incremental_alter_configs([resource]).values():
         future.result()
     with db.cursor() as cur:
-        cur.execute(f"INSERT INTO \"{schema}\".ov VALUES (2, repeat('y', {2 * MB}))")
+        cur.execute(f"INSERT INTO \"{schema}\".ov SELECT 2, decode(string_agg(md5(random()::text), ''), 'hex') "
+                    f"FROM generate_series(1, {2 * MB // 16})")
         cur.execute(f"INSERT INTO \"{schema}\".ov VALUES (3, 'after')")
     assert relay.proc.wait(120) != 0
     assert "refused a message as too large" in relay.log() and "restarting" not in relay.log()
