@@ -159,6 +159,7 @@ class KafkaSink:
             except KafkaException as failed:
                 exc = self._poll_cause() or failed  # the events that tell why, or the fatal error
                 err = exc.args[0]
+                self._refused_as_too_large()  # waiting on would not help: that transaction must be aborted
                 if not err.retriable() or time.monotonic() >= deadline:
                     raise self._error(exc, what) from exc
                 if self._stop.is_set():
