@@ -1,7 +1,7 @@
 """Relay memory under one large value (GOALS.md: relay RSS under a 50 MB value <= baseline + 2x the
 largest value): per capture path and value size, a set on a table (id, body text) whose relay
-runs idle until its RSS settles (the baseline: VmRSS then), then one row with a body of ``mb``
-MiB is inserted and relayed; the peak is the relay's VmHWM once the row is in Kafka. Reported:
+relays one small row and runs idle until its RSS settles (the baseline: VmRSS then), then one row
+with a body of ``mb`` MiB is inserted and relayed; the peak is the relay's VmHWM once the row is in Kafka. Reported:
 baseline, peak, peak - baseline and that over the value's size (the goal: <= 2).
 
     .venv/bin/python -m bench.value_memory [--mb 10,50] [--backends trigger,plpgsql,logical,pgoutput]
@@ -43,6 +43,9 @@ def measure_one(mb: int, backend: str, encoding: str = "json") -> dict:
         cur.execute(f"ALTER TABLE bench_relay.{name} REPLICA IDENTITY FULL")
     try:
         with relay_running(name) as (proc, _):
+            cur.execute(f"INSERT INTO bench_relay.{name} VALUES (0, 'warm-up')")  # a relay that has relayed
+            with ClusterStore(ENV["PGSHOVEL_ZOOKEEPER_HOSTS"], CLUSTER) as store:
+                status.wait_caught_up(store, name, BOOTSTRAP, timeout=600)
             time.sleep(SETTLE_S)
             baseline = rss_mib(proc.pid)
             cur.execute(f"INSERT INTO bench_relay.{name} VALUES (1, repeat('x', %s))", (mb * 1024 * 1024,))
