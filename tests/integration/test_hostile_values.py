@@ -187,6 +187,8 @@ def test_oversized_dead_letter(stack, cluster, db, schema, tmp_path):
         future.result()
     create_set(stack, cluster, tmp_path, "ovd", schema, "ov", "logical-pgoutput", "avro",
                oversized={"policy": "dead-letter"})
+    inspect = pgshovel(stack, cluster, "set", "inspect", "ovd").stdout
+    assert f"oversized messages: dead-letter -> topic {dead}" in inspect
     relay_snapshot_then_stream(stack, cluster, tmp_path, "ovd", lambda: _stream_rows(db, schema))
     topic = names.table_topic(f"ovd{cluster}", schema, "ov")
     messages = read_topics(stack.bootstrap, [topic, dead])
