@@ -1,4 +1,4 @@
-"""Helpers of test_hostile_values: the four capture paths, a set's relay run over an initial
+"""Helpers of test_hostile_values and test_oversized_messages: the four capture paths, a set's relay run over an initial
 snapshot and a stream, and the rows the consumer library rebuilds, compared in PostgreSQL."""
 
 from pathlib import Path
