@@ -12,7 +12,7 @@ from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, C
 from pgshovel2 import names
 from pgshovel2.cluster import ClusterStore
 from pgshovel2.ops.verify import read_topics
-from tests.helpers import RelayProcess, caught_up, pgshovel, verify
+from tests.helpers import RelayProcess, caught_up, pgshovel, verify, write_config
 from tests.integration.hostile_helpers import (
     compare_in_postgres,
     create_set,
@@ -202,3 +202,28 @@ def test_a_limit_lowered_behind_the_relays_back(stack, cluster, db, schema, tmp_
     finally:
         relay.stop()
     assert sorted(rebuilt(stack, cluster, "ovl")) == [1, 3]
+
+
+def test_set_upgrade_changes_the_policy(stack, cluster, db, schema, tmp_path):
+    """``set upgrade`` with only the oversized policy changed makes a new set version (nothing else
+    changes); the relay places a too-large change after the version's marker by the new policy."""
+    with db.cursor() as cur:
+        cur.execute(f'CREATE TABLE "{schema}".ov (id int PRIMARY KEY, body bytea)')
+    _small_topic(stack, cluster, "ovu", schema)
+    create_set(stack, cluster, tmp_path, "ovu", schema, "ov", "logical-pgshovel2", "json")
+    relay = RelayProcess(stack, cluster, "ovu", "--skip-snapshot", log_path=tmp_path / "relay.log")
+    try:
+        relay.wait_for("skipping the initial snapshot")
+        cfg = write_config(tmp_path, stack, [{"schema": schema, "name": "ov"}], encoding="json", backend="logical",
+                           topic_prefix=f"ovu{cluster}", decoder="pgshovel2", oversized={"policy": "dead-letter"})
+        out = pgshovel(stack, cluster, "set", "upgrade", "ovu", str(cfg)).stdout
+        assert "version 1 -> 2" in out and "oversized messages: fail -> dead-letter" in out, out
+        with db.cursor() as cur:
+            cur.execute(f"INSERT INTO \"{schema}\".ov VALUES (1, decode(repeat('ab', {2 * MB}), 'hex'))")
+        caught_up(stack, cluster, "ovu")
+    finally:
+        relay.stop()
+    assert "oversized messages: dead-letter" in pgshovel(stack, cluster, "set", "inspect", "ovu").stdout
+    rows = rebuilt(stack, cluster, "ovu")
+    assert rows[1][1].dead_letter == names.dead_letter_topic(f"ovu{cluster}")
+    assert rows[1][0]["body"] is not None and len(rows[1][0]["body"]) > 2 * MB  # base64 of 2 MiB
