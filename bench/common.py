@@ -89,6 +89,8 @@ def write_config(name: str, tables: list[dict], backend: str = "trigger", encodi
     WORK.mkdir(parents=True, exist_ok=True)
     path = WORK / f"{name}.yaml"
     extra = {"backend": "logical", "decoder": "pgoutput"} if backend == "pgoutput" else {"backend": backend}
+    if backend == "plpgsql":  # the trigger backend with the PL/pgSQL capture
+        extra = {"backend": "trigger", "capture": "plpgsql"}
     if envelope != "row":
         extra["envelope"] = envelope
     path.write_text(yaml.safe_dump({"database": {"dsn": dsn}, "encoding": encoding, **extra, "tables": tables}))

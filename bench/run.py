@@ -32,13 +32,16 @@ from bench import (
     relay_memory,
     relay_throughput,
     replica,
+    value_memory,
 )
 from bench.common import RESULTS
 
 FULL = {"capture": (3, 15, 10), "relay": (1_000_000, 3), "latency": (2000, 30), "memory": 1_000_000,
+        "values": ((10, 50), value_memory.BACKENDS, ("json", "avro")),
         "profile": 300_000, "bootstrap": (50, 1), "replica": (100_000, 10), "logical": (3, 15, 10, 1_000_000),
         "debezium": (1_000_000, 3, 60, debezium.PGSHOVEL2), "iceberg": (10, 1, 100, 180, 5)}
 QUICK = {"capture": (3, 5, 10), "relay": (100_000, 3), "latency": (2000, 10), "memory": 200_000,
+         "values": ((10,), value_memory.BACKENDS, ("json",)),
          "profile": 100_000, "bootstrap": (5, 1), "replica": (20_000, 10), "logical": (3, 5, 10, 100_000),
          "debezium": (100_000, 1, 15, debezium.QUICK), "iceberg": (2, 1, 100, 60, 5)}
 # section -> (progress line, function of its parameters), in the order they run: Debezium's comparison
@@ -51,6 +54,7 @@ SECTIONS = {
     "relay": ("relay throughput", relay_throughput.measure),
     "latency": ("end-to-end latency", latency.measure),
     "memory": ("relay memory", relay_memory.measure),
+    "values": ("relay memory under one large value", value_memory.measure),
     "bootstrap": ("bootstrap (Spark vs COPY)", bootstrap.measure),
     "replica": ("replica apply vs relay", replica.measure),
     "profile": ("profile", profile.measure),
@@ -83,6 +87,9 @@ def table(result: dict) -> list[str]:
                  f"{lat['p50_ms']}/{lat['p95_ms']}/{lat['p99_ms']}/{lat['max_ms']} (goal p99 <= 100)")
     label = f"relay peak RSS MiB, {mem['rows']}-row transaction"
     lines.append(f"{label:<44} {mem['peak_rss_mib']:>12}")
+    if "values" in result:
+        label = "relay RSS over baseline / largest value"
+        lines.append(f"{label:<44} {result['values']['worst_ratio']:>12} (goal <= 2)")
     lines.extend(bootstrap.lines(result["bootstrap"]))
     rep = result["replica"]
     lines.append(f"{'replica apply changes/s, batched / one each':<44} {rep['apply_batched']:>12,.0f} "

@@ -235,6 +235,8 @@ def resolve_set(conn, set_name: str, config: SetConfig, source: str, stored_gene
     prefix = config.topic_prefix or set_name
     topics: dict[str, str] = {names.transactions_topic(prefix): "the transactions topic",
                               names.positions_topic(prefix): "the positions topic"}
+    if config.oversized.policy == "dead-letter":
+        topics[names.dead_letter_topic(prefix)] = "the dead-letter topic"
     for i, table in enumerate(tables):
         topic = names.table_topic(prefix, table.schema, table.name)
         if len(topic) > names.MAX_TOPIC_LENGTH:
@@ -251,4 +253,23 @@ def resolve_set(conn, set_name: str, config: SetConfig, source: str, stored_gene
                 raise ConfigError(source, f"tables[{i}].columns", col.name,
                                   f"Avro field name {avro!r} collides with column {fields[avro]!r}")
             fields[avro] = col.name
+    _check_truncatable(tables, config.oversized.columns, source)
     return tables
+
+
+TRUNCATABLE = ("text", "varchar", "bpchar", "bytea", "citext")  # column kinds oversized truncate may cut
+
+
+def _check_truncatable(tables: tuple[Table, ...], columns: tuple[str, ...], source: str) -> None:
+    """Every column oversized.columns names is a text, varchar, char, citext or bytea column (not
+    an array, not a key column) of some table of the set. Raises ConfigError naming the first that is not."""
+    for i, name in enumerate(columns):
+        found = [(t, c) for t in tables for c in t.columns if c.name == name]
+        if not found:
+            raise ConfigError(source, f"oversized.columns[{i}]", name, "no table of the set has this column")
+        for table, col in found:
+            if col.kind not in TRUNCATABLE or col.is_array or name in table.key:
+                raise ConfigError(source, f"oversized.columns[{i}]", name,
+                                  f"column {name!r} of {table.qualified} is {col.pg_type}"
+                                  + (" (a key column)" if name in table.key else "")
+                                  + ": only text, varchar, char, citext and bytea columns outside the key can be cut")

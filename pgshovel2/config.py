@@ -13,6 +13,9 @@ A set config is a YAML mapping (see configs/pgbench.yaml)::
     envelope: row               # row (Bottled Water compatible) | debezium
     topic_prefix: pgbench       # default: the set name
     topics: {create: true, partitions: 1, replication_factor: 1}
+    oversized:                  # a change whose message Kafka cannot take (over max.message.bytes)
+      policy: fail              # fail (default) | dead-letter | truncate
+      columns: [body]           # truncate only: the text/varchar/bytea columns that may be cut
     tables:
       - name: pgbench_accounts  # exact identifier, no quoting
         schema: public          # default public
@@ -42,8 +45,10 @@ PGQ_MODES = ("auto", "extension", "pl")
 ENVELOPES = ("row", "debezium")
 CAPTURES = ("c", "plpgsql")  # trigger backend: C extension pgshovel2 or PL/pgSQL pgshovel2_pl
 DECODERS = ("pgshovel2", "pgoutput")
+OVERSIZED_POLICIES = ("fail", "dead-letter", "truncate")
 _TOP_KEYS = {"database", "backend", "capture", "pgq", "decoder", "encoding", "envelope", "topic_prefix", "topics",
-             "tables"}
+             "tables", "oversized"}
+_OVERSIZED_KEYS = {"policy", "columns"}
 _TABLE_KEYS = {"name", "schema", "columns", "key", "allow_unkeyed"}
 _TOPIC_KEYS = {"create", "partitions", "replication_factor"}
 
@@ -69,6 +74,18 @@ class TopicsConfig:
 
 
 @dataclass(frozen=True)
+class OversizedConfig:
+    """What the relay does with a change whose message Kafka cannot take (larger than the
+    topic's ``max.message.bytes`` or the producer's ``message.max.bytes``): ``fail`` (stop
+    naming it; ``pgshovel set skip`` gets past it), ``dead-letter`` (the message to the set's
+    ``{prefix}.dead-letter`` topic, a placeholder in its place) or ``truncate`` (cut the named
+    text/varchar/bytea columns, of any table of the set that has them, until it fits)."""
+
+    policy: str = "fail"
+    columns: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class SetConfig:
     """A replication set's configuration, validated for structure."""
 
@@ -82,6 +99,7 @@ class SetConfig:
     capture: str | None = None  # c | plpgsql; None: chosen at set create (backends.trigger)
     pgq: str = "auto"
     decoder: str | None = None  # logical: "pgshovel2" | "pgoutput"; None: chosen by set create
+    oversized: OversizedConfig = field(default_factory=OversizedConfig)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form, as stored in ZooKeeper."""
@@ -106,6 +124,8 @@ class SetConfig:
             capture=data.get("capture"),
             pgq=data.get("pgq", "auto"),  # records before the key existed: auto
             decoder=data.get("decoder"),
+            oversized=OversizedConfig(**{**(oversized := data.get("oversized") or {}),  # absent before it existed
+                                         "columns": tuple(oversized.get("columns", ()))}),
         )
 
 
@@ -185,7 +205,7 @@ def parse_config(data: Any, source: str) -> SetConfig:
     return SetConfig(dsn=db["dsn"], tables=parsed, backend=backend, encoding=encoding,
                      envelope=envelope, topic_prefix=prefix,
                      topics=_parse_topics(data.get("topics", {}), source), capture=capture, pgq=pgq,
-                     decoder=decoder)
+                     decoder=decoder, oversized=_parse_oversized(data.get("oversized", {}), source))
 
 
 def _no_unknown(data: dict, allowed: set[str], where: str, source: str) -> None:
@@ -267,3 +287,21 @@ def _parse_topics(data: Any, source: str) -> TopicsConfig:
             raise ConfigError(source, f"topics.{key}", value, "must be a positive integer")
         ints[key] = value
     return TopicsConfig(create=create, **ints)
+
+
+def _parse_oversized(data: Any, source: str) -> OversizedConfig:
+    """The ``oversized`` mapping: policy one of OVERSIZED_POLICIES; columns (a non-empty list of
+    column names) with policy truncate only, and required by it."""
+    if not isinstance(data, dict):
+        raise ConfigError(source, "oversized", data, "must be a mapping {policy: ..., columns: [...]}")
+    _no_unknown(data, _OVERSIZED_KEYS, "oversized.", source)
+    policy = data.get("policy", OVERSIZED_POLICIES[0])
+    if policy not in OVERSIZED_POLICIES:
+        raise ConfigError(source, "oversized.policy", policy, f"must be one of {', '.join(OVERSIZED_POLICIES)}")
+    columns = _ident_list(data.get("columns"), "oversized.columns", source) or ()
+    if policy == "truncate" and not columns:
+        raise ConfigError(source, "oversized.columns", data.get("columns"),
+                          "policy truncate needs the text/varchar/bytea columns it may cut")
+    if policy != "truncate" and columns:
+        raise ConfigError(source, "oversized.columns", list(columns), "only policy truncate cuts columns")
+    return OversizedConfig(policy, columns)

@@ -43,6 +43,12 @@ def transactions_topic(prefix: str) -> str:
     return f"{topic_part(prefix)}.transactions"
 
 
+def dead_letter_topic(prefix: str) -> str:
+    """Topic of the messages Kafka could not take on their own topic (set policy
+    ``oversized: {policy: dead-letter}``; docs/wire.rst, "Dead letters")."""
+    return f"{topic_part(prefix)}.dead-letter"
+
+
 def positions_topic(prefix: str) -> str:
     """Internal topic of the relay's committed positions (one partition, compacted)."""
     return f"{topic_part(prefix)}.positions"

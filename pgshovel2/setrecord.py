@@ -104,6 +104,7 @@ class SetTopicNames:
     transactions: str
     positions: str
     tables: dict[str, str]
+    dead_letter: str = ""  # the dead-letter topic (used with oversized policy dead-letter only)
 
 
 @dataclass(frozen=True)
@@ -156,7 +157,7 @@ class SetRecord:
     def topics(self) -> SetTopicNames:
         """The set's topics."""
         return SetTopicNames(names.transactions_topic(self.prefix), names.positions_topic(self.prefix),
-                             {t.qualified: self.topic(t) for t in self.tables})
+                             {t.qualified: self.topic(t) for t in self.tables}, names.dead_letter_topic(self.prefix))
 
     def topic(self, table: Table) -> str:
         """The data topic of a table of the set."""

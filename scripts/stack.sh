@@ -27,6 +27,7 @@ wait_for() {  # name seconds command...
 }
 
 OUTPUT_PLUGINS="pgoutput, test_decoding, pgshovel2_decoder"
+PG_STACK_KB=65536  # the server's soft stack limit (KB), where the hard limit allows it
 
 pg_up() {
   local dir="$STACK_DIR/pg"
@@ -62,7 +63,13 @@ CONF
   # SO_REUSEADDR, so postgres' bind fails; port_in_use sees established connections only), as
   # after a test run. Try again for up to 90 s then.
   local tries=0
-  until runuser -u postgres -- "$PG_BIN/pg_ctl" -D "$dir/data" -l "$dir/postgres.log" -w -t 60 start \
+  # A larger stack for the server's processes (soft limit only; a session may then raise
+  # max_stack_depth, superuser only): PostgreSQL parses json/jsonb recursively, and the tests of
+  # hostile values store a 100,000-deep jsonb (tests/integration/test_hostile_values.py), which
+  # takes about 14 MB of stack. Debian's default 8 MB caps max_stack_depth at 7.5 MB.
+  # (Set as user postgres: runuser's PAM session resets the limits it was given.)
+  until runuser -u postgres -- sh -c 'ulimit -S -s "$0" 2>/dev/null; exec "$@"' "$PG_STACK_KB" \
+      "$PG_BIN/pg_ctl" -D "$dir/data" -l "$dir/postgres.log" -w -t 60 start \
       >/dev/null 2>"$dir/pg_ctl.err"; do
     if tail -5 "$dir/postgres.log" | grep -q "Address already in use" && [ $((tries += 1)) -le 90 ]; then
       [ "$tries" -gt 1 ] || log "port $PG_PORT is still held by a closing connection: trying again for 90 s"

@@ -5,14 +5,19 @@
 //!
 //! A string without escapes is copied as it stands (the encoder would write the same bytes),
 //! numbers are written as json::write writes them. Whatever json::parse refuses (duplicate
-//! keys, nesting beyond MAX_DEPTH, lone surrogates, NaN) gives None here too, as does a
-//! number beyond a double's range (embed escapes that value).
+//! keys, lone surrogates, NaN) gives None here too, as does a number beyond a double's range
+//! (embed escapes that value). A value nested deeper than MAX_EMBED_DEPTH arrays and objects is
+//! escaped as it stands, found by one pass over its text (jsonvalue.too_deep): nothing here
+//! recurses deeper than that.
 
 use std::borrow::Cow;
 
 use crate::json::{self, Parser, Value, MAX_DEPTH};
 
 const ESCAPE_KEY: &str = "pgshovel.json";
+/// jsonvalue.MAX_EMBED_DEPTH: levels of arrays and objects a value may have and travel embedded.
+pub const MAX_EMBED_DEPTH: usize = 100;
+const _: () = assert!(MAX_EMBED_DEPTH < MAX_DEPTH);
 
 /// The top-level value's shape, which embed's escape rule looks at.
 #[derive(PartialEq)]
@@ -36,6 +41,10 @@ struct Canon<'a, 'o> {
 /// refuse the text or read it otherwise than this grammar (the Python codec decides).
 pub fn embed(text: &str, element: bool, out: &mut Vec<u8>) -> Option<()> {
     let start = out.len();
+    if too_deep(text.as_bytes(), MAX_EMBED_DEPTH) {
+        escape(text, out);
+        return Some(());
+    }
     let mut c = Canon { p: Parser::new(text, false), out, keys: Vec::new(), escape_like: false };
     let shape = c.value(0).filter(|_| {
         c.p.ws();
@@ -50,15 +59,50 @@ pub fn embed(text: &str, element: bool, out: &mut Vec<u8>) -> Option<()> {
         Some(shape) => {
             if shape == Shape::Null || (element && shape == Shape::Array) || escape_like {
                 out.truncate(start);
-                out.push(b'{');
-                json::write_str(ESCAPE_KEY, out);
-                out.push(b':');
-                json::write_str(text, out);
-                out.push(b'}');
+                escape(text, out);
             }
             Some(())
         }
     }
+}
+
+/// Appends the escape object `{"pgshovel.json": text}`.
+fn escape(text: &str, out: &mut Vec<u8>) {
+    out.push(b'{');
+    json::write_str(ESCAPE_KEY, out);
+    out.push(b':');
+    json::write_str(text, out);
+    out.push(b'}');
+}
+
+/// True when the JSON text nests more than limit levels of arrays and objects (brackets inside
+/// strings do not count), in one pass over its bytes, as jsonvalue.too_deep counts them.
+pub fn too_deep(text: &[u8], limit: usize) -> bool {
+    let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
+    for &b in text {
+        if in_string {
+            if escaped {
+                escaped = false;
+            } else if b == b'\\' {
+                escaped = true;
+            } else if b == b'"' {
+                in_string = false;
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                if depth > limit {
+                    return true;
+                }
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    false
 }
 
 impl<'a> Canon<'a, '_> {

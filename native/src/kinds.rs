@@ -93,7 +93,12 @@ pub fn avro(kind: Kind, v: &Value, out: &mut Vec<u8>) -> Option<()> {
         (Kind::Date, Value::Int(d)) if d.unsigned_abs() < 1 << 40 => write_long(if INT32_LIMITS.contains(d) { *d } else { d + DAYS_2000 }, out),
         (Kind::Time, Value::Int(t)) => write_long(*t, out),
         (Kind::Timestamp | Kind::TimestampTz, Value::Int(t)) => {
-            write_long(if *t == i64::MIN || *t == i64::MAX { *t } else { t.checked_add(MICROS_2000)? }, out)
+            // i64::MAX stands for +infinity: a timestamp that would land on it is Python's (it names it)
+            write_long(if *t == i64::MIN || *t == i64::MAX {
+                *t
+            } else {
+                t.checked_add(MICROS_2000).filter(|us| *us != i64::MAX)?
+            }, out)
         }
         (Kind::TimeTz, Value::Str(s)) => write_bytes(timetz(s)?.as_bytes(), out),
         (Kind::Interval, _) => write_bytes(interval(v)?.as_bytes(), out),

@@ -30,6 +30,9 @@ const FLAG_OLD: u8 = 1;
 const FLAG_NO_ROW: u8 = 2;
 const FLAG_UNCHANGED: u8 = 4;
 const HEAD: usize = 16; // kind, change LSN (8), table index (2), flags (1), row length (4)
+/// bytes of encoded values an encode call holds before it hands them over (a run of large rows
+/// is not all in memory at once)
+const FLUSH_BYTES: usize = 16 << 20;
 
 /// A data message: (table index, key or None for an unkeyed table, value or None for a tombstone, op).
 type Out = (usize, Option<Vec<u8>>, Option<Vec<u8>>, u8);
@@ -97,6 +100,9 @@ pub struct Lane {
     /// (printable ASCII without quote or backslash); None: such a record is Python's
     plain_topics: Vec<Option<String>>,
     indexes: HashMap<String, usize>,
+    /// bytes: the most key and value of one message may take together; a change with a larger
+    /// message is left to Python (the set's oversized policy, pgshovel2.relay.oversized)
+    limit: usize,
 }
 
 #[pymethods]
@@ -104,9 +110,13 @@ impl Lane {
     /// writers: per table index, the RowCodec of the row envelope (keyed or not) or, for a keyed
     /// table, the DebeziumEvents of the debezium envelope (None: no lane); topics: per table index, its data
     /// topic (str; anything where writers has None); tags: per table index, the table's tag (the
-    /// table of a trigger row). Raises TypeError for another writer.
+    /// table of a trigger row); limit: the most bytes of key and value one message may take
+    /// (None: no limit), a change with a larger one is left to Python. Raises TypeError for
+    /// another writer.
     #[new]
-    fn new(py: Python<'_>, writers: Vec<Option<Bound<'_, PyAny>>>, topics: Vec<PyObject>, tags: Vec<String>) -> PyResult<Self> {
+    #[pyo3(signature = (writers, topics, tags, limit=None))]
+    fn new(py: Python<'_>, writers: Vec<Option<Bound<'_, PyAny>>>, topics: Vec<PyObject>, tags: Vec<String>,
+           limit: Option<usize>) -> PyResult<Self> {
         if writers.len() != topics.len() || writers.len() != tags.len() {
             return Err(pyo3::exceptions::PyValueError::new_err("Lane: writers, topics and tags differ in length"));
         }
@@ -124,7 +134,7 @@ impl Lane {
             let plain = !name.is_empty() && name.bytes().all(|b| b.is_ascii_graphic() && b != b'"' && b != b'\\');
             plain.then(|| name.clone())
         }).collect();
-        Ok(Lane { writers, topics, topic_names, plain_topics, indexes })
+        Ok(Lane { writers, topics, topic_names, plain_topics, indexes, limit: limit.unwrap_or(usize::MAX) })
     }
 
     /// (messages, done, counts, events) for records[start:], a run of one transaction's changes:
@@ -158,14 +168,21 @@ impl Lane {
         let mut target = self.target(py, producer.as_ref(), wait, None)?;
         let mut done = 0;
         let mut out = Vec::with_capacity(records.len().saturating_sub(start) + 8);
+        let mut held_bytes = 0; // of the messages in out: handed over once past FLUSH_BYTES
         for (n, record) in records.iter().skip(start).enumerate() {
             let Some(held) = self.held(&record) else { break };
             let Some(rec) = held.rec() else { break };
             let text = crate::json::position(prefix, ordinal + n as u64);
+            let before = out.len();
             if !self.push_change(py, &rec, &text, txn.as_mut(), &mut counts, &mut out)? {
                 break;
             }
             done += 1;
+            held_bytes += out[before..].iter().map(|m| m.value.as_ref().map_or(0, Vec::len)).sum::<usize>();
+            if held_bytes > FLUSH_BYTES {
+                target.put(py, std::mem::take(&mut out), &heads, &self.topics, None)?;
+                held_bytes = 0;
+            }
         }
         target.put(py, out, &heads, &self.topics, None)?;
         let events = txn.map_or_else(|| vec![0; self.writers.len()], |t| t.events);
@@ -240,9 +257,22 @@ impl Lane {
 
     /// Appends the messages of one change to out and counts them per table index in counts;
     /// false (nothing appended): the change is Python's. position: its pgshovel.position.
-    fn push_change(&self, py: Python<'_>, rec: &Rec<'_>, position: &str, txn: Option<&mut Txn>,
+    /// A change with a message over the lane's limit is Python's too (its numbering undone).
+    fn push_change(&self, py: Python<'_>, rec: &Rec<'_>, position: &str, mut txn: Option<&mut Txn>,
                    counts: &mut [usize], out: &mut Vec<Msg>) -> PyResult<bool> {
-        let Some(outs) = self.change(py, rec, position, txn)? else { return Ok(false) };
+        let numbered = txn.as_deref().map(|t| (t.total, t.per.get(rec.table).copied(), t.events.get(rec.table).copied()));
+        let Some(outs) = self.change(py, rec, position, txn.as_deref_mut())? else { return Ok(false) };
+        let size = |o: &Out| o.1.as_ref().map_or(0, Vec::len) + o.2.as_ref().map_or(0, Vec::len);
+        if outs.iter().any(|o| size(o) > self.limit) {
+            if let (Some(t), Some((total, per, events))) = (txn, numbered) {
+                t.total = total;
+                if let (Some(p), Some(e)) = (per, events) {
+                    t.per[rec.table] = p;
+                    t.events[rec.table] = e;
+                }
+            }
+            return Ok(false);
+        }
         for (table, key, value, op) in outs {
             out.push(Msg { topic: Some(table), key, value, data: Some((op, position.to_string())) });
             counts[table] += 1;

@@ -8,6 +8,9 @@ use rdkafka::types::RDKafkaErrorCode;
 
 use crate::producer::{Headers, Producer, Topic};
 
+/// bytes: a value at least this large is given to librdkafka (Producer::send_owned), not copied
+const GIVE_AWAY: usize = 1 << 20;
+
 /// A message the lane made: topic (a table index; None: the transactions topic), key, value,
 /// and a data message's op (b'c', b'u', b'd') and pgshovel.position (None: a BEGIN or END record).
 pub(crate) struct Msg {
@@ -116,7 +119,7 @@ impl<'py> Direct<'_, 'py> {
                                                     texts(&held[6])?];
         let ops = [c, u, d];
         let position = heads.position.to_str()?;
-        for m in msgs {
+        for mut m in msgs {
             let topic = self.handle(py, m.topic)?;
             loop {
                 let list: &[(&str, &str)] = match &m.data {
@@ -127,7 +130,19 @@ impl<'py> Direct<'_, 'py> {
                 for (name, value) in list {
                     headers.add(name, Some(value.as_bytes()));
                 }
-                match self.producer.send(topic, m.key.as_deref(), m.value.as_deref(), headers) {
+                let sent = match m.value.take() {
+                    Some(value) if value.len() >= GIVE_AWAY => {
+                        self.producer.send_owned(topic, m.key.as_deref(), value, headers).map_err(|(code, back)| {
+                            m.value = Some(back);
+                            code
+                        })
+                    }
+                    value => {
+                        m.value = value;
+                        self.producer.send(topic, m.key.as_deref(), m.value.as_deref(), headers)
+                    }
+                };
+                match sent {
                     Ok(()) => break,
                     Err(RDKafkaErrorCode::QueueFull) => {
                         self.wait.call0()?;

@@ -23,7 +23,7 @@ use rdkafka::bindings::{
     rd_kafka_flush, rd_kafka_header_add, rd_kafka_headers_destroy, rd_kafka_headers_new,
     rd_kafka_headers_t, rd_kafka_last_error, rd_kafka_producev, rd_kafka_queue_destroy, rd_kafka_queue_get_main,
     rd_kafka_queue_length, rd_kafka_resp_err_t, rd_kafka_topic_destroy, rd_kafka_topic_new, rd_kafka_topic_t,
-    rd_kafka_vtype_t, RD_KAFKA_MSG_F_COPY,
+    rd_kafka_vtype_t, RD_KAFKA_MSG_F_COPY, RD_KAFKA_MSG_F_FREE,
 };
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::util::Timeout;
@@ -200,6 +200,41 @@ impl Producer {
         };
         if err != rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR {
             return Err(RDKafkaErrorCode::from(err));
+        }
+        headers.0 = ptr::null_mut();
+        Ok(())
+    }
+
+    /// send, for a value the caller gives away: librdkafka takes the buffer itself (F_FREE: it
+    /// frees it with free() once delivered or failed) instead of copying it, one copy of a large
+    /// value fewer in the relay's memory. Rust's global allocator here is the system's (malloc,
+    /// also when jemalloc is preloaded: both then are jemalloc's), so free() is the buffer's
+    /// deallocator. Err: (code, the value back) when librdkafka refuses it (QueueFull: full).
+    pub(crate) fn send_owned(&self, topic: Topic, key: Option<&[u8]>, value: Vec<u8>, mut headers: Headers)
+                             -> Result<(), (RDKafkaErrorCode, Vec<u8>)> {
+        let (key_ptr, key_len) = key.map_or((ptr::null_mut(), 0), |b| (b.as_ptr() as *mut c_void, b.len()));
+        let mut value = std::mem::ManuallyDrop::new(value);
+        let (value_ptr, value_len, value_cap) = (value.as_mut_ptr(), value.len(), value.capacity());
+        // SAFETY: as send's; the value's buffer is malloc'd (the system allocator) and is
+        // librdkafka's once it accepts the message (F_FREE), still ours when it refuses it. The key
+        // is copied (F_COPY applies to it: librdkafka copies a key whatever the flags).
+        let err = unsafe {
+            rd_kafka_producev(
+                self.inner.client().native_ptr(),
+                rd_kafka_vtype_t::RD_KAFKA_VTYPE_RKT, topic.0,
+                rd_kafka_vtype_t::RD_KAFKA_VTYPE_PARTITION, -1i32,
+                rd_kafka_vtype_t::RD_KAFKA_VTYPE_MSGFLAGS, RD_KAFKA_MSG_F_FREE,
+                rd_kafka_vtype_t::RD_KAFKA_VTYPE_VALUE, value_ptr as *mut c_void, value_len,
+                rd_kafka_vtype_t::RD_KAFKA_VTYPE_KEY, key_ptr, key_len,
+                rd_kafka_vtype_t::RD_KAFKA_VTYPE_OPAQUE, ptr::null_mut::<c_void>(),
+                rd_kafka_vtype_t::RD_KAFKA_VTYPE_HEADERS, headers.0,
+                rd_kafka_vtype_t::RD_KAFKA_VTYPE_END,
+            )
+        };
+        if err != rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR {
+            // SAFETY: refused, so the buffer is still ours, as it was made.
+            let back = unsafe { Vec::from_raw_parts(value_ptr, value_len, value_cap) };
+            return Err((RDKafkaErrorCode::from(err), back));
         }
         headers.0 = ptr::null_mut();
         Ok(())

@@ -122,6 +122,10 @@ def set_inspect(ctx: click.Context, name: str, as_json: bool, version: int | Non
         click.echo(f"  topic {topic} <- {tag}")
     click.echo(f"  topics {info['topics']['transactions']} (transactions), {info['topics']['positions']} "
                "(relay positions)")
+    oversized = cfg.get("oversized") or {"policy": "fail", "columns": []}
+    click.echo(f"  oversized messages: {oversized['policy']}"
+               + (f" (cut: {', '.join(oversized['columns'])})" if oversized["columns"] else "")
+               + (f" -> topic {info['topics']['dead_letter']}" if info["topics"].get("dead_letter") else ""))
     snap = info["snapshot"]
     click.echo(f"  snapshot: {json.dumps(snap) if snap else 'not taken yet'}")
     for t in info["tables"]:
@@ -153,7 +157,7 @@ def set_upgrade(ctx: click.Context, name: str, config: str, dry_run: bool, no_sn
     if req is not None:
         click.echo(f"online snapshot {req.id} requested: {', '.join(req.tables)} ('pgshovel set snapshot {name} "
                    "--status' shows it)")
-    if dry_run and result.tables:
+    if dry_run and result.changes:
         click.echo("dry run: nothing was changed")
 
 

@@ -11,7 +11,11 @@ be read as something else; then it travels as the escape object
   ``pgshovel.json`` (it would read as an escape);
 - a value with a number beyond a double's range (it would read as Infinity,
   which is no JSON) or a string that is no Unicode text (a lone surrogate
-  escape such as ``"\\ud83d"``, which type json accepts: no UTF-8 form).
+  escape such as ``"\\ud83d"``, which type json accepts: no UTF-8 form);
+- a value nested deeper than MAX_EMBED_DEPTH arrays and objects (PostgreSQL
+  accepts thousands of levels; Python's json, serde_json (128) and Jackson
+  (1000) refuse a document that deep, and the relay reads none of it
+  recursively: the depth is counted over the text in one pass).
 
 So every object with the single key ``pgshovel.json`` and a string value found
 in a column value of a JSON message is an escape, wherever it is: a reader
@@ -22,10 +26,19 @@ import json
 import math
 import re
 from dataclasses import dataclass
+from itertools import accumulate
 from typing import Any
 
 ESCAPE_KEY = "pgshovel.json"
 _SURROGATE = re.compile("[\ud800-\udfff]")
+# Levels of arrays and objects a json value may have and travel embedded (``[]`` is 1, ``1`` 0).
+# With the envelope (debezium: payload, after) and up to 6 array dimensions around it, a JSON
+# message then nests at most 110 levels: under serde_json's default limit of 128, which is the
+# lowest of the common readers. native/src/canon.rs has the same rule.
+MAX_EMBED_DEPTH = 100
+_STRINGS = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
+_NESTING = {ord("["): 1, ord("{"): 1, ord("]"): -1, ord("}"): -1}
+_BRACKETS_ONLY = {c: None for c in range(128) if c not in _NESTING}
 
 
 class _NotFiniteError(ValueError):
@@ -68,12 +81,25 @@ def _needs_escape(value: Any) -> bool:
     return isinstance(value, str) and _SURROGATE.search(value) is not None
 
 
+def too_deep(text: str, limit: int = MAX_EMBED_DEPTH) -> bool:
+    """True when the JSON text nests more than limit levels of arrays and objects (brackets
+    inside strings do not count). Never recursive: strings are cut out by one regular
+    expression, the remaining brackets summed by itertools.accumulate."""
+    if text.count("[") + text.count("{") <= limit:
+        return False
+    brackets = _STRINGS.sub("", text).translate(_BRACKETS_ONLY)
+    return max(accumulate(map(_NESTING.__getitem__, brackets.encode("ascii", "ignore"))), default=0) > limit
+
+
 def embed(text: str, element: bool = False) -> Any:
     """The JSON-encoding value of a json/jsonb value given as its JSON text.
 
     element: the value is an element of an array column. Raises ValueError
-    for text that is not JSON.
+    for text that is not JSON (not checked for a value nested deeper than
+    MAX_EMBED_DEPTH: that one is escaped as it stands, without parsing it).
     """
+    if too_deep(text):
+        return {ESCAPE_KEY: text}
     try:
         value = _loads(text)
     except _NotFiniteError:

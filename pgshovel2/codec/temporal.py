@@ -67,8 +67,17 @@ def date_to_json(v: int) -> str:
 
 
 def timestamp_to_avro(v: int) -> int:
-    """Trigger timestamp -> microseconds since 1970 (infinities kept as int64 limits)."""
-    return v if v in (INT64_MIN, INT64_MAX) else v + MICROS_2000
+    """Trigger timestamp -> microseconds since 1970 (infinities kept as int64 limits).
+
+    Raises ValueError for a timestamp after 294247-01-10 04:00:54.775806 (PostgreSQL's go to
+    294276-12-31): µs since 1970 in a long, short of the +infinity stand-in, end there."""
+    if v in (INT64_MIN, INT64_MAX):
+        return v
+    if v >= INT64_MAX - MICROS_2000:
+        raise ValueError(f"timestamp {timestamp_to_json(v, False)} is after 294247-01-10T04:00:54.775806, the last "
+                         "one Avro's timestamp-micros (µs since 1970 in a long) holds besides +infinity's stand-in; "
+                         "the JSON encoding carries it")
+    return v + MICROS_2000
 
 
 def timestamp_to_json(v: int, utc: bool) -> str:

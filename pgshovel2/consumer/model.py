@@ -48,6 +48,10 @@ class Change:
     (header ``pgshovel.unchanged``, docs/wire.rst): their fields in value are
     null and the row keeps its previous values (:meth:`fill_unchanged`,
     :class:`pgshovel2.consumer.state.RowState`); empty for every other change.
+    truncated: column name -> its length before, of the columns the relay cut to fit Kafka (set
+    policy ``oversized: truncate``, header ``pgshovel.truncated``): the value holds their starts
+    only. dead_letter: the dead-letter topic the value was read back from (policy dead-letter:
+    the message on the table's topic is a placeholder), else None.
     """
 
     topic: str
@@ -62,6 +66,8 @@ class Change:
     offset: int
     version: int = 0
     unchanged: frozenset[str] = frozenset()
+    truncated: dict[str, int] | None = None
+    dead_letter: str | None = None
 
     def fill_unchanged(self, previous: dict[str, Any] | None) -> dict[str, Any] | None:
         """The value with each unchanged column's field taken from previous (the row's value
@@ -116,6 +122,8 @@ class DataMessage:
     value: dict[str, Any] | bytes | None
     version: int = 0
     unchanged: frozenset[str] = frozenset()
+    truncated: dict[str, int] | None = None
+    dead_letter: str | None = None
 
     @property
     def is_snapshot(self) -> bool:

@@ -31,6 +31,7 @@ from confluent_kafka.admin import AdminClient
 from pgshovel2 import wire
 from pgshovel2.bootstrap.manifest import Manifest
 from pgshovel2.cluster import ClusterStore
+from pgshovel2.consumer.dead_letters import DeadLetters
 from pgshovel2.consumer.decode import Decoder
 from pgshovel2.consumer.errors import ConsumerError, IncompleteTransactionError
 from pgshovel2.consumer.model import Change, DataMessage, Transaction, TxnRecord
@@ -91,6 +92,7 @@ class SetReader:
         self.bootstrap, self.from_beginning = bootstrap, from_beginning
         self.assembly_timeout, self.max_buffered, self.timeout = assembly_timeout, max_buffered, timeout
         self.decoder = Decoder(registry_url)
+        self.dead_letters = DeadLetters(bootstrap, kafka_config, timeout)  # what placeholders stand for
         self._consumer = Consumer({
             "bootstrap.servers": bootstrap, "group.id": f"pgshovel-reader-{uuid.uuid4()}",
             "isolation.level": "read_committed", "enable.partition.eof": True,
@@ -157,6 +159,7 @@ class SetReader:
         if not self._closed:
             self._closed = True
             self._consumer.close()
+            self.dead_letters.close()
 
     @property
     def _all(self) -> list[Partition]:
@@ -279,17 +282,22 @@ class SetReader:
             txid_n, ts_n = int(txid), int(ts_ms)
             version = int(headers.get(wire.VERSION) or 0)
             unchanged = _unchanged(headers.get(wire.UNCHANGED))
+            truncated = json.loads(headers[wire.TRUNCATED]) if wire.TRUNCATED in headers else None
         except (KeyError, TypeError, ValueError) as exc:
             raise ConsumerError(f"{where}: missing or malformed pgshovel headers {headers!r} "
                                 f"(needs {', '.join(HEADERS)}; {wire.UNCHANGED}: a JSON array of "
-                                "column names)") from exc
+                                f"column names; {wire.TRUNCATED}: a JSON object)") from exc
+        value, dead = msg.value(), headers.get(wire.DEAD_LETTER)
+        if dead is not None:  # a placeholder: the message itself is in the dead-letter topic
+            value = self.dead_letters.value(msg.topic(), position, msg.key(), dead)
+            dead = json.loads(dead)["topic"]
         if self.decode:
             key, value = (self.decoder.decode(msg.key(), f"the key of {where}"),
-                          self.decoder.decode(msg.value(), f"the value of {where}"))
+                          self.decoder.decode(value, f"the value of {where}"))
         else:
-            key, value = msg.key(), msg.value()
+            key = msg.key()
         self.reassembler.add_data(DataMessage(sys.intern(msg.topic()), msg.partition(), msg.offset(), op, txid_n,
-                                              position, ts_n, key, value, version, unchanged))
+                                              position, ts_n, key, value, version, unchanged, truncated, dead))
 
     def _flow_control(self) -> None:
         """Pause partitions holding max_buffered messages; resume them below half of it."""

@@ -331,7 +331,8 @@ class Reassembler:
 
     def _change(self, msg: DataMessage) -> Change:
         return Change(msg.topic, self._tables[msg.topic], msg.op, msg.key, msg.value, msg.txid, msg.position,
-                      msg.ts_ms, msg.partition, msg.offset, msg.version, msg.unchanged)
+                      msg.ts_ms, msg.partition, msg.offset, msg.version, msg.unchanged, msg.truncated,
+                      msg.dead_letter)
 
     def _wanted(self, end: TxnRecord) -> dict[str, int]:
         return {t: n for t, n in (end.counts or {}).items() if t in self._tables}

@@ -186,7 +186,8 @@ def inspect_set(store: ClusterStore, name: str, version: int | None = None) -> d
         record = store.get_version(name, version)
     topics = record.topics
     return {**record.to_dict(), "znode_version": znode_version,
-            "topics": {"tables": topics.tables, "transactions": topics.transactions, "positions": topics.positions},
+            "topics": {"tables": topics.tables, "transactions": topics.transactions, "positions": topics.positions,
+                       "dead_letter": topics.dead_letter if record.config.oversized.policy == "dead-letter" else None},
             "snapshot": store.get_relay_record(name, "snapshot")}
 
 

@@ -157,7 +157,9 @@ def lines(info: dict[str, Any]) -> list[str]:
         out.append(f"  last relay error: {when} ({state}) {err['kind']} ({err['relay']}): {err['message'][:300]}")
     skips = info.get("skips") or {}
     for position, request in skips.get("requested", {}).items():
-        done = skips.get("skipped", {}).get(position)
+        row = (request.get("table"), request.get("key"))  # a snapshot row, met at another position
+        done = skips.get("skipped", {}).get(position) or next(
+            (s for s in skips.get("skipped", {}).values() if row[0] and (s.get("table"), s.get("key")) == row), None)
         state = (f"left out: {done['op']} of txid {done['txid']} on {done['table']}" if done
                  else "requested, not met yet")
         out.append(f"  skip {position}: {state} (asked by {request['by']}: {request['reason']})")

@@ -73,13 +73,21 @@ class UpgradePlan:
     topics_created: list[str]
     triggers: list[str]
     logical: bool = False
+    oversized: str | None = None  # the oversized policy's change ("fail -> dead-letter"), None: unchanged
+
+    @property
+    def changes(self) -> bool:
+        """True when the upgrade changes something (tables or the oversized policy)."""
+        return bool(self.tables) or self.oversized is not None
 
     def lines(self) -> list[str]:
         """The diff as printable lines."""
-        if not self.tables:
+        if not self.changes:
             return [f"set {self.set_name!r}: version {self.from_version} already matches the config"]
         out = [f"set {self.set_name!r}: version {self.from_version} -> {self.to_version}"]
         out += [f"  {t.describe()}" for t in self.tables]
+        if self.oversized is not None:
+            out.append(f"  oversized messages: {self.oversized} (from the version's place in the stream on)")
         if self.logical:
             out.append("  switch: a pgshovel2.version message (and the publication's tables, decoder pgoutput) "
                        "in the upgrade's transaction")
@@ -112,8 +120,13 @@ def diff(set_name: str, record: SetRecord, config: SetConfig, tables: tuple[Tabl
         elif before != after or name in old_rows:
             changes.append(_table_change(before, after, name in old_rows))
             triggers.append(f"replace on {after.qualified}")
+    policy = None
+    if config.oversized != record.config.oversized:
+        def text(o):
+            return o.policy + (f" [{', '.join(o.columns)}]" if o.columns else "")
+        policy = f"{text(record.config.oversized)} -> {text(config.oversized)}"
     return UpgradePlan(set_name, record.version, record.version + 1, changes, topics, triggers,
-                       isinstance(record.capture, SlotCapture))
+                       isinstance(record.capture, SlotCapture), policy)
 
 
 def _table_change(before: Table, after: Table, old_rows: bool = False) -> TableChange:
@@ -191,7 +204,7 @@ def upgrade_set(store: ClusterStore, name: str, config_path: str) -> UpgradePlan
     config = load_config(config_path)
     _check_immutable(record.config, config, config_path)
     preview = _preview(name, record, config, config_path)
-    if not preview.tables:
+    if not preview.changes:
         return preview
     intent = Intent.new(store.cluster, name, "upgrade", record.version + 1)
     what = f"upgrade set {name!r}"

@@ -26,6 +26,7 @@ from pgshovel2 import backends, wire
 from pgshovel2.backends.snapshot import TableReader
 from pgshovel2.catalog import Table
 from pgshovel2.codec.avro import TRANSACTION_SCHEMA
+from pgshovel2.consumer.dead_letters import DeadLetters
 from pgshovel2.consumer.offsets import end_offsets, partition_counts
 from pgshovel2.errors import RelayError
 from pgshovel2.relay import setup
@@ -43,6 +44,7 @@ class TopicState:
     unkeyed: list = field(default_factory=list)     # (position, row image) added
     removed: list = field(default_factory=list)     # (position, row image) deleted (unkeyed)
     truncated_at: str = ""                          # position of the last TRUNCATE
+    cut: dict = field(default_factory=dict)         # key bytes -> pgshovel.truncated of its last message
 
 
 @dataclass
@@ -105,6 +107,20 @@ def read_topics(bootstrap: str, topics: list[str], timeout: float = 60.0,
         consumer.close()
 
 
+def resolve_dead_letters(bootstrap: str, messages: dict[str, list]) -> dict[str, list]:
+    """messages (read_topics') with each placeholder's value (header ``pgshovel.dead_letter``)
+    replaced by the message it stands for, read back from the dead-letter topic."""
+    if not any(wire.DEAD_LETTER in h for msgs in messages.values() for _, _, h in msgs):
+        return messages
+    dead = DeadLetters(bootstrap)
+    try:
+        return {topic: [(k, dead.value(topic, h[wire.POSITION], k, h[wire.DEAD_LETTER]), h)
+                        if wire.DEAD_LETTER in h else (k, v, h) for k, v, h in msgs]
+                for topic, msgs in messages.items()}
+    finally:
+        dead.close()
+
+
 def truncates(records: list, txn_decode, visible: Callable[[int], bool] = lambda txid: True) -> dict[str, str]:
     """topic -> position of its last TRUNCATE among the transactions topic's records (key, value,
     headers), counting only the records whose txid visible(txid) accepts.
@@ -137,6 +153,7 @@ def rebuild(messages: list, truncated_at: str, envelope: Envelope) -> TopicState
             if after is None and old is not None and old[1] is not None:
                 moved = (position, old[1])
             state.keyed[key] = (position, after)
+            state.cut[key] = headers.get(wire.TRUNCATED)
         else:
             _rebuild_unkeyed(state, headers.get(wire.OP), position, before, after)
     return state
@@ -203,6 +220,8 @@ def compare(table: Table, topic: str, state: TopicState, envelope: Envelope, sna
             if source_keyed.get(key) != keyed.get(key):
                 diff = (f"key {key!r}: source {source_keyed.get(key)!r:.120} "
                         f"!= kafka {keyed.get(key)!r:.120}")
+                if state.cut.get(key):
+                    diff += f" (the relay cut {state.cut[key]} to fit Kafka: oversized policy truncate)"
                 break
         rebuilt, source = len(keyed), len(source_keyed)
     else:
@@ -235,7 +254,7 @@ def verify_set(record: SetRecord, bootstrap: str, registry_url: str | None) -> l
     txn_topic = record.topics.transactions
     txn_decode = txn_decoder(record)
     topics = [r.topic for r in routes.values()]
-    messages = read_topics(bootstrap, topics + [txn_topic])
+    messages = resolve_dead_letters(bootstrap, read_topics(bootstrap, topics + [txn_topic]))
     truncated = truncates(messages[txn_topic], txn_decode)
     reports = []
     with backends.reader(record, RelayError) as snap:

@@ -23,6 +23,7 @@ from pgshovel2.relay.partition_moves import PartitionMoves
 from pgshovel2.relay.partition_watch import PartitionWatch
 from pgshovel2.relay.pgq_source import PgqSource
 from pgshovel2.relay.relation_layout import all_mode_tags
+from pgshovel2.relay.skips import Skips
 from pgshovel2.relay.source import Source
 from pgshovel2.setrecord import SetRecord, SlotCapture
 from pgshovel2.sinks.kafka import KafkaSink
@@ -80,8 +81,10 @@ def build(store: ClusterStore, set_name: str, options: RelayOptions, leadership:
                  lambda: read_position(options.bootstrap, topics.positions, key, stop=stop), topics.positions,
                  key.encode(),
                  leadership, lambda rec: store.put_relay_record(set_name, "snapshot", rec),
-                 frozenset((store.get_relay_record(set_name, "skips") or {}).get("requested", {})),
-                 lambda position, what: store.update_skips(set_name, "skipped", position, {**what, "at": time.time()}),
+                 Skips.of(store.get_relay_record(set_name, "skips"),
+                          lambda position, what: store.update_skips(set_name, "skipped", position,
+                                                                    {**what, "at": time.time()}),
+                          lambda position, what: _stopped(store, set_name, position, what)),
                  online_snapshot(store, record, emitter), partition_watch(store, record))
 
 
@@ -91,6 +94,16 @@ def partition_watch(store: ClusterStore, record: SetRecord) -> PartitionWatch:
     name = record.name
     return PartitionWatch(record.dsn, PartitionMoves(lambda: store.get_relay_record(name, "partitions"),
                                                      lambda data: store.put_relay_record(name, "partitions", data)))
+
+
+def _stopped(store: ClusterStore, set_name: str, position: str, what: dict) -> None:
+    """Record where the relay stops on a change it cannot relay (``stopped`` of relay/skips, what
+    ``pgshovel set skip`` reads a snapshot row's table and key from). Best effort: the error
+    itself is what the operator sees."""
+    try:
+        store.update_skips(set_name, "stopped", position, {**what, "at": time.time()})
+    except Exception:  # noqa: BLE001 -- ZooKeeper down: the relay stops with its error anyway
+        log.warning("could not record the stop at %s in ZooKeeper", position, exc_info=True)
 
 
 def online_snapshot(store: ClusterStore, record: SetRecord, emitter: Emitter) -> OnlineSnapshot:

@@ -22,9 +22,11 @@ from pgshovel2 import wire
 from pgshovel2.catalog import Table
 from pgshovel2.codec.avro import AvroWriter
 from pgshovel2.codec.rows import RowEncoder, encode_record, txn_record_avro, txn_record_json
+from pgshovel2.config import OversizedConfig
 from pgshovel2.errors import EncodeError, RelayError
 from pgshovel2.relay.envelopes import SNAPSHOT_TRUE, Context, Envelope, Message, RowEnvelope, TxnOrder
 from pgshovel2.relay.lane import NAMES, OPS, TableLanes
+from pgshovel2.relay.oversized import Guard, Headers
 from pgshovel2.relay.source import Change, ChangeRun, TxnRun
 from pgshovel2.sinks.kafka import KafkaSink
 
@@ -60,6 +62,16 @@ class Emitter:
         self._fixed: tuple = ()  # the headers every message of that transaction shares
         self._lanes: TableLanes | None = None  # the native lane of routes, for ChangeRuns
         self._shared_for, self._shared = -1, ()  # the (set, version) headers of version _shared_for
+        self.guard: Guard | None = None  # the oversized policy (use_policy); None: nothing checked
+        self.use_policy(OversizedConfig(), "")
+
+    def use_policy(self, config: OversizedConfig, dead_letter: str) -> None:
+        """Check every message against its topic's limit and apply config (set config ``oversized``;
+        dead_letter: the set's dead-letter topic), from the next change on. Without a sink that
+        knows limits (KafkaSink.message_limit) nothing is checked."""
+        limit = getattr(self.sink, "message_limit", None)
+        self.guard = Guard(self.set_name, config, limit, self.sink.produce, dead_letter) if limit else None
+        self._lanes = None
 
     def switch(self, routes: dict[str, TableRoute], version: int, txn_writer: AvroWriter | None) -> None:
         """Use routes (table tag -> TableRoute) of set version from the next change on."""
@@ -142,7 +154,7 @@ class Emitter:
         when the routes or tags changed."""
         lanes = self._lanes
         if lanes is None or not lanes.of(self.routes, tags):
-            lanes = self._lanes = TableLanes(self.routes, tags)
+            lanes = self._lanes = TableLanes(self.routes, tags, self.guard.lane_limit if self.guard else None)
         return lanes
 
     def _shared_headers(self) -> tuple[tuple[str, str], tuple[str, str]]:
@@ -153,14 +165,38 @@ class Emitter:
         return self._shared
 
     def _send(self, route: TableRoute, msg: Message, txid: int, position: str, ts_ms: int,
-              unchanged: str | None = None) -> None:
+              unchanged: str | None = None, extra: Headers | None = None) -> None:
         if self.replaying:
             return
         key, value, op = msg
-        headers = self._headers(op, txid, position, ts_ms)
-        if unchanged is not None and value is not None and op in ("c", "u"):
-            headers.append((wire.UNCHANGED, unchanged))
+        headers = self._message_headers(op, txid, position, ts_ms, unchanged, value is not None)
+        if extra:
+            headers += extra
         self.sink.produce(route.topic, key, value, headers)
+
+    def _message_headers(self, op: str, txid: int, position: str, ts_ms: int, unchanged: str | None,
+                         has_value: bool) -> Headers:
+        headers = self._headers(op, txid, position, ts_ms)
+        if unchanged is not None and has_value and op in ("c", "u"):
+            headers.append((wire.UNCHANGED, unchanged))
+        return headers
+
+    def _placed(self, route: TableRoute, msgs: list[Message], txid: int, position: str, ts_ms: int,
+                unchanged: str | None, redo: Callable[[Any, Any], list[Message]], row: Any, before: Any
+                ) -> list[tuple[Message, Headers]]:
+        """msgs with the extra headers each needs: as they are when every one fits its topic (by
+        size alone, the usual case), else as the oversized policy places them (Guard.handle,
+        which raises OversizedError when it places none)."""
+        guard = self.guard
+        if guard is not None:
+            quick, more = guard.quick(route.topic), len(unchanged) if unchanged else 0
+            if any(len(m.key or b"") + len(m.value or b"") + more > quick for m in msgs):
+                def headers(op: str) -> Headers:
+                    return self._message_headers(op, txid, position, ts_ms, unchanged, True)
+
+                if guard.over(route.topic, msgs, headers):
+                    return guard.handle(route.table, route.topic, msgs, headers, redo, row, before, self.replaying)
+        return [(m, []) for m in msgs]
 
     def snapshot_row(self, table: Table, row: list, position: str, ts_ms: int, snapshot: str = SNAPSHOT_TRUE,
                      lsn: int | None = None) -> None:
@@ -171,8 +207,10 @@ class Emitter:
         """
         route = self.routes[table.qualified]
         ctx = Context(0, position, ts_ms, snapshot, lsn=lsn)
-        for msg in route.envelope.read(row, ctx):
-            self._send(route, msg, 0, position, ts_ms)
+        msgs = route.envelope.read(row, ctx)
+        for msg, extra in self._placed(route, msgs, 0, position, ts_ms, None,
+                                       lambda new, _: route.envelope.read(new, ctx), row, None):
+            self._send(route, msg, 0, position, ts_ms, None, extra)
 
     def begin(self, txid: int, position: str, ts_ms: int, ts_us: int | None = None,
               last_lsn: int | None = None) -> None:
@@ -248,8 +286,9 @@ class Emitter:
                       ts_us=self._txn_ts_us) if getattr(envelope, "uses_context", True) else None
         msgs = envelope.change(ev.op, ev.row, ev.before, ctx)
         unchanged = _unchanged_header(route.table, ev) if ev.unchanged else None
-        for msg in msgs:
-            self._send(route, msg, ev.txid, position, ev.ts_ms, unchanged)
+        for msg, extra in self._placed(route, msgs, ev.txid, position, ev.ts_ms, unchanged,
+                                       _redo(envelope, ev.op, ctx, msgs), ev.row, ev.before):
+            self._send(route, msg, ev.txid, position, ev.ts_ms, unchanged, extra)
         if msgs:
             self._counts[route.topic] += len(msgs)
 
@@ -269,6 +308,22 @@ def _unkeyed_without_old_row(set_name: str, ev: Change) -> EncodeError:
     return EncodeError(f"set {set_name!r}: table {ev.table} has no key (allow_unkeyed) and this {what}, so no "
                        f"consumer could tell which row it changed: {fix} (skipping this one change leaves every "
                        "consumer's copy of the table different from the source by it)")
+
+
+def _redo(envelope: Envelope, op: str, ctx: Context | None, first: list[Message]
+          ) -> Callable[[Any, Any], list[Message]]:
+    """envelope.change(op, row, before, ctx) again for other rows (oversized truncate), the event
+    numbering of the messages it made last (first, at the start) taken back before."""
+    last = [first]
+
+    def redo(row: Any, before: Any) -> list[Message]:
+        collection = getattr(envelope, "collection", None)
+        if ctx is not None and ctx.order is not None and collection is not None:
+            ctx.order.advance(collection, -sum(m.value is not None for m in last[0]))
+        last[0] = envelope.change(op, row, before, ctx)
+        return last[0]
+
+    return redo
 
 
 def _unchanged_header(table: Table, ev: Change) -> str:

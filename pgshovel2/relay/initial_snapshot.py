@@ -18,14 +18,14 @@ LOG_EVERY = 5.0  # s between progress lines of one table
 
 def emit_initial_snapshot(stop: threading.Event, snap: ExportedSnapshot, backend: str, at: Position,
                           tables: tuple[Table, ...], emitter: Emitter,
-                          unencodable: Callable[[EncodeError, str, str], None]) -> tuple[int, int, float]:
+                          unencodable: Callable[[EncodeError, str, Table, list], None]) -> tuple[int, int, float]:
     """Produce every row of tables in snap as op ``r`` through emitter (into its open Kafka
     transaction), each at the snapshot position ``<at.unit>:s<ordinal>`` of backend (the source's:
     a tick, or for logical the slot's consistent point minus one: Position.at_consistent_point)
     with its Debezium snapshot marker (SnapshotMarks, one row behind) and, logical, the
     consistent point as its ``source.lsn``; returns (rows, capture time in ms, seconds).
 
-    A row that cannot be encoded goes to unencodable(error, position, table tag), which raises
+    A row that cannot be encoded goes to unencodable(error, position, table, row), which raises
     unless the operator asked to skip it. Raises StopRequestedError when stop is set; the caller
     aborts the Kafka transaction on any error.
     """
@@ -38,7 +38,7 @@ def emit_initial_snapshot(stop: threading.Event, snap: ExportedSnapshot, backend
         try:
             emitter.snapshot_row(table, row, header, now_ms, marker, lsn)
         except EncodeError as exc:
-            unencodable(exc, header, table.qualified)
+            unencodable(exc, header, table, row)
 
     marks = SnapshotMarks(emit)
     for table in tables:

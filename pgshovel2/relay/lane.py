@@ -13,6 +13,7 @@ refuses it), or, for a keyed table, the debezium envelope's native event
 writer (DebeziumEvents).
 """
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Optional
 
 from pgshovel2 import wire
@@ -34,9 +35,13 @@ class TableLanes:
 
     topics: per table index, the data topic of a lane table (else None); collections: per table
     index, the data collection a debezium lane table numbers its events in (else None).
+    lane_limit(topics): the most key and value bytes one message of the lane may take
+    (Guard.lane_limit; a change with a larger one goes the Python way, where the set's oversized
+    policy applies), None: no limit.
     """
 
-    def __init__(self, routes: dict[str, "TableRoute"], tags: list[str] | None):
+    def __init__(self, routes: dict[str, "TableRoute"], tags: list[str] | None,
+                 lane_limit: Callable[[list[str | None]], int | None] | None = None):
         self.routes, self.run_tags = routes, tags
         tags = tags if tags is not None else list(routes)  # trigger rows: by the routes' tags
         writers = [_writer(routes.get(tag)) for tag in tags]
@@ -53,7 +58,7 @@ class TableLanes:
         mod = native.module()
         self.lane = None
         if mod is not None and hasattr(mod, "Lane") and any(w is not None for w in writers):
-            self.lane = mod.Lane(writers, self.topics, tags)
+            self.lane = mod.Lane(writers, self.topics, tags, lane_limit(self.topics) if lane_limit else None)
 
     def of(self, routes: dict[str, "TableRoute"], tags: list[str] | None) -> bool:
         """True when this was built from these routes and tags (the same objects)."""

@@ -56,3 +56,4 @@ class Layout:
         self._ensure_topics(setup.topics(record), record)
         routes, txn_writer = setup.routes(record, self.registry)
         self.emitter.switch(routes, record.version, txn_writer)
+        self.emitter.use_policy(record.config.oversized, record.topics.dead_letter)

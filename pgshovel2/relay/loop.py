@@ -37,13 +37,16 @@ from pgshovel2.relay.lane_relay import LaneRelaying
 from pgshovel2.relay.layout import Layout
 from pgshovel2.relay.online_snapshot import Emission, OnlineSnapshot, emit_chunk
 from pgshovel2.relay.options import RelayOptions
+from pgshovel2.relay.oversized import readable_key
 from pgshovel2.relay.partition_watch import PartitionWatch
 from pgshovel2.relay.progress import Progress
+from pgshovel2.relay.skips import Skips
 from pgshovel2.relay.source import Begin, Change, ChangeRun, Commit, Control, Idle, Item, Source, TxnRun
 from pgshovel2.sinks.kafka import KafkaSink
 from pgshovel2.wire import Position, change_header, change_header_at, position_prefix
 
 log = logging.getLogger(__name__)
+NO_SKIPS = Skips()
 
 
 class _Txn:
@@ -61,12 +64,12 @@ class Relay(LaneRelaying):
     layout: the set layout in effect (its emitter produces to sink); control: applies
     control events; read_position(): the committed position in Kafka (None: none yet);
     position_topic/position_key: where position records go; on_handoff(record): keeps
-    the handoff record (ZooKeeper ``relay/snapshot``); skips: positions an operator asked to
-    leave out when their change cannot be encoded (pgshovel2.ops.skip), on_skip(position, what)
-    records each one left out. online: the set's online snapshots (hooked in between Kafka
-    transactions, at changes, controls and commits), None for none. watch: gives new partitions
-    of the set's partitioned tables their TRUNCATE triggers (checked with the progress), None
-    for none.
+    the handoff record (ZooKeeper ``relay/snapshot``); skips: the changes an operator asked to
+    leave out when they cannot be relayed (pgshovel2.ops.skip, relay/skips.py), with where the
+    relay records those it left out and where it stopped. online: the set's online snapshots
+    (hooked in between Kafka transactions, at changes, controls and commits), None for none.
+    watch: gives new partitions of the set's partitioned tables their TRUNCATE triggers (checked
+    with the progress), None for none.
 
     Raises UnavailableError when a service goes away (retrying is safe), FencedError when
     another relay took over, RelayError/EncodeError when it cannot go on without losing or
@@ -77,13 +80,13 @@ class Relay(LaneRelaying):
                  options: RelayOptions, read_position: Callable[[], Position | None], position_topic: str,
                  position_key: bytes, leadership: Leadership | None = None,
                  on_handoff: Callable[[dict], None] = lambda record: None,
-                 skips: frozenset[str] = frozenset(), on_skip: Callable[[str, dict], None] = lambda p, what: None,
-                 online: OnlineSnapshot | None = None, watch: PartitionWatch | None = None):
+                 skips: Skips = NO_SKIPS, online: OnlineSnapshot | None = None,
+                 watch: PartitionWatch | None = None):
         self.set_name, self.source, self.sink, self.layout = set_name, source, sink, layout
         self.emitter, self.control, self.options = layout.emitter, control, options
         self.read_position, self.position_topic, self.position_key = read_position, position_topic, position_key
         self.leadership, self.on_handoff = leadership, on_handoff
-        self.skips, self.on_skip, self.online, self.watch = skips, on_skip, online, watch
+        self.skips, self.online, self.watch = skips, online, watch
         self.soft = options.max_transaction_messages
         self.hard = 10 * self.soft
         self._clock = CommitClock(source.commit_delay, options.busy_commit_delay)
@@ -168,7 +171,8 @@ class Relay(LaneRelaying):
             try:
                 rows, ts_ms, seconds = emit_initial_snapshot(
                     stop, snap, self.source.backend, position, self.layout.record.tables, self.emitter,
-                    lambda exc, header, table: self._unencodable(exc, header, {"table": table, "op": "r", "txid": 0}))
+                    lambda exc, header, table, row: self._unencodable(
+                        exc, header, {"table": table.qualified, "op": "r", "txid": 0, "key": readable_key(table, row)}))
             except BaseException:
                 self.sink.abort()
                 raise
@@ -231,22 +235,32 @@ class Relay(LaneRelaying):
         try:
             emitter.change(item, header)
         except EncodeError as exc:
-            self._unencodable(exc, header, {"table": item.table, "op": item.op, "txid": item.txid})
+            self._unencodable(exc, header, {"table": item.table, "op": item.op, "txid": item.txid,
+                                            "key": self._key_of(item)})
         txn.last_header, txn.last_covered = header, covered
         if not covered:
             self.changes += 1
 
+    def _key_of(self, item: Change) -> str:
+        """The readable key of a change's row (its old row for a DELETE), for errors and skips."""
+        route = self.emitter.routes.get(item.table)
+        row = item.row if item.row is not None else item.before
+        return readable_key(route.table, row) if route is not None and row is not None else "(none)"
+
     def _unencodable(self, exc: EncodeError, header: str, what: dict) -> None:
-        """The operator's choice for a change at header that cannot be encoded: stop, naming the
-        position and how to get past it (raises EncodeError), or, when asked to (skips), leave it
-        out and record it. Nothing of the change was produced (envelopes build every message first)."""
-        if header not in self.skips:
-            raise EncodeError(f"{exc}; the change ({what['op']} of txid {what['txid']}) is at position {header}: "
-                              "the relay stops here and drops nothing. If it cannot be fixed, "
-                              f"'pgshovel set skip {self.set_name} --position {header}' lets the next start "
-                              "leave out this one change (recorded in ZooKeeper)") from exc
+        """The operator's choice for a change at header that cannot be relayed: stop, naming the
+        position, the key and how to get past it (raises EncodeError, after recording where it
+        stopped), or, when asked to (skips), leave it out and record it. Nothing of the change was
+        produced (envelopes build every message first, the oversized guard checks them all)."""
+        what = {**what, "error": str(exc)}
+        if not self.skips.asked(header, what):
+            self.skips.on_stop(header, what)
+            raise EncodeError(f"{exc}; the change ({what['op']} of txid {what['txid']}, key {what.get('key')}) is at "
+                              f"position {header}: the relay stops here and drops nothing. If it cannot be fixed, "
+                              f"'pgshovel set skip {self.set_name} --position {header} --reason ...' lets the next "
+                              "start leave out this one change (recorded in ZooKeeper)") from exc
         log.warning("leaving out the change at position %s as asked (pgshovel set skip): %s", header, exc)
-        self.on_skip(header, {**what, "error": str(exc)})
+        self.skips.on_skip(header, what)
 
     def _end(self, item: Commit) -> None:
         txn, self._txn = self._txn, None
@@ -340,8 +354,9 @@ class Relay(LaneRelaying):
         """Produce an online snapshot chunk's rows at the snapshot positions of unit (emit_chunk)."""
         if emission is not None:
             emit_chunk(self.emitter, emission, self.source.backend, unit,
-                       lambda exc, header: self._unencodable(exc, header, {"table": emission.table.qualified,
-                                                                            "op": "r", "txid": 0}))
+                       lambda exc, header, row: self._unencodable(
+                           exc, header, {"table": emission.table.qualified, "op": "r", "txid": 0,
+                                         "key": readable_key(emission.table, row)}))
 
     def _commit(self, position: Position) -> Position:
         """Commit the open Kafka transaction with position as its last record."""

@@ -351,11 +351,11 @@ def _watermark(item: Control) -> dict | None:
 
 
 def emit_chunk(emitter: Emitter, emission: Emission, backend: str, unit: int,
-               unencodable: Callable[[EncodeError, str], None]) -> None:
+               unencodable: Callable[[EncodeError, str, list], None]) -> None:
     """Produce emission's rows as op r at the snapshot positions ``<unit>:s<i>`` (unit: where the
     chunk is emitted, a tick or commit LSN by backend), framed by the table's SNAPSHOT_BEGIN /
     SNAPSHOT_END records on its first and last chunk; a row that cannot be encoded goes to
-    unencodable(error, position) (which raises unless the operator asked to skip it)."""
+    unencodable(error, position, row) (which raises unless the operator asked to skip it)."""
     table, now_ms = emission.table, int(time.time() * 1000)
     topic = emitter.routes[table.qualified].topic
     if emission.first:
@@ -365,7 +365,7 @@ def emit_chunk(emitter: Emitter, emission: Emission, backend: str, unit: int,
         try:
             emitter.snapshot_row(table, row, header, now_ms, SNAPSHOT_INCREMENTAL, unit if backend == LOGICAL else None)
         except EncodeError as exc:
-            unencodable(exc, header)
+            unencodable(exc, header, row)
     if emission.last:
         emitter.snapshot_mark("SNAPSHOT_END", topic, snapshot_header(backend, unit, len(emission.rows)), now_ms,
                               emission.total)

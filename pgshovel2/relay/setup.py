@@ -19,12 +19,14 @@ def topics(record: SetRecord) -> dict[str, str]:
     """Topic name -> cleanup.policy for every topic of the set (positions topic included).
 
     Keyed tables get ``compact``; unkeyed ones ``delete`` (Kafka refuses null keys on
-    compacted topics).
+    compacted topics). The dead-letter topic (``delete``) with oversized policy dead-letter.
     """
     names_ = record.topics
     out = {names_.tables[t.qualified]: "compact" if t.key else "delete" for t in record.tables}
     out[names_.transactions] = "delete"
     out[names_.positions] = "compact"
+    if record.config.oversized.policy == "dead-letter":
+        out[names_.dead_letter] = "delete"
     return out
 
 

@@ -151,6 +151,10 @@ class Replicator:
                 if tmap is None:
                     raise ReplicaError(f"{change.topic!r} offset {change.offset}: table {change.table} is not in "
                                        f"set version {st.set_version} applied on the target")
+                if change.truncated:
+                    log.warning("%s at position %s: applying a row whose columns %s the relay cut to fit Kafka "
+                                "(oversized policy truncate): the target holds their starts only", change.table,
+                                change.position, change.truncated)
                 kind, values = tmap.classify(change)
                 if kind == "insert" and change.op == "u" and not _follows_its_delete(change, previous):
                     raise ReplicaError(f"{change.topic!r} offset {change.offset}: an UPDATE of unkeyed table "

@@ -25,7 +25,7 @@ from confluent_kafka.admin import AdminClient
 from pgshovel2.config import TopicsConfig
 from pgshovel2.errors import FencedError, RelayError, StopRequestedError, UnavailableError
 from pgshovel2.sinks.producer import new_producer
-from pgshovel2.sinks.topics import MAX_MESSAGE_BYTES, STEP, create_missing_topics
+from pgshovel2.sinks.topics import MAX_MESSAGE_BYTES, STEP, create_missing_topics, topic_max_message_bytes
 
 log = logging.getLogger(__name__)
 # A long transaction timeout lets one Kafka transaction hold a whole initial
@@ -109,6 +109,9 @@ class KafkaSink:
         self._in_txn = False
         self._fatal: KafkaError | None = None
         self.produced = 0
+        self._producer_max = int(settings["message.max.bytes"])
+        self._limits: dict[str, tuple[int, str]] = {}
+        self._too_large: str | None = None  # a delivery Kafka refused as too large (_delivery_failed)
 
     def _error(self, exc: KafkaException, what: str) -> RelayError:
         """Map exc, or the fatal error behind a generic "Local: Fatal error", to a relay error."""
@@ -156,6 +159,7 @@ class KafkaSink:
             except KafkaException as failed:
                 exc = self._poll_cause() or failed  # the events that tell why, or the fatal error
                 err = exc.args[0]
+                self._refused_as_too_large()  # waiting on would not help: that transaction must be aborted
                 if not err.retriable() or time.monotonic() >= deadline:
                     raise self._error(exc, what) from exc
                 if self._stop.is_set():
@@ -167,6 +171,23 @@ class KafkaSink:
         :func:`pgshovel2.sinks.topics.create_missing_topics` with this sink's admin client, its bootstrap
         and its stop request."""
         return create_missing_topics(self._admin, self.bootstrap, topics, settings, single_partition, self._stop)
+
+    def message_limit(self, topic: str) -> tuple[int, str]:
+        """(bytes, why): the largest message topic takes -- the smaller of the topic's
+        ``max.message.bytes`` (asked from Kafka once per topic; MAX_MESSAGE_BYTES, what the relay
+        creates topics with, when Kafka does not tell) and the producer's ``message.max.bytes`` --
+        and the settings it comes from, for an error naming them."""
+        known = self._limits.get(topic)
+        if known is None:
+            told = topic_max_message_bytes(self._admin, topic)
+            if told is None:
+                log.warning("Kafka at %s does not tell topic %r's max.message.bytes: assuming %d",
+                            self.bootstrap, topic, MAX_MESSAGE_BYTES)
+            topic_max = told if told is not None else MAX_MESSAGE_BYTES
+            why = (f"topic {topic!r} max.message.bytes {topic_max}{'' if told is not None else ' (assumed)'}, "
+                   f"producer message.max.bytes {self._producer_max}")
+            known = self._limits[topic] = (min(topic_max, self._producer_max), why)
+        return known
 
     def produce(self, topic: str, key: bytes | None, value: bytes | None, headers: Headers) -> None:
         """Enqueue one message (beginning a Kafka transaction if none is open).
@@ -279,6 +300,21 @@ class KafkaSink:
             self._failed.append(err.str())
         else:
             self._failed.append(f"topic {topic!r}, key {key!r:.80}: {err.str()}")
+        if err.code() == KafkaError.MSG_SIZE_TOO_LARGE and self._too_large is None:
+            self._too_large = self._failed[-1]
+
+    def _refused_as_too_large(self) -> None:
+        """Raise RelayError (not retried) when Kafka refused a message as too large although the relay
+        found it within the limit it knows (message_limit): the topic's real limit is lower than
+        Kafka told, or Kafka did not tell (no DescribeConfigs permission)."""
+        if self._too_large is not None:
+            failed, self._too_large = self._too_large, None
+            known = ", ".join(f"{t}: {why}" for t, (_, why) in self._limits.items())
+            raise RelayError(f"Kafka refused a message as too large ({failed}) although it was within the limits "
+                             f"the relay knows ({known or 'none asked yet'}): the topic's max.message.bytes or the "
+                             "broker's limit is lower than Kafka told the relay, or Kafka told nothing (grant "
+                             "DescribeConfigs on the set's topics); fix the limit, or let the set's oversized policy "
+                             "see it (a restart asks again), then start the relay")
 
     def commit(self, timeout: float = 300.0) -> None:
         """Commit the open Kafka transaction (or, idempotent-only, flush everything).
@@ -295,8 +331,11 @@ class KafkaSink:
             return
         try:
             self._retrying(self._producer.commit_transaction, timeout, "cannot commit the Kafka transaction")
-        except BaseException:
+        except BaseException as exc:
             self.abort()
+            if isinstance(exc, RelayError):
+                self._poll_cause()  # the delivery reports that tell why
+                self._refused_as_too_large()
             raise
         finally:
             self._failed.clear()
@@ -321,6 +360,7 @@ class KafkaSink:
         if self._failed:
             first, count = self._failed[0], len(self._failed)
             self._failed.clear()
+            self._refused_as_too_large()
             raise UnavailableError(f"{count} message(s) not delivered to Kafka; first: {first}")
         if remaining:
             raise UnavailableError(f"{remaining} message(s) still unacknowledged by Kafka at "

@@ -9,7 +9,7 @@ import threading
 import time
 
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, OffsetSpec
 
 from pgshovel2.config import TopicsConfig
 from pgshovel2.errors import RelayError, StopRequestedError, UnavailableError
@@ -119,3 +119,16 @@ def create_missing_topics(admin: AdminClient, bootstrap: str, topics: dict[str, 
             created[topic] = None  # created by someone else meanwhile, maybe with other settings
     wait_until_served(admin, created, bootstrap, stop=stop)
     return missing
+
+
+def topic_max_message_bytes(admin: AdminClient, topic: str, timeout: float = 15.0) -> int | None:
+    """The topic's effective ``max.message.bytes`` (its own setting, else the broker's
+    ``message.max.bytes``), or None when Kafka does not tell (no DescribeConfigs permission, no
+    such topic, unreachable): the caller then assumes MAX_MESSAGE_BYTES, what the relay creates
+    topics with."""
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
+    try:
+        entry = admin.describe_configs([resource], request_timeout=timeout)[resource].result(timeout)
+        return int(entry["max.message.bytes"].value)
+    except (KafkaException, KeyError, ValueError, TypeError):
+        return None

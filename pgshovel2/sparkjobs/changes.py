@@ -60,6 +60,10 @@ def change_rows(table: Table, cols: list[spark_codec.SparkColumn], registry_url:
             held = holds_snapshot_row(point, copied, name, position) if op == "r" else point.covers(txid, position)
             if held:
                 continue
+            if wire.DEAD_LETTER in headers:  # never a row: what it stands for is in the dead-letter topic
+                raise ConsumerError(f"{where}: a placeholder for a message Kafka could not take (oversized policy "
+                                    f"dead-letter, {headers[wire.DEAD_LETTER]}); materialize does not read dead "
+                                    "letters: use the consumer library (SetReader reads them back) or skip it")
             value = decoder.decode(row["value"], f"the value of {where}")
             datum = _row_datum(value, envelope, where)
             deleted, fill = datum is None or op == "d", datum is not None

@@ -33,6 +33,15 @@ DATA_HEADERS = (OP, TXID, POSITION, TS_MS)
 # an UPDATE left unchanged, logical backend without REPLICA IDENTITY FULL): the JSON array of those
 # columns' names (exact, unescaped), whose value fields are null. Consumers keep the previous values.
 UNCHANGED = "pgshovel.unchanged"
+# Oversized messages (set config ``oversized``, docs/wire.rst "Messages Kafka cannot take"). On a
+# data message whose value is a placeholder (empty bytes) for a message Kafka could not take: JSON
+# {"topic": dead-letter topic, "chunks": n, "bytes": the message's value size}. On each chunk in the
+# dead-letter topic: the data topic it stands in for, and "i/n" (i from 1). On a data message
+# whose named text/bytea columns were cut to fit: JSON {column: its length before (characters;
+# bytea: bytes)}.
+DEAD_LETTER = "pgshovel.dead_letter"
+DEAD_LETTER_TOPIC, DEAD_LETTER_CHUNK = "pgshovel.dead_letter.topic", "pgshovel.dead_letter.chunk"
+TRUNCATED = "pgshovel.truncated"
 
 # Avro stand-ins for ±infinity: date (int) and timestamp (long) columns use the type's min/max.
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
