@@ -12,6 +12,8 @@ from pgshovel2.codec import native
 from pgshovel2.codec.rows import as_values
 from pgshovel2.errors import UnavailableError
 from pgshovel2.relay.control import ControlEvents
+from pgshovel2.relay.ddl_gate import DdlGate
+from pgshovel2.relay.drop_watch import DropWatch
 from pgshovel2.relay.election import Leadership
 from pgshovel2.relay.emitter import Emitter
 from pgshovel2.relay.layout import Layout
@@ -74,13 +76,14 @@ def build(store: ClusterStore, set_name: str, options: RelayOptions, leadership:
     layout = Layout(record, emitter, registry, lambda version: store.get_version(set_name, version), ensure_topics)
     key = f"{store.cluster}/{set_name}"
     source = open_source(record, options)
+    drops = DropWatch(record, lambda: {t.qualified for t in store.get_set(set_name)[0].tables})
     return Relay(set_name, source, sink, layout, ControlEvents(store, set_name, registry), options,
                  lambda: read_position(options.bootstrap, topics.positions, key, stop=stop), topics.positions,
                  key.encode(),
                  leadership, lambda rec: store.put_relay_record(set_name, "snapshot", rec),
                  frozenset((store.get_relay_record(set_name, "skips") or {}).get("requested", {})),
                  lambda position, what: store.update_skips(set_name, "skipped", position, {**what, "at": time.time()}),
-                 online_snapshot(store, record, emitter))
+                 online_snapshot(store, record, emitter), DdlGate(store, set_name, stop, leadership), drops)
 
 
 def online_snapshot(store: ClusterStore, record: SetRecord, emitter: Emitter) -> OnlineSnapshot:
