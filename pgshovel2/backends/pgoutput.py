@@ -71,6 +71,26 @@ def column_types(cur, table: Table) -> ColumnTypes:
     return ColumnTypes(cur.fetchall(), table)
 
 
+_RECORD_TYPES_SQL = """
+WITH RECURSIVE d(attnum, atttypid, typ) AS (
+    SELECT u.attnum, u.t::oid, u.t::oid FROM unnest(%(attnums)s::int2[], %(types)s::regtype[]) u(attnum, t)
+  UNION ALL
+    SELECT d.attnum, d.atttypid, t.typbasetype FROM d JOIN pg_type t ON t.oid = d.typ WHERE t.typtype = 'd')
+SELECT d.attnum, d.atttypid::int8, d.typ::int8,
+       CASE WHEN t.typsubscript = 'array_subscript_handler'::regproc THEN t.typelem::int8 ELSE 0 END
+FROM d JOIN pg_type t ON t.oid = d.typ WHERE t.typtype <> 'd'
+"""
+
+
+def recorded_column_types(cur, table: Table) -> ColumnTypes:
+    """The ColumnTypes of table's captured columns from the types the set record names
+    (Column.pg_type, as format_type wrote it), for a table no longer found by its name: dropped,
+    with changes of it still to relay before the marker that ends it."""
+    cur.execute(_RECORD_TYPES_SQL, {"attnums": [c.attnum for c in table.columns],
+                                    "types": [c.pg_type for c in table.columns]})
+    return ColumnTypes(cur.fetchall(), table)
+
+
 def _replica_identity_full(cur, table: Table) -> bool:
     cur.execute("SELECT relreplident = 'f' FROM pg_class WHERE oid = %s::regclass", (table.qualified,))
     return cur.fetchone()[0]

@@ -13,7 +13,7 @@ from pgshovel2.cli.common import (
     zookeeper_options,
 )
 from pgshovel2.cluster import ClusterStore
-from pgshovel2.ops import admin, repoint, resnapshot, skip, status, upgrade, verify
+from pgshovel2.ops import accept_ddl, admin, repoint, resnapshot, skip, status, upgrade, verify
 from pgshovel2.relay.online_request import DEFAULT_CHUNK_SIZE
 from pgshovel2.setrecord import SetRecord, TriggerCapture
 
@@ -219,6 +219,28 @@ def set_skip(ctx: click.Context, name: str, position: str, reason: str) -> None:
     click.echo(f"set {name!r}: the relay will leave out the change at {position} if it cannot encode it "
                f"({len(record['requested'])} request(s), {len(record.get('skipped', {}))} left out so far); "
                "restart the relay")
+
+
+@set_group.command("accept-ddl")
+@click.argument("name")
+@click.argument("table")
+@click.option("--new-topic", is_flag=True,
+              help="Go on in the table's next topic generation ({topic}.g<n>), filled by an online snapshot.")
+@click.option("--reason", default="", help="Why (kept in ZooKeeper with the decision).")
+@click.pass_context
+@reports_errors
+def set_accept_ddl(ctx: click.Context, name: str, table: str, new_topic: bool, reason: str) -> None:
+    """Let set NAME's relay go on past the DDL of TABLE (schema.table) it waits at.
+
+    Default: the new value schema is registered regardless of compatibility, in the same topic
+    (a SCHEMA_CHANGED record marks the place; refused for a change of the key). --new-topic: the
+    table goes on in a new topic generation, filled by an online snapshot (a TOPIC_CHANGED record
+    marks the place). The decision applies exactly at the change; it is kept in ZooKeeper.
+    """
+    with _store(ctx) as store:
+        stop = accept_ddl.accept(store, name, table, new_topic, reason)
+        record, _ = store.get_set(name)
+    click.echo(accept_ddl.describe(name, stop, new_topic, record))
 
 
 @set_group.command("drop")

@@ -50,7 +50,8 @@ class Switch:
     """What a control event switches to: record, the set version in effect from the event on;
     route, the one table's new route (None: every route rebuilt, or the table dropped); mark,
     a record for the transactions topic at the event (type and table: its topic; new_topic for
-    TOPIC_CHANGED) or None; snapshot, a table to snapshot online into its new topic (None: none);
+    TOPIC_CHANGED) or None; snapshot, a table to snapshot online (into its new topic, or to refresh
+    values a DDL rewrote: :func:`rewrites_values`; None: none);
     dropped, the tag of a table that left the set."""
 
     record: SetRecord
@@ -134,7 +135,7 @@ class ControlEvents:
         new = self._store(record, new_record, change)
         log.info("DDL on %s at unit %d (txid %d): set %r now at version %d: %s", ev.table, ev.unit,
                  ev.txid, self.set_name, new.version, statement.strip())
-        return Switch(new, route)
+        return Switch(new, route, snapshot=table if rewrites_values(current, table) else None)
 
     def accept(self, record: SetRecord, ev: Control, decision: dict) -> Switch:
         """The switch of an incompatible ``S`` event an operator accepted (decision:
@@ -253,6 +254,16 @@ class ControlEvents:
         self.store.update_set(new, znode_version)
         failpoints.hit("after_set_version")  # stored, nothing of it in Kafka yet: a restart must reuse it
         return new
+
+
+def rewrites_values(before: Table, after: Table) -> bool:
+    """Whether the change from before to after rewrote values the table already held, which no
+    change event carries: ``character(n)`` to another string type (PostgreSQL's cast drops the
+    trailing blanks). The relay requests an online snapshot of the table then, which refreshes
+    every row in its topic."""
+    old = {c.attnum: c for c in before.columns}
+    return any(c.attnum in old and old[c.attnum].kind == "bpchar" and c.kind != "bpchar" and not c.is_array
+               for c in after.columns)
 
 
 def _change(kind: str, ev: Control, statement: str) -> dict:

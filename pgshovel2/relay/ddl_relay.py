@@ -95,8 +95,9 @@ class DdlRelaying:
             self._mark(switch.mark, txid, header, ts_ms, covered)
         if switch.snapshot is not None and not covered and self.online is not None:
             request = self.online.request_more(switch.snapshot)
-            log.info("online snapshot %s of %s requested: it fills the table's new topic %s", request,
-                     switch.snapshot.qualified, switch.mark and switch.mark.get("new_topic"))
+            topic = switch.mark.get("new_topic") if switch.mark is not None else None
+            log.info("online snapshot %s of %s requested: %s", request, switch.snapshot.qualified,
+                     f"it fills the table's new topic {topic}" if topic else "the DDL rewrote values of the table")
 
     def _mark(self, mark: dict, txid: int, header: str, ts_ms: int, covered: bool) -> None:
         """Write mark at header in the open source transaction (its BEGIN first, if not written yet)."""

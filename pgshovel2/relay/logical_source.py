@@ -127,18 +127,26 @@ class LogicalSource:
     def tables_option(self) -> str:
         """The plugin's ``tables`` option (:func:`pgshovel2.backends.logical.tables_spec`).
 
-        Also fills the decoder's subset_tags. Raises RelayError when a table of the set no longer exists.
+        Also fills the decoder's tags and subset_tags. Raises RelayError when a table of the set is not
+        found (by its name, else by its recorded OID).
         """
         with self._ctl.cursor() as cur:
             spec, subset = logical_version.tables_spec(cur, self._tables, self._mode_all)
+        self._tags = [t.qualified for t in self._tables]  # the spec's order: the plugin's table indexes
+        self._decoder.tags = list(self._tags)
         self._decoder.subset_tags = subset
         return spec
 
     def switch(self, record: SetRecord) -> None:
         """The set version in effect from the next item on (the loop calls it at every switch
-        and before streaming): the decoder reads the record's tables from there on."""
+        and before streaming): the decoder reads the record's tables from there on. A table that
+        ended (dropped) keeps its index in our plugin's records until the plugin gets a new
+        ``tables`` option (an upgrade's marker, a restart): the indexes of the others stay."""
+        upgrade = (record.change or {}).get("kind") == "upgrade"  # its marker gave our plugin new tables
         self._tables, self._mode_all = record.tables, relation_layout.all_mode_tags(record)
-        self._tags = [t.qualified for t in self._tables]
+        tags = [t.qualified for t in self._tables]
+        if upgrade or not set(tags) <= set(self._tags):
+            self._tags = tags
         decoder = self._decoder
         if isinstance(decoder, RecordDecoder):
             decoder.tags = list(self._tags)
@@ -153,7 +161,9 @@ class LogicalSource:
         if resolved is not None and all(c.attnum in resolved.type_oids for c in table.columns):
             return SetTable(table, resolved.type_oids, [resolved.converters[c.attnum] for c in table.columns])
         with self._ctl.cursor() as cur:
-            types = pgoutput.column_types(cur, table)
+            cur.execute("SELECT pg_catalog.to_regclass(%s)", (table.qualified,))
+            found = cur.fetchone()[0] is not None
+            types = pgoutput.column_types(cur, table) if found else pgoutput.recorded_column_types(cur, table)
         if types.missing:
             raise RelayError(f"table {table.qualified}: captured column(s) {', '.join(types.missing)} "
                              "do not exist any more")
@@ -179,11 +189,7 @@ class LogicalSource:
         large in-progress transactions from 2 on (PostgreSQL 14+); makes the decoder from the
         catalog's column types and the assembler of streamed transactions.
         Raises RelayError when a table or captured column of the set no longer exists."""
-        tables = {}
-        for table in self._tables:
-            if self._sql("SELECT to_regclass(%s)", (table.qualified,))[0] is None:
-                raise RelayError(f"table {table.qualified} of the set does not exist any more")
-            tables[table.qualified] = self._set_table(table)
+        tables = {table.qualified: self._set_table(table) for table in self._tables}
         decoder = PgoutputDecoder(tables, self.slot)
         decoder.subset_tags = self._subset_tags()
         decoder.set_xid_reference(self._sql("SELECT txid_snapshot_xmax(txid_current_snapshot())", ())[0])
