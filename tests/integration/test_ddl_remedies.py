@@ -43,7 +43,8 @@ def test_widenings_go_on_and_keys_keep_their_bytes(stack, cluster, db, schema, t
     stop; values written before and after decode with their own schemas and rebuild the table
     exactly; the key keeps its registered schema, so a row's key bytes are the same before and
     after; the value subject stays BACKWARD in the registry, which accepted each new version."""
-    topics = make_set(stack, cluster, db, schema, tmp_path, "wide", path, {"t": WIDE, "o": "id int PRIMARY KEY, v text"})
+    topics = make_set(stack, cluster, db, schema, tmp_path, "wide", path,
+                      {"t": WIDE, "o": "id int PRIMARY KEY, v text"})
     t, o = f'"{schema}".t', f'"{schema}".o'
     relay = relay_factory("wide")
     relay.wait_for("snapshot done")
