@@ -10,7 +10,7 @@ A set's znode (and each ``history/<n>`` znode) holds one JSON record::
                                                or pgoutput, absent in older records: ours),
      "created_at", "upgraded_at", "pgshovel_version",
      "change": {"kind": "create"|"upgrade"|"ddl"|"drop"|"generation"|"repoint", ...},
-     "retired": [{"table", "topic", "generation", "why", "tick", "ordinal"}]   (absent: none)}
+     "retired": [{"table", "schema", "name", "topic", "generation", "why", "tick", "ordinal"}]  (absent: none)}
 
 :meth:`SetRecord.from_node` reads it (as Patroni's ``ClusterConfig.from_node``) and
 :meth:`SetRecord.to_node` writes the same layout, so records written by earlier versions

@@ -274,6 +274,9 @@ def set_verify(ctx: click.Context, name: str, bootstrap_servers: str, schema_reg
             status.wait_caught_up(store, name, bootstrap_servers)
     reports = verify.verify_set(record, bootstrap_servers, schema_registry)
     for r in reports:
+        if r.note is not None:
+            click.echo(f"{r.topic}: {r.table} {r.note}")
+            continue
         state = "ok" if r.ok else f"DIFFERENT: {r.first_difference}"
         click.echo(f"{r.topic}: {r.messages} messages, {r.rebuilt_rows} rows rebuilt, "
                    f"{r.source_rows} rows in {r.table}: {state}")

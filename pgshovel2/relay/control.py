@@ -283,8 +283,8 @@ def _with_table(record: SetRecord, table: Table) -> SetRecord:
 def _retire(new: SetRecord, record: SetRecord, table: Table, change: dict, why: str) -> SetRecord:
     """new with the topic table had in record listed as retired (SetRecord.retired): dropped, or
     left for the table's next topic generation."""
-    entry = {"table": table.qualified, "topic": record.topic(table), "generation": table.generation, "why": why,
-             "tick": change["tick"], "ordinal": change["ordinal"]}
+    entry = {"table": table.qualified, "schema": table.schema, "name": table.name, "topic": record.topic(table),
+             "generation": table.generation, "why": why, "tick": change["tick"], "ordinal": change["ordinal"]}
     return new.replace(retired=(*record.retired, entry))
 
 

@@ -6,6 +6,7 @@ import time
 from decimal import Decimal
 
 import psycopg2
+import psycopg2.extras
 
 from pgshovel2 import names
 from pgshovel2.cluster import ClusterStore
