@@ -91,6 +91,14 @@ def recorded_column_types(cur, table: Table) -> ColumnTypes:
     return ColumnTypes(cur.fetchall(), table)
 
 
+def known_column_types(cur, table: Table) -> ColumnTypes:
+    """The ColumnTypes of table's captured columns from the catalog, else (the table or a column
+    dropped since: changes of the layout in effect may still come) from the record's types."""
+    cur.execute("SELECT pg_catalog.to_regclass(%s)", (table.qualified,))
+    types = column_types(cur, table) if cur.fetchone()[0] is not None else None
+    return types if types is not None and not types.missing else recorded_column_types(cur, table)
+
+
 def _replica_identity_full(cur, table: Table) -> bool:
     cur.execute("SELECT relreplident = 'f' FROM pg_class WHERE oid = %s::regclass", (table.qualified,))
     return cur.fetchone()[0]
