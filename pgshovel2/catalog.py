@@ -49,9 +49,12 @@ class Table:
     "DDL on captured tables"): the key keeps its fields, types and registered schema, so every
     key's bytes stay the same; None while the key is made from the key columns themselves.
     generation: the table's topic generation (1: ``{prefix}.{schema}.{table}``; n > 1, after
-    ``pgshovel set accept-ddl --new-topic``: that topic with ``.g<n>``). oid: the table's
-    pg_class OID where known (logical sets decode by it; a DROP TABLE is noticed by it), not
-    part of the layout (ignored by ==).
+    ``pgshovel set accept-ddl --new-topic``: that topic with ``.g<n>``). renamed: the table's
+    (schema, name) in the database when a RENAME TABLE or SET SCHEMA changed them while it was
+    relayed; schema and name stay the ones it joined the set with -- its identity: tag, topic,
+    Avro names -- and SQL reaches it by :attr:`relation`. oid: the table's pg_class OID where
+    known (logical sets decode by it; a DROP TABLE is noticed by it), not part of the layout
+    (ignored by ==).
     """
 
     schema: str
@@ -62,11 +65,23 @@ class Table:
     key_layout: tuple[Column, ...] | None = None
     generation: int = 1
     oid: int | None = field(default=None, compare=False)
+    renamed: tuple[str, str] | None = None
 
     @property
     def qualified(self) -> str:
-        """Quoted, schema-qualified name; also the capture trigger's table tag."""
+        """Quoted, schema-qualified name it joined the set with: the table's tag (capture triggers,
+        routes, requests); SQL on the table uses :attr:`sql_name`."""
         return names.qualified(self.schema, self.name)
+
+    @property
+    def relation(self) -> tuple[str, str]:
+        """(schema, name) of the table in the database now (renamed, else its own)."""
+        return self.renamed or (self.schema, self.name)
+
+    @property
+    def sql_name(self) -> str:
+        """Quoted, schema-qualified name of the table in the database now (:attr:`relation`)."""
+        return names.qualified(*self.relation)
 
     @property
     def key_columns(self) -> tuple[Column, ...]:
@@ -79,7 +94,7 @@ class Table:
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form, as stored in ZooKeeper (key_layout, generation and oid only when set)."""
         data = asdict(self)
-        for name, default in (("key_layout", None), ("generation", 1), ("oid", None)):
+        for name, default in (("key_layout", None), ("generation", 1), ("oid", None), ("renamed", None)):
             if data[name] == default:
                 del data[name]
         return data
@@ -87,9 +102,10 @@ class Table:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "Table":
         """Inverse of :meth:`to_dict`."""
-        layout = data.get("key_layout")
+        layout, renamed = data.get("key_layout"), data.get("renamed")
         return cls(data["schema"], data["name"], _columns(data["columns"]), tuple(data["key"]), data["key_source"],
-                   None if layout is None else _columns(layout), int(data.get("generation", 1)), data.get("oid"))
+                   None if layout is None else _columns(layout), int(data.get("generation", 1)), data.get("oid"),
+                   None if renamed is None else tuple(renamed))
 
 
 def _columns(rows: list[dict[str, Any]]) -> tuple[Column, ...]:

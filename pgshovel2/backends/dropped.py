@@ -19,7 +19,11 @@ commits after every change of the table:
   "statement": ...}`` (no ``version``, no ``tables``: our plugin keeps its tables, both decoders
   deliver it in commit order, after every change committed before it).
 
-Only a table missing that way counts: a name that no longer resolves is not a drop.
+Only a table missing that way counts: a name that no longer resolves is not a drop. A table
+renamed (RENAME TABLE, SET SCHEMA) is found the same way; where the set's version does not know
+its name now, a rename marker of the same kinds (``V`` / ``pgshovel2.version`` ``{"renamed": tag,
+"schema", "name"}``) lets the relay record it (SQL on the table then uses its name now), also
+where no change of the table follows the rename to carry its new layout.
 """
 
 import json
@@ -34,26 +38,29 @@ def statement(table: Table, why: str) -> str:
     return f"DROP TABLE {table.qualified} (statement not known: {why})"
 
 
-def trigger_captured(cur, trigger: str) -> set[str]:
-    """Tags of the tables a row trigger named trigger captures in the database of cur."""
-    cur.execute("SELECT tgargs FROM pg_catalog.pg_trigger WHERE tgname = %s", (trigger,))
-    tags = set()
-    for (args,) in cur.fetchall():
+def trigger_captured(cur, trigger: str) -> dict[str, tuple[str, str]]:
+    """Tag -> (schema, name) now of the tables a row trigger named trigger captures in the database of cur."""
+    cur.execute("SELECT t.tgargs, n.nspname::text, c.relname::text FROM pg_catalog.pg_trigger t "
+                "JOIN pg_catalog.pg_class c ON c.oid = t.tgrelid JOIN pg_catalog.pg_namespace n ON n.oid = "
+                "c.relnamespace WHERE t.tgname = %s", (trigger,))
+    tags = {}
+    for args, schema, name in cur.fetchall():
         parts = bytes(args).split(b"\x00")
         if len(parts) > 2:
-            tags.add(parts[1].decode("utf-8"))
+            tags[parts[1].decode("utf-8")] = (schema, name)
     return tags
 
 
-def existing_oids(cur, oids: list[int]) -> set[int]:
-    """Which of oids are relations in the database of cur."""
-    cur.execute("SELECT oid::int8 FROM pg_catalog.pg_class WHERE oid = ANY(%s::oid[])", (oids,))
-    return {r[0] for r in cur.fetchall()}
+def existing_oids(cur, oids: list[int]) -> dict[int, tuple[str, str]]:
+    """Which of oids are relations in the database of cur: OID -> (schema, name) now."""
+    cur.execute("SELECT c.oid::int8, n.nspname::text, c.relname::text FROM pg_catalog.pg_class c JOIN "
+                "pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = ANY(%s::oid[])", (oids,))
+    return {r[0]: (r[1], r[2]) for r in cur.fetchall()}
 
 
 def oid_of(cur, table: Table) -> int | None:
     """table's OID by its name (None: no such relation now)."""
-    cur.execute("SELECT pg_catalog.to_regclass(%s)::oid::int8", (table.qualified,))
+    cur.execute("SELECT pg_catalog.to_regclass(%s)::oid::int8", (table.sql_name,))
     row = cur.fetchone()
     return row[0] if row else None
 
@@ -69,3 +76,19 @@ def mark_logical_drop(cur, table: Table, why: str) -> None:
     """Write the dropped table's marker into the WAL (commit it: autocommit, or the caller)."""
     message = json.dumps({"dropped": table.qualified, "statement": statement(table, why)})
     cur.execute("SELECT pg_catalog.pg_logical_emit_message(true, %s, %s)", (VERSION_PREFIX, message))
+
+
+def _rename_payload(table: Table, relation: tuple[str, str]) -> str:
+    return json.dumps({"renamed": table.qualified, "schema": relation[0], "name": relation[1]})
+
+
+def mark_trigger_rename(cur, queue: str, table: Table, relation: tuple[str, str]) -> None:
+    """Append a rename marker of table (now at relation: schema, name) to queue (commit it)."""
+    cur.execute("SELECT pgq.insert_event(%s, 'V', %s, %s, NULL, NULL, NULL)",
+                (queue, _rename_payload(table, relation), table.qualified))
+
+
+def mark_logical_rename(cur, table: Table, relation: tuple[str, str]) -> None:
+    """Write a rename marker of table (now at relation: schema, name) into the WAL (commit it)."""
+    cur.execute("SELECT pg_catalog.pg_logical_emit_message(true, %s, %s)",
+                (VERSION_PREFIX, _rename_payload(table, relation)))

@@ -106,7 +106,7 @@ def check_tables(cur, config: SetConfig, tables: tuple[Table, ...], source: str,
     without one, and pgoutput sends no DELETE without it)."""
     problems = []
     for i, table in enumerate(tables):
-        cur.execute(_IDENTITY_SQL, {"table": table.qualified, "columns": [c.name for c in table.columns]})
+        cur.execute(_IDENTITY_SQL, {"table": table.sql_name, "columns": [c.name for c in table.columns]})
         ident, ident_cols, toastable_not_null = cur.fetchone()
         problem = _identity_problem(table, config, ident, set(ident_cols), toastable_not_null)
         if problem is None and plugin == pgoutput.NAME and ident != "f" and not ident_cols:

@@ -33,7 +33,7 @@ def tables_spec(cur, tables: tuple[Table, ...], mode_all: frozenset[str]) -> tup
     for table in tables:
         cur.execute("SELECT c.oid, (SELECT count(*) FROM pg_attribute a WHERE a.attrelid = c.oid "
                     "AND a.attnum > 0 AND NOT a.attisdropped) FROM pg_class c WHERE c.oid = to_regclass(%s)",
-                    (table.qualified,))
+                    (table.sql_name,))
         row = cur.fetchone()
         if row is None and table.oid is not None:
             row = (table.oid, len(table.columns))
@@ -52,8 +52,7 @@ def lock_tables(cur, tables: list[Table]) -> None:
     """LOCK the tables against writers until the caller's transaction ends (SHARE ROW EXCLUSIVE:
     waits for running writers, blocks new ones), in a stable order."""
     for table in sorted(tables, key=lambda t: t.qualified):
-        cur.execute(sql.SQL("LOCK TABLE {} IN SHARE ROW EXCLUSIVE MODE").format(sql.Identifier(table.schema,
-                                                                                             table.name)))
+        cur.execute(sql.SQL("LOCK TABLE {} IN SHARE ROW EXCLUSIVE MODE").format(sql.Identifier(*table.relation)))
 
 
 def mark_version(cur, slot: str, plugin: str, version: int, tables: tuple[Table, ...],

@@ -67,7 +67,7 @@ class ColumnTypes:
 
 def column_types(cur, table: Table) -> ColumnTypes:
     """The ColumnTypes of table's captured columns (missing: columns no longer in the table)."""
-    cur.execute(_TYPES_SQL, {"table": table.qualified, "attnums": [c.attnum for c in table.columns]})
+    cur.execute(_TYPES_SQL, {"table": table.sql_name, "attnums": [c.attnum for c in table.columns]})
     return ColumnTypes(cur.fetchall(), table)
 
 
@@ -94,19 +94,19 @@ def recorded_column_types(cur, table: Table) -> ColumnTypes:
 def known_column_types(cur, table: Table) -> ColumnTypes:
     """The ColumnTypes of table's captured columns from the catalog, else (the table or a column
     dropped since: changes of the layout in effect may still come) from the record's types."""
-    cur.execute("SELECT pg_catalog.to_regclass(%s)", (table.qualified,))
+    cur.execute("SELECT pg_catalog.to_regclass(%s)", (table.sql_name,))
     types = column_types(cur, table) if cur.fetchone()[0] is not None else None
     return types if types is not None and not types.missing else recorded_column_types(cur, table)
 
 
 def _replica_identity_full(cur, table: Table) -> bool:
-    cur.execute("SELECT relreplident = 'f' FROM pg_class WHERE oid = %s::regclass", (table.qualified,))
+    cur.execute("SELECT relreplident = 'f' FROM pg_class WHERE oid = %s::regclass", (table.sql_name,))
     return cur.fetchone()[0]
 
 
 def _live_columns(cur, table: Table) -> int:
     cur.execute("SELECT count(*) FROM pg_attribute WHERE attrelid = %s::regclass AND attnum > 0 "
-                "AND NOT attisdropped AND attgenerated = ''", (table.qualified,))
+                "AND NOT attisdropped AND attgenerated = ''", (table.sql_name,))
     return cur.fetchone()[0]
 
 
@@ -116,7 +116,7 @@ def _targets(cur, tables: tuple[Table, ...]) -> list[sql.Composable]:
     version = cur.fetchone()[0]
     parts = []
     for table in tables:
-        target = sql.Identifier(table.schema, table.name)
+        target = sql.Identifier(*table.relation)
         if (version >= 150000 and table.columns and len(table.columns) < _live_columns(cur, table)
                 and not _replica_identity_full(cur, table)):
             cols = sql.SQL(", ").join(sql.Identifier(c.name) for c in table.columns)

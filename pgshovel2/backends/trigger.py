@@ -98,11 +98,11 @@ def install_triggers(cur, capture: TriggerCapture, tables: tuple[Table, ...], al
         keys = ",".join(str(by_name[k]) for k in table.key)
         mode = "subset" if len(table.columns) < all_columns[table.qualified] else "all"
         mode += ",before" if before_images else ""
-        target = sql.Identifier(table.schema, table.name)
+        target = sql.Identifier(*table.relation)
         row_function = function
         if capture.kind == "plpgsql":  # the row trigger function generated for the table's layout
             row_function = sql.Identifier(capture.schema, plcapture.register(
-                cur, queue, table.qualified, attnums, keys, mode))
+                cur, queue, table.qualified, attnums, keys, mode, table.sql_name))
         cur.execute(sql.SQL(
             "CREATE TRIGGER {} AFTER INSERT OR UPDATE OR DELETE ON {} FOR EACH ROW "
             "EXECUTE FUNCTION {}({}, {}, {}, {}, {})").format(
@@ -121,14 +121,14 @@ def drop_triggers(cur, capture: TriggerCapture, tables: tuple[Table, ...]) -> li
     trigger = capture.trigger
     done = []
     for table in tables:
-        cur.execute("SELECT to_regclass(%s)", (table.qualified,))
+        cur.execute("SELECT to_regclass(%s)", (table.sql_name,))
         if cur.fetchone()[0] is None:
             continue
         for name in (trigger, trigger + "_t"):
             cur.execute(sql.SQL("DROP TRIGGER IF EXISTS {} ON {}").format(
-                sql.Identifier(name), sql.Identifier(table.schema, table.name)))
+                sql.Identifier(name), sql.Identifier(*table.relation)))
         if capture.kind == "plpgsql":
-            plcapture.forget(cur, capture.queue, table.qualified)
+            plcapture.forget(cur, capture.queue, table.sql_name)
         done.append(table.qualified)
     return done
 
@@ -169,7 +169,7 @@ def column_counts(cur, tables: tuple[Table, ...]) -> dict[str, int]:
     counts = {}
     for t in tables:
         cur.execute("SELECT count(*) FROM pg_attribute WHERE attrelid = %s::regclass "
-                    "AND attnum > 0 AND NOT attisdropped", (t.qualified,))
+                    "AND attnum > 0 AND NOT attisdropped", (t.sql_name,))
         counts[t.qualified] = cur.fetchone()[0]
     return counts
 

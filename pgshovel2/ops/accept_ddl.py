@@ -62,7 +62,7 @@ def _current_key(record: SetRecord, table: Table) -> list[str] | None:
     conn = connect(record.dsn, f"set {record.name!r}", RequestError)
     try:
         with conn.cursor() as cur:
-            cur.execute(_KEY_SQL, (table.qualified,))
+            cur.execute(_KEY_SQL, (table.sql_name,))
             row = cur.fetchone()
             return list(row[0]) if row and row[0] else None
     finally:

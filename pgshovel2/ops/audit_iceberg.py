@@ -100,7 +100,7 @@ def _offsets(text: str, table: Table) -> Offsets:
 def source_rows(cur, table: Table) -> dict[tuple, Row]:
     """key tuple -> row of the source table in cur's snapshot."""
     cols = [c.name for c in table.columns]
-    cur.execute(f"SELECT {', '.join(names.quote_ident(c) for c in cols)} FROM {table.qualified}")
+    cur.execute(f"SELECT {', '.join(names.quote_ident(c) for c in cols)} FROM {table.sql_name}")
     index = [cols.index(k) for k in table.key]
     return {tuple(r[i] for i in index): tuple(_norm(v) for v in r) for r in cur.fetchall()}
 

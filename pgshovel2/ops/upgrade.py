@@ -91,13 +91,19 @@ class UpgradePlan:
 
 
 def carried(record: SetRecord, tables: tuple[Table, ...]) -> tuple[Table, ...]:
-    """tables (resolved from the catalog) with what the stored record's tables of the same tag keep
-    across an upgrade: their topic generation, and their key layout (Table.key_layout) while the
-    key is made of the same columns -- the key's schema, and every key's bytes, stay as they are."""
+    """tables (resolved from the catalog) with what the stored record's tables keep across an
+    upgrade: a table renamed while relayed (found by its OID, named in the config by its name
+    now) keeps its identity (tag, topic, Avro names; Table.renamed says where it is); every one
+    keeps its topic generation, and its key layout (Table.key_layout) while the key is made of
+    the same columns -- the key's schema, and every key's bytes, stay as they are."""
     old = {t.qualified: t for t in record.tables}
+    by_oid = {t.oid: t for t in record.tables if t.oid is not None}
     out = []
     for table in tables:
         before = old.get(table.qualified)
+        if before is None and table.oid in by_oid:
+            before = by_oid[table.oid]
+            table = replace(table, schema=before.schema, name=before.name, renamed=table.relation)
         if before is not None:
             same_key = [c.attnum for c in before.key_columns] == [c.attnum for c in table.key_columns]
             table = replace(table, generation=before.generation,

@@ -225,8 +225,9 @@ def missing_tables(snap: TableReader, tables: list[Table]) -> set[str]:
     """Tags of the tables that do not exist in snap's database (dropped before the relay ended them)."""
     with snap.conn.cursor() as cur:
         cur.execute("SELECT t FROM unnest(%s::text[]) t WHERE pg_catalog.to_regclass(t) IS NULL",
-                    ([t.qualified for t in tables],))
-        return {r[0] for r in cur.fetchall()}
+                    ([t.sql_name for t in tables],))
+        gone = {r[0] for r in cur.fetchall()}
+    return {t.qualified for t in tables if t.sql_name in gone}
 
 
 MISSING = "not in the source: dropped, and not ended in the set yet (the relay ends it within seconds)"

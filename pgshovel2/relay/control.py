@@ -27,7 +27,7 @@ SchemaChangeError; the loop then waits for the operator's decision
 
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from pgshovel2 import failpoints
 from pgshovel2.catalog import Table
@@ -75,8 +75,11 @@ class ControlEvents:
         version yet (the loop asks the operator, then calls :meth:`accept`).
         """
         if ev.op == SET_VERSION:
-            if isinstance(ev.row, dict) and "dropped" in ev.row and "version" not in ev.row:
-                return self._dropped(record, ev, str(ev.row["dropped"]), str(ev.row.get("statement") or ""))
+            marker = ev.row if isinstance(ev.row, dict) and "version" not in ev.row else {}
+            if "dropped" in marker:
+                return self._dropped(record, ev, str(marker["dropped"]), str(marker.get("statement") or ""))
+            if "renamed" in marker:
+                return self._renamed(record, ev, str(marker["renamed"]), (marker["schema"], marker["name"]))
             new = self.set_version(record, ev)
             return None if new is None else Switch(new)
         return self.schema_change(record, ev)
@@ -214,6 +217,22 @@ class ControlEvents:
         log.warning("table %s was dropped (%s): it ends in set %r at unit %d, ordinal %d; set version %d",
                     tag, statement.strip() or "noticed by the relay", self.set_name, ev.unit, ev.ordinal, new.version)
         return Switch(new, None, _mark(TABLE_DROPPED, record.topic(current)), dropped=tag)
+
+    def _renamed(self, record: SetRecord, ev: Control, tag: str, relation: tuple[str, str]) -> Switch | None:
+        """The switch at the drop watch's rename marker of tag: the next version records where the
+        table is now (Table.renamed; its identity, schemas and topic stay); None when record knows it
+        already (the event trigger's S event came first) or has no such table."""
+        current = record.table(tag)
+        if current is None or current.relation == relation:
+            return None
+        table = replace(current, renamed=None if relation == (current.schema, current.name) else relation)
+        statement = f"ALTER TABLE {tag} RENAME ... (statement not known: the table is {relation[0]}.{relation[1]} now)"
+        change = {**_change("rename", ev, statement), "table": tag}
+        new_record = _with_table(record, table)
+        new = self._stored(record, change) or self._store(record, new_record, change)
+        log.info("table %s is %s.%s now: set %r at version %d", tag, relation[0], relation[1], self.set_name,
+                 new.version)
+        return Switch(new, setup.table_route(new, table, self.registry))
 
     def _route(self, record: SetRecord, table: Table, statement: str, forced: bool = False) -> TableRoute:
         """table's route in record, its schemas registered: under BACKWARD compatibility, or (forced:

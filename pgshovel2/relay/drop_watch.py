@@ -1,11 +1,12 @@
-"""The relay's watch for tables of its set dropped where no event says so (PL/pgSQL capture,
-logical decoding: :mod:`pgshovel2.backends.dropped`).
+"""The relay's watch for tables of its set dropped or renamed where no event says so (PL/pgSQL
+capture, logical decoding: :mod:`pgshovel2.backends.dropped`).
 
 Between transactions, at the relay's start and then every ``interval`` seconds, it checks the
 tables of the set version in effect that the set's latest version still has (a table an upgrade
 removed is not a drop), on a connection of its own; for each one gone it writes the marker that
 ends the table in the stream, once (again only after the marker was relayed and a newer check
-finds the table gone again, which cannot happen to a dropped table). The relay ends the table
+finds the table gone again, which cannot happen to a dropped table); likewise a rename marker
+for a table whose name now the version in effect does not have. The relay ends the table
 when it reaches the marker (:meth:`pgshovel2.relay.control.ControlEvents.apply`). A marker
 written twice (a relay restarted before it reached its first one; the C event trigger's ``S``
 as well) ends nothing the second time. Logical sets check by OID: a table's stored OID
@@ -37,6 +38,7 @@ class DropWatch:
         self.record, self.latest_tags, self.interval = record, latest_tags, interval
         self._next = 0.0
         self._marked: set[str] = set()
+        self._renames: dict[str, tuple[str, str]] = {}  # tag -> the name a rename marker was written for
         self._oids: dict[str, int] = {t.qualified: t.oid for t in record.tables if t.oid is not None}
         self._conn = None
 
@@ -74,19 +76,33 @@ class DropWatch:
             self._conn = connect(self.record.dsn, f"set {self.record.name!r}", UnavailableError)
             self._conn.autocommit = True
         with self._conn.cursor() as cur:
-            for table in self._gone(cur, tables):
-                self._mark(cur, table)
+            where = self._where(cur, tables)
+            for table in tables:
+                if table.qualified not in where:
+                    self._mark(cur, table)
+                elif where[table.qualified] != table.relation and self._renames.get(table.qualified) != \
+                        where[table.qualified]:
+                    self._rename(cur, table, where[table.qualified])
 
-    def _gone(self, cur, tables: list[Table]) -> list[Table]:
+    def _where(self, cur, tables: list[Table]) -> dict[str, tuple[str, str]]:
+        """Tag -> (schema, name) now of the tables still there (a table whose OID is not known: as it is)."""
         if not isinstance(self.record.capture, SlotCapture):
-            captured = dropped.trigger_captured(cur, self.record.capture.trigger)
-            return [t for t in tables if t.qualified not in captured]
+            return dropped.trigger_captured(cur, self.record.capture.trigger)
         for t in tables:
             if t.qualified not in self._oids and (oid := dropped.oid_of(cur, t)) is not None:
                 self._oids[t.qualified] = oid
-        known = [t for t in tables if t.qualified in self._oids]
-        there = dropped.existing_oids(cur, [self._oids[t.qualified] for t in known])
-        return [t for t in known if self._oids[t.qualified] not in there]
+        there = dropped.existing_oids(cur, [self._oids[t.qualified] for t in tables if t.qualified in self._oids])
+        return {t.qualified: there[self._oids[t.qualified]] if t.qualified in self._oids else t.relation
+                for t in tables if t.qualified not in self._oids or self._oids[t.qualified] in there}
+
+    def _rename(self, cur, table: Table, relation: tuple[str, str]) -> None:
+        if isinstance(self.record.capture, SlotCapture):
+            dropped.mark_logical_rename(cur, table, relation)
+        else:
+            dropped.mark_trigger_rename(cur, self.record.capture.queue, table, relation)
+        self._renames[table.qualified] = relation
+        log.info("table %s of set %r is %s.%s now: rename marker written", table.qualified, self.record.name,
+                 *relation)
 
     def _mark(self, cur, table: Table) -> None:
         why = "noticed by the relay: the table is gone"

@@ -132,6 +132,7 @@ class LogicalSource(LogicalTables):
         Raises RelayError when a table or captured column of the set no longer exists."""
         tables = {table.qualified: self._set_table(table) for table in self._tables}
         decoder = PgoutputDecoder(tables, self.slot)
+        decoder.tag_of = self._oids()
         decoder.subset_tags = self._subset_tags()
         decoder.set_xid_reference(self._sql("SELECT txid_snapshot_xmax(txid_current_snapshot())", ())[0])
         self._decoder = decoder

@@ -81,11 +81,24 @@ class LogicalTables:
         self._resolved[layout.tag] = resolved
         return relation_layout.to_control(resolved, layout, current)
 
+    def _oids(self) -> dict[int, str]:
+        """Relation OID -> tag of the set's tables: the recorded OID (Table.oid), else the OID its
+        name has now."""
+        out = {}
+        for table in self._tables:
+            oid = table.oid
+            if oid is None:
+                row = self._sql("SELECT pg_catalog.to_regclass(%s)::oid::int8", (table.sql_name,))
+                oid = row[0] if row else None
+            if oid is not None:
+                out[oid] = table.qualified
+        return out
+
     def _subset_tags(self) -> set[str]:
         subset = set()
         for table in self._tables:
             row = self._sql("SELECT count(*) FROM pg_attribute WHERE attrelid = to_regclass(%s) AND attnum > 0 "
-                            "AND NOT attisdropped", (table.qualified,))
+                            "AND NOT attisdropped", (table.sql_name,))
             if len(table.columns) < row[0]:
                 subset.add(table.qualified)
         return subset

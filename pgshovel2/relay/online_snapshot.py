@@ -365,7 +365,7 @@ def _watermark(item: Control) -> dict | None:
     if item.op == chunks.WATERMARK_EVENT:
         return item.row or {}
     if item.op == SET_VERSION and isinstance(item.row, dict) and "version" not in item.row \
-            and "dropped" not in item.row:  # the drop watch's marker (relay/drop_watch.py) is no watermark
+            and not {"dropped", "renamed"} & item.row.keys():  # the drop watch's markers (relay/drop_watch.py)
         return item.row.get("watermark") or {}
     return None
 

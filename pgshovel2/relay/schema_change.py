@@ -29,12 +29,14 @@ Compatible changes (the new Avro schema reads data of the old one: BACKWARD):
   (Table.key_layout), so its registered schema and every key's bytes stay the same; a key value
   that does not fit that layout any more (a bigint beyond 32 bits in a former integer's field)
   stops the relay at its change (errors.KeyLayoutError) until the table goes on in a new topic
-  generation.
+  generation;
+- RENAME TABLE, ALTER TABLE SET SCHEMA: the table keeps its identity -- tag, topic, Avro names
+  -- and the version records where it is now (Table.renamed), which SQL on it uses.
 
 Everything else raises SchemaChangeError with the remedy (``pgshovel set accept-ddl``): another
 type change (numeric's scale, numeric(p,s) to numeric, a narrowing, another Avro type), a key
 column dropped or retyped otherwise (key_change: only a new topic generation can follow it), a
-NOT NULL column without such a default, a renamed table. With accept (the operator's decision)
+NOT NULL column without such a default. With accept (the operator's decision)
 :func:`new_table` gives the layout anyway: ``schema`` (the value schema changes incompatibly in
 the same topic; never the key), ``new-topic`` (the next topic generation, fresh schemas).
 No I/O here but that warning: see :mod:`pgshovel2.relay.control`.
@@ -99,8 +101,8 @@ def new_table(set_name: str, current: Table, payload: dict[str, Any], statement:
     if payload.get("dropped"):
         raise fail("the table was dropped")
     fresh = accept == NEW_TOPIC
-    if (payload["schema"], payload["name"]) != (current.schema, current.name):
-        raise fail(f"the table was renamed to {payload['schema']}.{payload['name']} (its topic would change)")
+    now = (payload["schema"], payload["name"])
+    renamed = None if now == (current.schema, current.name) else now  # RENAME TABLE / SET SCHEMA: identity stays
     old = {c.attnum: c for c in current.columns}
     rows = {row[1]: row for row in payload["columns"]}
     key_attnums = [c.attnum for c in current.key_columns] if current.key else []
@@ -117,12 +119,11 @@ def new_table(set_name: str, current: Table, payload: dict[str, Any], statement:
     by_attnum = {c.attnum: c for c in columns}
     if fresh:
         key = new_key if gone else tuple(by_attnum[a].name for a in key_attnums)
-        table = Table(current.schema, current.name, tuple(columns), key, current.key_source, None,
-                      current.generation + 1, current.oid)
-        return table
+        return Table(current.schema, current.name, tuple(columns), key, current.key_source, None,
+                     current.generation + 1, current.oid, renamed)
     key = tuple(by_attnum[a].name for a in key_attnums)
     table = Table(current.schema, current.name, tuple(columns), key, current.key_source,
-                  _key_layout(current, by_attnum), current.generation, current.oid)
+                  _key_layout(current, by_attnum), current.generation, current.oid, renamed)
     return None if table == current else table
 
 

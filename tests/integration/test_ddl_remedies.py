@@ -179,3 +179,49 @@ def wait_snapshot_done(stack, cluster: str, set_name: str, relay, timeout: float
             assert relay.proc.poll() is None and time.monotonic() < deadline, relay.log()
             time.sleep(0.2)
     caught_up(stack, cluster, set_name)
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_rename_table_and_columns_go_on_in_the_same_topic(stack, cluster, db, schema, tmp_path, relay_factory,
+                                                           path):
+    """RENAME TABLE (and SET SCHEMA), RENAME COLUMN of the key and of another column: the relay goes
+    on; the table keeps its topic and its key schema (key bytes unchanged), the set version records
+    where the table is now (also for a table renamed with no change after it: the relay notices),
+    and what reads the table by name (an online snapshot, set verify) finds it there."""
+    topics = make_set(stack, cluster, db, schema, tmp_path, "ren", path,
+                      {"t": "id int PRIMARY KEY, v text", "q": "id int PRIMARY KEY, v text"})
+    t, q = f'"{schema}".t', f'"{schema}".q'
+    relay = relay_factory("ren")
+    relay.wait_for("snapshot done")
+    with db.cursor() as cur:
+        cur.execute(f"INSERT INTO {t} SELECT g, 'before' FROM generate_series(1, 10) g")
+        cur.execute(f"INSERT INTO {q} SELECT g, 'q' FROM generate_series(1, 3) g")
+        cur.execute(f"ALTER TABLE {t} RENAME TO t2")
+        cur.execute(f'UPDATE "{schema}".t2 SET v = \'renamed\' WHERE id <= 3')
+        cur.execute(f'ALTER TABLE "{schema}".t2 RENAME COLUMN id TO ident')
+        cur.execute(f'ALTER TABLE "{schema}".t2 RENAME COLUMN v TO w')
+        cur.execute(f'INSERT INTO "{schema}".t2 VALUES (11, \'after\')')
+        cur.execute(f'DELETE FROM "{schema}".t2 WHERE ident = 4')
+        cur.execute(f"ALTER TABLE {q} RENAME TO q2")  # no change of it after: the relay notices by itself
+    with ClusterStore(stack.zk, cluster) as store:
+        deadline = time.monotonic() + 60
+        while store.get_set("ren")[0].table(f'"{schema}"."q"').renamed is None:
+            assert relay.proc.poll() is None and time.monotonic() < deadline, relay.log()
+            time.sleep(0.2)
+    caught_up(stack, cluster, "ren")
+    assert relay.proc.poll() is None, relay.log()
+    assert "waiting for the operator" not in relay.log()
+    state, msgs = rebuild(stack, [topics["t"]])
+    renamed = {((("ident", k[0][1]),)): {{"id": "ident", "v": "w"}.get(c, c): v for c, v in row.items()}
+               for k, row in state.items()}
+    assert_same(renamed, source_rows(db, f'"{schema}".t2', key="ident"))
+    assert len({raw for topic, k, v, h, raw in msgs if k == {"id": 2}}) == 1  # one key, the same bytes
+    with ClusterStore(stack.zk, cluster) as store:
+        record, _ = store.get_set("ren")
+    assert record.table(f'"{schema}"."t"').renamed == (schema, "t2")
+    assert record.table(f'"{schema}"."q"').renamed == (schema, "q2")
+    pgshovel(stack, cluster, "set", "snapshot", "ren", "--table", f"{schema}.t")
+    wait_snapshot_done(stack, cluster, "ren", relay)
+    verify = pgshovel(stack, cluster, "set", "verify", "ren", "--bootstrap-servers", stack.bootstrap)
+    assert verify.stdout.count(": ok") == 2, verify.stdout
+    assert relay.stop() == 0

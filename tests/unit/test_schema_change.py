@@ -228,7 +228,6 @@ def test_frozen_numeric_key_checks_its_precision():
     (payload(NAME, QTY, key=()), r"key column\(s\) 'id' dropped", True),
     (payload(["id", 1, "text", False, "text", "b", False, None, None, -1, None], NAME, QTY), "key column 'id'", True),
     ({"schema": "s", "name": "t", "dropped": True}, "the table was dropped", False),
-    (payload(ID, NAME, QTY) | {"name": "t2"}, "renamed to s.t2", False),
     (payload(ID, NAME, QTY, column("n", 4, "integer", "int4", nullable=False)), "NOT NULL column 'n'", False),
 ])
 def test_incompatible_changes_stop(p, reason, key_change):
@@ -261,3 +260,14 @@ def test_accepted_new_topic_starts_a_generation_with_fresh_schemas():
     rekeyed = new_table("set1", CURRENT, payload(NAME, QTY, key=()), "ALTER TABLE s.t DROP id", accept="new-topic",
                         new_key=("name",))
     assert rekeyed.key == ("name",) and rekeyed.generation == 2
+
+
+def test_renamed_table_keeps_its_identity_and_records_where_it_is():
+    t = change(payload(ID, NAME, QTY) | {"schema": "s2", "name": "t2"})
+    assert (t.schema, t.name, t.renamed) == ("s", "t", ("s2", "t2"))
+    assert t.qualified == '"s"."t"' and t.sql_name == '"s2"."t2"'
+    assert avro.value_schema("set1", t) == avro.value_schema("set1", CURRENT)
+    assert avro.key_schema("set1", t) == avro.key_schema("set1", CURRENT)
+    back = new_table("set1", t, payload(ID, NAME, QTY), "ALTER TABLE s2.t2 RENAME TO t; SET SCHEMA s")
+    assert back == CURRENT and back.renamed is None
+    assert Table.from_dict(t.to_dict()) == t
