@@ -124,7 +124,9 @@ def set_inspect(ctx: click.Context, name: str, as_json: bool, version: int | Non
     click.echo(f"  snapshot: {json.dumps(snap) if snap else 'not taken yet'}")
     for t in info["tables"]:
         key = ", ".join(t["key"]) or "(unkeyed)"
-        click.echo(f"  table {t['schema']}.{t['name']}  key: {key} ({t['key_source']})")
+        now = f" (now {t['renamed'][0]}.{t['renamed'][1]})" if t.get("renamed") else ""
+        kept = f", key kept as ({', '.join(c['pg_type'] for c in t['key_layout'])})" if t.get("key_layout") else ""
+        click.echo(f"  table {t['schema']}.{t['name']}{now}  key: {key} ({t['key_source']}{kept})")
         for c in t["columns"]:
             click.echo(f"    {c['name']}: {c['pg_type']}{'' if c['nullable'] else ' not null'}")
 

@@ -269,7 +269,7 @@ class ControlEvents:
         if latest.version != record.version:
             log.warning("set %r is at version %d in ZooKeeper but the stream is at version %d: the DDL "
                         "version is built on the stream's", self.set_name, latest.version, record.version)
-        new = new_record.replace(version=latest.version + 1, change=change)
+        new = new_record.replace(version=latest.version + 1, change=change, upgraded_at=time.time())
         self.store.update_set(new, znode_version)
         failpoints.hit("after_set_version")  # stored, nothing of it in Kafka yet: a restart must reuse it
         return new

@@ -10,7 +10,6 @@ import psycopg2.extras
 
 from pgshovel2 import names
 from pgshovel2.cluster import ClusterStore
-from pgshovel2.relay import ddl_gate
 from tests.helpers import Decoder, pgshovel, read_topics, write_config
 
 # The four capture paths: trigger with C capture, trigger with PL/pgSQL capture, logical with our
@@ -91,7 +90,7 @@ def wait_stopped(stack, cluster: str, set_name: str, relay, timeout: float = 60)
     deadline = time.monotonic() + timeout
     with ClusterStore(stack.zk, cluster) as store:
         while True:
-            stop = store.get_relay_record(set_name, ddl_gate.STOP)
+            stop = store.get_relay_record(set_name, "ddl_stop")  # relay/ddl_gate.py STOP
             if stop is not None:
                 return stop
             assert relay.proc.poll() is None, relay.log()
