@@ -35,7 +35,7 @@ from pgshovel2.backends import chunks
 from pgshovel2.catalog import Table
 from pgshovel2.codec.rows import as_values
 from pgshovel2.db import outage
-from pgshovel2.errors import EncodeError, UnavailableError
+from pgshovel2.errors import EncodeError, KeyLayoutError, UnavailableError
 from pgshovel2.relay import metrics
 from pgshovel2.relay.emitter import Emitter
 from pgshovel2.relay.envelopes import SNAPSHOT_INCREMENTAL
@@ -233,7 +233,11 @@ class OnlineSnapshot:
         for row in (item.before, item.row):
             if row is None:
                 continue
-            key = chunk.keys(row)
+            try:
+                key = chunk.keys(row)
+            except KeyLayoutError:  # a key the table's kept key layout cannot hold: its change stops the
+                self.discard("a key beyond the table's kept key layout")  # stream (a new topic follows)
+                return
             if key is None:
                 continue
             chunk.touched.add(key)

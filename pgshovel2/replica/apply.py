@@ -99,6 +99,7 @@ class Replicator:
         return self.state
 
     def _reader(self, record: SetRecord) -> SetReader:
+        self._ended = {f"{r['schema']}.{r['name']}" for r in record.retired if r.get("why") == "dropped"}
         topics = SetTopics.from_record(record)
         known = self.state.offsets if (topics.transactions, 0) in self.state.offsets else None
         boot = self.state.bootstrap_version
@@ -149,6 +150,8 @@ class Replicator:
                 if change.version > st.set_version:
                     self._switch(cur, change.version)
                 tmap = self._maps.get(change.table)
+                if tmap is None and change.table in self._ended:
+                    continue  # a dropped table the target never had (bootstrapped after its end): not applied
                 if tmap is None:
                     raise ReplicaError(f"{change.topic!r} offset {change.offset}: table {change.table} is not in "
                                        f"set version {st.set_version} applied on the target")

@@ -69,6 +69,11 @@ def normal(value):
         return repr(value)
     if isinstance(value, (int, Decimal)) and not isinstance(value, bool):
         return str(Decimal(value).normalize())
+    if isinstance(value, str) and value[:1] in "-0123456789" and value[-1:].isdigit():
+        try:  # a numeric in the JSON encoding: its exact text
+            return str(Decimal(value).normalize())
+        except ArithmeticError:
+            return value
     return value
 
 
