@@ -99,7 +99,7 @@ def _table_problems(cur, config: SetConfig, privileges: tuple[str, ...], owner: 
         if cur.fetchone()[0]:
             problems.append(f"USAGE on schema {t.schema}")
             continue
-        name = sql.Identifier(*t.relation).as_string(cur)
+        name = sql.Identifier(t.schema, t.name).as_string(cur)
         cur.execute("SELECT to_regclass(%s) IS NOT NULL", (name,))
         if not cur.fetchone()[0]:
             continue
