@@ -72,7 +72,8 @@ class Relay(LaneRelaying, DdlRelaying):
 
     Raises UnavailableError when a service goes away (retrying is safe), FencedError when
     another relay took over, RelayError/EncodeError when it cannot go on without losing or
-    garbling a change, SchemaChangeError at a DDL it cannot relay compatibly.
+    garbling a change, SchemaChangeError at a DDL it cannot relay compatibly when it has no gate
+    (with one it waits there for the operator's decision; StopRequestedError when stopped meanwhile).
     """
 
     def __init__(self, set_name: str, source: Source, sink: KafkaSink, layout: Layout, control: ControlEvents,
