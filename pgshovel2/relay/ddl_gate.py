@@ -65,9 +65,10 @@ class DdlGate:
         """The decision for the change stop describes: waited for (stop recorded meanwhile) when
         there is none yet. Raises StopRequestedError when the relay is asked to stop first."""
         found = self.decision(stop)
-        if found is not None:
+        if found is not None:  # decided while no relay waited (one that waited before, then stopped)
             log.warning("DDL on %s at %s: the operator's decision (%s, by %s) applies", stop["table"], stop["position"],
                         found.get("mode"), found.get("by"))
+            self.store.delete_relay_record(self.set_name, STOP)
             return found
         self.store.put_relay_record(self.set_name, STOP, stop)
         log.error("%s", stop["message"])
