@@ -13,7 +13,7 @@ from pgshovel2.cli.common import (
     zookeeper_options,
 )
 from pgshovel2.cluster import ClusterStore
-from pgshovel2.ops import admin, repoint, resnapshot, skip, status, upgrade, verify
+from pgshovel2.ops import accept_ddl, admin, repoint, resnapshot, skip, status, upgrade, verify
 from pgshovel2.relay.online_request import DEFAULT_CHUNK_SIZE
 from pgshovel2.setrecord import SetRecord, TriggerCapture
 
@@ -130,7 +130,9 @@ def set_inspect(ctx: click.Context, name: str, as_json: bool, version: int | Non
     click.echo(f"  snapshot: {json.dumps(snap) if snap else 'not taken yet'}")
     for t in info["tables"]:
         key = ", ".join(t["key"]) or "(unkeyed)"
-        click.echo(f"  table {t['schema']}.{t['name']}  key: {key} ({t['key_source']})")
+        now = f" (now {t['renamed'][0]}.{t['renamed'][1]})" if t.get("renamed") else ""
+        kept = f", key kept as ({', '.join(c['pg_type'] for c in t['key_layout'])})" if t.get("key_layout") else ""
+        click.echo(f"  table {t['schema']}.{t['name']}{now}  key: {key} ({t['key_source']}{kept})")
         for c in t["columns"]:
             click.echo(f"    {c['name']}: {c['pg_type']}{'' if c['nullable'] else ' not null'}")
 
@@ -227,6 +229,28 @@ def set_skip(ctx: click.Context, name: str, position: str, reason: str) -> None:
                "restart the relay")
 
 
+@set_group.command("accept-ddl")
+@click.argument("name")
+@click.argument("table")
+@click.option("--new-topic", is_flag=True,
+              help="Go on in the table's next topic generation ({topic}.g<n>), filled by an online snapshot.")
+@click.option("--reason", default="", help="Why (kept in ZooKeeper with the decision).")
+@click.pass_context
+@reports_errors
+def set_accept_ddl(ctx: click.Context, name: str, table: str, new_topic: bool, reason: str) -> None:
+    """Let set NAME's relay go on past the DDL of TABLE (schema.table) it waits at.
+
+    Default: the new value schema is registered regardless of compatibility, in the same topic
+    (a SCHEMA_CHANGED record marks the place; refused for a change of the key). --new-topic: the
+    table goes on in a new topic generation, filled by an online snapshot (a TOPIC_CHANGED record
+    marks the place). The decision applies exactly at the change; it is kept in ZooKeeper.
+    """
+    with _store(ctx) as store:
+        stop = accept_ddl.accept(store, name, table, new_topic, reason)
+        record, _ = store.get_set(name)
+    click.echo(accept_ddl.describe(name, stop, new_topic, record))
+
+
 @set_group.command("drop")
 @click.argument("name")
 @click.pass_context
@@ -258,6 +282,9 @@ def set_verify(ctx: click.Context, name: str, bootstrap_servers: str, schema_reg
             status.wait_caught_up(store, name, bootstrap_servers)
     reports = verify.verify_set(record, bootstrap_servers, schema_registry)
     for r in reports:
+        if r.note is not None:
+            click.echo(f"{r.topic}: {r.table} {r.note}")
+            continue
         state = "ok" if r.ok else f"DIFFERENT: {r.first_difference}"
         click.echo(f"{r.topic}: {r.messages} messages, {r.rebuilt_rows} rows rebuilt, "
                    f"{r.source_rows} rows in {r.table}: {state}")

@@ -201,6 +201,9 @@ def history_lines(store: ClusterStore, name: str) -> list[str]:
         what = change.get("kind", "create")
         if change.get("statement"):
             what += f" ({change['statement']})"
+        if accepted := change.get("accepted"):
+            why = accepted.get("reason") or "no reason"
+            what += f" accepted by {accepted.get('by')} ({accepted.get('mode')}: {why})"
         tables = ", ".join(f"{t.schema}.{t.name}({len(t.columns)})" for t in record.tables)
         lines.append(f"version {version}  {when} UTC  {what}  tables: {tables}")
     return lines

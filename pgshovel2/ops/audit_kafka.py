@@ -90,8 +90,13 @@ def _round(store: ClusterStore, record: SetRecord, routes: dict, decoder: Decode
     txn_topic = record.topics.transactions
     messages = verify.read_topics(bootstrap, [r.topic for r in routes.values()] + [txn_topic])
     truncates = verify.truncates(messages[txn_topic], verify.txn_decoder(record), point.snapshot.visible)
-    results, found = [], {}
+    results = [TableDrift(e["table"], 0, 0, 0, [], str(point), note=f"dropped at position {e['position']}: ended "
+                          "in the set, not compared") for e in verify.ended_tables(record)]
+    found: dict[str, dict] = {}
     for route in routes.values():
+        if route.table.qualified not in sources:
+            results.append(TableDrift(route.table.qualified, 0, 0, 0, [], str(point), note=verify.MISSING))
+            continue
         kept = [m for m in messages[route.topic] if point.includes(m[2])]
         rebuilt = verify.rebuilt_rows(verify.rebuild(kept, truncates.get(route.topic, ""), route.envelope))
         keyed = bool(route.table.key)
@@ -116,7 +121,9 @@ def _read_source(record: SetRecord, routes: dict) -> tuple[AuditPoint, dict[str,
     of the source tables in one snapshot."""
     with backends.reader(record, AuditError) as snap:
         point = take_point(record, snap)
-        sources = {r.table.qualified: verify.source_images(r.table, r.envelope, snap) for r in routes.values()}
+        missing = verify.missing_tables(snap, [r.table for r in routes.values()])
+        sources = {r.table.qualified: verify.source_images(r.table, r.envelope, snap) for r in routes.values()
+                   if r.table.qualified not in missing}
     return point, sources
 
 

@@ -17,6 +17,7 @@
   (ZooKeeper ``relay/partitions``, pgshovel2.relay.partition_moves).
 """
 
+import shlex
 import time
 from typing import Any
 
@@ -29,7 +30,7 @@ from pgshovel2.consumer.offsets import end_offsets, partition_counts
 from pgshovel2.db import connect, redacted
 from pgshovel2.errors import PgshovelError, RelayError, UnavailableError
 from pgshovel2.ops import resnapshot
-from pgshovel2.relay import election, partition_moves
+from pgshovel2.relay import ddl_gate, election, partition_moves
 from pgshovel2.setrecord import SetRecord, SlotCapture
 from pgshovel2.wire import Position
 from pgshovel2.wire.positions import read_position
@@ -116,6 +117,8 @@ def set_status(store: ClusterStore, set_name: str, bootstrap: str, standby_dsn: 
         committed_ms = (out["position"] or {}).get("committed_at_ms", 0)
         error["recovered"] = committed_ms > error["at"] * 1000
     out["last_error"] = error
+    out["ddl_stop"] = store.get_relay_record(set_name, ddl_gate.STOP)
+    out["ended_tables"] = [r for r in record.retired if r.get("why") == "dropped"]
     out["skips"] = store.get_relay_record(set_name, "skips")
     out["online_snapshot"] = resnapshot.show(store, set_name)
     out["partitions"] = {**partitions.lacking(record),
@@ -155,6 +158,7 @@ def lines(info: dict[str, Any]) -> list[str]:
         when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(err["at"]))
         state = "recovered, the relay committed since" if err.get("recovered") else "not recovered"
         out.append(f"  last relay error: {when} ({state}) {err['kind']} ({err['relay']}): {err['message'][:300]}")
+    out += _ddl_lines(info)
     skips = info.get("skips") or {}
     for position, request in skips.get("requested", {}).items():
         row = (request.get("table"), request.get("key"))  # a snapshot row, met at another position
@@ -179,6 +183,27 @@ def _partition_lines(info: dict[str, Any]) -> list[str]:
 
 
 RUNBOOK = "docs/runbooks.rst"
+
+
+def _ddl_lines(info: dict[str, Any]) -> list[str]:
+    """Where the relay waits for a decision on a DDL (relay/ddl_stop) and the tables that ended."""
+    out = []
+    if stop := info.get("ddl_stop"):
+        table = stop["table"]
+        flag = " --new-topic" if stop.get("key_change") else " [--new-topic]"
+        out.append(f"  STOPPED AT DDL:   on {table} at {stop['position']} since {_ago(stop['since'])}: "
+                   f"{stop['reason']}; run pgshovel set accept-ddl {info['set']} {_arg(table)}{flag} ({RUNBOOK}, "
+                   "'Relay stopped on DDL')")
+    for ended in info.get("ended_tables") or ():
+        out.append(f"  dropped table:    {ended['table']} ended at unit {ended['tick']}, event {ended['ordinal']} "
+                   f"(its topic {ended['topic']} keeps what came before)")
+    return out
+
+
+def _arg(tag: str) -> str:
+    """A table tag as accept-ddl's argument: ``schema.table`` (quoted for the shell when needed)."""
+    schema, _, name = tag.partition('"."')
+    return shlex.quote(f"{schema[1:]}.{name[:-1]}".replace('""', '"'))
 
 
 def failover_text(facts: dict[str, Any]) -> str:

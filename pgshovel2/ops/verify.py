@@ -57,6 +57,7 @@ class TableReport:
     rebuilt_rows: int
     source_rows: int
     first_difference: str | None
+    note: str | None = None  # a table that ended in the set (dropped at a position): not compared
 
     @property
     def ok(self) -> bool:
@@ -243,9 +244,30 @@ def txn_decoder(record: SetRecord) -> Callable[[bytes], dict]:
     return json.loads
 
 
+def ended_tables(record: SetRecord) -> list[dict]:
+    """The set's tables that ended (dropped) as ``{table, topic, position}`` (position: the
+    ``pgshovel.position`` of the DROP TABLE in the stream), from the record's retired topics."""
+    return [{"table": r["table"], "topic": r["topic"], "position": wire.change_header(record.backend, r["tick"],
+                                                                                       r["ordinal"])}
+            for r in record.retired if r.get("why") == "dropped"]
+
+
+def missing_tables(snap: TableReader, tables: list[Table]) -> set[str]:
+    """Tags of the tables that do not exist in snap's database (dropped before the relay ended them)."""
+    with snap.conn.cursor() as cur:
+        cur.execute("SELECT t FROM unnest(%s::text[]) t WHERE pg_catalog.to_regclass(t) IS NULL",
+                    ([t.sql_name for t in tables],))
+        gone = {r[0] for r in cur.fetchall()}
+    return {t.qualified for t in tables if t.sql_name in gone}
+
+
+MISSING = "not in the source: dropped, and not ended in the set yet (the relay ends it within seconds)"
+
+
 def verify_set(record: SetRecord, bootstrap: str, registry_url: str | None) -> list[TableReport]:
     """Rebuild every table of the set (record: its current version) from Kafka and compare with
-    the source now.
+    the source now; the tables that ended (dropped) are reported as such, not compared, and so is
+    a table the source no longer has.
 
     The source must be quiescent and the relay caught up for the comparison to be meaningful.
     """
@@ -256,9 +278,15 @@ def verify_set(record: SetRecord, bootstrap: str, registry_url: str | None) -> l
     topics = [r.topic for r in routes.values()]
     messages = resolve_dead_letters(bootstrap, read_topics(bootstrap, topics + [txn_topic]))
     truncated = truncates(messages[txn_topic], txn_decode)
-    reports = []
+    reports = [TableReport(e["table"], e["topic"], 0, 0, 0, None, f"dropped at position {e['position']}: ended in "
+                           "the set, not compared") for e in ended_tables(record)]
     with backends.reader(record, RelayError) as snap:
+        missing = missing_tables(snap, [r.table for r in routes.values()])
         for route in routes.values():
             state = rebuild(messages[route.topic], truncated.get(route.topic, ""), route.envelope)
+            if route.table.qualified in missing:
+                reports.append(TableReport(route.table.qualified, route.topic, state.messages, len(rebuilt_rows(
+                    state)[0]), 0, MISSING))
+                continue
             reports.append(compare(route.table, route.topic, state, route.envelope, snap))
     return reports

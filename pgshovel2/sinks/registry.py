@@ -40,6 +40,12 @@ class SchemaRegistry:
         return self._call(lambda: self._client.register_schema(subject, Schema(json.dumps(schema), "AVRO")),
                           f"the schema of {subject!r}")
 
+    def set_compatibility(self, subject: str, level: str) -> None:
+        """Set subject's compatibility level (``NONE`` for one registration an operator accepted
+        regardless of compatibility, :mod:`pgshovel2.relay.control`; then BACKWARD again).
+        Retries and raises as require_backward."""
+        self._call(lambda: self._client.set_compatibility(subject, level), f"compatibility {level} on {subject!r}")
+
     def require_backward(self, subject: str) -> None:
         """Set subject's compatibility level to BACKWARD (a new version must read the data of
         the previous one), so the registry itself checks a schema change before accepting it.

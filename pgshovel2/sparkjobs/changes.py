@@ -129,15 +129,22 @@ def unchanged_columns(headers: dict[str, str], op: str, where: str) -> list[str]
     return cols
 
 
+# Transactions-topic records that remove a table's rows up to their position: TRUNCATE, and the end of
+# a dropped table (TABLE_DROPPED: its materialized rows go as the source's did); TOPIC_CHANGED is named
+# so that the job can refuse it (pgshovel2.sparkjobs.materialize).
+REMOVING, TOPIC_CHANGED = ("TRUNCATE", "TABLE_DROPPED"), "TOPIC_CHANGED"
+
+
 def truncations(registry_url: str | None, handoff: str):
-    """mapPartitions function: transactions-topic rows -> (table topic, position) of each TRUNCATE
-    the handoff (text form) does not cover."""
-    def convert(rows: Iterator[Any]) -> Iterator[tuple[str, str]]:
+    """mapPartitions function: transactions-topic rows -> (table topic, position, type) of each
+    TRUNCATE, TABLE_DROPPED and TOPIC_CHANGED record the handoff (text form) does not cover."""
+    def convert(rows: Iterator[Any]) -> Iterator[tuple[str, str, str]]:
         decoder, point = Decoder(registry_url, raw=True), parse_handoff(handoff)
         for row in rows:
             rec = decoder.decode(row["value"], f"transactions record at offset {row['offset']}")
-            if rec and rec.get("type") == "TRUNCATE" and not point.covers(rec["txid"], rec["position"]):
-                yield rec["table"], rec["position"]
+            kind = rec.get("type") if rec else None
+            if (kind in REMOVING or kind == TOPIC_CHANGED) and not point.covers(rec["txid"], rec["position"]):
+                yield rec["table"], rec["position"], kind
     return convert
 
 

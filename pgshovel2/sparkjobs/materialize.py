@@ -217,7 +217,9 @@ class _Job:
             shutil.rmtree(target, ignore_errors=True)
             shape = BatchShapes(self, batch)
             for t in self.topics.tables:
-                table = self.tables[(t.schema, t.name)]
+                table = self.tables.get((t.schema, t.name))
+                if table is None:  # a table added after the bootstrap and dropped before this job read the set
+                    continue
                 read_as, cols = shape.of(table, t.topic)
                 decoded = changes.change_frame(self.spark, batch, t.topic, read_as, cols, self.options.registry_url,
                                                str(self.manifest.handoff_point), self.copied, *self.wire).persist()
@@ -234,12 +236,19 @@ class _Job:
         log.info("merged micro-batch %d into %s", batch_id, target)
 
     def _truncations(self, batch) -> dict[str, str]:
-        """Table topic -> position of its last TRUNCATE in the batch (not visible in the snapshot)."""
+        """Table topic -> position of its last TRUNCATE (or TABLE_DROPPED: a dropped table's rows go
+        too) in the batch (not visible in the snapshot). Raises BootstrapError at a TOPIC_CHANGED
+        (``pgshovel set accept-ddl --new-topic``): the table's rows are in two topics from there on,
+        which this job does not merge; bootstrap and materialize the set anew."""
         snapshot = str(self.manifest.handoff_point)
         txns = batch.filter(batch.topic == self.topics.transactions).select("value", "offset")
         out: dict[str, str] = {}
-        for topic, position in txns.rdd.mapPartitions(changes.truncations(self.options.registry_url,
-                                                                          snapshot)).collect():
+        for topic, position, kind in txns.rdd.mapPartitions(changes.truncations(self.options.registry_url,
+                                                                                snapshot)).collect():
+            if kind == changes.TOPIC_CHANGED:
+                raise BootstrapError(f"the table of topic {topic} goes on in a new topic generation from position "
+                                     f"{position} (pgshovel set accept-ddl --new-topic); materialize does not merge "
+                                     "two topics of one table: run pgshovel bootstrap again and materialize from it")
             out[topic] = max(out.get(topic, ""), position)
         return out
 
