@@ -39,10 +39,12 @@ def statement(table: Table, why: str) -> str:
 
 
 def trigger_captured(cur, trigger: str) -> dict[str, tuple[str, str]]:
-    """Tag -> (schema, name) now of the tables a row trigger named trigger captures in the database of cur."""
+    """Tag -> (schema, name) now of the tables a row trigger named trigger captures in the database
+    of cur. A partitioned table's trigger is cloned onto its partitions (same name and arguments,
+    tgparentid set): only the table's own trigger names where the table is."""
     cur.execute("SELECT t.tgargs, n.nspname::text, c.relname::text FROM pg_catalog.pg_trigger t "
                 "JOIN pg_catalog.pg_class c ON c.oid = t.tgrelid JOIN pg_catalog.pg_namespace n ON n.oid = "
-                "c.relnamespace WHERE t.tgname = %s", (trigger,))
+                "c.relnamespace WHERE t.tgname = %s AND t.tgparentid = 0", (trigger,))
     tags = {}
     for args, schema, name in cur.fetchall():
         parts = bytes(args).split(b"\x00")
