@@ -117,6 +117,7 @@ class KafkaSink:
         self._in_txn = False
         self._fatal: KafkaError | None = None
         self._credentials = kafkaaccess.Failures()  # an authentication or TLS failure reported
+        self._topics: set[str] = set()  # the topics ensure_topics was given: named when Kafka denies WRITE
         self.produced = 0
         self._producer_max = int(settings["message.max.bytes"])
         self._limits: dict[str, tuple[int, str]] = {}
@@ -128,12 +129,15 @@ class KafkaSink:
         if exc.args[0].code() == KafkaError._FATAL and self._fatal is None:
             exc = self._poll_cause() or exc
         failed = kafkaaccess.credentials_error(self._credentials.last, what, self.kafka, "producer")
-        return failed or _error(self._fatal or exc, what, self._needs())
+        cause = self._fatal or exc
+        return failed or _error(cause, what, self._needs(kafkaaccess.error_of(cause)))
 
-    def _needs(self) -> str:
-        """The ACLs the relay's producer needs, for an error on a denial."""
-        tid = f" and on TransactionalId {self.transactional_id!r}" if self.transactional_id else ""
-        return f"WRITE and DESCRIBE on the set's topics (an ACL on their prefix){tid}"
+    def _needs(self, err: KafkaError | None = None) -> str:
+        """The ACL the relay's producer lacks when Kafka denies err."""
+        if err is not None and err.code() == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED:
+            return f"WRITE and DESCRIBE on TransactionalId {self.transactional_id!r}"
+        shown = ", ".join(sorted(self._topics)[:3]) + (", ..." if len(self._topics) > 3 else "")
+        return f"WRITE and DESCRIBE on the set's topics ({shown or 'see set inspect'}; an ACL on their prefix)"
 
     def _poll_cause(self) -> KafkaException | None:
         """Serve the producer's error events (the callback logs them and keeps a fatal one); the
@@ -187,6 +191,7 @@ class KafkaSink:
         """Create missing topics (name -> cleanup.policy) and return their names once served:
         :func:`pgshovel2.sinks.topics.create_missing_topics` with this sink's admin client, its bootstrap
         and its stop request."""
+        self._topics.update(topics)
         return create_missing_topics(self._admin, self.bootstrap, topics, settings, single_partition, self._stop)
 
     def message_limit(self, topic: str) -> tuple[int, str]:
