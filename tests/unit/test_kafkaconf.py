@@ -41,8 +41,9 @@ def test_sources_roles_and_precedence(tmp_path, monkeypatch):
                   "PGSHOVEL_KAFKA_CONFIG": "ignored: the file is given"})
     assert str(kafka) == kafka.bootstrap == "b1:9092"
     producer = kafka.config("producer", defaults={"linger.ms": 100, "acks": "all"}, ours={"transactional.id": "t"})
-    assert producer == {"bootstrap.servers": "b1:9092", "linger.ms": "7", "acks": "all", "security.protocol": "SASL_SSL",
-                        "sasl.password": "s3cret", "sasl.username": "relay", "transactional.id": "t"}
+    assert producer == {"bootstrap.servers": "b1:9092", "linger.ms": "7", "acks": "all",
+                        "security.protocol": "SASL_SSL", "sasl.password": "s3cret", "sasl.username": "relay",
+                        "transactional.id": "t"}
     assert "fetch.max.bytes" not in producer and kafka.config("consumer")["fetch.max.bytes"] == "1000"
     assert kafka.origin("security.protocol") == "variable PGSHOVEL_KAFKA_SECURITY_PROTOCOL"
     assert kafka.origin("sasl.password") == f"file {tmp_path}/client.properties, line 3, from file:{secret}"
@@ -122,8 +123,8 @@ def test_java_form_for_spark(tmp_path, certs):
     assert java["client.id"] == "me" and java["request.timeout.ms"] == "1234" and "linger.ms" not in java
 
     oauth = kafkajava.java_properties(load(tmp_path, "sasl.mechanisms=OAUTHBEARER\n"
-                                                     "enable.sasl.oauthbearer.unsecure.jwt=true\n"
-                                                     "sasl.oauthbearer.config=principal=relay scope=a,b lifeSeconds=60\n"))
+                                           "enable.sasl.oauthbearer.unsecure.jwt=true\n"
+                                           "sasl.oauthbearer.config=principal=relay scope=a,b lifeSeconds=60\n"))
     assert oauth["sasl.jaas.config"] == ('org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required '
                                          'unsecuredLoginStringClaim_sub="relay" unsecuredLoginListClaim_scope=",a,b" '
                                          'unsecuredLoginLifetimeSeconds="60";')

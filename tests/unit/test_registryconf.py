@@ -49,18 +49,18 @@ def test_refused_settings_never_show_a_secret(args, message):
 
 
 def test_failure_messages():
-    class Refused(Exception):
+    class RefusedError(Exception):
         def __init__(self, status, text):
             super().__init__(text)
             self.http_status_code, self.error_message = status, text
 
     with_user = RegistrySettings.load("http://u:hunter2@r")
     assert "wants credentials (HTTP 401): set --schema-registry-user-info" in registryconf.failure(
-        Refused(401, "Unauthorized"), RegistrySettings.load("http://r"))
-    refused = registryconf.failure(Refused(401, "bad hunter2"), with_user)
+        RefusedError(401, "Unauthorized"), RegistrySettings.load("http://r"))
+    refused = registryconf.failure(RefusedError(401, "bad hunter2"), with_user)
     assert "refused the credentials (HTTP 401; user info from the schema registry URL)" in refused
     html = "<html><head><title>400 No required SSL certificate was sent</title></head></html>"
-    assert registryconf.failure(Refused(400, html), with_user) == (
+    assert registryconf.failure(RefusedError(400, html), with_user) == (
         "the registry wants a client certificate (HTTP 400 No required SSL certificate was sent): set "
         "--schema-registry-cert and --schema-registry-key")
     assert registryconf.failure(Exception("boom hunter2"), with_user) == "boom ***"
