@@ -135,26 +135,34 @@ def test_no_registry_credentials(stack, cluster, db, schema, tmp_path, secure_ka
 def test_registry_credentials_in_its_url_never_show(stack, cluster, db, schema, tmp_path, secure_kafka,
                                                     secure_registry):
     """Finding "schema-registry credentials only in the URL; printed in errors and stored in the
-    world-readable relay/last_error znode": a URL with user info is accepted, its password is
-    shown nowhere (relay log, last_error znode, set status), also when the registry refuses it."""
+    world-readable relay/last_error znode": a URL with user info is accepted, and its password is
+    shown nowhere -- relay log, last_error znode, set status -- when the registry refuses it or
+    cannot be reached. The relay writes to the test stack's plain Kafka here: only the registry's
+    handling is under test (SSL_CERT_FILE lets a client without CA options verify the registry)."""
     set_name = make_set(stack, cluster, db, schema, tmp_path, "urlcreds")
     secret = f"Wrong-{uuid.uuid4().hex}"
     url = secure_registry.url.replace("https://", f"https://pgshovel:{secret}@")
-    env = {**relay_env(secure_kafka, secure_registry, tmp_path), "PGSHOVEL_SCHEMA_REGISTRY": url,
-           "PGSHOVEL_SCHEMA_REGISTRY_USER_INFO": ""}
+    env = {**secure_registry.env(), "PGSHOVEL_SCHEMA_REGISTRY": url, "PGSHOVEL_SCHEMA_REGISTRY_USER_INFO": "",
+           "SSL_CERT_FILE": secure_registry.ca}
     log = exits(start_relay(stack, cluster, set_name, tmp_path, env))
     assert "the registry refused the credentials (HTTP 401; user info from the schema registry URL)" in log, log
     with ClusterStore(stack.zk, cluster) as store:
         last_error = store.get_relay_record(set_name, "last_error")
     assert last_error and "HTTP 401" in last_error["message"], last_error
-    shown = run(stack, cluster, consumer_env(secure_kafka, secure_registry), "set", "status", set_name, "--json")
+    shown = run(stack, cluster, {}, "set", "status", set_name, "--json")
     assert shown.returncode == 0, shown.stderr
     assert json.loads(shown.stdout)["last_error"], shown.stdout
     for where, text in (("relay log", log), ("last_error znode", json.dumps(last_error)), ("set status", shown.stdout)):
         assert secret not in text, f"the registry password shows in the {where}"
 
+    unreachable = start_relay(stack, cluster, set_name, tmp_path, {
+        "PGSHOVEL_SCHEMA_REGISTRY": f"http://pgshovel:{secret}@127.0.0.1:1/apis/ccompat/v7"})
+    unreachable.wait_for("unreachable")
+    unreachable.stop()
+    assert secret not in unreachable.log(), "the registry password shows in the relay log"
+
     good = url.replace(secret, secure_registry.password)
     relay = start_relay(stack, cluster, set_name, tmp_path, {**env, "PGSHOVEL_SCHEMA_REGISTRY": good})
-    wait_caught_up(stack, cluster, set_name, consumer_settings(secure_kafka))
+    relay.wait_for("snapshot done")
     relay.stop()
     assert secure_registry.password not in relay.log()
