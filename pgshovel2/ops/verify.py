@@ -108,7 +108,7 @@ def read_topics(bootstrap: Kafka, topics: list[str], timeout: float = 60.0,
         consumer.close()
 
 
-def resolve_dead_letters(bootstrap: str, messages: dict[str, list]) -> dict[str, list]:
+def resolve_dead_letters(bootstrap: Kafka, messages: dict[str, list]) -> dict[str, list]:
     """messages (read_topics') with each placeholder's value (header ``pgshovel.dead_letter``)
     replaced by the message it stands for, read back from the dead-letter topic."""
     if not any(wire.DEAD_LETTER in h for msgs in messages.values() for _, _, h in msgs):
