@@ -4,16 +4,18 @@ import json
 
 import click
 
+from pgshovel2.cli.clientopts import kafka_options, registry_options
 from pgshovel2.cli.common import (
     LazyGroup,
-    env_option,
     log_level_option,
     reports_errors,
     setup_logging,
     zookeeper_options,
 )
 from pgshovel2.cluster import ClusterStore
+from pgshovel2.kafkaconf import KafkaSettings
 from pgshovel2.ops import accept_ddl, admin, repoint, resnapshot, skip, status, upgrade, verify
+from pgshovel2.registryconf import RegistrySettings
 from pgshovel2.relay.online_request import DEFAULT_CHUNK_SIZE
 from pgshovel2.setrecord import SetRecord, TriggerCapture
 
@@ -165,7 +167,7 @@ def set_upgrade(ctx: click.Context, name: str, config: str, dry_run: bool, no_sn
 
 @set_group.command("status")
 @click.argument("name")
-@env_option("--bootstrap-servers", default="127.0.0.1:9092", help="Kafka bootstrap servers.")
+@kafka_options
 @click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
 @click.option("--wait", is_flag=True, help="First wait until the relay has relayed every change committed "
               "before the command started (a drain check).")
@@ -174,14 +176,14 @@ def set_upgrade(ctx: click.Context, name: str, config: str, dry_run: bool, no_sn
               help="DSN of a physical standby: say whether a logical set's slot is synced to it (PostgreSQL 17+).")
 @click.pass_context
 @reports_errors
-def set_status(ctx: click.Context, name: str, bootstrap_servers: str, as_json: bool, wait: bool,
+def set_status(ctx: click.Context, name: str, kafka: KafkaSettings, as_json: bool, wait: bool,
                timeout: float, standby_dsn: str | None) -> None:
     """Show set NAME's queue lag, active relay, last committed position and Kafka end offsets,
     and for a logical set whether its slot survives a failover."""
     with _store(ctx) as store:
         if wait:
-            status.wait_caught_up(store, name, bootstrap_servers, timeout)
-        info = status.set_status(store, name, bootstrap_servers, standby_dsn)
+            status.wait_caught_up(store, name, kafka, timeout)
+        info = status.set_status(store, name, kafka, standby_dsn)
     if as_json:
         click.echo(json.dumps(info, indent=2, sort_keys=True, default=str))
         return
@@ -264,13 +266,13 @@ def set_drop(ctx: click.Context, name: str) -> None:
 
 @set_group.command("verify")
 @click.argument("name")
-@env_option("--bootstrap-servers", default="127.0.0.1:9092", help="Kafka bootstrap servers.")
-@env_option("--schema-registry", default=None, help="Schema registry URL (Avro sets).")
+@kafka_options
+@registry_options("Avro sets")
 @click.option("--wait/--no-wait", default=True, show_default=True,
               help="First wait until the relay has relayed every committed change.")
 @click.pass_context
 @reports_errors
-def set_verify(ctx: click.Context, name: str, bootstrap_servers: str, schema_registry: str | None,
+def set_verify(ctx: click.Context, name: str, kafka: KafkaSettings, registry: RegistrySettings | None,
                wait: bool) -> None:
     """Check that the state rebuilt from the set's topics equals its tables.
 
@@ -279,8 +281,8 @@ def set_verify(ctx: click.Context, name: str, bootstrap_servers: str, schema_reg
     with _store(ctx) as store:
         record, _ = store.get_set(name)
         if wait:
-            status.wait_caught_up(store, name, bootstrap_servers)
-    reports = verify.verify_set(record, bootstrap_servers, schema_registry)
+            status.wait_caught_up(store, name, kafka)
+    reports = verify.verify_set(record, kafka, registry)
     for r in reports:
         if r.note is not None:
             click.echo(f"{r.topic}: {r.table} {r.note}")

@@ -5,8 +5,11 @@ import os
 
 import click
 
+from pgshovel2.cli.clientopts import kafka_options, registry_options
 from pgshovel2.cli.common import env_option, log_level_option, reports_errors, setup_logging, zookeeper_options
 from pgshovel2.cluster import ClusterStore
+from pgshovel2.kafkaconf import KafkaSettings
+from pgshovel2.registryconf import RegistrySettings
 
 
 def default_master() -> str | None:
@@ -25,8 +28,8 @@ def _options(func):
                      show_default=True, help="iceberg: write the Iceberg tables pgshovel.<set>.<schema>.<table> "
                      "of --catalog (handoff in their properties); the manifest still goes to --output."),
         click.option("--catalog", default=None, help="Iceberg catalog (--format iceberg): hadoop:WAREHOUSE_PATH."),
-        env_option("--bootstrap-servers", default="127.0.0.1:9092", help="Kafka bootstrap servers."),
-        env_option("--schema-registry", default=None, help="Schema registry URL (Avro sets, --to-kafka)."),
+        kafka_options,
+        registry_options("Avro sets, --to-kafka"),
         click.option("--master", default=None, help="Spark master (default local[*]; under spark-submit, "
                      "spark-submit's)."),
         env_option("--jdbc-jar", default="/usr/share/java/postgresql.jar",
@@ -44,7 +47,7 @@ def _options(func):
 
 
 def bootstrap_set(hosts: str, cluster: str, set_name: str, output: str, to_kafka: bool, fmt: str,
-                  catalog: str | None, bootstrap_servers: str, schema_registry: str | None, master: str | None,
+                  catalog: str | None, kafka: KafkaSettings, registry: RegistrySettings | None, master: str | None,
                   jdbc_jar: str, partition_rows: int, fetch_size: int, native: bool = True) -> None:
     """Run the bootstrap job and print where its manifest is."""
     from pgshovel2.sparkjobs import bootstrap, iceberg, session
@@ -55,7 +58,7 @@ def bootstrap_set(hosts: str, cluster: str, set_name: str, output: str, to_kafka
     master = master or default_master()
     jars = session.jars(jdbc_jar) if master else None
     spark = session.session(master, f"pgshovel2 bootstrap {set_name}", jars, ice.settings() if ice else None)
-    options = bootstrap.BootstrapOptions(output, bootstrap_servers, schema_registry, to_kafka, partition_rows,
+    options = bootstrap.BootstrapOptions(output, kafka, registry, to_kafka, partition_rows,
                                          fetch_size=fetch_size, native=native, iceberg=ice)
     try:
         with ClusterStore(hosts, cluster) as store:

@@ -34,9 +34,11 @@ from pgshovel2.bootstrap.iceberg_keys import BATCH_KEY, END_OFFSETS_KEY, OFFSETS
 from pgshovel2.catalog import Table
 from pgshovel2.cluster import ClusterStore
 from pgshovel2.consumer.decode import Decoder
+from pgshovel2.kafkaconf import Kafka
 from pgshovel2.ops import status, verify
 from pgshovel2.ops.audit import AuditError, Row, TableDrift, differing_keys, in_rounds, require_keys
 from pgshovel2.ops.audit_kafka import AuditPoint, take_point
+from pgshovel2.registryconf import Registry
 from pgshovel2.setrecord import SetRecord
 
 Offsets = dict[tuple[str, int], int]
@@ -124,7 +126,7 @@ def key_tuple(decoder: Decoder, table: Table, topic: str) -> Callable[[bytes], t
     return key_of
 
 
-def audit(store: ClusterStore, record: SetRecord, warehouse: str, bootstrap: str, registry_url: str | None,
+def audit(store: ClusterStore, record: SetRecord, warehouse: str, bootstrap: Kafka, registry_url: Registry | None,
           rounds: int = 1, pause: float = 5.0, bucket_rows: int = 1000, timeout: float = 120.0) -> list[TableDrift]:
     """Compare every table of the set with its Iceberg table (see the module docstring).
 
@@ -138,7 +140,7 @@ def audit(store: ClusterStore, record: SetRecord, warehouse: str, bootstrap: str
                      rounds, pause)
 
 
-def _round(store: ClusterStore, record: SetRecord, warehouse: str, bootstrap: str, decoder: Decoder,
+def _round(store: ClusterStore, record: SetRecord, warehouse: str, bootstrap: Kafka, decoder: Decoder,
            bucket_rows: int, timeout: float) -> tuple[list[TableDrift], dict]:
     states = {t.qualified: read_state(warehouse, record.name, t) for t in record.tables}
     with backends.reader(record, AuditError) as snap:
@@ -170,7 +172,7 @@ def _round(store: ClusterStore, record: SetRecord, warehouse: str, bootstrap: st
     return results, found
 
 
-def _in_flight(record: SetRecord, table: Table, state: IcebergState, point: AuditPoint, bootstrap: str,
+def _in_flight(record: SetRecord, table: Table, state: IcebergState, point: AuditPoint, bootstrap: Kafka,
                decoder: Decoder) -> tuple[set[tuple], bool]:
     """(keys in flight, a TRUNCATE in flight) of table: its topic's and the transaction topic's
     messages from the snapshot's offsets on that point includes."""

@@ -35,8 +35,10 @@ from pgshovel2.backends.snapshot import TableReader
 from pgshovel2.cluster import ClusterStore
 from pgshovel2.consumer.decode import Decoder
 from pgshovel2.consumer.errors import ConsumerError
+from pgshovel2.kafkaconf import Kafka
 from pgshovel2.ops import status, verify
 from pgshovel2.ops.audit import AuditError, TableDrift, differing_keys, in_rounds
+from pgshovel2.registryconf import Registry
 from pgshovel2.relay import setup
 from pgshovel2.setrecord import SetRecord, SlotCapture
 from pgshovel2.sinks.registry import SchemaRegistry
@@ -69,7 +71,7 @@ class AuditPoint:
         return f"txid snapshot {self.snapshot}"
 
 
-def audit(store: ClusterStore, record: SetRecord, bootstrap: str, registry_url: str | None,
+def audit(store: ClusterStore, record: SetRecord, bootstrap: Kafka, registry_url: Registry | None,
           rounds: int = 1, pause: float = 5.0, timeout: float = 120.0) -> list[TableDrift]:
     """Compare every table of the set with the state rebuilt from Kafka (module docstring).
 
@@ -83,7 +85,7 @@ def audit(store: ClusterStore, record: SetRecord, bootstrap: str, registry_url: 
     return in_rounds(lambda: _round(store, record, routes, decoder, bootstrap, timeout), rounds, pause)
 
 
-def _round(store: ClusterStore, record: SetRecord, routes: dict, decoder: Decoder, bootstrap: str,
+def _round(store: ClusterStore, record: SetRecord, routes: dict, decoder: Decoder, bootstrap: Kafka,
            timeout: float) -> tuple[list[TableDrift], dict[str, dict]]:
     point, sources = _read_source(record, routes)
     status.wait_caught_up(store, record.name, bootstrap, timeout)

@@ -21,14 +21,13 @@ import shlex
 import time
 from typing import Any
 
-from confluent_kafka.admin import AdminClient
-
-from pgshovel2 import backends
+from pgshovel2 import backends, kafkaconf
 from pgshovel2.backends import logical, partitions, slot_failover, trigger
 from pgshovel2.cluster import ClusterStore
 from pgshovel2.consumer.offsets import end_offsets, partition_counts
 from pgshovel2.db import connect, redacted
 from pgshovel2.errors import PgshovelError, RelayError, UnavailableError
+from pgshovel2.kafkaconf import Kafka
 from pgshovel2.ops import resnapshot
 from pgshovel2.relay import ddl_gate, election, partition_moves
 from pgshovel2.setrecord import SetRecord, SlotCapture
@@ -36,7 +35,7 @@ from pgshovel2.wire import Position
 from pgshovel2.wire.positions import read_position
 
 
-def wait_caught_up(store: ClusterStore, set_name: str, bootstrap: str, timeout: float = 120.0) -> None:
+def wait_caught_up(store: ClusterStore, set_name: str, bootstrap: Kafka, timeout: float = 120.0) -> None:
     """Wait until the set's relay has relayed everything committed before the call.
 
     Trigger set: its PgQ consumer finished every event queued before the call (it acknowledges
@@ -68,7 +67,7 @@ def wait_caught_up(store: ClusterStore, set_name: str, bootstrap: str, timeout: 
         time.sleep(0.2)
 
 
-def _committed(bootstrap: str, topic: str, key: str) -> Position | str:
+def _committed(bootstrap: Kafka, topic: str, key: str) -> Position | str:
     """The relay's committed position, or why there is none yet: 'nothing', or Kafka's error --
     a relay that has not yet created its positions topic (first start) makes that topic unknown,
     which is a reason to wait, not to fail."""
@@ -78,11 +77,11 @@ def _committed(bootstrap: str, topic: str, key: str) -> Position | str:
         return str(exc)
 
 
-def kafka_status(record: SetRecord, bootstrap: str) -> dict[str, Any]:
+def kafka_status(record: SetRecord, bootstrap: Kafka) -> dict[str, Any]:
     """{end_offsets: {topic: {partition: offset}}} of the set's data and transactions topics,
     or {error} when Kafka does not answer."""
     topics = record.topics
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = kafkaconf.admin(bootstrap)
     names_ = [*topics.tables.values(), topics.transactions]
     try:
         counts = partition_counts(admin, names_, bootstrap, f"of set {record.name!r}", 10)
@@ -95,7 +94,7 @@ def kafka_status(record: SetRecord, bootstrap: str) -> dict[str, Any]:
     return {"end_offsets": nested, "positions_topic": topics.positions}
 
 
-def set_status(store: ClusterStore, set_name: str, bootstrap: str, standby_dsn: str | None = None) -> dict[str, Any]:
+def set_status(store: ClusterStore, set_name: str, bootstrap: Kafka, standby_dsn: str | None = None) -> dict[str, Any]:
     """Everything above as one JSON-able dict; ``failover`` (logical sets: slot_failover.slot_failover,
     with the standby at standby_dsn when given; None for trigger sets). Raises ClusterError for
     no such set."""

@@ -13,22 +13,22 @@ same codec, so equal bytes mean equal values.
 
 import io
 import json
-import uuid
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import fastavro
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
-from confluent_kafka.admin import AdminClient
+from confluent_kafka import OFFSET_BEGINNING, KafkaError, TopicPartition
 
-from pgshovel2 import backends, wire
+from pgshovel2 import backends, kafkaconf, wire
 from pgshovel2.backends.snapshot import TableReader
 from pgshovel2.catalog import Table
 from pgshovel2.codec.avro import TRANSACTION_SCHEMA
 from pgshovel2.consumer.dead_letters import DeadLetters
 from pgshovel2.consumer.offsets import end_offsets, partition_counts
 from pgshovel2.errors import RelayError
+from pgshovel2.kafkaconf import Kafka
+from pgshovel2.registryconf import Registry
 from pgshovel2.relay import setup
 from pgshovel2.relay.envelopes import Envelope
 from pgshovel2.setrecord import SetRecord
@@ -64,7 +64,7 @@ class TableReport:
         return self.first_difference is None
 
 
-def read_topics(bootstrap: str, topics: list[str], timeout: float = 60.0,
+def read_topics(bootstrap: Kafka, topics: list[str], timeout: float = 60.0,
                 start: dict[tuple[str, int], int] | None = None) -> dict[str, list]:
     """Every committed message (read_committed) of topics, up to the committed end (last stable
     offset) each partition had when the call began, and possibly some after it; from the offsets
@@ -78,12 +78,12 @@ def read_topics(bootstrap: str, topics: list[str], timeout: float = 60.0,
     Raises ConsumerError naming a missing topic or Kafka's error, TimeoutError when no message
     arrives within timeout (s).
     """
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = kafkaconf.admin(bootstrap)
     counts = partition_counts(admin, topics, bootstrap, "to read", timeout)
     ends = end_offsets(admin, [[(t, p) for t in topics for p in range(counts[t])]], bootstrap, timeout)
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"pgshovel-verify-{uuid.uuid4()}",
-                         "isolation.level": "read_committed", "enable.auto.commit": False,
-                         "auto.offset.reset": "earliest", "enable.partition.eof": True})
+    consumer = kafkaconf.consumer(bootstrap, "verify", **{"isolation.level": "read_committed",
+                                                          "enable.auto.commit": False, "auto.offset.reset": "earliest",
+                                                          "enable.partition.eof": True})
     try:
         start = start or {}
         consumer.assign([TopicPartition(t, p, start.get((t, p), OFFSET_BEGINNING)) for t, p in ends])
@@ -108,7 +108,7 @@ def read_topics(bootstrap: str, topics: list[str], timeout: float = 60.0,
         consumer.close()
 
 
-def resolve_dead_letters(bootstrap: str, messages: dict[str, list]) -> dict[str, list]:
+def resolve_dead_letters(bootstrap: Kafka, messages: dict[str, list]) -> dict[str, list]:
     """messages (read_topics') with each placeholder's value (header ``pgshovel.dead_letter``)
     replaced by the message it stands for, read back from the dead-letter topic."""
     if not any(wire.DEAD_LETTER in h for msgs in messages.values() for _, _, h in msgs):
@@ -264,7 +264,7 @@ def missing_tables(snap: TableReader, tables: list[Table]) -> set[str]:
 MISSING = "not in the source: dropped, and not ended in the set yet (the relay ends it within seconds)"
 
 
-def verify_set(record: SetRecord, bootstrap: str, registry_url: str | None) -> list[TableReport]:
+def verify_set(record: SetRecord, bootstrap: Kafka, registry_url: Registry | None) -> list[TableReport]:
     """Rebuild every table of the set (record: its current version) from Kafka and compare with
     the source now; the tables that ended (dropped) are reported as such, not compared, and so is
     a table the source no longer has.

@@ -29,6 +29,8 @@ from pgshovel2.cluster import ClusterStore
 from pgshovel2.consumer import Change, ConsumerError, OrderError, SetReader, SetTopics, Transaction
 from pgshovel2.consumer.model import DDL_OPS
 from pgshovel2.db import connect
+from pgshovel2.kafkaconf import Kafka
+from pgshovel2.registryconf import Registry
 from pgshovel2.replica import state
 from pgshovel2.replica.grouping import StatementGroups
 from pgshovel2.replica.sql import ReplicaError, TableMap, added_columns, alter_table, create_table
@@ -45,8 +47,8 @@ class ApplyOptions:
     batch_changes: most changes per target transaction (1: one source transaction each).
     batch_delay: seconds a batch may wait for more transactions. progress_interval: seconds."""
 
-    bootstrap: str
-    registry_url: str | None = None
+    bootstrap: Kafka
+    registry_url: Registry | None = None
     batch_changes: int = 5000
     batch_delay: float = 0.2
     progress_interval: float = 10.0

@@ -24,9 +24,7 @@ from collections import Counter
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from confluent_kafka.admin import AdminClient
-
-from pgshovel2 import backends, names
+from pgshovel2 import backends, kafkaconf, names
 from pgshovel2.backends.snapshot import ExportedSnapshot
 from pgshovel2.bootstrap.manifest import BootstrapError, Manifest, TableCopy
 from pgshovel2.catalog import Table
@@ -38,6 +36,8 @@ from pgshovel2.consumer.offsets import end_offsets, partition_counts
 from pgshovel2.consumer.topics import SetTopics
 from pgshovel2.db import redacted
 from pgshovel2.errors import PgshovelError
+from pgshovel2.kafkaconf import Kafka
+from pgshovel2.registryconf import Registry
 from pgshovel2.setrecord import SetRecord
 from pgshovel2.sparkjobs import icebootstrap, readplan
 from pgshovel2.sparkjobs.iceberg import Catalog
@@ -54,8 +54,10 @@ class BootstrapOptions:
 
     output: directory to create (must not exist); it holds manifest.json and,
     for Parquet, tables/<schema>.<table>/. bootstrap_servers: Kafka (always
-    needed: the handoff offsets). registry_url: schema registry (Avro sets
-    with to_kafka). to_kafka: write op ``r`` messages instead of Parquet.
+    needed: the handoff offsets): pgshovel2.kafkaconf.KafkaSettings, or the bootstrap servers
+    with this process's PGSHOVEL_KAFKA_* variables. registry_url: schema registry (Avro sets
+    with to_kafka): pgshovel2.registryconf.RegistrySettings or its URL. to_kafka: write op
+    ``r`` messages instead of Parquet.
     partition_rows: target rows per JDBC partition (from pg_class.reltuples);
     max_partitions: per table; fetch_size: JDBC rows per round trip.
     native: read tables of plain types (readplan.is_native) as JDBC columns
@@ -66,8 +68,8 @@ class BootstrapOptions:
     """
 
     output: str
-    bootstrap_servers: str
-    registry_url: str | None = None
+    bootstrap_servers: Kafka
+    registry_url: Registry | None = None
     to_kafka: bool = False
     partition_rows: int = 250_000
     max_partitions: int = 64
@@ -121,9 +123,9 @@ def run(spark, store: ClusterStore, set_name: str, options: BootstrapOptions) ->
     return manifest
 
 
-def _kafka_offsets(topics: SetTopics, bootstrap: str) -> dict[tuple[str, int], int]:
+def _kafka_offsets(topics: SetTopics, bootstrap: Kafka) -> dict[tuple[str, int], int]:
     """Committed end offsets of the set's data topics, then of its transactions topic."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = kafkaconf.admin(bootstrap)
     what = f"of set {topics.set_name!r}"
     counts = partition_counts(admin, [t.topic for t in topics.tables] + [topics.transactions], bootstrap, what)
     data = [(t.topic, p) for t in topics.tables for p in range(counts[t.topic])]

@@ -24,12 +24,16 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from pgshovel2 import kafkaconf
 from pgshovel2.bootstrap.manifest import BootstrapError, Manifest
 from pgshovel2.catalog import Table
 from pgshovel2.cluster import ClusterStore
 from pgshovel2.codec import spark as spark_codec
 from pgshovel2.consumer.decode import Decoder
 from pgshovel2.consumer.topics import SetTopics
+from pgshovel2.kafkaconf import Kafka
+from pgshovel2.kafkajava import java_properties
+from pgshovel2.registryconf import Registry
 from pgshovel2.setrecord import SetRecord
 from pgshovel2.sparkjobs import carry, changes, evolve, iceberg, multiset
 from pgshovel2.sparkjobs.bootstrap import table_dir
@@ -45,6 +49,9 @@ class MaterializeOptions:
     """bootstrap: the bootstrap directory (with manifest.json); output: the state directory;
     stream: Structured Streaming with checkpoint (a directory); available_now: in stream
     mode, process what is in Kafka now and stop; trigger_seconds: micro-batch interval.
+    bootstrap_servers: the Kafka settings (pgshovel2.kafkaconf: their consumer properties, in
+    Java form for Spark's Kafka source, pgshovel2.kafkajava), or the bootstrap servers with this
+    process's; registry_url: the schema registry's settings or URL (pgshovel2.registryconf).
     zookeeper_hosts, cluster: where the set's records are: its current record's tables that the
     bootstrap did not copy (added later by ``set upgrade``) are materialized too, from their
     online snapshot's rows, and a JSON set's columns of every set version are read there; None:
@@ -52,8 +59,8 @@ class MaterializeOptions:
 
     bootstrap: str
     output: str
-    bootstrap_servers: str
-    registry_url: str | None = None
+    bootstrap_servers: Kafka
+    registry_url: Registry | None = None
     stream: bool = False
     checkpoint: str | None = None
     available_now: bool = False
@@ -131,7 +138,10 @@ class _Job:
         # a topic the manifest lacks (a table added to the set later) is read from its start (-2: earliest)
         offsets = {t: self.manifest.kafka_offsets.get(t) or {str(p): -2 for p in range(self.partitions)}
                    for t in topics}
-        return {"kafka.bootstrap.servers": self.options.bootstrap_servers,
+        kafka = kafkaconf.settings(self.options.bootstrap_servers)
+        secured = {f"kafka.{name}": value for name, value in java_properties(kafka).items()}
+        return {**secured, "kafka.bootstrap.servers": kafka.bootstrap,
+                "groupIdPrefix": f"{kafka.group_prefix()}-spark",
                 "kafka.isolation.level": "read_committed", "includeHeaders": "true",
                 "assign": json.dumps({t: sorted(int(p) for p in offsets[t]) for t in topics}),
                 "startingOffsets": json.dumps(offsets),
