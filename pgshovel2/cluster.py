@@ -14,6 +14,11 @@ Layout::
 
 Cluster and set names are validated (pgshovel2.config) before any path is built from them,
 so no name can reach another set's znodes. No change data passes through ZooKeeper.
+
+Security (pgshovel2.zkauth): the client authenticates as its ZooKeeperAuth says (SASL or digest,
+over TLS or not) and every znode it creates -- through kazoo's default ACL: create, ensure_path,
+multi-ops and the election's lock nodes alike -- gets that ACL. A client ZooKeeper refuses is
+stopped on entry with an error naming the hosts and the mechanism, before anything is written.
 """
 
 import json
@@ -22,7 +27,17 @@ from collections.abc import Callable
 from typing import Any
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import BadVersionError, ConnectionLoss, NodeExistsError, NoNodeError, SessionExpiredError
+from kazoo.exceptions import (
+    AuthFailedError,
+    BadVersionError,
+    ConnectionLoss,
+    NoAuthError,
+    NodeExistsError,
+    NoNodeError,
+    SASLException,
+    SessionClosedRequireSaslError,
+    SessionExpiredError,
+)
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.recipe.lock import Lock
 
@@ -30,6 +45,7 @@ from pgshovel2 import __version__, names
 from pgshovel2.config import validate_cluster_name, validate_set_name
 from pgshovel2.errors import ClusterError, ConflictError, UnavailableError
 from pgshovel2.setrecord import SetRecord
+from pgshovel2.zkauth import ZooKeeperAuth
 from pgshovel2.zkintents import IntentStore, dump
 
 ROOT = "/pgshovel2"
@@ -39,22 +55,65 @@ class ClusterStore(IntentStore):
     """A cluster's znodes. Use as a context manager (connects and closes).
 
     hosts: ZooKeeper connect string, e.g. ``127.0.0.1:2181``; cluster: name (ConfigError
-    when invalid). Raises ClusterError when ZooKeeper cannot be reached within timeout (s).
+    when invalid); auth: how to authenticate and the ACL of new znodes (default: none, open
+    ACL); its passwords are read here (ConfigError when a reference does not resolve). Entering
+    raises ClusterError when ZooKeeper cannot be reached within timeout (s), refuses the login,
+    or refuses this principal the cluster's znode.
     """
 
-    def __init__(self, hosts: str, cluster: str, timeout: float = 10.0):
+    def __init__(self, hosts: str, cluster: str, timeout: float = 10.0, auth: ZooKeeperAuth | None = None):
         self.hosts, self.cluster, self.timeout = hosts, validate_cluster_name(cluster, "--cluster"), timeout
-        self.zk = KazooClient(hosts=hosts, timeout=timeout)
+        self.auth = auth or ZooKeeperAuth()
+        self.zk = KazooClient(hosts=hosts, timeout=timeout, **self.auth.client_options())
         self.path = f"{ROOT}/{cluster}"
 
     def __enter__(self) -> "ClusterStore":
+        wait = max(self.timeout, 10.0)
         try:
-            self.zk.start(timeout=max(self.timeout, 10.0))
+            self.zk.start(timeout=wait)
         except KazooTimeoutError as exc:
             self.zk.close()
-            raise ClusterError(f"cannot reach ZooKeeper at {self.hosts} "
-                               f"within {max(self.timeout, 10.0):g}s") from exc
+            tls = " (TLS: check the CA, the client certificate and the server's secure port)" if self.auth.tls else ""
+            raise ClusterError(f"cannot reach ZooKeeper at {self.hosts} within {wait:g}s with "
+                               f"{self.auth.describe()}{tls}") from exc
+        except (ConnectionLoss, AuthFailedError, SASLException, SessionClosedRequireSaslError) as exc:
+            self.zk.close()
+            raise ClusterError(self._refused(exc)) from exc
+        try:
+            self._check_access()
+        except BaseException:
+            self.__exit__()
+            raise
         return self
+
+    def _refused(self, exc: Exception) -> str:
+        """The message of a login ZooKeeper did not accept."""
+        if self.auth.mechanism == "sasl":
+            return (f"ZooKeeper at {self.hosts} did not accept the SASL DIGEST-MD5 login of user "
+                    f"{self.auth.user!r} ({type(exc).__name__}): wrong password or unknown user; nothing was "
+                    "read or written")
+        return (f"ZooKeeper at {self.hosts} closed the connection ({type(exc).__name__}) with "
+                f"{self.auth.describe()}: it may require authentication (--zookeeper-auth); nothing was written")
+
+    def _check_access(self) -> None:
+        """Read the cluster's znode (or /pgshovel2 before initialize): raise ClusterError naming the
+        hosts, the mechanism and the znode when ZooKeeper refuses this principal."""
+        path = self.path
+        try:
+            path = self.path if self.zk.exists(self.path) else ROOT if self.zk.exists(ROOT) else None
+            if path is not None:
+                self.zk.get(path)
+        except NoAuthError as exc:
+            hint = ("wrong password, or " if self.auth.mechanism == "digest" else "")
+            raise ClusterError(f"ZooKeeper at {self.hosts} refuses {self.auth.describe()} access to {path} "
+                               f"(NoAuth): {hint}the znode's ACL does not grant this principal (cluster inspect "
+                               "shows the ACLs, to a principal that has them); nothing was written") from exc
+        except ConnectionLoss as exc:  # kazoo's connection loop ends on a refused SASL login: start() returned
+            raise ClusterError(self._refused(exc)) from exc
+        except (AuthFailedError, SessionClosedRequireSaslError) as exc:
+            raise ClusterError(f"ZooKeeper at {self.hosts} requires authentication ({type(exc).__name__}); "
+                               f"this client has {self.auth.describe()}: give --zookeeper-auth "
+                               "sasl:USER:REF (or PGSHOVEL_ZOOKEEPER_AUTH); nothing was written") from exc
 
     def __exit__(self, *exc: object) -> None:
         self.zk.stop()

@@ -6,8 +6,7 @@ import sys
 
 import click
 
-from pgshovel2.cli.common import env_option, reports_errors
-from pgshovel2.cluster import ClusterStore
+from pgshovel2.cli.common import cluster_store, env_option, reports_errors
 
 
 @click.command("audit")
@@ -33,7 +32,7 @@ def audit(ctx: click.Context, set_name: str, against: str, rounds: int | None, p
     whose rows differ. Exit status 3 when some differ."""
     from pgshovel2.ops import audit as ops_audit
 
-    with ClusterStore(ctx.obj["hosts"], ctx.obj["cluster"]) as store:
+    with cluster_store(ctx) as store:
         record, _ = store.get_set(set_name)
         if against == "kafka":
             from pgshovel2.ops import audit_kafka
