@@ -26,7 +26,7 @@ def libpq_dsn(dsn: str, what: str, error: type[PgshovelError] = CaptureError) ->
     try:
         params = parse_dsn(dsn)
     except psycopg2.ProgrammingError as exc:
-        reason = re.sub(r'"(?!=")[^"]*"', '"..."', str(exc).strip().splitlines()[0])
+        reason = re.sub(r'"[^"]*"', '"..."', str(exc).strip().splitlines()[0])
         raise error(f"malformed DSN of {what} ({reason}): {redact.dsn(dsn)}") from None
     refs = {k: v for k, v in params.items() if k in redact.SECRET_DSN_KEYS and secretref.is_reference(v)}
     if not refs:

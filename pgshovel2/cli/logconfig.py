@@ -78,7 +78,8 @@ def scrub_event(event: dict[str, Any], _hint: dict[str, Any] | None = None) -> d
 
 
 def start_sentry(dsn: str) -> None:
-    """Initialize Sentry (no local variables, no default PII, events scrubbed by scrub_event).
+    """Initialize Sentry: no local variables (a DSN or a password may be one), default PII left off
+    (the SDK's default), every event and breadcrumb scrubbed by scrub_event.
     Raises click.ClickException when the sentry extra is missing or the DSN is bad."""
     global _sentry
     try:
@@ -86,8 +87,8 @@ def start_sentry(dsn: str) -> None:
     except ImportError as exc:
         raise click.ClickException("--sentry-dsn needs the sentry extra: pip install 'pgshovel2[sentry]'") from exc
     try:
-        sentry_sdk.init(dsn=dsn, release=f"pgshovel2@{__version__}", send_default_pii=False,
-                        include_local_variables=False, before_send=scrub_event, before_breadcrumb=scrub_event)
+        sentry_sdk.init(dsn=dsn, release=f"pgshovel2@{__version__}", include_local_variables=False,
+                        before_send=scrub_event, before_breadcrumb=scrub_event)
     except Exception as exc:  # sentry_sdk.utils.BadDsn and friends
         raise click.ClickException(f"--sentry-dsn {redact.url(dsn)!r}: {redact.text(str(exc))}") from None
     _sentry = sentry_sdk
