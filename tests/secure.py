@@ -3,10 +3,12 @@ use, under the test stack's folder (``secure/<service>``) on its TEST_SECURE_* p
 at the end of the session. One fixture per service."""
 
 import subprocess
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from kazoo.client import KazooClient
 
 from tests.workers import port_of
 
@@ -67,3 +69,17 @@ def secure_zookeeper(base_stack):
     yield SecureZooKeeper(f"127.0.0.1:{env['SECURE_ZK_PORT']}", f"127.0.0.1:{env['SECURE_ZK_TLS_PORT']}",
                           Path(env["STACK_DIR"]) / "secure" / "zookeeper")
     subprocess.run([script, "down"], env=env, check=True)
+
+
+def zookeeper_chroot(hosts: str) -> str:
+    """hosts with a fresh chroot (created, open) on that ZooKeeper: a test that closes /pgshovel2
+    to other principals does it there, not for the session's other tests."""
+    chroot = f"/t{uuid.uuid4().hex[:8]}"
+    client = KazooClient(hosts=hosts)
+    client.start(timeout=15)
+    try:
+        client.create(chroot, b"")
+    finally:
+        client.stop()
+        client.close()
+    return hosts + chroot
