@@ -27,21 +27,11 @@ from collections.abc import Callable
 from typing import Any
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import (
-    AuthFailedError,
-    BadVersionError,
-    ConnectionLoss,
-    NoAuthError,
-    NodeExistsError,
-    NoNodeError,
-    SASLException,
-    SessionClosedRequireSaslError,
-    SessionExpiredError,
-)
+from kazoo.exceptions import BadVersionError, ConnectionLoss, NodeExistsError, NoNodeError, SessionExpiredError
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.recipe.lock import Lock
 
-from pgshovel2 import __version__, names
+from pgshovel2 import __version__, names, zksession
 from pgshovel2.config import validate_cluster_name, validate_set_name
 from pgshovel2.errors import ClusterError, ConflictError, UnavailableError
 from pgshovel2.setrecord import SetRecord
@@ -68,52 +58,13 @@ class ClusterStore(IntentStore):
         self.path = f"{ROOT}/{cluster}"
 
     def __enter__(self) -> "ClusterStore":
-        wait = max(self.timeout, 10.0)
+        zksession.start(self.zk, self.hosts, self.auth, max(self.timeout, 10.0))
         try:
-            self.zk.start(timeout=wait)
-        except KazooTimeoutError as exc:
-            self.zk.close()
-            tls = " (TLS: check the CA, the client certificate and the server's secure port)" if self.auth.tls else ""
-            raise ClusterError(f"cannot reach ZooKeeper at {self.hosts} within {wait:g}s with "
-                               f"{self.auth.describe()}{tls}") from exc
-        except (ConnectionLoss, AuthFailedError, SASLException, SessionClosedRequireSaslError) as exc:
-            self.zk.close()
-            raise ClusterError(self._refused(exc)) from exc
-        try:
-            self._check_access()
+            zksession.check_access(self.zk, self.hosts, self.auth, [self.path, ROOT])
         except BaseException:
             self.__exit__()
             raise
         return self
-
-    def _refused(self, exc: Exception) -> str:
-        """The message of a login ZooKeeper did not accept."""
-        if self.auth.mechanism == "sasl":
-            return (f"ZooKeeper at {self.hosts} did not accept the SASL DIGEST-MD5 login of user "
-                    f"{self.auth.user!r} ({type(exc).__name__}): wrong password or unknown user; nothing was "
-                    "read or written")
-        return (f"ZooKeeper at {self.hosts} closed the connection ({type(exc).__name__}) with "
-                f"{self.auth.describe()}: it may require authentication (--zookeeper-auth); nothing was written")
-
-    def _check_access(self) -> None:
-        """Read the cluster's znode (or /pgshovel2 before initialize): raise ClusterError naming the
-        hosts, the mechanism and the znode when ZooKeeper refuses this principal."""
-        path = self.path
-        try:
-            path = self.path if self.zk.exists(self.path) else ROOT if self.zk.exists(ROOT) else None
-            if path is not None:
-                self.zk.get(path)
-        except NoAuthError as exc:
-            hint = ("wrong password, or " if self.auth.mechanism == "digest" else "")
-            raise ClusterError(f"ZooKeeper at {self.hosts} refuses {self.auth.describe()} access to {path} "
-                               f"(NoAuth): {hint}the znode's ACL does not grant this principal (cluster inspect "
-                               "shows the ACLs, to a principal that has them); nothing was written") from exc
-        except ConnectionLoss as exc:  # kazoo's connection loop ends on a refused SASL login: start() returned
-            raise ClusterError(self._refused(exc)) from exc
-        except (AuthFailedError, SessionClosedRequireSaslError) as exc:
-            raise ClusterError(f"ZooKeeper at {self.hosts} requires authentication ({type(exc).__name__}); "
-                               f"this client has {self.auth.describe()}: give --zookeeper-auth "
-                               "sasl:USER:REF (or PGSHOVEL_ZOOKEEPER_AUTH); nothing was written") from exc
 
     def __exit__(self, *exc: object) -> None:
         self.zk.stop()
