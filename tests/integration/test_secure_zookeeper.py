@@ -94,8 +94,10 @@ def test_set_lifecycle_relay_election_and_failover(stack, db, schema, tmp_path, 
         cur.execute(f'CREATE TABLE "{schema}".u (id int PRIMARY KEY)')
     config = _config(stack, tmp_path, schema, ["t"])
     printed = [_cli(env, "cluster", "initialize"), _cli(env, "set", "create", name, config)]
-    relays = [RelayProcess(stack, cluster, name, log_path=tmp_path / f"relay{i}.log", extra_env=env) for i in (1, 2)]
+    relays = [RelayProcess(stack, cluster, name, log_path=tmp_path / "relay1.log", extra_env=env)]
     _wait_active(relays[0])
+    relays.append(RelayProcess(stack, cluster, name, log_path=tmp_path / "relay2.log", extra_env=env))
+    relays[1].wait_for("standing by")
     with db.cursor() as cur:
         cur.execute(f'INSERT INTO "{schema}".t SELECT g, \'a\' FROM generate_series(1, 20) g')
     printed.append(_cli(env, "set", "status", name, "--wait"))
