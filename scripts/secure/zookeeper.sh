@@ -8,8 +8,8 @@
 # Users of its JAAS file (passwords made at the first `up`, one file each, mode 600):
 #   secrets/admin.password     the principal pgshovel2 runs as (sasl:admin)
 #   secrets/intruder.password  a second principal, for tests that another identity is refused
-# Certificates: scripts/secure/certs.sh DIR when it exists, else made here (certs/: ca.pem,
-# server.pem/.key, client.pem/.key, server.p12 and truststore.p12, password in secrets/store.password).
+# Certificates in certs/ (ca.pem, server.pem/.key, client.pem/.key, server.p12, truststore.p12, the
+# stores' password in store.password): made by scripts/secure/certs.sh when it exists, else here alike.
 set -euo pipefail
 source "$(dirname "$0")/../env.sh"
 
@@ -34,12 +34,13 @@ secret() {  # name: the secret's file, made on first use
 
 own_certs() {  # dir: a CA and, signed by it, a server (localhost, 127.0.0.1) and a client certificate
   local d=$1 store
-  store=$(cat "$(secret store)")
   [ -s "$d/truststore.p12" ] && return
   mkdir -p "$d"
   (
     cd "$d"
     umask 077
+    [ -s store.password ] || openssl rand -hex 16 > store.password
+    store=$(cat store.password)
     openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.pem -days 3650 \
       -subj "/CN=pgshovel2 secured stack CA" 2>/dev/null
     for who in server client; do
@@ -71,7 +72,8 @@ configure() {
   mkdir -p "$DIR/data" "$DIR/secrets"
   chmod 700 "$DIR/secrets"
   local store
-  store=$(cat "$(secret store)")
+  certs
+  store=$(cat "$DIR/certs/store.password")
   (
     umask 077
     {
@@ -82,7 +84,6 @@ configure() {
       echo "};"
     } > "$DIR/jaas.conf"
   )
-  certs
   (umask 077; cat > "$DIR/zoo.cfg" <<CFG
 tickTime=500
 initLimit=10
