@@ -35,6 +35,7 @@ from typing import Any
 
 import yaml
 
+from pgshovel2 import redact
 from pgshovel2.errors import ConfigError
 
 SET_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,39}")
@@ -177,7 +178,8 @@ def parse_config(data: Any, source: str) -> SetConfig:
     _no_unknown(data, _TOP_KEYS, "", source)
     db = data.get("database")
     if not isinstance(db, dict) or not isinstance(db.get("dsn"), str) or not db["dsn"].strip():
-        raise ConfigError(source, "database.dsn", db, "must be a non-empty libpq DSN string")
+        raise ConfigError(source, "database.dsn", redact.deep(db), "must be a non-empty libpq DSN string")
+    no_secret(db["dsn"], source, "database.dsn")
     backend = _choice(data, "backend", BACKENDS, source)
     pgq = _choice(data, "pgq", PGQ_MODES, source)
     if backend != "trigger" and "pgq" in data:
@@ -206,6 +208,20 @@ def parse_config(data: Any, source: str) -> SetConfig:
                      envelope=envelope, topic_prefix=prefix,
                      topics=_parse_topics(data.get("topics", {}), source), capture=capture, pgq=pgq,
                      decoder=decoder, oversized=_parse_oversized(data.get("oversized", {}), source))
+
+
+def no_secret(dsn: str, source: str, field: str = "dsn") -> str:
+    """Return dsn if it holds no secret itself (a password or sslpassword, a key inline), else
+    raise ConfigError naming source and field (the DSN shown redacted): the DSN of a set is
+    stored in ZooKeeper, so its password must be a reference resolved where each process runs
+    (``password=env:VAR`` / ``password=file:PATH``) or come from libpq (~/.pgpass, PGPASSWORD,
+    a service file)."""
+    keys = redact.literal_secrets(dsn)
+    if keys:
+        raise ConfigError(source, field, redact.dsn(dsn), f"holds its {' and '.join(keys)} itself, which would be "
+                          "stored in ZooKeeper: write password=env:VAR or password=file:PATH (read where each "
+                          "command and relay runs), or leave it out and use ~/.pgpass, PGPASSWORD or a service file")
+    return dsn
 
 
 def _no_unknown(data: dict, allowed: set[str], where: str, source: str) -> None:

@@ -42,7 +42,7 @@ from pgshovel2.backends.slot_failover import FAILOVER_VERSION
 from pgshovel2.backends.snapshot import ExportedSnapshot
 from pgshovel2.catalog import Table, raise_all
 from pgshovel2.config import SetConfig
-from pgshovel2.db import connect, one_row
+from pgshovel2.db import connect, one_row, open_connection
 from pgshovel2.errors import CaptureError, ConfigError, PgshovelError, RelayError
 from pgshovel2.setrecord import PLUGIN
 from pgshovel2.txids import ConsistentPoint
@@ -279,7 +279,8 @@ def replication_connection(dsn: str, what: str, error: type[PgshovelError] = Rel
         options.append(f"-c logical_decoding_work_mem={decoding_work_mem}")
     extra = {"options": " ".join(options)} if options else {}
     try:
-        return psycopg2.connect(dsn, connection_factory=psycopg2.extras.LogicalReplicationConnection, **extra)
+        return open_connection(dsn, what, error, connection_factory=psycopg2.extras.LogicalReplicationConnection,
+                               **extra)
     except psycopg2.OperationalError as exc:
         raise error(f"cannot open a replication connection for {what}: {str(exc).strip()}") from exc
 

@@ -7,10 +7,13 @@ import click
 from pgshovel2.cli.clientopts import kafka_options, registry_options
 from pgshovel2.cli.common import (
     LazyGroup,
+    cluster_store,
+    env_option,
     log_level_option,
     reports_errors,
     setup_logging,
     zookeeper_options,
+    zookeeper_security,
 )
 from pgshovel2.cluster import ClusterStore
 from pgshovel2.kafkaconf import KafkaSettings
@@ -31,11 +34,11 @@ _LAZY = {"audit": "pgshovel2.cli.audit:audit", "bootstrap": "pgshovel2.cli.boots
 def main(ctx: click.Context, zookeeper_hosts: str, cluster: str, log_level: str) -> None:
     """Change data capture from PostgreSQL to Kafka: cluster and set administration."""
     setup_logging(log_level)
-    ctx.obj = {"hosts": zookeeper_hosts, "cluster": cluster}
+    ctx.obj = {"hosts": zookeeper_hosts, "cluster": cluster, "zk_auth": zookeeper_security(ctx)}
 
 
 def _store(ctx: click.Context) -> ClusterStore:
-    return ClusterStore(ctx.obj["hosts"], ctx.obj["cluster"])
+    return cluster_store(ctx)
 
 
 @main.group("set")
@@ -172,8 +175,9 @@ def set_upgrade(ctx: click.Context, name: str, config: str, dry_run: bool, no_sn
 @click.option("--wait", is_flag=True, help="First wait until the relay has relayed every change committed "
               "before the command started (a drain check).")
 @click.option("--timeout", default=300.0, show_default=True, help="Seconds --wait waits at most.")
-@click.option("--standby", "standby_dsn", default=None,
-              help="DSN of a physical standby: say whether a logical set's slot is synced to it (PostgreSQL 17+).")
+@env_option("--standby", "standby_dsn", default=None,
+            help="DSN of a physical standby: say whether a logical set's slot is synced to it (PostgreSQL 17+). "
+                 "A password: password=env:VAR or ~/.pgpass, not on the command line (ps shows it).")
 @click.pass_context
 @reports_errors
 def set_status(ctx: click.Context, name: str, kafka: KafkaSettings, as_json: bool, wait: bool,
@@ -193,7 +197,9 @@ def set_status(ctx: click.Context, name: str, kafka: KafkaSettings, as_json: boo
 
 @set_group.command("repoint")
 @click.argument("name")
-@click.option("--dsn", "new_dsn", required=True, help="DSN of the promoted replica that now holds the set's data.")
+@click.option("--dsn", "new_dsn", required=True, envvar="PGSHOVEL_REPOINT_DSN", show_envvar=True,
+              help="DSN of the promoted replica that now holds the set's data (stored in ZooKeeper: no password; "
+                   "password=env:VAR / file:PATH, ~/.pgpass or PGPASSWORD instead).")
 @click.option("--force", is_flag=True, help="Accept a database with another system identifier.")
 @click.option("--rebootstrap", is_flag=True, help="Logical set: accept a database without the set's slot "
               "(it did not fail over); the relay must then run with --snapshot and consumers re-bootstrap.")

@@ -7,8 +7,7 @@ import sys
 import click
 
 from pgshovel2.cli.clientopts import kafka_options, registry_options
-from pgshovel2.cli.common import reports_errors
-from pgshovel2.cluster import ClusterStore
+from pgshovel2.cli.common import cluster_store, reports_errors
 from pgshovel2.kafkaconf import KafkaSettings
 from pgshovel2.registryconf import RegistrySettings
 
@@ -36,7 +35,7 @@ def audit(ctx: click.Context, set_name: str, against: str, rounds: int | None, p
     whose rows differ. Exit status 3 when some differ."""
     from pgshovel2.ops import audit as ops_audit
 
-    with ClusterStore(ctx.obj["hosts"], ctx.obj["cluster"]) as store:
+    with cluster_store(ctx) as store:
         record, _ = store.get_set(set_name)
         if against == "kafka":
             from pgshovel2.ops import audit_kafka

@@ -6,7 +6,14 @@ import click
 
 from pgshovel2.cli.bootstrap import default_master
 from pgshovel2.cli.clientopts import kafka_options, registry_options
-from pgshovel2.cli.common import env_option, log_level_option, reports_errors, setup_logging
+from pgshovel2.cli.common import (
+    env_option,
+    log_level_option,
+    reports_errors,
+    setup_logging,
+    zookeeper_security,
+    zookeeper_security_options,
+)
 from pgshovel2.kafkaconf import KafkaSettings
 from pgshovel2.registryconf import RegistrySettings
 
@@ -30,6 +37,7 @@ from pgshovel2.registryconf import RegistrySettings
             "there, so that tables added to the set after the bootstrap are materialized too and a JSON set's "
             "columns of any set version are known (default: the bootstrap's record only).")
 @env_option("--cluster", default="default", help="Cluster name (a namespace in ZooKeeper).")
+@zookeeper_security_options
 @click.option("--master", default=None, help="Spark master (default local[*]; under spark-submit, spark-submit's).")
 @env_option("--jdbc-jar", default="/usr/share/java/postgresql.jar", help="PostgreSQL JDBC driver jar.")
 @log_level_option
@@ -51,7 +59,7 @@ def main(bootstrap_dir: str, output: str | None, fmt: str, catalog: str | None, 
                             ice.settings() if ice else None)
     options = materialize.MaterializeOptions(bootstrap_dir, output or "", kafka, registry,
                                              stream, checkpoint, available_now, trigger_seconds,
-                                             zookeeper_hosts, cluster)
+                                             zookeeper_hosts, cluster, zookeeper_security())
     try:
         if ice:
             icemerge.run(spark, options, ice)

@@ -15,7 +15,14 @@ from pgshovel2 import secretref
 from pgshovel2.cli.allocator import MODES as ALLOCATORS
 from pgshovel2.cli.allocator import describe, reexec
 from pgshovel2.cli.clientopts import kafka_options, registry_options
-from pgshovel2.cli.common import env_option, log_level_option, reports_errors, setup_logging, zookeeper_options
+from pgshovel2.cli.common import (
+    env_option,
+    log_level_option,
+    reports_errors,
+    setup_logging,
+    zookeeper_options,
+    zookeeper_security,
+)
 from pgshovel2.cluster import ClusterStore
 from pgshovel2.errors import RelayError
 from pgshovel2.kafkaconf import KafkaSettings
@@ -134,7 +141,7 @@ def main(set_name: str, zookeeper_hosts: str, cluster: str, kafka: KafkaSettings
                            transactions, max_transaction_messages, slot_lag_warn_mb << 20, heartbeat_interval,
                            pgq_maint_interval, spill_dir, logical_decoding_work_mem,
                            busy_commit_delay=busy_commit_delay, commit_delay=commit_delay)
-    with ClusterStore(zookeeper_hosts, cluster, timeout=zookeeper_session_timeout) as store:
+    with ClusterStore(zookeeper_hosts, cluster, zookeeper_session_timeout, zookeeper_security()) as store:
         totals = run_elected(store, set_name, options, stop)
     log.info("stopped after %d changes in %d batches (%d restarts after interruptions)",
              totals.changes, totals.batches, totals.restarts)

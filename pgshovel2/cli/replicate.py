@@ -7,8 +7,7 @@ import threading
 import click
 
 from pgshovel2.cli.clientopts import kafka_options, registry_options
-from pgshovel2.cli.common import env_option, reports_errors
-from pgshovel2.cluster import ClusterStore
+from pgshovel2.cli.common import cluster_store, env_option, reports_errors
 from pgshovel2.kafkaconf import KafkaSettings
 from pgshovel2.registryconf import RegistrySettings
 from pgshovel2.replica.apply import ApplyOptions, Replicator
@@ -50,7 +49,7 @@ def replicate(ctx: click.Context, set_name: str, target: str, mode: str, from_bo
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     options = ApplyOptions(kafka, registry, batch_changes, batch_delay, progress_interval)
-    with ClusterStore(ctx.obj["hosts"], ctx.obj["cluster"]) as store:
+    with cluster_store(ctx) as store:
         rep = Replicator(store, set_name, target, options)
         try:
             st = rep.load_state()

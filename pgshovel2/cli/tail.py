@@ -8,8 +8,7 @@ from collections.abc import Iterable
 import click
 
 from pgshovel2.cli.clientopts import kafka_options, registry_options
-from pgshovel2.cli.common import reports_errors
-from pgshovel2.cluster import ClusterStore
+from pgshovel2.cli.common import cluster_store, reports_errors
 from pgshovel2.consumer import SetReader, SetTopics
 from pgshovel2.consumer.render import Pretty, change_json, decoded
 from pgshovel2.kafkaconf import KafkaSettings
@@ -44,7 +43,7 @@ def tail(ctx: click.Context, set_name: str, kafka: KafkaSettings, registry: Regi
     Exits 1 with an error naming topic, partition, offset, txid and position
     when the topics break the ordering/count rules of the wire contract.
     """
-    with ClusterStore(ctx.obj["hosts"], ctx.obj["cluster"]) as store:
+    with cluster_store(ctx) as store:
         record, _ = store.get_set(set_name)
     # Messages stay bytes until printed: a transaction held for reassembly costs its bytes.
     reader = SetReader(SetTopics.from_record(record), kafka, registry,

@@ -13,7 +13,7 @@ import logging
 import time
 from typing import Any
 
-from pgshovel2 import catalog
+from pgshovel2 import catalog, redact
 from pgshovel2.backends import logical, partition_checks, partitions, pgoutput, privileges, trigger
 from pgshovel2.cluster import ClusterStore
 from pgshovel2.config import SetConfig, load_config, validate_set_name
@@ -185,7 +185,9 @@ def inspect_set(store: ClusterStore, name: str, version: int | None = None) -> d
     if version is not None:
         record = store.get_version(name, version)
     topics = record.topics
-    return {**record.to_dict(), "znode_version": znode_version,
+    data = record.to_dict()
+    data["config"]["dsn"] = redact.dsn(record.dsn)  # a record older than cluster secure may hold a password
+    return {**redact.deep(data), "znode_version": znode_version,
             "topics": {"tables": topics.tables, "transactions": topics.transactions, "positions": topics.positions,
                        "dead_letter": topics.dead_letter if record.config.oversized.policy == "dead-letter" else None},
             "snapshot": store.get_relay_record(name, "snapshot")}

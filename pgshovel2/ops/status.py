@@ -21,11 +21,11 @@ import shlex
 import time
 from typing import Any
 
-from pgshovel2 import backends, kafkaconf
+from pgshovel2 import backends, kafkaconf, redact
 from pgshovel2.backends import logical, partitions, slot_failover, trigger
 from pgshovel2.cluster import ClusterStore
 from pgshovel2.consumer.offsets import end_offsets, partition_counts
-from pgshovel2.db import connect, redacted
+from pgshovel2.db import connect
 from pgshovel2.errors import PgshovelError, RelayError, UnavailableError
 from pgshovel2.kafkaconf import Kafka
 from pgshovel2.ops import resnapshot
@@ -100,7 +100,7 @@ def set_status(store: ClusterStore, set_name: str, bootstrap: Kafka, standby_dsn
     no such set."""
     record, _ = store.get_set(set_name)
     out: dict[str, Any] = {"set": set_name, "version": record.version, "backend": record.backend,
-                           "capture": record.capture.describe(), "database": redacted(record.dsn),
+                           "capture": record.capture.describe(), "database": redact.dsn(record.dsn),
                            "lag": backends.lag(record), "relays": election.status(store, set_name)}
     out["kafka"] = kafka_status(record, bootstrap)
     out["failover"] = None

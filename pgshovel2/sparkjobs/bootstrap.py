@@ -24,7 +24,7 @@ from collections import Counter
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from pgshovel2 import backends, kafkaconf, names
+from pgshovel2 import backends, kafkaconf, names, redact
 from pgshovel2.backends.snapshot import ExportedSnapshot
 from pgshovel2.bootstrap.manifest import BootstrapError, Manifest, TableCopy
 from pgshovel2.catalog import Table
@@ -34,7 +34,6 @@ from pgshovel2.codec.rows import RowEncoder
 from pgshovel2.consumer.errors import ConsumerError
 from pgshovel2.consumer.offsets import end_offsets, partition_counts
 from pgshovel2.consumer.topics import SetTopics
-from pgshovel2.db import redacted
 from pgshovel2.errors import PgshovelError
 from pgshovel2.kafkaconf import Kafka
 from pgshovel2.registryconf import Registry
@@ -107,7 +106,7 @@ def run(spark, store: ClusterStore, set_name: str, options: BootstrapOptions) ->
         copies, handoff = _copy(spark, record, topics, tmp, options, tables)
         manifest = Manifest(
             set=set_name, cluster=store.cluster, set_version=record.version,
-            record=record.replace(config=replace(record.config, dsn=redacted(record.dsn))).to_dict(),
+            record=record.replace(config=replace(record.config, dsn=redact.strip_dsn(record.dsn))).to_dict(),
             output=_output_kind(options), tables=copies,
             handoff=handoff,
             kafka_offsets=kafka_offsets,

@@ -39,6 +39,7 @@ from pgshovel2.sparkjobs import carry, changes, evolve, iceberg, multiset
 from pgshovel2.sparkjobs.bootstrap import table_dir
 from pgshovel2.sparkjobs.session import require_class
 from pgshovel2.sparkjobs.tablewatch import TableWatch
+from pgshovel2.zkauth import ZooKeeperAuth
 
 log = logging.getLogger(__name__)
 CURRENT = "CURRENT"
@@ -55,7 +56,8 @@ class MaterializeOptions:
     zookeeper_hosts, cluster: where the set's records are: its current record's tables that the
     bootstrap did not copy (added later by ``set upgrade``) are materialized too, from their
     online snapshot's rows, and a JSON set's columns of every set version are read there; None:
-    the manifest's record only (the bootstrap's tables, its set version)."""
+    the manifest's record only (the bootstrap's tables, its set version). zookeeper_auth: how to
+    authenticate there (pgshovel2.zkauth; None: no authentication)."""
 
     bootstrap: str
     output: str
@@ -67,6 +69,7 @@ class MaterializeOptions:
     trigger_seconds: float = 10.0
     zookeeper_hosts: str | None = None
     cluster: str = "default"
+    zookeeper_auth: ZooKeeperAuth | None = None
 
 
 # Least seconds between reads of the set's record for added tables (tablewatch).
@@ -111,11 +114,14 @@ class _Job:
         self.output = Path(options.output).absolute()
         self._versions = {manifest.set_version: manifest.set_record, record.version: record}
 
+    def _store(self) -> ClusterStore:
+        return ClusterStore(self.options.zookeeper_hosts or "", self.options.cluster, auth=self.options.zookeeper_auth)
+
     def _record(self, set_name: str, boot: SetRecord) -> SetRecord:
         """The set's current record (ZooKeeper), else the bootstrap's."""
         if self.options.zookeeper_hosts is None:
             return boot
-        with ClusterStore(self.options.zookeeper_hosts, self.options.cluster) as store:
+        with self._store() as store:
             return store.get_set(set_name)[0]
 
     def version_table(self, table: Table, version: int) -> Table:
@@ -124,7 +130,7 @@ class _Job:
         records = self._versions
         record = records.get(version)
         if record is None and self.options.zookeeper_hosts is not None:
-            with ClusterStore(self.options.zookeeper_hosts, self.options.cluster) as store:
+            with self._store() as store:
                 record = records[version] = store.get_version(self.manifest.set, version)
         found = None if record is None else next(
             (t for t in record.tables if (t.schema, t.name) == (table.schema, table.name)), None)
@@ -198,7 +204,7 @@ class _Job:
             return False
         watch = TableWatch(self.options.zookeeper_hosts, self.options.cluster, self.manifest.set,
                            {(t.schema, t.name) for t in self.topics.tables},
-                           max(self.options.trigger_seconds, WATCH_SECONDS), query.stop)
+                           max(self.options.trigger_seconds, WATCH_SECONDS), query.stop, self.options.zookeeper_auth)
         watch.start()
         try:
             query.awaitTermination()

@@ -17,6 +17,7 @@ from pgshovel2 import names
 from pgshovel2.backends.snapshot import ExportedSnapshot
 from pgshovel2.bootstrap.manifest import BootstrapError
 from pgshovel2.catalog import Table
+from pgshovel2.db import libpq_dsn
 
 log = logging.getLogger(__name__)
 INTEGER_KINDS = ("int2", "int4", "int8")
@@ -106,10 +107,7 @@ def _plan(snap: ExportedSnapshot, table: Table, partition_rows: int, max_partiti
 
 def jdbc_url(dsn: str) -> tuple[str, dict[str, str]]:
     """(JDBC URL, connection properties {user, password}) of a libpq DSN (host, port, dbname, user, password)."""
-    try:
-        params = parse_dsn(dsn)
-    except psycopg2.ProgrammingError as exc:
-        raise BootstrapError(f"malformed database DSN of the set: {exc}") from exc
+    params = parse_dsn(libpq_dsn(dsn, "the set (JDBC)", BootstrapError))  # the driver cannot resolve references
     host = params.get("host", "localhost")
     port = params.get("port", "5432")
     url = f"jdbc:postgresql://{host}:{port}/{params.get('dbname', params.get('user', 'postgres'))}"
