@@ -86,6 +86,12 @@ class ChaosReport:
     def dump(self, path: Path) -> None:
         path.write_text(json.dumps(asdict(self), indent=2))
 
+    def transactions_problem(self) -> str:
+        """The transaction-level findings first (a failure's message is shown cut after a few hundred
+        characters): counts, the first duplicated transaction's trace and records, then the rest."""
+        return (f"transactions lost {self.transactions_lost}, duplicated {self.transactions_duplicated}; "
+                f"trace {self.duplicate_trace}; records {self.first_duplicated_transaction}; report {self}")
+
 
 class Load:
     """pgbench at a steady rate on the chaos tables, restarted whenever it exits."""

@@ -39,7 +39,7 @@ def test_chaos_exactly_once(stack, cluster, db, schema, tmp_path, backend):
     assert report.expected_messages > 1000
     assert report.lost == 0, f"lost {report.lost}, first {report.first_lost}"
     assert report.duplicated == 0, f"duplicated {report.duplicated}, first {report.first_duplicated}"
-    assert report.transactions_lost == report.transactions_duplicated == 0, report
+    assert report.transactions_lost == report.transactions_duplicated == 0, report.transactions_problem()
     assert report.state_equal
     run.inject_duplicate()  # the comparison must notice one extra message
     run._compare()

@@ -111,7 +111,7 @@ def test_unplanned_promotion_sync_replica_loses_nothing(stack, cluster, pair, tm
     print("unplanned promotion:", report)
     assert report.expected_messages > 100, report
     assert (report.lost, report.duplicated) == (0, 0), report
-    assert report.transactions_duplicated == 0 and report.state_equal, report
+    assert report.transactions_duplicated == 0 and report.state_equal, report.transactions_problem()
     assert relay.proc.poll() is None, relay.log()
 
 
