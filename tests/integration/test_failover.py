@@ -105,7 +105,8 @@ def test_three_relays_active_killed_repeatedly(stack, cluster, db, schema, tmp_p
     assert report.expected_messages > 500
     assert report.lost == 0, f"lost {report.lost}, first {report.first_lost}"
     assert report.duplicated == 0, f"duplicated {report.duplicated}, first {report.first_duplicated}"
-    assert report.transactions_lost == report.transactions_duplicated == 0 and report.state_equal, report.transactions_problem()
+    assert report.transactions_lost == report.transactions_duplicated == 0 and report.state_equal, \
+        report.transactions_problem()
     # the bound: a standby takes over within 2 x the session timeout
     assert max(takeovers) <= 2 * float(SESSION_TIMEOUT), takeovers
 
