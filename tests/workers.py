@@ -13,6 +13,7 @@ DEFAULT_PORTS = {  # gw0's: the defaults every fixture reads through port_of
     "TEST_KAFKA_CONTROLLER_PORT": 30093, "TEST_REGISTRY_PORT": 29081,
     "TEST_EXTRA_PG_PORT": 26133, "TEST_STOCK_PG_PORT": 26150,
     "TEST_SPARK_MASTER_PORT": 28077, "TEST_SPARK_MASTER_WEBUI_PORT": 28080, "TEST_SPARK_WORKER_WEBUI_PORT": 28081,
+    "TEST_SECURE_PG_PORT": 26470,  # tests/secure.py secure_postgres
 }
 
 
