@@ -22,6 +22,8 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from psycopg2.extensions import make_dsn, parse_dsn
+
 from pgshovel2 import __version__, names
 from pgshovel2.catalog import Table
 from pgshovel2.config import SetConfig
@@ -145,8 +147,18 @@ class SetRecord:
 
     @property
     def dsn(self) -> str:
-        """libpq DSN of the set's database."""
+        """libpq DSN of the set's database, as the admin role reaches it (set create, upgrade, drop)."""
         return self.config.dsn
+
+    @property
+    def relay_dsn(self) -> str:
+        """libpq DSN of the relay role: the keywords of ``database.relay_dsn`` laid over :attr:`dsn`
+        (so a repoint, which changes dsn's host, moves it too); :attr:`dsn` when the config has none.
+        What only reads and acknowledges connects with it: the relay (its source, snapshots, online
+        snapshots, partition watch) and the consumers' reads of the tables (bootstraps, verify)."""
+        if not self.config.relay_dsn:
+            return self.config.dsn
+        return make_dsn(self.config.dsn, **parse_dsn(self.config.relay_dsn))
 
     @property
     def prefix(self) -> str:

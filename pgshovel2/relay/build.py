@@ -46,14 +46,14 @@ def open_source(record: SetRecord, options: RelayOptions) -> Source:
     """The source of the set's backend, connected. Raises UnavailableError when the database
     cannot be reached."""
     if isinstance(record.capture, SlotCapture):
-        return LogicalSource(record.dsn, record.capture.slot, record.tables, options.heartbeat_interval,
+        return LogicalSource(record.relay_dsn, record.capture.slot, record.tables, options.heartbeat_interval,
                              plugin=record.capture.plugin, mode_all=all_mode_tags(record),
                              spill_dir=options.spill_dir, decoding_work_mem=options.logical_decoding_work_mem,
                              raw_rows=native.module() is not None, runs=True, commit_delay=options.commit_delay)
     if options.commit_delay is not None:
         log.warning("--commit-delay applies to logical sets: the Kafka transactions of a trigger set follow its PgQ "
                     "batches (queue %s, its ticker_max_lag; docs/operations.rst)", record.capture.queue)
-    return PgqSource(record.dsn, record.capture, options.poll_interval, maint_interval=options.pgq_maint_interval,
+    return PgqSource(record.relay_dsn, record.capture, options.poll_interval, maint_interval=options.pgq_maint_interval,
                      raw_rows=native.module() is not None, runs=True)
 
 
@@ -92,7 +92,7 @@ def partition_watch(store: ClusterStore, record: SetRecord) -> PartitionWatch:
     """The watch over the set's partitions (pgshovel2.relay.partition_watch), keeping what it saw in
     the relay record ``partitions``."""
     name = record.name
-    return PartitionWatch(record.dsn, PartitionMoves(lambda: store.get_relay_record(name, "partitions"),
+    return PartitionWatch(record.relay_dsn, PartitionMoves(lambda: store.get_relay_record(name, "partitions"),
                                                      lambda data: store.put_relay_record(name, "partitions", data)))
 
 

@@ -86,7 +86,7 @@ class Leadership:
             self._dropped.set()
             return False  # stop watching
         record = SetRecord.from_node(data)
-        version, dsn = record.version, record.dsn
+        version, dsn = record.version, record.relay_dsn
         if self._seen_dsn is not None and dsn != self._seen_dsn:
             log.info("set %r was repointed to another database (version %s): the relay restarts on it",
                      self.set_name, version)

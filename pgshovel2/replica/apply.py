@@ -197,7 +197,7 @@ class Replicator:
         if not added:
             return {}
         record, _ = self.store.get_set(self.set_name)
-        conn = connect(record.dsn, f"the source of set {self.set_name!r}", ReplicaError)
+        conn = connect(record.relay_dsn, f"the source of set {self.set_name!r}", ReplicaError)
         try:
             with conn.cursor() as cur:
                 cur.execute("SELECT attnum, (attmissingval::text::text[])[1] FROM pg_attribute "

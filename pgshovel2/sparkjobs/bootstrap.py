@@ -25,6 +25,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from confluent_kafka.admin import AdminClient
+from psycopg2.extensions import parse_dsn
 
 from pgshovel2 import backends, names
 from pgshovel2.backends.snapshot import ExportedSnapshot
@@ -41,7 +42,8 @@ from pgshovel2.errors import PgshovelError
 from pgshovel2.setrecord import SetRecord
 from pgshovel2.sparkjobs import icebootstrap, readplan
 from pgshovel2.sparkjobs.iceberg import Catalog
-from pgshovel2.sparkjobs.readplan import ROW_ALIAS, ReadPlan, jdbc_url
+from pgshovel2.sparkjobs.jdbc import jdbc_source
+from pgshovel2.sparkjobs.readplan import ROW_ALIAS, ReadPlan
 from pgshovel2.sparkjobs.session import require_class
 from pgshovel2.wire import snapshot_header
 
@@ -137,9 +139,10 @@ def _output_kind(options: BootstrapOptions) -> str:
 def _copy(spark, record: SetRecord, topics: SetTopics, tmp: Path, options: BootstrapOptions,
           tables: "icebootstrap.Tables | None") -> tuple[list[TableCopy], dict]:
     """Export the snapshot and copy every table under it; returns (copies, handoff record)."""
-    url, props = jdbc_url(record.dsn)
     by_table = {(t.schema, t.name): t.topic for t in topics.tables}
     with backends.export(record, BootstrapError) as snap:
+        # what the snapshot's own connection reached, as it did (TLS, password from wherever libpq took it)
+        url, props = jdbc_source(snap.conn, parse_dsn(record.relay_dsn).get("sslpassword") or "")
         native = options.native and not options.to_kafka
         plans = [readplan.plan(snap, t, options.partition_rows, options.max_partitions, native)
                  for t in record.tables]

@@ -11,11 +11,9 @@ from dataclasses import dataclass
 
 import psycopg2
 from psycopg2 import sql
-from psycopg2.extensions import parse_dsn
 
 from pgshovel2 import names
 from pgshovel2.backends.snapshot import ExportedSnapshot
-from pgshovel2.bootstrap.manifest import BootstrapError
 from pgshovel2.catalog import Table
 
 log = logging.getLogger(__name__)
@@ -102,16 +100,3 @@ def _plan(snap: ExportedSnapshot, table: Table, partition_rows: int, max_partiti
     log.info("table %s: ~%d rows, %d partition(s) on %s in [%d, %d]", table.qualified, estimate,
              parts, key.name, lower, upper)
     return ReadPlan(table, query, PK_ALIAS if parts > 1 else None, lower, upper, parts, native)
-
-
-def jdbc_url(dsn: str) -> tuple[str, dict[str, str]]:
-    """(JDBC URL, connection properties {user, password}) of a libpq DSN (host, port, dbname, user, password)."""
-    try:
-        params = parse_dsn(dsn)
-    except psycopg2.ProgrammingError as exc:
-        raise BootstrapError(f"malformed database DSN of the set: {exc}") from exc
-    host = params.get("host", "localhost")
-    port = params.get("port", "5432")
-    url = f"jdbc:postgresql://{host}:{port}/{params.get('dbname', params.get('user', 'postgres'))}"
-    props = {k: params[k] for k in ("user", "password") if k in params}
-    return url, props
