@@ -161,6 +161,20 @@ class SetRecord:
         return make_dsn(self.config.dsn, **parse_dsn(self.config.relay_dsn))
 
     @property
+    def publication(self) -> str | None:
+        """The publication a pgoutput set reads: the DBA's (``publication: {existing: NAME}``), else its
+        own, named as its slot; None for other sets."""
+        if not isinstance(self.capture, SlotCapture) or self.capture.plugin != PGOUTPUT:
+            return None
+        return self.config.publication or self.capture.slot
+
+    @property
+    def owns_publication(self) -> bool:
+        """True when the set made its publication (set upgrade alters it, set drop drops it); False for
+        the DBA's existing one, which pgshovel2 only checks."""
+        return self.publication is not None and not self.config.publication
+
+    @property
     def prefix(self) -> str:
         """The topic prefix: the configured one, else the set name."""
         return self.config.topic_prefix or self.name

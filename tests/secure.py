@@ -44,8 +44,9 @@ class SecurePostgres:
             out += f" sslcert={self.certs / 'client.pem'} sslkey={self.certs / 'client.key'}"
         return out
 
-    def run(self, sql: str, dbname: str = "pgshovel", role: str = "dba", args: tuple = ()) -> list[tuple]:
-        """Run sql (autocommit) as role; the rows it returns (empty when none)."""
+    def run(self, sql: str, dbname: str = "pgshovel", role: str = "dba", args: tuple | None = None) -> list[tuple]:
+        """Run sql (autocommit) as role, with args (None: sql is sent as it is, % and all); the rows it
+        returns (empty when none)."""
         conn = psycopg2.connect(self.dsn(role, dbname))
         conn.autocommit = True
         try:

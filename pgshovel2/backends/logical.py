@@ -196,14 +196,17 @@ def unlogged_nullable(cur, tables: tuple[Table, ...], notes: list[str] | None = 
     return tuple(out)
 
 
-def install(cur, slot: str, plugin: str = PLUGIN, tables: tuple[Table, ...] = ()) -> None:
+def install(cur, slot: str, plugin: str = PLUGIN, tables: tuple[Table, ...] = (), existing: str | None = None) -> None:
     """Create the pgshovel2_decoder extension (our plugin) or the set's publication of tables
-    (pgoutput); raise CaptureError when slot (or the publication) already exists (a set of
-    this name was not dropped cleanly) or the publication cannot be created. The slot is
+    (pgoutput), or check existing, the DBA's publication, covers them (pgoutput.check_existing);
+    raise CaptureError when slot (or the publication) already exists (a set of this name was not
+    dropped cleanly), the publication cannot be created, or existing does not do. The slot is
     created by the relay."""
     check_server(cur, plugin)
     if plugin == PLUGIN:
         ensure_decoder_extension(cur)
+    elif existing:
+        pgoutput.check_existing(cur, existing, tables)
     else:
         _create_publication(cur, slot, tables)
     cur.execute("SELECT active FROM pg_replication_slots WHERE slot_name = %s", (slot,))

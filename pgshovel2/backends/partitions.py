@@ -102,9 +102,8 @@ def install_logical(cur, record: SetRecord, tables: tuple[Table, ...]) -> list[s
 
 
 def publication(record: SetRecord) -> str:
-    """The set's publication (a pgoutput set's: named as its slot), else ``""`` (none)."""
-    capture = record.capture
-    return capture.slot if isinstance(capture, SlotCapture) and capture.plugin == PGOUTPUT else ""
+    """The set's publication (a pgoutput set's: SetRecord.publication), else ``""`` (none)."""
+    return record.publication or ""
 
 
 def partitioned(cur, tables: tuple[Table, ...]) -> tuple[Table, ...]:

@@ -21,10 +21,12 @@ def drop_trigger(cur, name: str, table: str, if_exists: bool = False) -> bool:
     dropped, False when if_exists and there was none. Directly when cur's role owns table, else
     through pgshovel2.drop_trigger when cur's role may execute it. Raises CaptureError naming the
     role, table and trigger when neither; psycopg2 errors as PostgreSQL raises them."""
+    # the function looked up in the catalog: naming it would want USAGE on schema pgshovel2
     cur.execute("SELECT pg_has_role(c.relowner, 'USAGE'), current_user, EXISTS (SELECT 1 FROM pg_trigger t "
-                "WHERE t.tgrelid = c.oid AND t.tgname = %s), to_regprocedure(%s) IS NOT NULL "
-                "AND has_function_privilege(%s, 'EXECUTE') FROM pg_class c WHERE c.oid = %s::regclass",
-                (name, FUNCTION, FUNCTION, table))
+                "WHERE t.tgrelid = c.oid AND t.tgname = %s), coalesce((SELECT has_function_privilege(p.oid, 'EXECUTE') "
+                "AND has_schema_privilege(p.pronamespace, 'USAGE') FROM pg_proc p "
+                "WHERE p.pronamespace = (SELECT oid FROM pg_namespace WHERE nspname = 'pgshovel2') "
+                "AND p.proname = 'drop_trigger'), false) FROM pg_class c WHERE c.oid = %s::regclass", (name, table))
     owner, role, exists, helper = cur.fetchone()
     if not exists:
         if if_exists:

@@ -31,7 +31,7 @@ from pgshovel2.setrecord import SetRecord, SlotCapture, TriggerCapture
 
 # Changing these would change what existing topics mean: a new set is the way.
 IMMUTABLE = {"dsn": "set repoint", "backend": "a new set", "encoding": "a new set",
-             "envelope": "a new set", "topic_prefix": "a new set", "capture": "a new set"}
+             "envelope": "a new set", "topic_prefix": "a new set", "capture": "a new set", "publication": "a new set"}
 
 
 @dataclass
@@ -241,7 +241,8 @@ def _switch_logical(cur, record: SetRecord, result: UpgradePlan, config: SetConf
     partitions.install_logical(cur, record, tuple(t for t in tables if t.qualified in touched))
     modes = {(tc.schema, tc.name): tc.columns is None for tc in config.tables}
     mode_all = frozenset(t.qualified for t in tables if modes.get((t.schema, t.name), False))
-    logical_version.mark_version(cur, capture.slot, capture.plugin, result.to_version, tables, mode_all)
+    logical_version.mark_version(cur, capture.slot, capture.plugin, result.to_version, tables, mode_all,
+                                 existing=config.publication)
 
 
 def _replace_triggers(cur, record: SetRecord, result: UpgradePlan, config: SetConfig,

@@ -8,7 +8,13 @@
 -- String literals below use E'' where they hold backslashes: their meaning must not depend
 -- on standard_conforming_strings when a body is compiled.
 
-CREATE SCHEMA IF NOT EXISTS pgshovel2_pl;
+-- (CREATE SCHEMA IF NOT EXISTS would want CREATE on the database even where the DBA made the
+-- schema for the set's role: CREATE SCHEMA pgshovel2_pl AUTHORIZATION <role>, set create --print-grants.)
+DO $$ BEGIN
+    IF pg_catalog.to_regnamespace('pgshovel2_pl') IS NULL THEN
+        CREATE SCHEMA pgshovel2_pl;
+    END IF;
+END $$;
 
 CREATE OR REPLACE FUNCTION pgshovel2_pl.version() RETURNS text
 LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$ SELECT '6' $$;
