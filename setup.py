@@ -14,6 +14,7 @@ setup(
     install_requires=[
         "click>=8.1,<9",
         "kazoo>=2.9,<3",
+        "pure-sasl>=0.6,<1",  # kazoo's SASL (--zookeeper-auth sasl:...)
         "psycopg2-binary>=2.9,<3",
         "confluent-kafka[schemaregistry]>=2.4,<3",
         "fastavro>=1.9,<2",

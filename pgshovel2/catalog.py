@@ -4,7 +4,7 @@ Every lookup runs against the live database before anything is written, so a
 bad config fails with a ConfigError naming the file, field and value.
 """
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from pgshovel2 import names
@@ -43,6 +43,18 @@ class Table:
 
     columns: captured columns in attnum order; key: names of the key columns
     (empty for an unkeyed table); key_source: where the key came from.
+
+    key_layout: the key columns as the key's schema was made from them, when a DDL changed
+    them since in a way the key may not follow (a key column widened or renamed: docs/wire.rst,
+    "DDL on captured tables"): the key keeps its fields, types and registered schema, so every
+    key's bytes stay the same; None while the key is made from the key columns themselves.
+    generation: the table's topic generation (1: ``{prefix}.{schema}.{table}``; n > 1, after
+    ``pgshovel set accept-ddl --new-topic``: that topic with ``.g<n>``). renamed: the table's
+    (schema, name) in the database when a RENAME TABLE or SET SCHEMA changed them while it was
+    relayed; schema and name stay the ones it joined the set with -- its identity: tag, topic,
+    Avro names -- and SQL reaches it by :attr:`relation`. oid: the table's pg_class OID where
+    known (logical sets decode by it; a DROP TABLE is noticed by it), not part of the layout
+    (ignored by ==).
     """
 
     schema: str
@@ -50,21 +62,54 @@ class Table:
     columns: tuple[Column, ...]
     key: tuple[str, ...]
     key_source: str
+    key_layout: tuple[Column, ...] | None = None
+    generation: int = 1
+    oid: int | None = field(default=None, compare=False)
+    renamed: tuple[str, str] | None = None
 
     @property
     def qualified(self) -> str:
-        """Quoted, schema-qualified name; also the capture trigger's table tag."""
+        """Quoted, schema-qualified name it joined the set with: the table's tag (capture triggers,
+        routes, requests); SQL on the table uses :attr:`sql_name`."""
         return names.qualified(self.schema, self.name)
 
+    @property
+    def relation(self) -> tuple[str, str]:
+        """(schema, name) of the table in the database now (renamed, else its own)."""
+        return self.renamed or (self.schema, self.name)
+
+    @property
+    def sql_name(self) -> str:
+        """Quoted, schema-qualified name of the table in the database now (:attr:`relation`)."""
+        return names.qualified(*self.relation)
+
+    @property
+    def key_columns(self) -> tuple[Column, ...]:
+        """The columns the key's schema is made from, in key order: key_layout, else the key columns."""
+        if self.key_layout is not None:
+            return self.key_layout
+        by_name = {c.name: c for c in self.columns}
+        return tuple(by_name[k] for k in self.key if k in by_name)
+
     def to_dict(self) -> dict[str, Any]:
-        """JSON-able form, as stored in ZooKeeper."""
-        return asdict(self)
+        """JSON-able form, as stored in ZooKeeper (key_layout, generation and oid only when set)."""
+        data = asdict(self)
+        for name, default in (("key_layout", None), ("generation", 1), ("oid", None), ("renamed", None)):
+            if data[name] == default:
+                del data[name]
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "Table":
         """Inverse of :meth:`to_dict`."""
-        cols = tuple(Column(**{**c, "aliases": tuple(c.get("aliases", ()))}) for c in data["columns"])
-        return cls(data["schema"], data["name"], cols, tuple(data["key"]), data["key_source"])
+        layout, renamed = data.get("key_layout"), data.get("renamed")
+        return cls(data["schema"], data["name"], _columns(data["columns"]), tuple(data["key"]), data["key_source"],
+                   None if layout is None else _columns(layout), int(data.get("generation", 1)), data.get("oid"),
+                   None if renamed is None else tuple(renamed))
+
+
+def _columns(rows: list[dict[str, Any]]) -> tuple[Column, ...]:
+    return tuple(Column(**{**c, "aliases": tuple(c.get("aliases", ()))}) for c in rows)
 
 
 _TABLE_SQL = """
@@ -170,7 +215,7 @@ def resolve_table(cur, tc: TableConfig, where: str, source: str, stored_generate
                           "replica identity index; declare 'key' or set 'allow_unkeyed: true'")
     wanted_cols = set(tc.columns or by_name) | set(key)
     columns = tuple(c for c in all_columns if c.name in wanted_cols)
-    return Table(tc.schema, tc.name, columns, key, key_source)
+    return Table(tc.schema, tc.name, columns, key, key_source, oid=oid)
 
 
 def uncarried_generated(cur, oid: int, stored_generated: bool) -> dict[str, str]:

@@ -14,6 +14,11 @@ Layout::
 
 Cluster and set names are validated (pgshovel2.config) before any path is built from them,
 so no name can reach another set's znodes. No change data passes through ZooKeeper.
+
+Security (pgshovel2.zkauth): the client authenticates as its ZooKeeperAuth says (SASL or digest,
+over TLS or not) and every znode it creates -- through kazoo's default ACL: create, ensure_path,
+multi-ops and the election's lock nodes alike -- gets that ACL. A client ZooKeeper refuses is
+stopped on entry with an error naming the hosts and the mechanism, before anything is written.
 """
 
 import json
@@ -26,10 +31,11 @@ from kazoo.exceptions import BadVersionError, ConnectionLoss, NodeExistsError, N
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.recipe.lock import Lock
 
-from pgshovel2 import __version__, names
+from pgshovel2 import __version__, names, zksession
 from pgshovel2.config import validate_cluster_name, validate_set_name
 from pgshovel2.errors import ClusterError, ConflictError, UnavailableError
 from pgshovel2.setrecord import SetRecord
+from pgshovel2.zkauth import ZooKeeperAuth
 from pgshovel2.zkintents import IntentStore, dump
 
 ROOT = "/pgshovel2"
@@ -39,21 +45,25 @@ class ClusterStore(IntentStore):
     """A cluster's znodes. Use as a context manager (connects and closes).
 
     hosts: ZooKeeper connect string, e.g. ``127.0.0.1:2181``; cluster: name (ConfigError
-    when invalid). Raises ClusterError when ZooKeeper cannot be reached within timeout (s).
+    when invalid); auth: how to authenticate and the ACL of new znodes (default: none, open
+    ACL); its passwords are read here (ConfigError when a reference does not resolve). Entering
+    raises ClusterError when ZooKeeper cannot be reached within timeout (s), refuses the login,
+    or refuses this principal the cluster's znode.
     """
 
-    def __init__(self, hosts: str, cluster: str, timeout: float = 10.0):
+    def __init__(self, hosts: str, cluster: str, timeout: float = 10.0, auth: ZooKeeperAuth | None = None):
         self.hosts, self.cluster, self.timeout = hosts, validate_cluster_name(cluster, "--cluster"), timeout
-        self.zk = KazooClient(hosts=hosts, timeout=timeout)
+        self.auth = auth or ZooKeeperAuth()
+        self.zk = KazooClient(hosts=hosts, timeout=timeout, **self.auth.client_options())
         self.path = f"{ROOT}/{cluster}"
 
     def __enter__(self) -> "ClusterStore":
+        zksession.start(self.zk, self.hosts, self.auth, max(self.timeout, 10.0))
         try:
-            self.zk.start(timeout=max(self.timeout, 10.0))
-        except KazooTimeoutError as exc:
-            self.zk.close()
-            raise ClusterError(f"cannot reach ZooKeeper at {self.hosts} "
-                               f"within {max(self.timeout, 10.0):g}s") from exc
+            zksession.check_access(self.zk, self.hosts, self.auth, [self.path, ROOT])
+        except BaseException:
+            self.__exit__()
+            raise
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -41,6 +41,7 @@ from typing import Any
 
 import yaml
 
+from pgshovel2 import redact
 from pgshovel2.errors import ConfigError
 
 SET_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,39}")
@@ -189,7 +190,8 @@ def parse_config(data: Any, source: str) -> SetConfig:
     _no_unknown(data, _TOP_KEYS, "", source)
     db = data.get("database")
     if not isinstance(db, dict) or not isinstance(db.get("dsn"), str) or not db["dsn"].strip():
-        raise ConfigError(source, "database.dsn", db, "must be a non-empty libpq DSN string")
+        raise ConfigError(source, "database.dsn", redact.deep(db), "must be a non-empty libpq DSN string")
+    no_secret(db["dsn"], source, "database.dsn")
     _no_unknown(db, _DATABASE_KEYS, "database.", source)
     relay_dsn = _relay_dsn(db.get("relay_dsn"), source)
     backend = _choice(data, "backend", BACKENDS, source)
@@ -224,13 +226,13 @@ def parse_config(data: Any, source: str) -> SetConfig:
 
 
 def _relay_dsn(value: Any, source: str) -> str | None:
-    """``database.relay_dsn``: None when absent, else a non-empty string (its value is never echoed:
-    it may hold a password)."""
+    """``database.relay_dsn``: None when absent, else a non-empty DSN holding no literal secret
+    (no_secret: it is stored in ZooKeeper like database.dsn); its value is never echoed."""
     if value is None:
         return None
     if not isinstance(value, str) or not value.strip():
         raise ConfigError(source, "database.relay_dsn", "(not shown)", "must be a non-empty libpq DSN string")
-    return value  # parsed where it is used (SetRecord.relay_dsn): the config module stays free of libpq
+    return no_secret(value, source, "database.relay_dsn")
 
 
 def _publication(data: dict, backend: str, decoder: str | None, source: str) -> str | None:
@@ -243,6 +245,20 @@ def _publication(data: dict, backend: str, decoder: str | None, source: str) -> 
     if backend != "logical" or decoder != "pgoutput":
         raise ConfigError(source, "publication", value, "applies to backend: logical with decoder: pgoutput only")
     return _ident(value["existing"], "publication.existing", source)
+
+
+def no_secret(dsn: str, source: str, field: str = "dsn") -> str:
+    """Return dsn if it holds no secret itself (a password or sslpassword, a key inline), else
+    raise ConfigError naming source and field (the DSN shown redacted): the DSN of a set is
+    stored in ZooKeeper, so its password must be a reference resolved where each process runs
+    (``password=env:VAR`` / ``password=file:PATH``) or come from libpq (~/.pgpass, PGPASSWORD,
+    a service file)."""
+    keys = redact.literal_secrets(dsn)
+    if keys:
+        raise ConfigError(source, field, redact.dsn(dsn), f"holds its {' and '.join(keys)} itself, which would be "
+                          "stored in ZooKeeper: write password=env:VAR or password=file:PATH (read where each "
+                          "command and relay runs), or leave it out and use ~/.pgpass, PGPASSWORD or a service file")
+    return dsn
 
 
 def _no_unknown(data: dict, allowed: set[str], where: str, source: str) -> None:

@@ -60,6 +60,17 @@ class EncodeError(PgshovelError):
     """A captured value cannot be represented in the configured encoding."""
 
 
+class KeyLayoutError(EncodeError):
+    """A key value does not fit the key schema a table keeps after a DDL widened a key column
+    (Table.key_layout): the table can only go on under a new topic generation
+    (``pgshovel set accept-ddl SET TABLE --new-topic``). table: its tag; column: the key column;
+    value: the value that does not fit."""
+
+    def __init__(self, table: str, column: str, value: object, message: str):
+        self.table, self.column, self.value = table, column, value
+        super().__init__(message)
+
+
 class ConflictError(ClusterError):
     """Another admin (or relay) changed the set first; nothing was written."""
 
@@ -68,8 +79,16 @@ class SchemaChangeError(RelayError):
     """A DDL change on a captured table cannot be expressed compatibly in the stream.
 
     The relay stops before the change; every event before it is in Kafka and
-    the rest stays in the queue.
+    the rest stays in the queue, until an operator's decision
+    (``pgshovel set accept-ddl``). table: the table's tag; statement: the DDL; reason: why it
+    is not compatible; key_change: True when it changes the table's key (only a new topic
+    generation can follow it).
     """
+
+    def __init__(self, message: str, table: str = "", statement: str = "", reason: str = "",
+                 key_change: bool = False):
+        self.table, self.statement, self.reason, self.key_change = table, statement, reason, key_change
+        super().__init__(message)
 
 
 class RequestError(PgshovelError):

@@ -38,6 +38,13 @@ def table_topic(prefix: str, schema: str, table: str) -> str:
     return ".".join(topic_part(p) for p in (prefix, schema, table))
 
 
+def generation_topic(topic: str, generation: int) -> str:
+    """The topic of a table's generation (``pgshovel set accept-ddl --new-topic``): topic itself for
+    the first, ``{topic}.g<n>`` for the n-th. No table topic ends so: a table topic has exactly
+    three parts, each escaped (a ``.`` in a name becomes ``_x2e``)."""
+    return topic if generation <= 1 else f"{topic}.g{generation}"
+
+
 def transactions_topic(prefix: str) -> str:
     """Topic of the BEGIN/END/TRUNCATE records of a set."""
     return f"{topic_part(prefix)}.transactions"

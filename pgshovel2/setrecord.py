@@ -9,7 +9,8 @@ A set's znode (and each ``history/<n>`` znode) holds one JSON record::
      "slot", "plugin"                          (logical backend; plugin: pgshovel2_decoder
                                                or pgoutput, absent in older records: ours),
      "created_at", "upgraded_at", "pgshovel_version",
-     "change": {"kind": "create"|"upgrade"|"ddl"|"repoint", ...}}
+     "change": {"kind": "create"|"upgrade"|"ddl"|"drop"|"generation"|"repoint", ...},
+     "retired": [{"table", "schema", "name", "topic", "generation", "why", "tick", "ordinal"}]  (absent: none)}
 
 :meth:`SetRecord.from_node` reads it (as Patroni's ``ClusterConfig.from_node``) and
 :meth:`SetRecord.to_node` writes the same layout, so records written by earlier versions
@@ -114,7 +115,10 @@ class SetRecord:
     """One version of a replication set (module docstring for the stored form).
 
     version: the set version (1 at create, +1 per upgrade, DDL or repoint). change: what made
-    this version (``{"kind": ..., "gid": ...}``), None when not recorded.
+    this version (``{"kind": ..., "gid": ...}``), None when not recorded. retired: data topics
+    the set's tables no longer write, oldest first: a dropped table's (why ``dropped``) and a
+    table's former topic generations (why ``new-topic``); tick and ordinal: the position where
+    it ended (consumers still read them for what came before).
     """
 
     name: str
@@ -128,6 +132,7 @@ class SetRecord:
     upgraded_at: float | None = None
     change: dict[str, Any] | None = None
     extra: dict[str, Any] = field(default_factory=dict)  # fields of newer versions, kept as read
+    retired: tuple[dict[str, Any], ...] = ()
 
     @classmethod
     def new(cls, cluster: str, name: str, config: SetConfig, tables: tuple[Table, ...],
@@ -153,12 +158,17 @@ class SetRecord:
     @property
     def relay_dsn(self) -> str:
         """libpq DSN of the relay role: the keywords of ``database.relay_dsn`` laid over :attr:`dsn`
-        (so a repoint, which changes dsn's host, moves it too); :attr:`dsn` when the config has none.
+        (so a repoint, which changes dsn's host, moves it too; a relay_dsn naming its user without a
+        password leaves out dsn's password); :attr:`dsn` when the config has none.
         What only reads and acknowledges connects with it: the relay (its source, snapshots, online
         snapshots, partition watch) and the consumers' reads of the tables (bootstraps, verify)."""
         if not self.config.relay_dsn:
             return self.config.dsn
-        return make_dsn(self.config.dsn, **parse_dsn(self.config.relay_dsn))
+        relay = parse_dsn(self.config.relay_dsn)
+        base = parse_dsn(self.config.dsn)
+        if "user" in relay and "password" not in relay:
+            base.pop("password", None)  # the admin role's: the relay role's comes from libpq (.pgpass, ...)
+        return make_dsn(**{**base, **relay})
 
     @property
     def publication(self) -> str | None:
@@ -186,8 +196,8 @@ class SetRecord:
                              {t.qualified: self.topic(t) for t in self.tables}, names.dead_letter_topic(self.prefix))
 
     def topic(self, table: Table) -> str:
-        """The data topic of a table of the set."""
-        return names.table_topic(self.prefix, table.schema, table.name)
+        """The data topic of a table of the set (of its generation: names.generation_topic)."""
+        return names.generation_topic(names.table_topic(self.prefix, table.schema, table.name), table.generation)
 
     @property
     def queue(self) -> str:
@@ -232,6 +242,8 @@ class SetRecord:
             data["upgraded_at"] = self.upgraded_at
         if self.change is not None:
             data["change"] = self.change
+        if self.retired:
+            data["retired"] = list(self.retired)
         return data
 
     def to_node(self) -> bytes:
@@ -247,11 +259,11 @@ class SetRecord:
                                 else TriggerCapture(data["queue"], data["trigger"], data.get("consumer") or CONSUMER,
                                                     data.get("capture") or "c", data.get("pgq") or "extension"))
             known = {"name", "cluster", "version", "config", "tables", "queue", "trigger", "consumer", "slot", "plugin",
-                     "capture", "pgq", "created_at", "pgshovel_version", "upgraded_at", "change"}
+                     "capture", "pgq", "created_at", "pgshovel_version", "upgraded_at", "change", "retired"}
             return cls(data["name"], data["cluster"], int(data["version"]), config,
                        tuple(Table.from_dict(t) for t in data["tables"]), capture, data["created_at"],
                        data.get("pgshovel_version", "0"), data.get("upgraded_at"), data.get("change"),
-                       {k: v for k, v in data.items() if k not in known})
+                       {k: v for k, v in data.items() if k not in known}, tuple(data.get("retired") or ()))
         except (KeyError, TypeError, ValueError) as exc:
             raise ClusterError(f"malformed record of set {data.get('name')!r} in ZooKeeper: {exc!r}") from exc
 

@@ -12,6 +12,9 @@ REGISTRY_PORT="${REGISTRY_PORT:-28081}"
 CONNECT_PORT="${CONNECT_PORT:-28083}"  # the Kafka Connect worker of make bench (bench/connect.py)
 # The secured PostgreSQL (scripts/secure/postgres.sh): ssl, hostssl + scram-sha-256 only.
 SECURE_PG_PORT="${SECURE_PG_PORT:-55433}"
+# The secured ZooKeeper (scripts/secure/zookeeper.sh): SASL on the first port, TLS + SASL on the second.
+SECURE_ZK_PORT="${SECURE_ZK_PORT:-22183}"
+SECURE_ZK_TLS_PORT="${SECURE_ZK_TLS_PORT:-22184}"
 VENV="${VENV:-$REPO/.venv}"
 KAFKA_LIBS="${KAFKA_LIBS:-$REPO/.cache/kafka-libs}"
 REGISTRY_HOME="${REGISTRY_HOME:-$REPO/.cache/registry}"
@@ -26,8 +29,22 @@ SPARK_MASTER_WEBUI_PORT="${SPARK_MASTER_WEBUI_PORT:-27080}"
 SPARK_WORKER_WEBUI_PORT="${SPARK_WORKER_WEBUI_PORT:-27081}"  # worker i (from 0) uses this + i
 SPARK_WORKERS="${SPARK_WORKERS:-2}"
 SPARK_WORKER_MEMORY="${SPARK_WORKER_MEMORY:-1500m}"
+# The secured services (scripts/secure/*.sh, docs/security.rst), state under $STACK_DIR/secure/.
+# Kafka: SASL_SSL (SCRAM-SHA-512/256, PLAIN), SSL with client certificates (mTLS), SASL_SSL
+# with OAUTHBEARER's unsecured tokens (client tests only), and its controller listener (SSL).
+SECURE_KAFKA_PORT="${SECURE_KAFKA_PORT:-29094}"
+SECURE_KAFKA_CONTROLLER_PORT="${SECURE_KAFKA_CONTROLLER_PORT:-29095}"
+SECURE_KAFKA_MTLS_PORT="${SECURE_KAFKA_MTLS_PORT:-29096}"
+SECURE_KAFKA_OAUTH_PORT="${SECURE_KAFKA_OAUTH_PORT:-29097}"
+SECURE_KAFKA_TOPIC_PREFIX="${SECURE_KAFKA_TOPIC_PREFIX:-secure}"  # the topics the relay/consumer users' ACLs cover
+# The schema registry behind nginx (TLS + basic auth) and the Apicurio instance it fronts.
+SECURE_REGISTRY_PORT="${SECURE_REGISTRY_PORT:-28085}"
+SECURE_REGISTRY_BACKEND_PORT="${SECURE_REGISTRY_BACKEND_PORT:-28086}"
 export STACK_DIR PG_PORT PG_DB ZK_PORT KAFKA_PORT KAFKA_CONTROLLER_PORT REGISTRY_PORT CONNECT_PORT SPARK_MASTER_PORT
 export SECURE_PG_PORT
+export SECURE_KAFKA_PORT SECURE_KAFKA_CONTROLLER_PORT SECURE_KAFKA_MTLS_PORT SECURE_KAFKA_OAUTH_PORT
+export SECURE_KAFKA_TOPIC_PREFIX SECURE_REGISTRY_PORT SECURE_REGISTRY_BACKEND_PORT
+export SECURE_ZK_PORT SECURE_ZK_TLS_PORT
 
 PG_DSN="host=127.0.0.1 port=$PG_PORT dbname=$PG_DB user=postgres"
 ZK_HOSTS="127.0.0.1:$ZK_PORT"

@@ -9,7 +9,7 @@ source "$(dirname "$0")/env.sh"
 
 APT_PACKAGES="postgresql-15 postgresql-15-pgq3 pgqd postgresql-server-dev-15 libpq-dev
   postgresql-contrib zookeeper kcat netcat-openbsd maven openjdk-17-jre-headless libpostgresql-jdbc-java
-  unzip xz-utils build-essential pkg-config libssl-dev libjemalloc2 curl ca-certificates"
+  unzip xz-utils build-essential pkg-config libssl-dev libjemalloc2 curl ca-certificates nginx"
 
 missing=""
 for p in $APT_PACKAGES; do
@@ -20,6 +20,12 @@ if [ -n "$missing" ]; then
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
   $SUDO apt-get update -q
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q $missing
+  # Debian starts the nginx it installs (port 80, every address) where an init system runs:
+  # scripts/secure/registry.sh runs its own on 127.0.0.1 and needs no service
+  if [[ " $missing " == *" nginx "* ]] && command -v systemctl >/dev/null && systemctl is-active -q nginx 2>/dev/null; then
+    log "stopping and disabling Debian's nginx service (scripts/secure/registry.sh runs its own nginx)"
+    $SUDO systemctl disable --now nginx
+  fi
 fi
 
 log "building the pgshovel2 PostgreSQL extension"

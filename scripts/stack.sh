@@ -314,7 +314,7 @@ case "${1:-}" in
   env)
     echo "export PGSHOVEL_ZOOKEEPER_HOSTS=$ZK_HOSTS"
     echo "export PGSHOVEL_TEST_DSN='$PG_DSN'"
-    echo "export PGSHOVEL_KAFKA_BOOTSTRAP=$KAFKA_BOOTSTRAP"
+    echo "export PGSHOVEL_BOOTSTRAP_SERVERS=$KAFKA_BOOTSTRAP"
     echo "export PGSHOVEL_SCHEMA_REGISTRY=$REGISTRY_URL"
     echo "export PGSHOVEL_SPARK_MASTER=$SPARK_MASTER" ;;
   *) echo "usage: $0 up|down|status|env | spark-up|spark-down | start|stop|crash SERVICE" >&2; exit 2 ;;

@@ -41,7 +41,7 @@ class Chunk(NamedTuple):
 
 def _key_types(cur, table: Table) -> list[str]:
     cur.execute("SELECT a.attname, format_type(a.atttypid, a.atttypmod) FROM pg_attribute a "
-                "WHERE a.attrelid = %s::regclass AND a.attnum > 0 AND NOT a.attisdropped", (table.qualified,))
+                "WHERE a.attrelid = %s::regclass AND a.attnum > 0 AND NOT a.attisdropped", (table.sql_name,))
     types = dict(cur.fetchall())
     return [types[k] for k in table.key]
 
@@ -145,7 +145,7 @@ class ChunkReader:
                 keys = sql.SQL(", ").join(sql.SQL("{}::text").format(sql.Identifier(k)) for k in table.key)
                 # t.<key>: a bare name would be the "<key>"::text output column, sorted as text
                 query = sql.SQL("SELECT {}, {} FROM {} t{} ORDER BY {}").format(
-                    self._select(table), keys, sql.Identifier(table.schema, table.name), where, _key_list(table))
+                    self._select(table), keys, sql.Identifier(*table.relation), where, _key_list(table))
                 if limit is not None:
                     query, params = query + sql.SQL(" LIMIT %s"), [*params, limit]
                 convert = self._converter(cur, table)
@@ -227,7 +227,7 @@ def check_table(cur, table: Table, where: str | None) -> None:
     if not table.key:
         raise ValueError(f"table {table.qualified} has no primary key (or replica identity index): an online "
                          "snapshot reads it in key order and cannot; add a primary key")
-    query = sql.SQL("SELECT 1 FROM {} t{}").format(sql.Identifier(table.schema, table.name),
+    query = sql.SQL("SELECT 1 FROM {} t{}").format(sql.Identifier(*table.relation),
                                                    _where(table, [], None, where))
     try:
         cur.execute("SET TRANSACTION READ ONLY")
@@ -244,6 +244,6 @@ def check_table(cur, table: Table, where: str | None) -> None:
 
 def estimate_rows(cur, table: Table) -> int:
     """pg_class.reltuples of table (0 when never analyzed): the ETA's row estimate."""
-    cur.execute("SELECT greatest(reltuples, 0)::int8 FROM pg_class WHERE oid = %s::regclass", (table.qualified,))
+    cur.execute("SELECT greatest(reltuples, 0)::int8 FROM pg_class WHERE oid = %s::regclass", (table.sql_name,))
     row = cur.fetchone()
     return int(row[0]) if row else 0

@@ -42,7 +42,7 @@ from pgshovel2.backends.slot_failover import FAILOVER_VERSION
 from pgshovel2.backends.snapshot import ExportedSnapshot
 from pgshovel2.catalog import Table, raise_all
 from pgshovel2.config import SetConfig
-from pgshovel2.db import connect, one_row
+from pgshovel2.db import connect, one_row, open_connection
 from pgshovel2.errors import CaptureError, ConfigError, PgshovelError, RelayError
 from pgshovel2.setrecord import PLUGIN
 from pgshovel2.txids import ConsistentPoint
@@ -116,10 +116,10 @@ def check_tables(cur, config: SetConfig, tables: tuple[Table, ...], source: str,
     too, each by its own identity (the one the WAL logs its rows by), named."""
     problems = []
     for i, table in enumerate(tables):
-        for target in (table.qualified, *_leaves(cur, table)):
+        for target in (table.sql_name, *_leaves(cur, table)):
             problem, fix = _relation_problem(cur, config, table, target, plugin)
             if problem:
-                what = "" if target == table.qualified else f"its partition {target}: "
+                what = "" if target == table.sql_name else f"its partition {target}: "
                 problems.append(ConfigError(source, f"tables[{i}]", table.qualified, f"{what}{problem}{fix}"))
     raise_all(problems, source)
 
@@ -127,7 +127,7 @@ def check_tables(cur, config: SetConfig, tables: tuple[Table, ...], source: str,
 def _leaves(cur, table: Table) -> list[str]:
     """The leaf partitions of table (none unless it is partitioned), as regclass texts."""
     cur.execute("SELECT p.relid::regclass::text FROM pg_partition_tree(to_regclass(%s)) p JOIN pg_class c "
-                "ON c.oid = p.relid WHERE p.isleaf AND p.level > 0 AND c.relkind = 'r' ORDER BY 1", (table.qualified,))
+                "ON c.oid = p.relid WHERE p.isleaf AND p.level > 0 AND c.relkind = 'r' ORDER BY 1", (table.sql_name,))
     return [name for (name,) in cur.fetchall()]
 
 
@@ -184,7 +184,7 @@ def unlogged_nullable(cur, tables: tuple[Table, ...], notes: list[str] | None = 
     field must admit null. One line per table changed goes to notes. Reads only."""
     out = []
     for table in tables:
-        cur.execute(_UNLOGGED_SQL, (table.qualified,))
+        cur.execute(_UNLOGGED_SQL, (table.sql_name,))
         unlogged = {r[0] for r in cur.fetchall()} - set(table.key)
         changed = [c.name for c in table.columns if c.name in unlogged and not c.nullable]
         if changed and notes is not None:
@@ -303,7 +303,8 @@ def replication_connection(dsn: str, what: str, error: type[PgshovelError] = Rel
         options.append(f"-c logical_decoding_work_mem={decoding_work_mem}")
     extra = {"options": " ".join(options)} if options else {}
     try:
-        return psycopg2.connect(dsn, connection_factory=psycopg2.extras.LogicalReplicationConnection, **extra)
+        return open_connection(dsn, what, error, connection_factory=psycopg2.extras.LogicalReplicationConnection,
+                               **extra)
     except psycopg2.OperationalError as exc:
         raise error(f"cannot open a replication connection for {what}: {str(exc).strip()}") from exc
 

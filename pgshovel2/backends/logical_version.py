@@ -26,15 +26,20 @@ VERSION_PREFIX = "pgshovel2.version"
 def tables_spec(cur, tables: tuple[Table, ...], mode_all: frozenset[str]) -> tuple[str, set[str]]:
     """(our plugin's ``tables`` option ``oid[*]:attnum,...;...`` in set order, the tags of tables
     captured with fewer columns than they have). ``*``: mode all (the plugin follows ADD/DROP
-    COLUMN). Raises RelayError when a table no longer exists."""
+    COLUMN). A table is found by its name, else by its recorded OID (Table.oid: renamed, or dropped
+    with changes still to decode before the marker that ends it: the plugin decodes them under the
+    catalog of their time). Raises RelayError when a table is found neither way."""
     parts, subset = [], set()
     for table in tables:
         cur.execute("SELECT c.oid, (SELECT count(*) FROM pg_attribute a WHERE a.attrelid = c.oid "
                     "AND a.attnum > 0 AND NOT a.attisdropped) FROM pg_class c WHERE c.oid = to_regclass(%s)",
-                    (table.qualified,))
+                    (table.sql_name,))
         row = cur.fetchone()
+        if row is None and table.oid is not None:
+            row = (table.oid, len(table.columns))
         if row is None:
-            raise RelayError(f"table {table.qualified} of the set does not exist any more")
+            raise RelayError(f"table {table.qualified} of the set does not exist any more (and the set record "
+                             "has no OID of it: a set created before OIDs were recorded)")
         oid, live = row
         if len(table.columns) < live:
             subset.add(table.qualified)
@@ -47,8 +52,7 @@ def lock_tables(cur, tables: list[Table]) -> None:
     """LOCK the tables against writers until the caller's transaction ends (SHARE ROW EXCLUSIVE:
     waits for running writers, blocks new ones), in a stable order."""
     for table in sorted(tables, key=lambda t: t.qualified):
-        cur.execute(sql.SQL("LOCK TABLE {} IN SHARE ROW EXCLUSIVE MODE").format(sql.Identifier(table.schema,
-                                                                                             table.name)))
+        cur.execute(sql.SQL("LOCK TABLE {} IN SHARE ROW EXCLUSIVE MODE").format(sql.Identifier(*table.relation)))
 
 
 def mark_version(cur, slot: str, plugin: str, version: int, tables: tuple[Table, ...],

@@ -71,18 +71,46 @@ class ColumnTypes:
 
 def column_types(cur, table: Table) -> ColumnTypes:
     """The ColumnTypes of table's captured columns (missing: columns no longer in the table)."""
-    cur.execute(_TYPES_SQL, {"table": table.qualified, "attnums": [c.attnum for c in table.columns]})
+    cur.execute(_TYPES_SQL, {"table": table.sql_name, "attnums": [c.attnum for c in table.columns]})
     return ColumnTypes(cur.fetchall(), table)
 
 
+_RECORD_TYPES_SQL = """
+WITH RECURSIVE d(attnum, atttypid, typ) AS (
+    SELECT u.attnum, u.t::oid, u.t::oid FROM unnest(%(attnums)s::int2[], %(types)s::regtype[]) u(attnum, t)
+  UNION ALL
+    SELECT d.attnum, d.atttypid, t.typbasetype FROM d JOIN pg_type t ON t.oid = d.typ WHERE t.typtype = 'd')
+SELECT d.attnum, d.atttypid::int8, d.typ::int8,
+       CASE WHEN t.typsubscript = 'array_subscript_handler'::regproc THEN t.typelem::int8 ELSE 0 END
+FROM d JOIN pg_type t ON t.oid = d.typ WHERE t.typtype <> 'd'
+"""
+
+
+def recorded_column_types(cur, table: Table) -> ColumnTypes:
+    """The ColumnTypes of table's captured columns from the types the set record names
+    (Column.pg_type, as format_type wrote it), for a table no longer found by its name: dropped,
+    with changes of it still to relay before the marker that ends it."""
+    cur.execute(_RECORD_TYPES_SQL, {"attnums": [c.attnum for c in table.columns],
+                                    "types": [c.pg_type for c in table.columns]})
+    return ColumnTypes(cur.fetchall(), table)
+
+
+def known_column_types(cur, table: Table) -> ColumnTypes:
+    """The ColumnTypes of table's captured columns from the catalog, else (the table or a column
+    dropped since: changes of the layout in effect may still come) from the record's types."""
+    cur.execute("SELECT pg_catalog.to_regclass(%s)", (table.sql_name,))
+    types = column_types(cur, table) if cur.fetchone()[0] is not None else None
+    return types if types is not None and not types.missing else recorded_column_types(cur, table)
+
+
 def _replica_identity_full(cur, table: Table) -> bool:
-    cur.execute("SELECT relreplident = 'f' FROM pg_class WHERE oid = %s::regclass", (table.qualified,))
+    cur.execute("SELECT relreplident = 'f' FROM pg_class WHERE oid = %s::regclass", (table.sql_name,))
     return cur.fetchone()[0]
 
 
 def _live_columns(cur, table: Table) -> int:
     cur.execute("SELECT count(*) FROM pg_attribute WHERE attrelid = %s::regclass AND attnum > 0 "
-                "AND NOT attisdropped AND attgenerated = ''", (table.qualified,))
+                "AND NOT attisdropped AND attgenerated = ''", (table.sql_name,))
     return cur.fetchone()[0]
 
 
@@ -92,7 +120,7 @@ def _targets(cur, tables: tuple[Table, ...]) -> list[sql.Composable]:
     version = cur.fetchone()[0]
     parts = []
     for table in tables:
-        target = sql.Identifier(table.schema, table.name)
+        target = sql.Identifier(*table.relation)
         if (version >= 150000 and table.columns and len(table.columns) < _live_columns(cur, table)
                 and not _replica_identity_full(cur, table)):
             cols = sql.SQL(", ").join(sql.Identifier(c.name) for c in table.columns)

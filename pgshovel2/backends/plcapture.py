@@ -66,18 +66,20 @@ def ensure(cur) -> None:
                            f"{str(exc).strip()}") from exc
 
 
-def register(cur, queue: str, tag: str, cols: str, keys: str, mode: str) -> str:
+def register(cur, queue: str, tag: str, cols: str, keys: str, mode: str, rel: str | None = None) -> str:
     """Record the layout the set of queue captures the table tag (its quoted qualified name)
     in: the trigger's arguments (cols and keys as ``"1,2"``, mode ``all``/``subset`` with
-    ``,before``). Returns the name (in schema pgshovel2_pl) of the row trigger function
+    ``,before``); rel: the table's name now when a rename changed it (Table.sql_name), else
+    the tag. Returns the name (in schema pgshovel2_pl) of the row trigger function
     generated for it, which takes the same arguments as ``pgshovel2_pl.capture``."""
     cur.execute("SELECT pgshovel2_pl.register(%s, %s::regclass, %s, %s::int2[], %s::int2[], %s)",
-                (queue, tag, tag, "{" + cols + "}", "{" + keys + "}", mode))
+                (queue, rel or tag, tag, "{" + cols + "}", "{" + keys + "}", mode))
     return cur.fetchone()[0]
 
 
 def forget(cur, queue: str, tag: str | None = None) -> None:
-    """Delete the recorded layouts of queue (of the table tag only, when given) and their
+    """Delete the recorded layouts of queue (of the table only, when given: its name now,
+    Table.sql_name) and their
     generated trigger functions (call it after dropping the triggers); nothing when
     pgshovel2_pl is not installed."""
     if installed_version(cur) is None:

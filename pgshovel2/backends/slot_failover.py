@@ -13,7 +13,9 @@ from typing import Any
 
 import psycopg2
 
-from pgshovel2.db import redacted
+from pgshovel2 import redact
+from pgshovel2.db import open_connection
+from pgshovel2.errors import PgshovelError
 
 FAILOVER_VERSION = 170000  # server_version_num from which slots can fail over (sync_replication_slots)
 
@@ -29,7 +31,7 @@ FROM (SELECT 1) one LEFT JOIN pg_replication_slots s ON s.slot_name = %s
 
 
 def _query(dsn: str, text: str, slot: str) -> tuple:
-    conn = psycopg2.connect(dsn, connect_timeout=5)
+    conn = open_connection(dsn, "slot failover check", connect_timeout=5)
     conn.autocommit = True
     try:
         with conn.cursor() as cur:
@@ -49,8 +51,8 @@ def primary_facts(dsn: str, slot: str) -> dict[str, Any]:
     before 17)} from the set's database, or {error} when it does not answer."""
     try:
         version, recovery, standby_slots, failover = _query(dsn, _PRIMARY_SQL, slot)
-    except psycopg2.Error as exc:
-        return {"error": f"database {redacted(dsn)} does not answer: {str(exc).strip()}"}
+    except (psycopg2.Error, PgshovelError) as exc:
+        return {"error": f"database {redact.dsn(dsn)} does not answer: {str(exc).strip()}"}
     names = [n.strip() for n in (standby_slots or "").split(",") if n.strip()]
     return {"server_version": version, "in_recovery": recovery, "failover": _flag(failover),
             "standby_slots": names}
@@ -62,9 +64,9 @@ def standby_facts(dsn: str, slot: str) -> dict[str, Any]:
     slot is not there."""
     try:
         recovery, synced, temporary, confirmed = _query(dsn, _STANDBY_SQL, slot)
-    except psycopg2.Error as exc:
-        return {"dsn": redacted(dsn), "error": f"standby does not answer: {str(exc).strip()}"}
-    return {"dsn": redacted(dsn), "in_recovery": recovery, "exists": temporary is not None,
+    except (psycopg2.Error, PgshovelError) as exc:
+        return {"dsn": redact.dsn(dsn), "error": f"standby does not answer: {str(exc).strip()}"}
+    return {"dsn": redact.dsn(dsn), "in_recovery": recovery, "exists": temporary is not None,
             "synced": _flag(synced), "temporary": temporary, "confirmed_flush_lsn": confirmed}
 
 

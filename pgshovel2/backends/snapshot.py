@@ -92,7 +92,7 @@ class TableReader:
     def count(self, table: Table) -> int:
         """Row count of a table in the snapshot (for progress)."""
         with self.conn.cursor() as cur:
-            cur.execute(sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier(table.schema, table.name)))
+            cur.execute(sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier(*table.relation)))
             return cur.fetchone()[0]
 
     def rows(self, table: Table, fetch_size: int = 5000) -> Iterator[list]:
@@ -103,7 +103,7 @@ class TableReader:
         attnums = [c.attnum for c in table.columns]
         # t.* (not t): a whole-row reference even when the table has a column named t
         query = sql.SQL("SELECT {}(t.*, %s::int2[]) FROM {} t").format(
-            sql.Identifier(*self.encode_row.split(".")), sql.Identifier(table.schema, table.name))
+            sql.Identifier(*self.encode_row.split(".")), sql.Identifier(*table.relation))
         with self.conn.cursor(name="snapshot_rows") as cur:
             cur.itersize = fetch_size
             cur.execute(query, (attnums,))
@@ -115,7 +115,7 @@ class TableReader:
             types = pgoutput.column_types(cur, table)
         raw = psycopg2.extensions.new_type(tuple(types.oids), "PGSHOVEL2_TEXT", lambda value, _cur: value)
         columns = sql.SQL(", ").join(sql.Identifier(c.name) for c in table.columns) if table.columns else sql.SQL("")
-        query = sql.SQL("SELECT {} FROM {} t").format(columns, sql.Identifier(table.schema, table.name))
+        query = sql.SQL("SELECT {} FROM {} t").format(columns, sql.Identifier(*table.relation))
         convs = types.converters
         with self.conn.cursor(name="snapshot_rows") as cur:
             cur.itersize = fetch_size
@@ -127,15 +127,15 @@ class TableReader:
     def check_table(self, table: Table) -> None:
         """Raise self.error unless table and its captured columns are readable in the snapshot."""
         with self.conn.cursor() as cur:
-            cur.execute("SELECT to_regclass(%s)", (table.qualified,))
+            cur.execute("SELECT to_regclass(%s)", (table.sql_name,))
             if cur.fetchone()[0] is None:
                 raise self.error(f"table {table.qualified} of the set does not exist (or is not visible) "
                                  "in the snapshot")
-            cur.execute("SELECT has_table_privilege(%s, 'SELECT')", (table.qualified,))
+            cur.execute("SELECT has_table_privilege(%s, 'SELECT')", (table.sql_name,))
             if not cur.fetchone()[0]:
                 raise self.error(f"the database user may not SELECT from {table.qualified}")
             cur.execute("SELECT attnum, attname FROM pg_attribute WHERE attrelid = %s::regclass "
-                        "AND attnum > 0 AND NOT attisdropped", (table.qualified,))
+                        "AND attnum > 0 AND NOT attisdropped", (table.sql_name,))
             present = dict(cur.fetchall())
         for col in table.columns:
             if present.get(col.attnum) != col.name:

@@ -109,11 +109,11 @@ def install_triggers(cur, capture: TriggerCapture, tables: tuple[Table, ...], al
         by_name = {c.name: c.attnum for c in table.columns}
         keys = ",".join(str(by_name[k]) for k in table.key)
         mode = capture_mode(table, all_columns, before_images)
-        target = sql.Identifier(table.schema, table.name)
+        target = sql.Identifier(*table.relation)
         row_function = function
         if capture.kind == "plpgsql":  # the row trigger function generated for the table's layout
             row_function = sql.Identifier(capture.schema, plcapture.register(
-                cur, queue, table.qualified, attnums, keys, mode))
+                cur, queue, table.qualified, attnums, keys, mode, table.sql_name))
         cur.execute(sql.SQL(
             "CREATE TRIGGER {} AFTER INSERT OR UPDATE OR DELETE ON {} FOR EACH ROW "
             "EXECUTE FUNCTION {}({}, {}, {}, {}, {})").format(
@@ -137,7 +137,7 @@ def without_old_rows(cur, capture: TriggerCapture, tables: tuple[Table, ...]) ->
         if table.key:
             continue
         cur.execute("SELECT tgargs FROM pg_catalog.pg_trigger WHERE tgrelid = pg_catalog.to_regclass(%s) "
-                    "AND tgname = %s", (table.qualified, capture.trigger))
+                    "AND tgname = %s", (table.sql_name, capture.trigger))
         row = cur.fetchone()
         args = bytes(row[0]).split(b"\0") if row is not None else []
         if len(args) >= 5 and b",before" not in args[4]:
@@ -153,13 +153,13 @@ def drop_triggers(cur, capture: TriggerCapture, tables: tuple[Table, ...], every
     partitions.uninstall(cur, partitions.for_trigger(capture), tables, everywhere)
     done = []
     for table in tables:
-        cur.execute("SELECT to_regclass(%s)", (table.qualified,))
+        cur.execute("SELECT to_regclass(%s)", (table.sql_name,))
         if cur.fetchone()[0] is None:
             continue
         for name in (trigger, trigger + "_t"):
-            trigger_drop.drop_trigger(cur, name, table.qualified, if_exists=True)
+            trigger_drop.drop_trigger(cur, name, table.sql_name, if_exists=True)
         if capture.kind == "plpgsql":
-            plcapture.forget(cur, capture.queue, table.qualified)
+            plcapture.forget(cur, capture.queue, table.sql_name)
         done.append(table.qualified)
     return done
 
@@ -206,7 +206,7 @@ def column_counts(cur, tables: tuple[Table, ...]) -> dict[str, int]:
     counts = {}
     for t in tables:
         cur.execute("SELECT count(*) FROM pg_attribute WHERE attrelid = %s::regclass "
-                    "AND attnum > 0 AND NOT attisdropped", (t.qualified,))
+                    "AND attnum > 0 AND NOT attisdropped", (t.sql_name,))
         counts[t.qualified] = cur.fetchone()[0]
     return counts
 

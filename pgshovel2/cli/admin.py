@@ -4,16 +4,21 @@ import json
 
 import click
 
+from pgshovel2.cli.clientopts import kafka_options, registry_options
 from pgshovel2.cli.common import (
     LazyGroup,
+    cluster_store,
     env_option,
     log_level_option,
     reports_errors,
     setup_logging,
     zookeeper_options,
+    zookeeper_security,
 )
 from pgshovel2.cluster import ClusterStore
-from pgshovel2.ops import admin, repoint, resnapshot, skip, status, upgrade, verify
+from pgshovel2.kafkaconf import KafkaSettings
+from pgshovel2.ops import accept_ddl, admin, repoint, resnapshot, skip, status, upgrade, verify
+from pgshovel2.registryconf import RegistrySettings
 from pgshovel2.relay.online_request import DEFAULT_CHUNK_SIZE
 from pgshovel2.setrecord import SetRecord, TriggerCapture
 
@@ -29,11 +34,11 @@ _LAZY = {"audit": "pgshovel2.cli.audit:audit", "bootstrap": "pgshovel2.cli.boots
 def main(ctx: click.Context, zookeeper_hosts: str, cluster: str, log_level: str) -> None:
     """Change data capture from PostgreSQL to Kafka: cluster and set administration."""
     setup_logging(log_level)
-    ctx.obj = {"hosts": zookeeper_hosts, "cluster": cluster}
+    ctx.obj = {"hosts": zookeeper_hosts, "cluster": cluster, "zk_auth": zookeeper_security(ctx)}
 
 
 def _store(ctx: click.Context) -> ClusterStore:
-    return ClusterStore(ctx.obj["hosts"], ctx.obj["cluster"])
+    return cluster_store(ctx)
 
 
 @main.group("set")
@@ -136,7 +141,9 @@ def set_inspect(ctx: click.Context, name: str, as_json: bool, version: int | Non
     click.echo(f"  snapshot: {json.dumps(snap) if snap else 'not taken yet'}")
     for t in info["tables"]:
         key = ", ".join(t["key"]) or "(unkeyed)"
-        click.echo(f"  table {t['schema']}.{t['name']}  key: {key} ({t['key_source']})")
+        now = f" (now {t['renamed'][0]}.{t['renamed'][1]})" if t.get("renamed") else ""
+        kept = f", key kept as ({', '.join(c['pg_type'] for c in t['key_layout'])})" if t.get("key_layout") else ""
+        click.echo(f"  table {t['schema']}.{t['name']}{now}  key: {key} ({t['key_source']}{kept})")
         for c in t["columns"]:
             click.echo(f"    {c['name']}: {c['pg_type']}{'' if c['nullable'] else ' not null'}")
 
@@ -169,23 +176,24 @@ def set_upgrade(ctx: click.Context, name: str, config: str, dry_run: bool, no_sn
 
 @set_group.command("status")
 @click.argument("name")
-@env_option("--bootstrap-servers", default="127.0.0.1:9092", help="Kafka bootstrap servers.")
+@kafka_options
 @click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
 @click.option("--wait", is_flag=True, help="First wait until the relay has relayed every change committed "
               "before the command started (a drain check).")
 @click.option("--timeout", default=300.0, show_default=True, help="Seconds --wait waits at most.")
-@click.option("--standby", "standby_dsn", default=None,
-              help="DSN of a physical standby: say whether a logical set's slot is synced to it (PostgreSQL 17+).")
+@env_option("--standby", "standby_dsn", default=None,
+            help="DSN of a physical standby: say whether a logical set's slot is synced to it (PostgreSQL 17+). "
+                 "A password: password=env:VAR or ~/.pgpass, not on the command line (ps shows it).")
 @click.pass_context
 @reports_errors
-def set_status(ctx: click.Context, name: str, bootstrap_servers: str, as_json: bool, wait: bool,
+def set_status(ctx: click.Context, name: str, kafka: KafkaSettings, as_json: bool, wait: bool,
                timeout: float, standby_dsn: str | None) -> None:
     """Show set NAME's queue lag, active relay, last committed position and Kafka end offsets,
     and for a logical set whether its slot survives a failover."""
     with _store(ctx) as store:
         if wait:
-            status.wait_caught_up(store, name, bootstrap_servers, timeout)
-        info = status.set_status(store, name, bootstrap_servers, standby_dsn)
+            status.wait_caught_up(store, name, kafka, timeout)
+        info = status.set_status(store, name, kafka, standby_dsn)
     if as_json:
         click.echo(json.dumps(info, indent=2, sort_keys=True, default=str))
         return
@@ -195,7 +203,9 @@ def set_status(ctx: click.Context, name: str, bootstrap_servers: str, as_json: b
 
 @set_group.command("repoint")
 @click.argument("name")
-@click.option("--dsn", "new_dsn", required=True, help="DSN of the promoted replica that now holds the set's data.")
+@click.option("--dsn", "new_dsn", required=True, envvar="PGSHOVEL_REPOINT_DSN", show_envvar=True,
+              help="DSN of the promoted replica that now holds the set's data (stored in ZooKeeper: no password; "
+                   "password=env:VAR / file:PATH, ~/.pgpass or PGPASSWORD instead).")
 @click.option("--force", is_flag=True, help="Accept a database with another system identifier.")
 @click.option("--rebootstrap", is_flag=True, help="Logical set: accept a database without the set's slot "
               "(it did not fail over); the relay must then run with --snapshot and consumers re-bootstrap.")
@@ -233,6 +243,28 @@ def set_skip(ctx: click.Context, name: str, position: str, reason: str) -> None:
                "restart the relay")
 
 
+@set_group.command("accept-ddl")
+@click.argument("name")
+@click.argument("table")
+@click.option("--new-topic", is_flag=True,
+              help="Go on in the table's next topic generation ({topic}.g<n>), filled by an online snapshot.")
+@click.option("--reason", default="", help="Why (kept in ZooKeeper with the decision).")
+@click.pass_context
+@reports_errors
+def set_accept_ddl(ctx: click.Context, name: str, table: str, new_topic: bool, reason: str) -> None:
+    """Let set NAME's relay go on past the DDL of TABLE (schema.table) it waits at.
+
+    Default: the new value schema is registered regardless of compatibility, in the same topic
+    (a SCHEMA_CHANGED record marks the place; refused for a change of the key). --new-topic: the
+    table goes on in a new topic generation, filled by an online snapshot (a TOPIC_CHANGED record
+    marks the place). The decision applies exactly at the change; it is kept in ZooKeeper.
+    """
+    with _store(ctx) as store:
+        stop = accept_ddl.accept(store, name, table, new_topic, reason)
+        record, _ = store.get_set(name)
+    click.echo(accept_ddl.describe(name, stop, new_topic, record))
+
+
 @set_group.command("drop")
 @click.argument("name")
 @click.pass_context
@@ -246,13 +278,13 @@ def set_drop(ctx: click.Context, name: str) -> None:
 
 @set_group.command("verify")
 @click.argument("name")
-@env_option("--bootstrap-servers", default="127.0.0.1:9092", help="Kafka bootstrap servers.")
-@env_option("--schema-registry", default=None, help="Schema registry URL (Avro sets).")
+@kafka_options
+@registry_options("Avro sets")
 @click.option("--wait/--no-wait", default=True, show_default=True,
               help="First wait until the relay has relayed every committed change.")
 @click.pass_context
 @reports_errors
-def set_verify(ctx: click.Context, name: str, bootstrap_servers: str, schema_registry: str | None,
+def set_verify(ctx: click.Context, name: str, kafka: KafkaSettings, registry: RegistrySettings | None,
                wait: bool) -> None:
     """Check that the state rebuilt from the set's topics equals its tables.
 
@@ -261,9 +293,12 @@ def set_verify(ctx: click.Context, name: str, bootstrap_servers: str, schema_reg
     with _store(ctx) as store:
         record, _ = store.get_set(name)
         if wait:
-            status.wait_caught_up(store, name, bootstrap_servers)
-    reports = verify.verify_set(record, bootstrap_servers, schema_registry)
+            status.wait_caught_up(store, name, kafka)
+    reports = verify.verify_set(record, kafka, registry)
     for r in reports:
+        if r.note is not None:
+            click.echo(f"{r.topic}: {r.table} {r.note}")
+            continue
         state = "ok" if r.ok else f"DIFFERENT: {r.first_difference}"
         click.echo(f"{r.topic}: {r.messages} messages, {r.rebuilt_rows} rows rebuilt, "
                    f"{r.source_rows} rows in {r.table}: {state}")

@@ -6,8 +6,10 @@ import sys
 
 import click
 
-from pgshovel2.cli.common import env_option, reports_errors
-from pgshovel2.cluster import ClusterStore
+from pgshovel2.cli.clientopts import kafka_options, registry_options
+from pgshovel2.cli.common import cluster_store, reports_errors
+from pgshovel2.kafkaconf import KafkaSettings
+from pgshovel2.registryconf import RegistrySettings
 
 
 @click.command("audit")
@@ -21,29 +23,29 @@ from pgshovel2.cluster import ClusterStore
                    "[default: 1]")
 @click.option("--pause", default=5.0, show_default=True, help="Seconds between rounds.")
 @click.option("--bucket-rows", default=1000, show_default=True, help="Key range of one checksum bucket (iceberg).")
-@env_option("--bootstrap-servers", default="127.0.0.1:9092", help="Kafka bootstrap servers.")
-@env_option("--schema-registry", default=None, help="Schema registry URL (Avro sets).")
+@kafka_options
+@registry_options("Avro sets")
 @click.option("--timeout", default=120.0, show_default=True,
               help="Seconds a round waits for the relay to relay what was committed before it.")
 @click.pass_context
 @reports_errors
 def audit(ctx: click.Context, set_name: str, against: str, rounds: int | None, pause: float, bucket_rows: int,
-          bootstrap_servers: str, schema_registry: str | None, timeout: float) -> None:
+          kafka: KafkaSettings, registry: RegistrySettings | None, timeout: float) -> None:
     """Compare SET's tables with their materialized state by key-range checksums; name the keys
     whose rows differ. Exit status 3 when some differ."""
     from pgshovel2.ops import audit as ops_audit
 
-    with ClusterStore(ctx.obj["hosts"], ctx.obj["cluster"]) as store:
+    with cluster_store(ctx) as store:
         record, _ = store.get_set(set_name)
         if against == "kafka":
             from pgshovel2.ops import audit_kafka
 
-            results = audit_kafka.audit(store, record, bootstrap_servers, schema_registry,
+            results = audit_kafka.audit(store, record, kafka, registry,
                                         1 if rounds is None else rounds, pause, timeout)
         else:
             from pgshovel2.ops import audit_iceberg
             warehouse = _iceberg_warehouse(against)
-            results = audit_iceberg.audit(store, record, warehouse, bootstrap_servers, schema_registry,
+            results = audit_iceberg.audit(store, record, warehouse, kafka, registry,
                                           1 if rounds is None else rounds, pause, bucket_rows, timeout)
     click.echo("\n".join(ops_audit.report(results)))
     if any(r.keys for r in results):

@@ -5,8 +5,19 @@ import os
 
 import click
 
-from pgshovel2.cli.common import env_option, log_level_option, reports_errors, setup_logging, zookeeper_options
+from pgshovel2.cli.clientopts import kafka_options, registry_options
+from pgshovel2.cli.common import (
+    cluster_store,
+    env_option,
+    log_level_option,
+    reports_errors,
+    setup_logging,
+    zookeeper_options,
+    zookeeper_security,
+)
 from pgshovel2.cluster import ClusterStore
+from pgshovel2.kafkaconf import KafkaSettings
+from pgshovel2.registryconf import RegistrySettings
 
 
 def default_master() -> str | None:
@@ -25,8 +36,8 @@ def _options(func):
                      show_default=True, help="iceberg: write the Iceberg tables pgshovel.<set>.<schema>.<table> "
                      "of --catalog (handoff in their properties); the manifest still goes to --output."),
         click.option("--catalog", default=None, help="Iceberg catalog (--format iceberg): hadoop:WAREHOUSE_PATH."),
-        env_option("--bootstrap-servers", default="127.0.0.1:9092", help="Kafka bootstrap servers."),
-        env_option("--schema-registry", default=None, help="Schema registry URL (Avro sets, --to-kafka)."),
+        kafka_options,
+        registry_options("Avro sets, --to-kafka"),
         click.option("--master", default=None, help="Spark master (default local[*]; under spark-submit, "
                      "spark-submit's)."),
         env_option("--jdbc-jar", default="/usr/share/java/postgresql.jar",
@@ -43,10 +54,10 @@ def _options(func):
     return func
 
 
-def bootstrap_set(hosts: str, cluster: str, set_name: str, output: str, to_kafka: bool, fmt: str,
-                  catalog: str | None, bootstrap_servers: str, schema_registry: str | None, master: str | None,
+def bootstrap_set(store: ClusterStore, set_name: str, output: str, to_kafka: bool, fmt: str,
+                  catalog: str | None, kafka: KafkaSettings, registry: RegistrySettings | None, master: str | None,
                   jdbc_jar: str, partition_rows: int, fetch_size: int, native: bool = True) -> None:
-    """Run the bootstrap job and print where its manifest is."""
+    """Run the bootstrap job (the set's record from store, not entered yet) and print where its manifest is."""
     from pgshovel2.sparkjobs import bootstrap, iceberg, session
 
     if (fmt == "iceberg") != (catalog is not None) or (fmt == "iceberg" and to_kafka):
@@ -55,10 +66,10 @@ def bootstrap_set(hosts: str, cluster: str, set_name: str, output: str, to_kafka
     master = master or default_master()
     jars = session.jars(jdbc_jar) if master else None
     spark = session.session(master, f"pgshovel2 bootstrap {set_name}", jars, ice.settings() if ice else None)
-    options = bootstrap.BootstrapOptions(output, bootstrap_servers, schema_registry, to_kafka, partition_rows,
+    options = bootstrap.BootstrapOptions(output, kafka, registry, to_kafka, partition_rows,
                                          fetch_size=fetch_size, native=native, iceberg=ice)
     try:
-        with ClusterStore(hosts, cluster) as store:
+        with store:
             manifest = bootstrap.run(spark, store, set_name, options)
     finally:
         if master:
@@ -78,7 +89,7 @@ def bootstrap(ctx: click.Context, set_name: str, **options) -> None:
     Writes Parquet (or with --to-kafka, op=r messages) and a manifest that
     consumers start the stream from (SetReader.from_manifest, spark/materialize.py).
     """
-    bootstrap_set(ctx.obj["hosts"], ctx.obj["cluster"], set_name, **options)
+    bootstrap_set(cluster_store(ctx), set_name, **options)
 
 
 @click.command("bootstrap")
@@ -90,4 +101,4 @@ def standalone(zookeeper_hosts: str, cluster: str, log_level: str, set_name: str
     """spark/bootstrap.py: the same job for spark-submit (see ``pgshovel bootstrap --help``)."""
     setup_logging(log_level)
     logging.getLogger("py4j").setLevel(logging.WARNING)
-    bootstrap_set(zookeeper_hosts, cluster, set_name, **options)
+    bootstrap_set(ClusterStore(zookeeper_hosts, cluster, auth=zookeeper_security()), set_name, **options)

@@ -6,14 +6,14 @@ import time
 
 import click
 
-from pgshovel2.cli.common import reports_errors
+from pgshovel2.cli.common import cluster_store, reports_errors
 from pgshovel2.cluster import ClusterStore
-from pgshovel2.ops import cluster_admin, recover
+from pgshovel2.ops import cluster_admin, cluster_secure, recover
 from pgshovel2.relay import election
 
 
 def _store(ctx: click.Context) -> ClusterStore:
-    return ClusterStore(ctx.obj["hosts"], ctx.obj["cluster"])
+    return cluster_store(ctx)
 
 
 @click.group("cluster")
@@ -32,9 +32,17 @@ def cluster_initialize(ctx: click.Context) -> None:
     click.echo(f"cluster {ctx.obj['cluster']!r} {state} at {ctx.obj['hosts']}")
 
 
+class _DsnList(click.ParamType):
+    """A DSN, repeatable; from the environment several are separated by ';' (a DSN has spaces)."""
+
+    name = "DSN"
+    envvar_list_splitter = ";"
+
+
 @cluster_group.command("recover")
-@click.option("--dsn", "dsns", multiple=True,
-              help="Also look for prepared transactions on this server (repeatable).")
+@click.option("--dsn", "dsns", multiple=True, type=_DsnList(), envvar="PGSHOVEL_RECOVER_DSN", show_envvar=True,
+              help="Also look for prepared transactions on this server (repeatable; in the variable, ';'-separated). "
+                   "A password: password=env:VAR or ~/.pgpass, not on the command line (ps shows it).")
 @click.pass_context
 @reports_errors
 def cluster_recover(ctx: click.Context, dsns: tuple[str, ...]) -> None:
@@ -60,6 +68,14 @@ def cluster_inspect(ctx: click.Context, as_json: bool) -> None:
         click.echo(json.dumps(info, indent=2, sort_keys=True))
         return
     click.echo(f"cluster {info['cluster']} at {info['zookeeper']}: pgshovel2 {info.get('pgshovel_version')}")
+    acl = info["acl"]
+    click.echo(f"  acl: {', '.join(acl['acl'])}" + (f"; {len(acl['differs'])} znode(s) differ" if acl["differs"] else
+                                                      " (every znode)"))
+    for path, entries in sorted(acl["differs"].items()):
+        click.echo(f"    {path}: {', '.join(entries)}")
+    if acl["open"]:
+        click.echo(f"  {len(acl['open'])} znode(s) open to anyone (world:anyone): 'pgshovel cluster secure' "
+                   "with --zookeeper-auth closes them")
     for s in info["sets"]:
         click.echo(f"  set {s['name']} version {s['version']} ({s['backend']}): {', '.join(s['tables'])}")
         click.echo(f"    relays: {_relays_line(s['relays'])}")
@@ -75,6 +91,19 @@ def cluster_upgrade(ctx: click.Context, force: bool) -> None:
     """Move the capture SQL of every set's database to this package's version (capture keeps running)."""
     with _store(ctx) as store:
         for line in cluster_admin.upgrade(store, force):
+            click.echo(line)
+
+
+@cluster_group.command("secure")
+@click.pass_context
+@reports_errors
+def cluster_secure_command(ctx: click.Context) -> None:
+    """Put the --zookeeper-auth principal's ACL (and --zookeeper-acl entries) on every znode of the
+    cluster, and remove the passwords stored in its set records, history and intents (also part of
+    'cluster upgrade'). Processes then read the database password from ~/.pgpass, PGPASSWORD, a
+    service file or a password=env:VAR / file:PATH reference in the DSN."""
+    with _store(ctx) as store:
+        for line in cluster_secure.secure(store):
             click.echo(line)
 
 

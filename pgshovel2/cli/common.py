@@ -8,8 +8,11 @@ from collections.abc import Callable
 
 import click
 
+from pgshovel2 import redact
 from pgshovel2.cli import logconfig
+from pgshovel2.cluster import ClusterStore
 from pgshovel2.errors import PgshovelError
+from pgshovel2.zkauth import ZooKeeperAuth
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
@@ -41,10 +44,54 @@ def env_option(*decls: str, **kwargs) -> Callable:
 
 
 def zookeeper_options(func: Callable) -> Callable:
-    """--zookeeper-hosts and --cluster."""
+    """--zookeeper-hosts, --cluster and the ZooKeeper security options (:func:`zookeeper_security`
+    reads them)."""
+    func = zookeeper_security_options(func)
     func = env_option("--cluster", default="default", help="Cluster name (a namespace in ZooKeeper).")(func)
     return env_option("--zookeeper-hosts", default="127.0.0.1:2181",
-                      help="ZooKeeper connect string.")(func)
+                      help="ZooKeeper connect string (host:port,...[/chroot]).")(func)
+
+
+_ZK_SECURITY = (  # (option, settings key, help); all PGSHOVEL_ZOOKEEPER_* too, none shown in ps when set so
+    ("--zookeeper-auth", "auth", "ZooKeeper authentication: none, sasl:USER:REF (SASL DIGEST-MD5) or "
+     "digest:USER:REF, REF being the password as env:VAR or file:PATH. Znodes created get this principal "
+     "alone in their ACL."),
+    ("--zookeeper-ca", "ca", "CA certificates (PEM) of the ZooKeeper server's TLS certificate (turns TLS on)."),
+    ("--zookeeper-cert", "cert", "Client certificate (PEM) for ZooKeeper's TLS port (turns TLS on)."),
+    ("--zookeeper-key", "key", "Private key (PEM) of --zookeeper-cert."),
+    ("--zookeeper-key-password", "key_password", "Password of --zookeeper-key, as env:VAR or file:PATH."),
+    ("--zookeeper-acl", "acl", "More ACL entries for the znodes created, ';'-separated scheme:id:perms "
+     "(perms: letters of cdrwa), e.g. sasl:relay:cdrwa."),
+    ("--zookeeper-config", "config", "YAML file of ZooKeeper settings (auth, tls, ca, cert, key, key_password, acl: "
+     "docs/security.rst); options and variables given override it."),
+)
+
+
+def zookeeper_security_options(func: Callable) -> Callable:
+    """The ZooKeeper security options (_ZK_SECURITY and --zookeeper-tls), remembered in ctx.meta."""
+    for option, _key, text in reversed(_ZK_SECURITY):
+        func = env_option(option, default=None, expose_value=False, callback=_remember, help=text)(func)
+    return env_option("--zookeeper-tls", is_flag=True, default=None, expose_value=False, callback=_remember,
+                      help="Connect to ZooKeeper with TLS (its secure client port).")(func)
+
+
+def zookeeper_security(ctx: click.Context | None = None) -> ZooKeeperAuth:
+    """The ZooKeeperAuth of the running command's options, variables and --zookeeper-config.
+
+    Raises click.UsageError for bad settings (a password that is not a reference, a bad ACL entry)."""
+    meta = (ctx or click.get_current_context()).meta
+    given = {key: meta.get(f"pgshovel2.{option[2:].replace('-', '_')}") for option, key, _ in _ZK_SECURITY}
+    given["tls"] = meta.get("pgshovel2.zookeeper_tls") or None
+    try:
+        return ZooKeeperAuth.load(given.pop("config"), given, "--zookeeper-* options")
+    except PgshovelError as exc:
+        raise click.UsageError(str(exc)) from None
+
+
+def cluster_store(ctx: click.Context, timeout: float = 10.0) -> ClusterStore:
+    """The ClusterStore of the command's --zookeeper-hosts, --cluster and ZooKeeper security
+    (ctx.obj of ``pgshovel``: hosts, cluster, zk_auth)."""
+    return ClusterStore(ctx.obj["hosts"], ctx.obj["cluster"], timeout, ctx.obj["zk_auth"])
 
 
 def _remember(ctx: click.Context, param: click.Parameter, value: object) -> object:
@@ -78,6 +125,7 @@ def setup_logging(level: str) -> None:
         logging.basicConfig(level=level.upper(), format=LOG_FORMAT, stream=sys.stderr)
         for noisy in ("kazoo", "httpx", "httpx2", "httpcore", "pyiceberg"):
             logging.getLogger(noisy).setLevel(logging.WARNING)
+    logconfig.redact_handlers()
     if meta.get("pgshovel2.sentry_dsn"):
         logconfig.start_sentry(meta["pgshovel2.sentry_dsn"])
 
@@ -89,7 +137,7 @@ def reports_errors(func: Callable) -> Callable:
         try:
             return func(*args, **kwargs)
         except PgshovelError as exc:
-            click.echo(f"error: {exc}", err=True)
+            click.echo(f"error: {redact.text(str(exc))}", err=True)
             logconfig.report(exc)
             sys.exit(1)
     return wrapper

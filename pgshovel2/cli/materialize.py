@@ -5,7 +5,17 @@ import logging
 import click
 
 from pgshovel2.cli.bootstrap import default_master
-from pgshovel2.cli.common import env_option, log_level_option, reports_errors, setup_logging
+from pgshovel2.cli.clientopts import kafka_options, registry_options
+from pgshovel2.cli.common import (
+    env_option,
+    log_level_option,
+    reports_errors,
+    setup_logging,
+    zookeeper_security,
+    zookeeper_security_options,
+)
+from pgshovel2.kafkaconf import KafkaSettings
+from pgshovel2.registryconf import RegistrySettings
 
 
 @click.command("materialize")
@@ -21,19 +31,20 @@ from pgshovel2.cli.common import env_option, log_level_option, reports_errors, s
 @click.option("--checkpoint", type=click.Path(file_okay=False), help="Streaming checkpoint directory.")
 @click.option("--available-now", is_flag=True, help="With --stream: process what is in Kafka now, then stop.")
 @click.option("--trigger-seconds", default=10.0, show_default=True, help="With --stream: micro-batch interval.")
-@env_option("--bootstrap-servers", default="127.0.0.1:9092", help="Kafka bootstrap servers.")
-@env_option("--schema-registry", default=None, help="Schema registry URL.")
+@kafka_options
+@registry_options("Avro sets")
 @env_option("--zookeeper-hosts", default=None, help="ZooKeeper connect string: read the set's records "
             "there, so that tables added to the set after the bootstrap are materialized too and a JSON set's "
             "columns of any set version are known (default: the bootstrap's record only).")
 @env_option("--cluster", default="default", help="Cluster name (a namespace in ZooKeeper).")
+@zookeeper_security_options
 @click.option("--master", default=None, help="Spark master (default local[*]; under spark-submit, spark-submit's).")
 @env_option("--jdbc-jar", default="/usr/share/java/postgresql.jar", help="PostgreSQL JDBC driver jar.")
 @log_level_option
 @reports_errors
 def main(bootstrap_dir: str, output: str | None, fmt: str, catalog: str | None, stream: bool,
          checkpoint: str | None, available_now: bool,
-         trigger_seconds: float, bootstrap_servers: str, schema_registry: str | None, zookeeper_hosts: str | None,
+         trigger_seconds: float, kafka: KafkaSettings, registry: RegistrySettings | None, zookeeper_hosts: str | None,
          cluster: str, master: str | None, jdbc_jar: str, log_level: str) -> None:
     """Materialize the current state of a bootstrapped set from its change stream."""
     from pgshovel2.sparkjobs import iceberg, icemerge, materialize, session
@@ -46,9 +57,9 @@ def main(bootstrap_dir: str, output: str | None, fmt: str, catalog: str | None, 
     master = master or default_master()
     spark = session.session(master, "pgshovel2 materialize", session.jars(jdbc_jar) if master else None,
                             ice.settings() if ice else None)
-    options = materialize.MaterializeOptions(bootstrap_dir, output or "", bootstrap_servers, schema_registry,
+    options = materialize.MaterializeOptions(bootstrap_dir, output or "", kafka, registry,
                                              stream, checkpoint, available_now, trigger_seconds,
-                                             zookeeper_hosts, cluster)
+                                             zookeeper_hosts, cluster, zookeeper_security())
     try:
         if ice:
             icemerge.run(spark, options, ice)

@@ -5,15 +5,28 @@ import logging
 import os
 import re
 import signal
+import ssl
 import threading
 
 import click
+from click.core import ParameterSource
 
+from pgshovel2 import secretref
 from pgshovel2.cli.allocator import MODES as ALLOCATORS
 from pgshovel2.cli.allocator import describe, reexec
-from pgshovel2.cli.common import env_option, log_level_option, reports_errors, setup_logging, zookeeper_options
+from pgshovel2.cli.clientopts import kafka_options, registry_options
+from pgshovel2.cli.common import (
+    env_option,
+    log_level_option,
+    reports_errors,
+    setup_logging,
+    zookeeper_options,
+    zookeeper_security,
+)
 from pgshovel2.cluster import ClusterStore
 from pgshovel2.errors import RelayError
+from pgshovel2.kafkaconf import KafkaSettings
+from pgshovel2.registryconf import RegistrySettings
 from pgshovel2.relay import metrics
 from pgshovel2.relay.logical_source import COMMIT_DELAY
 from pgshovel2.relay.options import RelayOptions
@@ -44,9 +57,8 @@ def _tune_gc() -> None:
 @click.command()
 @click.argument("set_name", metavar="SET")
 @zookeeper_options
-@env_option("--bootstrap-servers", default="127.0.0.1:9092", help="Kafka bootstrap servers.")
-@env_option("--schema-registry", default=None,
-            help="Confluent-compatible schema registry URL (needed for Avro).")
+@kafka_options
+@registry_options("needed for Avro")
 @env_option("--snapshot/--skip-snapshot", "snapshot", default=None,
             help="Snapshot every table again (an online snapshot request when the set has a position to "
                  "resume from, else a new initial snapshot), or skip it; default: snapshot on the first start.")
@@ -83,18 +95,27 @@ def _tune_gc() -> None:
             help="ZooKeeper session timeout (s): a killed active relay is replaced after about this long.")
 @env_option("--metrics-port", default=None, type=click.IntRange(1, 65535),
             help="Serve Prometheus metrics on this port (/metrics); off by default.")
-@env_option("--metrics-address", default="127.0.0.1", help="Address of the metrics endpoint.")
+@env_option("--metrics-address", default="127.0.0.1",
+            help="Address the metrics endpoint listens on (0.0.0.0: every interface; then use TLS and basic auth).")
+@env_option("--metrics-tls-cert", default=None, type=click.Path(dir_okay=False, exists=True),
+            help="Serve the metrics over HTTPS with this certificate (PEM, with its chain); needs --metrics-tls-key.")
+@env_option("--metrics-tls-key", default=None, type=click.Path(dir_okay=False, exists=True),
+            help="The metrics certificate's key (PEM).")
+@env_option("--metrics-basic-auth", default=None, metavar="REF",
+            help="USER:PASSWORD every metrics request must bring (HTTP basic auth; 401 otherwise), as env:NAME or "
+                 "file:PATH (the value itself only in PGSHOVEL_METRICS_BASIC_AUTH).")
 @env_option("--allocator", type=click.Choice(ALLOCATORS), default="auto",
             help="Memory allocator: jemalloc (less CPU per change; the relay re-executes itself with it preloaded), "
                  "system (the C library's malloc), or auto: jemalloc when installed and LD_PRELOAD is unset.")
 @log_level_option
 @reports_errors
-def main(set_name: str, zookeeper_hosts: str, cluster: str, bootstrap_servers: str,
-         schema_registry: str | None, snapshot: bool | None, progress_interval: float,
+def main(set_name: str, zookeeper_hosts: str, cluster: str, kafka: KafkaSettings,
+         registry: RegistrySettings | None, snapshot: bool | None, progress_interval: float,
          poll_interval: float, transactions: bool, max_transaction_messages: int, busy_commit_delay: float,
          commit_delay: float | None, slot_lag_warn_mb: int, heartbeat_interval: float, pgq_maint_interval: float,
          spill_dir: str | None, logical_decoding_work_mem: str | None, zookeeper_session_timeout: float,
-         metrics_port: int | None, metrics_address: str, allocator: str, log_level: str) -> None:
+         metrics_port: int | None, metrics_address: str, metrics_tls_cert: str | None, metrics_tls_key: str | None,
+         metrics_basic_auth: str | None, allocator: str, log_level: str) -> None:
     """Relay the changes of replication set SET to Kafka until SIGTERM or SIGINT.
 
     Run several for the same set: one is active (elected in ZooKeeper), the
@@ -106,11 +127,7 @@ def main(set_name: str, zookeeper_hosts: str, cluster: str, bootstrap_servers: s
     log.info("memory allocator: %s", describe(allocator, os.environ))
     _tune_gc()
     if metrics_port is not None:
-        try:
-            metrics.serve(metrics_port, metrics_address)
-        except OSError as exc:
-            raise RelayError(f"cannot serve metrics on {metrics_address}:{metrics_port}: {exc.strerror}") from exc
-        log.info("Prometheus metrics on http://%s:%d/metrics", metrics_address, metrics_port)
+        _serve_metrics(metrics_port, metrics_address, metrics_tls_cert, metrics_tls_key, metrics_basic_auth)
     stop = threading.Event()
 
     def on_signal(signum: int, _frame) -> None:
@@ -120,14 +137,43 @@ def main(set_name: str, zookeeper_hosts: str, cluster: str, bootstrap_servers: s
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     mode = {None: "auto", True: "force", False: "skip"}[snapshot]
-    options = RelayOptions(bootstrap_servers, schema_registry, mode, poll_interval, progress_interval,
+    options = RelayOptions(kafka, registry, mode, poll_interval, progress_interval,
                            transactions, max_transaction_messages, slot_lag_warn_mb << 20, heartbeat_interval,
                            pgq_maint_interval, spill_dir, logical_decoding_work_mem,
                            busy_commit_delay=busy_commit_delay, commit_delay=commit_delay)
-    with ClusterStore(zookeeper_hosts, cluster, timeout=zookeeper_session_timeout) as store:
+    with ClusterStore(zookeeper_hosts, cluster, zookeeper_session_timeout, zookeeper_security()) as store:
         totals = run_elected(store, set_name, options, stop)
     log.info("stopped after %d changes in %d batches (%d restarts after interruptions)",
              totals.changes, totals.batches, totals.restarts)
+
+
+def _serve_metrics(port: int, address: str, cert: str | None, key: str | None, basic_auth: str | None) -> None:
+    """Start the metrics endpoint (pgshovel2.relay.metrics.serve). Raises click.BadParameter for a
+    certificate without key or a literal password on the command line, RelayError when it cannot
+    listen or load the certificate, SecretReferenceError for an unresolvable reference."""
+    if (cert is None) != (key is None):
+        raise click.BadParameter("give both --metrics-tls-cert and --metrics-tls-key", param_hint="--metrics-tls-cert")
+    credentials = None
+    if basic_auth:
+        ctx = click.get_current_context()
+        if ctx.get_parameter_source("metrics_basic_auth") == ParameterSource.COMMANDLINE and \
+                not secretref.is_reference(basic_auth):
+            raise click.BadParameter("on the command line it must be a reference, env:NAME or file:PATH (a value "
+                                     "there shows in ps); put the value itself in PGSHOVEL_METRICS_BASIC_AUTH",
+                                     param_hint="--metrics-basic-auth")
+        credentials = secretref.resolve(basic_auth, "--metrics-basic-auth")
+        if ":" not in credentials:
+            raise click.BadParameter("must be USER:PASSWORD", param_hint="--metrics-basic-auth")
+    try:
+        metrics.serve(port, address, cert, key, credentials)
+    except (OSError, ssl.SSLError) as exc:
+        raise RelayError(f"cannot serve metrics on {address}:{port}: {exc.strerror or exc}") from exc
+    scheme = "https" if cert else "http"
+    log.info("Prometheus metrics on %s://%s:%d/metrics%s", scheme, address, port,
+             " (basic auth)" if credentials else "")
+    if address not in ("127.0.0.1", "::1", "localhost") and not (cert and credentials):
+        log.warning("the metrics endpoint listens on %s without %s: anyone who reaches it reads the set's metrics",
+                    address, " and ".join(w for w, on in (("TLS", cert), ("basic auth", credentials)) if not on))
 
 
 def entry() -> None:

@@ -6,8 +6,10 @@ import threading
 
 import click
 
-from pgshovel2.cli.common import env_option, reports_errors
-from pgshovel2.cluster import ClusterStore
+from pgshovel2.cli.clientopts import kafka_options, registry_options
+from pgshovel2.cli.common import cluster_store, env_option, reports_errors
+from pgshovel2.kafkaconf import KafkaSettings
+from pgshovel2.registryconf import RegistrySettings
 from pgshovel2.replica.apply import ApplyOptions, Replicator
 from pgshovel2.replica.bootstrap import MODES, bootstrap
 
@@ -25,8 +27,8 @@ log = logging.getLogger("pgshovel2.replica")
                  "target already replicates the set.")
 @env_option("--from-bootstrap", default=None, type=click.Path(file_okay=False),
             help="Output directory of 'pgshovel bootstrap SET' (implies --bootstrap parquet).")
-@env_option("--bootstrap-servers", default="127.0.0.1:9092", help="Kafka bootstrap servers.")
-@env_option("--schema-registry", default=None, help="Schema registry URL (Avro sets).")
+@kafka_options
+@registry_options("Avro sets")
 @env_option("--batch-changes", default=5000, type=click.IntRange(1),
             help="Most changes per target transaction when behind (1: one source transaction each).")
 @env_option("--batch-delay", default=0.2, type=click.FloatRange(0.0),
@@ -37,9 +39,8 @@ log = logging.getLogger("pgshovel2.replica")
 @click.pass_context
 @reports_errors
 def replicate(ctx: click.Context, set_name: str, target: str, mode: str, from_bootstrap: str | None,
-              bootstrap_servers: str,
-              schema_registry: str | None, batch_changes: int, batch_delay: float, until_caught_up: bool,
-              progress_interval: float) -> None:
+              kafka: KafkaSettings, registry: RegistrySettings | None, batch_changes: int, batch_delay: float,
+              until_caught_up: bool, progress_interval: float) -> None:
     """Keep the TARGET database equal to set SET's tables, until SIGTERM/SIGINT.
 
     An empty target is bootstrapped first; then every source transaction is
@@ -49,8 +50,8 @@ def replicate(ctx: click.Context, set_name: str, target: str, mode: str, from_bo
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    options = ApplyOptions(bootstrap_servers, schema_registry, batch_changes, batch_delay, progress_interval)
-    with ClusterStore(ctx.obj["hosts"], ctx.obj["cluster"]) as store:
+    options = ApplyOptions(kafka, registry, batch_changes, batch_delay, progress_interval)
+    with cluster_store(ctx) as store:
         rep = Replicator(store, set_name, target, options)
         try:
             st = rep.load_state()
@@ -59,7 +60,7 @@ def replicate(ctx: click.Context, set_name: str, target: str, mode: str, from_bo
                 mode = "parquet" if from_bootstrap else mode
                 if mode == "parquet" and not from_bootstrap:
                     raise click.UsageError("--bootstrap parquet needs --from-bootstrap DIR")
-                st = bootstrap(rep.target, store.cluster, set_name, record, mode, bootstrap_servers,
+                st = bootstrap(rep.target, store.cluster, set_name, record, mode, kafka,
                                from_bootstrap)
             else:
                 log.info("resuming set %r after position %r (txid %d, set version %d)", set_name, st.position,

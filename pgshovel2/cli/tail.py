@@ -7,10 +7,12 @@ from collections.abc import Iterable
 
 import click
 
-from pgshovel2.cli.common import env_option, reports_errors
-from pgshovel2.cluster import ClusterStore
+from pgshovel2.cli.clientopts import kafka_options, registry_options
+from pgshovel2.cli.common import cluster_store, reports_errors
 from pgshovel2.consumer import SetReader, SetTopics
 from pgshovel2.consumer.render import Pretty, change_json, decoded
+from pgshovel2.kafkaconf import KafkaSettings
+from pgshovel2.registryconf import RegistrySettings
 
 log = logging.getLogger("pgshovel2.tail")
 # librdkafka prefetches up to 64 MiB by default; a terminal needs far less to keep up.
@@ -19,8 +21,8 @@ PREFETCH = {"queued.max.messages.kbytes": 4096, "fetch.max.bytes": 4 * 1024 * 10
 
 @click.command("tail")
 @click.argument("set_name", metavar="SET")
-@env_option("--bootstrap-servers", default="127.0.0.1:9092", help="Kafka bootstrap servers.")
-@env_option("--schema-registry", default=None, help="Schema registry URL (Avro sets).")
+@kafka_options
+@registry_options("Avro sets")
 @click.option("--from-beginning", is_flag=True,
               help="Start at the oldest retained messages; default: only transactions relayed from now on.")
 @click.option("--table", "tables", multiple=True, metavar="TABLE",
@@ -34,17 +36,17 @@ PREFETCH = {"queued.max.messages.kbytes": 4096, "fetch.max.bytes": 4 * 1024 * 10
               help="Seconds to wait for the data of a transaction whose END was read.")
 @click.pass_context
 @reports_errors
-def tail(ctx: click.Context, set_name: str, bootstrap_servers: str, schema_registry: str | None,
+def tail(ctx: click.Context, set_name: str, kafka: KafkaSettings, registry: RegistrySettings | None,
          from_beginning: bool, tables: tuple[str, ...], fmt: str, follow: bool, assembly_timeout: float) -> None:
     """Print the transactions of set SET, reassembled from its topics.
 
     Exits 1 with an error naming topic, partition, offset, txid and position
     when the topics break the ordering/count rules of the wire contract.
     """
-    with ClusterStore(ctx.obj["hosts"], ctx.obj["cluster"]) as store:
+    with cluster_store(ctx) as store:
         record, _ = store.get_set(set_name)
     # Messages stay bytes until printed: a transaction held for reassembly costs its bytes.
-    reader = SetReader(SetTopics.from_record(record), bootstrap_servers, schema_registry,
+    reader = SetReader(SetTopics.from_record(record), kafka, registry,
                        from_beginning=from_beginning, tables=tables, assembly_timeout=assembly_timeout,
                        decode=False, kafka_config=PREFETCH)
     where = "the oldest retained messages" if from_beginning else "the end"

@@ -68,11 +68,11 @@ def value_schema(set_name: str, table: Table) -> dict[str, Any]:
 
 
 def key_schema(set_name: str, table: Table) -> dict[str, Any] | None:
-    """Avro record schema of a table's key, None for an unkeyed table."""
+    """Avro record schema of a table's key, None for an unkeyed table: made from
+    Table.key_columns (the key's own layout, kept when a DDL widened or renamed a key column)."""
     if not table.key:
         return None
-    cols = [c for c in table.columns if c.name in table.key]
-    cols.sort(key=lambda c: table.key.index(c.name))
+    cols = table.key_columns
     return {
         "type": "record", "name": f"{names.avro_name(table.name)}_key",
         "namespace": _namespace(set_name, table.schema),

@@ -6,13 +6,13 @@ from collections.abc import Callable
 from typing import Any
 
 from pgshovel2 import names
-from pgshovel2.catalog import Table
+from pgshovel2.catalog import Column, Table
 from pgshovel2.codec.avro import AvroWriter
 from pgshovel2.codec.avro_fast import write_long as _avro_long
 from pgshovel2.codec.avro_fast import write_string as _avro_string
 from pgshovel2.codec.native import row_codec
 from pgshovel2.codec.types import field_type
-from pgshovel2.errors import EncodeError
+from pgshovel2.errors import EncodeError, KeyLayoutError
 
 Converters = list[tuple[int, Callable[[Any], Any]]]
 
@@ -43,6 +43,24 @@ def as_values(row: Any) -> Any:
     return loads_row(row) if isinstance(row, str | bytes) else row
 
 
+_INT32 = (-(2**31), 2**31 - 1)
+
+
+def key_fit(col: Column) -> Callable[[Any], bool] | None:
+    """A check that a converted value fits col's field in a key schema made from col (a key column
+    as Table.key_layout keeps it), None when every value of a widened column does: Avro ``int``
+    (smallint, integer) takes 32 bits; a decimal(p, s) at most p digits (its bytes are the unscaled
+    value, two's complement)."""
+    if col.is_array:
+        return None
+    if col.kind in ("int2", "int4"):
+        return lambda v: _INT32[0] <= v <= _INT32[1]
+    if col.kind == "numeric" and col.precision is not None:
+        bound = 10 ** col.precision
+        return lambda v: abs(int.from_bytes(v, "big", signed=True)) < bound
+    return None
+
+
 class RowEncoder:
     """Encodes rows of one table in one encoding.
 
@@ -60,10 +78,14 @@ class RowEncoder:
                                    if getattr(t, attr) is not None]
         field_names = [names.avro_name(c.name) if avro else c.name for c in table.columns]
         self._names = field_names
-        positions = {c.name: i for i, c in enumerate(table.columns)}
-        self._key_idx = [positions[k] for k in table.key]
-        self._key_names = [field_names[i] for i in self._key_idx]
-        self._key_types = [types[i] for i in self._key_idx]
+        positions = {c.attnum: i for i, c in enumerate(table.columns)}
+        key_columns = table.key_columns if table.key else ()
+        self._key_idx = [positions[c.attnum] for c in key_columns]
+        # the key's own fields (Table.key_layout: names and types as its schema was made), checked to fit
+        self._key_names = [names.avro_name(c.name) if avro else c.name for c in key_columns]
+        self._key_types = [field_type(c) for c in key_columns]
+        self._key_fits = [(i, c, fits) for i, c in zip(self._key_idx, key_columns, strict=True)
+                          if (fits := key_fit(c)) is not None] if avro and table.key_layout is not None else []
         self._avro = avro
         self._key_writer, self._value_writer = key_writer, value_writer
         self._types = types
@@ -74,6 +96,8 @@ class RowEncoder:
         """A native codec (pgshovel2_native.RowCodec, or None: see codec/native.py) of this table's keys
         and of values of value_schema (Avro: a record of this table's value fields; None with JSON)
         prefixed with value_header."""
+        if self._key_fits or self.table.key_layout is not None:
+            return None  # a key kept in an older layout: Python checks that each value fits it
         key = (self._key_writer.schema, self._key_writer.header) if self._key_writer else None
         value = (value_schema, value_header) if value_schema is not None else None
         return row_codec(self._types, self._names, [c.name for c in self.table.columns], self._key_idx,
@@ -105,6 +129,12 @@ class RowEncoder:
         not part of keys: FieldType.key)."""
         if not self._key_idx:
             return None
+        for i, col, fits in self._key_fits:
+            if converted[i] is not None and not fits(converted[i]):
+                raise KeyLayoutError(self.table.qualified, col.name, converted[i], (
+                    f"table {self.table.qualified}: key column {names.quote_ident(col.name)} holds a value that "
+                    f"does not fit the key's schema, kept as {col.pg_type} since a DDL widened the column (every "
+                    "key's bytes stay the same)"))
         datum = {n: t.key(converted[i]) for n, i, t in zip(self._key_names, self._key_idx, self._key_types,
                                                               strict=True)}
         return self._encode(datum, self._key_writer)

@@ -4,7 +4,7 @@ contract (WIRE.md, docs/wire.rst, docs/consumer.rst).
 
 ::
 
-    with ClusterStore(zk, cluster) as store:
+    with ClusterStore(zk, cluster) as store:   # secured: auth=ZooKeeperAuth.build({"auth": ...}, ...)
         reader = SetReader.for_set(store, "accounts", "127.0.0.1:9092", "http://registry:8081")
     with reader:
         for txn in reader.transactions(until_caught_up=True):

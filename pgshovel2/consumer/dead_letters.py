@@ -12,13 +12,13 @@ placeholder stands for, and gives the message's value whole.
 
 import json
 import logging
-import uuid
 from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
-from pgshovel2 import wire
+from pgshovel2 import kafkaaccess, kafkaconf, wire
 from pgshovel2.consumer.errors import ConsumerError
+from pgshovel2.kafkaconf import Kafka
 
 log = logging.getLogger(__name__)
 Wanted = tuple[str, str, bytes | None]  # (data topic, position, key)
@@ -27,12 +27,13 @@ Wanted = tuple[str, str, bytes | None]  # (data topic, position, key)
 class DeadLetters:
     """Reads dead-letter topics (the one a placeholder names) for :meth:`value`.
 
-    bootstrap: Kafka; kafka_config: extra librdkafka consumer settings; timeout: seconds to wait
+    bootstrap: the Kafka settings (pgshovel2.kafkaconf), or the bootstrap servers with this
+    process's; kafka_config: extra librdkafka consumer settings; timeout: seconds to wait
     for a chunk before ConsumerError (the chunks are committed with the placeholder, so they are
     there).
     """
 
-    def __init__(self, bootstrap: str, kafka_config: dict[str, Any] | None = None, timeout: float = 30.0):
+    def __init__(self, bootstrap: Kafka, kafka_config: dict[str, Any] | None = None, timeout: float = 30.0):
         self.bootstrap, self.kafka_config, self.timeout = bootstrap, kafka_config or {}, timeout
         self._consumers: dict[str, Consumer] = {}
         self._chunks: dict[Wanted, dict[int, bytes]] = {}
@@ -60,8 +61,7 @@ class DeadLetters:
         """Read the next message of the dead-letter topic dead into the chunks held."""
         consumer = self._consumers.get(dead)
         if consumer is None:
-            consumer = self._consumers[dead] = Consumer({
-                "bootstrap.servers": self.bootstrap, "group.id": f"pgshovel-dead-letters-{uuid.uuid4()}",
+            consumer = self._consumers[dead] = kafkaconf.consumer(self.bootstrap, "dead-letters", **{
                 "isolation.level": "read_committed", "enable.auto.commit": False, "enable.partition.eof": True,
                 **self.kafka_config})
             consumer.assign([TopicPartition(dead, 0, OFFSET_BEGINNING)])
@@ -70,7 +70,9 @@ class DeadLetters:
             raise ConsumerError(f"the dead-letter topic {dead!r} holds no chunk of the message of {want[0]!r} at "
                                 f"position {want[1]} (its placeholder says it is there)")
         if msg.error():
-            raise ConsumerError(f"cannot read the dead-letter topic {dead!r}: {msg.error().str()}")
+            what = f"cannot read the dead-letter topic {dead!r}"
+            raise kafkaaccess.denied(msg.error(), what, f"READ and DESCRIBE on topic {dead!r} and READ on the consumer "
+                                     "groups of the group.id prefix") or ConsumerError(f"{what}: {msg.error().str()}")
         headers = {k: v.decode("utf-8") for k, v in msg.headers() or () if v is not None}
         try:
             index = int(headers[wire.DEAD_LETTER_CHUNK].split("/")[0])

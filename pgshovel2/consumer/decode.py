@@ -31,8 +31,10 @@ from typing import TYPE_CHECKING, Any
 import fastavro
 from fastavro.logical_readers import LOGICAL_READERS
 
+from pgshovel2 import registryconf
 from pgshovel2.codec.jsonvalue import ESCAPE_KEY, unescape
 from pgshovel2.consumer.errors import ConsumerError
+from pgshovel2.registryconf import Registry
 from pgshovel2.wire import INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN, raw_schema
 
 if TYPE_CHECKING:
@@ -155,15 +157,17 @@ def _unescape_columns(row: dict[str, Any]) -> dict[str, Any]:
 class Decoder:
     """Decodes keys and values to dicts (or None for null).
 
-    registry_url: schema registry URL, needed only for Avro messages; or pass
-    a ready SchemaRegistryClient as registry. Schemas are cached by id.
+    registry_url: the schema registry, needed only for Avro messages: its settings
+    (pgshovel2.registryconf.RegistrySettings: basic auth, TLS) or its URL, completed from this
+    process's PGSHOVEL_SCHEMA_REGISTRY_* variables when first needed; or pass a ready
+    SchemaRegistryClient as registry. Schemas are cached by id.
     raw: return Avro datums without logical types applied (the physical Avro
     values: days, microseconds, unscaled decimal bytes), as the relay's
     codec produced them.
     Raises ConsumerError naming the message when data cannot be decoded.
     """
 
-    def __init__(self, registry_url: str | None = None, registry: "SchemaRegistryClient | None" = None,
+    def __init__(self, registry_url: Registry | None = None, registry: "SchemaRegistryClient | None" = None,
                  raw: bool = False):
         self.registry_url, self.raw = registry_url, raw
         self._registry = registry
@@ -177,14 +181,14 @@ class Decoder:
             if not self.registry_url:
                 raise ConsumerError(f"{where} is Avro (schema id {schema_id}): pass the schema registry URL "
                                     "(--schema-registry or PGSHOVEL_SCHEMA_REGISTRY)")
-            from confluent_kafka.schema_registry import SchemaRegistryClient  # ~0.3 s: only for Avro
-
-            self._registry = SchemaRegistryClient({"url": self.registry_url})
+            settings = registryconf.settings(self.registry_url)
+            self.registry_url = settings  # the URL string resolved once
+            self._registry = settings.client()  # ~0.3 s to import: only for Avro
         try:
             text = self._registry.get_schema(schema_id).schema_str
         except Exception as exc:  # registry errors, HTTP errors, unreachable
             raise ConsumerError(f"cannot fetch schema id {schema_id} of {where} from the schema registry "
-                                f"{self.registry_url or ''}: {exc}") from exc
+                                f"{self.registry_url or ''}: {registryconf.failure(exc, self.registry_url)}") from exc
         writer = json.loads(text)
         cached = (fastavro.parse_schema(raw_schema(writer)), converter(writer), writer)
         self._schemas[schema_id] = cached

@@ -9,6 +9,10 @@ from pgshovel2 import names
 SNAPSHOT_TXID = 0
 """pgshovel.txid of snapshot rows (op ``r``): they belong to no source transaction."""
 
+# Transactions-topic records that mark a DDL's effect on a table (docs/wire.rst, "DDL on captured
+# tables"), and the op of the Change each becomes in its transaction.
+DDL_OPS = {"TABLE_DROPPED": "drop", "SCHEMA_CHANGED": "schema", "TOPIC_CHANGED": "topic"}
+
 
 def fill_fields(value: dict[str, Any], previous: dict[str, Any], unchanged: frozenset[str]) -> dict[str, Any]:
     """A copy of value (a row, or a Debezium event whose ``after`` is filled) with the fields of the
@@ -26,16 +30,21 @@ def fill_fields(value: dict[str, Any], previous: dict[str, Any], unchanged: froz
 
 @dataclass(frozen=True, slots=True)
 class Change:
-    """One change of a row (or a TRUNCATE of a table).
+    """One change of a row (or a TRUNCATE of a table, or a DDL's mark on it).
 
     topic: the Kafka topic it was read from (for op ``t``, the truncated
-    table's topic; the record itself is on the transactions topic).
-    table: ``schema.table``, unquoted. op: ``c`` create, ``u`` update,
-    ``d`` delete, ``r`` snapshot read, ``t`` truncate. key/value: decoded
+    table's topic; the record itself is on the transactions topic; likewise
+    for the DDL ops). table: ``schema.table``, unquoted. op: ``c`` create,
+    ``u`` update, ``d`` delete, ``r`` snapshot read, ``t`` truncate; from a
+    DDL (records TABLE_DROPPED, SCHEMA_CHANGED, TOPIC_CHANGED, docs/wire.rst):
+    ``drop`` the table ended in the set (dropped: its rows are gone),
+    ``schema`` its value schema changed incompatibly from here on (messages
+    name their schema; nothing to apply), ``topic`` it goes on in another
+    topic from here on (value ``{"new_topic": topic}``). key/value: decoded
     dicts (column field name -> value; see pgshovel2.consumer.decode), or
     the message bytes when read with ``SetReader(decode=False)``; None for a
-    null key (unkeyed table), a tombstone (a keyed table's ``d``) or a
-    truncate. An unkeyed table's ``d`` carries the deleted row as its value,
+    null key (unkeyed table), a tombstone (a keyed table's ``d``), a truncate
+    or a DDL op. An unkeyed table's ``d`` carries the deleted row as its value,
     and its UPDATE is that ``d`` of the old row then a ``u`` of the new row at
     the same position (docs/wire.rst "Unkeyed tables"; RowState keeps such a
     table as a multiset).
@@ -135,10 +144,12 @@ class DataMessage:
 class TxnRecord:
     """A record of the transactions topic.
 
-    kind: ``BEGIN``, ``END``, ``TRUNCATE``, or ``SNAPSHOT_BEGIN``/``SNAPSHOT_END`` (a table's
-    online snapshot starts / is complete: txid 0, event_count its rows at END). counts (END only):
-    data topic -> number of data messages of the transaction in it. table (TRUNCATE and the
-    snapshot records): the table's topic.
+    kind: ``BEGIN``, ``END``, ``TRUNCATE``, ``SNAPSHOT_BEGIN``/``SNAPSHOT_END`` (a table's
+    online snapshot starts / is complete: txid 0, event_count its rows at END), or a DDL's mark
+    (``TABLE_DROPPED``, ``SCHEMA_CHANGED``, ``TOPIC_CHANGED``: :data:`DDL_OPS`). counts (END):
+    data topic -> number of data messages of the transaction in it; TOPIC_CHANGED: {the topic
+    the table goes on in: 0}. table (TRUNCATE, the snapshot records and the DDL marks): the
+    table's topic (TOPIC_CHANGED: the one it leaves).
     """
 
     kind: str

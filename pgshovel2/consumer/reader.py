@@ -14,21 +14,18 @@ import json
 import logging
 import sys
 import time
-import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import replace
 from typing import Any
 
 from confluent_kafka import (
     OFFSET_BEGINNING,
-    Consumer,
     KafkaError,
     Message,
     TopicPartition,
 )
-from confluent_kafka.admin import AdminClient
 
-from pgshovel2 import wire
+from pgshovel2 import kafkaaccess, kafkaconf, wire
 from pgshovel2.bootstrap.manifest import Manifest
 from pgshovel2.cluster import ClusterStore
 from pgshovel2.consumer.dead_letters import DeadLetters
@@ -38,6 +35,7 @@ from pgshovel2.consumer.model import Change, DataMessage, Transaction, TxnRecord
 from pgshovel2.consumer.offsets import end_offsets, partition_counts
 from pgshovel2.consumer.reassembly import Reassembler
 from pgshovel2.consumer.topics import SetTopics
+from pgshovel2.registryconf import Registry
 from pgshovel2.txids import ConsistentPoint, TxidSnapshot, holds_snapshot_row, parse_handoff
 
 log = logging.getLogger(__name__)
@@ -50,9 +48,10 @@ class SetReader:
     """Reads the source transactions of one replication set.
 
     topics: the set's topics (SetTopics.from_store / from_record; or use
-    :meth:`for_set`). bootstrap: Kafka bootstrap servers; registry_url:
-    schema registry URL (Avro sets). from_beginning: start at the oldest
-    retained messages, else at the end of the topics as of now (data
+    :meth:`for_set`). bootstrap: the Kafka settings (pgshovel2.kafkaconf.KafkaSettings), or
+    the bootstrap servers with this process's (its PGSHOVEL_KAFKA_* variables); registry_url:
+    the schema registry (Avro sets): pgshovel2.registryconf.RegistrySettings, or its URL.
+    from_beginning: start at the oldest retained messages, else at the end of the topics as of now (data
     partitions' end offsets first, then the transactions topic's; data of
     transactions begun before that point is dropped as orphans).
     tables: restrict to these tables (``schema.table`` or unique bare name).
@@ -60,7 +59,7 @@ class SetReader:
     END was read without progress (IncompleteTransactionError).
     snapshot_chunk: most snapshot rows per snapshot Transaction.
     max_buffered: messages held per partition before it is paused.
-    kafka_config: extra librdkafka consumer settings.
+    kafka_config: librdkafka consumer settings of the caller's, over everything else.
     start_offsets: (topic, partition) -> offset to start at (overrides
     from_beginning for those partitions; others start at the beginning).
     after_snapshot: the bootstrap's handoff -- a txid snapshot (TxidSnapshot or
@@ -76,11 +75,12 @@ class SetReader:
     tombstone), decoded by the caller when needed (``reader.decoder``); a
     transaction held for reassembly then costs its bytes, not Python objects.
 
-    Raises ConsumerError when Kafka cannot be reached or a topic is missing.
+    Raises ConsumerError when Kafka cannot be reached or a topic is missing, KafkaAccessError
+    when Kafka refuses the client's credentials or its ACLs deny reading the topics.
     Use as a context manager, or call close().
     """
 
-    def __init__(self, topics: SetTopics, bootstrap: str, registry_url: str | None = None, *,
+    def __init__(self, topics: SetTopics, bootstrap: kafkaconf.Kafka, registry_url: Registry | None = None, *,
                  from_beginning: bool = True, tables: Iterable[str] | None = None,
                  assembly_timeout: float = 30.0, snapshot_chunk: int = 1000, max_buffered: int = 10000,
                  kafka_config: dict[str, Any] | None = None, timeout: float = 30.0,
@@ -93,12 +93,11 @@ class SetReader:
         self.assembly_timeout, self.max_buffered, self.timeout = assembly_timeout, max_buffered, timeout
         self.decoder = Decoder(registry_url)
         self.dead_letters = DeadLetters(bootstrap, kafka_config, timeout)  # what placeholders stand for
-        self._consumer = Consumer({
-            "bootstrap.servers": bootstrap, "group.id": f"pgshovel-reader-{uuid.uuid4()}",
+        self._consumer = kafkaconf.consumer(bootstrap, "reader", **{
             "isolation.level": "read_committed", "enable.partition.eof": True,
             "enable.auto.commit": False, "enable.auto.offset.store": False,
             "auto.offset.reset": "earliest", "logger": kafka_log, **(kafka_config or {})})
-        self._admin = AdminClient({"bootstrap.servers": bootstrap, "logger": kafka_log})
+        self._admin = kafkaconf.admin(bootstrap, logger=kafka_log)
         try:
             self.partitions = self._partitions()
             self._data = [(t.topic, p) for t in self.topics.tables for p in range(self.partitions[t.topic])]
@@ -126,13 +125,13 @@ class SetReader:
         self._closed = False
 
     @classmethod
-    def for_set(cls, store: ClusterStore, set_name: str, bootstrap: str, registry_url: str | None = None,
-                **options: Any) -> "SetReader":
+    def for_set(cls, store: ClusterStore, set_name: str, bootstrap: kafkaconf.Kafka,
+                registry_url: Registry | None = None, **options: Any) -> "SetReader":
         """A reader of set_name, whose record is read from ZooKeeper through store."""
         return cls(SetTopics.from_store(store, set_name), bootstrap, registry_url, **options)
 
     @classmethod
-    def from_manifest(cls, manifest: Manifest | str, bootstrap: str, registry_url: str | None = None,
+    def from_manifest(cls, manifest: Manifest | str, bootstrap: kafkaconf.Kafka, registry_url: Registry | None = None,
                       **options: Any) -> "SetReader":
         """A reader that continues a bootstrap exactly: snapshot + what it yields = the source.
 
@@ -259,8 +258,12 @@ class SetReader:
 
     def _kafka_error(self, msg: Message) -> None:
         err = msg.error()
-        if err.fatal() or err.code() in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_PARTITION,
-                                         KafkaError.TOPIC_AUTHORIZATION_FAILED):
+        what = f"cannot read {msg.topic()!r} [{msg.partition()}]"
+        denied = kafkaaccess.denied(err, what, f"READ and DESCRIBE on topic {msg.topic()!r} and READ on the consumer "
+                                               "groups of the group.id prefix (default pgshovel2)")
+        if denied is not None:
+            raise denied
+        if err.fatal() or err.code() in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_PARTITION):
             raise ConsumerError(f"cannot read {msg.topic()!r} [{msg.partition()}]: {err.str()}")
         log.warning("kafka: %s (retrying)", err.str())
 

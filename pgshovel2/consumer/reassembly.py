@@ -3,8 +3,9 @@ no I/O; the reader feeds it decoded messages and takes what is complete.
 
 Rules (WIRE.md, docs/consumer.rst):
 
-- The transactions topic gives the order: BEGIN, TRUNCATE*, END per source
-  transaction. A transaction is complete when, for every selected topic, the
+- The transactions topic gives the order: BEGIN, TRUNCATE* (and DDL marks:
+  TABLE_DROPPED, SCHEMA_CHANGED, TOPIC_CHANGED, changes of ops ``drop``,
+  ``schema``, ``topic``), END per source transaction. A transaction is complete when, for every selected topic, the
   number of its data messages taken equals END's count for that topic.
 - Data messages are taken from partition heads only: a transaction's messages
   are contiguous and in order within a partition, so a head message either
@@ -26,7 +27,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from pgshovel2.consumer.errors import ConsumerError, OrderError
-from pgshovel2.consumer.model import Change, DataMessage, Transaction, TxnRecord
+from pgshovel2.consumer.model import DDL_OPS, Change, DataMessage, Transaction, TxnRecord
 from pgshovel2.consumer.topics import SetTopics
 
 TAKE, WAIT, SNAPSHOT, ORPHAN = "take", "wait", "snapshot", "orphan"
@@ -112,7 +113,7 @@ class Reassembler:
         if rec.kind in SNAPSHOT_MARKS:
             self.snapshot_marks.append(rec)  # outside every transaction: not a step of reassembly
             return
-        if rec.kind not in ("BEGIN", "END", "TRUNCATE"):
+        if rec.kind not in ("BEGIN", "END", "TRUNCATE") and rec.kind not in DDL_OPS:
             raise self._txn_error(f"unknown record type {rec.kind!r}", rec)
         last = self._last_position.get((self.topics.transactions, rec.partition))
         if last is not None and rec.position < last:
@@ -217,8 +218,28 @@ class Reassembler:
                     cur.changes.append(Change(rec.table, self._tables[rec.table], "t", None, None, rec.txid,
                                               rec.position, rec.ts_ms, rec.partition, rec.offset))
                 continue
+            if rec.kind in DDL_OPS:
+                self._ddl_mark(cur, rec)
+                continue
             self._check_end(cur, rec)
             cur.end = rec
+
+    def _ddl_mark(self, cur: _Open, rec: TxnRecord) -> None:
+        """A DDL's mark on a table (TABLE_DROPPED, SCHEMA_CHANGED, TOPIC_CHANGED) as a Change of the
+        transaction. Raises ConsumerError for a TOPIC_CHANGED to a topic this reader does not read
+        (it was made from an older set record: the table's later changes would be missed)."""
+        if not self._selected(rec.table, rec):
+            return
+        value = None
+        if rec.kind == "TOPIC_CHANGED":
+            new_topic = next(iter(rec.counts or {}), None)
+            if new_topic not in self._tables and new_topic not in self.topics.unselected:
+                raise ConsumerError(f"table {self._tables[rec.table]} goes on in topic {new_topic!r} from position "
+                                    f"{rec.position} (a TOPIC_CHANGED record: pgshovel set accept-ddl --new-topic), "
+                                    "which this reader does not read: restart it (it reads the set's topics anew)")
+            value = {"new_topic": new_topic}
+        cur.changes.append(Change(rec.table, self._tables[rec.table], DDL_OPS[rec.kind], None, value, rec.txid,
+                                  rec.position, rec.ts_ms, rec.partition, rec.offset))
 
     def _check_end(self, cur: _Open, end: TxnRecord) -> None:
         counts = end.counts or {}

@@ -50,7 +50,8 @@ from pgshovel2.consumer.errors import ConsumerError
 from pgshovel2.consumer.model import Change, Transaction
 from pgshovel2.setrecord import SetRecord
 
-OP_COLOURS = {"c": "green", "u": "yellow", "d": "red", "t": "magenta", "r": "cyan"}
+OP_COLOURS = {"c": "green", "u": "yellow", "d": "red", "t": "magenta", "r": "cyan", "drop": "magenta",
+              "schema": "magenta", "topic": "magenta"}
 MAX_TEXT = 60
 
 
@@ -92,7 +93,10 @@ def iso_ms(ts_ms: int) -> str:
 
 
 def decoded(change: Change, decoder: Decoder) -> Change:
-    """change with its key/value bytes (``SetReader(decode=False)``) decoded by decoder."""
+    """change with its key/value bytes (``SetReader(decode=False)``) decoded by decoder (a DDL's mark
+    has none: as it is)."""
+    if change.op in ("drop", "schema", "topic"):
+        return change
     where = f"{change.topic!r} [{change.partition}] offset {change.offset}"
     return dataclasses.replace(change, key=decoder.decode(change.key, f"the key of {where}"),
                                value=decoder.decode(change.value, f"the value of {where}"))
@@ -181,6 +185,11 @@ class Pretty:
     def change_line(self, change: Change) -> str:
         """``  op schema.table {key} -> {value}`` (debezium: ``{key} before {row} -> {row}``)."""
         op = _STYLED_OPS.get(change.op) or click.style(change.op, bold=True)
+        if change.op in ("drop", "schema", "topic"):  # a DDL's mark (Change docstring)
+            what = {"drop": "table dropped: it ends in the set here (its rows are gone)",
+                    "schema": "the value schema changed incompatibly (an operator accepted it)",
+                    "topic": f"goes on in topic {(change.value or {}).get('new_topic')}"}[change.op]
+            return f"  {op} {change.table} {what}"
         parts = [op, change.table]
         where = f"{change.topic!r} [{change.partition}] offset {change.offset}"
         text = envelope = row = None

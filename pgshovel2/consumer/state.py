@@ -131,7 +131,15 @@ class RowState:
                                  f"{len(left)} key(s) so)") from None
 
     def apply(self, change: Change) -> None:
-        """Apply one change (ops c, u, r, d, t)."""
+        """Apply one change (ops c, u, r, d, t; drop: the table was dropped, its rows are gone; schema
+        and topic: nothing to apply, a topic change keeps the rows, its new topic's own online
+        snapshot refreshes them)."""
+        if change.op in ("schema", "topic"):
+            return
+        if change.op == "drop":
+            self.tables.pop(change.table, None)
+            self.incomplete.pop(change.topic, None)
+            return
         rows = self.tables.setdefault(change.table, {})
         if change.op == "t":
             rows.clear()

@@ -28,8 +28,10 @@ class SetTopics:
     """The topics of a set, possibly restricted to some of its tables.
 
     transactions: the ``{prefix}.transactions`` topic. tables: the selected
-    tables. unselected: data topics of the set's other tables (their counts
-    in END records and their TRUNCATEs are ignored). encoding: ``avro`` or
+    tables' topics (a table that went on in a new topic generation has one
+    entry per topic, oldest first; a dropped table's topic is one too).
+    unselected: data topics of the set's other tables (their counts in END
+    records, their TRUNCATEs and DDL marks are ignored). encoding: ``avro`` or
     ``json`` (informational: messages are decoded by their first byte).
     """
 
@@ -41,9 +43,12 @@ class SetTopics:
 
     @classmethod
     def from_record(cls, record: SetRecord) -> "SetTopics":
-        """The topics of a set record (from ZooKeeper, or a bootstrap manifest's)."""
+        """The topics of a set record (from ZooKeeper, or a bootstrap manifest's): its tables' topics,
+        after the topics they no longer write (SetRecord.retired: a dropped table's, a table's former
+        topic generations), which hold what came before."""
+        retired = tuple(TableTopic(r["schema"], r["name"], r["topic"]) for r in record.retired)
         tables = tuple(TableTopic(t.schema, t.name, record.topic(t)) for t in record.tables)
-        return cls(record.name, record.config.encoding, record.topics.transactions, tables)
+        return cls(record.name, record.config.encoding, record.topics.transactions, retired + tables)
 
     @classmethod
     def from_store(cls, store: ClusterStore, set_name: str) -> "SetTopics":
@@ -68,11 +73,10 @@ class SetTopics:
         chosen: list[TableTopic] = []
         for name in wanted:
             matches = [t for t in self.tables if t.table == name] or [t for t in self.tables if t.name == name]
-            if len(matches) != 1:
+            if len({t.table for t in matches}) != 1:  # one table (its topic generations: several topics)
                 problem = "is not a table of" if not matches else "is ambiguous in"
                 raise ConsumerError(f"table {name!r} {problem} set {self.set_name!r}; its tables: "
-                                    f"{', '.join(sorted(t.table for t in self.tables))}")
-            if matches[0] not in chosen:
-                chosen.append(matches[0])
+                                    f"{', '.join(sorted({t.table for t in self.tables}))}")
+            chosen += [t for t in matches if t not in chosen]
         rest = frozenset(t.topic for t in self.tables if t not in chosen) | self.unselected
         return SetTopics(self.set_name, self.encoding, self.transactions, tuple(chosen), rest)

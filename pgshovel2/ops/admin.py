@@ -13,7 +13,7 @@ import logging
 import time
 from typing import Any
 
-from pgshovel2 import catalog
+from pgshovel2 import catalog, redact
 from pgshovel2.backends import logical, partition_checks, partitions, pgoutput, privileges, trigger
 from pgshovel2.backends.grants import grants_sql
 from pgshovel2.cluster import ClusterStore
@@ -188,7 +188,9 @@ def inspect_set(store: ClusterStore, name: str, version: int | None = None) -> d
     if version is not None:
         record = store.get_version(name, version)
     topics = record.topics
-    return {**record.to_dict(), "znode_version": znode_version,
+    data = record.to_dict()
+    data["config"]["dsn"] = redact.dsn(record.dsn)  # a record older than cluster secure may hold a password
+    return {**redact.deep(data), "znode_version": znode_version,
             "topics": {"tables": topics.tables, "transactions": topics.transactions, "positions": topics.positions,
                        "dead_letter": topics.dead_letter if record.config.oversized.policy == "dead-letter" else None},
             "snapshot": store.get_relay_record(name, "snapshot")}
@@ -204,6 +206,9 @@ def history_lines(store: ClusterStore, name: str) -> list[str]:
         what = change.get("kind", "create")
         if change.get("statement"):
             what += f" ({change['statement']})"
+        if accepted := change.get("accepted"):
+            why = accepted.get("reason") or "no reason"
+            what += f" accepted by {accepted.get('by')} ({accepted.get('mode')}: {why})"
         tables = ", ".join(f"{t.schema}.{t.name}({len(t.columns)})" for t in record.tables)
         lines.append(f"version {version}  {when} UTC  {what}  tables: {tables}")
     return lines

@@ -37,6 +37,7 @@ class TableDrift:
     keys: list[tuple]
     point: str = ""  # where the round compared (the source's txid snapshot, the Iceberg snapshot)
     in_flight: int = 0  # keys changed after the Iceberg snapshot, before the point: not compared
+    note: str | None = None  # not compared, and why (a table dropped: ended in the set, or not yet)
 
 
 def _bucket(key: tuple, bucket_rows: int) -> Any:
@@ -89,7 +90,7 @@ def in_rounds(round_: Round, rounds: int, pause: float) -> list[TableDrift]:
             t: {k: v for k, v in found.get(t, {}).items() if suspects.get(t, {}).get(k, object()) == v}
             for t in found}
     return [TableDrift(r.table, r.rows, r.buckets, r.differing_buckets, sorted((suspects or {}).get(r.table, {})),
-                       r.point, r.in_flight)
+                       r.point, r.in_flight, r.note)
             for r in results]
 
 
@@ -97,6 +98,9 @@ def report(results: Iterable[TableDrift]) -> list[str]:
     """One line per table, then one per differing key."""
     lines = []
     for r in results:
+        if r.note is not None:
+            lines.append(f"{r.table}: {r.note}")
+            continue
         at = f" at {r.point}" if r.point else ""
         flight = f", {r.in_flight} key(s) in flight not compared" if r.in_flight else ""
         lines.append(f"{r.table}{at}: {r.rows} rows, {r.buckets} buckets, {r.differing_buckets} differing, "

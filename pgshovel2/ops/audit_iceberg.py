@@ -34,9 +34,11 @@ from pgshovel2.bootstrap.iceberg_keys import BATCH_KEY, END_OFFSETS_KEY, OFFSETS
 from pgshovel2.catalog import Table
 from pgshovel2.cluster import ClusterStore
 from pgshovel2.consumer.decode import Decoder
+from pgshovel2.kafkaconf import Kafka
 from pgshovel2.ops import status, verify
 from pgshovel2.ops.audit import AuditError, Row, TableDrift, differing_keys, in_rounds, require_keys
 from pgshovel2.ops.audit_kafka import AuditPoint, take_point
+from pgshovel2.registryconf import Registry
 from pgshovel2.setrecord import SetRecord
 
 Offsets = dict[tuple[str, int], int]
@@ -100,7 +102,7 @@ def _offsets(text: str, table: Table) -> Offsets:
 def source_rows(cur, table: Table) -> dict[tuple, Row]:
     """key tuple -> row of the source table in cur's snapshot."""
     cols = [c.name for c in table.columns]
-    cur.execute(f"SELECT {', '.join(names.quote_ident(c) for c in cols)} FROM {table.qualified}")
+    cur.execute(f"SELECT {', '.join(names.quote_ident(c) for c in cols)} FROM {table.sql_name}")
     index = [cols.index(k) for k in table.key]
     return {tuple(r[i] for i in index): tuple(_norm(v) for v in r) for r in cur.fetchall()}
 
@@ -119,11 +121,12 @@ def key_tuple(decoder: Decoder, table: Table, topic: str) -> Callable[[bytes], t
     """Kafka key bytes of table's topic -> the key tuple (values of table.key, decoded)."""
     def key_of(key: bytes) -> tuple:
         decoded = decoder.decode(key, f"a key of topic {topic}")
-        return tuple(decoded[c] for c in table.key) if isinstance(decoded, dict) else (decoded,)
+        fields = [c.name for c in table.key_columns]  # the key's own fields (Table.key_layout after a rename)
+        return tuple(decoded[c] for c in fields) if isinstance(decoded, dict) else (decoded,)
     return key_of
 
 
-def audit(store: ClusterStore, record: SetRecord, warehouse: str, bootstrap: str, registry_url: str | None,
+def audit(store: ClusterStore, record: SetRecord, warehouse: str, bootstrap: Kafka, registry_url: Registry | None,
           rounds: int = 1, pause: float = 5.0, bucket_rows: int = 1000, timeout: float = 120.0) -> list[TableDrift]:
     """Compare every table of the set with its Iceberg table (see the module docstring).
 
@@ -137,17 +140,23 @@ def audit(store: ClusterStore, record: SetRecord, warehouse: str, bootstrap: str
                      rounds, pause)
 
 
-def _round(store: ClusterStore, record: SetRecord, warehouse: str, bootstrap: str, decoder: Decoder,
+def _round(store: ClusterStore, record: SetRecord, warehouse: str, bootstrap: Kafka, decoder: Decoder,
            bucket_rows: int, timeout: float) -> tuple[list[TableDrift], dict]:
     states = {t.qualified: read_state(warehouse, record.name, t) for t in record.tables}
     with backends.reader(record, AuditError) as snap:
         point = take_point(record, snap)
+        missing = verify.missing_tables(snap, list(record.tables))
         with snap.conn.cursor() as cur:
-            sources = {t.qualified: source_rows(cur, t) for t in record.tables}
+            sources = {t.qualified: source_rows(cur, t) for t in record.tables if t.qualified not in missing}
     if any(s.offsets is not None for s in states.values()):
         status.wait_caught_up(store, record.name, bootstrap, timeout)
-    results, found = [], {}
+    results = [TableDrift(e["table"], 0, 0, 0, [], str(point), note=f"dropped at position {e['position']}: ended "
+                          "in the set, not compared") for e in verify.ended_tables(record)]
+    found: dict[str, dict] = {}
     for table in record.tables:
+        if table.qualified in missing:
+            results.append(TableDrift(table.qualified, 0, 0, 0, [], str(point), note=verify.MISSING))
+            continue
         state, source = states[table.qualified], sources[table.qualified]
         flight, truncated = _in_flight(record, table, state, point, bootstrap, decoder)
         present = set(source) | set(state.rows)
@@ -163,7 +172,7 @@ def _round(store: ClusterStore, record: SetRecord, warehouse: str, bootstrap: st
     return results, found
 
 
-def _in_flight(record: SetRecord, table: Table, state: IcebergState, point: AuditPoint, bootstrap: str,
+def _in_flight(record: SetRecord, table: Table, state: IcebergState, point: AuditPoint, bootstrap: Kafka,
                decoder: Decoder) -> tuple[set[tuple], bool]:
     """(keys in flight, a TRUNCATE in flight) of table: its topic's and the transaction topic's
     messages from the snapshot's offsets on that point includes."""

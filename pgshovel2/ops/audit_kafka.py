@@ -35,8 +35,10 @@ from pgshovel2.backends.snapshot import TableReader
 from pgshovel2.cluster import ClusterStore
 from pgshovel2.consumer.decode import Decoder
 from pgshovel2.consumer.errors import ConsumerError
+from pgshovel2.kafkaconf import Kafka
 from pgshovel2.ops import status, verify
 from pgshovel2.ops.audit import AuditError, TableDrift, differing_keys, in_rounds
+from pgshovel2.registryconf import Registry
 from pgshovel2.relay import setup
 from pgshovel2.setrecord import SetRecord, SlotCapture
 from pgshovel2.sinks.registry import SchemaRegistry
@@ -69,7 +71,7 @@ class AuditPoint:
         return f"txid snapshot {self.snapshot}"
 
 
-def audit(store: ClusterStore, record: SetRecord, bootstrap: str, registry_url: str | None,
+def audit(store: ClusterStore, record: SetRecord, bootstrap: Kafka, registry_url: Registry | None,
           rounds: int = 1, pause: float = 5.0, timeout: float = 120.0) -> list[TableDrift]:
     """Compare every table of the set with the state rebuilt from Kafka (module docstring).
 
@@ -83,15 +85,20 @@ def audit(store: ClusterStore, record: SetRecord, bootstrap: str, registry_url: 
     return in_rounds(lambda: _round(store, record, routes, decoder, bootstrap, timeout), rounds, pause)
 
 
-def _round(store: ClusterStore, record: SetRecord, routes: dict, decoder: Decoder, bootstrap: str,
+def _round(store: ClusterStore, record: SetRecord, routes: dict, decoder: Decoder, bootstrap: Kafka,
            timeout: float) -> tuple[list[TableDrift], dict[str, dict]]:
     point, sources = _read_source(record, routes)
     status.wait_caught_up(store, record.name, bootstrap, timeout)
     txn_topic = record.topics.transactions
     messages = verify.read_topics(bootstrap, [r.topic for r in routes.values()] + [txn_topic])
     truncates = verify.truncates(messages[txn_topic], verify.txn_decoder(record), point.snapshot.visible)
-    results, found = [], {}
+    results = [TableDrift(e["table"], 0, 0, 0, [], str(point), note=f"dropped at position {e['position']}: ended "
+                          "in the set, not compared") for e in verify.ended_tables(record)]
+    found: dict[str, dict] = {}
     for route in routes.values():
+        if route.table.qualified not in sources:
+            results.append(TableDrift(route.table.qualified, 0, 0, 0, [], str(point), note=verify.MISSING))
+            continue
         kept = [m for m in messages[route.topic] if point.includes(m[2])]
         rebuilt = verify.rebuilt_rows(verify.rebuild(kept, truncates.get(route.topic, ""), route.envelope))
         keyed = bool(route.table.key)
@@ -116,7 +123,9 @@ def _read_source(record: SetRecord, routes: dict) -> tuple[AuditPoint, dict[str,
     of the source tables in one snapshot."""
     with backends.reader(record, AuditError) as snap:
         point = take_point(record, snap)
-        sources = {r.table.qualified: verify.source_images(r.table, r.envelope, snap) for r in routes.values()}
+        missing = verify.missing_tables(snap, [r.table for r in routes.values()])
+        sources = {r.table.qualified: verify.source_images(r.table, r.envelope, snap) for r in routes.values()
+                   if r.table.qualified not in missing}
     return point, sources
 
 

@@ -27,6 +27,7 @@ from pgshovel2.backends.trigger import EXTENSION_VERSION
 from pgshovel2.cluster import ClusterStore
 from pgshovel2.db import connect
 from pgshovel2.errors import CaptureError, ClusterError
+from pgshovel2.ops import cluster_secure
 from pgshovel2.relay import election
 from pgshovel2.setrecord import SetRecord, SlotCapture
 
@@ -56,7 +57,7 @@ def inspect(store: ClusterStore) -> dict[str, Any]:
              "tables": [f"{t.schema}.{t.name}" for t in r.tables], "relays": election.status(store, r.name)}
             for r in store.records()]
     return {"cluster": store.cluster, "zookeeper": store.hosts, **root, "sets": sets,
-            "pending_intents": sorted(store.intents())}
+            "pending_intents": sorted(store.intents()), "acl": cluster_secure.acl_report(store)}
 
 
 def _extension_versions(dsn: str) -> tuple[str | None, str]:
@@ -75,7 +76,7 @@ def _extension_versions(dsn: str) -> tuple[str | None, str]:
     finally:
         conn.close()
     if available is None and installed is not None:
-        where = parse_dsn(dsn).get("dbname", dsn)
+        where = parse_dsn(dsn).get("dbname", "?")
         raise ClusterError(f"version {EXTENSION_VERSION} of the {EXTENSION} extension is not installed on the "
                            f"server of database {where}: build and install sql/capture there first (make install)")
     return (installed[0] if installed else None), EXTENSION_VERSION
@@ -104,6 +105,8 @@ def upgrade(store: ClusterStore, force: bool = False) -> list[str]:
     done = [_update(dsn, sets, installed, target) for dsn, sets, installed, target in plan]
     done += [_pgq_update(dsn, sets, have, source) for dsn, sets, have, source in pgq_plan if have]
     done += [line for record in store.records() for line in _partitions_update(record)]
+    done += cluster_secure.secure(store)
+    root, root_version = store.get_root()
     store.put_root({**root, "pgshovel_version": __version__}, root_version)
     done.append(f"cluster {store.cluster!r}: pgshovel2 {recorded} -> {__version__}")
     return done

@@ -21,10 +21,12 @@ from typing import Any
 
 import psycopg2
 
+from pgshovel2 import redact
 from pgshovel2.backends import pgoutput
 from pgshovel2.cluster import ClusterStore
-from pgshovel2.db import redacted
-from pgshovel2.errors import ClusterError
+from pgshovel2.config import no_secret
+from pgshovel2.db import open_connection
+from pgshovel2.errors import ClusterError, PgshovelError
 from pgshovel2.setrecord import PGOUTPUT, SetRecord, SlotCapture, TriggerCapture
 
 _SLOT_SQL = ("SELECT to_jsonb(s) ->> 'synced', s.confirmed_flush_lsn::text FROM pg_replication_slots s "
@@ -34,7 +36,7 @@ _SLOT_SQL = ("SELECT to_jsonb(s) ->> 'synced', s.confirmed_flush_lsn::text FROM 
 def _facts(dsn: str, record: SetRecord, timeout: int) -> dict[str, Any]:
     """{system_identifier, in_recovery, holds: what the set reads from is there (bool), slot:
     {synced, confirmed_flush_lsn} or None (logical sets)} of the database at dsn (psycopg2.Error if down)."""
-    conn = psycopg2.connect(dsn, connect_timeout=timeout)
+    conn = open_connection(dsn, "set repoint", ClusterError, connect_timeout=timeout)
     conn.autocommit = True
     try:
         with conn.cursor() as cur:
@@ -75,14 +77,14 @@ def _slot_lines(name: str, capture: SlotCapture, new: dict[str, Any], new_dsn: s
     slot = new["slot"]
     if slot is not None:
         origin = "synced from the old primary" if slot["synced"] else "NOT synced from the old primary"
-        return [f"slot {capture.slot} is on {redacted(new_dsn)} ({origin}, confirmed up to "
+        return [f"slot {capture.slot} is on {redact.dsn(new_dsn)} ({origin}, confirmed up to "
                 f"{slot['confirmed_flush_lsn']}): the relay continues from it"]
     if not rebootstrap:
-        raise ClusterError(f"cannot repoint set {name!r}: {redacted(new_dsn)} has no replication slot "
+        raise ClusterError(f"cannot repoint set {name!r}: {redact.dsn(new_dsn)} has no replication slot "
                            f"{capture.slot}: it did not fail over (PostgreSQL before 17, or not synced to this "
                            "standby), so the relay cannot continue the set's stream. Repoint with --rebootstrap, "
                            "then run the relay once with --snapshot and re-bootstrap consumers (docs/runbooks.rst)")
-    return [f"no slot {capture.slot} on {redacted(new_dsn)} (--rebootstrap): run the relay once with --snapshot "
+    return [f"no slot {capture.slot} on {redact.dsn(new_dsn)} (--rebootstrap): run the relay once with --snapshot "
             "(a new slot and snapshot), then re-bootstrap every consumer (docs/runbooks.rst)"]
 
 
@@ -92,23 +94,23 @@ def check_target(name: str, record: SetRecord, new_dsn: str, force: bool, reboot
     try:
         new = _facts(new_dsn, record, 10)
     except psycopg2.Error as exc:
-        raise ClusterError(f"cannot repoint set {name!r}: the new database {redacted(new_dsn)} does not answer: "
+        raise ClusterError(f"cannot repoint set {name!r}: the new database {redact.dsn(new_dsn)} does not answer: "
                            f"{str(exc).strip()}") from exc
     if new["in_recovery"]:
-        raise ClusterError(f"cannot repoint set {name!r}: {redacted(new_dsn)} is still a standby "
+        raise ClusterError(f"cannot repoint set {name!r}: {redact.dsn(new_dsn)} is still a standby "
                            "(in recovery): promote it first")
     if not new["holds"]:
-        raise ClusterError(f"cannot repoint set {name!r}: {redacted(new_dsn)} has no {_what(capture)}: "
+        raise ClusterError(f"cannot repoint set {name!r}: {redact.dsn(new_dsn)} has no {_what(capture)}: "
                            "it is not a copy of the set's database")
-    done = [f"{redacted(new_dsn)} is a primary with {_what(capture)}"]
+    done = [f"{redact.dsn(new_dsn)} is a primary with {_what(capture)}"]
     if isinstance(capture, SlotCapture):
         done += _slot_lines(name, capture, new, new_dsn, rebootstrap)
     try:
         old = _facts(record.dsn, record, 3)
-    except psycopg2.Error:
+    except (psycopg2.Error, PgshovelError):
         return done + ["the old database does not answer: system identifiers not compared"]
     if old["system_identifier"] != new["system_identifier"] and not force:
-        raise ClusterError(f"cannot repoint set {name!r}: {redacted(new_dsn)} has system identifier "
+        raise ClusterError(f"cannot repoint set {name!r}: {redact.dsn(new_dsn)} has system identifier "
                            f"{new['system_identifier']}, the current database {old['system_identifier']}: "
                            f"not a physical copy (use --force if it really holds the same {_what(capture)})")
     return done + [f"same system identifier {new['system_identifier']} as the old database"]
@@ -122,13 +124,14 @@ def repoint_set(store: ClusterStore, name: str, new_dsn: str, force: bool = Fals
     Raises ClusterError (checks failed, no such set) or ConflictError (the set
     changed meanwhile); nothing is written then.
     """
+    no_secret(new_dsn, "set repoint --dsn")
     record, znode_version = store.get_set(name)
     old_dsn = record.dsn
     if old_dsn == new_dsn:
-        return [f"set {name!r} already uses {redacted(new_dsn)}: nothing changed"]
+        return [f"set {name!r} already uses {redact.dsn(new_dsn)}: nothing changed"]
     lines = check_target(name, record, new_dsn, force, rebootstrap)
     new_record = record.next(config=replace(record.config, dsn=new_dsn),
-                             change={"kind": "repoint", "from": redacted(old_dsn), "to": redacted(new_dsn)})
+                             change={"kind": "repoint", "from": redact.dsn(old_dsn), "to": redact.dsn(new_dsn)})
     store.update_set(new_record, znode_version)
     return lines + [f"set {name!r}: version {record.version} -> {new_record.version}, database "
-                    f"{redacted(old_dsn)} -> {redacted(new_dsn)}; running relays restart on it"]
+                    f"{redact.dsn(old_dsn)} -> {redact.dsn(new_dsn)}; running relays restart on it"]

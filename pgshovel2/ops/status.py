@@ -17,25 +17,25 @@
   (ZooKeeper ``relay/partitions``, pgshovel2.relay.partition_moves).
 """
 
+import shlex
 import time
 from typing import Any
 
-from confluent_kafka.admin import AdminClient
-
-from pgshovel2 import backends
+from pgshovel2 import backends, kafkaconf, redact
 from pgshovel2.backends import logical, partitions, slot_failover, trigger
 from pgshovel2.cluster import ClusterStore
 from pgshovel2.consumer.offsets import end_offsets, partition_counts
-from pgshovel2.db import connect, redacted
+from pgshovel2.db import connect
 from pgshovel2.errors import PgshovelError, RelayError, UnavailableError
+from pgshovel2.kafkaconf import Kafka
 from pgshovel2.ops import resnapshot
-from pgshovel2.relay import election, partition_moves
+from pgshovel2.relay import ddl_gate, election, partition_moves
 from pgshovel2.setrecord import SetRecord, SlotCapture
 from pgshovel2.wire import Position
 from pgshovel2.wire.positions import read_position
 
 
-def wait_caught_up(store: ClusterStore, set_name: str, bootstrap: str, timeout: float = 120.0) -> None:
+def wait_caught_up(store: ClusterStore, set_name: str, bootstrap: Kafka, timeout: float = 120.0) -> None:
     """Wait until the set's relay has relayed everything committed before the call.
 
     Trigger set: its PgQ consumer finished every event queued before the call (it acknowledges
@@ -67,7 +67,7 @@ def wait_caught_up(store: ClusterStore, set_name: str, bootstrap: str, timeout: 
         time.sleep(0.2)
 
 
-def _committed(bootstrap: str, topic: str, key: str) -> Position | str:
+def _committed(bootstrap: Kafka, topic: str, key: str) -> Position | str:
     """The relay's committed position, or why there is none yet: 'nothing', or Kafka's error --
     a relay that has not yet created its positions topic (first start) makes that topic unknown,
     which is a reason to wait, not to fail."""
@@ -77,11 +77,11 @@ def _committed(bootstrap: str, topic: str, key: str) -> Position | str:
         return str(exc)
 
 
-def kafka_status(record: SetRecord, bootstrap: str) -> dict[str, Any]:
+def kafka_status(record: SetRecord, bootstrap: Kafka) -> dict[str, Any]:
     """{end_offsets: {topic: {partition: offset}}} of the set's data and transactions topics,
     or {error} when Kafka does not answer."""
     topics = record.topics
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = kafkaconf.admin(bootstrap)
     names_ = [*topics.tables.values(), topics.transactions]
     try:
         counts = partition_counts(admin, names_, bootstrap, f"of set {record.name!r}", 10)
@@ -94,13 +94,13 @@ def kafka_status(record: SetRecord, bootstrap: str) -> dict[str, Any]:
     return {"end_offsets": nested, "positions_topic": topics.positions}
 
 
-def set_status(store: ClusterStore, set_name: str, bootstrap: str, standby_dsn: str | None = None) -> dict[str, Any]:
+def set_status(store: ClusterStore, set_name: str, bootstrap: Kafka, standby_dsn: str | None = None) -> dict[str, Any]:
     """Everything above as one JSON-able dict; ``failover`` (logical sets: slot_failover.slot_failover,
     with the standby at standby_dsn when given; None for trigger sets). Raises ClusterError for
     no such set."""
     record, _ = store.get_set(set_name)
     out: dict[str, Any] = {"set": set_name, "version": record.version, "backend": record.backend,
-                           "capture": record.capture.describe(), "database": redacted(record.dsn),
+                           "capture": record.capture.describe(), "database": redact.dsn(record.dsn),
                            "lag": backends.lag(record), "relays": election.status(store, set_name)}
     out["kafka"] = kafka_status(record, bootstrap)
     out["failover"] = None
@@ -116,6 +116,8 @@ def set_status(store: ClusterStore, set_name: str, bootstrap: str, standby_dsn: 
         committed_ms = (out["position"] or {}).get("committed_at_ms", 0)
         error["recovered"] = committed_ms > error["at"] * 1000
     out["last_error"] = error
+    out["ddl_stop"] = store.get_relay_record(set_name, ddl_gate.STOP)
+    out["ended_tables"] = [r for r in record.retired if r.get("why") == "dropped"]
     out["skips"] = store.get_relay_record(set_name, "skips")
     out["online_snapshot"] = resnapshot.show(store, set_name)
     out["partitions"] = {**partitions.lacking(record),
@@ -155,6 +157,7 @@ def lines(info: dict[str, Any]) -> list[str]:
         when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(err["at"]))
         state = "recovered, the relay committed since" if err.get("recovered") else "not recovered"
         out.append(f"  last relay error: {when} ({state}) {err['kind']} ({err['relay']}): {err['message'][:300]}")
+    out += _ddl_lines(info)
     skips = info.get("skips") or {}
     for position, request in skips.get("requested", {}).items():
         row = (request.get("table"), request.get("key"))  # a snapshot row, met at another position
@@ -179,6 +182,27 @@ def _partition_lines(info: dict[str, Any]) -> list[str]:
 
 
 RUNBOOK = "docs/runbooks.rst"
+
+
+def _ddl_lines(info: dict[str, Any]) -> list[str]:
+    """Where the relay waits for a decision on a DDL (relay/ddl_stop) and the tables that ended."""
+    out = []
+    if stop := info.get("ddl_stop"):
+        table = stop["table"]
+        flag = " --new-topic" if stop.get("key_change") else " [--new-topic]"
+        out.append(f"  STOPPED AT DDL:   on {table} at {stop['position']} since {_ago(stop['since'])}: "
+                   f"{stop['reason']}; run pgshovel set accept-ddl {info['set']} {_arg(table)}{flag} ({RUNBOOK}, "
+                   "'Relay stopped on DDL')")
+    for ended in info.get("ended_tables") or ():
+        out.append(f"  dropped table:    {ended['table']} ended at unit {ended['tick']}, event {ended['ordinal']} "
+                   f"(its topic {ended['topic']} keeps what came before)")
+    return out
+
+
+def _arg(tag: str) -> str:
+    """A table tag as accept-ddl's argument: ``schema.table`` (quoted for the shell when needed)."""
+    schema, _, name = tag.partition('"."')
+    return shlex.quote(f"{schema[1:]}.{name[:-1]}".replace('""', '"'))
 
 
 def failover_text(facts: dict[str, Any]) -> str:

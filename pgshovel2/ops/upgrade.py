@@ -16,7 +16,7 @@ their existing rows come as the online snapshot the CLI requests after the upgra
 (:mod:`pgshovel2.ops.resnapshot`), unless ``--no-snapshot``.
 """
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from pgshovel2 import catalog
 from pgshovel2.backends import logical, logical_version, partition_checks, partitions, pgoutput, trigger
@@ -24,9 +24,10 @@ from pgshovel2.catalog import Table
 from pgshovel2.cluster import ClusterStore
 from pgshovel2.config import SetConfig, load_config
 from pgshovel2.db import connect
-from pgshovel2.errors import ConfigError
+from pgshovel2.errors import ConfigError, RequestError
 from pgshovel2.ops import twophase
 from pgshovel2.ops.twophase import Intent
+from pgshovel2.relay import ddl_gate
 from pgshovel2.setrecord import SetRecord, SlotCapture, TriggerCapture
 
 # Changing these would change what existing topics mean: a new set is the way.
@@ -100,11 +101,45 @@ class UpgradePlan:
         return out
 
 
+def carried(record: SetRecord, tables: tuple[Table, ...]) -> tuple[Table, ...]:
+    """tables (resolved from the catalog) with what the stored record's tables keep across an
+    upgrade: a table renamed while relayed (found by its OID, named in the config by its name
+    now) keeps its identity (tag, topic, Avro names; Table.renamed says where it is); every one
+    keeps its topic generation, and its key layout (Table.key_layout) while the key is made of
+    the same columns -- the key's schema, and every key's bytes, stay as they are."""
+    old = {t.qualified: t for t in record.tables}
+    by_oid = {t.oid: t for t in record.tables if t.oid is not None}
+    out = []
+    for table in tables:
+        before = old.get(table.qualified)
+        if before is None and table.oid in by_oid:
+            before = by_oid[table.oid]
+            table = replace(table, schema=before.schema, name=before.name, renamed=table.relation)
+        if before is not None:
+            same_key = [c.attnum for c in before.key_columns] == [c.attnum for c in table.key_columns]
+            table = replace(table, generation=before.generation,
+                            key_layout=before.key_layout if same_key and table.key else None)
+        out.append(table)
+    return tuple(out)
+
+
+def waiting_at_ddl(store: ClusterStore, name: str) -> None:
+    """Raise RequestError when the set's relay waits for a decision on a DDL (an upgrade's marker
+    would wait behind it: the relay cannot reach it before the decision)."""
+    stop = store.get_relay_record(name, ddl_gate.STOP)
+    if stop is not None:
+        raise RequestError(f"set {name!r}: its relay waits at a DDL of {stop['table']} at {stop['position']} "
+                           f"({stop['reason']}); an upgrade's marker would wait behind it. Decide first: 'pgshovel "
+                           f"set accept-ddl {name} TABLE [--new-topic]' (docs/runbooks.rst, 'Relay stopped on DDL'); "
+                           "nothing written")
+
+
 def diff(set_name: str, record: SetRecord, config: SetConfig, tables: tuple[Table, ...],
          old_rows: frozenset[str] = frozenset()) -> UpgradePlan:
     """The plan that takes the stored record to config/tables (resolved from the catalog).
     old_rows: tables (qualified names) whose capture trigger must be replaced even when the table is
     unchanged (:func:`pgshovel2.backends.trigger.without_old_rows`)."""
+    tables = carried(record, tables)
     old = {t.qualified: t for t in record.tables}
     new = {t.qualified: t for t in tables}
     changes, triggers, topics = [], [], []
@@ -201,6 +236,7 @@ def upgrade_set(store: ClusterStore, name: str, config_path: str) -> UpgradePlan
     CaptureError; on any error neither side changed.
     """
     record, znode_version = store.get_set(name)
+    waiting_at_ddl(store, name)
     config = load_config(config_path)
     _check_immutable(record.config, config, config_path)
     preview = _preview(name, record, config, config_path)
@@ -209,7 +245,7 @@ def upgrade_set(store: ClusterStore, name: str, config_path: str) -> UpgradePlan
     intent = Intent.new(store.cluster, name, "upgrade", record.version + 1)
     what = f"upgrade set {name!r}"
     with twophase.prepared_command(store, intent, config.dsn, what) as (conn, cur):
-        tables = _resolve(conn, name, record, config, config_path)
+        tables = carried(record, _resolve(conn, name, record, config, config_path))
         _check_partitions(cur, record, tables, config_path)
         result = diff(name, record, config, tables, _old_rows(conn, record, tables))
         if isinstance(record.capture, SlotCapture):

@@ -13,22 +13,22 @@ same codec, so equal bytes mean equal values.
 
 import io
 import json
-import uuid
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import fastavro
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
-from confluent_kafka.admin import AdminClient
+from confluent_kafka import OFFSET_BEGINNING, KafkaError, TopicPartition
 
-from pgshovel2 import backends, wire
+from pgshovel2 import backends, kafkaconf, wire
 from pgshovel2.backends.snapshot import TableReader
 from pgshovel2.catalog import Table
 from pgshovel2.codec.avro import TRANSACTION_SCHEMA
 from pgshovel2.consumer.dead_letters import DeadLetters
 from pgshovel2.consumer.offsets import end_offsets, partition_counts
 from pgshovel2.errors import RelayError
+from pgshovel2.kafkaconf import Kafka
+from pgshovel2.registryconf import Registry
 from pgshovel2.relay import setup
 from pgshovel2.relay.envelopes import Envelope
 from pgshovel2.setrecord import SetRecord
@@ -57,13 +57,14 @@ class TableReport:
     rebuilt_rows: int
     source_rows: int
     first_difference: str | None
+    note: str | None = None  # a table that ended in the set (dropped at a position): not compared
 
     @property
     def ok(self) -> bool:
         return self.first_difference is None
 
 
-def read_topics(bootstrap: str, topics: list[str], timeout: float = 60.0,
+def read_topics(bootstrap: Kafka, topics: list[str], timeout: float = 60.0,
                 start: dict[tuple[str, int], int] | None = None) -> dict[str, list]:
     """Every committed message (read_committed) of topics, up to the committed end (last stable
     offset) each partition had when the call began, and possibly some after it; from the offsets
@@ -77,12 +78,12 @@ def read_topics(bootstrap: str, topics: list[str], timeout: float = 60.0,
     Raises ConsumerError naming a missing topic or Kafka's error, TimeoutError when no message
     arrives within timeout (s).
     """
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = kafkaconf.admin(bootstrap)
     counts = partition_counts(admin, topics, bootstrap, "to read", timeout)
     ends = end_offsets(admin, [[(t, p) for t in topics for p in range(counts[t])]], bootstrap, timeout)
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"pgshovel-verify-{uuid.uuid4()}",
-                         "isolation.level": "read_committed", "enable.auto.commit": False,
-                         "auto.offset.reset": "earliest", "enable.partition.eof": True})
+    consumer = kafkaconf.consumer(bootstrap, "verify", **{"isolation.level": "read_committed",
+                                                          "enable.auto.commit": False, "auto.offset.reset": "earliest",
+                                                          "enable.partition.eof": True})
     try:
         start = start or {}
         consumer.assign([TopicPartition(t, p, start.get((t, p), OFFSET_BEGINNING)) for t, p in ends])
@@ -107,7 +108,7 @@ def read_topics(bootstrap: str, topics: list[str], timeout: float = 60.0,
         consumer.close()
 
 
-def resolve_dead_letters(bootstrap: str, messages: dict[str, list]) -> dict[str, list]:
+def resolve_dead_letters(bootstrap: Kafka, messages: dict[str, list]) -> dict[str, list]:
     """messages (read_topics') with each placeholder's value (header ``pgshovel.dead_letter``)
     replaced by the message it stands for, read back from the dead-letter topic."""
     if not any(wire.DEAD_LETTER in h for msgs in messages.values() for _, _, h in msgs):
@@ -243,9 +244,30 @@ def txn_decoder(record: SetRecord) -> Callable[[bytes], dict]:
     return json.loads
 
 
-def verify_set(record: SetRecord, bootstrap: str, registry_url: str | None) -> list[TableReport]:
+def ended_tables(record: SetRecord) -> list[dict]:
+    """The set's tables that ended (dropped) as ``{table, topic, position}`` (position: the
+    ``pgshovel.position`` of the DROP TABLE in the stream), from the record's retired topics."""
+    return [{"table": r["table"], "topic": r["topic"], "position": wire.change_header(record.backend, r["tick"],
+                                                                                       r["ordinal"])}
+            for r in record.retired if r.get("why") == "dropped"]
+
+
+def missing_tables(snap: TableReader, tables: list[Table]) -> set[str]:
+    """Tags of the tables that do not exist in snap's database (dropped before the relay ended them)."""
+    with snap.conn.cursor() as cur:
+        cur.execute("SELECT t FROM unnest(%s::text[]) t WHERE pg_catalog.to_regclass(t) IS NULL",
+                    ([t.sql_name for t in tables],))
+        gone = {r[0] for r in cur.fetchall()}
+    return {t.qualified for t in tables if t.sql_name in gone}
+
+
+MISSING = "not in the source: dropped, and not ended in the set yet (the relay ends it within seconds)"
+
+
+def verify_set(record: SetRecord, bootstrap: Kafka, registry_url: Registry | None) -> list[TableReport]:
     """Rebuild every table of the set (record: its current version) from Kafka and compare with
-    the source now.
+    the source now; the tables that ended (dropped) are reported as such, not compared, and so is
+    a table the source no longer has.
 
     The source must be quiescent and the relay caught up for the comparison to be meaningful.
     """
@@ -256,9 +278,15 @@ def verify_set(record: SetRecord, bootstrap: str, registry_url: str | None) -> l
     topics = [r.topic for r in routes.values()]
     messages = resolve_dead_letters(bootstrap, read_topics(bootstrap, topics + [txn_topic]))
     truncated = truncates(messages[txn_topic], txn_decode)
-    reports = []
+    reports = [TableReport(e["table"], e["topic"], 0, 0, 0, None, f"dropped at position {e['position']}: ended in "
+                           "the set, not compared") for e in ended_tables(record)]
     with backends.reader(record, RelayError) as snap:
+        missing = missing_tables(snap, [r.table for r in routes.values()])
         for route in routes.values():
             state = rebuild(messages[route.topic], truncated.get(route.topic, ""), route.envelope)
+            if route.table.qualified in missing:
+                reports.append(TableReport(route.table.qualified, route.topic, state.messages, len(rebuilt_rows(
+                    state)[0]), 0, MISSING))
+                continue
             reports.append(compare(route.table, route.topic, state, route.envelope, snap))
     return reports

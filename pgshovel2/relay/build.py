@@ -13,6 +13,8 @@ from pgshovel2.codec.rows import as_values
 from pgshovel2.db import connect
 from pgshovel2.errors import RelayError, UnavailableError
 from pgshovel2.relay.control import ControlEvents
+from pgshovel2.relay.ddl_gate import DdlGate
+from pgshovel2.relay.drop_watch import DropWatch
 from pgshovel2.relay.election import Leadership
 from pgshovel2.relay.emitter import Emitter
 from pgshovel2.relay.layout import Layout
@@ -80,6 +82,7 @@ def build(store: ClusterStore, set_name: str, options: RelayOptions, leadership:
     layout = Layout(record, emitter, registry, lambda version: store.get_version(set_name, version), ensure_topics)
     key = f"{store.cluster}/{set_name}"
     source = open_source(record, options)
+    drops = DropWatch(record, lambda: {t.qualified for t in store.get_set(set_name)[0].tables})
     return Relay(set_name, source, sink, layout, ControlEvents(store, set_name, registry), options,
                  lambda: read_position(options.bootstrap, topics.positions, key, stop=stop), topics.positions,
                  key.encode(),
@@ -88,7 +91,8 @@ def build(store: ClusterStore, set_name: str, options: RelayOptions, leadership:
                           lambda position, what: store.update_skips(set_name, "skipped", position,
                                                                     {**what, "at": time.time()}),
                           lambda position, what: _stopped(store, set_name, position, what)),
-                 online_snapshot(store, record, emitter), partition_watch(store, record))
+                 online_snapshot(store, record, emitter), partition_watch(store, record),
+                 DdlGate(store, set_name, stop, leadership), drops)
 
 
 def check_privileges(record: SetRecord) -> None:

@@ -26,6 +26,7 @@ from typing import Any
 
 from kazoo.protocol.states import KazooState
 
+from pgshovel2 import redact
 from pgshovel2.cluster import ClusterStore
 from pgshovel2.errors import RelayError, StopRequestedError, UnavailableError
 from pgshovel2.setrecord import SetRecord
@@ -86,7 +87,7 @@ class Leadership:
             self._dropped.set()
             return False  # stop watching
         record = SetRecord.from_node(data)
-        version, dsn = record.version, record.relay_dsn
+        version, dsn = record.version, redact.strip_dsn(record.relay_dsn)  # cluster secure strips passwords in place
         if self._seen_dsn is not None and dsn != self._seen_dsn:
             log.info("set %r was repointed to another database (version %s): the relay restarts on it",
                      self.set_name, version)

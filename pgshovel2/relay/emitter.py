@@ -251,6 +251,22 @@ class Emitter:
         self._record({"type": kind, "txid": 0, "position": position, "ts_ms": ts_ms, "event_count": rows,
                       "data_collections": None, "table": topic})
 
+    def ddl_mark(self, mark: dict, txid: int, position: str, ts_ms: int) -> None:
+        """A table's layout or topic changing at a DDL, on the transactions topic at position (the
+        event's; inside its source transaction): mark ``{type, table, new_topic}`` (type
+        SCHEMA_CHANGED, TOPIC_CHANGED or TABLE_DROPPED, table the table's topic until here;
+        TOPIC_CHANGED carries the topic it goes on in as data_collections' one entry, with
+        event_count 0). Not counted in the END record."""
+        collections = None if mark.get("new_topic") is None else [{"data_collection": mark["new_topic"],
+                                                                    "event_count": 0}]
+        self._record({"type": mark["type"], "txid": txid, "position": position, "ts_ms": ts_ms, "event_count": None,
+                      "data_collections": collections, "table": mark["table"]})
+
+    def drop_table(self, tag: str, version: int) -> None:
+        """Stop routing table tag (dropped) and use set version from the next message on."""
+        self.routes = {t: r for t, r in self.routes.items() if t != tag}
+        self.version = version
+
     def _record(self, datum: dict) -> None:
         if not self.replaying:
             self._produce_record(encode_record(datum, self._txn_writer))

@@ -46,6 +46,11 @@ class Layout:
             record = self._history(version)
         self.use(record)
 
+    def drop(self, record: SetRecord, tag: str) -> None:
+        """Relay in the layout of record, which no longer has table tag (dropped), from the next change on."""
+        self.record = record
+        self.emitter.drop_table(tag, record.version)
+
     def use(self, record: SetRecord, route: TableRoute | None = None) -> None:
         """Relay in the layout of record from the next change on: only route's table changed,
         or (route None) every route rebuilt and missing topics created."""

@@ -16,20 +16,21 @@ from collections.abc import Callable, Iterable, Iterator
 
 import psycopg2
 
-from pgshovel2.backends import logical, logical_version, pgoutput
+from pgshovel2.backends import logical, pgoutput
 from pgshovel2.backends.snapshot import ExportedSnapshot
 from pgshovel2.catalog import Table
 from pgshovel2.db import connect, outage
 from pgshovel2.errors import RelayError, UnavailableError
 from pgshovel2.relay import lane_reads, pgoutput_stream, relation_layout
 from pgshovel2.relay.feedback_keeper import FeedbackKeeper
-from pgshovel2.relay.pgoutput_decoder import PgoutputDecoder, SetTable
+from pgshovel2.relay.logical_tables import LogicalTables
+from pgshovel2.relay.pgoutput_decoder import PgoutputDecoder
 from pgshovel2.relay.pgoutput_stream import StreamAssembler
 from pgshovel2.relay.record_decoder import RECORD_FORMAT, RecordDecoder, pack_reader
 from pgshovel2.relay.relation_layout import Redo, RelationLayout
-from pgshovel2.relay.source import Begin, Change, Commit, Control, Idle, Item, Lag
+from pgshovel2.relay.source import Begin, Change, Commit, Idle, Item, Lag
 from pgshovel2.relay.stream_reader import stream_reader
-from pgshovel2.setrecord import PLUGIN, SetRecord
+from pgshovel2.setrecord import PLUGIN
 from pgshovel2.wire import LOGICAL, Lsn, Position
 
 log = logging.getLogger(__name__)
@@ -39,7 +40,7 @@ log = logging.getLogger(__name__)
 COMMIT_DELAY = 0.01
 
 
-class LogicalSource:
+class LogicalSource(LogicalTables):
     """A set's slot on its database (dsn), for tables (the set's, in record order), read
     through plugin (``pgshovel2_decoder`` or ``pgoutput``).
 
@@ -126,67 +127,14 @@ class LogicalSource:
             raise RelayError(logical.missing_slot_message(self.slot))
         log.info("resuming slot %s after %s", self.slot, position.describe())
 
-    def tables_option(self) -> str:
-        """The plugin's ``tables`` option (:func:`pgshovel2.backends.logical.tables_spec`).
-
-        Also fills the decoder's subset_tags. Raises RelayError when a table of the set no longer exists.
-        """
-        with self._ctl.cursor() as cur:
-            spec, subset = logical_version.tables_spec(cur, self._tables, self._mode_all)
-        self._decoder.subset_tags = subset
-        return spec
-
-    def switch(self, record: SetRecord) -> None:
-        """The set version in effect from the next item on (the loop calls it at every switch
-        and before streaming): the decoder reads the record's tables from there on."""
-        self._tables, self._mode_all = record.tables, relation_layout.all_mode_tags(record)
-        self._tags = [t.qualified for t in self._tables]
-        decoder = self._decoder
-        if isinstance(decoder, RecordDecoder):
-            decoder.tags = list(self._tags)
-            decoder.subset_tags = self._subset_tags()
-        elif decoder.tables:
-            decoder.subset_tags = self._subset_tags()
-            decoder.update({t.qualified: self._set_table(t) for t in self._tables})
-
-    def _set_table(self, table: Table) -> SetTable:
-        """The pgoutput decoder's entry for table: types of its last resolved layout, else the catalog's."""
-        resolved = self._resolved.get(table.qualified)
-        if resolved is not None and all(c.attnum in resolved.type_oids for c in table.columns):
-            return SetTable(table, resolved.type_oids, [resolved.converters[c.attnum] for c in table.columns])
-        with self._ctl.cursor() as cur:
-            types = pgoutput.column_types(cur, table)
-        if types.missing:
-            raise RelayError(f"table {table.qualified}: captured column(s) {', '.join(types.missing)} "
-                             "do not exist any more")
-        return SetTable(table, types.type_oids, types.converters)
-
-    def _layout(self, layout: RelationLayout) -> Control | None:
-        """The schema-change Control a table's reported layout makes (None: the layout in effect)."""
-        current = next((t for t in self._tables if t.qualified == layout.tag), None)
-        if current is None:
-            raise RelayError(f"slot {self.slot} sent the layout of table {layout.tag}, which is not in the set")
-        try:
-            with self._ctl.cursor() as cur:
-                resolved = relation_layout.resolve(cur, layout, current, layout.tag in self._mode_all)
-        except psycopg2.Error as exc:
-            if outage(exc, self._ctl):
-                raise UnavailableError(f"slot {self.slot}: the database went away: {str(exc).strip()}") from exc
-            raise
-        self._resolved[layout.tag] = resolved
-        return relation_layout.to_control(resolved, layout, current)
-
     def pgoutput_options(self) -> dict[str, str]:
         """pgoutput's options: the highest protocol version the server speaks, with streaming of
         large in-progress transactions from 2 on (PostgreSQL 14+); makes the decoder from the
         catalog's column types and the assembler of streamed transactions.
         Raises RelayError when a table or captured column of the set no longer exists."""
-        tables = {}
-        for table in self._tables:
-            if self._sql("SELECT to_regclass(%s)", (table.qualified,))[0] is None:
-                raise RelayError(f"table {table.qualified} of the set does not exist any more")
-            tables[table.qualified] = self._set_table(table)
+        tables = {table.qualified: self._set_table(table) for table in self._tables}
         decoder = PgoutputDecoder(tables, self.slot)
+        decoder.tag_of = self._oids()
         decoder.subset_tags = self._subset_tags()
         decoder.set_xid_reference(self._sql("SELECT txid_snapshot_xmax(txid_current_snapshot())", ())[0])
         self._decoder = decoder
@@ -202,15 +150,6 @@ class LogicalSource:
         if self.stream is None:
             return ((msg.payload, msg.data_start),)
         return self.stream.route(msg.payload, msg.data_start)
-
-    def _subset_tags(self) -> set[str]:
-        subset = set()
-        for table in self._tables:
-            row = self._sql("SELECT count(*) FROM pg_attribute WHERE attrelid = to_regclass(%s) AND attnum > 0 "
-                            "AND NOT attisdropped", (table.qualified,))
-            if len(table.columns) < row[0]:
-                subset.add(table.qualified)
-        return subset
 
     def items(self, position: Position) -> Iterator[Item]:
         """Stream from the slot's confirmed position (PostgreSQL sends from there; what position
@@ -346,6 +285,8 @@ class LogicalSource:
                 control = self._layout(item)
                 if control is not None:
                     yield control  # the loop switches (and calls switch()) before this goes on
+                elif isinstance(self._decoder, PgoutputDecoder):
+                    self._in_effect(item.tag)
                 self._decoder.settle(item)
                 continue
             if kind is Redo:

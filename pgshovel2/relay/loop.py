@@ -27,10 +27,13 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from pgshovel2 import failpoints
-from pgshovel2.errors import EncodeError, RelayError, SchemaChangeError, StopRequestedError
+from pgshovel2.errors import EncodeError, KeyLayoutError, RelayError, StopRequestedError
 from pgshovel2.relay import metrics
 from pgshovel2.relay.commit_clock import CommitClock
 from pgshovel2.relay.control import ControlEvents
+from pgshovel2.relay.ddl_gate import DdlGate
+from pgshovel2.relay.ddl_relay import DdlRelaying
+from pgshovel2.relay.drop_watch import DropWatch
 from pgshovel2.relay.election import Leadership
 from pgshovel2.relay.initial_snapshot import emit_initial_snapshot
 from pgshovel2.relay.lane_relay import LaneRelaying
@@ -43,7 +46,7 @@ from pgshovel2.relay.progress import Progress
 from pgshovel2.relay.skips import Skips
 from pgshovel2.relay.source import Begin, Change, ChangeRun, Commit, Control, Idle, Item, Source, TxnRun
 from pgshovel2.sinks.kafka import KafkaSink
-from pgshovel2.wire import Position, change_header, change_header_at, position_prefix
+from pgshovel2.wire import Position, change_header_at, position_prefix
 
 log = logging.getLogger(__name__)
 NO_SKIPS = Skips()
@@ -58,7 +61,7 @@ class _Txn:
         self.begin, self.begun, self.last_header, self.last_covered = begin, False, "", False
 
 
-class Relay(LaneRelaying):
+class Relay(LaneRelaying, DdlRelaying):
     """Relays one set from source to sink until stop is set.
 
     layout: the set layout in effect (its emitter produces to sink); control: applies
@@ -69,11 +72,14 @@ class Relay(LaneRelaying):
     relay records those it left out and where it stopped. online: the set's online snapshots
     (hooked in between Kafka transactions, at changes, controls and commits), None for none.
     watch: gives new partitions of the set's partitioned tables their TRUNCATE triggers (checked
-    with the progress), None for none.
+    with the progress), None for none. gate: where the relay waits for the operator's decision on
+    a DDL it cannot follow compatibly (None: SchemaChangeError is raised); drops: the watch for
+    tables dropped without an event (None: none).
 
     Raises UnavailableError when a service goes away (retrying is safe), FencedError when
     another relay took over, RelayError/EncodeError when it cannot go on without losing or
-    garbling a change, SchemaChangeError at a DDL it cannot relay compatibly.
+    garbling a change, SchemaChangeError at a DDL it cannot relay compatibly when it has no gate
+    (with one it waits there for the operator's decision; StopRequestedError when stopped meanwhile).
     """
 
     def __init__(self, set_name: str, source: Source, sink: KafkaSink, layout: Layout, control: ControlEvents,
@@ -81,12 +87,14 @@ class Relay(LaneRelaying):
                  position_key: bytes, leadership: Leadership | None = None,
                  on_handoff: Callable[[dict], None] = lambda record: None,
                  skips: Skips = NO_SKIPS, online: OnlineSnapshot | None = None,
-                 watch: PartitionWatch | None = None):
+                 watch: PartitionWatch | None = None, gate: DdlGate | None = None,
+                 drops: DropWatch | None = None):
         self.set_name, self.source, self.sink, self.layout = set_name, source, sink, layout
         self.emitter, self.control, self.options = layout.emitter, control, options
         self.read_position, self.position_topic, self.position_key = read_position, position_topic, position_key
         self.leadership, self.on_handoff = leadership, on_handoff
         self.skips, self.online, self.watch = skips, online, watch
+        self.gate, self.drops = gate, drops
         self.soft = options.max_transaction_messages
         self.hard = 10 * self.soft
         self._clock = CommitClock(source.commit_delay, options.busy_commit_delay)
@@ -130,6 +138,8 @@ class Relay(LaneRelaying):
                 self.online.resume(self.committed.snapshot)
             self._stream(stop)
         finally:
+            if self.drops is not None:
+                self.drops.close()
             if self.online is not None:
                 self.online.reader.close()
             if self.watch is not None:
@@ -234,6 +244,9 @@ class Relay(LaneRelaying):
             txn.begun = True
         try:
             emitter.change(item, header)
+        except KeyLayoutError as exc:
+            self._key_layout_stop(item, exc)
+            self.emitter.change(item, header)  # in the table's new topic generation
         except EncodeError as exc:
             self._unencodable(exc, header, {"table": item.table, "op": item.op, "txid": item.txid,
                                             "key": self._key_of(item)})
@@ -282,26 +295,6 @@ class Relay(LaneRelaying):
         if self._pending() >= self.soft or (item.complete and self._clock.due(item.ts_ms)):
             self._commit_ready()
 
-    def _control(self, item: Control) -> None:
-        """Apply a control event (also when replayed below the committed position: idempotent)."""
-        self._at_unit(item.unit)
-        if self.online is not None and self.online.control(item):
-            return  # a watermark of an online snapshot
-        started = time.monotonic()
-        try:
-            changed = self.control.apply(self.layout.record, item)
-        except SchemaChangeError:
-            if not self.committed.covers(item.unit, item.ordinal):  # commit everything before the change
-                self._commit_at(self._point(item.unit, item.ordinal, False))
-            raise
-        if changed is not None:
-            log.info("switching to set version %d at %s", changed[0].version,
-                     change_header(self.source.backend, item.unit, item.ordinal))
-            self.layout.use(*changed)
-            self.source.switch(self.layout.record)
-        log.info("control event %s handled in %.1f ms (set version %d)", item.op,
-                 (time.monotonic() - started) * 1000, self.layout.version)
-
     def _idle(self, item: Idle) -> None:
         wait = item.wait
         # Not while a source transaction is half produced: the commit would be at _ready, before it
@@ -319,6 +312,8 @@ class Relay(LaneRelaying):
             self._clock.drained = True  # the source has no more: the Kafka transaction ends with this one (due)
         elif self._ready is None and self.online is not None:
             self.online.step(self.layout.record)
+        if self._ready is None and self._txn is None:
+            self._watch_drops()
         self._check_leadership()
         self._progress()
         self.source.wait(wait)

@@ -11,9 +11,21 @@ Every metric has the label ``set``. Scrape ``http://<address>:<port>/metrics``:
 - ``pgshovel2_relay_errors_total{kind}``: interruptions and failures by error class
   (``OperationalError``, ``KafkaException``, ``FencedError``, ``LeadershipLostError``, ...);
 - ``pgshovel2_relay_active``: 1 while this process is the set's active relay, 0 on standby.
+
+The endpoint listens on 127.0.0.1 unless ``--metrics-address`` says otherwise; it can serve
+HTTPS (``--metrics-tls-cert``/``--metrics-tls-key``) and ask for basic auth
+(``--metrics-basic-auth``): a request without the credentials gets 401 and no metrics.
 """
 
-from prometheus_client import Counter, Gauge, Histogram, start_http_server
+import base64
+import binascii
+import hmac
+import ssl
+import threading
+from http.server import ThreadingHTTPServer
+
+from prometheus_client import Counter, Gauge, Histogram
+from prometheus_client.exposition import MetricsHandler
 
 CHANGES = Counter("pgshovel2_relay_changes", "Changes relayed to Kafka", ["set"])
 BATCHES = Counter("pgshovel2_relay_batches", "Kafka transactions committed by the relay", ["set"])
@@ -27,9 +39,58 @@ ERRORS = Counter("pgshovel2_relay_errors", "Relay interruptions and failures by 
 ACTIVE = Gauge("pgshovel2_relay_active", "1 while this relay is the set's active relay", ["set"])
 
 
-def serve(port: int, address: str = "127.0.0.1") -> None:
-    """Serve /metrics on address:port from a daemon thread. Raises OSError if the port is taken."""
-    start_http_server(port, addr=address)
+REALM = "pgshovel2 relay metrics"
+
+
+def serve(port: int, address: str = "127.0.0.1", certfile: str | None = None, keyfile: str | None = None,
+          credentials: str | None = None) -> ThreadingHTTPServer:
+    """Serve /metrics on address:port from a daemon thread; returns the server (its
+    server_address holds the port when port is 0).
+
+    certfile, keyfile: PEM certificate (chain) and key: serve HTTPS (TLS 1.2 or later).
+    credentials: ``USER:PASSWORD`` that every request must bring as HTTP basic auth (401
+    otherwise). Raises OSError if the port is taken or a file cannot be read, ssl.SSLError for
+    an unusable certificate or key.
+    """
+    handler = type("RelayMetricsHandler", (_Handler,), {"credentials": credentials.encode() if credentials else None})
+    server = ThreadingHTTPServer((address, port), handler)
+    server.daemon_threads = True
+    if certfile:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
+        try:
+            context.load_cert_chain(certfile, keyfile)
+        except BaseException:
+            server.server_close()
+            raise
+        server.socket = context.wrap_socket(server.socket, server_side=True)
+    threading.Thread(target=server.serve_forever, name="metrics", daemon=True).start()
+    return server
+
+
+class _Handler(MetricsHandler):
+    """MetricsHandler that asks for basic auth when credentials (bytes ``USER:PASSWORD``) is set."""
+
+    credentials: bytes | None = None
+
+    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+        if self.credentials is not None and not self._authorized():
+            self.send_response(401)
+            self.send_header("WWW-Authenticate", f'Basic realm="{REALM}", charset="UTF-8"')
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        super().do_GET()
+
+    def _authorized(self) -> bool:
+        scheme, _, token = (self.headers.get("Authorization") or "").partition(" ")
+        if scheme.lower() != "basic":
+            return False
+        try:
+            given = base64.b64decode(token.strip(), validate=True)
+        except (binascii.Error, ValueError):
+            return False
+        return hmac.compare_digest(given, self.credentials or b"")
 
 
 def error(set_name: str, exc: BaseException) -> None:

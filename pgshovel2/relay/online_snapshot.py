@@ -35,11 +35,11 @@ from pgshovel2.backends import chunks, where_expr
 from pgshovel2.catalog import Table
 from pgshovel2.codec.rows import as_values
 from pgshovel2.db import outage
-from pgshovel2.errors import EncodeError, UnavailableError
+from pgshovel2.errors import EncodeError, KeyLayoutError, UnavailableError
 from pgshovel2.relay import metrics
 from pgshovel2.relay.emitter import Emitter
 from pgshovel2.relay.envelopes import SNAPSHOT_INCREMENTAL
-from pgshovel2.relay.online_request import ACTIVE, DEFAULT_CHUNK_SIZE, DONE, FAILED, SnapshotRequest
+from pgshovel2.relay.online_request import ACTIVE, DEFAULT_CHUNK_SIZE, DONE, FAILED, PAUSED, SnapshotRequest
 from pgshovel2.relay.source import SET_VERSION, Change, Commit, Control
 from pgshovel2.setrecord import SetRecord
 from pgshovel2.wire import LOGICAL, snapshot_header
@@ -123,6 +123,25 @@ class OnlineSnapshot:
         _, version = self.load()
         self.save(new.to_dict(), version)
         return new
+
+    def request_more(self, table: Table) -> str | None:
+        """Request an online snapshot of table (a new topic generation to fill), with the tables of a
+        request still active or paused (a new request: their progress restarts; a table read twice is
+        still exact); returns the request's id, None (nothing written) for a keyless table. Raises
+        ConflictError when the request changed meanwhile."""
+        if not table.key:
+            return None
+        data, version = self.load()
+        running = SnapshotRequest.from_dict(data) if data is not None else None
+        tags = [table.qualified]
+        chunk_size = DEFAULT_CHUNK_SIZE
+        if running is not None and running.state in (ACTIVE, PAUSED):
+            tags = [t for t in running.tables if t != table.qualified] + tags
+            chunk_size = running.chunk_size
+        new = SnapshotRequest.new(tags, None, chunk_size)
+        self.save(new.to_dict(), version)
+        self.chunk, self._next_poll = None, 0.0
+        return new.id
 
     # -- between Kafka transactions -----------------------------------------------------------
 
@@ -220,7 +239,11 @@ class OnlineSnapshot:
         for row in (item.before, item.row):
             if row is None:
                 continue
-            key = chunk.keys(row)
+            try:
+                key = chunk.keys(row)
+            except KeyLayoutError:  # a key the table's kept key layout cannot hold: its change stops the
+                self.discard("a key beyond the table's kept key layout")  # stream (a new topic follows)
+                return
             if key is None:
                 continue
             chunk.touched.add(key)
@@ -351,7 +374,8 @@ def _watermark(item: Control) -> dict | None:
     """The watermark an item is (PgQ event W, or a version message with a watermark), else None."""
     if item.op == chunks.WATERMARK_EVENT:
         return item.row or {}
-    if item.op == SET_VERSION and isinstance(item.row, dict) and "version" not in item.row:
+    if item.op == SET_VERSION and isinstance(item.row, dict) and "version" not in item.row \
+            and not {"dropped", "renamed"} & item.row.keys():  # the drop watch's markers (relay/drop_watch.py)
         return item.row.get("watermark") or {}
     return None
 

@@ -2,11 +2,17 @@
 
 from dataclasses import dataclass
 
+from pgshovel2.kafkaconf import Kafka
+from pgshovel2.registryconf import Registry
+
 
 @dataclass(frozen=True)
 class RelayOptions:
     """Relay settings.
 
+    bootstrap: the Kafka settings (pgshovel2.kafkaconf.KafkaSettings, or the bootstrap servers
+    with this process's PGSHOVEL_KAFKA_* variables); registry_url: the schema registry's
+    (pgshovel2.registryconf.RegistrySettings, or its URL), None without one.
     snapshot: 'auto' (first start only), 'force' or 'skip'. poll_interval,
     progress_interval: seconds. transactional: Kafka transactions (exactly-once) or the
     idempotent-only producer (at-least-once). max_transaction_messages: soft size bound of
@@ -27,8 +33,8 @@ class RelayOptions:
     PgQ batches (the queue's ticker_max_lag) and ignore it.
     """
 
-    bootstrap: str
-    registry_url: str | None = None
+    bootstrap: Kafka
+    registry_url: Registry | None = None
     snapshot: str = "auto"
     poll_interval: float = 0.02
     progress_interval: float = 10.0

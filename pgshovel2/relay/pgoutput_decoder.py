@@ -65,10 +65,14 @@ class PgoutputDecoder(RunMaker):
     """Turns pgoutput messages into items (:meth:`feed`); the attributes of RecordDecoder
     (ends, last_lsn, subset_tags) mean the same. tables: the set's tables by tag.
     xid_reference: a full transaction id (epoch << 32 | xid) near the decoded transactions,
-    to widen Begin's 32-bit xid: set it before streaming (:meth:`set_xid_reference`)."""
+    to widen Begin's 32-bit xid: set it before streaming (:meth:`set_xid_reference`).
+    tag_of: relation OID -> the set's tag of that table (set before streaming): a relation is
+    mapped by its OID, so a renamed table (its Relation message names it anew) stays its table;
+    one not in it by its name."""
 
     def __init__(self, tables: dict[str, SetTable], slot: str = "(slot)"):
         self.tables, self.slot = tables, slot
+        self.tag_of: dict[int, str] = {}
         self.tags = list(tables)  # the set's tags by ChangeRun table index (a new list per set version)
         self.subset_tags: set[str] = set()
         self.ends: deque[tuple[int, int]] = deque()
@@ -166,8 +170,12 @@ class PgoutputDecoder(RunMaker):
     def _layout(self, oid: int) -> RelationLayout:
         schema, name, columns = self._raw[oid]
         cols = tuple(LayoutColumn(c, t, m) for c, t, m in columns)
-        return RelationLayout(qualified(schema, name), oid, schema, name, cols, False, self._txid, self._ts_ms,
+        return RelationLayout(self._tag(oid), oid, schema, name, cols, False, self._txid, self._ts_ms,
                               self._unit, self._ordinal)
+
+    def _tag(self, oid: int) -> str:
+        """The set's tag of relation oid: by its OID (tag_of), else its name in its Relation message."""
+        return self.tag_of.get(oid) or qualified(*self._raw[oid][:2])
 
     def settle(self, layout: RelationLayout) -> None:
         """The source has handled layout (and the loop switched to it, if it was new): map the
@@ -187,8 +195,8 @@ class PgoutputDecoder(RunMaker):
                 self._pending.add(oid)
 
     def _map(self, oid: int) -> None:
-        schema, name, columns = self._raw[oid]
-        tag = qualified(schema, name)
+        _, _, columns = self._raw[oid]
+        tag = self._tag(oid)
         by_name = {c: (i, t) for i, (c, t, _) in enumerate(columns)}
         index = self.tags.index(tag) if tag in self.tables else 0
         self._relations[oid] = map_relation(self.tables.get(tag), tag, by_name, self.slot, index)
@@ -340,7 +348,7 @@ class PgoutputDecoder(RunMaker):
     def _on_truncate(self, data: bytes, lsn: int) -> list[Item]:
         items = self._opened()
         for oid in truncated(data):
-            tag = qualified(*self._raw[oid][:2]) if oid in self._raw else self._relation(oid).tag
+            tag = self._tag(oid) if oid in self._raw else self._relation(oid).tag
             items.append(Change(self._txid, self._ts_ms, "T", None, tag, None, self._unit, self._ordinal, lsn))
             self._ordinal += 1
         return items

@@ -206,7 +206,7 @@ def _with_attnums(cur, layout: RelationLayout, current: Table) -> tuple[LayoutCo
 def differs(current: Table, payload: dict[str, Any]) -> bool:
     """Whether payload's captured layout differs from current's (what a schema change looks at:
     names, attnums, types, nullability, the table's name)."""
-    if (payload["schema"], payload["name"]) != (current.schema, current.name):
+    if (payload["schema"], payload["name"]) != current.relation:
         return True
     new = [column_from_row(r) for r in payload["columns"]]
     if len(new) != len(current.columns):

@@ -30,7 +30,11 @@ def rows(content: bytes, slot: str, tables: dict[str, SetTable]) -> tuple[str, s
     message, or None when it is another slot's or its table is not in tables (the set's, by tag).
     A column of the set's layout the partition no longer has is None (the stream's layout
     follows at the table's next change). Raises RelayError naming the partition when the message
-    is malformed or lacks a key column."""
+    is malformed or lacks a key column. A message in our plugin's form (sql/decoder/rows.c: it starts
+    with its slot's name, never with ``{``) is another set's: sets of both decoders can capture the
+    same tables, and every slot decodes every message."""
+    if not content.startswith(b"{"):
+        return None
     try:
         msg = json.loads(content)
         if msg["slot"] != slot:

@@ -19,18 +19,33 @@ Compatible changes (the new Avro schema reads data of the old one: BACKWARD):
 - add a NOT NULL column whose pre-existing rows get a constant (``ADD COLUMN ... NOT NULL
   DEFAULT <constant>``) of a plain Avro type: ``T`` with that default;
 - drop a non-key column; rename a non-key column (field renamed, ``aliases: [old]``);
-- a type change that keeps the Avro type (``varchar(10)`` to ``varchar(20)``);
+- a type change that keeps the Avro type (``varchar(10)`` to ``varchar(20)`` or ``text``,
+  ``char(n)`` to ``text``, ``smallint`` to ``integer``) or widens it (:func:`widens`:
+  ``integer`` to ``bigint``, int to long; ``real`` to ``double precision``, float to double;
+  ``numeric(p,s)`` to ``numeric(p',s)``, p' >= p, the same decimal bytes);
 - DROP NOT NULL (``T`` becomes ``["null", T]``, or ``[T, "null"]`` keeping a default); SET NOT
-  NULL keeps the field nullable.
+  NULL keeps the field nullable;
+- a key column renamed, or retyped as above: the key keeps the layout its schema was made from
+  (Table.key_layout), so its registered schema and every key's bytes stay the same; a key value
+  that does not fit that layout any more (a bigint beyond 32 bits in a former integer's field)
+  stops the relay at its change (errors.KeyLayoutError) until the table goes on in a new topic
+  generation;
+- RENAME TABLE, ALTER TABLE SET SCHEMA: the table keeps its identity -- tag, topic, Avro names
+  -- and the version records where it is now (Table.renamed), which SQL on it uses.
 
-Everything else raises SchemaChangeError: an Avro type change, any change of a key
-column (drop, rename, type: the key bytes, hence partitioning and compaction, would
-change), a NOT NULL column without such a default, a renamed or dropped table.
+Everything else raises SchemaChangeError with the remedy (``pgshovel set accept-ddl``): another
+type change (numeric's scale, numeric(p,s) to numeric, a narrowing, another Avro type), a key
+column dropped or retyped otherwise (key_change: only a new topic generation can follow it), a
+NOT NULL column without such a default. With accept (the operator's decision)
+:func:`new_table` gives the layout anyway: ``schema`` (the value schema changes incompatibly in
+the same topic; never the key), ``new-topic`` (the next topic generation, fresh schemas).
 No I/O here but that warning: see :mod:`pgshovel2.relay.control`.
 """
 
+import json
 import logging
 import math
+import shlex
 from dataclasses import replace
 from typing import Any
 
@@ -44,76 +59,141 @@ _DEFAULTS = {"boolean": bool, "int": int, "long": int, "float": float, "double":
 # Kinds whose wire value is not what to_json gives for them.
 _TEXT_FORM_KINDS = frozenset({"money", "interval", "timetz", "numeric", *JSON_KINDS})
 log = logging.getLogger(__name__)
+SCHEMA, NEW_TOPIC = "schema", "new-topic"  # what an operator accepted (pgshovel set accept-ddl [--new-topic])
+_WIDENINGS = frozenset({("int2", "int4"), ("int2", "int8"), ("int4", "int8"), ("float4", "float8")})
 
 
-def stop_message(set_name: str, table: str, statement: str, reason: str) -> str:
-    """The operator's message for a change the relay cannot follow."""
-    return (f"set {set_name!r}: DDL on captured table {table} cannot be relayed compatibly: {reason} "
-            f"(statement: {statement.strip()!r}). The relay stopped at the change: every change before "
-            "it is in Kafka, the change and everything after it stay in the queue. This is not retried: "
-            "revert the DDL if possible and restart the relay, or re-create the set with a new "
-            "topic_prefix (pgshovel set drop / set create, a new snapshot in the new layout)")
+def stop_message(set_name: str, table: Table, statement: str, reason: str, key_change: bool = False) -> str:
+    """The operator's message for a change the relay cannot follow compatibly: what, where, and the
+    remedy that works (``pgshovel set accept-ddl``, :mod:`pgshovel2.relay.ddl_gate`)."""
+    arg = shlex.quote(f"{table.schema}.{table.name}")
+    accept = f"pgshovel set accept-ddl {set_name} {arg}"
+    if key_change:
+        remedy = (f"the key changes, so the table cannot go on in its topic: '{accept} --new-topic' continues it on "
+                  f"topic generation {table.generation + 1} (its topic with '.g{table.generation + 1}'), which an "
+                  "online snapshot of the table fills")
+    else:
+        remedy = (f"'{accept}' registers the new value schema regardless of compatibility and goes on in the same "
+                  "topic (a SCHEMA_CHANGED record on the transactions topic marks the place), or "
+                  f"'{accept} --new-topic' continues the table on topic generation {table.generation + 1}, which an "
+                  "online snapshot of the table fills")
+    return (f"set {set_name!r}: DDL on captured table {table.qualified} cannot be relayed compatibly: {reason} "
+            f"(statement: {statement.strip()!r}). The relay stopped at the change: every change before it is in "
+            f"Kafka, the change and everything after it wait for an operator's decision, which applies exactly "
+            f"there (docs/runbooks.rst, 'Relay stopped on DDL'): {remedy}")
 
 
-def new_table(set_name: str, current: Table, payload: dict[str, Any], statement: str) -> Table | None:
+def new_table(set_name: str, current: Table, payload: dict[str, Any], statement: str,
+              accept: str | None = None, new_key: tuple[str, ...] | None = None) -> Table | None:
     """current's layout after the change in payload; None when the captured layout is unchanged.
 
-    Raises SchemaChangeError (naming set, table and statement) for an
-    incompatible change; see the module docstring.
+    accept: None (only compatible changes), ``schema`` (an operator accepted an incompatible
+    change of the value schema: the key still may not change) or ``new-topic`` (the table goes
+    on in its next topic generation, with fresh key and value schemas); new_key: the key columns
+    to use there when the change dropped the key's (None: keep the key). Raises
+    SchemaChangeError (naming set, table, statement, reason and remedy) for a change accept does
+    not cover; see the module docstring. A DROP TABLE payload is no layout: the caller handles it.
     """
-    def fail(reason: str) -> SchemaChangeError:
-        return SchemaChangeError(stop_message(set_name, current.qualified, statement, reason))
+    def fail(reason: str, key_change: bool = False) -> SchemaChangeError:
+        return SchemaChangeError(stop_message(set_name, current, statement, reason, key_change),
+                                 current.qualified, statement, reason, key_change)
 
     if payload.get("dropped"):
         raise fail("the table was dropped")
-    if (payload["schema"], payload["name"]) != (current.schema, current.name):
-        raise fail(f"the table was renamed to {payload['schema']}.{payload['name']} (its topic would change)")
+    fresh = accept == NEW_TOPIC
+    now = (payload["schema"], payload["name"])
+    renamed = None if now == (current.schema, current.name) else now  # RENAME TABLE / SET SCHEMA: identity stays
     old = {c.attnum: c for c in current.columns}
     rows = {row[1]: row for row in payload["columns"]}
-    attnum_of = {c.name: c.attnum for c in current.columns}
-    key_attnums = [attnum_of[k] for k in current.key]
-    if sorted(payload["key"]) != sorted(key_attnums):
-        raise fail(f"key column(s) {_names(old, set(key_attnums) - set(payload['key']))} dropped")
-    for attnum in old.keys() - rows.keys():
-        if attnum in key_attnums:
-            raise fail(f"key column {old[attnum].name!r} dropped")
+    key_attnums = [c.attnum for c in current.key_columns] if current.key else []
+    gone = [a for a in key_attnums if a not in rows or a not in payload["key"]]
+    if gone and not (fresh and new_key is not None):
+        raise fail(f"key column(s) {_names(old, set(gone))} dropped", key_change=True)
     columns = []
     for attnum in sorted(rows):
         row = rows[attnum]
         if attnum in old:
-            columns.append(_changed(old[attnum], column_from_row(row), attnum in key_attnums, fail))
+            columns.append(_changed(old[attnum], column_from_row(row), attnum in key_attnums, fail, accept))
         else:
-            columns.append(_added(column_from_row(row), row[10] if len(row) > 10 else None, fail))
-    by_attnum = {c.attnum: c.name for c in columns}
-    key = tuple(by_attnum[a] for a in key_attnums)
-    table = Table(current.schema, current.name, tuple(columns), key, current.key_source)
+            columns.append(_added(column_from_row(row), row[10] if len(row) > 10 else None, fail, accept))
+    by_attnum = {c.attnum: c for c in columns}
+    if fresh:
+        key = new_key if gone else tuple(by_attnum[a].name for a in key_attnums)
+        return Table(current.schema, current.name, tuple(columns), key, current.key_source, None,
+                     current.generation + 1, current.oid, renamed)
+    key = tuple(by_attnum[a].name for a in key_attnums)
+    table = Table(current.schema, current.name, tuple(columns), key, current.key_source,
+                  _key_layout(current, by_attnum), current.generation, current.oid, renamed)
     return None if table == current else table
+
+
+def widens(old: Column, new: Column) -> bool:
+    """Whether new's type holds every value of old's and Avro reads data written in old's field type
+    with new's (schema resolution): smallint to integer to bigint (Avro int to long), real to
+    double precision (float to double), numeric(p, s) to numeric(p', s) with p' >= p (the same
+    decimal bytes)."""
+    if old.is_array or new.is_array:
+        return False
+    if (old.kind, new.kind) in _WIDENINGS:
+        return True
+    return (old.kind == new.kind == "numeric" and old.precision is not None and new.precision is not None
+            and old.scale == new.scale and new.precision >= old.precision)
+
+
+def _key_form(col: Column) -> tuple:
+    """What of a column its key field is made from (codec.avro key_schema)."""
+    return col.name, col.pg_type, col.kind, col.is_array, col.precision, col.scale, col.nullable
+
+
+def _key_layout(current: Table, columns: dict[int, Column]) -> tuple[Column, ...] | None:
+    """The key layout after a change (columns: the new ones by attnum): kept once set; set to the
+    key columns as they were when a change alters what the key would be made from (a key column
+    renamed or widened), so the key's schema and every key's bytes stay the same."""
+    if current.key_layout is not None or not current.key:
+        return current.key_layout
+    before = current.key_columns
+    if all(_key_form(c) == _key_form(columns[c.attnum]) for c in before):
+        return None
+    return before
 
 
 def _names(columns: dict[int, Column], attnums: set[int]) -> str:
     return ", ".join(repr(columns[a].name) for a in sorted(attnums) if a in columns)
 
 
-def _changed(old: Column, new: Column, is_key: bool, fail) -> Column:
-    """A column kept by the change (same attnum): renamed, retyped, nullability changed."""
+def _changed(old: Column, new: Column, is_key: bool, fail, accept: str | None) -> Column:
+    """A column kept by the change (same attnum): renamed, retyped, nullability changed. A key
+    column may be renamed or widened (its key field stays: _key_layout), nothing else unless the
+    table goes on in a new topic generation."""
+    if accept == NEW_TOPIC:
+        return replace(new, default=None, aliases=())
     old_avro, new_avro = field_type(old).avro, field_type(new).avro
-    if old_avro != new_avro:
-        raise fail(f"column {old.name!r} changed type from {old.pg_type} to {new.pg_type} "
-                   f"(Avro {old_avro} to {new_avro})")
-    if is_key and (new.name, new.pg_type, new.nullable) != (old.name, old.pg_type, old.nullable):
-        raise fail(f"key column {old.name!r} changed ({old.name} {old.pg_type} to {new.name} {new.pg_type}): "
-                   "the key's schema, hence every key's bytes and partition, would change")
+    same = old_avro == new_avro
+    if not same and not widens(old, new) and (is_key or accept is None):
+        what = "key column" if is_key else "column"
+        raise fail(f"{what} {old.name!r} changed type from {old.pg_type} to {new.pg_type} "
+                   f"(Avro {_avro_text(old_avro)} to {_avro_text(new_avro)}"
+                   + (": the key's schema, hence every key's bytes and partition, would change)" if is_key else ")"),
+                   key_change=is_key)
     aliases = old.aliases + (old.name,) if new.name != old.name else old.aliases
-    return replace(new, nullable=old.nullable or new.nullable, default=old.default,
-                   aliases=tuple(a for a in aliases if a != new.name))
+    return replace(new, nullable=old.nullable or new.nullable, default=old.default if same or widens(old, new)
+                   else None, aliases=tuple(a for a in aliases if a != new.name))
 
 
-def _added(new: Column, missing: Any, fail) -> Column:
+def _avro_text(avro: Any) -> str:
+    if isinstance(avro, dict) and avro.get("logicalType") == "decimal":
+        return f"decimal({avro['precision']},{avro['scale']})"
+    return avro if isinstance(avro, str) else json.dumps(avro)
+
+
+def _added(new: Column, missing: Any, fail, accept: str | None) -> Column:
     """A column the change added, with the Avro default that gives the rows existing before the
     change the value PostgreSQL gives them (missing: pg_attribute.attmissingval as JSON, None when
-    there is none). A NOT NULL column needs such a default; a nullable one without one (no
-    DEFAULT, or one Avro defaults cannot hold) defaults to null, and the older rows' value is
-    logged as not carried."""
+    there is none). A NOT NULL column needs such a default (unless accept: an operator accepted
+    the change); a nullable one without one (no DEFAULT, or one Avro defaults cannot hold)
+    defaults to null, and the older rows' value is logged as not carried."""
+    if accept == NEW_TOPIC:
+        return new
     default = _avro_default(new, missing)
     if new.nullable:
         if default is None and missing is not None:
@@ -121,7 +201,7 @@ def _added(new: Column, missing: Any, fail) -> Column:
                         "Kafka (a %s default cannot be carried in Avro's field default)",
                         new.name, missing, new.pg_type)
         return replace(new, default=default)
-    if default is None:
+    if default is None and accept is None:
         raise fail(f"NOT NULL column {new.name!r} ({new.pg_type}) was added without a value Avro can "
                    "use as the field's default (only a constant DEFAULT of a boolean, integer, finite "
                    "float or text type can be one); add it as a nullable column instead")

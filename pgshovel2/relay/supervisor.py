@@ -17,6 +17,7 @@ from confluent_kafka import KafkaException
 from kazoo.exceptions import ConnectionLoss, SessionExpiredError
 from kazoo.handlers.threading import KazooTimeoutError
 
+from pgshovel2 import redact
 from pgshovel2.cluster import ClusterStore
 from pgshovel2.errors import FencedError, RelayError, StopRequestedError, UnavailableError
 from pgshovel2.relay import metrics
@@ -40,13 +41,15 @@ class Totals:
 
 
 def record_error(store: ClusterStore, set_name: str, exc: Exception) -> None:
-    """Keep the set's latest relay error in ZooKeeper (``relay/last_error``) for ``set status``.
+    """Keep the set's latest relay error in ZooKeeper (``relay/last_error``) for ``set status``,
+    its secrets masked (pgshovel2.redact.text: a registry URL's user info, a DSN's password).
 
     Best effort: ZooKeeper may be what failed, and the error is logged anyway.
     """
     try:
+        message = redact.text(str(exc).strip())[:2000]
         store.put_relay_record(set_name, "last_error", {"at": time.time(), "kind": type(exc).__name__,
-                                                        "message": str(exc).strip()[:2000], "relay": identity()})
+                                                        "message": message, "relay": identity()})
     except Exception:  # ZooKeeper down or the set gone: nothing to keep it in
         log.debug("could not record the error in ZooKeeper", exc_info=True)
 

@@ -27,7 +27,10 @@ from dataclasses import dataclass
 from pgshovel2.catalog import Table
 from pgshovel2.cluster import ClusterStore
 from pgshovel2.consumer import Change, ConsumerError, OrderError, SetReader, SetTopics, Transaction
+from pgshovel2.consumer.model import DDL_OPS
 from pgshovel2.db import connect
+from pgshovel2.kafkaconf import Kafka
+from pgshovel2.registryconf import Registry
 from pgshovel2.replica import state
 from pgshovel2.replica.grouping import StatementGroups
 from pgshovel2.replica.sql import ReplicaError, TableMap, added_columns, alter_table, create_table
@@ -35,6 +38,7 @@ from pgshovel2.replica.state import ReplicaState
 from pgshovel2.setrecord import SetRecord
 
 log = logging.getLogger(__name__)
+DDL_MARKS = frozenset(DDL_OPS.values())  # ops of the changes a DDL's transactions-topic record makes
 
 
 @dataclass(frozen=True)
@@ -43,8 +47,8 @@ class ApplyOptions:
     batch_changes: most changes per target transaction (1: one source transaction each).
     batch_delay: seconds a batch may wait for more transactions. progress_interval: seconds."""
 
-    bootstrap: str
-    registry_url: str | None = None
+    bootstrap: Kafka
+    registry_url: Registry | None = None
     batch_changes: int = 5000
     batch_delay: float = 0.2
     progress_interval: float = 10.0
@@ -114,6 +118,7 @@ class Replicator:
         return self.state
 
     def _reader(self, record: SetRecord) -> SetReader:
+        self._ended = {f"{r['schema']}.{r['name']}" for r in record.retired if r.get("why") == "dropped"}
         topics = SetTopics.from_record(record)
         known = self.state.offsets if (topics.transactions, 0) in self.state.offsets else None
         boot = self.state.bootstrap_version
@@ -159,9 +164,14 @@ class Replicator:
             for previous, change, after in zip([None, *changes[:-1]], changes, [*changes[1:], None], strict=True):
                 if change is moved:
                     continue
+                if change.op in DDL_MARKS:
+                    self._ddl_mark(change)
+                    continue
                 if change.version > st.set_version:
                     self._switch(cur, change.version)
                 tmap = self._maps.get(change.table)
+                if tmap is None and change.table in self._ended:
+                    continue  # a dropped table the target never had (bootstrapped after its end): not applied
                 if tmap is None:
                     raise ReplicaError(f"{change.topic!r} offset {change.offset}: table {change.table} is not in "
                                        f"set version {st.set_version} applied on the target")
@@ -180,7 +190,7 @@ class Replicator:
                     self._groups.raw(cur, tmap.moved_row(cur, values, tmap.classify(after)[1], after.unchanged))
                 self._groups.add(cur, tmap, kind, values)
         for change in txn.changes:
-            if change.op != "t":
+            if change.op != "t" and change.op not in DDL_MARKS:  # those are records of the transactions topic
                 key = (change.topic, change.partition)
                 st.offsets[key] = max(st.offsets.get(key, 0), change.offset + 1)
         if not txn.snapshot:
@@ -190,11 +200,29 @@ class Replicator:
         st.changes += len(txn.changes)
         self._pending_changes += len(txn.changes)
 
+    def _ddl_mark(self, change: Change) -> None:
+        """A DDL's mark: a dropped table is no longer applied to (its target table and rows stay, as
+        they were at the DROP: drop it on the target if it should go); an incompatible schema
+        change and a new topic need nothing here (the changes after them carry the set version
+        whose layout the target is altered to; the reader reads the new topic)."""
+        if change.op == "drop":
+            self._maps.pop(change.table, None)
+            log.warning("table %s was dropped at the source (position %s): replicate no longer applies to it; the "
+                        "target table keeps its rows as they were then (drop it there if it should go)",
+                        change.table, change.position)
+        else:
+            log.info("table %s: %s at position %s", change.table,
+                     "incompatible schema change" if change.op == "schema" else f"goes on in {change.value}",
+                     change.position)
+
     def _switch(self, cur, version: int) -> None:
         """Alter the target's tables from the applied set version to version (statements of the batch)."""
         for v in range(self.state.set_version + 1, version + 1):
             before = self._maps
             after = self._tables_at(v)
+            for name in before.keys() - after.keys():
+                log.warning("set version %d: table %s left the set (dropped, or removed by an upgrade): replicate no "
+                            "longer applies to it; the target table keeps its rows", v, name)
             for name, tmap in after.items():
                 old = before.get(name)
                 stmts = [create_table(tmap.table)] if old is None else \

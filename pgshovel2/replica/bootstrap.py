@@ -23,14 +23,14 @@ import logging
 import tempfile
 
 import psycopg2
-from confluent_kafka.admin import AdminClient
 from psycopg2 import sql
 
-from pgshovel2 import backends
+from pgshovel2 import backends, kafkaconf
 from pgshovel2.bootstrap.manifest import Manifest
 from pgshovel2.catalog import Table
 from pgshovel2.consumer.offsets import end_offsets, partition_counts
 from pgshovel2.consumer.topics import SetTopics
+from pgshovel2.kafkaconf import Kafka
 from pgshovel2.replica import state
 from pgshovel2.replica.sql import ReplicaError, TableMap, create_table
 from pgshovel2.replica.state import ReplicaState
@@ -47,10 +47,10 @@ def tables_of(record: SetRecord) -> tuple[Table, ...]:
     return record.tables
 
 
-def source_offsets(set_name: str, record: SetRecord, bootstrap: str) -> dict[tuple[str, int], int]:
+def source_offsets(set_name: str, record: SetRecord, bootstrap: Kafka) -> dict[tuple[str, int], int]:
     """Committed end offsets of the set's data topics, then of its transactions topic."""
     topics = SetTopics.from_record(record)
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = kafkaconf.admin(bootstrap)
     counts = partition_counts(admin, [t.topic for t in topics.tables] + [topics.transactions], bootstrap,
                               f"of set {set_name!r}")
     data = [(t.topic, p) for t in topics.tables for p in range(counts[t.topic])]
@@ -58,7 +58,7 @@ def source_offsets(set_name: str, record: SetRecord, bootstrap: str) -> dict[tup
 
 
 def bootstrap(target, cluster: str, set_name: str, record: SetRecord, mode: str,
-              kafka_bootstrap: str, manifest_dir: str | None = None) -> ReplicaState:
+              kafka_bootstrap: Kafka, manifest_dir: str | None = None) -> ReplicaState:
     """Fill target (a psycopg2 connection, not autocommit) for set_name and commit; returns its state.
 
     Raises ReplicaError when the target already holds a position for the set
@@ -102,7 +102,7 @@ def bootstrap(target, cluster: str, set_name: str, record: SetRecord, mode: str,
 
 
 def _copy(target, set_name: str, record: SetRecord, tables: tuple[Table, ...],
-          kafka_bootstrap: str) -> tuple[dict[tuple[str, int], int], str]:
+          kafka_bootstrap: Kafka) -> tuple[dict[tuple[str, int], int], str]:
     """COPY every table from the source's exported snapshot; returns (offsets, the handoff's text:
     a txid snapshot for a trigger set, the temporary slot's consistent point ``X/Y`` for a
     logical set -- pgshovel2.txids.parse_handoff)."""

@@ -205,12 +205,13 @@ def alter_table(before: Table, after: Table, missing: dict[int, str | None] | No
 
     Columns are matched by attnum (the source's column identity): same attnum
     and another name is a RENAME, a new attnum an ADD, a missing one a DROP,
-    another type an ALTER TYPE (USING a cast). A key change is refused
+    another type an ALTER TYPE (USING a cast). A key change (other key columns;
+    a key column renamed or retyped stays the same key) is refused
     (ReplicaError): rebuild the replica from a new bootstrap. missing: attnum ->
     the value (text) existing rows got from an added column's DEFAULT (the
     source's pg_attribute.attmissingval), used as the target column's default.
     """
-    if before.key != after.key:
+    if [c.attnum for c in before.key_columns] != [c.attnum for c in after.key_columns]:
         raise ReplicaError(f"the key of {after.qualified} changed from ({', '.join(before.key)}) to "
                            f"({', '.join(after.key)}): re-bootstrap the replica (replicate --bootstrap copy)")
     ident = sql.SQL("ALTER TABLE {}.{} ").format(sql.Identifier(after.schema), sql.Identifier(after.name))

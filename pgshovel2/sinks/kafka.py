@@ -20,10 +20,11 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka.admin import AdminClient
 
+from pgshovel2 import kafkaaccess, kafkaconf
 from pgshovel2.config import TopicsConfig
 from pgshovel2.errors import FencedError, RelayError, StopRequestedError, UnavailableError
+from pgshovel2.kafkaconf import Kafka
 from pgshovel2.sinks.producer import new_producer
 from pgshovel2.sinks.topics import MAX_MESSAGE_BYTES, STEP, create_missing_topics, topic_max_message_bytes
 
@@ -72,9 +73,12 @@ Headers = list[tuple[str, str]]
 POLL_EVERY = 512
 
 
-def _error(exc: KafkaException | KafkaError, what: str) -> RelayError:
-    """The relay error for a librdkafka error: fenced, retryable, or fatal."""
+def _error(exc: KafkaException | KafkaError, what: str, needs: str = "") -> RelayError:
+    """The relay error for a librdkafka error: denied by Kafka (needs: the ACL it takes), fenced,
+    retryable, or fatal."""
     err: KafkaError = exc.args[0] if isinstance(exc, KafkaException) else exc
+    if (denied := kafkaaccess.denied(err, what, needs or "the ACLs of the relay")) is not None:
+        return denied
     if err.code() in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH):
         return FencedError(f"{what}: another relay of this set took over ({err.str()}); this one stops")
     if err.fatal() or err.code() == KafkaError._FATAL:  # a generic "Local: Fatal error" is not flagged fatal
@@ -85,39 +89,55 @@ def _error(exc: KafkaException | KafkaError, what: str) -> RelayError:
 class KafkaSink:
     """Produces to Kafka.
 
-    bootstrap: ``host:port[,host:port]``; transactional_id: the set's Kafka
+    kafka: the Kafka settings (pgshovel2.kafkaconf: the producer and admin properties), or
+    the bootstrap servers with this process's; transactional_id: the set's Kafka
     transactional id, or None for the idempotent-only producer; config:
-    librdkafka overrides (ValueError for another ``partitioner`` than
-    :data:`PARTITIONER`: the partitioning is part of the wire contract).
+    librdkafka overrides of pgshovel2's defaults (ValueError for another ``partitioner`` than
+    :data:`PARTITIONER`: the partitioning is part of the wire contract). Raises
+    KafkaSettingsError for settings librdkafka refuses, naming where they came from.
     """
 
-    def __init__(self, bootstrap: str, transactional_id: str | None = None, config: dict | None = None,
+    def __init__(self, kafka: Kafka, transactional_id: str | None = None, config: dict | None = None,
                  stop: threading.Event | None = None):
         if (config or {}).get("partitioner", PARTITIONER) != PARTITIONER:
             raise ValueError(f"Kafka producer setting partitioner={config['partitioner']!r}: set topics are "
                              f"partitioned with {PARTITIONER!r} (Kafka's murmur2), see WIRE.md")
-        self.bootstrap, self.transactional_id = bootstrap, transactional_id
+        kafka = kafkaconf.settings(kafka)
+        self.kafka, self.bootstrap, self.transactional_id = kafka, kafka.bootstrap, transactional_id
         self._stop = stop or threading.Event()
-        settings = {"bootstrap.servers": bootstrap, **PRODUCER_DEFAULTS, **(config or {})}
-        if transactional_id:
-            settings.update({"transactional.id": transactional_id,
-                             "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS})
-        self._producer = new_producer(settings, self._on_error, self._delivery_failed)
+        defaults = {**PRODUCER_DEFAULTS, **({"transaction.timeout.ms": TRANSACTION_TIMEOUT_MS} if transactional_id
+                                            else {})}
+        ours = {**(config or {}), **({"transactional.id": transactional_id} if transactional_id else {})}
+        settings = kafka.config("producer", defaults, ours)
+        self._producer = kafkaconf.create(kafka, "producer",
+                                          lambda: new_producer(settings, self._on_error, self._delivery_failed))
         self._many = getattr(self._producer, "produce_many", None)  # the native producer's
-        self._admin = AdminClient({"bootstrap.servers": bootstrap})
+        self._admin = kafkaconf.admin(kafka)
         self._failed: list[str] = []
         self._in_txn = False
         self._fatal: KafkaError | None = None
+        self._credentials = kafkaaccess.Failures()  # an authentication or TLS failure reported
+        self._topics: set[str] = set()  # the topics ensure_topics was given: named when Kafka denies WRITE
         self.produced = 0
         self._producer_max = int(settings["message.max.bytes"])
         self._limits: dict[str, tuple[int, str]] = {}
         self._too_large: str | None = None  # a delivery Kafka refused as too large (_delivery_failed)
 
     def _error(self, exc: KafkaException, what: str) -> RelayError:
-        """Map exc, or the fatal error behind a generic "Local: Fatal error", to a relay error."""
+        """Map exc, or the fatal error behind a generic "Local: Fatal error", to a relay error:
+        an authentication or TLS failure reported meanwhile explains a timeout."""
         if exc.args[0].code() == KafkaError._FATAL and self._fatal is None:
             exc = self._poll_cause() or exc
-        return _error(self._fatal or exc, what)
+        failed = kafkaaccess.credentials_error(self._credentials.last, what, self.kafka, "producer")
+        cause = self._fatal or exc
+        return failed or _error(cause, what, self._needs(kafkaaccess.error_of(cause)))
+
+    def _needs(self, err: KafkaError | None = None) -> str:
+        """The ACL the relay's producer lacks when Kafka denies err."""
+        if err is not None and err.code() == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED:
+            return f"WRITE and DESCRIBE on TransactionalId {self.transactional_id!r}"
+        shown = ", ".join(sorted(self._topics)[:3]) + (", ..." if len(self._topics) > 3 else "")
+        return f"WRITE and DESCRIBE on the set's topics ({shown or 'see set inspect'}; an ACL on their prefix)"
 
     def _poll_cause(self) -> KafkaException | None:
         """Serve the producer's error events (the callback logs them and keeps a fatal one); the
@@ -131,6 +151,7 @@ class KafkaSink:
     def _on_error(self, err: KafkaError) -> None:
         # Keep the first fatal error (e.g. fenced): later calls fail with a generic "Local: Fatal
         # error" and _error reports this cause instead.
+        self._credentials(err)
         if err.fatal():
             self._fatal = err
         else:
@@ -160,7 +181,7 @@ class KafkaSink:
                 exc = self._poll_cause() or failed  # the events that tell why, or the fatal error
                 err = exc.args[0]
                 self._refused_as_too_large()  # waiting on would not help: that transaction must be aborted
-                if not err.retriable() or time.monotonic() >= deadline:
+                if not err.retriable() or time.monotonic() >= deadline or self._credentials.last is not None:
                     raise self._error(exc, what) from exc
                 if self._stop.is_set():
                     raise StopRequestedError(f"stopped while waiting for Kafka at {self.bootstrap} ({what})") from exc
@@ -170,6 +191,7 @@ class KafkaSink:
         """Create missing topics (name -> cleanup.policy) and return their names once served:
         :func:`pgshovel2.sinks.topics.create_missing_topics` with this sink's admin client, its bootstrap
         and its stop request."""
+        self._topics.update(topics)
         return create_missing_topics(self._admin, self.bootstrap, topics, settings, single_partition, self._stop)
 
     def message_limit(self, topic: str) -> tuple[int, str]:

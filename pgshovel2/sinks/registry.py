@@ -11,22 +11,26 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from pgshovel2 import registryconf
 from pgshovel2.errors import RelayError, SchemaRejectedError, StopRequestedError
+from pgshovel2.registryconf import Registry
 
 log = logging.getLogger(__name__)
 
 
 class SchemaRegistry:
-    """url: the registry's Confluent-compatible base URL."""
+    """url: the registry's settings (pgshovel2.registryconf.RegistrySettings: its Confluent-compatible
+    base URL, basic auth, TLS), or its URL completed from this process's PGSHOVEL_SCHEMA_REGISTRY_*
+    variables. self.url is the URL without credentials. Raises RegistrySettingsError for
+    settings the client refuses."""
 
-    def __init__(self, url: str, retry_seconds: float = 2.0, max_wait: float | None = None,
+    def __init__(self, url: Registry, retry_seconds: float = 2.0, max_wait: float | None = None,
                  stop: threading.Event | None = None):
+        settings = registryconf.settings(url)
+        self.settings, self.url = settings, str(settings)
         # confluent_kafka.schema_registry takes ~0.3 s to import (httpx, authlib): only processes
         # that make a SchemaRegistry pay for it, not every CLI call
-        from confluent_kafka.schema_registry import SchemaRegistryClient
-
-        self.url = url
-        self._client = SchemaRegistryClient({"url": url})
+        self._client = settings.client()
         self._retry, self._max_wait, self._stop = retry_seconds, max_wait, stop or threading.Event()
 
     def register(self, subject: str, schema: dict[str, Any]) -> int:
@@ -39,6 +43,12 @@ class SchemaRegistry:
 
         return self._call(lambda: self._client.register_schema(subject, Schema(json.dumps(schema), "AVRO")),
                           f"the schema of {subject!r}")
+
+    def set_compatibility(self, subject: str, level: str) -> None:
+        """Set subject's compatibility level (``NONE`` for one registration an operator accepted
+        regardless of compatibility, :mod:`pgshovel2.relay.control`; then BACKWARD again).
+        Retries and raises as require_backward."""
+        self._call(lambda: self._client.set_compatibility(subject, level), f"compatibility {level} on {subject!r}")
 
     def require_backward(self, subject: str) -> None:
         """Set subject's compatibility level to BACKWARD (a new version must read the data of
@@ -59,15 +69,20 @@ class SchemaRegistry:
             try:
                 return request()
             except SchemaRegistryError as exc:
+                if exc.http_status_code in (401, 403):
+                    raise RelayError(f"schema registry {self.url} refused {what}: "
+                                     f"{registryconf.failure(exc, self.settings)}") from exc
                 if exc.http_status_code and 400 <= exc.http_status_code < 500:
                     raise SchemaRejectedError(f"schema registry {self.url} rejected {what}: "
-                                              f"{exc.error_message}") from exc
+                                              f"{registryconf.failure(exc, self.settings)}") from exc
                 error: Exception = exc
             except Exception as exc:  # connection errors come from httpx
                 error = exc
+            why = registryconf.failure(error, self.settings)
+            if "CERTIFICATE_VERIFY_FAILED" in str(error):  # a wrong CA: retrying does not help
+                raise RelayError(f"schema registry {self.url}: {why}")
             if self._max_wait is not None and time.monotonic() - started > self._max_wait:
-                raise RelayError(f"schema registry {self.url} unreachable: {error}")
-            log.warning("schema registry %s unreachable (%s); retrying in %.0fs",
-                        self.url, error, self._retry)
+                raise RelayError(f"schema registry {self.url} unreachable: {why}")
+            log.warning("schema registry %s unreachable (%s); retrying in %.0fs", self.url, why, self._retry)
             if self._stop.wait(self._retry):
                 raise StopRequestedError(f"stopped while waiting for the schema registry {self.url} ({what})")

@@ -11,8 +11,10 @@ import time
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, OffsetSpec
 
+from pgshovel2 import kafkaaccess
 from pgshovel2.config import TopicsConfig
 from pgshovel2.errors import RelayError, StopRequestedError, UnavailableError
+from pgshovel2.kafkaconf import Kafka
 
 # bytes: a topic's max.message.bytes (the producer's message.max.bytes allows 1 MiB of framing more)
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
@@ -54,7 +56,7 @@ def _unserved(admin: AdminClient, topics: dict[str, int | None], timeout: float)
     return out
 
 
-def wait_until_served(admin: AdminClient, topics: dict[str, int | None], bootstrap: str,
+def wait_until_served(admin: AdminClient, topics: dict[str, int | None], bootstrap: Kafka,
                       timeout: float = TOPIC_READY_TIMEOUT, stop: threading.Event | None = None) -> None:
     """Return once every partition of topics (name -> partition count, None: as many as the
     metadata lists) is served by a leader.
@@ -84,7 +86,7 @@ def wait_until_served(admin: AdminClient, topics: dict[str, int | None], bootstr
             time.sleep(0.1)
 
 
-def create_missing_topics(admin: AdminClient, bootstrap: str, topics: dict[str, str], settings: TopicsConfig,
+def create_missing_topics(admin: AdminClient, bootstrap: Kafka, topics: dict[str, str], settings: TopicsConfig,
                           single_partition: frozenset[str] = frozenset(), stop: threading.Event | None = None
                           ) -> list[str]:
     """Create the missing topics (name -> cleanup.policy) with settings' partition count and
@@ -100,7 +102,9 @@ def create_missing_topics(admin: AdminClient, bootstrap: str, topics: dict[str, 
     try:
         existing = set(admin.list_topics(timeout=15).topics)
     except KafkaException as exc:
-        raise UnavailableError(f"cannot reach Kafka at {bootstrap}: {exc}") from exc
+        denied = kafkaaccess.explain(admin, exc, f"cannot list the topics of Kafka at {bootstrap}",
+                                     "DESCRIBE on the set's topics")
+        raise denied or UnavailableError(f"cannot reach Kafka at {bootstrap}: {exc}") from exc
     missing = [t for t in topics if t not in existing]
     if missing and not settings.create:
         raise RelayError(f"topic {missing[0]!r} does not exist and topic creation is "
@@ -115,7 +119,10 @@ def create_missing_topics(admin: AdminClient, bootstrap: str, topics: dict[str, 
             future.result()
         except KafkaException as exc:
             if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
-                raise RelayError(f"cannot create topic {topic!r}: {exc}") from exc
+                what = f"cannot create topic {topic!r}"
+                raise kafkaaccess.denied(exc.args[0], what, f"CREATE on topic {topic!r} (an ACL on the set's topic "
+                                         "prefix), or create it beforehand with topics.create: false") or \
+                    RelayError(f"{what}: {exc}") from exc
             created[topic] = None  # created by someone else meanwhile, maybe with other settings
     wait_until_served(admin, created, bootstrap, stop=stop)
     return missing

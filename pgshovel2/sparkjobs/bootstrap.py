@@ -24,10 +24,9 @@ from collections import Counter
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from confluent_kafka.admin import AdminClient
 from psycopg2.extensions import parse_dsn
 
-from pgshovel2 import backends, names
+from pgshovel2 import backends, kafkaconf, names, redact
 from pgshovel2.backends.snapshot import ExportedSnapshot
 from pgshovel2.bootstrap.manifest import BootstrapError, Manifest, TableCopy
 from pgshovel2.catalog import Table
@@ -37,8 +36,10 @@ from pgshovel2.codec.rows import RowEncoder
 from pgshovel2.consumer.errors import ConsumerError
 from pgshovel2.consumer.offsets import end_offsets, partition_counts
 from pgshovel2.consumer.topics import SetTopics
-from pgshovel2.db import redacted
+from pgshovel2.db import libpq_dsn
 from pgshovel2.errors import PgshovelError
+from pgshovel2.kafkaconf import Kafka
+from pgshovel2.registryconf import Registry
 from pgshovel2.setrecord import SetRecord
 from pgshovel2.sparkjobs import icebootstrap, readplan
 from pgshovel2.sparkjobs.iceberg import Catalog
@@ -56,8 +57,10 @@ class BootstrapOptions:
 
     output: directory to create (must not exist); it holds manifest.json and,
     for Parquet, tables/<schema>.<table>/. bootstrap_servers: Kafka (always
-    needed: the handoff offsets). registry_url: schema registry (Avro sets
-    with to_kafka). to_kafka: write op ``r`` messages instead of Parquet.
+    needed: the handoff offsets): pgshovel2.kafkaconf.KafkaSettings, or the bootstrap servers
+    with this process's PGSHOVEL_KAFKA_* variables. registry_url: schema registry (Avro sets
+    with to_kafka): pgshovel2.registryconf.RegistrySettings or its URL. to_kafka: write op
+    ``r`` messages instead of Parquet.
     partition_rows: target rows per JDBC partition (from pg_class.reltuples);
     max_partitions: per table; fetch_size: JDBC rows per round trip.
     native: read tables of plain types (readplan.is_native) as JDBC columns
@@ -68,8 +71,8 @@ class BootstrapOptions:
     """
 
     output: str
-    bootstrap_servers: str
-    registry_url: str | None = None
+    bootstrap_servers: Kafka
+    registry_url: Registry | None = None
     to_kafka: bool = False
     partition_rows: int = 250_000
     max_partitions: int = 64
@@ -107,7 +110,7 @@ def run(spark, store: ClusterStore, set_name: str, options: BootstrapOptions) ->
         copies, handoff = _copy(spark, record, topics, tmp, options, tables)
         manifest = Manifest(
             set=set_name, cluster=store.cluster, set_version=record.version,
-            record=record.replace(config=replace(record.config, dsn=redacted(record.dsn))).to_dict(),
+            record=record.replace(config=replace(record.config, dsn=redact.strip_dsn(record.dsn))).to_dict(),
             output=_output_kind(options), tables=copies,
             handoff=handoff,
             kafka_offsets=kafka_offsets,
@@ -123,9 +126,9 @@ def run(spark, store: ClusterStore, set_name: str, options: BootstrapOptions) ->
     return manifest
 
 
-def _kafka_offsets(topics: SetTopics, bootstrap: str) -> dict[tuple[str, int], int]:
+def _kafka_offsets(topics: SetTopics, bootstrap: Kafka) -> dict[tuple[str, int], int]:
     """Committed end offsets of the set's data topics, then of its transactions topic."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = kafkaconf.admin(bootstrap)
     what = f"of set {topics.set_name!r}"
     counts = partition_counts(admin, [t.topic for t in topics.tables] + [topics.transactions], bootstrap, what)
     data = [(t.topic, p) for t in topics.tables for p in range(counts[t.topic])]
@@ -142,7 +145,8 @@ def _copy(spark, record: SetRecord, topics: SetTopics, tmp: Path, options: Boots
     by_table = {(t.schema, t.name): t.topic for t in topics.tables}
     with backends.export(record, BootstrapError) as snap:
         # what the snapshot's own connection reached, as it did (TLS, password from wherever libpq took it)
-        url, props = jdbc_source(snap.conn, parse_dsn(record.relay_dsn).get("sslpassword") or "")
+        sslpassword = parse_dsn(libpq_dsn(record.relay_dsn, f"set {record.name!r}", BootstrapError))
+        url, props = jdbc_source(snap.conn, sslpassword.get("sslpassword") or "")
         native = options.native and not options.to_kafka
         plans = [readplan.plan(snap, t, options.partition_rows, options.max_partitions, native)
                  for t in record.tables]

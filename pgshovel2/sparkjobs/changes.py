@@ -26,6 +26,7 @@ from pgshovel2.codec import jsonback
 from pgshovel2.codec import spark as spark_codec
 from pgshovel2.consumer.decode import Decoder
 from pgshovel2.consumer.errors import ConsumerError
+from pgshovel2.registryconf import Registry
 from pgshovel2.txids import holds_snapshot_row, parse_handoff
 
 OP, POSITION, OFFSET = "__pgshovel_op", "__pgshovel_position", "__pgshovel_offset"
@@ -36,7 +37,7 @@ def _headers(headers: Iterable[Any] | None) -> dict[str, str]:
     return {h[0]: (h[1].decode("utf-8") if h[1] is not None else None) for h in headers or ()}
 
 
-def change_rows(table: Table, cols: list[spark_codec.SparkColumn], registry_url: str | None, handoff: str,
+def change_rows(table: Table, cols: list[spark_codec.SparkColumn], registry_url: Registry | None, handoff: str,
                 copied: frozenset[str] | None = None, encoding: str = "avro", envelope: str = "row"):
     """mapPartitions function: Kafka rows (key, value, partition, offset, headers) of the table's
     topic -> physical rows of cols (spark_codec.columns of the table, or the batch's columns
@@ -129,20 +130,27 @@ def unchanged_columns(headers: dict[str, str], op: str, where: str) -> list[str]
     return cols
 
 
-def truncations(registry_url: str | None, handoff: str):
-    """mapPartitions function: transactions-topic rows -> (table topic, position) of each TRUNCATE
-    the handoff (text form) does not cover."""
-    def convert(rows: Iterator[Any]) -> Iterator[tuple[str, str]]:
+# Transactions-topic records that remove a table's rows up to their position: TRUNCATE, and the end of
+# a dropped table (TABLE_DROPPED: its materialized rows go as the source's did); TOPIC_CHANGED is named
+# so that the job can refuse it (pgshovel2.sparkjobs.materialize).
+REMOVING, TOPIC_CHANGED = ("TRUNCATE", "TABLE_DROPPED"), "TOPIC_CHANGED"
+
+
+def truncations(registry_url: Registry | None, handoff: str):
+    """mapPartitions function: transactions-topic rows -> (table topic, position, type) of each
+    TRUNCATE, TABLE_DROPPED and TOPIC_CHANGED record the handoff (text form) does not cover."""
+    def convert(rows: Iterator[Any]) -> Iterator[tuple[str, str, str]]:
         decoder, point = Decoder(registry_url, raw=True), parse_handoff(handoff)
         for row in rows:
             rec = decoder.decode(row["value"], f"transactions record at offset {row['offset']}")
-            if rec and rec.get("type") == "TRUNCATE" and not point.covers(rec["txid"], rec["position"]):
-                yield rec["table"], rec["position"]
+            kind = rec.get("type") if rec else None
+            if (kind in REMOVING or kind == TOPIC_CHANGED) and not point.covers(rec["txid"], rec["position"]):
+                yield rec["table"], rec["position"], kind
     return convert
 
 
 def change_frame(spark, batch, topic: str, table: Table, cols: list[spark_codec.SparkColumn],
-                 registry_url: str | None, handoff: str, copied: frozenset[str] | None = None,
+                 registry_url: Registry | None, handoff: str, copied: frozenset[str] | None = None,
                  encoding: str = "avro", envelope: str = "row"):
     """The DataFrame of a micro-batch's changes of table (batch: Kafka rows of every topic; topic:
     the table's): the logical columns cols, then OP, POSITION, OFFSET and UNCHANGED

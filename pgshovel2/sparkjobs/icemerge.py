@@ -110,7 +110,9 @@ class IcebergJob(_Job):
             summary = {iceberg.CHECKPOINT_KEY: self.checkpoint, iceberg.BATCH_KEY: str(batch_id),
                        iceberg.END_OFFSETS_KEY: ends}
             for t in self.topics.tables:
-                table = self.tables[(t.schema, t.name)]
+                table = self.tables.get((t.schema, t.name))
+                if table is None:  # a table added after the bootstrap and dropped before this job read the set
+                    continue
                 target = self.ident(table)
                 if iceberg.committed(self.spark, target, self.checkpoint, batch_id):
                     log.info("%s: micro-batch %d was merged before a restart: skipping it", target, batch_id)

@@ -24,17 +24,22 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from pgshovel2 import kafkaconf
 from pgshovel2.bootstrap.manifest import BootstrapError, Manifest
 from pgshovel2.catalog import Table
 from pgshovel2.cluster import ClusterStore
 from pgshovel2.codec import spark as spark_codec
 from pgshovel2.consumer.decode import Decoder
 from pgshovel2.consumer.topics import SetTopics
+from pgshovel2.kafkaconf import Kafka
+from pgshovel2.kafkajava import java_properties
+from pgshovel2.registryconf import Registry
 from pgshovel2.setrecord import SetRecord
 from pgshovel2.sparkjobs import carry, changes, evolve, iceberg, multiset
 from pgshovel2.sparkjobs.bootstrap import table_dir
 from pgshovel2.sparkjobs.session import require_class
 from pgshovel2.sparkjobs.tablewatch import TableWatch
+from pgshovel2.zkauth import ZooKeeperAuth
 
 log = logging.getLogger(__name__)
 CURRENT = "CURRENT"
@@ -45,21 +50,26 @@ class MaterializeOptions:
     """bootstrap: the bootstrap directory (with manifest.json); output: the state directory;
     stream: Structured Streaming with checkpoint (a directory); available_now: in stream
     mode, process what is in Kafka now and stop; trigger_seconds: micro-batch interval.
+    bootstrap_servers: the Kafka settings (pgshovel2.kafkaconf: their consumer properties, in
+    Java form for Spark's Kafka source, pgshovel2.kafkajava), or the bootstrap servers with this
+    process's; registry_url: the schema registry's settings or URL (pgshovel2.registryconf).
     zookeeper_hosts, cluster: where the set's records are: its current record's tables that the
     bootstrap did not copy (added later by ``set upgrade``) are materialized too, from their
     online snapshot's rows, and a JSON set's columns of every set version are read there; None:
-    the manifest's record only (the bootstrap's tables, its set version)."""
+    the manifest's record only (the bootstrap's tables, its set version). zookeeper_auth: how to
+    authenticate there (pgshovel2.zkauth; None: no authentication)."""
 
     bootstrap: str
     output: str
-    bootstrap_servers: str
-    registry_url: str | None = None
+    bootstrap_servers: Kafka
+    registry_url: Registry | None = None
     stream: bool = False
     checkpoint: str | None = None
     available_now: bool = False
     trigger_seconds: float = 10.0
     zookeeper_hosts: str | None = None
     cluster: str = "default"
+    zookeeper_auth: ZooKeeperAuth | None = None
 
 
 # Least seconds between reads of the set's record for added tables (tablewatch).
@@ -104,11 +114,14 @@ class _Job:
         self.output = Path(options.output).absolute()
         self._versions = {manifest.set_version: manifest.set_record, record.version: record}
 
+    def _store(self) -> ClusterStore:
+        return ClusterStore(self.options.zookeeper_hosts or "", self.options.cluster, auth=self.options.zookeeper_auth)
+
     def _record(self, set_name: str, boot: SetRecord) -> SetRecord:
         """The set's current record (ZooKeeper), else the bootstrap's."""
         if self.options.zookeeper_hosts is None:
             return boot
-        with ClusterStore(self.options.zookeeper_hosts, self.options.cluster) as store:
+        with self._store() as store:
             return store.get_set(set_name)[0]
 
     def version_table(self, table: Table, version: int) -> Table:
@@ -117,7 +130,7 @@ class _Job:
         records = self._versions
         record = records.get(version)
         if record is None and self.options.zookeeper_hosts is not None:
-            with ClusterStore(self.options.zookeeper_hosts, self.options.cluster) as store:
+            with self._store() as store:
                 record = records[version] = store.get_version(self.manifest.set, version)
         found = None if record is None else next(
             (t for t in record.tables if (t.schema, t.name) == (table.schema, table.name)), None)
@@ -131,7 +144,10 @@ class _Job:
         # a topic the manifest lacks (a table added to the set later) is read from its start (-2: earliest)
         offsets = {t: self.manifest.kafka_offsets.get(t) or {str(p): -2 for p in range(self.partitions)}
                    for t in topics}
-        return {"kafka.bootstrap.servers": self.options.bootstrap_servers,
+        kafka = kafkaconf.settings(self.options.bootstrap_servers)
+        secured = {f"kafka.{name}": value for name, value in java_properties(kafka).items()}
+        return {**secured, "kafka.bootstrap.servers": kafka.bootstrap,
+                "groupIdPrefix": f"{kafka.group_prefix()}-spark",
                 "kafka.isolation.level": "read_committed", "includeHeaders": "true",
                 "assign": json.dumps({t: sorted(int(p) for p in offsets[t]) for t in topics}),
                 "startingOffsets": json.dumps(offsets),
@@ -188,7 +204,7 @@ class _Job:
             return False
         watch = TableWatch(self.options.zookeeper_hosts, self.options.cluster, self.manifest.set,
                            {(t.schema, t.name) for t in self.topics.tables},
-                           max(self.options.trigger_seconds, WATCH_SECONDS), query.stop)
+                           max(self.options.trigger_seconds, WATCH_SECONDS), query.stop, self.options.zookeeper_auth)
         watch.start()
         try:
             query.awaitTermination()
@@ -217,7 +233,9 @@ class _Job:
             shutil.rmtree(target, ignore_errors=True)
             shape = BatchShapes(self, batch)
             for t in self.topics.tables:
-                table = self.tables[(t.schema, t.name)]
+                table = self.tables.get((t.schema, t.name))
+                if table is None:  # a table added after the bootstrap and dropped before this job read the set
+                    continue
                 read_as, cols = shape.of(table, t.topic)
                 decoded = changes.change_frame(self.spark, batch, t.topic, read_as, cols, self.options.registry_url,
                                                str(self.manifest.handoff_point), self.copied, *self.wire).persist()
@@ -234,12 +252,19 @@ class _Job:
         log.info("merged micro-batch %d into %s", batch_id, target)
 
     def _truncations(self, batch) -> dict[str, str]:
-        """Table topic -> position of its last TRUNCATE in the batch (not visible in the snapshot)."""
+        """Table topic -> position of its last TRUNCATE (or TABLE_DROPPED: a dropped table's rows go
+        too) in the batch (not visible in the snapshot). Raises BootstrapError at a TOPIC_CHANGED
+        (``pgshovel set accept-ddl --new-topic``): the table's rows are in two topics from there on,
+        which this job does not merge; bootstrap and materialize the set anew."""
         snapshot = str(self.manifest.handoff_point)
         txns = batch.filter(batch.topic == self.topics.transactions).select("value", "offset")
         out: dict[str, str] = {}
-        for topic, position in txns.rdd.mapPartitions(changes.truncations(self.options.registry_url,
-                                                                          snapshot)).collect():
+        for topic, position, kind in txns.rdd.mapPartitions(changes.truncations(self.options.registry_url,
+                                                                                snapshot)).collect():
+            if kind == changes.TOPIC_CHANGED:
+                raise BootstrapError(f"the table of topic {topic} goes on in a new topic generation from position "
+                                     f"{position} (pgshovel set accept-ddl --new-topic); materialize does not merge "
+                                     "two topics of one table: run pgshovel bootstrap again and materialize from it")
             out[topic] = max(out.get(topic, ""), position)
         return out
 

@@ -81,15 +81,15 @@ def _plan(snap: ExportedSnapshot, table: Table, partition_rows: int, max_partiti
     # The row alias must not be a column name (a column named like it would be passed instead).
     pk = f"__pgshovel2_row__.{names.quote_ident(key.name)}" if usable else "NULL::int8"
     query = (f"(SELECT {pk} AS {PK_ALIAS}, {_select_list(table, native, snap.encode_row)} "
-             f"FROM {table.qualified} __pgshovel2_row__) AS pgshovel_bootstrap")
+             f"FROM {table.sql_name} __pgshovel2_row__) AS pgshovel_bootstrap")
     if not usable:
         log.info("table %s: no integer key column to split on: one partition", table.qualified)
         return ReadPlan(table, query, None, 0, 0, 1, native)
     with snap.conn.cursor() as cur:
-        cur.execute("SELECT reltuples::int8 FROM pg_class WHERE oid = %s::regclass", (table.qualified,))
+        cur.execute("SELECT reltuples::int8 FROM pg_class WHERE oid = %s::regclass", (table.sql_name,))
         estimate = cur.fetchone()[0]  # -1: never analyzed
         cur.execute(sql.SQL("SELECT min({k}), max({k}) FROM {t}").format(
-            k=sql.Identifier(key.name), t=sql.Identifier(table.schema, table.name)))
+            k=sql.Identifier(key.name), t=sql.Identifier(*table.relation)))
         lower, upper = cur.fetchone()
     if lower is None:
         log.info("table %s is empty in the snapshot: one partition", table.qualified)

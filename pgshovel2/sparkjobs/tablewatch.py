@@ -14,6 +14,7 @@ from kazoo.exceptions import KazooException
 from pgshovel2.cluster import ClusterStore
 from pgshovel2.errors import ClusterError
 from pgshovel2.setrecord import SetRecord
+from pgshovel2.zkauth import ZooKeeperAuth
 
 log = logging.getLogger(__name__)
 
@@ -22,15 +23,16 @@ class TableWatch(threading.Thread):
     """Stops query once the set's record holds a table not in known ((schema, name) pairs).
 
     zookeeper_hosts, cluster, set_name: where the record is; interval: seconds between reads;
-    stop_query: stops the running streaming query. grown (an Event) is set when it stopped it.
+    stop_query: stops the running streaming query; auth: how to authenticate to ZooKeeper. grown
+    (an Event) is set when it stopped it.
     A ZooKeeper error is logged and the next read tried: the stream itself does not need ZooKeeper.
     """
 
     def __init__(self, zookeeper_hosts: str, cluster: str, set_name: str, known: set[tuple[str, str]],
-                 interval: float, stop_query: Callable[[], None]):
+                 interval: float, stop_query: Callable[[], None], auth: ZooKeeperAuth | None = None):
         super().__init__(name=f"table-watch-{set_name}", daemon=True)
         self.hosts, self.cluster, self.set_name, self.known = zookeeper_hosts, cluster, set_name, known
-        self.interval, self.stop_query = interval, stop_query
+        self.interval, self.stop_query, self.auth = interval, stop_query, auth
         self.grown, self.done = threading.Event(), threading.Event()
 
     def run(self) -> None:
@@ -38,7 +40,7 @@ class TableWatch(threading.Thread):
         try:
             while not self.done.wait(self.interval):
                 try:
-                    store = store or ClusterStore(self.hosts, self.cluster).__enter__()
+                    store = store or ClusterStore(self.hosts, self.cluster, auth=self.auth).__enter__()
                     record = store.get_set(self.set_name)[0]
                 except (ClusterError, KazooException, OSError) as exc:
                     log.warning("reading set %r from ZooKeeper for added tables failed (%s): trying again",

@@ -2,33 +2,36 @@
 
 import threading
 import time
-import uuid
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
+from pgshovel2 import kafkaaccess, kafkaconf
 from pgshovel2.errors import StopRequestedError, UnavailableError
+from pgshovel2.kafkaconf import Kafka
 from pgshovel2.wire import Position
 
 
-def read_position(bootstrap: str, topic: str, key: str, timeout: float = 30.0,
+def read_position(bootstrap: Kafka, topic: str, key: str, timeout: float = 30.0,
                   stop: threading.Event | None = None) -> Position | None:
     """The last committed position record with key on topic (``{cluster}/{set}``), None when
     there is none.
 
     Reads read_committed up to the topic's end as of the call (a running relay keeps writing:
     it never waits for more), backwards in growing windows, so the cost does not grow with
-    the topic. Raises UnavailableError when Kafka does not answer within timeout (s),
-    StopRequestedError when stop is set meanwhile.
+    the topic. bootstrap: the Kafka settings (pgshovel2.kafkaconf). Raises UnavailableError when
+    Kafka does not answer within timeout (s), KafkaAccessError when it refuses the client or
+    denies it READ on the topic, StopRequestedError when stop is set meanwhile.
     """
     stop = stop or threading.Event()
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"pgshovel2-position-{uuid.uuid4()}",
-                         "enable.auto.commit": False, "isolation.level": "read_committed",
-                         "enable.partition.eof": True})
+    consumer = kafkaconf.consumer(bootstrap, "position", **{"enable.auto.commit": False,
+                                                            "isolation.level": "read_committed",
+                                                            "enable.partition.eof": True})
+    what = f"cannot read the relay position from {topic!r}"
     try:
         try:
             low, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=timeout)
         except KafkaException as exc:
-            raise UnavailableError(f"cannot read the relay position from {topic!r}: {exc}") from exc
+            raise _refused(consumer, exc, topic) or UnavailableError(f"{what}: {exc}") from exc
         window = 64
         while True:
             start = max(low, high - window)
@@ -57,8 +60,25 @@ def _last_with_key(consumer: Consumer, tp: TopicPartition, high: int, key: bytes
         if msg.error():
             if msg.error().code() == KafkaError._PARTITION_EOF:
                 return last
-            raise UnavailableError(f"cannot read the relay position from {tp.topic!r}: {msg.error()}")
+            what = f"cannot read the relay position from {tp.topic!r}"
+            raise kafkaaccess.denied(msg.error(), what, f"READ and DESCRIBE on topic {tp.topic!r} and READ on the "
+                                     "consumer groups of the group.id prefix") or \
+                UnavailableError(f"{what}: {msg.error()}")
         if msg.key() == key:
             last = msg.value()
         if msg.offset() >= high - 1:
             return last
+
+
+def _refused(consumer: Consumer, exc: KafkaException, topic: str) -> kafkaaccess.KafkaAccessError | None:
+    """The access error behind a failed watermark query of topic: the client's credentials, or no
+    DESCRIBE on the topic (librdkafka then says "Unknown partition", as for a missing topic)."""
+    what = f"cannot read the relay position from {topic!r}"
+    found = kafkaaccess.explain(consumer, exc, what, f"READ and DESCRIBE on topic {topic!r}")
+    if found is not None or exc.args[0].code() != KafkaError._UNKNOWN_PARTITION:
+        return found
+    try:
+        info = consumer.list_topics(topic, timeout=10).topics.get(topic)
+    except KafkaException:
+        return None
+    return kafkaaccess.denied(info.error if info is not None else None, what, f"READ and DESCRIBE on topic {topic!r}")

@@ -6,7 +6,8 @@ from tests.integration.type_decoding import Col
 
 # Types to sweep: not array types (those come from their element), defined, of a kind a column can
 # have; the system's and the extensions' types, and those the test creates in its schema
-# (composites only from there: every table has one).
+# (composites only from there: every table has one). Extensions: those the sweep installs (others
+# other tests install in the same database would make the sweep depend on which ran before).
 SWEEP_SQL = """
 SELECT t.oid, format_type(t.oid, NULL), t.typname, t.typarray
 FROM pg_type t JOIN pg_namespace n ON n.oid = t.typnamespace
@@ -14,7 +15,8 @@ WHERE t.typisdefined AND t.typtype IN ('b', 'e', 'd', 'r', 'm', 'c')
   AND NOT EXISTS (SELECT 1 FROM pg_type a WHERE a.typarray = t.oid)
   AND (n.nspname IN ('pg_catalog', 'information_schema') OR n.nspname = %(schema)s
        OR EXISTS (SELECT 1 FROM pg_depend d WHERE d.classid = 'pg_type'::regclass AND d.objid = t.oid
-                  AND d.deptype = 'e'))
+                  AND d.deptype = 'e' AND d.refobjid IN (SELECT x.oid FROM pg_extension x
+                                                         WHERE x.extname IN ('citext', 'hstore'))))
   AND (t.typtype <> 'c' OR (n.nspname = %(schema)s
                             AND (SELECT relkind FROM pg_class c WHERE c.oid = t.typrelid) = 'c'))
 ORDER BY n.nspname, t.typname

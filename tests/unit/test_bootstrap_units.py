@@ -7,7 +7,7 @@ import pytest
 from pgshovel2.bootstrap.manifest import BootstrapError, Manifest, TableCopy
 from pgshovel2.catalog import Column, Table
 from pgshovel2.codec import spark as spark_codec
-from pgshovel2.db import redacted
+from pgshovel2.redact import dsn as redacted
 from pgshovel2.txids import TxidSnapshot
 
 

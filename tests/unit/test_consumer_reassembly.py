@@ -318,3 +318,64 @@ def test_data_of_a_dropped_cut_transaction_arriving_later_elsewhere_is_dropped_t
                  log.begin(6, pos(3, 0)), log.end(6, pos(3, 0), {B: 1}))
     straggler = feed(r, log.data(A, 1, "c", 5, pos(2, 1), 2))
     assert [t.txid for t in first] == [6] and straggler == [] and r.cut_dropped == 1
+
+
+def test_ddl_marks_become_changes_of_their_transaction():
+    """TABLE_DROPPED, SCHEMA_CHANGED and TOPIC_CHANGED (docs/wire.rst) inside a transaction, like
+    TRUNCATE: changes of ops drop / schema / topic; RowState forgets a dropped table's rows."""
+    from pgshovel2.consumer import RowState
+
+    log, r = Log(), strict()
+    got = feed(r, log.begin(1, pos(1, 0)), log.data(B, 0, "c", 1, pos(1, 0), 7),
+               TxnRecord("SCHEMA_CHANGED", 1, pos(1, 1), 1000, 0, log._next(TXN, 0), table=C),
+               TxnRecord("TOPIC_CHANGED", 1, pos(1, 2), 1000, 0, log._next(TXN, 0), counts={A: 0}, table=C),
+               log.end(1, pos(1, 2), {B: 1}),
+               log.begin(2, pos(2, 0)),
+               TxnRecord("TABLE_DROPPED", 2, pos(2, 0), 1000, 0, log._next(TXN, 0), table=B),
+               log.end(2, pos(2, 0), {}))
+    assert [ops(t) for t in got] == [[("c", "public.b", 7), ("schema", "public.c", None), ("topic", "public.c", None)],
+                                     [("drop", "public.b", None)]]
+    assert got[0].changes[2].value == {"new_topic": A}
+    state = RowState()
+    state.apply_all(got)
+    assert "public.b" not in state.tables
+
+
+def test_topic_change_to_a_topic_the_reader_does_not_read_asks_for_a_restart():
+    log, r = Log(), strict()
+    with pytest.raises(ConsumerError, match=r"goes on in topic 'p.public.c.g2'.*restart it"):
+        feed(r, log.begin(1, pos(1, 0)),
+             TxnRecord("TOPIC_CHANGED", 1, pos(1, 0), 1000, 0, log._next(TXN, 0), counts={C + ".g2": 0}, table=C),
+             log.end(1, pos(1, 0), {}))
+
+
+def test_set_topics_of_a_record_list_retired_topics_first():
+    from pgshovel2.catalog import Column, Table
+    from pgshovel2.config import SetConfig, TableConfig
+    from pgshovel2.setrecord import SetRecord
+
+    config = SetConfig("dbname=x", (TableConfig("s", "t"),), encoding="json")
+    table = Table("s", "t", (Column("id", 1, "integer", "int4", False, False),), ("id",), "primary key",
+                  generation=2)
+    record = SetRecord.new("c", "p", config, (table,)).replace(retired=(
+        {"table": '"s"."t"', "schema": "s", "name": "t", "topic": "p.s.t", "why": "new-topic"},
+        {"table": '"s"."gone"', "schema": "s", "name": "gone", "topic": "p.s.gone", "why": "dropped"}))
+    topics = SetTopics.from_record(record)
+    assert [(t.table, t.topic) for t in topics.tables] == [("s.t", "p.s.t"), ("s.gone", "p.s.gone"),
+                                                           ("s.t", "p.s.t.g2")]
+    assert [t.topic for t in topics.select(["s.t"]).tables] == ["p.s.t", "p.s.t.g2"]
+
+
+def test_materialize_removes_a_dropped_tables_rows_and_refuses_a_topic_change():
+    """sparkjobs.changes.truncations: TABLE_DROPPED removes like TRUNCATE; TOPIC_CHANGED is named."""
+    import json
+
+    from pgshovel2.sparkjobs import changes
+
+    rows = [{"value": json.dumps(r).encode(), "offset": i} for i, r in enumerate([
+        {"type": "BEGIN", "txid": 9, "position": pos(5, 0)},
+        {"type": "TABLE_DROPPED", "txid": 9, "position": pos(5, 1), "table": B},
+        {"type": "TOPIC_CHANGED", "txid": 9, "position": pos(5, 2), "table": C},
+        {"type": "TRUNCATE", "txid": 9, "position": pos(5, 3), "table": A}])]
+    got = list(changes.truncations(None, "1:1:")(iter(rows)))
+    assert got == [(B, pos(5, 1), "TABLE_DROPPED"), (C, pos(5, 2), "TOPIC_CHANGED"), (A, pos(5, 3), "TRUNCATE")]

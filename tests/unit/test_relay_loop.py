@@ -17,6 +17,7 @@ from pgshovel2.backends.chunks import Chunk
 from pgshovel2.catalog import Column, Table
 from pgshovel2.config import SetConfig, TableConfig
 from pgshovel2.errors import UnavailableError
+from pgshovel2.relay.control import Switch
 from pgshovel2.relay.emitter import Emitter
 from pgshovel2.relay.layout import Layout
 from pgshovel2.relay.loop import Relay
@@ -183,7 +184,7 @@ class FakeControl:
 
     def apply(self, record, item):
         version = item.row["version"]
-        return None if version <= record.version else ({1: V1, 2: V2}[version], None)
+        return None if version <= record.version else Switch({1: V1, 2: V2}[version])
 
 
 def run(source: FakeSource, sink: FakeSink, soft: int = 20000, latest: SetRecord = V1, busy: float = 0.25) -> Relay:

@@ -36,6 +36,12 @@ def test_other_slots_and_tables_are_not_the_sets():
     assert rows(message(table=["s", "other"]), "slot1", TABLES) is None
 
 
+def test_our_plugins_messages_are_another_sets():
+    """A set of our decoder capturing the same table writes its rows in sql/decoder/rows.c's form,
+    which every slot decodes too: not this set's, and no error."""
+    assert rows(b"pgshovel2_other_1a2b\nD\n16384\n16390\n1,2\n[7,1]", "slot1", TABLES) is None
+
+
 def test_a_column_the_partition_lacks():
     """A non-key column of the set's layout no longer in the table: None; a key column: an error."""
     got = rows(message(columns=["x", "day", "id"]), "slot1", TABLES)
