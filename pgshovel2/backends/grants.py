@@ -10,8 +10,9 @@
   consumer functions it calls (next_batch_info, next_batch_custom, batch_event_sql,
   finish_batch, force_tick; pgq.ticker(text) to tick its queue, pgq.insert_event(text, text,
   text) for an online snapshot's watermarks) and SELECT on the event tables; for the logical
-  backend the REPLICATION attribute. PgQ's maintenance (event table rotation) stays with pgqd or
-  a role holding pgq_admin.
+  backend the REPLICATION attribute. Logical sets: ``pg_logical_emit_message`` (every role's by
+  default) is left to the two roles, since the set's markers are such messages. PgQ's
+  maintenance (event table rotation) stays with pgqd or a role holding pgq_admin.
 - The **writers** of the tables need nothing: never grant them pgq_writer or EXECUTE on
   pgq.insert_event (they could append events no change made).
 
@@ -106,7 +107,8 @@ def _admin(config: SetConfig, role: str, db: str, transfer: bool) -> list[str]:
              *(f"GRANT USAGE ON SCHEMA {s} TO {role};" for s in _schemas(config))]
     if config.backend == "logical":
         lines += [*(f"GRANT SELECT ON TABLE {t} TO {role};" for t in tables),
-                  f"ALTER ROLE {role} REPLICATION;  -- set drop drops the set's replication slot"]
+                  f"ALTER ROLE {role} REPLICATION;  -- set drop drops the set's replication slot",
+                  *_messages(config)]
         return lines + (_admin_pgoutput(config, role, db, transfer) if config.decoder == "pgoutput"
                         else _admin_decoder(role))
     lines += [*(f"GRANT SELECT, TRIGGER ON TABLE {t} TO {role};" for t in tables),
@@ -132,6 +134,21 @@ def _admin(config: SetConfig, role: str, db: str, transfer: bool) -> list[str]:
                   "build instead)", f"GRANT pgq_admin TO {role};"]
     return lines + _ownership("set upgrade and set drop drop the set's triggers, which PostgreSQL lets only a "
                               "table's owner do", tables, role, transfer)
+
+
+def _messages(config: SetConfig) -> list[str]:
+    """A logical set's markers (versions, drops, renames, watermarks) are logical decoding messages,
+    which PostgreSQL lets every role emit: left to the set's two roles, so no other role of the
+    database can write one the relay would take for the set's (every overload: PostgreSQL 17 added
+    two)."""
+    admin, relay = (ident(r) for r in roles(config))
+    to = admin if admin == relay else f"{admin}, {relay}"
+    return ["-- logical decoding messages carry the set's markers: only the set's roles may emit one (by a superuser, "
+            "in the set's database; another application of it emitting messages needs the same grant)",
+            "DO $$ DECLARE f regprocedure; BEGIN FOR f IN SELECT oid::regprocedure FROM pg_catalog.pg_proc "
+            "WHERE proname = 'pg_logical_emit_message' AND pronamespace = 'pg_catalog'::regnamespace LOOP "
+            "EXECUTE 'REVOKE EXECUTE ON FUNCTION ' || f || ' FROM PUBLIC'; "
+            f"EXECUTE 'GRANT EXECUTE ON FUNCTION ' || f || ' TO {to}'; END LOOP; END $$;"]
 
 
 def _admin_decoder(role: str) -> list[str]:
@@ -179,5 +196,8 @@ def _relay(config: SetConfig, role: str, db: str) -> list[str]:
                *(f"-- {line}" for line in pgq)]
     return lines + [
         f"GRANT USAGE ON SCHEMA {schema} TO {role};  -- encode_row (snapshots)", *pgq,
+        f"-- a partitioned table: the relay creates the capture triggers of partitions attached later, so {role} "
+        "needs TRIGGER on them (ALTER DEFAULT PRIVILEGES FOR ROLE <their owner> IN SCHEMA <theirs> GRANT TRIGGER "
+        f"ON TABLES TO {role})",
         f"-- a queue made before these grants: GRANT SELECT ON ALL TABLES IN SCHEMA pgq TO {role};",
         f"-- PgQ's maintenance (event table rotation): pgqd, or GRANT pgq_admin TO {role} for the relay's own"]

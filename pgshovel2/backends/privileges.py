@@ -37,6 +37,7 @@ def relay_missing(cur, config: SetConfig) -> list[str]:
 def _admin(cur, config: SetConfig, plugin: str | None, db: str, replication: bool) -> list[str]:
     if config.backend == "logical":
         problems = [] if replication else ["the REPLICATION attribute (ALTER ROLE ... REPLICATION)"]
+        problems += _messages(cur, "current_user")
         owned = plugin == "pgoutput" and not config.publication
         problems += _table_problems(cur, config, "current_user", ("SELECT",), owner=owned)
         if owned and not _has(cur, "has_database_privilege(current_database(), 'CREATE')"):
@@ -70,6 +71,7 @@ def _relay_problems(cur, config: SetConfig, role: str) -> list[str]:
     if config.backend == "logical":
         if not replication:
             problems.append("the REPLICATION attribute (ALTER ROLE ... REPLICATION)")
+        problems += _messages(cur, role)
         if config.decoder != "pgoutput":
             problems += _schema_usage(cur, role, "pgshovel2_decoder")
         return [f"lacks {p}" for p in problems]
@@ -83,6 +85,16 @@ def _relay_problems(cur, config: SetConfig, role: str) -> list[str]:
             if cur.fetchone()[0]:
                 problems.append(f"EXECUTE on function {function}")
     return [f"lacks {p}" for p in problems]
+
+
+def _messages(cur, role: str) -> list[str]:
+    """EXECUTE on pg_logical_emit_message (the set's markers), which a DBA may have left to the set's
+    roles (pgshovel2.backends.grants._messages), for role (a name, or ``current_user``)."""
+    who = sql.SQL("current_user") if role == "current_user" else sql.Literal(role)
+    cur.execute(sql.SQL("SELECT coalesce(bool_and(has_function_privilege({}, oid, 'EXECUTE')), true) FROM "
+                        "pg_catalog.pg_proc WHERE proname = 'pg_logical_emit_message' AND "
+                        "pronamespace = 'pg_catalog'::regnamespace").format(who))
+    return [] if cur.fetchone()[0] else ["EXECUTE on function pg_catalog.pg_logical_emit_message"]
 
 
 def _schema_usage(cur, role: str, schema: str) -> list[str]:

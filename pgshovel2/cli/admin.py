@@ -53,7 +53,7 @@ def set_group() -> None:
 @click.option("--print-grants", is_flag=True,
               help="Print the SQL granting the set's admin role (database.dsn) and relay role (database.relay_dsn) "
                    "what they need, neither a superuser (set create --print-grants CONFIG); touch nothing.")
-@click.option("--transfer-ownership", is_flag=True,
+@env_option("--transfer-ownership", is_flag=True,
               help="With --print-grants: where a path needs the tables' owner (PL/pgSQL capture's set upgrade and "
                    "drop, pgoutput's own publication), print ALTER TABLE ... OWNER TO the admin role.")
 @click.pass_context

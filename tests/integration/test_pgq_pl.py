@@ -158,7 +158,10 @@ def test_logical_set_names_every_missing_privilege_then_printed_grants_suffice(s
     assert _query(su_dsn, "SELECT count(*) FROM pg_publication") == [(0,)]
     assert _query(su_dsn, "SELECT count(*) FROM pg_replication_slots WHERE database = current_database()") == [(0,)]
 
+    # the set's own publication wants the tables' owner: given only when asked (--transfer-ownership)
     grants = pgshovel(stack, cluster, "set", "create", "--print-grants", str(cfg)).stdout
+    assert not any("OWNER TO" in line for line in grants.splitlines() if not line.startswith("--"))
+    grants = pgshovel(stack, cluster, "set", "create", "--print-grants", "--transfer-ownership", str(cfg)).stdout
     for line in grants.splitlines():
         if line and not line.startswith("--"):
             _query(su_dsn, line)

@@ -40,6 +40,14 @@ def test_logical_grants_replication_to_both_roles():
     assert 'ALTER ROLE "cdc" REPLICATION;' in text and 'ALTER ROLE "cdc_relay" REPLICATION;' in text
     assert 'GRANT SELECT ON TABLE "public"."t" TO "cdc_relay";' in text and "TRIGGER" not in text
     assert not any("OWNER TO" in line for line in _statements(text))
+    (messages,) = [line for line in _statements(text) if "pg_logical_emit_message" in line]  # markers: no forgery
+    assert "FROM PUBLIC" in messages and 'TO "cdc", "cdc_relay"' in messages
+
+
+def test_trigger_relay_role_gets_the_partition_watch_note():
+    text = grants_sql(_config(capture="c"))
+    assert 'needs TRIGGER on them (ALTER DEFAULT PRIVILEGES FOR ROLE <their owner>' in text
+    assert "pg_logical_emit_message" not in text
 
 
 def test_pgoutput_with_an_existing_publication_prints_it_and_no_create():
