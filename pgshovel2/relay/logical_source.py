@@ -133,7 +133,7 @@ class LogicalSource(LogicalTables):
         catalog's column types and the assembler of streamed transactions.
         Raises RelayError when a table or captured column of the set no longer exists."""
         tables = {table.qualified: self._set_table(table) for table in self._tables}
-        decoder = PgoutputDecoder(tables, self.slot)
+        decoder = PgoutputDecoder(tables, self.slot, others=self.publication != pgoutput.publication_name(self.slot))
         decoder.tag_of = self._oids()
         decoder.subset_tags = self._subset_tags()
         decoder.set_xid_reference(self._sql("SELECT txid_snapshot_xmax(txid_current_snapshot())", ())[0])

@@ -79,6 +79,12 @@ def _sets(stack, cluster: str) -> list[str]:
         return store.list_sets()
 
 
+def _no_forged_marker(secure: Secure) -> None:
+    """After the grants a writer may not emit a logical decoding message (a set's marker would be one)."""
+    with pytest.raises(psycopg2.errors.InsufficientPrivilege, match="pg_logical_emit_message"):
+        secure.as_app("SELECT pg_logical_emit_message(true, 'pgshovel2.version', '{\"version\": 9}')")
+
+
 def _write_and_check(stack, cluster, secure: Secure, name: str, table: str) -> None:
     secure.as_app(f"INSERT INTO public.{table} VALUES (100, 'new'); UPDATE public.{table} SET v = 'upd' "
                   f"WHERE id = 1; DELETE FROM public.{table} WHERE id = 2")
@@ -136,15 +142,34 @@ def test_logical_set_on_the_dbas_publication(stack, cluster, secure, relay_facto
     proc = pgshovel(stack, cluster, "set", "create", "seclog", cfg, check=False)
     assert proc.returncode == 1 and '"public"."orders" is not in it' in proc.stderr, proc.stderr
     assert _sets(stack, cluster) == []
+    secure.dba("ALTER PUBLICATION shop_pub ADD TABLE public.orders WHERE (id > 2); "
+               "ALTER PUBLICATION shop_pub SET (publish = 'insert, update')")
+    proc = pgshovel(stack, cluster, "set", "create", "seclog", cfg, check=False)
+    for what in ("must publish insert, update, delete and truncate", '"public"."orders" has a row filter'):
+        assert proc.returncode == 1 and what in proc.stderr, proc.stderr
+    assert _sets(stack, cluster) == []
     secure.dba("DROP PUBLICATION shop_pub")
     secure.dba(publication)  # the DBA makes it (its maker needs CREATE on the database, and the tables)
+    _no_forged_marker(secure)
 
     pgshovel(stack, cluster, "set", "create", "seclog", cfg)
     relay = relay_factory("seclog")
     relay.wait_for("snapshot done")
     _write_and_check(stack, cluster, secure, "seclog", "orders")
+    published = "SELECT tablename::text FROM pg_publication_tables WHERE pubname = 'shop_pub' ORDER BY 1"
+    wider = secure.config("seclog", cluster, ["orders", "other"], backend="logical", decoder="pgoutput",
+                          publication={"existing": "shop_pub"})
+    proc = pgshovel(stack, cluster, "set", "upgrade", "seclog", wider, check=False)  # other: not in shop_pub
+    assert proc.returncode == 1 and '"public"."other" is not in it' in proc.stderr, proc.stderr
+    assert secure.dba(published) == [("orders",)]  # never altered by us
+    secure.dba("ALTER PUBLICATION shop_pub ADD TABLE public.other")  # the DBA adds it: the upgrade goes on
+    secure.dba("GRANT SELECT ON public.other TO pgshovel_admin, pgshovel_relay")
+    secure.as_app("DELETE FROM public.other")  # an added table is captured from the upgrade on (no snapshot)
+    pgshovel(stack, cluster, "set", "upgrade", "seclog", wider)
+    _write_and_check(stack, cluster, secure, "seclog", "other")
     assert relay.stop() == 0
     pgshovel(stack, cluster, "set", "drop", "seclog")
+    assert secure.dba(published) == [("orders",), ("other",)]
     assert secure.dba("SELECT pubname FROM pg_publication") == [("shop_pub",)]  # the DBA's: kept
 
 
@@ -152,7 +177,15 @@ def test_logical_set_with_our_decoder(stack, cluster, secure, relay_factory):
     _table(secure, "items")
     cfg = secure.config("secdec", cluster, ["items"], backend="logical", decoder="pgshovel2")
     secure.grant(stack, cluster, cfg)
+    _no_forged_marker(secure)
     pgshovel(stack, cluster, "set", "create", "secdec", cfg)
+    secure.dba("ALTER ROLE pgshovel_relay NOREPLICATION")  # a missing grant: the relay says which, writes nothing
+    refused = relay_factory("secdec")
+    assert refused.proc.wait(60) != 0
+    assert "relay role pgshovel_relay lacks the REPLICATION attribute" in refused.log(), refused.log()
+    assert not any(t.startswith(f"secdec{cluster}") for t in _topics(stack))
+    assert secure.dba("SELECT count(*) FROM pg_replication_slots") == [(0,)]
+    secure.dba("ALTER ROLE pgshovel_relay REPLICATION")
     relay = relay_factory("secdec")
     relay.wait_for("snapshot done")
     _write_and_check(stack, cluster, secure, "secdec", "items")
@@ -183,6 +216,15 @@ def test_wrong_password_untrusted_certificate_missing_grant(stack, cluster, secu
     assert secure.dba("SELECT count(*) FROM pgq.queue") == [(0,)] and _sets(stack, cluster) == []
 
     pgshovel(stack, cluster, "set", "create", "secbad", cfg)
+    secure.dba("ALTER ROLE pgshovel_relay PASSWORD 'not-the-password'")  # the relay's passfile is now wrong
+    try:
+        relay = relay_factory("secbad")
+        relay.wait_for('password authentication failed for user "pgshovel_relay"')
+        assert secure.server.password("pgshovel_relay") not in relay.log()
+        relay.stop()
+    finally:
+        secure.dba(f"ALTER ROLE pgshovel_relay PASSWORD '{secure.server.password('pgshovel_relay')}'")
+    assert not any(t.startswith(f"secbad{cluster}") for t in _topics(stack))
     secure.dba("REVOKE EXECUTE ON FUNCTION pgq.finish_batch(bigint) FROM pgshovel_relay")
     relay = relay_factory("secbad")
     assert relay.proc.wait(60) != 0
