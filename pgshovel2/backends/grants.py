@@ -30,7 +30,8 @@ trigger, capture plpgsql     schema pgshovel2_pl, made by the DBA for the admin 
                              owner's role): printed as a comment, as ALTER TABLE only with
                              transfer_ownership
 logical, decoder pgshovel2   extension pgshovel2_decoder (a superuser, once); USAGE on its schema;
-                             REPLICATION for both roles (the relay makes the slot, set drop drops it)
+                             REPLICATION for both roles (the relay makes the slot, set drop drops it);
+                             the admin role UPDATE on the tables (set upgrade's LOCK; MAINTAIN on 17+)
 logical, decoder pgoutput    the DBA's publication (``publication: {existing: NAME}``: printed),
                              or CREATE on the database and ownership of the tables (a publication
                              FOR TABLE needs it; only with transfer_ownership)
@@ -107,6 +108,10 @@ def _admin(config: SetConfig, role: str, db: str, transfer: bool) -> list[str]:
              *(f"GRANT USAGE ON SCHEMA {s} TO {role};" for s in _schemas(config))]
     if config.backend == "logical":
         lines += [*(f"GRANT SELECT ON TABLE {t} TO {role};" for t in tables),
+                  "-- set upgrade locks the tables against writers while it switches (LOCK TABLE ... IN SHARE ROW "
+                  "EXCLUSIVE MODE), which PostgreSQL allows with UPDATE, DELETE or TRUNCATE (PostgreSQL 17+: "
+                  "MAINTAIN, which writes nothing: GRANT MAINTAIN instead)",
+                  *(f"GRANT UPDATE ON TABLE {t} TO {role};" for t in tables),
                   f"ALTER ROLE {role} REPLICATION;  -- set drop drops the set's replication slot",
                   *_messages(config)]
         return lines + (_admin_pgoutput(config, role, db, transfer) if config.decoder == "pgoutput"

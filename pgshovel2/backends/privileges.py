@@ -39,7 +39,7 @@ def _admin(cur, config: SetConfig, plugin: str | None, db: str, replication: boo
         problems = [] if replication else ["the REPLICATION attribute (ALTER ROLE ... REPLICATION)"]
         problems += _messages(cur, "current_user")
         owned = plugin == "pgoutput" and not config.publication
-        problems += _table_problems(cur, config, "current_user", ("SELECT",), owner=owned)
+        problems += _table_problems(cur, config, "current_user", ("SELECT", LOCK), owner=owned)
         if owned and not _has(cur, "has_database_privilege(current_database(), 'CREATE')"):
             problems.append(f"CREATE on database {db} (for the set's publication)")
         return problems
@@ -113,6 +113,20 @@ def _exists(cur, expression: str) -> bool:
     return bool(cur.fetchone()[0])
 
 
+# set upgrade of a logical set locks its tables against writers (LOCK TABLE ... IN SHARE ROW EXCLUSIVE
+# MODE, pgshovel2.backends.logical_version.lock_tables): PostgreSQL wants any of these for it.
+LOCK = "LOCK"
+_LOCK_NEEDS = "UPDATE (or DELETE, TRUNCATE; MAINTAIN on PostgreSQL 17+: set upgrade locks it against writers)"
+
+
+def _any_of(cur, privilege: str) -> str:
+    """has_table_privilege's privilege text for privilege (LOCK: any privilege that allows the lock)."""
+    if privilege != LOCK:
+        return privilege
+    cur.execute("SELECT current_setting('server_version_num')::int >= 170000")
+    return "UPDATE, DELETE, TRUNCATE" + (", MAINTAIN" if cur.fetchone()[0] else "")
+
+
 def _table_problems(cur, config: SetConfig, role: str, privileges: tuple[str, ...], owner: bool) -> list[str]:
     """USAGE on each table's schema, privileges on each table, and (owner) its ownership, for role
     (a role name, or ``current_user``)."""
@@ -129,9 +143,10 @@ def _table_problems(cur, config: SetConfig, role: str, privileges: tuple[str, ..
         if not cur.fetchone()[0]:
             continue
         for privilege in privileges:
-            cur.execute(sql.SQL("SELECT has_table_privilege({}, %s, %s)").format(who), (name, privilege))
+            cur.execute(sql.SQL("SELECT has_table_privilege({}, %s, %s)").format(who), (name, _any_of(cur, privilege)))
             if not cur.fetchone()[0]:
-                problems.append(f"{privilege} on table {t.schema}.{t.name}")
+                what = _LOCK_NEEDS if privilege == LOCK else privilege
+                problems.append(f"{what} on table {t.schema}.{t.name}")
         if owner:
             cur.execute(sql.SQL("SELECT pg_has_role({}, relowner, 'USAGE') FROM pg_class WHERE oid = %s::regclass")
                         .format(who), (name,))

@@ -85,6 +85,11 @@ def _no_forged_marker(secure: Secure) -> None:
         secure.as_app("SELECT pg_logical_emit_message(true, 'pgshovel2.version', '{\"version\": 9}')")
 
 
+def _versions(stack, cluster: str, name: str) -> int:
+    with ClusterStore(stack.zk, cluster) as store:
+        return store.get_set(name)[0].version
+
+
 def _write_and_check(stack, cluster, secure: Secure, name: str, table: str) -> None:
     secure.as_app(f"INSERT INTO public.{table} VALUES (100, 'new'); UPDATE public.{table} SET v = 'upd' "
                   f"WHERE id = 1; DELETE FROM public.{table} WHERE id = 2")
@@ -159,14 +164,23 @@ def test_logical_set_on_the_dbas_publication(stack, cluster, secure, relay_facto
     published = "SELECT tablename::text FROM pg_publication_tables WHERE pubname = 'shop_pub' ORDER BY 1"
     wider = secure.config("seclog", cluster, ["orders", "other"], backend="logical", decoder="pgoutput",
                           publication={"existing": "shop_pub"})
+    proc = pgshovel(stack, cluster, "set", "upgrade", "seclog", wider, check=False)  # no grant on other yet
+    for what in ("role pgshovel_admin lacks SELECT on table public.other",
+                 "relay role pgshovel_relay (database.relay_dsn) lacks SELECT on table public.other"):
+        assert proc.returncode == 1 and what in proc.stderr, proc.stderr
+    assert "role pgshovel_admin lacks UPDATE (or DELETE, TRUNCATE" in proc.stderr  # the upgrade's LOCK TABLE
+    secure.dba("GRANT SELECT ON public.other TO pgshovel_admin, pgshovel_relay; GRANT UPDATE ON public.other "
+               "TO pgshovel_admin")
     proc = pgshovel(stack, cluster, "set", "upgrade", "seclog", wider, check=False)  # other: not in shop_pub
     assert proc.returncode == 1 and '"public"."other" is not in it' in proc.stderr, proc.stderr
     assert secure.dba(published) == [("orders",)]  # never altered by us
+    assert _versions(stack, cluster, "seclog") == 1
     secure.dba("ALTER PUBLICATION shop_pub ADD TABLE public.other")  # the DBA adds it: the upgrade goes on
-    secure.dba("GRANT SELECT ON public.other TO pgshovel_admin, pgshovel_relay")
     secure.as_app("DELETE FROM public.other")  # an added table is captured from the upgrade on (no snapshot)
     pgshovel(stack, cluster, "set", "upgrade", "seclog", wider)
     _write_and_check(stack, cluster, secure, "seclog", "other")
+    pgshovel(stack, cluster, "set", "snapshot", "seclog", "--where", "id < 50", "--chunk-size", "2")
+    wait_state(stack, cluster, "seclog", "done")
     assert relay.stop() == 0
     pgshovel(stack, cluster, "set", "drop", "seclog")
     assert secure.dba(published) == [("orders",), ("other",)]
@@ -189,6 +203,9 @@ def test_logical_set_with_our_decoder(stack, cluster, secure, relay_factory):
     relay = relay_factory("secdec")
     relay.wait_for("snapshot done")
     _write_and_check(stack, cluster, secure, "secdec", "items")
+    # an online snapshot as the relay role: its watermarks are logical messages the grants leave to it
+    pgshovel(stack, cluster, "set", "snapshot", "secdec", "--where", "id < 50", "--chunk-size", "2")
+    wait_state(stack, cluster, "secdec", "done")
     assert relay.stop() == 0
     pgshovel(stack, cluster, "set", "drop", "secdec")
     assert secure.dba("SELECT count(*) FROM pg_replication_slots") == [(0,)]

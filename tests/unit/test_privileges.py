@@ -39,6 +39,8 @@ def test_logical_grants_replication_to_both_roles():
     text = grants_sql(_config(backend="logical"))
     assert 'ALTER ROLE "cdc" REPLICATION;' in text and 'ALTER ROLE "cdc_relay" REPLICATION;' in text
     assert 'GRANT SELECT ON TABLE "public"."t" TO "cdc_relay";' in text and "TRIGGER" not in text
+    assert 'GRANT UPDATE ON TABLE "S"."u" TO "cdc";' in text  # set upgrade's LOCK TABLE
+    assert 'GRANT UPDATE ON TABLE "S"."u" TO "cdc_relay";' not in text
     assert not any("OWNER TO" in line for line in _statements(text))
     (messages,) = [line for line in _statements(text) if "pg_logical_emit_message" in line]  # markers: no forgery
     assert "FROM PUBLIC" in messages and 'TO "cdc", "cdc_relay"' in messages
