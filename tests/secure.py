@@ -269,13 +269,16 @@ class SecurePostgres:
         return name
 
     def drop_database(self, name: str) -> None:
-        """Drop database name with its replication slots (its sessions ended first)."""
+        """Drop database name with its replication slots (its sessions ended first), and take back
+        from the set's roles what a test gave them server-wide (REPLICATION, membership in app)."""
         self.run("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s "
                  "AND pid <> pg_backend_pid()", args=(name,))
         self.run("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE database = %s",
                  args=(name,))
         self.run(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
-        self.run("ALTER ROLE pgshovel_relay NOREPLICATION; ALTER ROLE pgshovel_admin NOREPLICATION")
+        # roles are the server's, not the database's: what a test gave them goes, for the next test
+        self.run("ALTER ROLE pgshovel_relay NOREPLICATION; ALTER ROLE pgshovel_admin NOREPLICATION; "
+                 "REVOKE app FROM pgshovel_admin, pgshovel_relay")
 
 
 @pytest.fixture(scope="session")
