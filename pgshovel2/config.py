@@ -2,7 +2,13 @@
 
 A set config is a YAML mapping (see configs/pgbench.yaml)::
 
-    database: {dsn: "host=... dbname=..."}
+    database:
+      dsn: "host=... dbname=..."   # set create/upgrade/drop (the admin role)
+      relay_dsn: "user=cdc_relay"  # optional: libpq keywords laid over dsn for whatever only
+                                   # reads and acknowledges (the relay, snapshots, consumers'
+                                   # bootstraps and verify: the relay role); default: dsn itself
+    publication:                # logical sets with decoder pgoutput: optional
+      existing: cdc_pub         # a publication the DBA made and keeps; never altered or dropped
     backend: trigger            # trigger (PgQ) | logical (WAL)
     capture: plpgsql            # trigger backend: c (sql/capture) | plpgsql (sql/capture_pl);
                                 # default: c when the server has the pgshovel2 extension
@@ -48,8 +54,10 @@ CAPTURES = ("c", "plpgsql")  # trigger backend: C extension pgshovel2 or PL/pgSQ
 DECODERS = ("pgshovel2", "pgoutput")
 OVERSIZED_POLICIES = ("fail", "dead-letter", "truncate")
 _TOP_KEYS = {"database", "backend", "capture", "pgq", "decoder", "encoding", "envelope", "topic_prefix", "topics",
-             "tables", "oversized"}
+             "tables", "oversized", "publication"}
 _OVERSIZED_KEYS = {"policy", "columns"}
+_DATABASE_KEYS = {"dsn", "relay_dsn"}
+_PUBLICATION_KEYS = {"existing"}
 _TABLE_KEYS = {"name", "schema", "columns", "key", "allow_unkeyed"}
 _TOPIC_KEYS = {"create", "partitions", "replication_factor"}
 
@@ -101,6 +109,8 @@ class SetConfig:
     pgq: str = "auto"
     decoder: str | None = None  # logical: "pgshovel2" | "pgoutput"; None: chosen by set create
     oversized: OversizedConfig = field(default_factory=OversizedConfig)
+    relay_dsn: str | None = None  # libpq keywords laid over dsn for the relay role (SetRecord.relay_dsn)
+    publication: str | None = None  # pgoutput: the DBA's existing publication (None: the set's own)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form, as stored in ZooKeeper."""
@@ -127,6 +137,8 @@ class SetConfig:
             decoder=data.get("decoder"),
             oversized=OversizedConfig(**{**(oversized := data.get("oversized") or {}),  # absent before it existed
                                          "columns": tuple(oversized.get("columns", ()))}),
+            relay_dsn=data.get("relay_dsn"),  # absent before it existed: the dsn serves both
+            publication=data.get("publication"),
         )
 
 
@@ -180,6 +192,8 @@ def parse_config(data: Any, source: str) -> SetConfig:
     if not isinstance(db, dict) or not isinstance(db.get("dsn"), str) or not db["dsn"].strip():
         raise ConfigError(source, "database.dsn", redact.deep(db), "must be a non-empty libpq DSN string")
     no_secret(db["dsn"], source, "database.dsn")
+    _no_unknown(db, _DATABASE_KEYS, "database.", source)
+    relay_dsn = _relay_dsn(db.get("relay_dsn"), source)
     backend = _choice(data, "backend", BACKENDS, source)
     pgq = _choice(data, "pgq", PGQ_MODES, source)
     if backend != "trigger" and "pgq" in data:
@@ -207,7 +221,30 @@ def parse_config(data: Any, source: str) -> SetConfig:
     return SetConfig(dsn=db["dsn"], tables=parsed, backend=backend, encoding=encoding,
                      envelope=envelope, topic_prefix=prefix,
                      topics=_parse_topics(data.get("topics", {}), source), capture=capture, pgq=pgq,
-                     decoder=decoder, oversized=_parse_oversized(data.get("oversized", {}), source))
+                     decoder=decoder, oversized=_parse_oversized(data.get("oversized", {}), source),
+                     relay_dsn=relay_dsn, publication=_publication(data, backend, decoder, source))
+
+
+def _relay_dsn(value: Any, source: str) -> str | None:
+    """``database.relay_dsn``: None when absent, else a non-empty DSN holding no literal secret
+    (no_secret: it is stored in ZooKeeper like database.dsn); its value is never echoed."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigError(source, "database.relay_dsn", "(not shown)", "must be a non-empty libpq DSN string")
+    return no_secret(value, source, "database.relay_dsn")
+
+
+def _publication(data: dict, backend: str, decoder: str | None, source: str) -> str | None:
+    """``publication: {existing: NAME}``: NAME (a logical set read through pgoutput only), else None."""
+    if "publication" not in data:
+        return None
+    value = data["publication"]
+    if not isinstance(value, dict) or set(value) != _PUBLICATION_KEYS:
+        raise ConfigError(source, "publication", value, "must be a mapping {existing: <publication name>}")
+    if backend != "logical" or decoder != "pgoutput":
+        raise ConfigError(source, "publication", value, "applies to backend: logical with decoder: pgoutput only")
+    return _ident(value["existing"], "publication.existing", source)
 
 
 def no_secret(dsn: str, source: str, field: str = "dsn") -> str:

@@ -23,6 +23,8 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from psycopg2.extensions import make_dsn, parse_dsn
+
 from pgshovel2 import __version__, names
 from pgshovel2.catalog import Table
 from pgshovel2.config import SetConfig
@@ -150,8 +152,37 @@ class SetRecord:
 
     @property
     def dsn(self) -> str:
-        """libpq DSN of the set's database."""
+        """libpq DSN of the set's database, as the admin role reaches it (set create, upgrade, drop)."""
         return self.config.dsn
+
+    @property
+    def relay_dsn(self) -> str:
+        """libpq DSN of the relay role: the keywords of ``database.relay_dsn`` laid over :attr:`dsn`
+        (so a repoint, which changes dsn's host, moves it too; a relay_dsn naming its user without a
+        password leaves out dsn's password); :attr:`dsn` when the config has none.
+        What only reads and acknowledges connects with it: the relay (its source, snapshots, online
+        snapshots, partition watch) and the consumers' reads of the tables (bootstraps, verify)."""
+        if not self.config.relay_dsn:
+            return self.config.dsn
+        relay = parse_dsn(self.config.relay_dsn)
+        base = parse_dsn(self.config.dsn)
+        if "user" in relay and "password" not in relay:
+            base.pop("password", None)  # the admin role's: the relay role's comes from libpq (.pgpass, ...)
+        return make_dsn(**{**base, **relay})
+
+    @property
+    def publication(self) -> str | None:
+        """The publication a pgoutput set reads: the DBA's (``publication: {existing: NAME}``), else its
+        own, named as its slot; None for other sets."""
+        if not isinstance(self.capture, SlotCapture) or self.capture.plugin != PGOUTPUT:
+            return None
+        return self.config.publication or self.capture.slot
+
+    @property
+    def owns_publication(self) -> bool:
+        """True when the set made its publication (set upgrade alters it, set drop drops it); False for
+        the DBA's existing one, which pgshovel2 only checks."""
+        return self.publication is not None and not self.config.publication
 
     @property
     def prefix(self) -> str:

@@ -23,7 +23,7 @@ from tests.workers import port_of, separate_worker
 separate_worker()  # under pytest-xdist, before anything reads a port: each worker has its own stack
 
 from tests.pgservers import PgServer, extra_port  # noqa: E402
-from tests.secure import secure_kafka, secure_registry, secure_zookeeper  # noqa: F401, E402  (fixtures)
+from tests.secure import secure_db, secure_kafka, secure_postgres, secure_registry, secure_zookeeper  # noqa: F401, E402
 from tests.spark_cluster import spark_cluster  # noqa: F401, E402  (a fixture)
 from tests.stock import SELECTION_ENV, StockServers, make_target, stock_majors, target_names  # noqa: E402
 

@@ -25,16 +25,17 @@ def encode_row(record: SetRecord) -> str | None:
 
 
 def reader(record: SetRecord, error: type[PgshovelError]) -> TableReader:
-    """A REPEATABLE READ reader of the set's tables now, in its backend's capture form."""
-    return TableReader(record.dsn, encode_row(record), error)
+    """A REPEATABLE READ reader of the set's tables now, in its backend's capture form (as the
+    relay role: SetRecord.relay_dsn)."""
+    return TableReader(record.relay_dsn, encode_row(record), error)
 
 
 def export(record: SetRecord, error: type[PgshovelError]) -> ExportedSnapshot:
     """An exported snapshot of the set's database for a copy (a bootstrap), with its backend's
-    handoff; a logical set's uses a temporary slot. Raises error."""
+    handoff; a logical set's uses a temporary slot. As the relay role (SetRecord.relay_dsn). Raises error."""
     if isinstance(record.capture, SlotCapture):
-        return logical.export(record.dsn, error, plugin=record.capture.plugin)
-    return trigger.export(record.dsn, record.capture, error)
+        return logical.export(record.relay_dsn, error, plugin=record.capture.plugin)
+    return trigger.export(record.relay_dsn, record.capture, error)
 
 
 def lag(record: SetRecord) -> dict[str, Any]:

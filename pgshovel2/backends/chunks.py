@@ -22,7 +22,7 @@ import psycopg2.errors
 import psycopg2.extensions
 from psycopg2 import sql
 
-from pgshovel2.backends import logical_version, pgoutput
+from pgshovel2.backends import logical_version, pgoutput, where_expr
 from pgshovel2.catalog import Table
 from pgshovel2.db import connect
 from pgshovel2.errors import PgshovelError
@@ -65,7 +65,7 @@ def _where(table: Table, key_types: list[str], last_key: list[str] | None, where
         parts.append(_compare(table, key_types, ">"))
     parts.extend(extra)
     if where:
-        parts.append(sql.SQL("(") + sql.SQL(where) + sql.SQL(")"))
+        parts.append(where_expr.condition(where))  # one expression, or WhereError
     return sql.SQL(" WHERE ") + sql.SQL(" AND ").join(parts) if parts else sql.SQL("")
 
 
@@ -86,10 +86,10 @@ class ChunkReader:
 
     def __init__(self, record: SetRecord, encode_row: str | None, error: type[PgshovelError]):
         self.record, self.encode_row, self.error = record, encode_row, error
-        self.conn = connect(record.dsn, "the online snapshot", error)
+        self.conn = connect(record.relay_dsn, "the online snapshot", error)
         self.conn.set_session(isolation_level="REPEATABLE READ", readonly=True)
         try:
-            self.marks = connect(record.dsn, "the online snapshot's watermarks", error)
+            self.marks = connect(record.relay_dsn, "the online snapshot's watermarks", error)
         except BaseException:
             self.conn.close()
             raise
@@ -136,6 +136,7 @@ class ChunkReader:
         [LIMIT limit], read in a fresh transaction (rolled back), and the capture-form converter."""
         try:
             with self.conn.cursor() as cur:
+                cur.execute("SET TRANSACTION READ ONLY")  # the session's default too; --where runs in it
                 if self.encode_row is None:
                     pgoutput.pin_settings(cur)
                 if table.qualified not in self._types:
@@ -217,18 +218,23 @@ def _tick_now(conn, queue: str) -> None:
 
 
 def check_table(cur, table: Table, where: str | None) -> None:
-    """Raise ValueError naming the table when it has no key, or when where does not parse and plan
-    against it (EXPLAIN of the chunk query in a read-only transaction, rolled back: nothing is run or
-    changed, even by a where holding a second statement). cur: a cursor whose connection is not in
-    autocommit."""
+    """Raise ValueError naming the table when it has no key, or when where is not one SQL expression
+    (pgshovel2.backends.where_expr: WhereError) or does not parse and plan against the table, or fails
+    on its first rows (the chunk query, planned then run with LIMIT 1, in a read-only transaction rolled
+    back: a write or nextval() fails there). cur: a cursor whose connection is not in autocommit."""
+    if where is not None:
+        where_expr.check(where)
     if not table.key:
         raise ValueError(f"table {table.qualified} has no primary key (or replica identity index): an online "
                          "snapshot reads it in key order and cannot; add a primary key")
-    query = sql.SQL("EXPLAIN SELECT 1 FROM {} t{}").format(sql.Identifier(*table.relation),
-                                                           _where(table, [], None, where))
+    query = sql.SQL("SELECT 1 FROM {} t{}").format(sql.Identifier(*table.relation),
+                                                   _where(table, [], None, where))
     try:
         cur.execute("SET TRANSACTION READ ONLY")
-        cur.execute(query)
+        cur.execute(sql.SQL("EXPLAIN ") + query, ())  # with (no) parameters: the condition's % are doubled
+        if where is not None:  # run it on the first rows, where a write is refused (nothing else)
+            cur.execute("SET LOCAL statement_timeout = '10s'")
+            cur.execute(query + sql.SQL(" LIMIT 1"), ())
     except psycopg2.Error as exc:
         raise ValueError(f"--where {where!r} does not apply to table {table.qualified}: "
                          f"{str(exc).strip()}") from exc

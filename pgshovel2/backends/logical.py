@@ -196,20 +196,44 @@ def unlogged_nullable(cur, tables: tuple[Table, ...], notes: list[str] | None = 
     return tuple(out)
 
 
-def install(cur, slot: str, plugin: str = PLUGIN, tables: tuple[Table, ...] = ()) -> None:
+def install(cur, slot: str, plugin: str = PLUGIN, tables: tuple[Table, ...] = (), existing: str | None = None) -> None:
     """Create the pgshovel2_decoder extension (our plugin) or the set's publication of tables
-    (pgoutput); raise CaptureError when slot (or the publication) already exists (a set of
-    this name was not dropped cleanly) or the publication cannot be created. The slot is
+    (pgoutput), or check existing, the DBA's publication, covers them (pgoutput.check_existing);
+    raise CaptureError when slot (or the publication) already exists (a set of this name was not
+    dropped cleanly), the publication cannot be created, or existing does not do. The slot is
     created by the relay."""
     check_server(cur, plugin)
     if plugin == PLUGIN:
-        cur.execute(sql.SQL("CREATE EXTENSION IF NOT EXISTS {}").format(sql.Identifier(EXTENSION)))
+        ensure_decoder_extension(cur)
+    elif existing:
+        pgoutput.check_existing(cur, existing, tables)
     else:
         _create_publication(cur, slot, tables)
     cur.execute("SELECT active FROM pg_replication_slots WHERE slot_name = %s", (slot,))
     if cur.fetchone() is not None:
         raise CaptureError(f"replication slot {slot!r} already exists: a set of this name was not dropped "
                            f"cleanly; drop it with SELECT pg_drop_replication_slot('{slot}')")
+
+
+def ensure_decoder_extension(cur) -> None:
+    """Create the pgshovel2_decoder extension at the server's default version, or update an older
+    one to it where cur's role may (its owner, a superuser); otherwise leave it, with a warning
+    naming the statement a superuser runs (0.2 pins its functions' search_path)."""
+    cur.execute("SELECT e.extversion, a.default_version, pg_has_role(e.extowner, 'USAGE') "
+                "FROM pg_available_extensions a LEFT JOIN pg_extension e ON e.extname = a.name WHERE a.name = %s",
+                (EXTENSION,))
+    row = cur.fetchone()
+    if row is None or row[0] is None:
+        cur.execute(sql.SQL("CREATE EXTENSION IF NOT EXISTS {}").format(sql.Identifier(EXTENSION)))
+        return
+    installed, default, owner = row
+    if installed == default:
+        return
+    if owner:
+        cur.execute(sql.SQL("ALTER EXTENSION {} UPDATE").format(sql.Identifier(EXTENSION)))
+    else:
+        log.warning("extension %s is at %s, the server has %s: a superuser runs ALTER EXTENSION %s UPDATE",
+                    EXTENSION, installed, default, EXTENSION)
 
 
 def _create_publication(cur, slot: str, tables: tuple[Table, ...]) -> None:

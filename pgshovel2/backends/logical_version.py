@@ -56,10 +56,13 @@ def lock_tables(cur, tables: list[Table]) -> None:
 
 
 def mark_version(cur, slot: str, plugin: str, version: int, tables: tuple[Table, ...],
-                 mode_all: frozenset[str]) -> str:
+                 mode_all: frozenset[str], existing: str | None = None) -> str:
     """Switch the set's decoding to tables at this transaction (module docstring): the publication
-    (pgoutput) and the version message. Returns the message written."""
-    if plugin != PLUGIN:
+    (pgoutput: the set's own is set to tables; existing, the DBA's, is only checked to cover them,
+    pgoutput.check_existing, raising CaptureError) and the version message. Returns the message written."""
+    if plugin != PLUGIN and existing:
+        pgoutput.check_existing(cur, existing, tables)
+    elif plugin != PLUGIN:
         pgoutput.set_publication_tables(cur, pgoutput.publication_name(slot), tables)
     spec, _ = tables_spec(cur, tables, mode_all)
     message = json.dumps({"version": version, "tables": spec})

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import psycopg2
 from psycopg2 import sql
 
-from pgshovel2.backends import plcapture
+from pgshovel2.backends import plcapture, trigger_drop
 from pgshovel2.catalog import Table
 from pgshovel2.db import connect
 from pgshovel2.errors import UnavailableError
@@ -102,9 +102,8 @@ def install_logical(cur, record: SetRecord, tables: tuple[Table, ...]) -> list[s
 
 
 def publication(record: SetRecord) -> str:
-    """The set's publication (a pgoutput set's: named as its slot), else ``""`` (none)."""
-    capture = record.capture
-    return capture.slot if isinstance(capture, SlotCapture) and capture.plugin == PGOUTPUT else ""
+    """The set's publication (a pgoutput set's: SetRecord.publication), else ``""`` (none)."""
+    return record.publication or ""
 
 
 def partitioned(cur, tables: tuple[Table, ...]) -> tuple[Table, ...]:
@@ -179,8 +178,7 @@ def uninstall(cur, triggers: TruncateTriggers, tables: tuple[Table, ...], everyw
         cur.execute("SELECT tgname FROM pg_trigger WHERE tgrelid = %s::regclass AND tgname = ANY(%s)",
                     (table.qualified, [triggers.base + ROOT_BEFORE, triggers.base + ROOT_AFTER]))
         for (name,) in cur.fetchall():
-            cur.execute(sql.SQL("DROP TRIGGER {} ON {}").format(sql.Identifier(name),
-                                                               sql.Identifier(table.schema, table.name)))
+            trigger_drop.drop_trigger(cur, name, table.qualified)
             done.append(f"trigger {name} on {table.qualified}")
         cur.execute("SELECT p.relid::regclass::text FROM pg_partition_tree(%s::regclass) p JOIN pg_trigger t "
                     "ON t.tgrelid = p.relid AND t.tgname = %s ORDER BY 1", (table.qualified, triggers.leaf_name))
@@ -190,7 +188,7 @@ def uninstall(cur, triggers: TruncateTriggers, tables: tuple[Table, ...], everyw
                     (triggers.leaf_name,))
         leaves = [leaf for (leaf,) in cur.fetchall()]
     for leaf in leaves:
-        cur.execute(sql.SQL("DROP TRIGGER {} ON {}").format(sql.Identifier(triggers.leaf_name), sql.SQL(leaf)))
+        trigger_drop.drop_trigger(cur, triggers.leaf_name, leaf)
         done.append(f"trigger {triggers.leaf_name} on {leaf}")
     return done
 

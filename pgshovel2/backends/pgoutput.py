@@ -17,6 +17,7 @@ from psycopg2 import sql
 
 from pgshovel2.catalog import Table
 from pgshovel2.codec.textforms import SESSION_SETTINGS, WALSENDER_SETTINGS, converter
+from pgshovel2.errors import CaptureError
 
 NAME = "pgoutput"
 GENERATED_VERSION = 180000  # server_version_num from which a publication can send stored generated columns
@@ -168,3 +169,40 @@ def publication_exists(cur, name: str) -> bool:
     """True when the publication exists in the database."""
     cur.execute("SELECT 1 FROM pg_publication WHERE pubname = %s", (name,))
     return cur.fetchone() is not None
+
+
+def check_existing(cur, name: str, tables: tuple[Table, ...]) -> None:
+    """Raise CaptureError naming every way publication name (a DBA's, ``publication: {existing: NAME}``)
+    would not send the set's changes: missing, not publishing insert/update/delete/truncate, a table
+    of the set not in it, a partitioned one without publish_via_partition_root, a column list without
+    a captured column, a row filter (it would leave changes out). Nothing is changed."""
+    cur.execute("SELECT pubinsert AND pubupdate AND pubdelete AND pubtruncate, pubviaroot FROM pg_publication "
+                "WHERE pubname = %s", (name,))
+    row = cur.fetchone()
+    if row is None:
+        raise CaptureError(f"publication {name!r} (publication.existing) does not exist in the set's database: "
+                           "its tables' owner creates it (pgshovel set create --print-grants prints the statement)")
+    every_action, via_root = row
+    problems = [] if every_action else ["it must publish insert, update, delete and truncate"]
+    cur.execute("SELECT current_setting('server_version_num')::int >= 150000")
+    lists = cur.fetchone()[0]
+    cur.execute("SELECT schemaname::text, tablename::text, " + ("attnames::text[], rowfilter IS NOT NULL"
+                if lists else "NULL::text[], false") + " FROM pg_publication_tables WHERE pubname = %s", (name,))
+    published = {(r[0], r[1]): (r[2], r[3]) for r in cur.fetchall()}
+    for table in tables:
+        cur.execute("SELECT relkind = 'p' FROM pg_class WHERE oid = %s::regclass", (table.qualified,))
+        if cur.fetchone()[0] and not via_root:
+            problems.append(f"table {table.qualified} is partitioned: the publication needs "
+                            "publish_via_partition_root = true")
+        found = published.get((table.schema, table.name))
+        if found is None:
+            problems.append(f"table {table.qualified} is not in it (ALTER PUBLICATION ... ADD TABLE)")
+            continue
+        columns, filtered = found
+        if filtered:
+            problems.append(f"table {table.qualified} has a row filter (WHERE): changes outside it would be lost")
+        if columns is not None and (lacking := [c.name for c in table.columns if c.name not in columns]):
+            problems.append(f"table {table.qualified}: its column list lacks {', '.join(lacking)}")
+    if problems:
+        raise CaptureError(f"publication {name!r} (publication.existing) does not send what the set captures: "
+                           + "; ".join(problems))

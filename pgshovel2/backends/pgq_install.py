@@ -186,7 +186,8 @@ def install_pl(cur, source: PlSource, upgrade: bool = False) -> None:
         cur.execute(text)
         cur.execute("RESET client_min_messages")
         cur.execute(sql.SQL("CREATE OR REPLACE FUNCTION pgq.version() RETURNS text LANGUAGE sql "
-                            "IMMUTABLE AS {}").format(sql.Literal(f"SELECT {_quote(source.version)}::text")))
+                            "IMMUTABLE SET search_path = pg_catalog, pg_temp AS {}").format(
+                                sql.Literal(f"SELECT {_quote(source.version)}::text")))
         note = {"kind": "pl", "version": source.version, "file": str(file), "by": "pgshovel2"}
         cur.execute(sql.SQL("COMMENT ON SCHEMA pgq IS {}").format(sql.Literal(json.dumps(note))))
     except psycopg2.Error as exc:

@@ -14,7 +14,7 @@ from psycopg2 import sql
 from pgshovel2.errors import CaptureError
 
 SCHEMA = "pgshovel2_pl"
-VERSION = "5"  # pgshovel2_pl.version() of pgshovel2/backends/sql/pgshovel2_pl/*.sql
+VERSION = "6"  # pgshovel2_pl.version() of pgshovel2/backends/sql/pgshovel2_pl/*.sql
 C_EXTENSION = "pgshovel2"
 
 

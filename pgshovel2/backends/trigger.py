@@ -14,7 +14,7 @@ from typing import Any
 
 from psycopg2 import sql
 
-from pgshovel2.backends import partitions, pgq_install, plcapture
+from pgshovel2.backends import partitions, pgq_install, plcapture, trigger_drop
 from pgshovel2.backends.snapshot import ExportedSnapshot, export_txid_snapshot
 from pgshovel2.catalog import Table
 from pgshovel2.db import connect, one_row
@@ -24,7 +24,8 @@ from pgshovel2.setrecord import CONSUMER, TriggerCapture
 NAME = "trigger"
 ENCODE_ROW = "pgshovel2.encode_row"  # rows in capture form (sql/capture)
 ENCODE_ROW_PL = "pgshovel2_pl.encode_row"  # the same from sql/capture_pl
-EXTENSION_VERSION = "0.3"  # sql/capture: 0.2 records DDL on captured tables in the queues, 0.3 partitions
+# sql/capture: 0.2 records DDL on captured tables in the queues, 0.3 partitions, 0.4 pinned search_path, drop_trigger
+EXTENSION_VERSION = "0.4"
 TICKER_MAX_LAG = "20 milliseconds"  # latency vs Kafka transactions per second: docs/operations.rst
 
 
@@ -156,8 +157,7 @@ def drop_triggers(cur, capture: TriggerCapture, tables: tuple[Table, ...], every
         if cur.fetchone()[0] is None:
             continue
         for name in (trigger, trigger + "_t"):
-            cur.execute(sql.SQL("DROP TRIGGER IF EXISTS {} ON {}").format(
-                sql.Identifier(name), sql.Identifier(*table.relation)))
+            trigger_drop.drop_trigger(cur, name, table.sql_name, if_exists=True)
         if capture.kind == "plpgsql":
             plcapture.forget(cur, capture.queue, table.sql_name)
         done.append(table.qualified)
@@ -170,10 +170,16 @@ def ensure_extension(cur) -> None:
     Raises CaptureError when that version is not installed on the server
     (run scripts/install.sh or ``make -C sql/capture install``).
     """
-    cur.execute("SELECT extversion FROM pg_extension WHERE extname = 'pgshovel2'")
+    cur.execute("SELECT extversion, pg_has_role(extowner, 'USAGE') FROM pg_extension WHERE extname = 'pgshovel2'")
     row = cur.fetchone()
     if row is not None and row[0] == EXTENSION_VERSION:
         return
+    if row is not None and not row[1]:
+        cur.execute("SELECT rolsuper FROM pg_roles WHERE rolname = current_user")
+        if not cur.fetchone()[0]:
+            raise CaptureError(f"the pgshovel2 extension of the set's database is at {row[0]}, this pgshovel2 needs "
+                               f"{EXTENSION_VERSION}, and the set's role may not update it: a superuser runs "
+                               f"ALTER EXTENSION pgshovel2 UPDATE TO '{EXTENSION_VERSION}' (pgshovel cluster upgrade)")
     cur.execute("SELECT 1 FROM pg_available_extension_versions WHERE name = 'pgshovel2' AND version = %s",
                 (EXTENSION_VERSION,))
     if cur.fetchone() is None:

@@ -51,15 +51,21 @@ def set_group() -> None:
 @click.argument("config", type=click.Path(dir_okay=False), required=False)
 @click.option("--dry-run", is_flag=True, help="Check CONFIG and print what would be created; change nothing.")
 @click.option("--print-grants", is_flag=True,
-              help="Print the SQL granting a non-superuser role what the set needs (set create --print-grants "
-                   "CONFIG); touch nothing.")
+              help="Print the SQL granting the set's admin role (database.dsn) and relay role (database.relay_dsn) "
+                   "what they need, neither a superuser (set create --print-grants CONFIG); touch nothing.")
+@env_option("--transfer-ownership", is_flag=True,
+              help="With --print-grants: where a path needs the tables' owner (PL/pgSQL capture's set upgrade and "
+                   "drop, pgoutput's own publication), print ALTER TABLE ... OWNER TO the admin role.")
 @click.pass_context
 @reports_errors
-def set_create(ctx: click.Context, name: str, config: str | None, dry_run: bool, print_grants: bool) -> None:
+def set_create(ctx: click.Context, name: str, config: str | None, dry_run: bool, print_grants: bool,
+               transfer_ownership: bool) -> None:
     """Create set NAME from the YAML file CONFIG and install its capture."""
     if print_grants:
-        click.echo(admin.grants(config or name), nl=False)
+        click.echo(admin.grants(config or name, transfer_ownership), nl=False)
         return
+    if transfer_ownership:
+        raise click.UsageError("--transfer-ownership goes with --print-grants")
     if config is None:
         raise click.UsageError("missing argument CONFIG")
     with _store(ctx) as store:

@@ -18,7 +18,9 @@ log = logging.getLogger("pgshovel2.replica")
 
 @click.command("replicate")
 @click.argument("set_name", metavar="SET")
-@env_option("--target", required=True, help="DSN of the target PostgreSQL (a superuser: replication role).")
+@env_option("--target", required=True, help="DSN of the target PostgreSQL: a role owning the target database (or "
+            "with CREATE there) and allowed to SET session_replication_role (a superuser, or GRANT SET ON PARAMETER "
+            "on PostgreSQL 15+).")
 @env_option("--bootstrap", "mode", type=click.Choice(MODES), default="copy",
             help="How an empty target is filled: COPY under an exported snapshot, the relay's snapshot "
                  "rows still in Kafka, or a Spark bootstrap's Parquet (--from-bootstrap). Ignored when the "

@@ -15,6 +15,7 @@ from typing import Any
 
 from pgshovel2 import catalog, redact
 from pgshovel2.backends import logical, partition_checks, partitions, pgoutput, privileges, trigger
+from pgshovel2.backends.grants import grants_sql
 from pgshovel2.cluster import ClusterStore
 from pgshovel2.config import SetConfig, load_config, validate_set_name
 from pgshovel2.db import connect
@@ -92,10 +93,11 @@ def _with_capture(cur, record: SetRecord) -> SetRecord:
     return record.replace(capture=dataclasses.replace(record.capture, kind=kind, why=why))
 
 
-def grants(config_path: str) -> str:
-    """The SQL granting the role of the config's DSN what its set needs (privileges.grants_sql).
-    Raises ConfigError for a bad config; reads nothing else."""
-    return privileges.grants_sql(load_config(config_path))
+def grants(config_path: str, transfer_ownership: bool = False) -> str:
+    """The SQL granting the set's admin and relay roles what they need (pgshovel2.backends.grants;
+    transfer_ownership: ALTER TABLE ... OWNER TO where a path needs an owner). Raises ConfigError for
+    a bad config; reads nothing else."""
+    return grants_sql(load_config(config_path), transfer_ownership)
 
 
 def _check_privileges(cur, config: SetConfig, config_path: str, plugin: str) -> None:
@@ -119,7 +121,8 @@ def _install(cur, record: SetRecord, config_path: str) -> SetRecord:
     record with what install chose (the kind of PgQ)."""
     if isinstance(record.capture, SlotCapture):
         logical.check_tables(cur, record.config, record.tables, config_path, record.capture.plugin)
-        logical.install(cur, record.capture.slot, record.capture.plugin, record.tables)
+        logical.install(cur, record.capture.slot, record.capture.plugin, record.tables,
+                        existing=record.config.publication)
         partitions.install_logical(cur, record, record.tables)
         return record
     counts = trigger.column_counts(cur, record.tables)
@@ -166,7 +169,7 @@ def drop_set(store: ClusterStore, name: str) -> list[str]:
         if isinstance(record.capture, SlotCapture):
             logical.check_droppable(cur, record.capture.slot)
             done = partitions.uninstall(cur, partitions.for_record(record), record.tables, everywhere=True)
-            if logical.drop_publication(cur, record.capture.slot):
+            if record.owns_publication and logical.drop_publication(cur, record.capture.slot):
                 done.append(f"publication {record.capture.slot}")
         else:
             done = trigger.uninstall(cur, record.capture, record.tables)

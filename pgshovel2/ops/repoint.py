@@ -50,7 +50,7 @@ def _facts(dsn: str, record: SetRecord, timeout: int) -> dict[str, Any]:
             row = cur.fetchone()
             out["slot"] = None if row is None else {"synced": row[0] == "true", "confirmed_flush_lsn": row[1]}
             out["holds"] = (record.capture.plugin != PGOUTPUT
-                            or pgoutput.publication_exists(cur, pgoutput.publication_name(record.capture.slot)))
+                            or pgoutput.publication_exists(cur, record.publication))
         return out
     finally:
         conn.close()
@@ -68,7 +68,7 @@ def _has_consumer(cur, capture: TriggerCapture) -> bool:
 def _what(capture: TriggerCapture | SlotCapture) -> str:
     if isinstance(capture, TriggerCapture):
         return f"queue {capture.queue} with consumer {capture.consumer}"
-    return f"publication {capture.slot}" if capture.plugin == PGOUTPUT else f"slot {capture.slot}"
+    return f"publication of slot {capture.slot}" if capture.plugin == PGOUTPUT else f"slot {capture.slot}"
 
 
 def _slot_lines(name: str, capture: SlotCapture, new: dict[str, Any], new_dsn: str, rebootstrap: bool) -> list[str]:

@@ -19,12 +19,12 @@ their existing rows come as the online snapshot the CLI requests after the upgra
 from dataclasses import dataclass, field, replace
 
 from pgshovel2 import catalog
-from pgshovel2.backends import logical, logical_version, partition_checks, partitions, pgoutput, trigger
+from pgshovel2.backends import logical, logical_version, partition_checks, partitions, pgoutput, privileges, trigger
 from pgshovel2.catalog import Table
 from pgshovel2.cluster import ClusterStore
 from pgshovel2.config import SetConfig, load_config
 from pgshovel2.db import connect
-from pgshovel2.errors import ConfigError, RequestError
+from pgshovel2.errors import CaptureError, ConfigError, RequestError
 from pgshovel2.ops import twophase
 from pgshovel2.ops.twophase import Intent
 from pgshovel2.relay import ddl_gate
@@ -32,7 +32,7 @@ from pgshovel2.setrecord import SetRecord, SlotCapture, TriggerCapture
 
 # Changing these would change what existing topics mean: a new set is the way.
 IMMUTABLE = {"dsn": "set repoint", "backend": "a new set", "encoding": "a new set",
-             "envelope": "a new set", "topic_prefix": "a new set", "capture": "a new set"}
+             "envelope": "a new set", "topic_prefix": "a new set", "capture": "a new set", "publication": "a new set"}
 
 
 @dataclass
@@ -183,7 +183,8 @@ def plan(store: ClusterStore, name: str, config_path: str) -> UpgradePlan:
     """The upgrade's diff, computed from a read-only look at the catalog; changes nothing.
 
     Raises ConfigError (bad config, a field that cannot change), ClusterError
-    (no such set), CaptureError (database unreachable).
+    (no such set), CaptureError (database unreachable, a privilege either role lacks for the new
+    version, a DBA's publication that does not cover it).
     """
     record, _ = store.get_set(name)
     config = load_config(config_path)
@@ -199,10 +200,27 @@ def _preview(name: str, record: SetRecord, config: SetConfig, config_path: str) 
         tables = _resolve(conn, name, record, config, config_path)
         with conn.cursor() as cur:
             _check_partitions(cur, record, tables, config_path)
+            _check_roles(cur, record, config, tables, config_path)
         return diff(name, record, config, tables, _old_rows(conn, record, tables))
     finally:
         conn.rollback()
         conn.close()
+
+
+def _check_roles(cur, record: SetRecord, config: SetConfig, tables: tuple[Table, ...], config_path: str) -> None:
+    """Raise CaptureError naming every privilege the admin role (cur's) or the relay role lacks for
+    the new version (pgshovel2.backends.privileges.missing, as set create), and every way a DBA's
+    publication (publication.existing) does not cover its tables."""
+    capture = record.capture
+    plugin = capture.plugin if isinstance(capture, SlotCapture) else None
+    if isinstance(capture, TriggerCapture) and config.capture is None:
+        config = replace(config, capture=capture.kind)  # what set create chose
+    problems = privileges.missing(cur, config, plugin)
+    if problems:
+        raise CaptureError(f"{config_path}: {len(problems)} missing privilege(s) in the set's database (see "
+                           "'pgshovel set create --print-grants CONFIG'):\n  " + "\n  ".join(problems))
+    if config.publication:
+        pgoutput.check_existing(cur, config.publication, tables)
 
 
 def _resolve(conn, name: str, record: SetRecord, config: SetConfig, config_path: str) -> tuple[Table, ...]:
@@ -277,7 +295,8 @@ def _switch_logical(cur, record: SetRecord, result: UpgradePlan, config: SetConf
     partitions.install_logical(cur, record, tuple(t for t in tables if t.qualified in touched))
     modes = {(tc.schema, tc.name): tc.columns is None for tc in config.tables}
     mode_all = frozenset(t.qualified for t in tables if modes.get((t.schema, t.name), False))
-    logical_version.mark_version(cur, capture.slot, capture.plugin, result.to_version, tables, mode_all)
+    logical_version.mark_version(cur, capture.slot, capture.plugin, result.to_version, tables, mode_all,
+                                 existing=config.publication)
 
 
 def _replace_triggers(cur, record: SetRecord, result: UpgradePlan, config: SetConfig,

@@ -5,12 +5,13 @@ import threading
 import time
 
 from pgshovel2 import backends
-from pgshovel2.backends import chunks
+from pgshovel2.backends import chunks, privileges
 from pgshovel2.catalog import Table
 from pgshovel2.cluster import ClusterStore
 from pgshovel2.codec import native
 from pgshovel2.codec.rows import as_values
-from pgshovel2.errors import UnavailableError
+from pgshovel2.db import connect
+from pgshovel2.errors import RelayError, UnavailableError
 from pgshovel2.relay.control import ControlEvents
 from pgshovel2.relay.ddl_gate import DdlGate
 from pgshovel2.relay.drop_watch import DropWatch
@@ -48,14 +49,15 @@ def open_source(record: SetRecord, options: RelayOptions) -> Source:
     """The source of the set's backend, connected. Raises UnavailableError when the database
     cannot be reached."""
     if isinstance(record.capture, SlotCapture):
-        return LogicalSource(record.dsn, record.capture.slot, record.tables, options.heartbeat_interval,
+        return LogicalSource(record.relay_dsn, record.capture.slot, record.tables, options.heartbeat_interval,
+                             publication=record.publication,
                              plugin=record.capture.plugin, mode_all=all_mode_tags(record),
                              spill_dir=options.spill_dir, decoding_work_mem=options.logical_decoding_work_mem,
                              raw_rows=native.module() is not None, runs=True, commit_delay=options.commit_delay)
     if options.commit_delay is not None:
         log.warning("--commit-delay applies to logical sets: the Kafka transactions of a trigger set follow its PgQ "
                     "batches (queue %s, its ticker_max_lag; docs/operations.rst)", record.capture.queue)
-    return PgqSource(record.dsn, record.capture, options.poll_interval, maint_interval=options.pgq_maint_interval,
+    return PgqSource(record.relay_dsn, record.capture, options.poll_interval, maint_interval=options.pgq_maint_interval,
                      raw_rows=native.module() is not None, runs=True)
 
 
@@ -65,6 +67,7 @@ def build(store: ClusterStore, set_name: str, options: RelayOptions, leadership:
     its waits on Kafka and the registry. Raises ClusterError (no such set), UnavailableError
     (database or Kafka unreachable)."""
     record, _ = store.get_set(set_name)
+    check_privileges(record)
     sink = KafkaSink(options.bootstrap, transactional_id(store.cluster, set_name) if options.transactional else None,
                      stop=stop)
     registry = SchemaRegistry(options.registry_url, stop=stop) if options.registry_url else None
@@ -92,11 +95,26 @@ def build(store: ClusterStore, set_name: str, options: RelayOptions, leadership:
                  DdlGate(store, set_name, stop, leadership), drops)
 
 
+def check_privileges(record: SetRecord) -> None:
+    """Raise RelayError naming every privilege the relay's role (SetRecord.relay_dsn) lacks for the
+    set (pgshovel2.backends.privileges.relay_missing), before the relay writes anything; UnavailableError
+    when the database cannot be reached (a wrong password: libpq's error names the role)."""
+    conn = connect(record.relay_dsn, f"set {record.name!r} (as its relay role)", UnavailableError)
+    try:
+        with conn.cursor() as cur:
+            problems = privileges.relay_missing(cur, record.config)
+    finally:
+        conn.close()
+    if problems:
+        raise RelayError(f"set {record.name!r}: {len(problems)} missing privilege(s) in the set's database (the "
+                         "grants: pgshovel set create --print-grants CONFIG):\n  " + "\n  ".join(problems))
+
+
 def partition_watch(store: ClusterStore, record: SetRecord) -> PartitionWatch:
     """The watch over the set's partitions (pgshovel2.relay.partition_watch), keeping what it saw in
     the relay record ``partitions``."""
     name = record.name
-    return PartitionWatch(record.dsn, PartitionMoves(lambda: store.get_relay_record(name, "partitions"),
+    return PartitionWatch(record.relay_dsn, PartitionMoves(lambda: store.get_relay_record(name, "partitions"),
                                                      lambda data: store.put_relay_record(name, "partitions", data)))
 
 

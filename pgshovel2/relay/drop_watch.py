@@ -73,7 +73,8 @@ class DropWatch:
 
     def _check(self, tables: list[Table]) -> None:
         if self._conn is None:
-            self._conn = connect(self.record.dsn, f"set {self.record.name!r}", UnavailableError)
+            self._conn = connect(self.record.relay_dsn, f"set {self.record.name!r} (as its relay role)",
+                                 UnavailableError)
             self._conn.autocommit = True
         with self._conn.cursor() as cur:
             where = self._where(cur, tables)

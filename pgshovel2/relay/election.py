@@ -87,7 +87,7 @@ class Leadership:
             self._dropped.set()
             return False  # stop watching
         record = SetRecord.from_node(data)
-        version, dsn = record.version, redact.strip_dsn(record.dsn)  # cluster secure strips passwords in place
+        version, dsn = record.version, redact.strip_dsn(record.relay_dsn)  # cluster secure strips passwords in place
         if self._seen_dsn is not None and dsn != self._seen_dsn:
             log.info("set %r was repointed to another database (version %s): the relay restarts on it",
                      self.set_name, version)

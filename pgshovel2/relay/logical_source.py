@@ -65,8 +65,10 @@ class LogicalSource(LogicalTables):
     def __init__(self, dsn: str, slot: str, tables: tuple[Table, ...], heartbeat_interval: float = 10.0,
                  wait_cap: float = 0.5, plugin: str = PLUGIN, mode_all: frozenset[str] = frozenset(),
                  spill_dir: str | None = None, decoding_work_mem: str | None = None, raw_rows: bool = False,
-                 runs: bool = False, txn_runs: bool = True, commit_delay: float | None = None):
+                 runs: bool = False, txn_runs: bool = True, commit_delay: float | None = None,
+                 publication: str | None = None):
         self.dsn, self.slot, self.plugin, self.spill_dir = dsn, slot, plugin, spill_dir
+        self.publication = publication or pgoutput.publication_name(slot)  # pgoutput: what the slot sends
         if commit_delay is not None:
             self.commit_delay = commit_delay
         self.heartbeat_interval, self.wait_cap = heartbeat_interval, wait_cap
@@ -131,13 +133,13 @@ class LogicalSource(LogicalTables):
         catalog's column types and the assembler of streamed transactions.
         Raises RelayError when a table or captured column of the set no longer exists."""
         tables = {table.qualified: self._set_table(table) for table in self._tables}
-        decoder = PgoutputDecoder(tables, self.slot)
+        decoder = PgoutputDecoder(tables, self.slot, others=self.publication != pgoutput.publication_name(self.slot))
         decoder.tag_of = self._oids()
         decoder.subset_tags = self._subset_tags()
         decoder.set_xid_reference(self._sql("SELECT txid_snapshot_xmax(txid_current_snapshot())", ())[0])
         self._decoder = decoder
         version = pgoutput_stream.protocol_version(self._repl.server_version)
-        options = {"proto_version": str(version), "publication_names": pgoutput.publication_name(self.slot)}
+        options = {"proto_version": str(version), "publication_names": self.publication}
         if version >= 2:
             options.update(messages="true", streaming="on")
             self.stream = pgoutput_stream.StreamAssembler(self.spill_dir, self.slot)

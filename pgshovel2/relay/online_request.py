@@ -13,6 +13,8 @@ import time
 import uuid
 from dataclasses import asdict, dataclass, replace
 
+from pgshovel2.backends import where_expr
+
 ACTIVE, PAUSED, CANCELLED, DONE, FAILED = "active", "paused", "cancelled", "done", "failed"
 STATES = (ACTIVE, PAUSED, CANCELLED, DONE, FAILED)
 DEFAULT_CHUNK_SIZE = 4096
@@ -32,7 +34,10 @@ class SnapshotRequest:
 
     @classmethod
     def new(cls, tables: list[str], where: str | None, chunk_size: int) -> "SnapshotRequest":
-        """A new active request with a fresh id; raises ValueError for chunk_size < 1 or no table."""
+        """A new active request with a fresh id; raises ValueError for chunk_size < 1, no table, or a
+        where that is not one SQL expression (pgshovel2.backends.where_expr.WhereError)."""
+        if where:
+            where = where_expr.check(where)
         if chunk_size < 1:
             raise ValueError(f"--chunk-size must be at least 1 (got {chunk_size})")
         if not tables:

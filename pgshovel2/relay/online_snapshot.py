@@ -31,7 +31,7 @@ from typing import NamedTuple
 import psycopg2
 
 from pgshovel2 import failpoints
-from pgshovel2.backends import chunks
+from pgshovel2.backends import chunks, where_expr
 from pgshovel2.catalog import Table
 from pgshovel2.codec.rows import as_values
 from pgshovel2.db import outage
@@ -165,6 +165,12 @@ class OnlineSnapshot:
         if progress.get("done"):
             self._finish(request)
             return
+        if request.where is not None:  # the znode is not trusted: whoever wrote it, one expression or nothing
+            try:
+                where_expr.check(request.where)
+            except where_expr.WhereError as exc:
+                self._fail(request, f"refused, nothing read: {exc}")
+                return
         table = record.table(progress["table"])
         if table is None:  # added by an upgrade whose marker the stream has not reached yet
             self._next_poll = time.monotonic() + POLL_INTERVAL

@@ -29,7 +29,7 @@ from typing import Any
 
 from psycopg2 import sql
 
-from pgshovel2.backends import partitions
+from pgshovel2.backends import partitions, trigger_drop
 from pgshovel2.catalog import Table
 
 log = logging.getLogger(__name__)
@@ -101,7 +101,7 @@ class PartitionMoves:
             try:
                 cur.execute(sql.SQL("SELECT {}({})").format(emit, args))
                 rows = cur.fetchone()[0]
-                cur.execute(sql.SQL("DROP TRIGGER {} ON {}").format(sql.Identifier(triggers.leaf_name), sql.SQL(name)))
+                trigger_drop.drop_trigger(cur, triggers.leaf_name, name)
                 cur.execute("COMMIT")
             except Exception:
                 cur.execute("ROLLBACK")

@@ -68,10 +68,13 @@ class PgoutputDecoder(RunMaker):
     to widen Begin's 32-bit xid: set it before streaming (:meth:`set_xid_reference`).
     tag_of: relation OID -> the set's tag of that table (set before streaming): a relation is
     mapped by its OID, so a renamed table (its Relation message names it anew) stays its table;
-    one not in it by its name."""
+    one not in it by its name. others: the publication is a DBA's (``publication: {existing: NAME}``),
+    which may send tables the set does not capture (now: another set's, or one a set upgrade adds
+    from its marker on): their changes are passed over, where a table not in the set's own
+    publication is an error."""
 
-    def __init__(self, tables: dict[str, SetTable], slot: str = "(slot)"):
-        self.tables, self.slot = tables, slot
+    def __init__(self, tables: dict[str, SetTable], slot: str = "(slot)", others: bool = False):
+        self.tables, self.slot, self.others = tables, slot, others
         self.tag_of: dict[int, str] = {}
         self.tags = list(tables)  # the set's tags by ChangeRun table index (a new list per set version)
         self.subset_tags: set[str] = set()
@@ -210,6 +213,8 @@ class PgoutputDecoder(RunMaker):
     def _change(self, kind: bytes, data: bytes, lsn: int) -> list[Item]:
         (oid,) = U32.unpack_from(data, 1)
         if oid in self._pending:
+            if self.others and self._tag(oid) not in self.tables:
+                return []  # not the set's table (yet): its layout counts from its set version on
             if self._skip:
                 return []  # in Kafka already (the loop would skip it); its layout is settled when it counts
             items = self._opened()
@@ -349,6 +354,8 @@ class PgoutputDecoder(RunMaker):
         items = self._opened()
         for oid in truncated(data):
             tag = self._tag(oid) if oid in self._raw else self._relation(oid).tag
+            if self.others and tag not in self.tables:
+                continue
             items.append(Change(self._txid, self._ts_ms, "T", None, tag, None, self._unit, self._ordinal, lsn))
             self._ordinal += 1
         return items

@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from contextlib import closing
 
 import psycopg2
+import psycopg2.errors
 
 from pgshovel2.backends import pgq_ticker, trigger
 from pgshovel2.backends.snapshot import ExportedSnapshot
@@ -242,6 +243,11 @@ class PgqSource:
         try:
             with self._ctl.cursor() as cur:
                 done = pgq_ticker.maintain(cur)
+        except psycopg2.errors.InsufficientPrivilege as exc:
+            self.maint_interval = 0  # a role without PgQ's admin rights (docs/security.rst): never again
+            log.warning("PgQ maintenance of queue %s is left to pgqd (or a role with pgq_admin): the relay's role may "
+                        "not run it (%s)", self.queue, str(exc).strip().splitlines()[0])
+            return
         except psycopg2.Error as exc:
             self._raise(exc)
         if done:

@@ -54,6 +54,19 @@ class ApplyOptions:
     progress_interval: float = 10.0
 
 
+def replica_role_grant(conn) -> str:
+    """What the target's role needs to apply in replica mode (no user triggers or foreign-key checks
+    on applied rows), for an error: a superuser, or from PostgreSQL 15 on the grant of that setting."""
+    with conn.cursor() as cur:
+        cur.execute("SELECT current_user, current_setting('server_version_num')::int")
+        role, version = cur.fetchone()
+    conn.rollback()
+    if version >= 150000:
+        return (f"a superuser runs GRANT SET ON PARAMETER session_replication_role TO \"{role}\" on the target "
+                "(docs/security.rst, 'pgshovel replicate')")
+    return f"on PostgreSQL before 15 only a superuser may: connect to the target as one (role {role} is not)"
+
+
 class Replicator:
     """Applies one set to one target until stopped (or caught up)."""
 
@@ -69,8 +82,9 @@ class Replicator:
             try:
                 cur.execute("SET session_replication_role = replica")
             except Exception as exc:
-                raise ReplicaError(f"the replica target refused 'SET session_replication_role = replica' "
-                                   f"(needs a superuser): {str(exc).strip()}") from exc
+                self.target.rollback()
+                raise ReplicaError(f"the replica target refused 'SET session_replication_role = replica': "
+                                   f"{str(exc).strip()}; {replica_role_grant(self.target)}") from exc
         self.target.commit()
 
     def close(self) -> None:
@@ -225,7 +239,7 @@ class Replicator:
         if not added:
             return {}
         record, _ = self.store.get_set(self.set_name)
-        conn = connect(record.dsn, f"the source of set {self.set_name!r}", ReplicaError)
+        conn = connect(record.relay_dsn, f"the source of set {self.set_name!r}", ReplicaError)
         try:
             with conn.cursor() as cur:
                 cur.execute("SELECT attnum, (attmissingval::text::text[])[1] FROM pg_attribute "

@@ -24,6 +24,8 @@ from collections import Counter
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from psycopg2.extensions import parse_dsn
+
 from pgshovel2 import backends, kafkaconf, names, redact
 from pgshovel2.backends.snapshot import ExportedSnapshot
 from pgshovel2.bootstrap.manifest import BootstrapError, Manifest, TableCopy
@@ -34,13 +36,15 @@ from pgshovel2.codec.rows import RowEncoder
 from pgshovel2.consumer.errors import ConsumerError
 from pgshovel2.consumer.offsets import end_offsets, partition_counts
 from pgshovel2.consumer.topics import SetTopics
+from pgshovel2.db import libpq_dsn
 from pgshovel2.errors import PgshovelError
 from pgshovel2.kafkaconf import Kafka
 from pgshovel2.registryconf import Registry
 from pgshovel2.setrecord import SetRecord
 from pgshovel2.sparkjobs import icebootstrap, readplan
 from pgshovel2.sparkjobs.iceberg import Catalog
-from pgshovel2.sparkjobs.readplan import ROW_ALIAS, ReadPlan, jdbc_url
+from pgshovel2.sparkjobs.jdbc import jdbc_source
+from pgshovel2.sparkjobs.readplan import ROW_ALIAS, ReadPlan
 from pgshovel2.sparkjobs.session import require_class
 from pgshovel2.wire import snapshot_header
 
@@ -138,9 +142,11 @@ def _output_kind(options: BootstrapOptions) -> str:
 def _copy(spark, record: SetRecord, topics: SetTopics, tmp: Path, options: BootstrapOptions,
           tables: "icebootstrap.Tables | None") -> tuple[list[TableCopy], dict]:
     """Export the snapshot and copy every table under it; returns (copies, handoff record)."""
-    url, props = jdbc_url(record.dsn)
     by_table = {(t.schema, t.name): t.topic for t in topics.tables}
     with backends.export(record, BootstrapError) as snap:
+        # what the snapshot's own connection reached, as it did (TLS, password from wherever libpq took it)
+        sslpassword = parse_dsn(libpq_dsn(record.relay_dsn, f"set {record.name!r}", BootstrapError))
+        url, props = jdbc_source(snap.conn, sslpassword.get("sslpassword") or "")
         native = options.native and not options.to_kafka
         plans = [readplan.plan(snap, t, options.partition_rows, options.max_partitions, native)
                  for t in record.tables]

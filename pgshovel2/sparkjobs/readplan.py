@@ -11,13 +11,10 @@ from dataclasses import dataclass
 
 import psycopg2
 from psycopg2 import sql
-from psycopg2.extensions import parse_dsn
 
 from pgshovel2 import names
 from pgshovel2.backends.snapshot import ExportedSnapshot
-from pgshovel2.bootstrap.manifest import BootstrapError
 from pgshovel2.catalog import Table
-from pgshovel2.db import libpq_dsn
 
 log = logging.getLogger(__name__)
 INTEGER_KINDS = ("int2", "int4", "int8")
@@ -103,13 +100,3 @@ def _plan(snap: ExportedSnapshot, table: Table, partition_rows: int, max_partiti
     log.info("table %s: ~%d rows, %d partition(s) on %s in [%d, %d]", table.qualified, estimate,
              parts, key.name, lower, upper)
     return ReadPlan(table, query, PK_ALIAS if parts > 1 else None, lower, upper, parts, native)
-
-
-def jdbc_url(dsn: str) -> tuple[str, dict[str, str]]:
-    """(JDBC URL, connection properties {user, password}) of a libpq DSN (host, port, dbname, user, password)."""
-    params = parse_dsn(libpq_dsn(dsn, "the set (JDBC)", BootstrapError))  # the driver cannot resolve references
-    host = params.get("host", "localhost")
-    port = params.get("port", "5432")
-    url = f"jdbc:postgresql://{host}:{port}/{params.get('dbname', params.get('user', 'postgres'))}"
-    props = {k: params[k] for k in ("user", "password") if k in params}
-    return url, props

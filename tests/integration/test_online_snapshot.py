@@ -79,7 +79,7 @@ def test_refused_requests_change_nothing(stack, cluster, db, schema, tmp_path):
         cur.execute(f'CREATE TABLE "{schema}".nokey (a int)')
     cases = [(["--table", f"{schema}.nope"], "no such table"),
              (["--where", "no_such_column > 1"], "no_such_column"),
-             (["--where", "true; DROP TABLE " + f'"{schema}".bad'], "bad"),
+             (["--where", "true; DROP TABLE " + f'"{schema}".bad'], "';'"),
              (["--chunk-size", "0"], "chunk-size"),
              (["--table", f"{schema}.nokey"], "no such table")]
     with db.cursor() as cur:  # a keyless table of the set is refused by name

@@ -8,7 +8,6 @@ from pgshovel2.bootstrap.manifest import BootstrapError, Manifest, TableCopy
 from pgshovel2.catalog import Column, Table
 from pgshovel2.codec import spark as spark_codec
 from pgshovel2.redact import dsn as redacted
-from pgshovel2.sparkjobs.readplan import jdbc_url
 from pgshovel2.txids import TxidSnapshot
 
 
@@ -59,9 +58,7 @@ def test_manifest_round_trip_and_missing(tmp_path):
         Manifest.load(tmp_path / "nothing")
 
 
-def test_dsn_to_jdbc_and_redacted():
-    url, props = jdbc_url("host=db.example port=6543 dbname=app user=u password=secret")
-    assert url == "jdbc:postgresql://db.example:6543/app" and props == {"user": "u", "password": "secret"}
+def test_dsn_redacted():  # the JDBC form of a connection: tests/integration/test_secure_postgres.py
     assert "secret" not in redacted("host=h dbname=d password=secret")
 
 

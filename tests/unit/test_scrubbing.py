@@ -10,7 +10,6 @@ import pytest
 from pgshovel2 import db
 from pgshovel2.bootstrap.manifest import BootstrapError
 from pgshovel2.errors import CaptureError
-from pgshovel2.sparkjobs.readplan import jdbc_url
 
 SECRET = "hunter2x"
 
@@ -23,7 +22,7 @@ def test_a_malformed_dsn_shows_no_part_of_its_password():
     assert SECRET not in str(err.value) and "pieces" not in str(err.value)
     assert "malformed DSN of set 'x'" in str(err.value)
     with pytest.raises(BootstrapError) as err:
-        jdbc_url(malformed)
+        db.libpq_dsn(malformed, "set 'x'", BootstrapError)  # what the bootstrap's JDBC source reads first
     assert SECRET not in str(err.value) and "pieces" not in str(err.value)
 
 

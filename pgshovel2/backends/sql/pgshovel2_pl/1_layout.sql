@@ -8,10 +8,16 @@
 -- String literals below use E'' where they hold backslashes: their meaning must not depend
 -- on standard_conforming_strings when a body is compiled.
 
-CREATE SCHEMA IF NOT EXISTS pgshovel2_pl;
+-- (CREATE SCHEMA IF NOT EXISTS would want CREATE on the database even where the DBA made the
+-- schema for the set's role: CREATE SCHEMA pgshovel2_pl AUTHORIZATION <role>, set create --print-grants.)
+DO $$ BEGIN
+    IF pg_catalog.to_regnamespace('pgshovel2_pl') IS NULL THEN
+        CREATE SCHEMA pgshovel2_pl;
+    END IF;
+END $$;
 
 CREATE OR REPLACE FUNCTION pgshovel2_pl.version() RETURNS text
-LANGUAGE sql IMMUTABLE AS $$ SELECT '5' $$;
+LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$ SELECT '6' $$;
 
 -- The layout each (queue, table) was last captured in: captured attnums, key attnums, the
 -- table_columns rows of the captured columns (text), mode and table tag as installed.
@@ -43,7 +49,7 @@ REVOKE ALL ON pgshovel2_pl.layout_sig FROM PUBLIC;
 
 -- Same query as pgshovel2.table_columns (sql/capture) and pgshovel2.catalog._COLUMNS_SQL.
 CREATE OR REPLACE FUNCTION pgshovel2_pl.table_columns(rel oid, attnums int2[]) RETURNS json
-LANGUAGE sql STABLE AS $$
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
 WITH RECURSIVE base(attnum, typid, typmod, depth) AS (
     SELECT a.attnum, a.atttypid, a.atttypmod, 0 FROM pg_catalog.pg_attribute a
     WHERE a.attrelid = rel AND a.attnum > 0 AND NOT a.attisdropped
@@ -69,7 +75,7 @@ $$;
 -- rows: their types, the domains' base types and the arrays' element types, transitively,
 -- and those types' schemas (format_type and table_columns read their names).
 CREATE OR REPLACE FUNCTION pgshovel2_pl._sig_deps(rel oid, OUT types oid[], OUT nsps oid[])
-LANGUAGE plpgsql STABLE AS $$
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
     WITH RECURSIVE ty(typ) AS (
         SELECT a.atttypid FROM pg_catalog.pg_attribute a
@@ -101,7 +107,7 @@ END $$;
 -- changed order can only make a difference, never hide one): the generated trigger function
 -- runs it once per transaction instead of the full check.
 CREATE OR REPLACE FUNCTION pgshovel2_pl._sig_of(rel oid, types oid[], nsps oid[]) RETURNS text
-LANGUAGE plpgsql STABLE AS $$
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     sig text;
 BEGIN
@@ -118,4 +124,5 @@ END $$;
 
 -- The catalog signature of rel now.
 CREATE OR REPLACE FUNCTION pgshovel2_pl._sig(rel oid) RETURNS text
-LANGUAGE sql STABLE AS $$ SELECT pgshovel2_pl._sig_of(rel, d.types, d.nsps) FROM pgshovel2_pl._sig_deps(rel) d $$;
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp
+AS $$ SELECT pgshovel2_pl._sig_of(rel, d.types, d.nsps) FROM pgshovel2_pl._sig_deps(rel) d $$;

@@ -4,7 +4,7 @@
 -- (the C code calls the same shortest-decimal routines); the SET clause pins it here only,
 -- so the text forms of other types (point, composites) keep the session's setting, as in C.
 CREATE OR REPLACE FUNCTION pgshovel2_pl.f8(v float8) RETURNS text
-LANGUAGE plpgsql IMMUTABLE STRICT SET extra_float_digits = 1 AS $$
+LANGUAGE plpgsql IMMUTABLE STRICT SET extra_float_digits = 1 SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     t text := v::text;
 BEGIN
@@ -13,7 +13,7 @@ BEGIN
 END $$;
 
 CREATE OR REPLACE FUNCTION pgshovel2_pl.f4(v float4) RETURNS text
-LANGUAGE plpgsql IMMUTABLE STRICT SET extra_float_digits = 1 AS $$
+LANGUAGE plpgsql IMMUTABLE STRICT SET extra_float_digits = 1 SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     t text := v::text;
 BEGIN
@@ -25,7 +25,7 @@ END $$;
 -- escapes, except that \b and \f become \u0008 and \u000c. format('%s') calls the type's
 -- output function (a cast to text would not: bpchar, inet and "char" casts differ).
 CREATE OR REPLACE FUNCTION pgshovel2_pl.str(v anyelement) RETURNS text
-LANGUAGE plpgsql STABLE STRICT AS $$
+LANGUAGE plpgsql STABLE STRICT SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     j text := to_json(format('%s', v))::text;
 BEGIN
@@ -41,7 +41,7 @@ END $$;
 
 -- The base type of a type (domains resolved).
 CREATE OR REPLACE FUNCTION pgshovel2_pl.base_type(typ oid) RETURNS oid
-LANGUAGE plpgsql STABLE STRICT AS $$
+LANGUAGE plpgsql STABLE STRICT SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     b oid;
 BEGIN
@@ -56,7 +56,7 @@ END $$;
 -- SQL of the JSON form of a value of type typ (an expression x, evaluated more than once):
 -- text, or NULL when x is NULL. The forms of encode.c's pgshovel2_encode_value.
 CREATE OR REPLACE FUNCTION pgshovel2_pl.value_sql(x text, typ oid) RETURNS text
-LANGUAGE plpgsql STABLE STRICT AS $$
+LANGUAGE plpgsql STABLE STRICT SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     base oid := pgshovel2_pl.base_type(typ);
     v text := format('(%s)::%s', x, base::regtype);
@@ -109,7 +109,7 @@ END $$;
 -- The element type of an array type whose elements have forms of their own (the types of
 -- value_sql above, not domains over them: encode.c's has_own_form), else NULL.
 CREATE OR REPLACE FUNCTION pgshovel2_pl.own_form_element(typ oid) RETURNS oid
-LANGUAGE sql STABLE STRICT AS $$
+LANGUAGE sql STABLE STRICT SET search_path = pg_catalog, pg_temp AS $$
 SELECT t.typelem FROM pg_catalog.pg_type t
 WHERE t.oid = typ AND t.typelem <> 0 AND t.typlen = -1
   AND t.typsubscript = 'pg_catalog.array_subscript_handler'::regproc
@@ -122,7 +122,7 @@ $$;
 -- forms when it has one dimension with lower bound 1 (or none), else
 -- {"dims": [..], "lower_bounds": [..], "elements": [..]} (elements flat, storage order).
 CREATE OR REPLACE FUNCTION pgshovel2_pl.array_sql(v text, elem oid) RETURNS text
-LANGUAGE plpgsql STABLE STRICT AS $$
+LANGUAGE plpgsql STABLE STRICT SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     elements text := format($f$'[' || coalesce((SELECT string_agg(coalesce(%s, 'null'), ',' $f$
                             || $f$ORDER BY u.i) FROM unnest(%s) WITH ORDINALITY u(e, i)), '') || ']'$f$,
@@ -141,7 +141,7 @@ END $$;
 -- row variable (PL/pgSQL resolves NEW.col as a field of NEW; col always quoted: PL/pgSQL
 -- reads unquoted words such as "by" as its own keywords).
 CREATE OR REPLACE FUNCTION pgshovel2_pl.field_sql(r text, col name) RETURNS text
-LANGUAGE sql IMMUTABLE STRICT AS $$
+LANGUAGE sql IMMUTABLE STRICT SET search_path = pg_catalog, pg_temp AS $$
 SELECT CASE WHEN r LIKE '$%' THEN format('(%s).%I', r, col)
             ELSE r || '."' || replace(col, '"', '""') || '"' END
 $$;
@@ -150,7 +150,7 @@ $$;
 -- as $1) of relation rel, in the order given. Raises an error naming an attnum that is not a
 -- live column.
 CREATE OR REPLACE FUNCTION pgshovel2_pl.row_sql(rel oid, attnums int2[], r text) RETURNS text
-LANGUAGE plpgsql STABLE AS $$
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     parts text[] := '{}';
     n int2;
@@ -175,7 +175,7 @@ END $$;
 -- (record_image_eq, the *= operator: datumIsEqual in capture.c; a row constructor compared
 -- with *= would compare column by column with the columns' own *= operators).
 CREATE OR REPLACE FUNCTION pgshovel2_pl.cols_sql(rel oid, attnums int2[], r text) RETURNS text
-LANGUAGE sql STABLE AS $$
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
 SELECT 'ROW(' || string_agg(pgshovel2_pl.field_sql(r, a.attname), ', ' ORDER BY u.i) || ')'
 FROM unnest(attnums) WITH ORDINALITY u(n, i)
 JOIN pg_catalog.pg_attribute a ON a.attrelid = rel AND a.attnum = u.n AND NOT a.attisdropped

@@ -35,14 +35,16 @@ END $$;
 -- Name (unqualified) of the generated row trigger function of (queue, rel), and the suffix of
 -- its transaction-local settings (<relid>_<md5(queue)>).
 CREATE OR REPLACE FUNCTION pgshovel2_pl.trigger_function(queue text, rel oid) RETURNS text
-LANGUAGE sql IMMUTABLE STRICT AS $$ SELECT 'c' || rel || '_' || left(md5(queue), 16) $$;
+LANGUAGE sql IMMUTABLE STRICT SET search_path = pg_catalog, pg_temp
+AS $$ SELECT 'c' || rel || '_' || left(md5(queue), 16) $$;
 
 CREATE OR REPLACE FUNCTION pgshovel2_pl._key(queue text, rel oid) RETURNS text
-LANGUAGE sql IMMUTABLE STRICT AS $$ SELECT rel || '_' || md5(queue) $$;
+LANGUAGE sql IMMUTABLE STRICT SET search_path = pg_catalog, pg_temp AS $$ SELECT rel || '_' || md5(queue) $$;
 
 -- What a generated function was generated for: changes with any part of the layout.
 CREATE OR REPLACE FUNCTION pgshovel2_pl._stamp(l pgshovel2_pl.layout) RETURNS text
-LANGUAGE sql IMMUTABLE AS $$ SELECT md5(concat_ws('|', l.tag, l.mode, l.cols, l.keys, l.columns)) $$;
+LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp
+AS $$ SELECT md5(concat_ws('|', l.tag, l.mode, l.cols, l.keys, l.columns)) $$;
 
 -- Generate pgshovel2_pl.q<queue_id>(ev_type, ev_data, ev_extra1, ev_extra2) unless there:
 -- appends an event to the queue's current event table by static INSERTs (one per event
@@ -205,7 +207,7 @@ END $$;
 -- NEW: never captured, pgshovel2.catalog.uncarried_generated); 'subset': the recorded ones
 -- still alive; keys: the recorded ones still alive.
 CREATE OR REPLACE FUNCTION pgshovel2_pl.live_layout(l pgshovel2_pl.layout) RETURNS pgshovel2_pl.layout
-LANGUAGE plpgsql STABLE AS $$
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     live int2[];
 BEGIN
@@ -286,7 +288,7 @@ END $$;
 -- (pgshovel2_pl.i<key>: INSERT/DELETE, $1 the row; pgshovel2_pl.u<key>: UPDATE, $1 new,
 -- $2 old, giving (new row or NULL to skip, old row or NULL)).
 CREATE OR REPLACE FUNCTION pgshovel2_pl._cache(l pgshovel2_pl.layout, cache_key text) RETURNS void
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     skip text;
     before text;
@@ -304,7 +306,7 @@ END $$;
 -- _prepare (which appends an S event and regenerates the trigger function on a change),
 -- also kept in the setting pgshovel2_pl.s<key> the generated function compares with its own.
 CREATE OR REPLACE FUNCTION pgshovel2_pl._check(queue text, rel oid) RETURNS text
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     l pgshovel2_pl.layout := pgshovel2_pl._prepare(queue, rel);
 BEGIN
@@ -318,7 +320,7 @@ END $$;
 -- generated once per transaction, table and queue and kept in transaction-local settings.
 CREATE OR REPLACE FUNCTION pgshovel2_pl._row(queue text, tag text, rel oid, op text, n record, o record)
 RETURNS void
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     cache_key text := pgshovel2_pl._key(queue, rel);
     setting text := CASE op WHEN 'UPDATE' THEN 'pgshovel2_pl.u' ELSE 'pgshovel2_pl.i' END || cache_key;
