@@ -1,9 +1,10 @@
 """The main flow with every service secured at once (issue #67): ZooKeeper requiring SASL over
 mutual TLS with ACLs on every znode, Kafka over SASL_SSL with the relay's and the consumer's ACLs
-only, the schema registry behind TLS, client certificates and basic auth, the set's DSN holding a
-password reference. cluster initialize, set create, the relay's snapshot and stream exactly-once
-across a kill -9, set status, tail, set verify and replicate, on both backends; no secret in any
-znode, output or log."""
+only, the schema registry behind TLS, client certificates and basic auth, PostgreSQL with TLS
+(verify-full) and scram-sha-256 only, the set created by the admin role and relayed by the relay
+role with only what --print-grants printed (the application owns its tables). cluster initialize,
+set create, the relay's snapshot and stream exactly-once across a kill -9, set status, tail, set
+verify and replicate, on both backends; no secret in any znode, output or log."""
 
 import json
 import signal
@@ -12,17 +13,14 @@ import uuid
 from collections import Counter
 
 import pytest
-import yaml
 
 from pgshovel2.cluster import ClusterStore
 from pgshovel2.ops import status
 from pgshovel2.zkauth import ZooKeeperAuth
 from tests.helpers import BIN, RelayProcess, cli_env
 from tests.integration.test_secure_kafka import committed, consumer_env, consumer_settings, relay_env
+from tests.integration.test_secure_postgres import Secure, _table
 from tests.secure import TOPIC_PREFIX
-
-DB_SECRET = "db-s3cret-stack"
-DB_PASSWORD_VAR = "PGSHOVEL_TEST_DB_PASSWORD"
 
 
 class Secured:
@@ -30,8 +28,8 @@ class Secured:
 
     def __init__(self, stack, cluster: str, zk, kafka, registry, tmp_path):
         self.stack, self.cluster, self.zk = stack, cluster, zk
-        base = {**cli_env(stack, cluster), **zk.env(tls=True), DB_PASSWORD_VAR: DB_SECRET,
-                "PGSHOVEL_BOOTSTRAP_SERVERS": "", "PGSHOVEL_SCHEMA_REGISTRY": ""}
+        base = {**cli_env(stack, cluster), **zk.env(tls=True), "PGSHOVEL_BOOTSTRAP_SERVERS": "",
+                "PGSHOVEL_SCHEMA_REGISTRY": ""}
         self.admin = base
         self.relay = {**base, **relay_env(kafka, registry, tmp_path)}
         self.consumer = {**base, **consumer_env(kafka, registry)}
@@ -53,36 +51,28 @@ class Secured:
             status.wait_caught_up(store, set_name, self.kafka, 120)
 
 
-def _config(stack, tmp_path, schema: str, backend: str, prefix: str) -> str:
-    path = tmp_path / f"set-{uuid.uuid4().hex[:6]}.yaml"
-    path.write_text(yaml.safe_dump({
-        "database": {"dsn": f"{stack.dsn} password=env:{DB_PASSWORD_VAR}"}, "backend": backend,
-        "encoding": "avro", "topic_prefix": prefix,
-        "tables": [{"schema": schema, "name": "items"}]}))
-    return str(path)
+def _config(pg: Secure, backend: str, prefix: str) -> str:
+    """The set config: the admin role's DSN, the relay role's keywords over it (tests/secure.py)."""
+    return pg.config("full", "", ["items"], backend=backend, encoding="avro", topic_prefix=prefix)
 
 
 @pytest.mark.parametrize("backend", ["trigger", "logical"])
-def test_main_flow_on_the_secured_stack(stack, db, schema, tmp_path, secure_zookeeper, secure_kafka, secure_registry,
-                                        target, backend, monkeypatch):
-    monkeypatch.setenv(DB_PASSWORD_VAR, DB_SECRET)  # wait_caught_up reads the source here too
+def test_main_flow_on_the_secured_stack(stack, tmp_path, secure_zookeeper, secure_kafka, secure_registry,
+                                        secure_postgres, secure_db, target, backend):
     cluster, set_name = f"s{uuid.uuid4().hex[:8]}", f"full{uuid.uuid4().hex[:6]}"
     sec = Secured(stack, cluster, secure_zookeeper, secure_kafka, secure_registry, tmp_path)
-    with db.cursor() as cur:
-        cur.execute(f'CREATE TABLE "{schema}".items (id int PRIMARY KEY, name text, amount numeric(10,2))')
-        cur.execute(f"INSERT INTO \"{schema}\".items SELECT g, 'item ' || g, g * 1.5 FROM generate_series(1, 40) g")
-    printed = [sec.cli(sec.admin, "cluster", "initialize"),
-               sec.cli(sec.admin, "set", "create", set_name,
-                       _config(stack, tmp_path, schema, backend, f"{TOPIC_PREFIX}-{cluster}"))]
+    pg = Secure(secure_postgres, secure_db, tmp_path)
+    _table(pg, "items", 40)
+    config = _config(pg, backend, f"{TOPIC_PREFIX}-{cluster}")
+    grants = sec.cli(sec.admin, "set", "create", "--print-grants", config).stdout
+    pg.dba("\n".join(line for line in grants.splitlines() if line and not line.startswith("--")))
+    printed = [sec.cli(sec.admin, "cluster", "initialize"), sec.cli(sec.admin, "set", "create", set_name, config)]
     logs = [tmp_path / "relay-1.log", tmp_path / "relay-2.log"]
     relay = RelayProcess(stack, cluster, set_name, log_path=logs[0], extra_env=sec.relay)
     sec.caught_up(set_name)
-    with db.cursor() as cur:
-        cur.execute(f'UPDATE "{schema}".items SET amount = amount + 1 WHERE id <= 10')
-        cur.execute(f'DELETE FROM "{schema}".items WHERE id > 35')
+    pg.as_app("UPDATE public.items SET v = v || '!' WHERE id <= 10; DELETE FROM public.items WHERE id > 35")
     relay.stop(signal.SIGKILL)
-    with db.cursor() as cur:
-        cur.execute(f"INSERT INTO \"{schema}\".items SELECT g, 'late', 2 FROM generate_series(100, 119) g")
+    pg.as_app("INSERT INTO public.items SELECT g, 'late' FROM generate_series(100, 119) g")
     relay = RelayProcess(stack, cluster, set_name, log_path=logs[1], extra_env=sec.relay)
     sec.caught_up(set_name)
     assert relay.stop() == 0
@@ -101,14 +91,13 @@ def test_main_flow_on_the_secured_stack(stack, db, schema, tmp_path, secure_zook
     assert len(tail.stdout.splitlines()) == len(messages)
     printed += [tail, sec.cli(sec.consumer, "set", "verify", set_name, "--no-wait"),
                 sec.cli(sec.consumer, "replicate", set_name, "--target", target.dsn, "--until-caught-up")]
-    with db.cursor() as cur:
-        cur.execute(f'SELECT * FROM "{schema}".items ORDER BY id')
-        source = cur.fetchall()
+    source = pg.dba("SELECT * FROM public.items ORDER BY id")
     with target.connect().cursor() as cur:
-        cur.execute(f'SELECT * FROM "{schema}".items ORDER BY id')
+        cur.execute("SELECT * FROM public.items ORDER BY id")
         assert cur.fetchall() == source
 
-    secrets = [DB_SECRET, secure_kafka.password("pgshovel-relay"), secure_kafka.password("pgshovel-consumer"),
+    secrets = [secure_postgres.password("pgshovel_admin"), secure_postgres.password("pgshovel_relay"),
+               secure_kafka.password("pgshovel-relay"), secure_kafka.password("pgshovel-consumer"),
                secure_registry.password, secure_zookeeper.password_file("admin").read_text().strip()]
     with sec.store() as store:
         znodes = _all_data(store)
