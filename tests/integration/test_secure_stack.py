@@ -12,10 +12,12 @@ import subprocess
 import uuid
 from collections import Counter
 
+import pyarrow.parquet as pq
 import pytest
 
 from pgshovel2.cluster import ClusterStore
 from pgshovel2.ops import status
+from pgshovel2.sparkjobs import bootstrap, materialize
 from pgshovel2.zkauth import ZooKeeperAuth
 from tests.helpers import BIN, RelayProcess, cli_env
 from tests.integration.test_secure_kafka import committed, consumer_env, consumer_settings, relay_env
@@ -114,3 +116,32 @@ def _all_data(store: ClusterStore) -> str:
         out.append(data.decode("utf-8", "replace"))
         todo += [f"{path}/{c}" for c in store.zk.get_children(path)]
     return "\n".join(out)
+
+
+def test_spark_bootstrap_and_materialize_on_the_secured_stack(stack, tmp_path, spark, secure_zookeeper, secure_kafka,
+                                                              secure_registry, secure_postgres, secure_db):
+    """The Spark bootstrap (JDBC over TLS as the set's role, the handoff read through ZooKeeper over
+    TLS + SASL and Kafka over SASL_SSL) and materialize (Kafka source over SASL_SSL, Avro through the
+    secured registry) rebuild the table the application changed after the bootstrap."""
+    cluster, set_name = f"s{uuid.uuid4().hex[:8]}", f"spark{uuid.uuid4().hex[:6]}"
+    sec = Secured(stack, cluster, secure_zookeeper, secure_kafka, secure_registry, tmp_path)
+    pg = Secure(secure_postgres, secure_db, tmp_path)
+    _table(pg, "items", 300)
+    config = _config(pg, "trigger", f"{TOPIC_PREFIX}-{cluster}")
+    grants = sec.cli(sec.admin, "set", "create", "--print-grants", config).stdout
+    pg.dba("\n".join(line for line in grants.splitlines() if line and not line.startswith("--")))
+    sec.cli(sec.admin, "cluster", "initialize")
+    sec.cli(sec.admin, "set", "create", set_name, config)
+    relay = RelayProcess(stack, cluster, set_name, log_path=tmp_path / "relay.log", extra_env=sec.relay)
+    sec.caught_up(set_name)
+    registry, boot, out = secure_registry.settings(), tmp_path / "boot", tmp_path / "state"
+    with sec.store() as store:
+        bootstrap.run(spark, store, set_name, bootstrap.BootstrapOptions(str(boot), sec.kafka, registry))
+    pg.as_app("UPDATE public.items SET v = v || '!' WHERE id % 7 = 0; DELETE FROM public.items WHERE id > 280; "
+              "INSERT INTO public.items VALUES (1000, 'after the bootstrap')")
+    sec.caught_up(set_name)
+    assert relay.stop() == 0
+    materialize.run(spark, materialize.MaterializeOptions(str(boot), str(out), sec.kafka, registry))
+    rows = pq.read_table(str(materialize.current_state(out) / "tables" / bootstrap.table_dir("public", "items")),
+                         columns=["id", "v"]).to_pylist()
+    assert sorted((r["id"], r["v"]) for r in rows) == sorted(pg.dba("SELECT id, v FROM public.items"))
