@@ -11,6 +11,8 @@ A set config is a YAML mapping (see configs/pgbench.yaml)::
                                 # (stock servers); default: pgshovel2 where its extension is available
     encoding: avro              # avro | json
     envelope: row               # row (Bottled Water compatible) | debezium
+    debezium: {schemas: true}   # envelope debezium, encoding json: JsonConverter's schema + payload
+                                # (true, default) or the schemaless event in pgshovel2's JSON values
     topic_prefix: pgbench       # default: the set name
     topics: {create: true, partitions: 1, replication_factor: 1}
     oversized:                  # a change whose message Kafka cannot take (over max.message.bytes)
@@ -48,7 +50,8 @@ CAPTURES = ("c", "plpgsql")  # trigger backend: C extension pgshovel2 or PL/pgSQ
 DECODERS = ("pgshovel2", "pgoutput")
 OVERSIZED_POLICIES = ("fail", "dead-letter", "truncate")
 _TOP_KEYS = {"database", "backend", "capture", "pgq", "decoder", "encoding", "envelope", "topic_prefix", "topics",
-             "tables", "oversized"}
+             "tables", "oversized", "debezium"}
+_DEBEZIUM_KEYS = {"schemas"}
 _OVERSIZED_KEYS = {"policy", "columns"}
 _TABLE_KEYS = {"name", "schema", "columns", "key", "allow_unkeyed"}
 _TOPIC_KEYS = {"create", "partitions", "replication_factor"}
@@ -87,6 +90,19 @@ class OversizedConfig:
 
 
 @dataclass(frozen=True)
+class DebeziumConfig:
+    """Options of ``envelope: debezium`` (docs/wire.rst, "Envelope debezium").
+
+    schemas: with encoding json, each key and value is Kafka Connect JsonConverter's
+    ``{"schema", "payload"}`` with Debezium's Connect schemas and value forms (as Connect's
+    ``schemas.enable=true``); False: the schemaless event with pgshovel2's JSON values. Sets stored
+    before the option existed keep False (their topics' form); new sets default to True.
+    """
+
+    schemas: bool = True
+
+
+@dataclass(frozen=True)
 class SetConfig:
     """A replication set's configuration, validated for structure."""
 
@@ -101,6 +117,12 @@ class SetConfig:
     pgq: str = "auto"
     decoder: str | None = None  # logical: "pgshovel2" | "pgoutput"; None: chosen by set create
     oversized: OversizedConfig = field(default_factory=OversizedConfig)
+    debezium: DebeziumConfig = field(default_factory=DebeziumConfig)
+
+    @property
+    def connect_json(self) -> bool:
+        """Debezium events in JSON with Connect schemas (envelope debezium, encoding json, schemas)."""
+        return self.envelope == "debezium" and self.encoding == "json" and self.debezium.schemas
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form, as stored in ZooKeeper."""
@@ -127,6 +149,8 @@ class SetConfig:
             decoder=data.get("decoder"),
             oversized=OversizedConfig(**{**(oversized := data.get("oversized") or {}),  # absent before it existed
                                          "columns": tuple(oversized.get("columns", ()))}),
+            # records before the option existed: their topics' schemaless form
+            debezium=DebeziumConfig(**data.get("debezium", {"schemas": False})),
         )
 
 
@@ -207,7 +231,8 @@ def parse_config(data: Any, source: str) -> SetConfig:
     return SetConfig(dsn=db["dsn"], tables=parsed, backend=backend, encoding=encoding,
                      envelope=envelope, topic_prefix=prefix,
                      topics=_parse_topics(data.get("topics", {}), source), capture=capture, pgq=pgq,
-                     decoder=decoder, oversized=_parse_oversized(data.get("oversized", {}), source))
+                     decoder=decoder, oversized=_parse_oversized(data.get("oversized", {}), source),
+                     debezium=_parse_debezium(data, envelope, source))
 
 
 def no_secret(dsn: str, source: str, field: str = "dsn") -> str:
@@ -303,6 +328,22 @@ def _parse_topics(data: Any, source: str) -> TopicsConfig:
             raise ConfigError(source, f"topics.{key}", value, "must be a positive integer")
         ints[key] = value
     return TopicsConfig(create=create, **ints)
+
+
+def _parse_debezium(data: dict, envelope: str, source: str) -> DebeziumConfig:
+    """The ``debezium`` mapping ({schemas: bool}), only with envelope debezium."""
+    if "debezium" not in data:
+        return DebeziumConfig()
+    value = data["debezium"]
+    if envelope != "debezium":
+        raise ConfigError(source, "debezium", value, "applies to envelope: debezium only")
+    if not isinstance(value, dict):
+        raise ConfigError(source, "debezium", value, "must be a mapping {schemas: true|false}")
+    _no_unknown(value, _DEBEZIUM_KEYS, "debezium.", source)
+    schemas = value.get("schemas", True)
+    if not isinstance(schemas, bool):
+        raise ConfigError(source, "debezium.schemas", schemas, "must be true or false")
+    return DebeziumConfig(schemas=schemas)
 
 
 def _parse_oversized(data: Any, source: str) -> OversizedConfig:

@@ -22,6 +22,7 @@ from pgshovel2 import __version__
 from pgshovel2.codec import native
 from pgshovel2.codec.avro import DEBEZIUM_TAIL_FIELDS, AvroWriter, envelope_row_schema
 from pgshovel2.codec.avro_fast import compile_record
+from pgshovel2.codec.connect import ConnectRowEncoder, unwrap, wrap
 from pgshovel2.codec.rows import RowEncoder, as_values, encode_json
 from pgshovel2.relay.envelopes import CONNECTOR, SNAPSHOT_FALSE, XID_MASK, Context, Message
 from pgshovel2.wire import raw_schema
@@ -46,13 +47,15 @@ class DebeziumEnvelope:
     writer: the registered Envelope schema's writer (Avro), None for JSON.
     collection: the data collection events are numbered in (the table's topic).
     clock: ns since the epoch, for the envelope's ``ts_ms``/``ts_us``/``ts_ns``
-    (processing time, as Debezium's).
+    (processing time, as Debezium's). A :class:`~pgshovel2.codec.connect.ConnectRowEncoder`
+    (JSON with Connect schemas) makes every value JsonConverter's ``{"schema", "payload"}``.
     """
 
     def __init__(self, encoder: RowEncoder, source: SourceInfo, collection: str,
                  writer: AvroWriter | None = None, clock: Callable[[], int] = time.time_ns):
         self.encoder, self.source = encoder, source
         self._writer, self._clock = writer, clock
+        self._connect = encoder.schemas.envelope if isinstance(encoder, ConnectRowEncoder) else None
         self.collection = collection
         self._raw_envelope = self._raw_value = None
         if writer is not None:
@@ -174,7 +177,12 @@ class DebeziumEnvelope:
             "ts_us": now_ns // 1_000,
             "ts_ns": now_ns,
         }
-        value = enc.encode_avro(self._writer, datum) if self._writer is not None else encode_json(datum)
+        if self._writer is not None:
+            value = enc.encode_avro(self._writer, datum)
+        elif self._connect is not None:
+            value = wrap(self._connect, encode_json(datum))
+        else:
+            value = encode_json(datum)
         return Message(key, value, op)
 
     def _source(self, ctx: Context) -> dict[str, Any]:
@@ -202,7 +210,7 @@ class DebeziumEnvelope:
         if value is None:
             return None, None
         if self._writer is None:
-            event = json.loads(value)
+            event = unwrap(json.loads(value))
         else:
             event = fastavro.schemaless_reader(io.BytesIO(value[5:]), self._raw_envelope)
         before, after = event["before"], event["after"]

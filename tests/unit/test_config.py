@@ -86,3 +86,27 @@ def test_capture_kind_is_kept_and_old_records_read_as_c():
     del old["capture"]
     del old["config"]["capture"]
     assert SetRecord.from_dict(old).capture.kind == "c" and SetRecord.from_dict(old).config.capture is None
+
+
+def test_debezium_schemas_option():
+    cfg = parse_config({**GOOD, "envelope": "debezium", "encoding": "json"}, "f.yaml")
+    assert cfg.debezium.schemas is True and cfg.connect_json
+    off = parse_config({**GOOD, "envelope": "debezium", "encoding": "json", "debezium": {"schemas": False}}, "f.yaml")
+    assert off.debezium.schemas is False and not off.connect_json
+    assert SetConfig.from_dict(off.to_dict()) == off and SetConfig.from_dict(cfg.to_dict()) == cfg
+    assert not parse_config({**GOOD, "envelope": "debezium"}, "f.yaml").connect_json  # Avro
+    # a set stored before the option existed keeps its topics' schemaless form
+    old = {k: v for k, v in cfg.to_dict().items() if k != "debezium"}
+    assert SetConfig.from_dict(old).debezium.schemas is False
+
+
+@pytest.mark.parametrize("patch, field, why", [
+    ({"debezium": {"schemas": False}}, "debezium", "envelope: debezium only"),
+    ({"envelope": "debezium", "debezium": {"schemas": "no"}}, "debezium.schemas", "true or false"),
+    ({"envelope": "debezium", "debezium": {"schema": True}}, "debezium.schema", "unknown field"),
+    ({"envelope": "debezium", "debezium": True}, "debezium", "must be a mapping"),
+])
+def test_debezium_option_errors(patch, field, why):
+    with pytest.raises(ConfigError, match=why) as err:
+        parse_config({**GOOD, **patch}, "f.yaml")
+    assert field in str(err.value) and "f.yaml" in str(err.value)
