@@ -12,7 +12,8 @@ A set config is a YAML mapping (see configs/pgbench.yaml)::
     encoding: avro              # avro | json
     envelope: row               # row (Bottled Water compatible) | debezium
     debezium: {schemas: true}   # envelope debezium, encoding json: JsonConverter's schema + payload
-                                # (true, default) or the schemaless event in pgshovel2's JSON values
+                                # (true, default) or the schemaless event in pgshovel2's JSON values;
+                                # skipped_operations: [t] (default, as Debezium) or [] (op t events)
     topic_prefix: pgbench       # default: the set name
     topics: {create: true, partitions: 1, replication_factor: 1}
     oversized:                  # a change whose message Kafka cannot take (over max.message.bytes)
@@ -51,7 +52,8 @@ DECODERS = ("pgshovel2", "pgoutput")
 OVERSIZED_POLICIES = ("fail", "dead-letter", "truncate")
 _TOP_KEYS = {"database", "backend", "capture", "pgq", "decoder", "encoding", "envelope", "topic_prefix", "topics",
              "tables", "oversized", "debezium"}
-_DEBEZIUM_KEYS = {"schemas"}
+_DEBEZIUM_KEYS = {"schemas", "skipped_operations"}
+SKIPPABLE = ("t",)  # Debezium's skipped.operations that pgshovel2 honours: only truncate events
 _OVERSIZED_KEYS = {"policy", "columns"}
 _TABLE_KEYS = {"name", "schema", "columns", "key", "allow_unkeyed"}
 _TOPIC_KEYS = {"create", "partitions", "replication_factor"}
@@ -97,9 +99,18 @@ class DebeziumConfig:
     ``{"schema", "payload"}`` with Debezium's Connect schemas and value forms (as Connect's
     ``schemas.enable=true``); False: the schemaless event with pgshovel2's JSON values. Sets stored
     before the option existed keep False (their topics' form); new sets default to True.
+    skipped_operations: Debezium's ``skipped.operations``, as its default ``(t,)``: no ``op: t``
+    events for TRUNCATE (the transactions topic's TRUNCATE record only); ``()`` writes one per
+    truncated table. Data changes (c, u, d) are never skipped.
     """
 
     schemas: bool = True
+    skipped_operations: tuple[str, ...] = ("t",)
+
+    @property
+    def truncate_events(self) -> bool:
+        """Whether a TRUNCATE writes Debezium ``op: t`` events to the table's topic."""
+        return "t" not in self.skipped_operations
 
 
 @dataclass(frozen=True)
@@ -150,7 +161,7 @@ class SetConfig:
             oversized=OversizedConfig(**{**(oversized := data.get("oversized") or {}),  # absent before it existed
                                          "columns": tuple(oversized.get("columns", ()))}),
             # records before the option existed: their topics' schemaless form
-            debezium=DebeziumConfig(**data.get("debezium", {"schemas": False})),
+            debezium=_debezium_record(data.get("debezium")),
         )
 
 
@@ -338,12 +349,27 @@ def _parse_debezium(data: dict, envelope: str, source: str) -> DebeziumConfig:
     if envelope != "debezium":
         raise ConfigError(source, "debezium", value, "applies to envelope: debezium only")
     if not isinstance(value, dict):
-        raise ConfigError(source, "debezium", value, "must be a mapping {schemas: true|false}")
+        raise ConfigError(source, "debezium", value, "must be a mapping {schemas: true|false, "
+                          "skipped_operations: [t] or []}")
     _no_unknown(value, _DEBEZIUM_KEYS, "debezium.", source)
     schemas = value.get("schemas", True)
     if not isinstance(schemas, bool):
         raise ConfigError(source, "debezium.schemas", schemas, "must be true or false")
-    return DebeziumConfig(schemas=schemas)
+    skipped = value.get("skipped_operations", ["t"])
+    if not isinstance(skipped, list) or any(op not in SKIPPABLE for op in skipped):
+        raise ConfigError(source, "debezium.skipped_operations", skipped,
+                          "must be a list of the operations Debezium's skipped.operations may name that pgshovel2 "
+                          "skips: [t] (no op t events for TRUNCATE, the default) or [] (c, u and d are never "
+                          "skipped: no change is dropped)")
+    return DebeziumConfig(schemas=schemas, skipped_operations=tuple(dict.fromkeys(skipped)))
+
+
+def _debezium_record(stored: dict | None) -> DebeziumConfig:
+    """The DebeziumConfig of a stored record (to_dict); a record before the option: schemaless JSON."""
+    if stored is None:
+        return DebeziumConfig(schemas=False)
+    return DebeziumConfig(schemas=stored["schemas"],
+                          skipped_operations=tuple(stored.get("skipped_operations", ("t",))))
 
 
 def _parse_oversized(data: Any, source: str) -> OversizedConfig:

@@ -47,13 +47,17 @@ class DebeziumEnvelope:
     writer: the registered Envelope schema's writer (Avro), None for JSON.
     collection: the data collection events are numbered in (the table's topic).
     clock: ns since the epoch, for the envelope's ``ts_ms``/``ts_us``/``ts_ns``
-    (processing time, as Debezium's). A :class:`~pgshovel2.codec.connect.ConnectRowEncoder`
-    (JSON with Connect schemas) makes every value JsonConverter's ``{"schema", "payload"}``.
+    (processing time, as Debezium's). truncate_events: a TRUNCATE of the table writes an
+    ``op: t`` event (:meth:`truncate`; the set's ``debezium.skipped_operations`` lacks ``t``).
+    A :class:`~pgshovel2.codec.connect.ConnectRowEncoder` (JSON with Connect schemas) makes
+    every value JsonConverter's ``{"schema", "payload"}``.
     """
 
     def __init__(self, encoder: RowEncoder, source: SourceInfo, collection: str,
-                 writer: AvroWriter | None = None, clock: Callable[[], int] = time.time_ns):
+                 writer: AvroWriter | None = None, clock: Callable[[], int] = time.time_ns,
+                 truncate_events: bool = False):
         self.encoder, self.source = encoder, source
+        self.truncate_events = truncate_events
         self._writer, self._clock = writer, clock
         self._connect = encoder.schemas.envelope if isinstance(encoder, ConnectRowEncoder) else None
         self.collection = collection
@@ -118,6 +122,11 @@ class DebeziumEnvelope:
             return [self._event(key, "u", old, conv, ctx)]
         return [self._event(old_key, "d", old, None, ctx), Message(old_key, None, "d"),
                 self._event(key, "c", None, conv, ctx)]
+
+    def truncate(self, ctx: Context) -> Message:
+        """Debezium's truncate event of the table: key null, ``before``/``after`` null, ``op: t``,
+        source and transaction as for a change at ctx."""
+        return self._event(None, "t", None, None, ctx)
 
     def _native_change(self, op: str, row: Any, before: Any, ctx: Context) -> list[Message] | None:
         """:meth:`change` with rows encoded by the native codec; None (nothing done) when it leaves

@@ -94,7 +94,7 @@ def _route(record: SetRecord, table: Table, registry: SchemaRegistry | None, dat
         encoder = ConnectRowEncoder(table, table_schemas(topic, table)) if config.connect_json \
             else RowEncoder(table, use_avro, key_w, None)
         envelope = DebeziumEnvelope(encoder, SourceInfo(set_name, database, table.schema, table.name),
-                                    topic, env_w)
+                                    topic, env_w, truncate_events=config.debezium.truncate_events)
     else:
         value_w = _writer(avro_registry, f"{topic}-value", avro.value_schema(set_name, table))
         key_w = _writer(avro_registry, f"{topic}-key", avro.key_schema(set_name, table))
