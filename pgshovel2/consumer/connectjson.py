@@ -56,28 +56,36 @@ _NAMED: dict[str, Callable[[dict[str, Any]], Convert]] = {
     "io.debezium.time.MicroTime": lambda _: temporal.time_to_json,
     "io.debezium.time.MicroTimestamp": lambda _: _timestamp,
     "io.debezium.time.MicroDuration": lambda _: lambda v: temporal.interval_to_iso([0, 0, v]),
-    "io.debezium.data.Json": lambda _: lambda v: jsonvalue.unescape(jsonvalue.embed(v)),
 }
 
 
-def _value(schema: dict[str, Any], element: bool = False) -> Convert | None:
+def _json(element: bool, escapes: bool) -> Convert:
+    """json text -> the JSON encoding's value (jsonvalue.embed); escapes: keep escape objects as
+    they are (else JsonValue, as Decoder gives them)."""
+    if escapes:
+        return lambda v: jsonvalue.embed(v, element=element)
+    return lambda v: jsonvalue.unescape(jsonvalue.embed(v, element=element))
+
+
+def _value(schema: dict[str, Any], escapes: bool, element: bool = False) -> Convert | None:
     """The converter of one field's values (None: identity)."""
+    if schema.get("name") == "io.debezium.data.Json":
+        return _json(element, escapes)
     named = _NAMED.get(schema.get("name", ""))
-    if schema.get("name") == "io.debezium.data.Json" and element:
-        return lambda v: jsonvalue.unescape(jsonvalue.embed(v, element=True))
     if named is not None:
         return named(schema)
     if schema.get("type") == "array":
-        item = _value(schema["items"], element=True)
+        item = _value(schema["items"], escapes, element=True)
         if item is None:
             return None
         return lambda vs: [None if v is None else item(v) for v in vs]
     return None
 
 
-def row_reader(schema: dict[str, Any]) -> Convert:
-    """Converter of a row struct's payload (``<topic>.Value`` / ``<topic>.Key``) to pgshovel2's forms."""
-    convs = [(f["field"], c) for f in schema["fields"] if (c := _value(f)) is not None]
+def row_reader(schema: dict[str, Any], escapes: bool = False) -> Convert:
+    """Converter of a row struct's payload (``<topic>.Value`` / ``<topic>.Key``) to pgshovel2's forms
+    (escapes: json values' escape objects kept, as in a JSON message; else JsonValue)."""
+    convs = [(f["field"], c) for f in schema["fields"] if (c := _value(f, escapes)) is not None]
 
     def read(row: dict[str, Any]) -> dict[str, Any]:
         for name, conv in convs:
@@ -87,11 +95,11 @@ def row_reader(schema: dict[str, Any]) -> Convert:
     return read
 
 
-def reader(schema: dict[str, Any]) -> Convert:
+def reader(schema: dict[str, Any], escapes: bool = False) -> Convert:
     """Converter of a payload of schema (a Debezium ``Envelope`` or a row struct)."""
     if not schema.get("name", "").endswith(".Envelope"):
-        return row_reader(schema)
-    images = {f["field"]: row_reader(f) for f in schema["fields"] if f["field"] in ("before", "after")}
+        return row_reader(schema, escapes)
+    images = {f["field"]: row_reader(f, escapes) for f in schema["fields"] if f["field"] in ("before", "after")}
 
     def read(event: dict[str, Any]) -> dict[str, Any]:
         for name, conv in images.items():
@@ -102,9 +110,14 @@ def reader(schema: dict[str, Any]) -> Convert:
 
 
 class ConnectReader:
-    """Reads JsonConverter messages to pgshovel2 datums, converters cached by schema text."""
+    """Reads JsonConverter messages to pgshovel2 datums, converters cached by schema text.
 
-    def __init__(self) -> None:
+    escapes: json values as the JSON encoding writes them (escape objects kept: what a renderer of
+    raw JSON messages expects); False: escapes read to JsonValue (as Decoder gives JSON values).
+    """
+
+    def __init__(self, escapes: bool = False) -> None:
+        self._escapes = escapes
         self._cache: dict[str, Convert] = {}
 
     def read(self, message: dict[str, Any], data: bytes) -> Any:
@@ -113,6 +126,6 @@ class ConnectReader:
         schema_text = data[:end].decode("utf-8") if end > 0 else json.dumps(message["schema"], sort_keys=True)
         conv = self._cache.get(schema_text)
         if conv is None:
-            conv = self._cache[schema_text] = reader(message["schema"])
+            conv = self._cache[schema_text] = reader(message["schema"], self._escapes)
         payload = message["payload"]
         return payload if payload is None else conv(payload)
