@@ -361,6 +361,10 @@ def _parse_debezium(data: dict, envelope: str, source: str) -> DebeziumConfig:
                           "must be a list of the operations Debezium's skipped.operations may name that pgshovel2 "
                           "skips: [t] (no op t events for TRUNCATE, the default) or [] (c, u and d are never "
                           "skipped: no change is dropped)")
+    if "t" not in skipped and data.get("encoding", ENCODINGS[0]) != "json":
+        raise ConfigError(source, "debezium.skipped_operations", skipped,
+                          "op t events need JSON (encoding: json): their key is Connect's null key, which Avro "
+                          "has no form for, and Kafka refuses a null key on a compacted table topic")
     return DebeziumConfig(schemas=schemas, skipped_operations=tuple(dict.fromkeys(skipped)))
 
 

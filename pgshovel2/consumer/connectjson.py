@@ -122,6 +122,8 @@ class ConnectReader:
 
     def read(self, message: dict[str, Any], data: bytes) -> Any:
         """The payload of message (is_connect, decoded from data) in pgshovel2's JSON forms."""
+        if message["schema"] is None:  # a schemaless value (Connect's null key of an op t event)
+            return message["payload"]
         end = data.find(b',"payload":') if data.startswith(b'{"schema":') else -1
         schema_text = data[:end].decode("utf-8") if end > 0 else json.dumps(message["schema"], sort_keys=True)
         conv = self._cache.get(schema_text)

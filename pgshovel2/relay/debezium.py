@@ -27,6 +27,9 @@ from pgshovel2.codec.rows import RowEncoder, as_values, encode_json
 from pgshovel2.relay.envelopes import CONNECTOR, SNAPSHOT_FALSE, XID_MASK, Context, Message
 from pgshovel2.wire import raw_schema
 
+TRUNCATE_KEY_CONNECT = b'{"schema":null,"payload":null}'
+TRUNCATE_KEY_JSON = b"null"
+
 
 @dataclass(frozen=True)
 class SourceInfo:
@@ -124,9 +127,12 @@ class DebeziumEnvelope:
                 self._event(key, "c", None, conv, ctx)]
 
     def truncate(self, ctx: Context) -> Message:
-        """Debezium's truncate event of the table: key null, ``before``/``after`` null, ``op: t``,
-        source and transaction as for a change at ctx."""
-        return self._event(None, "t", None, None, ctx)
+        """Debezium's truncate event of the table: ``before``/``after`` null, ``op: t``, source and
+        transaction as for a change at ctx; its key is Connect's null key in JSON
+        (``{"schema":null,"payload":null}``, or ``null`` without schemas: JsonConverter reads both
+        as a null key), since Kafka refuses a Kafka-null key on a compacted table topic."""
+        key = TRUNCATE_KEY_CONNECT if self._connect is not None else TRUNCATE_KEY_JSON
+        return self._event(key, "t", None, None, ctx)
 
     def _native_change(self, op: str, row: Any, before: Any, ctx: Context) -> list[Message] | None:
         """:meth:`change` with rows encoded by the native codec; None (nothing done) when it leaves

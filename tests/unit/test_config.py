@@ -113,10 +113,12 @@ def test_debezium_option_errors(patch, field, why):
 
 
 def test_debezium_skipped_operations():
-    base = {**GOOD, "envelope": "debezium"}
+    base = {**GOOD, "envelope": "debezium", "encoding": "json"}
     assert parse_config(base, "f.yaml").debezium.truncate_events is False  # Debezium's default: skip t
     cfg = parse_config({**base, "debezium": {"skipped_operations": []}}, "f.yaml")
     assert cfg.debezium.truncate_events is True and SetConfig.from_dict(cfg.to_dict()) == cfg
     for bad in (["d"], "t", ["t", "c"]):
         with pytest.raises(ConfigError, match="debezium.skipped_operations.*never skipped"):
             parse_config({**base, "debezium": {"skipped_operations": bad}}, "f.yaml")
+    with pytest.raises(ConfigError, match="debezium.skipped_operations.*need JSON"):
+        parse_config({**base, "encoding": "avro", "debezium": {"skipped_operations": []}}, "f.yaml")
