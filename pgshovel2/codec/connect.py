@@ -112,7 +112,7 @@ def _bytea(v: str) -> str:
 def _scalar(col: Column) -> ConnectType:
     kind = col.kind
     simple = {"bool": "boolean", "int2": "int16", "int4": "int32", "int8": "int64", "oid": "int64",
-              "float4": "float32", "float8": "float64"}
+              "float4": "float", "float8": "double"}  # JsonConverter's names of FLOAT32, FLOAT64
     if kind in simple:
         return ConnectType({"type": simple[kind]}, None)
     if kind == "numeric":

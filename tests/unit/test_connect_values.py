@@ -16,7 +16,7 @@ CASES = [
     (Column("s", 0, "smallint", "int2", False, True), 7, 7, {"type": "int16"}),
     (Column("i", 0, "integer", "int4", False, True), 7, 7, {"type": "int32"}),
     (Column("b", 0, "bigint", "int8", False, True), 2**40, 2**40, {"type": "int64"}),
-    (Column("r", 0, "real", "float4", False, True), 1.5, 1.5, {"type": "float32"}),
+    (Column("r", 0, "real", "float4", False, True), 1.5, 1.5, {"type": "float"}),
     (Column("n", 0, "numeric(10,4)", "numeric", False, True, 10, 4), "1.5000", "Opg=",
      {"type": "bytes", "name": "org.apache.kafka.connect.data.Decimal", "version": 1,
       "parameters": {"scale": "4", "connect.decimal.precision": "10"}}),
