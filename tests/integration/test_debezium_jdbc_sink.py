@@ -89,7 +89,7 @@ def _rows(dsn: str, schema: str | None, table: str, key: str) -> list[tuple]:
             if cur.fetchone()[0] is None:
                 return [("missing",)]
             cur.execute(f"SELECT * FROM {qualified} ORDER BY {key}")
-            return cur.fetchall()
+            return [tuple(bytes(v) if isinstance(v, memoryview) else v for v in row) for row in cur.fetchall()]
     finally:
         conn.close()
 
