@@ -2,15 +2,11 @@
 and transaction) next to the transactions topic's TRUNCATE record when the set's
 ``debezium.skipped_operations`` lacks ``t``; none by default (Debezium's skipped.operations=t)."""
 
-import io
 import json
 
-import fastavro
 import pytest
 
 from pgshovel2.catalog import Column, Table
-from pgshovel2.codec import avro
-from pgshovel2.codec.avro import AvroWriter
 from pgshovel2.codec.connect import ConnectRowEncoder, table_schemas
 from pgshovel2.codec.rows import RowEncoder
 from pgshovel2.consumer.decode import Decoder
@@ -31,16 +27,10 @@ class RecordingSink:
 
 
 def _run(form: str, truncate_events: bool) -> list[tuple]:
-    writer = None
-    if form == "connect":
-        encoder = ConnectRowEncoder(TABLE, table_schemas(TOPIC, TABLE))
-    else:
-        key_writer = AvroWriter(avro.key_schema("p", TABLE), 2) if form == "avro" else None
-        encoder = RowEncoder(TABLE, form == "avro", key_writer)
-        if form == "avro":
-            writer = AvroWriter(avro.debezium_value_schema("p", TABLE), 1)
-    envelope = DebeziumEnvelope(encoder, SourceInfo("p", "db", "s", "t"), TOPIC, writer,
-                                truncate_events=truncate_events)
+    """The messages of one transaction (insert, TRUNCATE, insert) in form: connect (JSON with
+    Connect schemas) or json (schemaless); op t events are JSON only (config.py)."""
+    encoder = ConnectRowEncoder(TABLE, table_schemas(TOPIC, TABLE)) if form == "connect" else RowEncoder(TABLE, False)
+    envelope = DebeziumEnvelope(encoder, SourceInfo("p", "db", "s", "t"), TOPIC, truncate_events=truncate_events)
     sink = RecordingSink()
     emitter = Emitter("p", {TABLE.qualified: TableRoute(TABLE, TOPIC, encoder, envelope)}, "p.transactions",
                       None, sink)
@@ -52,10 +42,7 @@ def _run(form: str, truncate_events: bool) -> list[tuple]:
     return sink.produced
 
 
-def _event(form: str, value: bytes) -> dict:
-    if form == "avro":
-        return fastavro.schemaless_reader(io.BytesIO(value[5:]),
-                                          fastavro.parse_schema(avro.debezium_value_schema("p", TABLE)))
+def _event(value: bytes) -> dict:
     return Decoder().decode(value, "v")
 
 
@@ -65,10 +52,9 @@ def test_truncate_event_alongside_the_record(form):
     data = [(k, v, h) for t, k, v, h in produced if t == TOPIC]
     assert [h["pgshovel.op"] for _, _, h in data] == ["c", "t", "c"]
     key, value, _ = data[1]
-    assert key == ({"connect": b'{"schema":null,"payload":null}', "json": b"null"}[form] if form != "avro" else None)
-    if form != "avro":
-        assert Decoder().decode(key, "k") is None  # Connect's null key, as JsonConverter reads it
-    event = _event(form, value)
+    assert key == {"connect": b'{"schema":null,"payload":null}', "json": b"null"}[form]
+    assert Decoder().decode(key, "k") is None  # Connect's null key, as JsonConverter reads it
+    event = _event(value)
     assert (event["op"], event["before"], event["after"]) == ("t", None, None)
     assert (event["source"]["schema"], event["source"]["table"], event["source"]["txId"]) == ("s", "t", 9)
     assert event["transaction"] == {"id": "9", "total_order": 2, "data_collection_order": 2}
