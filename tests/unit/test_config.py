@@ -122,3 +122,18 @@ def test_debezium_skipped_operations():
             parse_config({**base, "debezium": {"skipped_operations": bad}}, "f.yaml")
     with pytest.raises(ConfigError, match="debezium.skipped_operations.*need JSON"):
         parse_config({**base, "encoding": "avro", "debezium": {"skipped_operations": []}}, "f.yaml")
+
+
+def test_upgrade_keeps_the_topics_json_form():
+    """set upgrade refuses to change a debezium JSON set's form (Connect schema + payload or not); a set
+    stored before the option existed is schemaless, a row set is unaffected."""
+    from pgshovel2.ops.upgrade import _check_immutable
+
+    new = parse_config({**GOOD, "envelope": "debezium", "encoding": "json"}, "f.yaml")
+    old = SetConfig.from_dict({k: v for k, v in new.to_dict().items() if k != "debezium"})
+    with pytest.raises(ConfigError, match="debezium.schemas.*stored: False"):
+        _check_immutable(old, new, "f.yaml")
+    _check_immutable(old, parse_config({**GOOD, "envelope": "debezium", "encoding": "json",
+                                        "debezium": {"schemas": False}}, "f.yaml"), "f.yaml")
+    row = parse_config({**GOOD, "encoding": "json"}, "f.yaml")
+    _check_immutable(SetConfig.from_dict({k: v for k, v in row.to_dict().items() if k != "debezium"}), row, "f.yaml")
