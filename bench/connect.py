@@ -68,10 +68,11 @@ CONNECTOR = {
 }
 
 
-def rest(method: str, path: str, body: dict | None = None) -> tuple[int, str]:
-    """(HTTP status, body text) of a request to the worker's REST API; URLError when it is not up."""
+def rest(method: str, path: str, body: dict | None = None, url: str = URL) -> tuple[int, str]:
+    """(HTTP status, body text) of a request to the worker's REST API at url (default: the bench's);
+    URLError when it is not up."""
     data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(f"{URL}{path}", data, {"Content-Type": "application/json"}, method=method)
+    request = urllib.request.Request(f"{url}{path}", data, {"Content-Type": "application/json"}, method=method)
     try:
         with urllib.request.urlopen(request, timeout=60) as response:
             return response.status, response.read().decode()
@@ -84,11 +85,11 @@ def topic_names() -> list[str]:
     return list(AdminClient({"bootstrap.servers": BOOTSTRAP}).list_topics(timeout=30).topics)
 
 
-def delete_topics(topics: list[str]) -> None:
-    """Delete topics of the bench broker, waiting for the broker's answer; missing ones are fine."""
+def delete_topics(topics: list[str], bootstrap: str = BOOTSTRAP) -> None:
+    """Delete topics of the broker (default: the bench's), waiting for its answer; missing ones are fine."""
     if not topics:
         return
-    admin = AdminClient({"bootstrap.servers": BOOTSTRAP})  # referenced until the answers are in
+    admin = AdminClient({"bootstrap.servers": bootstrap})  # referenced until the answers are in
     for future in admin.delete_topics(topics, operation_timeout=30).values():
         try:
             future.result()
@@ -97,9 +98,11 @@ def delete_topics(topics: list[str]) -> None:
                 raise
 
 
-def install() -> tuple[Path, Path]:
-    """(libs, plugins) folders, fetched by scripts/debezium/install.sh when missing (Maven, network)."""
-    out = subprocess.run([str(REPO / "scripts/debezium/install.sh")], check=True, capture_output=True, text=True)
+def install(*extra: str) -> tuple[Path, Path]:
+    """(libs, plugins) folders, fetched by scripts/debezium/install.sh when missing (Maven, network);
+    extra: more plugins it knows by name (``jdbc``: Debezium's JDBC sink connector)."""
+    out = subprocess.run([str(REPO / "scripts/debezium/install.sh"), *extra], check=True, capture_output=True,
+                         text=True)
     home = Path(out.stdout.strip().splitlines()[-1])
     return home / "libs", home / "plugins"
 
@@ -107,31 +110,40 @@ def install() -> tuple[Path, Path]:
 class Worker:
     """A Kafka Connect distributed worker, REST API up when constructed; ``stop()`` ends it and deletes
     its internal topics. exactly_once: ``exactly.once.source.support=enabled`` (then every source
-    task writes in Kafka transactions). Raises SystemExit when it does not come up in 180 s."""
+    task writes in Kafka transactions). bootstrap, port, work (its files), plugins (install's extra)
+    and preexec: the bench's by default (a test passes its own stack's); extra: more worker
+    settings. Raises SystemExit when it does not come up in 180 s."""
 
-    def __init__(self, exactly_once: bool):
-        libs, plugins = install()
+    def __init__(self, exactly_once: bool, bootstrap: str = BOOTSTRAP, port: int = CONNECT_PORT, work: Path = WORK,
+                 plugins: tuple[str, ...] = (), preexec=dies_with_bench, extra: dict[str, str] | None = None):
+        libs, plugin_path = install(*plugins)
         tag = f"bench-connect-{time.time_ns()}"
+        self.bootstrap, self.url = bootstrap, f"http://127.0.0.1:{port}"
         self.topics = [f"{tag}-{k}" for k in ("configs", "offsets", "status")]
-        self.settings = {**WORKER, "exactly.once.source.support": "enabled" if exactly_once else "disabled"}
-        props = {"bootstrap.servers": BOOTSTRAP, "group.id": tag, "config.storage.topic": self.topics[0],
+        self.settings = {**WORKER, "exactly.once.source.support": "enabled" if exactly_once else "disabled",
+                         **(extra or {})}
+        props = {"bootstrap.servers": bootstrap, "group.id": tag, "config.storage.topic": self.topics[0],
                  "offset.storage.topic": self.topics[1], "status.storage.topic": self.topics[2],
-                 "listeners": URL, "rest.advertised.host.name": "127.0.0.1", "rest.advertised.port": str(CONNECT_PORT),
-                 "plugin.path": str(plugins), **self.settings}
-        WORK.mkdir(parents=True, exist_ok=True)
-        worker = WORK / f"{tag}.properties"
+                 "listeners": self.url, "rest.advertised.host.name": "127.0.0.1", "rest.advertised.port": str(port),
+                 "plugin.path": str(plugin_path), **self.settings}
+        work.mkdir(parents=True, exist_ok=True)
+        worker = work / f"{tag}.properties"
         worker.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
-        log4j = WORK / "connect-log4j2.properties"
+        log4j = work / "connect-log4j2.properties"
         log4j.write_text("rootLogger.level=WARN\nrootLogger.appenderRef.out.ref=out\nappender.out.type=Console\n"
                          "appender.out.name=out\nappender.out.layout.type=PatternLayout\n"
                          "appender.out.layout.pattern=%d %p %c{1} %m%n\nlogger.dbz.name=io.debezium\n"
                          "logger.dbz.level=INFO\n")
-        self.log = WORK / f"{tag}.log"
+        self.log = work / f"{tag}.log"
         with open(self.log, "w") as out:
             self.proc = subprocess.Popen(["java", HEAP, f"-Dlog4j2.configurationFile={log4j}", "-cp", f"{libs}/*",
                                           "org.apache.kafka.connect.cli.ConnectDistributed", str(worker)],
-                                         stdout=out, stderr=subprocess.STDOUT, preexec_fn=dies_with_bench)
-        self.wait("the REST API", lambda: rest("GET", "/connectors")[0] == 200, 180)
+                                         stdout=out, stderr=subprocess.STDOUT, preexec_fn=preexec)
+        self.wait("the REST API", lambda: self.rest("GET", "/connectors")[0] == 200, 180)
+
+    def rest(self, method: str, path: str, body: dict | None = None) -> tuple[int, str]:
+        """A request to this worker's REST API (:func:`rest`)."""
+        return rest(method, path, body, self.url)
 
     @property
     def pid(self) -> int:
@@ -159,7 +171,7 @@ class Worker:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
-        delete_topics(self.topics)
+        delete_topics(self.topics, self.bootstrap)
 
 
 def sql(*statements: str) -> None:

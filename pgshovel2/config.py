@@ -17,6 +17,9 @@ A set config is a YAML mapping (see configs/pgbench.yaml)::
                                 # (stock servers); default: pgshovel2 where its extension is available
     encoding: avro              # avro | json
     envelope: row               # row (Bottled Water compatible) | debezium
+    debezium: {schemas: true}   # envelope debezium, encoding json: JsonConverter's schema + payload
+                                # (true, default) or the schemaless event in pgshovel2's JSON values;
+                                # skipped_operations: [t] (default, as Debezium) or [] (op t events)
     topic_prefix: pgbench       # default: the set name
     topics: {create: true, partitions: 1, replication_factor: 1}
     oversized:                  # a change whose message Kafka cannot take (over max.message.bytes)
@@ -54,7 +57,9 @@ CAPTURES = ("c", "plpgsql")  # trigger backend: C extension pgshovel2 or PL/pgSQ
 DECODERS = ("pgshovel2", "pgoutput")
 OVERSIZED_POLICIES = ("fail", "dead-letter", "truncate")
 _TOP_KEYS = {"database", "backend", "capture", "pgq", "decoder", "encoding", "envelope", "topic_prefix", "topics",
-             "tables", "oversized", "publication"}
+             "tables", "oversized", "publication", "debezium"}
+_DEBEZIUM_KEYS = {"schemas", "skipped_operations"}
+SKIPPABLE = ("t",)  # Debezium's skipped.operations that pgshovel2 honours: only truncate events
 _OVERSIZED_KEYS = {"policy", "columns"}
 _DATABASE_KEYS = {"dsn", "relay_dsn"}
 _PUBLICATION_KEYS = {"existing"}
@@ -95,6 +100,28 @@ class OversizedConfig:
 
 
 @dataclass(frozen=True)
+class DebeziumConfig:
+    """Options of ``envelope: debezium`` (docs/wire.rst, "Envelope debezium").
+
+    schemas: with encoding json, each key and value is Kafka Connect JsonConverter's
+    ``{"schema", "payload"}`` with Debezium's Connect schemas and value forms (as Connect's
+    ``schemas.enable=true``); False: the schemaless event with pgshovel2's JSON values. Sets stored
+    before the option existed keep False (their topics' form); new sets default to True.
+    skipped_operations: Debezium's ``skipped.operations``, as its default ``(t,)``: no ``op: t``
+    events for TRUNCATE (the transactions topic's TRUNCATE record only); ``()`` writes one per
+    truncated table. Data changes (c, u, d) are never skipped.
+    """
+
+    schemas: bool = True
+    skipped_operations: tuple[str, ...] = ("t",)
+
+    @property
+    def truncate_events(self) -> bool:
+        """Whether a TRUNCATE writes Debezium ``op: t`` events to the table's topic."""
+        return "t" not in self.skipped_operations
+
+
+@dataclass(frozen=True)
 class SetConfig:
     """A replication set's configuration, validated for structure."""
 
@@ -111,6 +138,12 @@ class SetConfig:
     oversized: OversizedConfig = field(default_factory=OversizedConfig)
     relay_dsn: str | None = None  # libpq keywords laid over dsn for the relay role (SetRecord.relay_dsn)
     publication: str | None = None  # pgoutput: the DBA's existing publication (None: the set's own)
+    debezium: DebeziumConfig = field(default_factory=DebeziumConfig)
+
+    @property
+    def connect_json(self) -> bool:
+        """Debezium events in JSON with Connect schemas (envelope debezium, encoding json, schemas)."""
+        return self.envelope == "debezium" and self.encoding == "json" and self.debezium.schemas
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form, as stored in ZooKeeper."""
@@ -139,6 +172,8 @@ class SetConfig:
                                          "columns": tuple(oversized.get("columns", ()))}),
             relay_dsn=data.get("relay_dsn"),  # absent before it existed: the dsn serves both
             publication=data.get("publication"),
+            # records before the option existed: their topics' schemaless form
+            debezium=_debezium_record(data.get("debezium")),
         )
 
 
@@ -222,7 +257,8 @@ def parse_config(data: Any, source: str) -> SetConfig:
                      envelope=envelope, topic_prefix=prefix,
                      topics=_parse_topics(data.get("topics", {}), source), capture=capture, pgq=pgq,
                      decoder=decoder, oversized=_parse_oversized(data.get("oversized", {}), source),
-                     relay_dsn=relay_dsn, publication=_publication(data, backend, decoder, source))
+                     relay_dsn=relay_dsn, publication=_publication(data, backend, decoder, source),
+                     debezium=_parse_debezium(data, envelope, source))
 
 
 def _relay_dsn(value: Any, source: str) -> str | None:
@@ -340,6 +376,41 @@ def _parse_topics(data: Any, source: str) -> TopicsConfig:
             raise ConfigError(source, f"topics.{key}", value, "must be a positive integer")
         ints[key] = value
     return TopicsConfig(create=create, **ints)
+
+
+def _parse_debezium(data: dict, envelope: str, source: str) -> DebeziumConfig:
+    """The ``debezium`` mapping ({schemas: bool}), only with envelope debezium."""
+    if "debezium" not in data:
+        return DebeziumConfig()
+    value = data["debezium"]
+    if envelope != "debezium":
+        raise ConfigError(source, "debezium", value, "applies to envelope: debezium only")
+    if not isinstance(value, dict):
+        raise ConfigError(source, "debezium", value, "must be a mapping {schemas: true|false, "
+                          "skipped_operations: [t] or []}")
+    _no_unknown(value, _DEBEZIUM_KEYS, "debezium.", source)
+    schemas = value.get("schemas", True)
+    if not isinstance(schemas, bool):
+        raise ConfigError(source, "debezium.schemas", schemas, "must be true or false")
+    skipped = value.get("skipped_operations", ["t"])
+    if not isinstance(skipped, list) or any(op not in SKIPPABLE for op in skipped):
+        raise ConfigError(source, "debezium.skipped_operations", skipped,
+                          "must be a list of the operations Debezium's skipped.operations may name that pgshovel2 "
+                          "skips: [t] (no op t events for TRUNCATE, the default) or [] (c, u and d are never "
+                          "skipped: no change is dropped)")
+    if "t" not in skipped and data.get("encoding", ENCODINGS[0]) != "json":
+        raise ConfigError(source, "debezium.skipped_operations", skipped,
+                          "op t events need JSON (encoding: json): their key is Connect's null key, which Avro "
+                          "has no form for, and Kafka refuses a null key on a compacted table topic")
+    return DebeziumConfig(schemas=schemas, skipped_operations=tuple(dict.fromkeys(skipped)))
+
+
+def _debezium_record(stored: dict | None) -> DebeziumConfig:
+    """The DebeziumConfig of a stored record (to_dict); a record before the option: schemaless JSON."""
+    if stored is None:
+        return DebeziumConfig(schemas=False)
+    return DebeziumConfig(schemas=stored["schemas"],
+                          skipped_operations=tuple(stored.get("skipped_operations", ("t",))))
 
 
 def _parse_oversized(data: Any, source: str) -> OversizedConfig:

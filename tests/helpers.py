@@ -18,6 +18,7 @@ from confluent_kafka.schema_registry import SchemaRegistryClient
 
 from pgshovel2 import names
 from pgshovel2.cluster import ClusterStore
+from pgshovel2.codec.connect import unwrap
 from pgshovel2.ops import status
 from pgshovel2.ops.verify import read_topics, verify_set
 
@@ -118,7 +119,8 @@ def caught_up(stack, cluster: str, set_name: str, timeout: float = 60) -> None:
 
 
 class Decoder:
-    """Decodes Avro (Confluent framing, schema from the registry) or JSON."""
+    """Decodes Avro (Confluent framing, schema from the registry) or JSON (Kafka Connect's
+    ``{"schema", "payload"}`` form: its payload, values as written)."""
 
     def __init__(self, registry_url: str):
         self._client = SchemaRegistryClient({"url": registry_url})
@@ -128,7 +130,7 @@ class Decoder:
         if data is None:
             return None
         if data[:1] != b"\x00":
-            return json.loads(data)
+            return unwrap(json.loads(data))
         schema_id = int.from_bytes(data[1:5], "big")
         if schema_id not in self._schemas:
             text = self._client.get_schema(schema_id).schema_str

@@ -33,6 +33,7 @@ from fastavro.logical_readers import LOGICAL_READERS
 
 from pgshovel2 import registryconf
 from pgshovel2.codec.jsonvalue import ESCAPE_KEY, unescape
+from pgshovel2.consumer.connectjson import ConnectReader, is_connect
 from pgshovel2.consumer.errors import ConsumerError
 from pgshovel2.registryconf import Registry
 from pgshovel2.wire import INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN, raw_schema
@@ -164,6 +165,8 @@ class Decoder:
     raw: return Avro datums without logical types applied (the physical Avro
     values: days, microseconds, unscaled decimal bytes), as the relay's
     codec produced them.
+    JSON with Kafka Connect schemas (``{"schema", "payload"}``: the debezium envelope's default)
+    decodes to its payload in pgshovel2's JSON forms (pgshovel2.consumer.connectjson).
     Raises ConsumerError naming the message when data cannot be decoded.
     """
 
@@ -172,6 +175,7 @@ class Decoder:
         self.registry_url, self.raw = registry_url, raw
         self._registry = registry
         self._schemas: dict[int, tuple[Any, Convert | None, dict[str, Any]]] = {}
+        self._connect = ConnectReader()
 
     def _schema(self, schema_id: int, where: str) -> tuple[Any, Convert | None, dict[str, Any]]:
         cached = self._schemas.get(schema_id)
@@ -213,6 +217,8 @@ class Decoder:
                 datum = fastavro.schemaless_reader(body, parsed)
                 return convert(datum) if convert is not None and not self.raw else datum
             datum = json.loads(data)
+            if is_connect(datum):  # Connect's JsonConverter with schemas (envelope debezium)
+                return self._connect.read(datum, data)
             if _ESCAPE in data and isinstance(datum, dict):
                 return _unescape_columns(datum)
             return datum

@@ -45,6 +45,7 @@ from pgshovel2.catalog import Column
 from pgshovel2.codec.avro import envelope_row_schema
 from pgshovel2.codec.jsonvalue import ESCAPE_KEY, JsonValue
 from pgshovel2.consumer import pgtext
+from pgshovel2.consumer.connectjson import ConnectReader, is_connect
 from pgshovel2.consumer.decode import Decoder
 from pgshovel2.consumer.errors import ConsumerError
 from pgshovel2.consumer.model import Change, Transaction
@@ -160,6 +161,7 @@ class Pretty:
     def __init__(self, record: SetRecord, decoder: Decoder, max_text: int = MAX_TEXT):
         self.decoder, self.max_text = decoder, max_text
         self.debezium = record.config.envelope == "debezium"
+        self._connect = ConnectReader(escapes=True)  # raw JSON messages, escape objects as they are
         self._columns: dict[str, dict[str, Column]] = {}
         self._by_table: dict[str, dict[str, Column]] = {}
         for table in record.tables:
@@ -230,6 +232,8 @@ class Pretty:
                 raise ConsumerError(f"cannot decode {where}: {exc}") from exc
             if not isinstance(datum, dict):
                 raise ConsumerError(f"{where} is {datum!r:.80}, not a JSON object")
+            if is_connect(datum):  # JsonConverter's schema + payload: the payload in pgshovel2's forms
+                datum = self._connect.read(datum, data)
             row, envelope = (lambda d: self._json_row(change, d)), self.debezium and "source" in datum
         if not envelope:
             return row(datum), None, None

@@ -177,6 +177,11 @@ def _check_immutable(old: SetConfig, new: SetConfig, source: str) -> None:
         if getattr(old, name) != getattr(new, name):
             raise ConfigError(source, name, getattr(new, name),
                               f"cannot change on upgrade (stored: {getattr(old, name)!r}); use {instead}")
+    if old.connect_json != new.connect_json:  # the topics' JSON form (Connect schema + payload or not)
+        raise ConfigError(source, "debezium.schemas", new.debezium.schemas,
+                          f"cannot change on upgrade (stored: {old.debezium.schemas}: the set's topics hold that "
+                          "form; a set created before the option existed has false); write the stored value, or "
+                          "use a new set")
 
 
 def plan(store: ClusterStore, name: str, config_path: str) -> UpgradePlan:

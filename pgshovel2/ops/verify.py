@@ -145,6 +145,8 @@ def rebuild(messages: list, truncated_at: str, envelope: Envelope) -> TopicState
     moved: tuple[str, bytes] | None = None  # (position, after-image) of the last keyed delete
     for key, value, headers in messages:
         position = headers.get(wire.POSITION, "")
+        if headers.get(wire.OP) == "t":
+            continue  # a Debezium truncate event: truncated_at (the TRUNCATE record) stands for it
         before, after = envelope.images(value)
         if key is not None:
             unchanged = headers.get(wire.UNCHANGED)

@@ -22,9 +22,13 @@ from pgshovel2 import __version__
 from pgshovel2.codec import native
 from pgshovel2.codec.avro import DEBEZIUM_TAIL_FIELDS, AvroWriter, envelope_row_schema
 from pgshovel2.codec.avro_fast import compile_record
+from pgshovel2.codec.connect import ConnectRowEncoder, unwrap, wrap
 from pgshovel2.codec.rows import RowEncoder, as_values, encode_json
 from pgshovel2.relay.envelopes import CONNECTOR, SNAPSHOT_FALSE, XID_MASK, Context, Message
 from pgshovel2.wire import raw_schema
+
+TRUNCATE_KEY_CONNECT = b'{"schema":null,"payload":null}'
+TRUNCATE_KEY_JSON = b"null"
 
 
 @dataclass(frozen=True)
@@ -46,13 +50,19 @@ class DebeziumEnvelope:
     writer: the registered Envelope schema's writer (Avro), None for JSON.
     collection: the data collection events are numbered in (the table's topic).
     clock: ns since the epoch, for the envelope's ``ts_ms``/``ts_us``/``ts_ns``
-    (processing time, as Debezium's).
+    (processing time, as Debezium's). truncate_events: a TRUNCATE of the table writes an
+    ``op: t`` event (:meth:`truncate`; the set's ``debezium.skipped_operations`` lacks ``t``).
+    A :class:`~pgshovel2.codec.connect.ConnectRowEncoder` (JSON with Connect schemas) makes
+    every value JsonConverter's ``{"schema", "payload"}``.
     """
 
     def __init__(self, encoder: RowEncoder, source: SourceInfo, collection: str,
-                 writer: AvroWriter | None = None, clock: Callable[[], int] = time.time_ns):
+                 writer: AvroWriter | None = None, clock: Callable[[], int] = time.time_ns,
+                 truncate_events: bool = False):
         self.encoder, self.source = encoder, source
+        self.truncate_events = truncate_events
         self._writer, self._clock = writer, clock
+        self._connect = encoder.schemas.envelope if isinstance(encoder, ConnectRowEncoder) else None
         self.collection = collection
         self._raw_envelope = self._raw_value = None
         if writer is not None:
@@ -116,6 +126,14 @@ class DebeziumEnvelope:
         return [self._event(old_key, "d", old, None, ctx), Message(old_key, None, "d"),
                 self._event(key, "c", None, conv, ctx)]
 
+    def truncate(self, ctx: Context) -> Message:
+        """Debezium's truncate event of the table: ``before``/``after`` null, ``op: t``, source and
+        transaction as for a change at ctx; its key is Connect's null key in JSON
+        (``{"schema":null,"payload":null}``, or ``null`` without schemas: JsonConverter reads both
+        as a null key), since Kafka refuses a Kafka-null key on a compacted table topic."""
+        key = TRUNCATE_KEY_CONNECT if self._connect is not None else TRUNCATE_KEY_JSON
+        return self._event(key, "t", None, None, ctx)
+
     def _native_change(self, op: str, row: Any, before: Any, ctx: Context) -> list[Message] | None:
         """:meth:`change` with rows encoded by the native codec; None (nothing done) when it leaves
         a row to Python."""
@@ -174,7 +192,12 @@ class DebeziumEnvelope:
             "ts_us": now_ns // 1_000,
             "ts_ns": now_ns,
         }
-        value = enc.encode_avro(self._writer, datum) if self._writer is not None else encode_json(datum)
+        if self._writer is not None:
+            value = enc.encode_avro(self._writer, datum)
+        elif self._connect is not None:
+            value = wrap(self._connect, encode_json(datum))
+        else:
+            value = encode_json(datum)
         return Message(key, value, op)
 
     def _source(self, ctx: Context) -> dict[str, Any]:
@@ -202,7 +225,7 @@ class DebeziumEnvelope:
         if value is None:
             return None, None
         if self._writer is None:
-            event = json.loads(value)
+            event = unwrap(json.loads(value))
         else:
             event = fastavro.schemaless_reader(io.BytesIO(value[5:]), self._raw_envelope)
         before, after = event["before"], event["after"]

@@ -292,14 +292,17 @@ class Emitter:
         if ev.row is None and ev.op == "D":
             raise RelayError(f"a DELETE on {ev.table} came without its key (replica identity NOTHING?): "
                              f"set REPLICA IDENTITY on the table and re-create set {self.set_name!r}")
+        envelope = route.envelope
+        ctx = Context(ev.txid, position, ev.ts_ms, order=self._order, lsn=ev.lsn, last_lsn=self._txn_last_lsn,
+                      ts_us=self._txn_ts_us) if getattr(envelope, "uses_context", True) else None
         if ev.op == "T":
             self._record({"type": "TRUNCATE", "txid": ev.txid, "position": position,
                           "ts_ms": ev.ts_ms, "event_count": None, "data_collections": None,
                           "table": route.topic})
+            if getattr(envelope, "truncate_events", False):  # Debezium's op t event, alongside the record
+                self._send(route, envelope.truncate(ctx), ev.txid, position, ev.ts_ms)
+                self._counts[route.topic] += 1
             return
-        envelope = route.envelope
-        ctx = Context(ev.txid, position, ev.ts_ms, order=self._order, lsn=ev.lsn, last_lsn=self._txn_last_lsn,
-                      ts_us=self._txn_ts_us) if getattr(envelope, "uses_context", True) else None
         msgs = envelope.change(ev.op, ev.row, ev.before, ctx)
         unchanged = _unchanged_header(route.table, ev) if ev.unchanged else None
         for msg, extra in self._placed(route, msgs, ev.txid, position, ev.ts_ms, unchanged,

@@ -38,7 +38,9 @@ without (:class:`~pgshovel2.relay.emitter.Emitter`), so an envelope never sees i
                          (an unkeyed table's UPDATE: (None, {before: old row, after: row, op: u}))
     snapshot row      -> (key, {before: null, after: row, op: r, transaction: null})
 
-TRUNCATE is not an envelope matter: the emitter writes it to the transactions topic.
+TRUNCATE: the emitter writes it to the transactions topic; a debezium set whose
+``debezium.skipped_operations`` lacks ``t`` also writes the envelope's ``op: t`` event
+(:meth:`~pgshovel2.relay.debezium.DebeziumEnvelope.truncate`).
 """
 
 import io

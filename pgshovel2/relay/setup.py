@@ -5,6 +5,7 @@ from psycopg2.extensions import parse_dsn
 from pgshovel2.catalog import Table
 from pgshovel2.codec import avro
 from pgshovel2.codec.avro import AvroWriter
+from pgshovel2.codec.connect import ConnectRowEncoder, table_schemas
 from pgshovel2.codec.rows import RowEncoder
 from pgshovel2.db import connect
 from pgshovel2.errors import RelayError
@@ -90,9 +91,10 @@ def _route(record: SetRecord, table: Table, registry: SchemaRegistry | None, dat
     if config.envelope == "debezium":
         env_w = _writer(avro_registry, f"{topic}-value", avro.debezium_value_schema(set_name, table))
         key_w = _writer(avro_registry, f"{topic}-key", avro.key_schema(set_name, table))
-        encoder = RowEncoder(table, use_avro, key_w, None)
+        encoder = ConnectRowEncoder(table, table_schemas(topic, table)) if config.connect_json \
+            else RowEncoder(table, use_avro, key_w, None)
         envelope = DebeziumEnvelope(encoder, SourceInfo(set_name, database, table.schema, table.name),
-                                    topic, env_w)
+                                    topic, env_w, truncate_events=config.debezium.truncate_events)
     else:
         value_w = _writer(avro_registry, f"{topic}-value", avro.value_schema(set_name, table))
         key_w = _writer(avro_registry, f"{topic}-key", avro.key_schema(set_name, table))

@@ -4,6 +4,7 @@
 # Debezium's PostgreSQL connector plugin archive unpacked into $DEBEZIUM_HOME/plugins (Connect's
 # plugin.path). bench/debezium.py calls it; DEBEZIUM_HOME defaults to .cache/debezium.
 #     scripts/debezium/install.sh            prints the DEBEZIUM_HOME it filled
+#     scripts/debezium/install.sh jdbc       also Debezium's JDBC sink connector (the sink tests)
 set -euo pipefail
 source "$(dirname "$0")/../env.sh"
 DEBEZIUM_VERSION="${DEBEZIUM_VERSION:-3.4.3.Final}"
@@ -25,4 +26,17 @@ if [ ! -f "$plugins/.complete-$DEBEZIUM_VERSION" ]; then
   tar -xzf "$DEBEZIUM_HOME/debezium-connector-postgres-$DEBEZIUM_VERSION-plugin.tar.gz" -C "$plugins" --no-same-owner
   touch "$plugins/.complete-$DEBEZIUM_VERSION"
 fi
+for extra in "$@"; do
+  case "$extra" in
+    jdbc) artifact="debezium-connector-jdbc" ;;
+    *) echo "install.sh: unknown plugin $extra (known: jdbc)" >&2; exit 2 ;;
+  esac
+  if [ ! -f "$plugins/.complete-$artifact-$DEBEZIUM_VERSION" ]; then
+    log "fetching io.debezium:$artifact:$DEBEZIUM_VERSION:tar.gz:plugin from Maven Central into $plugins"
+    mvn -q -B dependency:copy -Dartifact="io.debezium:$artifact:$DEBEZIUM_VERSION:tar.gz:plugin" \
+      -DoutputDirectory="$DEBEZIUM_HOME" >&2
+    tar -xzf "$DEBEZIUM_HOME/$artifact-$DEBEZIUM_VERSION-plugin.tar.gz" -C "$plugins" --no-same-owner
+    touch "$plugins/.complete-$artifact-$DEBEZIUM_VERSION"
+  fi
+done
 echo "$DEBEZIUM_HOME"

@@ -16,6 +16,7 @@ import pytest
 from pgshovel2.backends.snapshot import APPLICATION_NAME
 from pgshovel2.bootstrap.manifest import BootstrapError, Manifest
 from pgshovel2.cluster import ClusterStore
+from pgshovel2.codec.connect import unwrap
 from pgshovel2.ops.verify import read_topics
 from pgshovel2.sparkjobs import bootstrap, session
 from pgshovel2.txids import ConsistentPoint
@@ -149,7 +150,9 @@ def test_to_kafka_debezium_snapshot_markers_and_lsn(stack, db, schema, cluster, 
     relayed = {t: len(m) for t, m in read_topics(stack.bootstrap, topics).items()}
     manifest = _run(spark, stack, cluster, "dbzboot", tmp_path / "k", to_kafka=True, partition_rows=10)
     after = read_topics(stack.bootstrap, topics)
-    ours = [json.loads(v) for t in topics for _, v, _ in after[t][relayed[t]:]]  # tables in set order
+    messages = [json.loads(v) for t in topics for _, v, _ in after[t][relayed[t]:]]  # tables in set order
+    assert all(m["schema"]["name"].endswith(".Envelope") for m in messages)  # Connect's JSON with schema
+    ours = [unwrap(m) for m in messages]
     assert [e["op"] for e in ours] == ["r"] * 40
     assert [e["source"]["snapshot"] for e in ours] == (
         ["first"] + ["true"] * 28 + ["last_in_data_collection", "first_in_data_collection"] + ["true"] * 8 + ["last"])

@@ -18,6 +18,7 @@ from confluent_kafka.schema_registry import SchemaRegistryClient
 from pgshovel2 import __version__, names
 from pgshovel2.cluster import ClusterStore
 from pgshovel2.codec import avro
+from pgshovel2.ops.verify import read_topics
 from pgshovel2.wire import Lsn
 from tests.helpers import assert_verified, caught_up, messages, pgshovel, verify, write_config
 
@@ -180,6 +181,28 @@ def test_debezium_envelope(stack, cluster, db, schema, tmp_path, relay_factory, 
 
     if encoding == "avro":
         check_registered_schemas(stack, cluster, t_topic, u_topic)
+    else:
+        check_connect_json(stack, t_topic, u_topic)
+
+
+def check_connect_json(stack, t_topic: str, u_topic: str):
+    """JSON is Kafka Connect JsonConverter's form with schemas (as Debezium's default): every key and
+    value ``{"schema", "payload"}``, named as Debezium names them after the topic."""
+    raw = read_topics(stack.bootstrap, [t_topic, u_topic])
+    for topic, keyed in ((t_topic, True), (u_topic, False)):
+        for key, value, _ in raw[topic]:
+            if keyed:
+                key = json.loads(key)
+                assert list(key) == ["schema", "payload"] and key["schema"]["name"] == f"{topic}.Key"
+                assert key["schema"]["fields"] == [{"type": "int32", "optional": False, "field": "id"}]
+            else:
+                assert key is None
+            if value is not None:
+                value = json.loads(value)
+                assert list(value) == ["schema", "payload"] and value["schema"]["name"] == f"{topic}.Envelope"
+                assert [f["field"] for f in value["schema"]["fields"]] == ENVELOPE_FIELDS
+                after = value["schema"]["fields"][1]
+                assert after["name"] == f"{topic}.Value" and after["optional"] is True
 
 
 def check_registered_schemas(stack, cluster: str, t_topic: str, u_topic: str) -> None:

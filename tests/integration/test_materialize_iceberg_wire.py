@@ -10,7 +10,7 @@ from pyiceberg.table import StaticTable
 from tests.helpers import caught_up
 from tests.integration.bootstrap_helpers import merge_into_iceberg
 from tests.integration.test_iceberg import _metadata
-from tests.integration.test_materialize_wire import WIRES, _bootstrap, _rows_of, typed_set
+from tests.integration.test_materialize_wire import CONNECT_LOSSY, WIRES, _bootstrap, _rows_of, typed_set
 from tests.integration.test_types import insert_rows, typed_table  # noqa: F401  (a fixture)
 
 # in make test-spark (a JVM each: about a minute); make test merges into Iceberg in test_audit_iceberg
@@ -41,5 +41,7 @@ def test_every_type_merges_into_iceberg_as_the_source(stack, cluster, db, typed_
     state = _rows_of(merged)
     assert [r["id"] for r in source] == [1, 2] and [r["renamed"] for r in source] == ["y", "x"]
     assert [r["id"] for r in state] == [1, 2]
+    lossy = CONNECT_LOSSY if (encoding, envelope) == ("json", "debezium") else set()  # docs/wire.rst
     for got, want in zip(state, source, strict=True):
-        assert got == want, {k: (got.get(k), want[k]) for k in want if got.get(k) != want[k]}
+        differing = {k: (got.get(k), want[k]) for k in want if got.get(k) != want[k]}
+        assert set(differing) <= lossy, differing

@@ -86,3 +86,54 @@ def test_capture_kind_is_kept_and_old_records_read_as_c():
     del old["capture"]
     del old["config"]["capture"]
     assert SetRecord.from_dict(old).capture.kind == "c" and SetRecord.from_dict(old).config.capture is None
+
+
+def test_debezium_schemas_option():
+    cfg = parse_config({**GOOD, "envelope": "debezium", "encoding": "json"}, "f.yaml")
+    assert cfg.debezium.schemas is True and cfg.connect_json
+    off = parse_config({**GOOD, "envelope": "debezium", "encoding": "json", "debezium": {"schemas": False}}, "f.yaml")
+    assert off.debezium.schemas is False and not off.connect_json
+    assert SetConfig.from_dict(off.to_dict()) == off and SetConfig.from_dict(cfg.to_dict()) == cfg
+    assert not parse_config({**GOOD, "envelope": "debezium"}, "f.yaml").connect_json  # Avro
+    # a set stored before the option existed keeps its topics' schemaless form
+    old = {k: v for k, v in cfg.to_dict().items() if k != "debezium"}
+    assert SetConfig.from_dict(old).debezium.schemas is False
+
+
+@pytest.mark.parametrize("patch, field, why", [
+    ({"debezium": {"schemas": False}}, "debezium", "envelope: debezium only"),
+    ({"envelope": "debezium", "debezium": {"schemas": "no"}}, "debezium.schemas", "true or false"),
+    ({"envelope": "debezium", "debezium": {"schema": True}}, "debezium.schema", "unknown field"),
+    ({"envelope": "debezium", "debezium": True}, "debezium", "must be a mapping"),
+])
+def test_debezium_option_errors(patch, field, why):
+    with pytest.raises(ConfigError, match=why) as err:
+        parse_config({**GOOD, **patch}, "f.yaml")
+    assert field in str(err.value) and "f.yaml" in str(err.value)
+
+
+def test_debezium_skipped_operations():
+    base = {**GOOD, "envelope": "debezium", "encoding": "json"}
+    assert parse_config(base, "f.yaml").debezium.truncate_events is False  # Debezium's default: skip t
+    cfg = parse_config({**base, "debezium": {"skipped_operations": []}}, "f.yaml")
+    assert cfg.debezium.truncate_events is True and SetConfig.from_dict(cfg.to_dict()) == cfg
+    for bad in (["d"], "t", ["t", "c"]):
+        with pytest.raises(ConfigError, match="debezium.skipped_operations.*never skipped"):
+            parse_config({**base, "debezium": {"skipped_operations": bad}}, "f.yaml")
+    with pytest.raises(ConfigError, match="debezium.skipped_operations.*need JSON"):
+        parse_config({**base, "encoding": "avro", "debezium": {"skipped_operations": []}}, "f.yaml")
+
+
+def test_upgrade_keeps_the_topics_json_form():
+    """set upgrade refuses to change a debezium JSON set's form (Connect schema + payload or not); a set
+    stored before the option existed is schemaless, a row set is unaffected."""
+    from pgshovel2.ops.upgrade import _check_immutable
+
+    new = parse_config({**GOOD, "envelope": "debezium", "encoding": "json"}, "f.yaml")
+    old = SetConfig.from_dict({k: v for k, v in new.to_dict().items() if k != "debezium"})
+    with pytest.raises(ConfigError, match="debezium.schemas.*stored: False"):
+        _check_immutable(old, new, "f.yaml")
+    _check_immutable(old, parse_config({**GOOD, "envelope": "debezium", "encoding": "json",
+                                        "debezium": {"schemas": False}}, "f.yaml"), "f.yaml")
+    row = parse_config({**GOOD, "encoding": "json"}, "f.yaml")
+    _check_immutable(SetConfig.from_dict({k: v for k, v in row.to_dict().items() if k != "debezium"}), row, "f.yaml")

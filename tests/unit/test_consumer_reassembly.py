@@ -379,3 +379,17 @@ def test_materialize_removes_a_dropped_tables_rows_and_refuses_a_topic_change():
         {"type": "TRUNCATE", "txid": 9, "position": pos(5, 3), "table": A}])]
     got = list(changes.truncations(None, "1:1:")(iter(rows)))
     assert got == [(B, pos(5, 1), "TABLE_DROPPED"), (C, pos(5, 2), "TOPIC_CHANGED"), (A, pos(5, 3), "TRUNCATE")]
+
+
+def test_debezium_truncate_event_counts_and_the_record_stands_for_it():
+    """A debezium set's op t event (debezium: {skipped_operations: []}) is a data message of its
+    transaction (counted in END) but no change of its own: the TRUNCATE record is, in order."""
+    r, log = strict(), Log()
+    begin = log.begin(12, pos(7, 0))
+    a1 = log.data(A, 0, "c", 12, pos(7, 0), 1)
+    trunc = log.truncate(12, pos(7, 1), A)
+    event = DataMessage(A, 1, log._next(A, 1), "t", 12, pos(7, 1), 1000, None, {"op": "t"})
+    a2 = log.data(A, 0, "c", 12, pos(7, 2), 2)
+    end = log.end(12, pos(7, 2), {A: 3})
+    [txn] = feed(r, begin, a1, trunc, event, a2, end)
+    assert ops(txn) == [("c", "public.a", 1), ("t", "public.a", None), ("c", "public.a", 2)]

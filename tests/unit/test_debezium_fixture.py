@@ -24,6 +24,7 @@ import pytest
 from pgshovel2.catalog import Column, Table
 from pgshovel2.codec import avro
 from pgshovel2.codec.avro import AvroWriter
+from pgshovel2.codec.connect import ConnectRowEncoder, table_schemas
 from pgshovel2.codec.rows import RowEncoder
 from pgshovel2.relay.debezium import DebeziumEnvelope, SourceInfo
 from pgshovel2.relay.emitter import Emitter, TableRoute
@@ -87,16 +88,17 @@ def wal_transactions() -> list[dict]:
     return out
 
 
-def ours(use_avro: bool) -> tuple[dict[str, list], dict]:
+def ours(use_avro: bool, connect: bool = False) -> tuple[dict[str, list], dict]:
     """Our messages per topic for the fixture's snapshot and transactions, and the schemas by topic
-    (Avro: as registered)."""
+    (Avro: as registered). connect: JSON with Connect schemas (keys and values as decoded, whole)."""
     sink, routes, schemas = RecordingSink(), {}, {}
     for name, table in TABLES.items():
         env_w = key_w = None
         if use_avro:
             schemas[TOPICS[name]] = avro.debezium_value_schema("dbzfix", table)
             env_w, key_w = AvroWriter(schemas[TOPICS[name]], 1), AvroWriter(avro.key_schema("dbzfix", table), 2)
-        encoder = RowEncoder(table, use_avro, key_w, None)
+        encoder = ConnectRowEncoder(table, table_schemas(TOPICS[name], table)) if connect else \
+            RowEncoder(table, use_avro, key_w, None)
         envelope = DebeziumEnvelope(encoder, SourceInfo("dbzfix", "pgshovel", SCHEMA, name), TOPICS[name], env_w)
         routes[table.qualified] = TableRoute(table, TOPICS[name], encoder, envelope)
     emitter = Emitter("dbzfix", routes, "txns", None, sink)
@@ -139,9 +141,16 @@ def _kind(value) -> str:
     return type(value).__name__
 
 
-@pytest.mark.parametrize("use_avro", [False, True])
-def test_same_messages_fields_and_values_as_debezium(use_avro):
-    mine, _ = ours(use_avro)
+def _payloads(messages: dict[str, list]) -> dict[str, list]:
+    return {t: [{"key": m["key"]["payload"], "value": m["value"] and m["value"]["payload"]} for m in ms]
+            for t, ms in messages.items()}
+
+
+@pytest.mark.parametrize("use_avro,connect", [(False, False), (True, False), (False, True)])
+def test_same_messages_fields_and_values_as_debezium(use_avro, connect):
+    mine, _ = ours(use_avro, connect)
+    if connect:
+        mine = _payloads(mine)
     theirs = debezium()
     for topic in TOPICS.values():
         assert [(m["key"], m["value"] is None) for m in mine[topic]] == \
@@ -170,6 +179,27 @@ def test_same_messages_fields_and_values_as_debezium(use_avro):
                 assert source.pop("sequence") == f'["{SNAPSHOT_LSN}","{their_source["lsn"]}"]'
             theirs_rest = {k: v for k, v in their_source.items() if k in source}
             assert source == theirs_rest
+
+
+def _without_position(schema: dict) -> dict:
+    fields = [{**f, "fields": [s for s in f["fields"] if s["field"] != "position"]} if f["field"] == "source"
+              else f for f in schema["fields"]]
+    return {**schema, "fields": fields}
+
+
+def test_connect_schemas_are_debeziums():
+    """JSON with Connect schemas: every key and value schema is Debezium's, field for field (the
+    value's source struct with pgshovel2's position field last)."""
+    mine, _ = ours(False, connect=True)
+    for topic in TOPICS.values():
+        for ours_msg, their_msg in zip(mine[topic], FIXTURE["topics"][topic], strict=True):
+            assert ours_msg["key"]["schema"] == their_msg["key"]["schema"]
+            if their_msg["value"] is None:
+                assert ours_msg["value"] is None
+                continue
+            source = next(f for f in ours_msg["value"]["schema"]["fields"] if f["field"] == "source")
+            assert source["fields"][-1] == {"type": "string", "optional": False, "field": "position"}
+            assert _without_position(ours_msg["value"]["schema"]) == their_msg["value"]["schema"]
 
 
 def test_snapshot_markers_are_debeziums():

@@ -1,0 +1,274 @@
+"""Kafka Connect schemas and values of Debezium 3.4's PostgreSQL connector with its default modes.
+
+The JSON form of ``envelope: debezium`` with ``debezium: {schemas: true}`` (the default): what
+Kafka Connect's ``JsonConverter`` (``schemas.enable=true``) writes of Debezium's events, a
+``{"schema": <Connect schema>, "payload": <value>}`` object for key and value (docs/wire.rst,
+"Envelope debezium"). Column values take Debezium's forms for ``decimal.handling.mode=precise``,
+``time.precision.mode=adaptive`` (at the default precision 6), ``interval.handling.mode=numeric``
+and ``binary.handling.mode=bytes``.
+
+Input values are the capture trigger's forms (:mod:`pgshovel2.codec.types`). Schemas are built once
+per table layout (:func:`table_schemas`) and kept as JSON bytes; only payloads are built per message.
+"""
+
+import base64
+import dataclasses
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from pgshovel2.catalog import Column, Table
+from pgshovel2.codec import temporal
+from pgshovel2.codec.pgarray import from_capture
+from pgshovel2.codec.rows import RowEncoder, encode_json
+from pgshovel2.codec.types import _EXACT, _money, field_type
+from pgshovel2.errors import EncodeError
+
+Convert = Callable[[Any], Any]
+# Debezium's MicroDuration: a month is 365.25 / 12 = 30.4375 days (exactly 2 629 800 s)
+US_PER_MONTH = 2_629_800_000_000
+US_PER_DAY = 86_400_000_000
+ENVELOPE_VERSION = 2  # Debezium 3.x's Envelope schema version
+
+
+@dataclass(frozen=True)
+class ConnectType:
+    """How one column travels in Connect form: schema (a Connect JSON schema without ``optional``
+    and ``field``) and to_value (trigger form -> payload value; None: identity)."""
+
+    schema: dict[str, Any]
+    to_value: Convert | None
+
+
+def _named(kind: str, name: str, **extra: Any) -> dict[str, Any]:
+    return {"type": kind, "name": name, "version": 1, **extra}
+
+
+def java_bytes(unscaled: int) -> bytes:
+    """Java's BigInteger.toByteArray(): the minimal big-endian two's complement bytes."""
+    length = ((unscaled if unscaled >= 0 else ~unscaled).bit_length() + 8) // 8
+    return unscaled.to_bytes(length, "big", signed=True)
+
+
+def _parse_decimal(text: str) -> Decimal | None:
+    """A numeric's text as a Decimal; None for NaN/±Infinity (precise mode cannot hold them)."""
+    try:
+        d = Decimal(text)
+    except InvalidOperation as exc:
+        raise EncodeError(f"cannot parse numeric {text!r}") from exc
+    return d if d.is_finite() else None
+
+
+def _decimal(scale: int) -> Convert:
+    def convert(text: str) -> str | None:
+        d = _parse_decimal(text)
+        if d is None:
+            return None
+        return base64.b64encode(java_bytes(int(d.scaleb(scale, _EXACT)))).decode("ascii")
+    return convert
+
+
+def _variable_decimal(text: str) -> dict[str, Any] | None:
+    d = _parse_decimal(text)
+    if d is None:
+        return None
+    scale = max(0, -d.as_tuple().exponent)
+    unscaled = int(d.scaleb(scale, _EXACT))
+    return {"scale": scale, "value": base64.b64encode(java_bytes(unscaled)).decode("ascii")}
+
+
+_VARIABLE_SCALE = {"type": "struct", "fields": [{"type": "int32", "optional": False, "field": "scale"},
+                                                {"type": "bytes", "optional": False, "field": "value"}],
+                   "name": "io.debezium.data.VariableScaleDecimal", "version": 1, "doc": "Variable scaled decimal"}
+
+
+def interval_micros(v: list) -> int:
+    """Trigger interval [months, days, µs] -> Debezium's MicroDuration (µs, a month 30.4375 days)."""
+    months, days, us = v
+    return months * US_PER_MONTH + days * US_PER_DAY + us
+
+
+_OFFSET = re.compile(r"([+-])(\d\d)(?::?(\d\d))?(?::?(\d\d))?$")
+
+
+def timetz_utc(text: str) -> str:
+    """PostgreSQL timetz text ("12:34:56.5+03") -> Debezium's ZonedTime, the time in UTC with six
+    fraction digits and ``Z`` ("09:34:56.500000Z")."""
+    m = _OFFSET.search(text)
+    if m is None:
+        raise EncodeError(f"cannot parse timetz {text!r}")
+    sign = 1 if m.group(1) == "+" else -1
+    offset = sign * (int(m.group(2)) * 3600 + int(m.group(3) or 0) * 60 + int(m.group(4) or 0))
+    us = (temporal.time_from_text(text[:m.start()]) - offset * 1_000_000) % US_PER_DAY
+    return temporal.time_to_json(us) + "Z"
+
+
+def _bytea(v: str) -> str:
+    return base64.b64encode(bytes.fromhex(v)).decode("ascii")
+
+
+def _scalar(col: Column) -> ConnectType:
+    kind = col.kind
+    simple = {"bool": "boolean", "int2": "int16", "int4": "int32", "int8": "int64", "oid": "int64",
+              "float4": "float", "float8": "double"}  # JsonConverter's names of FLOAT32, FLOAT64
+    if kind in simple:
+        return ConnectType({"type": simple[kind]}, None)
+    if kind == "numeric":
+        if col.precision is not None and 0 <= col.scale <= col.precision:
+            return ConnectType(_named("bytes", "org.apache.kafka.connect.data.Decimal", parameters={
+                "scale": str(col.scale), "connect.decimal.precision": str(col.precision)}), _decimal(col.scale))
+        return ConnectType(dict(_VARIABLE_SCALE), _variable_decimal)
+    if kind == "money":
+        to_decimal = _decimal(2)
+        return ConnectType(_named("bytes", "org.apache.kafka.connect.data.Decimal", parameters={"scale": "2"}),
+                           lambda v: to_decimal(_money(v)))
+    if kind == "bytea":
+        return ConnectType({"type": "bytes"}, _bytea)
+    if kind == "date":
+        return ConnectType(_named("int32", "io.debezium.time.Date"), temporal.date_to_avro)
+    if kind == "time":
+        return ConnectType(_named("int64", "io.debezium.time.MicroTime"), None)
+    if kind == "timestamp":
+        return ConnectType(_named("int64", "io.debezium.time.MicroTimestamp"), temporal.timestamp_to_avro)
+    if kind == "timestamptz":
+        return ConnectType(_named("string", "io.debezium.time.ZonedTimestamp"),
+                           lambda v: temporal.timestamp_to_json(v, True))
+    if kind == "timetz":
+        return ConnectType(_named("string", "io.debezium.time.ZonedTime"), timetz_utc)
+    if kind == "interval":
+        return ConnectType(_named("int64", "io.debezium.time.MicroDuration"), interval_micros)
+    semantic = {"json": "io.debezium.data.Json", "jsonb": "io.debezium.data.Json", "uuid": "io.debezium.data.Uuid",
+                "xml": "io.debezium.data.Xml", "ltree": "io.debezium.data.Ltree"}
+    if kind in semantic:
+        return ConnectType(_named("string", semantic[kind]), None)
+    return ConnectType({"type": "string"}, None)
+
+
+def _array(col: Column) -> ConnectType:
+    elem = _scalar(col)
+    from_text = field_type(dataclasses.replace(col, is_array=False)).from_text
+    convert = elem.to_value
+
+    def convert_array(value: Any) -> list:
+        bounds, items, dims, text = from_capture(value)
+        if dims > 1 or (bounds is not None and any(b != 1 for b in bounds)):
+            raise EncodeError("Debezium's array form holds one dimension with lower bound 1; this value has "
+                              f"{dims} dimension(s) and lower bounds {bounds or [1] * dims}")
+        if text:
+            items = [None if v is None else from_text(v) for v in items]
+        return items if convert is None else [None if v is None else convert(v) for v in items]
+
+    return ConnectType({"type": "array", "items": {**elem.schema, "optional": True}}, convert_array)
+
+
+def connect_type(col: Column) -> ConnectType:
+    """The ConnectType of a catalog column (arrays: a Connect array of optional elements)."""
+    return _array(col) if col.is_array else _scalar(col)
+
+
+def field_schema(schema: dict[str, Any], optional: bool, name: str) -> dict[str, Any]:
+    """A struct field's Connect JSON schema in JsonConverter's key order: type, fields/items,
+    optional, name, version, doc, parameters, default, field."""
+    out = {k: schema[k] for k in ("type", "fields", "items") if k in schema}
+    out["optional"] = optional
+    out.update({k: schema[k] for k in ("name", "version", "doc", "parameters", "default") if k in schema})
+    out["field"] = name
+    return out
+
+
+def _struct(name: str, fields: list[dict[str, Any]], optional: bool, **extra: Any) -> dict[str, Any]:
+    return {"type": "struct", "fields": fields, "optional": optional, "name": name, **extra}
+
+
+def _f(kind: str, optional: bool, name: str) -> dict[str, Any]:
+    return {"type": kind, "optional": optional, "field": name}
+
+
+# Debezium's io.debezium.connector.postgresql.Source (version 1), then pgshovel2's position
+SOURCE_FIELDS: list[dict[str, Any]] = [
+    _f("string", False, "version"), _f("string", False, "connector"), _f("string", False, "name"),
+    _f("int64", False, "ts_ms"),
+    {"type": "string", "optional": True, "name": "io.debezium.data.Enum", "version": 1,
+     "parameters": {"allowed": "true,first,first_in_data_collection,last_in_data_collection,last,false,incremental"},
+     "default": "false", "field": "snapshot"},
+    _f("string", False, "db"), _f("string", True, "sequence"), _f("int64", True, "ts_us"),
+    _f("int64", True, "ts_ns"), _f("string", False, "schema"), _f("string", False, "table"),
+    _f("int64", True, "txId"), _f("int64", True, "lsn"), _f("int64", True, "xmin"),
+    _f("string", False, "position"),
+]
+TRANSACTION_FIELDS = [_f("string", False, "id"), _f("int64", False, "total_order"),
+                      _f("int64", False, "data_collection_order")]
+
+
+@dataclass(frozen=True)
+class TableSchemas:
+    """One table layout's Connect schemas, as JSON bytes: key (None: unkeyed table) and envelope;
+    types: the columns' ConnectTypes in column order; key_types: the key columns'."""
+
+    key: bytes | None
+    envelope: bytes
+    types: tuple[ConnectType, ...]
+
+
+def row_struct(name: str, columns: tuple[Column, ...], optional: bool) -> dict[str, Any]:
+    """The Connect struct of rows of columns (Debezium's ``<topic>.Value`` / ``<topic>.Key``)."""
+    return _struct(name, [field_schema(connect_type(c).schema, c.nullable, c.name) for c in columns], optional)
+
+
+def envelope_schema(topic: str, table: Table) -> dict[str, Any]:
+    """Debezium's ``<topic>.Envelope`` Connect schema of a table (version 2)."""
+    value = row_struct(f"{topic}.Value", table.columns, True)
+    return _struct(f"{topic}.Envelope", [
+        {**value, "field": "before"}, {**value, "field": "after"},
+        _struct("io.debezium.connector.postgresql.Source", SOURCE_FIELDS, False, version=1, field="source"),
+        _struct("event.block", TRANSACTION_FIELDS, True, version=1, field="transaction"),
+        _f("string", False, "op"), _f("int64", True, "ts_ms"), _f("int64", True, "ts_us"),
+        _f("int64", True, "ts_ns"),
+    ], False, version=ENVELOPE_VERSION)
+
+
+def table_schemas(topic: str, table: Table) -> TableSchemas:
+    """The Connect schemas of a table whose events go to topic (names: ``<topic>.Key``,
+    ``<topic>.Value``, ``<topic>.Envelope``, as Debezium's with topic = prefix.schema.table)."""
+    key = encode_json(row_struct(f"{topic}.Key", table.key_columns, False)) if table.key else None
+    return TableSchemas(key, encode_json(envelope_schema(topic, table)),
+                        tuple(connect_type(c) for c in table.columns))
+
+
+def wrap(schema: bytes, payload: bytes) -> bytes:
+    """JsonConverter's ``{"schema": ..., "payload": ...}`` of a payload already in JSON."""
+    return b'{"schema":' + schema + b',"payload":' + payload + b"}"
+
+
+def unwrap(message: Any) -> Any:
+    """The payload of a decoded JsonConverter message with schema, else the message itself."""
+    if isinstance(message, dict) and len(message) == 2 and "schema" in message and "payload" in message:
+        return message["payload"]
+    return message
+
+
+class ConnectRowEncoder(RowEncoder):
+    """A RowEncoder (JSON) whose converted values are Debezium's Connect payload forms and whose
+    keys are JsonConverter messages with the key's schema (``{"schema", "payload"}``).
+
+    schemas: the table's :func:`table_schemas` (built once per table layout). No native codec:
+    rows are encoded in Python. Raises EncodeError naming table and column (RowEncoder.convert)
+    for a value with no Connect form here.
+    """
+
+    def __init__(self, table: Table, schemas: TableSchemas):
+        super().__init__(table, False)
+        self.schemas = schemas
+        self._convs = [(i, t.to_value) for i, t in enumerate(schemas.types) if t.to_value is not None]
+        self.native = None
+
+    def native_for(self, value_schema: dict | None, value_header: bytes) -> Any:
+        """None: Connect forms are written by Python only."""
+        return None
+
+    def key(self, converted: list) -> bytes | None:
+        """The key message: ``{"schema": <topic>.Key, "payload": {key columns}}``; None unkeyed."""
+        payload = super().key(converted)
+        return None if payload is None else wrap(self.schemas.key, payload)
