@@ -22,6 +22,7 @@ from pgshovel2.zkauth import ZooKeeperAuth
 from tests.helpers import BIN, RelayProcess, cli_env
 from tests.integration.test_secure_kafka import committed, consumer_env, consumer_settings, relay_env
 from tests.integration.test_secure_postgres import Secure, _table
+from tests.integration.test_secure_zookeeper import _znodes
 from tests.secure import TOPIC_PREFIX
 
 
@@ -58,6 +59,12 @@ def _config(pg: Secure, backend: str, prefix: str) -> str:
     return pg.config("full", "", ["items"], backend=backend, encoding="avro", topic_prefix=prefix)
 
 
+def _grant(sec: Secured, pg: Secure, config: str) -> None:
+    """The DBA runs every statement set create --print-grants prints for config, and nothing else."""
+    grants = sec.cli(sec.admin, "set", "create", "--print-grants", config).stdout
+    pg.dba("\n".join(line for line in grants.splitlines() if line and not line.startswith("--")))
+
+
 @pytest.mark.parametrize("backend", ["trigger", "logical"])
 def test_main_flow_on_the_secured_stack(stack, tmp_path, secure_zookeeper, secure_kafka, secure_registry,
                                         secure_postgres, secure_db, target, backend):
@@ -66,8 +73,7 @@ def test_main_flow_on_the_secured_stack(stack, tmp_path, secure_zookeeper, secur
     pg = Secure(secure_postgres, secure_db, tmp_path)
     _table(pg, "items", 40)
     config = _config(pg, backend, f"{TOPIC_PREFIX}-{cluster}")
-    grants = sec.cli(sec.admin, "set", "create", "--print-grants", config).stdout
-    pg.dba("\n".join(line for line in grants.splitlines() if line and not line.startswith("--")))
+    _grant(sec, pg, config)
     printed = [sec.cli(sec.admin, "cluster", "initialize"), sec.cli(sec.admin, "set", "create", set_name, config)]
     logs = [tmp_path / "relay-1.log", tmp_path / "relay-2.log"]
     relay = RelayProcess(stack, cluster, set_name, log_path=logs[0], extra_env=sec.relay)
@@ -102,20 +108,10 @@ def test_main_flow_on_the_secured_stack(stack, tmp_path, secure_zookeeper, secur
                secure_kafka.password("pgshovel-relay"), secure_kafka.password("pgshovel-consumer"),
                secure_registry.password, secure_zookeeper.password_file("admin").read_text().strip()]
     with sec.store() as store:
-        znodes = _all_data(store)
+        znodes = "\n".join(data.decode("utf-8", "replace") for data, _ in _znodes(store).values())
     shown_text = "".join(p.stdout + p.stderr for p in printed) + "".join(p.read_text() for p in logs) + znodes
     assert not [s for s in secrets if s in shown_text]
 
-
-def _all_data(store: ClusterStore) -> str:
-    """Every znode's data under the cluster, as text."""
-    out, todo = [], [store.path]
-    while todo:
-        path = todo.pop()
-        data, _ = store.zk.get(path)
-        out.append(data.decode("utf-8", "replace"))
-        todo += [f"{path}/{c}" for c in store.zk.get_children(path)]
-    return "\n".join(out)
 
 
 def test_spark_bootstrap_and_materialize_on_the_secured_stack(stack, tmp_path, spark, secure_zookeeper, secure_kafka,
@@ -128,8 +124,7 @@ def test_spark_bootstrap_and_materialize_on_the_secured_stack(stack, tmp_path, s
     pg = Secure(secure_postgres, secure_db, tmp_path)
     _table(pg, "items", 300)
     config = _config(pg, "trigger", f"{TOPIC_PREFIX}-{cluster}")
-    grants = sec.cli(sec.admin, "set", "create", "--print-grants", config).stdout
-    pg.dba("\n".join(line for line in grants.splitlines() if line and not line.startswith("--")))
+    _grant(sec, pg, config)
     sec.cli(sec.admin, "cluster", "initialize")
     sec.cli(sec.admin, "set", "create", set_name, config)
     relay = RelayProcess(stack, cluster, set_name, log_path=tmp_path / "relay.log", extra_env=sec.relay)
