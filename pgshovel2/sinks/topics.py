@@ -128,14 +128,27 @@ def create_missing_topics(admin: AdminClient, bootstrap: Kafka, topics: dict[str
     return missing
 
 
+# librdkafka codes meaning "Kafka did not answer", not "Kafka will not tell"
+_UNANSWERED = frozenset({KafkaError._TRANSPORT, KafkaError._TIMED_OUT, KafkaError._ALL_BROKERS_DOWN,
+                         KafkaError.REQUEST_TIMED_OUT, KafkaError._WAIT_COORD, KafkaError.NOT_CONTROLLER})
+
+
 def topic_max_message_bytes(admin: AdminClient, topic: str, timeout: float = 15.0) -> int | None:
     """The topic's effective ``max.message.bytes`` (its own setting, else the broker's
-    ``message.max.bytes``), or None when Kafka does not tell (no DescribeConfigs permission, no
-    such topic, unreachable): the caller then assumes MAX_MESSAGE_BYTES, what the relay creates
-    topics with."""
+    ``message.max.bytes``), or None when Kafka will not tell (no DescribeConfigs permission, no
+    such topic): the caller then assumes MAX_MESSAGE_BYTES, what the relay creates topics with.
+
+    Raises UnavailableError when Kafka does not answer within timeout seconds (an outage is
+    retried by the relay, not taken as an answer)."""
     resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
     try:
         entry = admin.describe_configs([resource], request_timeout=timeout)[resource].result(timeout)
         return int(entry["max.message.bytes"].value)
-    except (KafkaException, KeyError, ValueError, TypeError):
+    except TimeoutError as exc:
+        raise UnavailableError(f"Kafka did not describe topic {topic!r} within {timeout:g}s") from exc
+    except KafkaException as exc:
+        if exc.args and isinstance(exc.args[0], KafkaError) and exc.args[0].code() in _UNANSWERED:
+            raise UnavailableError(f"Kafka did not describe topic {topic!r}: {exc}") from exc
+        return None
+    except (KeyError, ValueError, TypeError):
         return None
