@@ -20,7 +20,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from pgshovel2.catalog import Column, Table
-from pgshovel2.codec import temporal
+from pgshovel2.codec import dbztypes, temporal
 from pgshovel2.codec.pgarray import from_capture
 from pgshovel2.codec.rows import RowEncoder, encode_json
 from pgshovel2.codec.types import _EXACT, _money, field_type
@@ -71,10 +71,12 @@ def _decimal(scale: int) -> Convert:
 
 
 def _variable_decimal(text: str) -> dict[str, Any] | None:
+    """An unconstrained numeric -> VariableScaleDecimal {scale, value}, the fraction's trailing zeros
+    dropped as Debezium drops them ("1.50": scale 1, "100.00": scale 0)."""
     d = _parse_decimal(text)
     if d is None:
         return None
-    scale = max(0, -d.as_tuple().exponent)
+    scale = max(0, -d.normalize().as_tuple().exponent) if d else 0
     unscaled = int(d.scaleb(scale, _EXACT))
     return {"scale": scale, "value": base64.b64encode(java_bytes(unscaled)).decode("ascii")}
 
@@ -94,15 +96,45 @@ _OFFSET = re.compile(r"([+-])(\d\d)(?::?(\d\d))?(?::?(\d\d))?$")
 
 
 def timetz_utc(text: str) -> str:
-    """PostgreSQL timetz text ("12:34:56.5+03") -> Debezium's ZonedTime, the time in UTC with six
-    fraction digits and ``Z`` ("09:34:56.500000Z")."""
+    """PostgreSQL timetz text ("12:34:56.5+03") -> Debezium's ZonedTime, the time in UTC with the
+    fraction digits it needs (none for whole seconds) and ``Z`` ("09:34:56.5Z", "01:30:00Z")."""
     m = _OFFSET.search(text)
     if m is None:
         raise EncodeError(f"cannot parse timetz {text!r}")
     sign = 1 if m.group(1) == "+" else -1
     offset = sign * (int(m.group(2)) * 3600 + int(m.group(3) or 0) * 60 + int(m.group(4) or 0))
     us = (temporal.time_from_text(text[:m.start()]) - offset * 1_000_000) % US_PER_DAY
-    return temporal.time_to_json(us) + "Z"
+    whole, fraction = temporal.time_to_json(us).split(".")
+    fraction = fraction.rstrip("0")
+    return f"{whole}.{fraction}Z" if fraction else f"{whole}Z"
+
+
+_TYPMOD = re.compile(r"\((\d+)(?:,\s*(\d+))?\)")
+
+
+def _typmod(col: Column) -> tuple[int | None, int | None]:
+    """The (first, second) type modifiers written in the column's type ("time(3)": (3, None),
+    "numeric(5,2)[]": (5, 2)), or (None, None)."""
+    m = _TYPMOD.search(col.pg_type)
+    if m is None:
+        return None, None
+    return int(m.group(1)), None if m.group(2) is None else int(m.group(2))
+
+
+def _numeric(col: Column) -> tuple[int | None, int | None]:
+    """(precision, scale) of a numeric column or array element; (None, None) unconstrained."""
+    if col.precision is not None:
+        return col.precision, col.scale
+    precision, scale = _typmod(col)
+    return precision, (scale or 0) if precision is not None else None
+
+
+def _millis(convert: Convert | None) -> Convert:
+    """A µs converter -> ms (Debezium's adaptive mode at precision <= 3); int64 limits kept."""
+    def to_ms(v: int) -> int:
+        us = convert(v) if convert is not None else v
+        return us if us in (temporal.INT64_MIN, temporal.INT64_MAX) else us // 1000
+    return to_ms
 
 
 def _bytea(v: str) -> str:
@@ -116,9 +148,10 @@ def _scalar(col: Column) -> ConnectType:
     if kind in simple:
         return ConnectType({"type": simple[kind]}, None)
     if kind == "numeric":
-        if col.precision is not None and 0 <= col.scale <= col.precision:
+        precision, scale = _numeric(col)
+        if precision is not None and 0 <= scale <= precision:
             return ConnectType(_named("bytes", "org.apache.kafka.connect.data.Decimal", parameters={
-                "scale": str(col.scale), "connect.decimal.precision": str(col.precision)}), _decimal(col.scale))
+                "scale": str(scale), "connect.decimal.precision": str(precision)}), _decimal(scale))
         return ConnectType(dict(_VARIABLE_SCALE), _variable_decimal)
     if kind == "money":
         to_decimal = _decimal(2)
@@ -128,10 +161,8 @@ def _scalar(col: Column) -> ConnectType:
         return ConnectType({"type": "bytes"}, _bytea)
     if kind == "date":
         return ConnectType(_named("int32", "io.debezium.time.Date"), temporal.date_to_avro)
-    if kind == "time":
-        return ConnectType(_named("int64", "io.debezium.time.MicroTime"), None)
-    if kind == "timestamp":
-        return ConnectType(_named("int64", "io.debezium.time.MicroTimestamp"), temporal.timestamp_to_avro)
+    if kind in ("time", "timestamp"):
+        return _adaptive(col)
     if kind == "timestamptz":
         return ConnectType(_named("string", "io.debezium.time.ZonedTimestamp"),
                            lambda v: temporal.timestamp_to_json(v, True))
@@ -143,6 +174,36 @@ def _scalar(col: Column) -> ConnectType:
                 "xml": "io.debezium.data.Xml", "ltree": "io.debezium.data.Ltree"}
     if kind in semantic:
         return ConnectType(_named("string", semantic[kind]), None)
+    return _other(col)
+
+
+def _adaptive(col: Column) -> ConnectType:
+    """time / timestamp in time.precision.mode=adaptive: milliseconds (io.debezium.time.Time, an
+    int32, and Timestamp) up to precision 3, else microseconds (MicroTime, MicroTimestamp)."""
+    precision = _typmod(col)[0]
+    to_us = temporal.timestamp_to_avro if col.kind == "timestamp" else None
+    if precision is not None and precision <= 3:
+        if col.kind == "time":
+            return ConnectType(_named("int32", "io.debezium.time.Time"), _millis(None))
+        return ConnectType(_named("int64", "io.debezium.time.Timestamp"), _millis(to_us))
+    name = "io.debezium.time.MicroTime" if col.kind == "time" else "io.debezium.time.MicroTimestamp"
+    return ConnectType(_named("int64", name), to_us)
+
+
+def _other(col: Column) -> ConnectType:
+    """bit strings, point and hstore in Debezium's forms (pgshovel2.codec.dbztypes); any other type
+    as its text, as Debezium writes the types it has no form for."""
+    kind = col.kind
+    if kind == "bit" and _typmod(col)[0] == 1:
+        return ConnectType({"type": "boolean"}, dbztypes.bit_boolean)
+    if kind in ("bit", "varbit"):
+        length = _typmod(col)[0]
+        params = {"parameters": {"length": str(length)}} if length is not None else {}
+        return ConnectType(_named("bytes", "io.debezium.data.Bits", **params), dbztypes.bits)
+    if kind == "point":
+        return ConnectType(dict(dbztypes.POINT_SCHEMA), dbztypes.point)
+    if kind == "hstore":
+        return ConnectType(_named("string", "io.debezium.data.Json"), dbztypes.hstore_json)
     return ConnectType({"type": "string"}, None)
 
 

@@ -1,6 +1,7 @@
 """The consumer library reads the debezium envelope's JSON with Connect schemas back to the values the
 schemaless form gives (pgshovel2.consumer.connectjson), except where Debezium's forms hold less
-(docs/wire.rst): intervals as µs, NaN numerics as null, timetz in UTC."""
+(docs/wire.rst): intervals as µs, NaN numerics as null, timetz in UTC, bit strings' leading zeros and
+unconstrained numerics' trailing fraction zeros."""
 
 import dataclasses
 
@@ -13,7 +14,9 @@ from pgshovel2.relay.debezium import DebeziumEnvelope, SourceInfo
 from pgshovel2.relay.envelopes import Context
 from tests.unit.test_connect_values import CASES
 
-LOSSY = {"nan": None, "iv": "PT778H30M3.5S", "tz": "09:34:56.500000Z"}  # 1 mon 2 days 3.5 s: (730.5 + 48) h 3.5 s
+# iv: 1 mon 2 days 3.5 s is (730.5 + 48) h 3.5 s; bit strings come without leading zeros, unconstrained
+# numerics without the fraction's trailing zeros
+LOSSY = {"nan": None, "iv": "PT778H30M3.5S", "tz": "09:34:56.5Z", "bt": "1", "v": "1.5"}
 EXTRA = [(Column("jnull", 0, "jsonb", "jsonb", False, True), "null"),
          (Column("jarr", 0, "jsonb[]", "jsonb", True, True), ['[1, 2]', '{"a": 1}']),
          (Column("big", 0, "numeric(40,10)", "numeric", False, True, 40, 10),

@@ -40,6 +40,9 @@ TABLES = {name: Table(SCHEMA, name, (Column("id", 1, "integer", "int4", False, F
                                      Column("v", 2, "text", "text", False, True)), ("id",), "primary key")
           for name in TOPICS}
 SNAPSHOT_ROWS = {"a": [[1, "one"], [2, "two"], [3, "three"]], "b": [[1, "b one"], [2, "b two"]]}
+# Debezium's snapshot took the typed table (its events: tests/integration/test_debezium_recorded.py)
+# after a and b; it stands in here by its keys, so that the snapshot markers fall where Debezium's did
+TYPED = Table(SCHEMA, "typed", (Column("id", 1, "integer", "int4", False, False),), ("id",), "primary key")
 # Debezium's snapshot: at its slot's consistent point, source.ts_ms its transaction's start
 _FIRST_SOURCE = FIXTURE["topics"]["dbzfix.dbzfix.a"][0]["value"]["payload"]["source"]
 SNAPSHOT_LSN, SNAPSHOT_TS_MS = _FIRST_SOURCE["lsn"], _FIRST_SOURCE["ts_ms"]
@@ -101,11 +104,16 @@ def ours(use_avro: bool, connect: bool = False) -> tuple[dict[str, list], dict]:
             RowEncoder(table, use_avro, key_w, None)
         envelope = DebeziumEnvelope(encoder, SourceInfo("dbzfix", "pgshovel", SCHEMA, name), TOPICS[name], env_w)
         routes[table.qualified] = TableRoute(table, TOPICS[name], encoder, envelope)
+    typed_encoder = RowEncoder(TYPED, False, None, None)
+    routes[TYPED.qualified] = TableRoute(TYPED, "dbzfix.dbzfix.typed", typed_encoder, DebeziumEnvelope(
+        typed_encoder, SourceInfo("dbzfix", "pgshovel", SCHEMA, "typed"), "dbzfix.dbzfix.typed"))
     emitter = Emitter("dbzfix", routes, "txns", None, sink)
     marks = SnapshotMarks(lambda item, marker: emitter.snapshot_row(*item, SNAPSHOT_TS_MS, marker, SNAPSHOT_LSN))
     for name, rows in SNAPSHOT_ROWS.items():
         for row in rows:
             marks.add(name, (TABLES[name], row, "p"))
+    for rid in (1, 2):
+        marks.add("typed", (TYPED, [rid], "p"))
     marks.finish()
     last_lsn = SNAPSHOT_LSN  # the relay's first transaction: where its stream started
     for txn in wal_transactions():
@@ -205,7 +213,10 @@ def test_connect_schemas_are_debeziums():
 def test_snapshot_markers_are_debeziums():
     markers = [m["value"]["source"]["snapshot"] for t in TOPICS.values() for m in ours(False)[0][t]
                if m["value"] and m["value"]["op"] == "r"]
-    assert markers == ["first", "true", "last_in_data_collection", "first_in_data_collection", "last"]
+    theirs = [m["value"]["payload"]["source"]["snapshot"] for t in TOPICS.values() for m in FIXTURE["topics"][t]
+              if m["value"] and m["value"]["payload"]["op"] == "r"]
+    assert markers == theirs == ["first", "true", "last_in_data_collection", "first_in_data_collection",
+                                 "last_in_data_collection"]
 
 
 def _connect_to_avro(schema: dict):
