@@ -1,5 +1,6 @@
 """Apache Flink's own Debezium consumers read pgshovel2's debezium envelope, both backends:
-``debezium-json`` (from a file of the topic's values) and ``debezium-avro-confluent``
+``debezium-json`` (from a file of the topic's values; the schemaless form, and the default form with
+Connect schemas through ``debezium-json.schema-include``) and ``debezium-avro-confluent``
 (Flink's Kafka connector on the topic itself, read_committed, schemas from the registry).
 Flink rebuilds the table from snapshot rows, inserts, updates (with their before image),
 deletes and key updates.
@@ -8,6 +9,7 @@ Needs a Python with apache-flink (``PGSHOVEL_TEST_PYFLINK``, else ``$FLINK_VENV`
 .cache/flink-venv, which scripts/install.sh makes) and, for Avro, the Flink jars
 scripts/install.sh fetches from Maven Central into ``$FLINK_JARS`` (.cache/flink-jars)."""
 
+import base64
 import json
 import os
 import subprocess
@@ -18,6 +20,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from pgshovel2 import names
+from pgshovel2.consumer.connectjson import decimal_text
 from pgshovel2.ops.verify import read_topics
 from tests.helpers import caught_up, pgshovel, write_config
 
@@ -54,10 +57,11 @@ def flink_changelog(columns: list, options: dict, jars: list[str], cwd: Path) ->
     return [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
 
 
-def relay_changes(stack, cluster, db, schema, tmp_path, relay_factory, backend: str, encoding: str) -> str:
+def relay_changes(stack, cluster, db, schema, tmp_path, relay_factory, backend: str, encoding: str,
+                  connect: bool = False) -> str:
     """A debezium set over one table with snapshot rows, an insert, a delete, a key update and an
-    update, relayed; returns the table's topic."""
-    prefix = f"flink{encoding}{cluster}"
+    update, relayed; returns the table's topic. connect: JSON with Connect schemas (the default form)."""
+    prefix = f"flink{encoding}{'c' if connect else ''}{cluster}"
     table = f'"{schema}".t'
     with db.cursor() as cur:
         cur.execute(f"CREATE TABLE {table} (id int PRIMARY KEY, v text, n numeric(10,2), ts timestamptz)")
@@ -65,7 +69,7 @@ def relay_changes(stack, cluster, db, schema, tmp_path, relay_factory, backend: 
                     "(2, 'two', 2.5, NULL)")
     # JSON: the schemaless form (debezium: {schemas: false}); Flink's JSON formats read no Connect
     # Decimal bytes as DECIMAL (Debezium users set decimal.handling.mode=string for them)
-    extra = {"debezium": {"schemas": False}} if encoding == "json" else {}
+    extra = {"debezium": {"schemas": False}} if encoding == "json" and not connect else {}
     cfg = write_config(tmp_path, stack, [{"schema": schema, "name": "t"}], encoding=encoding, backend=backend,
                        envelope="debezium", topic_prefix=prefix, **extra)
     pgshovel(stack, cluster, "set", "create", SET, str(cfg))
@@ -148,3 +152,24 @@ def test_flink_debezium_avro_confluent_reads_the_topic(stack, cluster, db, schem
         "scan.bounded.specific-offsets": stopping_offsets(stack.bootstrap, topic),
         "format": "debezium-avro-confluent", "debezium-avro-confluent.url": stack.registry}, AVRO_JARS, tmp_path)
     check_changelog(db, schema, changelog, TS_MICROS)
+
+
+@needs_pyflink
+def test_flink_debezium_json_reads_the_connect_form(stack, cluster, db, schema, tmp_path, relay_factory, backend):
+    """The default JSON form (JsonConverter's schema + payload) with ``debezium-json.schema-include``;
+    the Decimal column declared as the base64 string Debezium's precise mode writes, as a Flink user
+    of Debezium's defaults declares it, and read back here."""
+    topic = relay_changes(stack, cluster, db, schema, tmp_path, relay_factory, backend, "json", connect=True)
+    path = tmp_path / "events.json"
+    values = [v for _, v, _ in read_topics(stack.bootstrap, [topic])[topic] if v is not None]
+    assert all(json.loads(v).keys() == {"schema", "payload"} for v in values)
+    path.write_bytes(b"".join(v + b"\n" for v in values))
+    columns = [*FLINK_COLUMNS[:2], ["n", "STRING"], FLINK_COLUMNS[3]]
+    changelog = flink_changelog(columns, {"connector": "filesystem", "path": str(path), "format": "debezium-json",
+                                          "debezium-json.schema-include": "true",
+                                          "debezium-json.timestamp-format.standard": "ISO-8601"}, [], tmp_path)
+    for change in changelog:
+        n = change["row"][2]
+        change["row"][2] = None if n is None else decimal_text(
+            int.from_bytes(base64.b64decode(n), "big", signed=True), 2)
+    check_changelog(db, schema, changelog)
