@@ -373,16 +373,20 @@ def encode_row(plugin: str) -> str | None:
 _SLOT_LAG_SQL = """
 SELECT CASE WHEN r.pid IS NULL THEN NULL ELSE coalesce(extract(epoch FROM r.flush_lag), 0)::float8 END,
        pg_wal_lsn_diff(pg_current_wal_lsn(), s.confirmed_flush_lsn)::int8,
-       pg_wal_lsn_diff(pg_current_wal_lsn(), s.restart_lsn)::int8, s.wal_status
+       pg_wal_lsn_diff(pg_current_wal_lsn(), s.restart_lsn)::int8, s.wal_status, s.active,
+       to_jsonb(s) ->> 'inactive_since'
 FROM pg_replication_slots s LEFT JOIN pg_stat_replication r ON r.pid = s.active_pid
 WHERE s.slot_name = %s
 """
 
 
 def slot_lag(dsn: str, slot: str) -> dict[str, Any]:
-    """{lag_seconds, lag_bytes, retained_bytes, wal_status} of a set's slot, or {error} when the
-    database does not answer or the slot does not exist (for ``set status``)."""
-    row = one_row(dsn, _SLOT_LAG_SQL, (slot,), ("lag_seconds", "lag_bytes", "retained_bytes", "wal_status"))
+    """{lag_seconds, lag_bytes, retained_bytes, wal_status, active, inactive_since} of a set's slot,
+    or {error} when the database does not answer or the slot does not exist (for ``set status``).
+    lag_seconds: the walsender's flush lag, None without a relay streaming; inactive_since: PostgreSQL
+    17's pg_replication_slots.inactive_since (text), None before 17 or while active."""
+    row = one_row(dsn, _SLOT_LAG_SQL, (slot,), ("lag_seconds", "lag_bytes", "retained_bytes", "wal_status",
+                                                "active", "inactive_since"))
     return row or {"error": f"no replication slot {slot} (the relay creates it on its first start)"}
 
 

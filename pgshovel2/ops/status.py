@@ -129,9 +129,12 @@ def _lag_text(lag: dict[str, Any]) -> str:
     if lag.get("error"):
         return lag["error"]
     if lag["kind"] == "slot":
-        return (f"{lag['lag_bytes']} bytes of WAL after the slot's confirmed position (not all of it the "
-                f"set's), {lag['retained_bytes']} bytes retained, {lag['lag_seconds'] or 0:.1f}s, "
-                f"WAL {lag['wal_status']}")
+        retained = (f"the slot retains {lag['retained_bytes']} bytes of WAL ({lag['lag_bytes']} after its confirmed "
+                    f"position, not all of it the set's), WAL {lag['wal_status']}")
+        if not lag.get("active"):
+            since = f" since {lag['inactive_since']}" if lag.get("inactive_since") else ""
+            return f"no relay streaming from the slot{since}: lag unknown; {retained}"
+        return f"{retained}, flush lag {lag['lag_seconds'] or 0:.1f}s"
     if not lag["pending_events"]:
         return f"caught up (0 events queued; last tick {lag['last_tick']})"
     return f"{lag['pending_events']} events, {lag['lag_seconds'] or 0:.1f}s behind (tick {lag['last_tick']})"

@@ -58,6 +58,8 @@ class LaneRelaying:
     def _txns_done(self, run: TxnRun, start: int, stop: int) -> None:
         """The bookkeeping of the Commits of run.txns[start:stop], which the lane wrote."""
         last = run.txns[stop - 1]
+        self.lag.read(run.txns[start].ts_ms)
+        self.lag.read(last.ts_ms)
         self.changes += last.stop - run.txns[start].start
         self._at_unit(last.unit)
         self._ready = self._point(last.unit, last.ordinal + last.stop - last.start, run.complete)

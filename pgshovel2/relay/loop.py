@@ -42,7 +42,7 @@ from pgshovel2.relay.online_snapshot import Emission, OnlineSnapshot, emit_chunk
 from pgshovel2.relay.options import RelayOptions
 from pgshovel2.relay.oversized import readable_key
 from pgshovel2.relay.partition_watch import PartitionWatch
-from pgshovel2.relay.progress import Progress
+from pgshovel2.relay.progress import LagClock, Progress
 from pgshovel2.relay.skips import Skips
 from pgshovel2.relay.source import Begin, Change, ChangeRun, Commit, Control, Idle, Item, Source, TxnRun
 from pgshovel2.sinks.kafka import KafkaSink
@@ -108,7 +108,8 @@ class Relay(LaneRelaying, DdlRelaying):
         self._unit_version = 0  # set version at the start of the unit being relayed
         self._prefix_unit, self._prefix = -1, ""  # wire.position_prefix of that unit
         self._m_commit = metrics.COMMIT_SECONDS.labels(set_name)
-        self.progress = Progress(set_name, source, options.progress_interval, options.slot_lag_warn_bytes)
+        self.lag = LagClock()
+        self.progress = Progress(set_name, source, options.progress_interval, options.slot_lag_warn_bytes, self.lag)
         self._handlers: dict[type, Callable] = {
             Change: self._change, ChangeRun: self._run, TxnRun: self._txn_run, Begin: self._begin, Commit: self._end,
             Control: self._control, Idle: self._idle}
@@ -222,6 +223,7 @@ class Relay(LaneRelaying, DdlRelaying):
     def _begin(self, item: Begin) -> None:
         self._at_unit(item.unit)
         self._txn = _Txn(item)
+        self.lag.read(item.ts_ms)
 
     def _change(self, item: Change) -> None:
         committed, unit = self.committed, item.unit
@@ -313,6 +315,7 @@ class Relay(LaneRelaying, DdlRelaying):
         elif self._ready is None and self.online is not None:
             self.online.step(self.layout.record)
         if self._ready is None and self._txn is None:
+            self.lag.idle()
             self._watch_drops()
         self._check_leadership()
         self._progress()
@@ -341,6 +344,7 @@ class Relay(LaneRelaying, DdlRelaying):
         if done is not None:
             failpoints.hit("before_finish")
             self.source.ack(done)
+            self.lag.acknowledged(self._txn.begin.ts_ms if self._txn is not None else None)
         if self.online is not None:
             self.online.step(self.layout.record)
         self._progress()

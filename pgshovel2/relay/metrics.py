@@ -4,9 +4,15 @@ Every metric has the label ``set``. Scrape ``http://<address>:<port>/metrics``:
 
 - ``pgshovel2_relay_changes_total``: changes relayed (``rate()`` gives changes/s);
 - ``pgshovel2_relay_batches_total``: Kafka transactions committed (each ends with a position record);
-- ``pgshovel2_relay_lag_seconds`` / ``pgshovel2_relay_lag_events``: the queue's lag behind the
-  relay's consumer (pgq.get_consumer_info), updated every progress interval;
-  ``pgshovel2_relay_slot_lag_bytes`` for the logical backend (its slot's lag);
+- ``pgshovel2_relay_lag_seconds``: how long the oldest change not yet in Kafka has waited since its
+  commit (0 when caught up, also on an idle set): trigger backend, the age of the oldest queued
+  batch the relay's consumer has not finished (pgq.get_consumer_info's lag, 0 with no event
+  pending); logical backend, the relay's own measure (the commit time of the oldest transaction it
+  read and has not acknowledged: relay/progress.py LagClock); updated every progress interval;
+- ``pgshovel2_relay_lag_events`` (trigger): events queued and not yet relayed;
+- ``pgshovel2_relay_slot_lag_bytes`` (logical): WAL written since the slot's confirmed position
+  (the server's WAL, other databases' included); ``pgshovel2_relay_slot_retained_bytes``: WAL the
+  slot keeps PostgreSQL from removing (from its restart_lsn);
 - ``pgshovel2_relay_kafka_commit_seconds``: time of each Kafka transaction commit (histogram);
 - ``pgshovel2_relay_errors_total{kind}``: interruptions and failures by error class
   (``OperationalError``, ``KafkaException``, ``FencedError``, ``LeadershipLostError``, ...);
@@ -29,12 +35,16 @@ from prometheus_client.exposition import MetricsHandler
 
 CHANGES = Counter("pgshovel2_relay_changes", "Changes relayed to Kafka", ["set"])
 BATCHES = Counter("pgshovel2_relay_batches", "Kafka transactions committed by the relay", ["set"])
-LAG_SECONDS = Gauge("pgshovel2_relay_lag_seconds", "Queue lag behind the relay's consumer (s)", ["set"])
+LAG_SECONDS = Gauge("pgshovel2_relay_lag_seconds", "Age of the oldest change not yet in Kafka (s), 0 when caught up",
+                    ["set"])
 LAG_EVENTS = Gauge("pgshovel2_relay_lag_events", "Events queued and not yet relayed", ["set"])
 COMMIT_SECONDS = Histogram("pgshovel2_relay_kafka_commit_seconds", "Kafka transaction commit time (s)", ["set"],
                            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))
-SLOT_LAG_BYTES = Gauge("pgshovel2_relay_slot_lag_bytes", "Logical backend: WAL bytes the slot is behind",
+SLOT_LAG_BYTES = Gauge("pgshovel2_relay_slot_lag_bytes",
+                       "Logical backend: WAL bytes written since the slot's confirmed position (all the server's)",
                        ["set"])
+SLOT_RETAINED_BYTES = Gauge("pgshovel2_relay_slot_retained_bytes",
+                            "Logical backend: WAL bytes the slot keeps from removal (from its restart_lsn)", ["set"])
 ERRORS = Counter("pgshovel2_relay_errors", "Relay interruptions and failures by kind", ["set", "kind"])
 ACTIVE = Gauge("pgshovel2_relay_active", "1 while this relay is the set's active relay", ["set"])
 

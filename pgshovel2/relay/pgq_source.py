@@ -372,10 +372,15 @@ class PgqSource:
             time.sleep(timeout)
 
     def lag(self) -> Lag:
-        """(seconds, events) the consumer is behind, from pgq.get_consumer_info."""
+        """(seconds, events) the consumer is behind, from pgq.get_consumer_info: its lag (the age of
+        its last finished tick) while events are pending, 0 with none (an idle queue ticks rarely,
+        and that age is no wait)."""
         row = self._query("SELECT extract(epoch FROM lag), pending_events FROM pgq.get_consumer_info(%s, %s)",
                           (self.queue, self.consumer))
-        return Lag(float(row[0] or 0), int(row[1] or 0)) if row else Lag(0.0, 0)
+        if not row:
+            return Lag(0.0, 0)
+        events = int(row[1] or 0)
+        return Lag(float(row[0] or 0) if events else 0.0, events)
 
     def describe(self) -> str:
         """``queue <name>``."""

@@ -132,12 +132,16 @@ def test_status_of_idle_sets_of_both_backends(stack, cluster, db, schema, tmp_pa
     assert waited < 9, f"set status --wait on a caught-up set took {waited:.1f}s"  # 3ab5a84: >= 10 s
     if backend == "logical":
         assert "slot pgshovel2_st_" in text and "queue None" not in text and "commit LSN " in text
-        assert "/" in info["position"]["text"] and "bytes of WAL after the slot's confirmed position" in text
+        assert "/" in info["position"]["text"] and "after its confirmed position" in text
+        assert "the slot retains " in text and "flush lag " in text and "no relay streaming" not in text
     else:
         assert "queue pgshovel2." in text and "committed at:     tick " in text
         assert "caught up (0 events queued" in text, text
     assert info["last_error"] is None
     relay.stop()
+    if backend == "logical":  # no walsender: its lag is unknown, not 0
+        text, info = _status(stack, cluster, "st")
+        assert "no relay streaming from the slot" in text and "lag unknown" in text, text
 
 
 def test_status_marks_an_error_recovered_from(stack, cluster, db, schema, tmp_path):
