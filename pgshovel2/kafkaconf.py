@@ -33,7 +33,7 @@ from typing import Any, TypeVar
 from confluent_kafka import Consumer, KafkaException
 from confluent_kafka.admin import AdminClient
 
-from pgshovel2 import javaprops, kafkaaccess, secretref
+from pgshovel2 import javaprops, kafkaaccess, kafkalog, secretref
 from pgshovel2.errors import PgshovelError
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
@@ -186,10 +186,12 @@ def create(kafka: Kafka, role: str, make: Callable[[], T]) -> T:
 
 
 def admin(kafka: Kafka, **ours: Any) -> AdminClient:
-    """An AdminClient with kafka's admin settings (ours over them: e.g. logger); its failures are
+    """An AdminClient with kafka's admin settings (ours over them: e.g. logger, by default
+    pgshovel2.kafkalog.LIBRDKAFKA, which folds repeated lines); its failures are
     explained by pgshovel2.kafkaaccess.explain. Raises KafkaSettingsError."""
     kafka, failures = settings(kafka), kafkaaccess.Failures()
-    client = create(kafka, "admin", lambda: _Admin(kafka.config("admin", ours={"error_cb": failures, **ours})))
+    ours = {"error_cb": failures, "logger": kafkalog.LIBRDKAFKA, **ours}
+    client = create(kafka, "admin", lambda: _Admin(kafka.config("admin", ours=ours)))
     return _carry(client, kafka, "admin", failures)
 
 
@@ -198,7 +200,8 @@ def consumer(kafka: Kafka, purpose: str, **ours: Any) -> Consumer:
     of purpose), ours over them; its failures are explained by pgshovel2.kafkaaccess.explain.
     Raises KafkaSettingsError."""
     kafka, failures = settings(kafka), kafkaaccess.Failures()
-    config = kafka.config("consumer", ours={"group.id": kafka.group_id(purpose), "error_cb": failures, **ours})
+    config = kafka.config("consumer", ours={"group.id": kafka.group_id(purpose), "error_cb": failures,
+                                            "logger": kafkalog.LIBRDKAFKA, **ours})
     return _carry(create(kafka, "consumer", lambda: _Consumer(config)), kafka, "consumer", failures)
 
 

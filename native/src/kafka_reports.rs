@@ -1,9 +1,10 @@
 //! What librdkafka reports to the native producer (error events and failed deliveries, gathered
 //! while it works without the GIL) and the confluent_kafka exceptions its errors become.
 
+use std::collections::HashMap;
 use std::ffi::CStr;
 use std::sync::Mutex;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use pyo3::prelude::*;
 use rdkafka::bindings::rd_kafka_err2str;
@@ -16,11 +17,68 @@ use rdkafka::{ClientContext, Message};
 /// A failed delivery: (librdkafka's error, topic, key).
 type Failure = (RDKafkaErrorCode, String, Option<Vec<u8>>);
 
-/// What librdkafka reported while the producer worked, for the Python callbacks.
+/// What librdkafka reported while the producer worked, for the Python callbacks, and the log
+/// lines already printed (folded as pgshovel2.kafkalog folds confluent_kafka's).
 #[derive(Default)]
 pub(crate) struct Reports {
     pub errors: Mutex<Vec<(RDKafkaErrorCode, String)>>,
     pub failures: Mutex<Vec<Failure>>,
+    logged: Mutex<HashMap<String, (Instant, u64)>>,
+}
+
+/// Seconds a repeated log line stays folded (pgshovel2.kafkalog.WINDOW).
+const FOLD_WINDOW: Duration = Duration::from_secs(60);
+
+/// The text librdkafka repeats, without what changes between repeats (pgshovel2.kafkalog.fold_key):
+/// digit runs become "N" and the " (after N ms in state X...)" tail goes.
+pub(crate) fn fold_key(message: &str) -> String {
+    let text = match message.find(" (after ") {
+        Some(at) if message[at..].contains("ms in state ") => &message[..at],
+        _ => message,
+    };
+    let mut key = String::with_capacity(text.len());
+    let mut in_number = false;
+    for c in text.chars() {
+        if c.is_ascii_digit() {
+            if !in_number {
+                key.push('N');
+            }
+            in_number = true;
+        } else {
+            key.push(c);
+            in_number = false;
+        }
+    }
+    key
+}
+
+impl Reports {
+    /// The line to print for message, or None: a repeat of the last minute (its count goes on
+    /// the next line of its kind).
+    fn admit(&self, message: &str) -> Option<String> {
+        let (key, now) = (fold_key(message), Instant::now());
+        let mut logged = self.logged.lock().unwrap();
+        match logged.get_mut(&key) {
+            Some((since, left_out)) if now.duration_since(*since) < FOLD_WINDOW => {
+                *left_out += 1;
+                None
+            }
+            Some((since, left_out)) => {
+                let line = if *left_out > 0 {
+                    format!("{message} (and {left_out} like it in the last {}s)", now.duration_since(*since).as_secs())
+                } else {
+                    message.to_string()
+                };
+                *since = now;
+                *left_out = 0;
+                Some(line)
+            }
+            None => {
+                logged.insert(key, (now, 0));
+                Some(message.to_string())
+            }
+        }
+    }
 }
 
 fn code_of(error: &KafkaError) -> RDKafkaErrorCode {
@@ -48,12 +106,13 @@ impl ClientContext for Reports {
     }
 
     /// librdkafka's log lines to stderr in its own default form (what confluent_kafka's producer
-    /// prints: a broker that refuses connections shows there at once). Written from librdkafka's
+    /// prints: a broker that refuses connections shows there at once), folded (Reports::admit). Written from librdkafka's
     /// threads, which must not wait for the GIL: a Python thread holding it may be waiting on them.
     fn log(&self, level: RDKafkaLogLevel, fac: &str, message: &str) {
+        let Some(line) = self.admit(message) else { return };
         let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
         eprintln!("%{}|{}.{:03}|{}|pgshovel2-native#producer| {}", level as i32, now.as_secs(),
-                  now.subsec_millis(), fac, message);
+                  now.subsec_millis(), fac, line);
     }
 }
 

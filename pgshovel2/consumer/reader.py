@@ -25,7 +25,7 @@ from confluent_kafka import (
     TopicPartition,
 )
 
-from pgshovel2 import kafkaaccess, kafkaconf, wire
+from pgshovel2 import kafkaaccess, kafkaconf, kafkalog, wire
 from pgshovel2.bootstrap.manifest import Manifest
 from pgshovel2.cluster import ClusterStore
 from pgshovel2.consumer.dead_letters import DeadLetters
@@ -39,7 +39,8 @@ from pgshovel2.registryconf import Registry
 from pgshovel2.txids import ConsistentPoint, TxidSnapshot, holds_snapshot_row, parse_handoff
 
 log = logging.getLogger(__name__)
-kafka_log = logging.getLogger("pgshovel2.consumer.kafka")  # librdkafka's own log lines
+kafka_log = logging.getLogger("pgshovel2.consumer.kafka")  # librdkafka's own log lines, folded
+kafka_log.addFilter(kafkalog.FoldFilter())
 HEADERS = wire.DATA_HEADERS
 Partition = tuple[str, int]
 

@@ -21,7 +21,7 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
 
-from pgshovel2 import kafkaaccess, kafkaconf
+from pgshovel2 import kafkaaccess, kafkaconf, kafkalog
 from pgshovel2.config import TopicsConfig
 from pgshovel2.errors import FencedError, RelayError, StopRequestedError, UnavailableError
 from pgshovel2.kafkaconf import Kafka
@@ -116,6 +116,7 @@ class KafkaSink:
         self._failed: list[str] = []
         self._in_txn = False
         self._fatal: KafkaError | None = None
+        self._fold = kafkalog.Fold()  # error events logged once a minute per kind
         self._credentials = kafkaaccess.Failures()  # an authentication or TLS failure reported
         self._topics: set[str] = set()  # the topics ensure_topics was given: named when Kafka denies WRITE
         self.produced = 0
@@ -154,8 +155,8 @@ class KafkaSink:
         self._credentials(err)
         if err.fatal():
             self._fatal = err
-        else:
-            log.warning("Kafka: %s", err.str())
+        elif (line := self._fold.admit(f"Kafka: {err.str()}")) is not None:
+            log.warning("%s", line)
 
     def start(self, timeout: float = 60.0) -> None:
         """Register the transactional id (fences older relays, aborts their open transaction).

@@ -14,6 +14,8 @@ from typing import Any
 
 from confluent_kafka import KafkaError, Producer
 
+from pgshovel2 import kafkalog
+
 log = logging.getLogger(__name__)
 _GONE = (KafkaError._FATAL, KafkaError._FENCED, KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT)
 _LOGGED: set[str] = set()
@@ -44,7 +46,7 @@ def new_producer(settings: dict[str, Any], on_error: OnError, on_failed: OnDeliv
             gone = err.fatal() or err.code() in _GONE  # msg's methods would fail
             on_failed(err, None if gone else msg.topic(), None if gone else msg.key())
 
-    return Producer({**settings, "error_cb": on_error, "on_delivery": delivered})
+    return Producer({"logger": kafkalog.LIBRDKAFKA, **settings, "error_cb": on_error, "on_delivery": delivered})
 
 
 def _native() -> Any:

@@ -6,13 +6,14 @@ import http.server
 import json
 import socket
 import threading
+import time
 import urllib.request
 
 import pytest
 import yaml
 
 from pgshovel2 import names
-from tests.helpers import caught_up, messages, pgshovel, write_config
+from tests.helpers import RelayProcess, caught_up, messages, pgshovel, write_config
 from tests.online import start_writers, stop_writers, wait_state
 
 
@@ -166,3 +167,16 @@ def _online_rows(port: int) -> float:
              if k.startswith("pgshovel2_relay_online_snapshot_rows_total{") and 'set="mos"' in k]
     assert len(found) <= 1, found
     return found[0] if found else 0.0
+
+
+def test_unreachable_kafka_logs_a_few_lines(stack, cluster, table_set, tmp_path):
+    """A relay whose broker refuses connections says so once per kind of line, not at every retry
+    of librdkafka (which alternates "1/1 brokers are down" and "0/1 brokers are down" too)."""
+    relay = RelayProcess(stack, cluster, "mon", "--bootstrap-servers", f"127.0.0.1:{_free_port()}",
+                         log_path=tmp_path / "unreachable.log")
+    time.sleep(15)
+    relay.stop()
+    lines = relay.log().splitlines()
+    refused = [line for line in lines if "Connection refused" in line]
+    down = [line for line in lines if "brokers are down" in line]
+    assert 1 <= len(refused) <= 4 and len(down) <= 2, "\n".join(refused + down)
