@@ -21,6 +21,7 @@ REGISTRY_HOME="${REGISTRY_HOME:-$REPO/.cache/registry}"
 FLINK_VENV="${FLINK_VENV:-$REPO/.cache/flink-venv}"
 FLINK_JARS="${FLINK_JARS:-$REPO/.cache/flink-jars}"
 SPARK_JARS="${SPARK_JARS:-$REPO/.cache/spark-jars}"
+PROMTOOL="${PROMTOOL:-$REPO/.cache/prometheus/promtool}"  # checks monitoring/ (Debian's prometheus package)
 JDBC_JAR="${JDBC_JAR:-/usr/share/java/postgresql.jar}"
 ICEBERG_VERSION="${ICEBERG_VERSION:-1.10.0}"
 # The Spark standalone cluster (scripts/stack.sh spark-up): a master and SPARK_WORKERS workers.

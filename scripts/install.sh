@@ -133,4 +133,16 @@ if [ ! -f "$FLINK_JARS/.complete" ]; then
   done
   touch "$FLINK_JARS/.complete"
 fi
+# promtool (Debian's prometheus package, unpacked: no server installed or started) checks and unit
+# tests the alert rules of monitoring/ in make test.
+if [ ! -x "$PROMTOOL" ]; then
+  log "fetching promtool (Debian's prometheus package) into $(dirname "$PROMTOOL")"
+  work="$(mktemp -d)"
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
+  (cd "$work" && { apt-get download -q prometheus >/dev/null 2>&1 || { $SUDO apt-get update -q && apt-get download -q prometheus; }; })
+  dpkg-deb -x "$work"/prometheus_*.deb "$work/x"
+  mkdir -p "$(dirname "$PROMTOOL")"
+  cp "$work/x/usr/bin/promtool" "$PROMTOOL"
+  rm -rf "$work"
+fi
 log "install complete"
