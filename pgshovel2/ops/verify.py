@@ -8,7 +8,9 @@ every before-image of a delete or update removes one (row envelope: the value
 of an op ``d`` message, which an UPDATE's ``u`` follows at the same position;
 Debezium: a ``d`` or ``u`` event's ``before``). Rows are compared as
 encoded bytes (the envelope's row images): the source rows are encoded by the
-same codec, so equal bytes mean equal values.
+same codec, so equal bytes mean equal values, once each message is in the table's current
+layout (pgshovel2.ops.verify_forms: a message written before a DDL is read as the current schema
+reads it); a difference is said in decoded values.
 """
 
 import io
@@ -28,6 +30,7 @@ from pgshovel2.consumer.dead_letters import DeadLetters
 from pgshovel2.consumer.offsets import end_offsets, partition_counts
 from pgshovel2.errors import RelayError
 from pgshovel2.kafkaconf import Kafka
+from pgshovel2.ops.verify_forms import CurrentForm, describe
 from pgshovel2.registryconf import Registry
 from pgshovel2.relay import setup
 from pgshovel2.relay.envelopes import Envelope
@@ -136,10 +139,11 @@ def truncates(records: list, txn_decode, visible: Callable[[int], bool] = lambda
     return out
 
 
-def rebuild(messages: list, truncated_at: str, envelope: Envelope) -> TopicState:
+def rebuild(messages: list, truncated_at: str, envelope: Envelope, form: CurrentForm | None = None) -> TopicState:
     """Rebuild one topic's state from its messages (key, value, headers).
 
-    envelope: the table's envelope, which turns values into row images.
+    envelope: the table's envelope, which turns values into row images; form: brings messages of
+    older layouts to the table's current one (None: they are all in it).
     """
     state = TopicState(messages=len(messages), truncated_at=truncated_at)
     moved: tuple[str, bytes] | None = None  # (position, after-image) of the last keyed delete
@@ -147,7 +151,10 @@ def rebuild(messages: list, truncated_at: str, envelope: Envelope) -> TopicState
         position = headers.get(wire.POSITION, "")
         if headers.get(wire.OP) == "t":
             continue  # a Debezium truncate event: truncated_at (the TRUNCATE record) stands for it
-        before, after = envelope.images(value)
+        if form is None:
+            before, after = envelope.images(value)
+        else:
+            before, after = (form.image(i) for i in envelope.images(form.value(value)))
         if key is not None:
             unchanged = headers.get(wire.UNCHANGED)
             if unchanged is not None and after is not None:
@@ -213,16 +220,17 @@ def source_images(table: Table, envelope: Envelope, snap: TableReader) -> tuple[
     return keyed, unkeyed
 
 
-def compare(table: Table, topic: str, state: TopicState, envelope: Envelope, snap: TableReader) -> TableReport:
-    """Compare a rebuilt topic with the table's rows in snap."""
+def compare(table: Table, topic: str, state: TopicState, envelope: Envelope, snap: TableReader,
+            form: CurrentForm | None = None) -> TableReport:
+    """Compare a rebuilt topic with the table's rows in snap; form (verify_forms.CurrentForm) says a
+    difference in decoded values."""
     keyed, unkeyed = rebuilt_rows(state)
     source_keyed, source_unkeyed = source_images(table, envelope, snap)
     diff = None
     if table.key:
         for key in source_keyed.keys() | keyed.keys():
             if source_keyed.get(key) != keyed.get(key):
-                diff = (f"key {key!r}: source {source_keyed.get(key)!r:.120} "
-                        f"!= kafka {keyed.get(key)!r:.120}")
+                diff = describe(form or CurrentForm(table, envelope, None), key, source_keyed.get(key), keyed.get(key))
                 if state.cut.get(key):
                     diff += f" (the relay cut {state.cut[key]} to fit Kafka: oversized policy truncate)"
                 break
@@ -285,10 +293,11 @@ def verify_set(record: SetRecord, bootstrap: Kafka, registry_url: Registry | Non
     with backends.reader(record, RelayError) as snap:
         missing = missing_tables(snap, [r.table for r in routes.values()])
         for route in routes.values():
-            state = rebuild(messages[route.topic], truncated.get(route.topic, ""), route.envelope)
+            form = CurrentForm(route.table, route.envelope, registry)
+            state = rebuild(messages[route.topic], truncated.get(route.topic, ""), route.envelope, form)
             if route.table.qualified in missing:
                 reports.append(TableReport(route.table.qualified, route.topic, state.messages, len(rebuilt_rows(
                     state)[0]), 0, MISSING))
                 continue
-            reports.append(compare(route.table, route.topic, state, route.envelope, snap))
+            reports.append(compare(route.table, route.topic, state, route.envelope, snap, form))
     return reports

@@ -88,6 +88,11 @@ class DebeziumEnvelope:
             self._events = native_events(self._native, self.source, collection, self._writer, self._clock)
 
     @property
+    def value_writer(self) -> AvroWriter | None:
+        """The writer of the event schema (Avro; None: JSON)."""
+        return self._writer
+
+    @property
     def events(self) -> Any:
         """The native writer of whole events (pgshovel2_native.DebeziumEvents), or None."""
         return self._events

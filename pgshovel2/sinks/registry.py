@@ -44,6 +44,12 @@ class SchemaRegistry:
         return self._call(lambda: self._client.register_schema(subject, Schema(json.dumps(schema), "AVRO")),
                           f"the schema of {subject!r}")
 
+    def schema(self, schema_id: int) -> dict[str, Any]:
+        """The Avro schema registered under schema_id (retried as register; SchemaRejectedError
+        for an id the registry does not know)."""
+        text = self._call(lambda: self._client.get_schema(schema_id).schema_str, f"schema id {schema_id}")
+        return json.loads(text)
+
     def set_compatibility(self, subject: str, level: str) -> None:
         """Set subject's compatibility level (``NONE`` for one registration an operator accepted
         regardless of compatibility, :mod:`pgshovel2.relay.control`; then BACKWARD again).
