@@ -7,13 +7,15 @@ One Kafka Connect worker (test_debezium_jdbc_sink's) runs both sides on the same
   ``time.precision.mode=adaptive``, ``interval.handling.mode=numeric``) -> its topics -> Debezium's
   JDBC sink -> target database A;
 - a pgshovel2 set (``envelope: debezium``, ``encoding: json``, Connect schemas,
-  ``skipped_operations: []``; trigger or pgoutput path) -> its topics -> the same sink -> target B.
+  ``skipped_operations: []``; trigger, pgoutput or logical path) -> its topics -> the same sink -> target B.
 
 Both snapshot the source, then one workload runs on it: inserts, updates, deletes, a composite key's
 change, a key change, a TRUNCATE, an UPDATE that leaves a TOASTed text untouched. Every source table is
 REPLICA IDENTITY FULL, which the pgshovel2 logical paths need and which lets Debezium's ``pgoutput``
 events carry the whole old row. A and B must hold the same tables, the same column types
-(``format_type``) and the same rows; the table-by-table comparison is printed (``pytest -s``).
+(``format_type``) and the same rows (each column's text); the table-by-table comparison is printed
+(``pytest -s``), with where target A differs from the source. Values neither side carries through this
+sink (±infinity dates and timestamps, ``24:00:00``) and hstore are left out: docs/wire.rst, "Consumers".
 """
 
 import time
@@ -83,7 +85,7 @@ def _source(db, schema: str) -> None:
     columns = COLUMNS + MORE_COLUMNS
     with db.cursor() as cur:
         cur.execute(f'CREATE TYPE "{schema}".mood AS ENUM (\'sad\', \'happy\')')
-        cur.execute(f'CREATE EXTENSION IF NOT EXISTS citext SCHEMA "{schema}"')
+        cur.execute("CREATE EXTENSION IF NOT EXISTS citext")  # as the other tests: public, kept
         cur.execute(f'SET search_path = "{schema}", public')
         for table, (ddl, _) in TABLES.items():
             ddl = ddl or "id int PRIMARY KEY, " + ", ".join(f"{c} {t}" for c, t, _, _ in columns)
@@ -236,7 +238,8 @@ def _text_rows(dsn: str, schema: str | None, table: str, key: str) -> list[tuple
                 return [("missing",)]
             cur.execute("SELECT attname FROM pg_attribute WHERE attrelid = %s::regclass AND attnum > 0 "
                         "AND NOT attisdropped ORDER BY attnum", (qualified,))
-            columns = ", ".join(f'"{c}"::text' for c, in cur.fetchall())
+            # aliased: ORDER BY key then sorts by the columns, not by their text
+            columns = ", ".join(f'"{c}"::text AS c{i}' for i, (c,) in enumerate(cur.fetchall()))
             cur.execute(f"SELECT {columns} FROM {qualified} ORDER BY {key}")
             return cur.fetchall()
     finally:
@@ -254,11 +257,14 @@ def _compare(source_dsn: str, schema: str, a: str, b: str) -> list[str]:
         print(f"{table}: columns {'equal' if types_a == types_b else 'DIFFER'} ({len(types_a)}), rows "
               f"{'equal' if rows_a == rows_b else 'DIFFER'} ({len(rows_a)}), Debezium-fed target "
               f"{'=' if rows_a == source else '!='} source")
-        print(f"  Debezium-fed types: {types_a}")
-        off = {c for row_a, row_s in zip(rows_a, source, strict=False)
-               for c, va, vs in zip(types_a, row_a, row_s, strict=False) if va != vs}
-        if off:
-            print(f"  Debezium-fed target differs from the source in columns {sorted(off)}")
+        print(f"  column types (both): {types_a}")
+        off: dict[str, tuple] = {}
+        for row_a, row_s in zip(rows_a, source, strict=False):
+            for c, va, vs in zip(types_a, row_a, row_s, strict=False):
+                if va != vs:
+                    off.setdefault(c, (row_a[0], vs, va))
+        for c, (rid, vs, va) in sorted(off.items()):
+            print(f"  Debezium-fed target != source: {c} (row {rid}: source {vs!r}, target {va!r})")
         for column in sorted(set(types_a) | set(types_b)):
             if types_a.get(column) != types_b.get(column):
                 differences.append(f"{table}.{column} type: Debezium {types_a.get(column)}, "
