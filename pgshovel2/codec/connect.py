@@ -31,6 +31,10 @@ Convert = Callable[[Any], Any]
 US_PER_MONTH = 2_629_800_000_000
 US_PER_DAY = 86_400_000_000
 ENVELOPE_VERSION = 2  # Debezium 3.x's Envelope schema version
+# What Debezium writes for ±infinity (PgJDBC's sentinels as it converts them; recorded by
+# tests/integration/test_debezium_contrast.py): Date days, MicroTimestamp µs
+DATE_INFINITY, DATE_MINUS_INFINITY = -2147472692, -2147472691
+MICROS_INFINITY, MICROS_MINUS_INFINITY = 9223372036825200000, -9223372036832400000
 
 
 @dataclass(frozen=True)
@@ -129,6 +133,20 @@ def _numeric(col: Column) -> tuple[int | None, int | None]:
     return precision, (scale or 0) if precision is not None else None
 
 
+def _date(v: int) -> int:
+    """Trigger date -> Debezium's Date days (±infinity: Debezium's sentinels)."""
+    if v == temporal.INT32_MAX:
+        return DATE_INFINITY
+    return DATE_MINUS_INFINITY if v == temporal.INT32_MIN else temporal.date_to_avro(v)
+
+
+def _micro_timestamp(v: int) -> int:
+    """Trigger timestamp -> Debezium's MicroTimestamp µs (±infinity: Debezium's sentinels)."""
+    if v == temporal.INT64_MAX:
+        return MICROS_INFINITY
+    return MICROS_MINUS_INFINITY if v == temporal.INT64_MIN else temporal.timestamp_to_avro(v)
+
+
 def _millis(convert: Convert | None) -> Convert:
     """A µs converter -> ms (Debezium's adaptive mode at precision <= 3); int64 limits kept."""
     def to_ms(v: int) -> int:
@@ -160,7 +178,7 @@ def _scalar(col: Column) -> ConnectType:
     if kind == "bytea":
         return ConnectType({"type": "bytes"}, _bytea)
     if kind == "date":
-        return ConnectType(_named("int32", "io.debezium.time.Date"), temporal.date_to_avro)
+        return ConnectType(_named("int32", "io.debezium.time.Date"), _date)
     if kind in ("time", "timestamp"):
         return _adaptive(col)
     if kind == "timestamptz":
@@ -186,8 +204,9 @@ def _adaptive(col: Column) -> ConnectType:
         if col.kind == "time":
             return ConnectType(_named("int32", "io.debezium.time.Time"), _millis(None))
         return ConnectType(_named("int64", "io.debezium.time.Timestamp"), _millis(to_us))
-    name = "io.debezium.time.MicroTime" if col.kind == "time" else "io.debezium.time.MicroTimestamp"
-    return ConnectType(_named("int64", name), to_us)
+    if col.kind == "time":
+        return ConnectType(_named("int64", "io.debezium.time.MicroTime"), None)
+    return ConnectType(_named("int64", "io.debezium.time.MicroTimestamp"), _micro_timestamp)
 
 
 def _other(col: Column) -> ConnectType:

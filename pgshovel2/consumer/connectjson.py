@@ -16,6 +16,7 @@ from decimal import Decimal
 from typing import Any
 
 from pgshovel2.codec import jsonvalue, temporal
+from pgshovel2.codec.connect import DATE_INFINITY, DATE_MINUS_INFINITY, MICROS_INFINITY, MICROS_MINUS_INFINITY
 from pgshovel2.codec.temporal import DAYS_2000, MICROS_2000
 from pgshovel2.wire import INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN
 
@@ -37,10 +38,14 @@ def decimal_text(unscaled: int, scale: int) -> str:
 
 
 def _date(days: int) -> str:
+    if days in (DATE_INFINITY, DATE_MINUS_INFINITY):  # Debezium's sentinels (codec/connect.py)
+        return "infinity" if days == DATE_INFINITY else "-infinity"
     return temporal.date_to_json(days if days in (INT32_MIN, INT32_MAX) else days - DAYS_2000)
 
 
 def _timestamp(us: int) -> str:
+    if us in (MICROS_INFINITY, MICROS_MINUS_INFINITY):
+        return "infinity" if us == MICROS_INFINITY else "-infinity"
     return temporal.timestamp_to_json(us if us in (INT64_MIN, INT64_MAX) else us - MICROS_2000, False)
 
 
