@@ -106,6 +106,32 @@ def check_server(cur, plugin: str = PLUGIN) -> None:
                            "install sql/decoder (scripts/install.sh), or use decoder: pgoutput")
 
 
+_SLOT_LIMITS_SQL = """
+SELECT (SELECT setting::int8 FROM pg_settings WHERE name = 'max_slot_wal_keep_size'),
+       (SELECT setting::int8 FROM pg_settings WHERE name = 'idle_replication_slot_timeout')
+"""
+
+
+def slot_limit_notes(cur) -> list[str]:
+    """What the server's slot limits mean for a set's slot, one note each: max_slot_wal_keep_size
+    (MB; -1: none, so a stopped relay lets the slot keep WAL until the disk fills; else PostgreSQL
+    invalidates a slot that far behind) and PostgreSQL 18's idle_replication_slot_timeout (s;
+    0: off). Reads pg_settings only; a setting the server lacks is left out."""
+    cur.execute(_SLOT_LIMITS_SQL)
+    keep_mb, idle_s = cur.fetchone()
+    notes = []
+    if keep_mb == -1:
+        notes.append("max_slot_wal_keep_size is -1 (no limit): while no relay confirms the slot it keeps WAL until "
+                     "the disk fills; alert on pgshovel2_relay_slot_retained_bytes (monitoring/), or set a limit")
+    elif keep_mb is not None:
+        notes.append(f"max_slot_wal_keep_size is {keep_mb} MB: a relay stopped until the slot falls that far behind "
+                     "loses the slot (PostgreSQL invalidates it) and the set must be re-bootstrapped")
+    if idle_s:
+        notes.append(f"idle_replication_slot_timeout is {idle_s} s: PostgreSQL invalidates the slot when no relay "
+                     "has used it that long (the set must then be re-bootstrapped): keep a relay running")
+    return notes
+
+
 def check_tables(cur, config: SetConfig, tables: tuple[Table, ...], source: str, plugin: str = PLUGIN) -> None:
     """Raise ConfigError naming every table (``tables[i]``) whose replica identity does not
     log what the relay needs (module docstring), all of them in one error. With pgoutput a
@@ -374,19 +400,21 @@ _SLOT_LAG_SQL = """
 SELECT CASE WHEN r.pid IS NULL THEN NULL ELSE coalesce(extract(epoch FROM r.flush_lag), 0)::float8 END,
        pg_wal_lsn_diff(pg_current_wal_lsn(), s.confirmed_flush_lsn)::int8,
        pg_wal_lsn_diff(pg_current_wal_lsn(), s.restart_lsn)::int8, s.wal_status, s.active,
-       to_jsonb(s) ->> 'inactive_since'
+       to_jsonb(s) ->> 'inactive_since', s.safe_wal_size
 FROM pg_replication_slots s LEFT JOIN pg_stat_replication r ON r.pid = s.active_pid
 WHERE s.slot_name = %s
 """
 
 
 def slot_lag(dsn: str, slot: str) -> dict[str, Any]:
-    """{lag_seconds, lag_bytes, retained_bytes, wal_status, active, inactive_since} of a set's slot,
-    or {error} when the database does not answer or the slot does not exist (for ``set status``).
-    lag_seconds: the walsender's flush lag, None without a relay streaming; inactive_since: PostgreSQL
-    17's pg_replication_slots.inactive_since (text), None before 17 or while active."""
+    """{lag_seconds, lag_bytes, retained_bytes, wal_status, active, inactive_since, safe_wal_size} of a
+    set's slot, or {error} when the database does not answer or the slot does not exist (for ``set
+    status``). lag_seconds: the walsender's flush lag, None without a relay streaming; inactive_since:
+    PostgreSQL 17's pg_replication_slots.inactive_since (text), None before 17 or while active;
+    safe_wal_size: bytes of WAL that may still be written before the slot is invalidated
+    (max_slot_wal_keep_size), None without a limit."""
     row = one_row(dsn, _SLOT_LAG_SQL, (slot,), ("lag_seconds", "lag_bytes", "retained_bytes", "wal_status",
-                                                "active", "inactive_since"))
+                                                "active", "inactive_since", "safe_wal_size"))
     return row or {"error": f"no replication slot {slot} (the relay creates it on its first start)"}
 
 

@@ -61,11 +61,14 @@ def create_set(store: ClusterStore, name: str, config_path: str, dry_run: bool =
 
 
 def _decoder(cur, config: SetConfig, change: dict[str, Any]) -> str:
-    """A logical set's output plugin (logical.choose_decoder); its reason goes into change."""
+    """A logical set's output plugin (logical.choose_decoder); its reason goes into change, and what
+    the server's slot limits mean for the set into change["notes"] (logical.slot_limit_notes)."""
     if config.backend != "logical":
         return PLUGIN
     plugin, why = logical.choose_decoder(cur, config.decoder)
     change["decoder"] = f"{plugin} ({why})"
+    if limits := logical.slot_limit_notes(cur):
+        change.setdefault("notes", []).extend(limits)
     return plugin
 
 
@@ -81,7 +84,7 @@ def _resolve(conn, cur, name: str, config: SetConfig, config_path: str, plugin: 
     if config.backend == "logical":
         tables = logical.unlogged_nullable(cur, tables, notes)
     if notes:
-        change["notes"] = notes
+        change.setdefault("notes", []).extend(notes)
     return tables
 
 

@@ -129,8 +129,10 @@ def _lag_text(lag: dict[str, Any]) -> str:
     if lag.get("error"):
         return lag["error"]
     if lag["kind"] == "slot":
+        safe = lag.get("safe_wal_size")
         retained = (f"the slot retains {lag['retained_bytes']} bytes of WAL ({lag['lag_bytes']} after its confirmed "
-                    f"position, not all of it the set's), WAL {lag['wal_status']}")
+                    f"position, not all of it the set's), WAL {lag['wal_status']}"
+                    + (f", invalidated after {safe} more bytes (max_slot_wal_keep_size)" if safe is not None else ""))
         if not lag.get("active"):
             since = f" since {lag['inactive_since']}" if lag.get("inactive_since") else ""
             return f"no relay streaming from the slot{since}: lag unknown; {retained}"

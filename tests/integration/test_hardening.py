@@ -120,7 +120,9 @@ def _status(stack, cluster: str, name: str, *args: str) -> tuple[str, dict]:
 def test_status_of_idle_sets_of_both_backends(stack, cluster, db, schema, tmp_path, backend):
     table = _table(db, schema)
     cfg = write_config(tmp_path, stack, [table], encoding="json", backend=backend)
-    pgshovel(stack, cluster, "set", "create", "st", str(cfg))
+    created = pgshovel(stack, cluster, "set", "create", "st", str(cfg)).stdout
+    # the test server has no max_slot_wal_keep_size: set create says what that means for the slot
+    assert ("note: max_slot_wal_keep_size is -1 (no limit)" in created) == (backend == "logical"), created
     relay = RelayProcess(stack, cluster, "st", log_path=tmp_path / "st.log")
     relay.wait_for("snapshot done")
     with db.cursor() as cur:
