@@ -4,9 +4,11 @@
 placeholder``.
 
 As Debezium's PostgreSQL connector: the placeholder text in a string field, its UTF-8 bytes in a
-bytes field, a one-element array of it in an array of strings, and its UTF-8 bytes as numbers in
-an array of int2/int4/int8. A column whose form holds none of these (a json value in the
-schemaless JSON form, a numeric, an array of other elements) keeps null, which its field admits
+bytes field, a one-element array of it in an array of strings, its UTF-8 bytes as numbers in an
+array of int2/int4/int8, and in a uuid array the one UUID Java's ``UUID.nameUUIDFromBytes`` makes
+of its bytes (``b68a35a7-17ad-35b3-af2a-ae46edb4545a`` for the default text). A column whose
+form holds none of these (a json value in the schemaless JSON form, a Connect numeric struct, an
+array of other elements) keeps null, which its field admits
 (:func:`pgshovel2.backends.logical.unlogged_nullable`). Either way the message's
 ``pgshovel.unchanged`` header names the column, so pgshovel2's consumers keep the previous
 value instead of the placeholder.
@@ -16,6 +18,8 @@ row is encoded, so every codec path writes them alike.
 """
 
 import dataclasses
+import hashlib
+import uuid
 from collections.abc import Sequence
 from typing import Any
 
@@ -37,11 +41,21 @@ def _is_string(col: Column, form: str) -> bool:
     return ft.avro == "string" and (ft.to_avro if form == AVRO else ft.to_json) is None
 
 
+def name_uuid(data: bytes) -> str:
+    """Java's ``UUID.nameUUIDFromBytes(data)``: the MD5 of data as a version 3 UUID."""
+    digest = bytearray(hashlib.md5(data).digest())
+    digest[6] = (digest[6] & 0x0F) | 0x30
+    digest[8] = (digest[8] & 0x3F) | 0x80
+    return str(uuid.UUID(bytes=bytes(digest)))
+
+
 def _placeholder(col: Column, text: str, form: str) -> Any:
     """The capture form of col's placeholder value, or None (col keeps null)."""
     if col.is_array:
         if col.kind in _INT_ARRAYS:
             return list(text.encode("utf-8"))
+        if col.kind == "uuid":
+            return [name_uuid(text.encode("utf-8"))]
         return [text] if _is_string(dataclasses.replace(col, is_array=False), form) else None
     if col.kind == "bytea":
         return text.encode("utf-8").hex()

@@ -28,19 +28,23 @@ TABLE = Table("public", "t", (
     Column("j", 6, "jsonb", "jsonb", False, True),
     Column("n", 7, "numeric", "numeric", False, True),
     Column("d", 8, "date[]", "date", True, True),
+    Column("u", 9, "uuid[]", "uuid", True, True),
 ), ("id",), "primary key")
-ROW = ["k", None, None, None, None, None, None, None]  # an UPDATE leaving every other column unchanged
-UNCHANGED = (1, 2, 3, 4, 5, 6, 7)
+ROW = ["k", None, None, None, None, None, None, None, None]  # an UPDATE leaving every other column unchanged
+UNCHANGED = (1, 2, 3, 4, 5, 6, 7, 8)
+UUID = "b68a35a7-17ad-35b3-af2a-ae46edb4545a"  # Debezium's for the default placeholder (DBZ-6720)
 
 
 def test_which_columns_take_the_placeholder():
     """Strings, bytes, text and integer arrays everywhere; json where it is a string (Connect, Avro),
     an unconstrained numeric where it is one (Avro, schemaless JSON; Connect: a struct); never the
-    key or an array of dates; nothing with unchanged_toast: header. (Indexes: s 1 ... n 6, d 7.)"""
+    key or an array of dates; a uuid array: Debezium's name UUID of it; nothing with unchanged_toast:
+    header. (Indexes: s 1 ... n 6, d 7, u 8.)"""
     hexed, ints = P.encode().hex(), list(P.encode())
-    assert unavailable.placeholders(TABLE, P, unavailable.CONNECT) == {1: P, 2: hexed, 3: [P], 4: ints, 5: P}
-    assert unavailable.placeholders(TABLE, P, unavailable.AVRO) == {1: P, 2: hexed, 3: [P], 4: ints, 5: P, 6: P}
-    assert unavailable.placeholders(TABLE, P, unavailable.JSON) == {1: P, 2: hexed, 3: [P], 4: ints, 6: P}
+    common = {1: P, 2: hexed, 3: [P], 4: ints, 8: [UUID]}
+    assert unavailable.placeholders(TABLE, P, unavailable.CONNECT) == {**common, 5: P}
+    assert unavailable.placeholders(TABLE, P, unavailable.AVRO) == {**common, 5: P, 6: P}
+    assert unavailable.placeholders(TABLE, P, unavailable.JSON) == {**common, 6: P}
     assert unavailable.placeholders(TABLE, None, unavailable.CONNECT) == {}
 
 
@@ -60,9 +64,11 @@ def test_update_event_values_in_every_form():
     ints = list(P.encode())
     got = _update(ConnectRowEncoder(TABLE, table_schemas("topic", TABLE)), unavailable.CONNECT)
     assert got["before"] is None
-    assert got["after"] == {"id": "k", "s": P, "b": b64, "a": [P], "i": ints, "j": P, "n": None, "d": None}
+    assert got["after"] == {"id": "k", "s": P, "b": b64, "a": [P], "i": ints, "j": P, "n": None, "d": None,
+                            "u": [UUID]}
     got = _update(RowEncoder(TABLE, False, None, None), unavailable.JSON)
-    assert got["after"] == {"id": "k", "s": P, "b": b64, "a": [P], "i": ints, "j": None, "n": P, "d": None}
+    assert got["after"] == {"id": "k", "s": P, "b": b64, "a": [P], "i": ints, "j": None, "n": P, "d": None,
+                            "u": [UUID]}
     writer = AvroWriter(avro.debezium_value_schema("s", TABLE), 9)
     key_w = AvroWriter(avro.key_schema("s", TABLE), 10)
     got = _update(RowEncoder(TABLE, True, key_w, None), unavailable.AVRO, writer)["after"]
