@@ -19,7 +19,9 @@ A set config is a YAML mapping (see configs/pgbench.yaml)::
     envelope: row               # row (Bottled Water compatible) | debezium
     debezium: {schemas: true}   # envelope debezium, encoding json: JsonConverter's schema + payload
                                 # (true, default) or the schemaless event in pgshovel2's JSON values;
-                                # skipped_operations: [t] (default, as Debezium) or [] (op t events)
+                                # skipped_operations: [t] (default, as Debezium) or [] (op t events);
+                                # unchanged_toast: placeholder (default: unavailable_value_placeholder,
+                                # __debezium_unavailable_value) | header (null)
     topic_prefix: pgbench       # default: the set name
     topics: {create: true, partitions: 1, replication_factor: 1}
     oversized:                  # a change whose message Kafka cannot take (over max.message.bytes)
@@ -58,7 +60,9 @@ DECODERS = ("pgshovel2", "pgoutput")
 OVERSIZED_POLICIES = ("fail", "dead-letter", "truncate")
 _TOP_KEYS = {"database", "backend", "capture", "pgq", "decoder", "encoding", "envelope", "topic_prefix", "topics",
              "tables", "oversized", "publication", "debezium"}
-_DEBEZIUM_KEYS = {"schemas", "skipped_operations"}
+_DEBEZIUM_KEYS = {"schemas", "skipped_operations", "unchanged_toast", "unavailable_value_placeholder"}
+UNCHANGED_TOAST = ("placeholder", "header")  # debezium.unchanged_toast: Debezium's placeholder, or null + header
+UNAVAILABLE_VALUE_PLACEHOLDER = "__debezium_unavailable_value"  # Debezium's unavailable.value.placeholder
 SKIPPABLE = ("t",)  # Debezium's skipped.operations that pgshovel2 honours: only truncate events
 _OVERSIZED_KEYS = {"policy", "columns"}
 _DATABASE_KEYS = {"dsn", "relay_dsn"}
@@ -110,10 +114,23 @@ class DebeziumConfig:
     skipped_operations: Debezium's ``skipped.operations``, as its default ``(t,)``: no ``op: t``
     events for TRUNCATE (the transactions topic's TRUNCATE record only); ``()`` writes one per
     truncated table. Data changes (c, u, d) are never skipped.
+    unchanged_toast: what an UPDATE's unchanged TOASTed value, which the WAL does not log (replica
+    identity other than FULL), becomes in ``after``: ``placeholder`` (new sets), Debezium's
+    ``unavailable.value.placeholder`` (unavailable_value_placeholder, Debezium's default
+    ``__debezium_unavailable_value``) where the column's form can hold it (strings, bytes, text and
+    integer arrays, as Debezium), else null; ``header``: null (sets stored before the option). Either
+    way the message's ``pgshovel.unchanged`` header names the columns (docs/wire.rst).
     """
 
     schemas: bool = True
     skipped_operations: tuple[str, ...] = ("t",)
+    unchanged_toast: str = "placeholder"
+    unavailable_value_placeholder: str = UNAVAILABLE_VALUE_PLACEHOLDER
+
+    @property
+    def placeholder(self) -> str | None:
+        """The text unchanged TOASTed values take in ``after``, or None (null)."""
+        return self.unavailable_value_placeholder if self.unchanged_toast == "placeholder" else None
 
     @property
     def truncate_events(self) -> bool:
@@ -387,7 +404,8 @@ def _parse_debezium(data: dict, envelope: str, source: str) -> DebeziumConfig:
         raise ConfigError(source, "debezium", value, "applies to envelope: debezium only")
     if not isinstance(value, dict):
         raise ConfigError(source, "debezium", value, "must be a mapping {schemas: true|false, "
-                          "skipped_operations: [t] or []}")
+                          "skipped_operations: [t] or [], unchanged_toast: placeholder|header, "
+                          "unavailable_value_placeholder: TEXT}")
     _no_unknown(value, _DEBEZIUM_KEYS, "debezium.", source)
     schemas = value.get("schemas", True)
     if not isinstance(schemas, bool):
@@ -402,15 +420,37 @@ def _parse_debezium(data: dict, envelope: str, source: str) -> DebeziumConfig:
         raise ConfigError(source, "debezium.skipped_operations", skipped,
                           "op t events need JSON (encoding: json): their key is Connect's null key, which Avro "
                           "has no form for, and Kafka refuses a null key on a compacted table topic")
-    return DebeziumConfig(schemas=schemas, skipped_operations=tuple(dict.fromkeys(skipped)))
+    unchanged, placeholder = _parse_unchanged_toast(value, source)
+    return DebeziumConfig(schemas=schemas, skipped_operations=tuple(dict.fromkeys(skipped)),
+                          unchanged_toast=unchanged, unavailable_value_placeholder=placeholder)
+
+
+def _parse_unchanged_toast(value: dict, source: str) -> tuple[str, str]:
+    """(unchanged_toast, unavailable_value_placeholder) of the ``debezium`` mapping value."""
+    unchanged = value.get("unchanged_toast", UNCHANGED_TOAST[0])
+    if unchanged not in UNCHANGED_TOAST:
+        raise ConfigError(source, "debezium.unchanged_toast", unchanged,
+                          "must be placeholder (Debezium's unavailable.value.placeholder in the field, the default) "
+                          "or header (null in the field); the pgshovel.unchanged header names the column either way")
+    placeholder = value.get("unavailable_value_placeholder", UNAVAILABLE_VALUE_PLACEHOLDER)
+    if "unavailable_value_placeholder" in value and unchanged != "placeholder":
+        raise ConfigError(source, "debezium.unavailable_value_placeholder", placeholder,
+                          "applies to unchanged_toast: placeholder only (header writes null)")
+    if not isinstance(placeholder, str) or not placeholder:
+        raise ConfigError(source, "debezium.unavailable_value_placeholder", placeholder,
+                          f"must be a non-empty string (Debezium's default: {UNAVAILABLE_VALUE_PLACEHOLDER})")
+    return unchanged, placeholder
 
 
 def _debezium_record(stored: dict | None) -> DebeziumConfig:
     """The DebeziumConfig of a stored record (to_dict); a record before the option: schemaless JSON."""
     if stored is None:
-        return DebeziumConfig(schemas=False)
+        return DebeziumConfig(schemas=False, unchanged_toast="header")
     return DebeziumConfig(schemas=stored["schemas"],
-                          skipped_operations=tuple(stored.get("skipped_operations", ("t",))))
+                          skipped_operations=tuple(stored.get("skipped_operations", ("t",))),
+                          unchanged_toast=stored.get("unchanged_toast", "header"),
+                          unavailable_value_placeholder=stored.get("unavailable_value_placeholder",
+                                                                   UNAVAILABLE_VALUE_PLACEHOLDER))
 
 
 def _parse_oversized(data: Any, source: str) -> OversizedConfig:

@@ -20,7 +20,10 @@ FULL the value is null and the message lists the column in its
 ``pgshovel.unchanged`` header (docs/wire.rst): so in a table whose identity is
 not FULL, a NOT NULL variable-length column that is not part of the key is
 nullable in the set's schemas (:func:`unlogged_nullable`). The ``debezium``
-envelope needs FULL (it carries every UPDATE's before-image).
+envelope takes the same identities, as Debezium does: with DEFAULT or USING INDEX an UPDATE's
+``before`` is null unless the key changed, and a DELETE's (or a key change's) ``before`` holds
+the identity's columns only, the others null, so every NOT NULL column that is not part of the
+key is nullable in such a table's schemas too (docs/wire.rst, "Envelope debezium").
 
 Functions taking a cursor run in the caller's transaction and never commit. The relay
 streams the slot through :class:`pgshovel2.relay.logical_source.LogicalSource`.
@@ -68,7 +71,7 @@ FROM pg_class c WHERE c.oid = %(table)s::regclass
 _UNLOGGED_SQL = """
 SELECT a.attname::text FROM pg_class c JOIN pg_attribute a ON a.attrelid = c.oid
 WHERE c.oid = %s::regclass AND c.relreplident <> 'f' AND a.attnum > 0 AND NOT a.attisdropped
-  AND a.attnotnull AND a.attlen = -1
+  AND a.attnotnull AND (a.attlen = -1 OR %s)
 """
 
 
@@ -190,8 +193,6 @@ def _identity_problem(table: Table, config: SetConfig, ident: str, ident_cols: s
     kind = {"d": "DEFAULT", "i": "USING INDEX", "n": "NOTHING"}[ident]
     if ident == "n":
         ident_cols = set()
-    if config.envelope == "debezium":
-        return f"the debezium envelope needs every old row in the WAL, but its replica identity is {kind}"
     if not table.key:
         return (f"it has no key (allow_unkeyed), so a consumer can only remove the row an UPDATE or DELETE "
                 f"changed by its whole old row, which the WAL holds only with REPLICA IDENTITY FULL, but its "
@@ -202,21 +203,25 @@ def _identity_problem(table: Table, config: SetConfig, ident: str, ident_cols: s
     return None
 
 
-def unlogged_nullable(cur, tables: tuple[Table, ...], notes: list[str] | None = None) -> tuple[Table, ...]:
+def unlogged_nullable(cur, tables: tuple[Table, ...], notes: list[str] | None = None,
+                      debezium: bool = False) -> tuple[Table, ...]:
     """tables with the columns whose values an UPDATE may leave unchanged and unlogged made
     nullable: NOT NULL, variable-length (pg_attribute.attlen -1: PostgreSQL may store the value
     out of line), not part of the key, in a table whose replica identity is not FULL. Such a
     value travels as null with the ``pgshovel.unchanged`` header (docs/wire.rst), so its Avro
-    field must admit null. One line per table changed goes to notes. Reads only."""
+    field must admit null. debezium (envelope debezium): every NOT NULL column not part of the
+    key, whatever its length, since a DELETE's ``before`` holds the replica identity's columns
+    only (the others null). One line per table changed goes to notes. Reads only."""
     out = []
     for table in tables:
-        cur.execute(_UNLOGGED_SQL, (table.sql_name,))
+        cur.execute(_UNLOGGED_SQL, (table.sql_name, debezium))
         unlogged = {r[0] for r in cur.fetchall()} - set(table.key)
         changed = [c.name for c in table.columns if c.name in unlogged and not c.nullable]
         if changed and notes is not None:
             notes.append(f"{table.qualified}: NOT NULL column(s) {', '.join(names.quote_ident(c) for c in changed)} "
-                         "nullable in the value schema: with replica identity other than FULL an UPDATE that "
-                         "leaves such a value unchanged does not log it (null + header pgshovel.unchanged)")
+                         "nullable in the value schema: with replica identity other than FULL " +
+                         ("a DELETE's before holds the key only" if debezium else "an UPDATE that leaves such a "
+                          "value unchanged does not log it (null + header pgshovel.unchanged)"))
         out.append(dataclasses.replace(table, columns=tuple(
             dataclasses.replace(c, nullable=True) if c.name in changed else c for c in table.columns)))
     return tuple(out)

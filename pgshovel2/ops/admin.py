@@ -82,7 +82,7 @@ def _resolve(conn, cur, name: str, config: SetConfig, config_path: str, plugin: 
     stored = not (config.backend == "logical" and plugin == pgoutput.NAME and not pgoutput.sends_generated(cur))
     tables = catalog.resolve_set(conn, name, config, config_path, stored_generated=stored, notes=notes)
     if config.backend == "logical":
-        tables = logical.unlogged_nullable(cur, tables, notes)
+        tables = logical.unlogged_nullable(cur, tables, notes, config.envelope == "debezium")
     if notes:
         change.setdefault("notes", []).extend(notes)
     return tables

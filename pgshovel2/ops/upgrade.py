@@ -236,7 +236,8 @@ def _resolve(conn, name: str, record: SetRecord, config: SetConfig, config_path:
     with conn.cursor() as cur:
         stored = not (logical_set and record.capture.plugin == pgoutput.NAME and not pgoutput.sends_generated(cur))
         tables = catalog.resolve_set(conn, name, config, config_path, stored_generated=stored)
-        return logical.unlogged_nullable(cur, tables) if logical_set else tables
+        return logical.unlogged_nullable(cur, tables, debezium=config.envelope == "debezium") \
+            if logical_set else tables
 
 
 def _old_rows(conn, record: SetRecord, tables: tuple[Table, ...]) -> frozenset[str]:

@@ -24,6 +24,7 @@ from pgshovel2.codec.avro import DEBEZIUM_TAIL_FIELDS, AvroWriter, envelope_row_
 from pgshovel2.codec.avro_fast import compile_record
 from pgshovel2.codec.connect import ConnectRowEncoder, unwrap, wrap
 from pgshovel2.codec.rows import RowEncoder, as_values, encode_json
+from pgshovel2.relay import unavailable
 from pgshovel2.relay.envelopes import CONNECTOR, SNAPSHOT_FALSE, XID_MASK, Context, Message
 from pgshovel2.wire import raw_schema
 
@@ -53,14 +54,17 @@ class DebeziumEnvelope:
     (processing time, as Debezium's). truncate_events: a TRUNCATE of the table writes an
     ``op: t`` event (:meth:`truncate`; the set's ``debezium.skipped_operations`` lacks ``t``).
     A :class:`~pgshovel2.codec.connect.ConnectRowEncoder` (JSON with Connect schemas) makes
-    every value JsonConverter's ``{"schema", "payload"}``.
+    every value JsonConverter's ``{"schema", "payload"}``. placeholders: column index -> the
+    capture form of Debezium's ``unavailable.value.placeholder`` for that column
+    (:func:`pgshovel2.relay.unavailable.placeholders`; empty: unchanged values stay null).
     """
 
     def __init__(self, encoder: RowEncoder, source: SourceInfo, collection: str,
                  writer: AvroWriter | None = None, clock: Callable[[], int] = time.time_ns,
-                 truncate_events: bool = False):
+                 truncate_events: bool = False, placeholders: dict[int, Any] | None = None):
         self.encoder, self.source = encoder, source
         self.truncate_events = truncate_events
+        self.placeholders = placeholders or {}
         self._writer, self._clock = writer, clock
         self._connect = encoder.schemas.envelope if isinstance(encoder, ConnectRowEncoder) else None
         self.collection = collection
@@ -130,6 +134,12 @@ class DebeziumEnvelope:
             return [self._event(key, "u", old, conv, ctx)]
         return [self._event(old_key, "d", old, None, ctx), Message(old_key, None, "d"),
                 self._event(key, "c", None, conv, ctx)]
+
+    def fill_unchanged(self, row: Any, unchanged: tuple[int, ...]) -> Any:
+        """row (an UPDATE's new row, capture form) with its unchanged, unlogged TOASTed values
+        (positions unchanged) set to Debezium's placeholder where the column's form holds one
+        (:mod:`pgshovel2.relay.unavailable`); row itself when none is."""
+        return unavailable.fill(row, unchanged, self.placeholders) if self.placeholders else row
 
     def truncate(self, ctx: Context) -> Message:
         """Debezium's truncate event of the table: ``before``/``after`` null, ``op: t``, source and

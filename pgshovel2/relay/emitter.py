@@ -303,10 +303,12 @@ class Emitter:
                 self._send(route, envelope.truncate(ctx), ev.txid, position, ev.ts_ms)
                 self._counts[route.topic] += 1
             return
-        msgs = envelope.change(ev.op, ev.row, ev.before, ctx)
         unchanged = _unchanged_header(route.table, ev) if ev.unchanged else None
+        row = envelope.fill_unchanged(ev.row, ev.unchanged) if ev.unchanged and hasattr(envelope, "fill_unchanged") \
+            else ev.row  # Debezium's placeholder (pgshovel2.relay.unavailable); the header names them still
+        msgs = envelope.change(ev.op, row, ev.before, ctx)
         for msg, extra in self._placed(route, msgs, ev.txid, position, ev.ts_ms, unchanged,
-                                       _redo(envelope, ev.op, ctx, msgs), ev.row, ev.before):
+                                       _redo(envelope, ev.op, ctx, msgs), row, ev.before):
             self._send(route, msg, ev.txid, position, ev.ts_ms, unchanged, extra)
         if msgs:
             self._counts[route.topic] += len(msgs)

@@ -30,7 +30,9 @@ without (:class:`~pgshovel2.relay.emitter.Emitter`), so an envelope never sees i
 
     INSERT            -> (key, {before: null, after: row, op: c})
     UPDATE            -> (key, {before: old row, after: row, op: u})
-                         (sets with this envelope capture every UPDATE's old row)
+                         (trigger sets capture every UPDATE's old row; a logical set's table
+                         without REPLICA IDENTITY FULL: before null, or the identity's columns
+                         only, as Debezium)
     UPDATE of the key -> (old key, {before: old row, after: null, op: d}),
                          (old key, None) tombstone, (key, {before: null, after: row, op: c})
     DELETE            -> (key, {before: old row, after: null, op: d}), (key, None) tombstone;

@@ -19,7 +19,7 @@ from pgshovel2.setrecord import SetRecord
 
 class LogicalTables:
     """The LogicalSource methods for its tables. They share the source's state: ``_ctl`` (control
-    connection), ``_tables``/``_tags``/``_mode_all`` (the set version in effect; _tags: our
+    connection), ``_tables``/``_tags``/``_mode_all``/``_before_partial`` (the set version in effect; _tags: our
     plugin's table indexes), ``_resolved`` (the last layout resolved per table), ``_decoder``,
     ``slot`` and ``_sql``."""
 
@@ -43,6 +43,7 @@ class LogicalTables:
         ``tables`` option (an upgrade's marker, a restart): the indexes of the others stay."""
         upgrade = (record.change or {}).get("kind") == "upgrade"  # its marker gave our plugin new tables
         self._tables, self._mode_all = record.tables, relation_layout.all_mode_tags(record)
+        self._before_partial = record.config.envelope == "debezium"  # relation_layout.resolve
         tags = [t.qualified for t in self._tables]
         if upgrade or not set(tags) <= set(self._tags):
             self._tags = tags
@@ -73,7 +74,8 @@ class LogicalTables:
             raise RelayError(f"slot {self.slot} sent the layout of table {layout.tag}, which is not in the set")
         try:
             with self._ctl.cursor() as cur:
-                resolved = relation_layout.resolve(cur, layout, current, layout.tag in self._mode_all)
+                resolved = relation_layout.resolve(cur, layout, current, layout.tag in self._mode_all,
+                                                   getattr(self, "_before_partial", False))
         except psycopg2.Error as exc:
             if outage(exc, self._ctl):
                 raise UnavailableError(f"slot {self.slot}: the database went away: {str(exc).strip()}") from exc

@@ -127,10 +127,13 @@ class Resolved(NamedTuple):
     converters: dict[int, Callable[[str], Any]]
 
 
-def resolve(cur, layout: RelationLayout, current: Table, mode_all: bool) -> Resolved:
+def resolve(cur, layout: RelationLayout, current: Table, mode_all: bool, before_partial: bool = False) -> Resolved:
     """The captured layout that layout gives current (the table in effect): mode_all takes
-    every column, else current's columns still there. Raises RelayError when pgoutput's
-    layout cannot be matched with the catalog (module docstring)."""
+    every column, else current's columns still there. before_partial (envelope debezium): a
+    NOT NULL column the layout adds to a table whose replica identity is not FULL is nullable
+    whatever its length (a DELETE's ``before`` holds the identity's columns only; the rule of
+    pgshovel2.backends.logical.unlogged_nullable at set create). Raises RelayError when
+    pgoutput's layout cannot be matched with the catalog (module docstring)."""
     columns = layout.columns if layout.captured else _with_attnums(cur, layout, current)
     if not layout.captured and not mode_all:
         kept = {c.attnum for c in current.columns}
@@ -142,7 +145,8 @@ def resolve(cur, layout: RelationLayout, current: Table, mode_all: bool) -> Reso
     for i, c in enumerate(columns, 1):
         pg_type, typname, typtype, is_array, elem, elemtype, typmod, base_oid, elem_oid, typlen = types[i]
         missing = _missing(c.missing, typname) if layout.captured else c.missing
-        nullable = not c.notnull or (unlogged and typlen == -1 and c.attnum not in current_attnums(current))
+        nullable = not c.notnull or (unlogged and (typlen == -1 or before_partial)
+                                     and c.attnum not in current_attnums(current))
         rows.append([c.name, c.attnum, pg_type, nullable, typname, typtype, is_array, elem, elemtype,
                      typmod, missing])
         type_oids[c.attnum] = c.type_oid

@@ -9,6 +9,7 @@ from pgshovel2.codec.connect import ConnectRowEncoder, table_schemas
 from pgshovel2.codec.rows import RowEncoder
 from pgshovel2.db import connect
 from pgshovel2.errors import RelayError
+from pgshovel2.relay import unavailable
 from pgshovel2.relay.debezium import DebeziumEnvelope, SourceInfo
 from pgshovel2.relay.emitter import TableRoute
 from pgshovel2.relay.envelopes import Envelope, RowEnvelope
@@ -93,8 +94,10 @@ def _route(record: SetRecord, table: Table, registry: SchemaRegistry | None, dat
         key_w = _writer(avro_registry, f"{topic}-key", avro.key_schema(set_name, table))
         encoder = ConnectRowEncoder(table, table_schemas(topic, table)) if config.connect_json \
             else RowEncoder(table, use_avro, key_w, None)
+        form = unavailable.CONNECT if config.connect_json else unavailable.AVRO if use_avro else unavailable.JSON
         envelope = DebeziumEnvelope(encoder, SourceInfo(set_name, database, table.schema, table.name),
-                                    topic, env_w, truncate_events=config.debezium.truncate_events)
+                                    topic, env_w, truncate_events=config.debezium.truncate_events,
+                                    placeholders=unavailable.placeholders(table, config.debezium.placeholder, form))
     else:
         value_w = _writer(avro_registry, f"{topic}-value", avro.value_schema(set_name, table))
         key_w = _writer(avro_registry, f"{topic}-key", avro.key_schema(set_name, table))

@@ -113,13 +113,19 @@ def _filled(rows, key: list[str], cols: list[str], before: bool):
 
 def _carried(filled, moves, key: list[str], cols: list[str]):
     """The carried row of each move: the create's key, position and offset, the old key's values
-    before its delete (at the same position), UNCHANGED: the columns without one, MISSING: those
+    before its delete (at the same position; the first one there: a Debezium d event, not the
+    tombstone after it), UNCHANGED: the columns without one, MISSING: those
     of them the create needs."""
+    from pyspark.sql import Window
     from pyspark.sql import functions as sf
 
     q = spark_codec.quote
     others = [(i, c) for i, c in enumerate(cols) if c not in key]
+    # the first delete at the position: a Debezium d event's tombstone follows it (same key, same
+    # partition), and the values before the tombstone are the event's, none known
+    first = Window.partitionBy(POSITION).orderBy(sf.col(OFFSET))
     before = (filled.filter((sf.col(OP) == "d") & (sf.col(SEQ) == 1))
+              .withColumn("__first", sf.row_number().over(first)).filter(sf.col("__first") == 1)
               .select(POSITION, *[sf.col(f"{PREV}{i}").alias(f"__p{i}") for i, _ in others]))
     joined = moves.select(*[q(k) for k in key], POSITION, OFFSET, sf.col(UNCHANGED).alias("__want")) \
         .join(before, POSITION, "left")

@@ -124,6 +124,30 @@ def test_debezium_skipped_operations():
         parse_config({**base, "encoding": "avro", "debezium": {"skipped_operations": []}}, "f.yaml")
 
 
+def test_debezium_unchanged_toast():
+    """debezium.unchanged_toast: Debezium's placeholder by default (its default text, or the one
+    given), header (null) on request; bad values name the key; a stored record before the option
+    keeps header (what its topics hold)."""
+    base = {**GOOD, "envelope": "debezium", "encoding": "json"}
+    cfg = parse_config(base, "f.yaml")
+    assert (cfg.debezium.unchanged_toast, cfg.debezium.placeholder) == ("placeholder", "__debezium_unavailable_value")
+    cfg = parse_config({**base, "debezium": {"unavailable_value_placeholder": "N/A"}}, "f.yaml")
+    assert cfg.debezium.placeholder == "N/A" and SetConfig.from_dict(cfg.to_dict()) == cfg
+    cfg = parse_config({**base, "debezium": {"unchanged_toast": "header"}}, "f.yaml")
+    assert cfg.debezium.placeholder is None and SetConfig.from_dict(cfg.to_dict()) == cfg
+    with pytest.raises(ConfigError, match="debezium.unchanged_toast.*placeholder.*or header"):
+        parse_config({**base, "debezium": {"unchanged_toast": "null"}}, "f.yaml")
+    for bad in ("", 5, None):
+        with pytest.raises(ConfigError, match="debezium.unavailable_value_placeholder.*non-empty string"):
+            parse_config({**base, "debezium": {"unavailable_value_placeholder": bad}}, "f.yaml")
+    with pytest.raises(ConfigError, match="debezium.unavailable_value_placeholder.*placeholder only"):
+        parse_config({**base, "debezium": {"unchanged_toast": "header", "unavailable_value_placeholder": "x"}},
+                     "f.yaml")
+    stored = {**cfg.to_dict(), "debezium": {"schemas": True, "skipped_operations": ["t"]}}
+    assert SetConfig.from_dict(stored).debezium.placeholder is None
+    assert SetConfig.from_dict({k: v for k, v in stored.items() if k != "debezium"}).debezium.placeholder is None
+
+
 def test_upgrade_keeps_the_topics_json_form():
     """set upgrade refuses to change a debezium JSON set's form (Connect schema + payload or not); a set
     stored before the option existed is schemaless, a row set is unaffected."""

@@ -175,7 +175,10 @@ def _table(key: tuple[str, ...]) -> Table:
     ("f", set(), "debezium", ("id",), None, "avro"),
     ("n", {"id"}, "row", ("id",), "NOTHING", "avro"),
     ("d", {"id"}, "row", ("id",), None, "json"),
-    ("d", {"id"}, "debezium", ("id",), "debezium", "avro"),
+    ("d", {"id"}, "debezium", ("id",), None, "avro"),  # as Debezium: before holds the key only
+    ("i", {"id", "n"}, "debezium", ("id",), None, "json"),
+    ("n", set(), "debezium", ("id",), "NOTHING", "json"),
+    ("d", set(), "debezium", (), "REPLICA IDENTITY FULL", "json"),
     ("i", {"n"}, "row", ("id",), "its key (id)", "avro"),
     ("d", set(), "row", (), "no key (allow_unkeyed)", "avro"),  # unkeyed: FULL only (issue #66)
     ("i", {"n"}, "row", (), "replica identity is USING INDEX", "json"),
