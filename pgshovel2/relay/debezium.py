@@ -52,8 +52,8 @@ class DebeziumEnvelope:
     clock: ns since the epoch, for the envelope's ``ts_ms``/``ts_us``/``ts_ns``
     (processing time, as Debezium's). truncate_events: a TRUNCATE of the table writes an
     ``op: t`` event (:meth:`truncate`; the set's ``debezium.skipped_operations`` lacks ``t``).
-    A :class:`~pgshovel2.codec.connect.ConnectRowEncoder` (JSON with Connect schemas) makes
-    every value JsonConverter's ``{"schema", "payload"}``.
+    A :class:`~pgshovel2.codec.connect.ConnectRowEncoder` makes every JSON value JsonConverter's
+    ``{"schema", "payload"}`` (with Avro, writer's schema is codec.connect_avro's Envelope).
     """
 
     def __init__(self, encoder: RowEncoder, source: SourceInfo, collection: str,
@@ -62,7 +62,8 @@ class DebeziumEnvelope:
         self.encoder, self.source = encoder, source
         self.truncate_events = truncate_events
         self._writer, self._clock = writer, clock
-        self._connect = encoder.schemas.envelope if isinstance(encoder, ConnectRowEncoder) else None
+        self._connect = encoder.schemas.envelope if isinstance(encoder, ConnectRowEncoder) and writer is None \
+            else None
         self.collection = collection
         self._raw_envelope = self._raw_value = None
         if writer is not None:
