@@ -118,6 +118,10 @@ def timetz_utc(text: str) -> str:
     return temporal.time_to_json(us) + "Z"
 
 
+def _float(v: float | str) -> float:
+    return float(v) if isinstance(v, str) else v
+
+
 def _bytea(v: str) -> str:
     return base64.b64encode(bytes.fromhex(v)).decode("ascii")
 
@@ -126,8 +130,8 @@ def _scalar(col: Column, raw: bool = False) -> ConnectType:
     kind = col.kind
     simple = {"bool": "boolean", "int2": "int16", "int4": "int32", "int8": "int64", "oid": "int64",
               "float4": "float", "float8": "double"}  # JsonConverter's names of FLOAT32, FLOAT64
-    if kind in simple:
-        return ConnectType({"type": simple[kind]}, None)
+    if kind in simple:  # Avro floats hold NaN/±Infinity, the trigger's strings for them
+        return ConnectType({"type": simple[kind]}, _float if raw and kind in ("float4", "float8") else None)
     if kind == "numeric":
         if col.precision is not None and 0 <= col.scale <= col.precision:
             return ConnectType(_named("bytes", "org.apache.kafka.connect.data.Decimal", parameters={

@@ -27,7 +27,8 @@ COLS = (Column("id", 1, "smallint", "int2", False, False),
         Column("v", 6, "numeric", "numeric", False, True),
         Column("v2", 7, "numeric", "numeric", False, True),
         Column("by", 8, "bytea", "bytea", False, True),
-        Column("j", 9, "jsonb", "jsonb", False, True))
+        Column("j", 9, "jsonb", "jsonb", False, True),
+        Column("f", 10, "double precision", "float8", False, True))
 TABLE = Table("s", "t", COLS, ("id",), "primary key")
 
 
@@ -99,7 +100,7 @@ def test_event_values_are_debeziums_and_read_back():
     env = _envelope()
     # 2024-02-29: 8825 days since 2000 (trigger form); 12:34:56.789012 that day
     row = [5, "-1.5000", {"dims": [2, 2], "lower_bounds": [1, 1], "elements": [1, 2, None, 4]}, 8825,
-           762525296789012, "1.50", None, "00ff", '{"a": 1}']
+           762525296789012, "1.50", None, "00ff", '{"a": 1}', "-Infinity"]
     [msg] = env.change("I", row, None, Context(7, "pos", 1000))
     assert msg.key[:5] == b"\x00\x00\x00\x00\x01" and msg.value[:5] == b"\x00\x00\x00\x00\x02"
     key = fastavro.schemaless_reader(io.BytesIO(msg.key[5:]), fastavro.parse_schema(env.encoder._key_writer.schema))
@@ -108,7 +109,7 @@ def test_event_values_are_debeziums_and_read_back():
     raw = fastavro.schemaless_reader(io.BytesIO(msg.value[5:]), fastavro.parse_schema(raw_schema(writer)))
     assert raw["after"] == {"id": 5, "n": (-15000).to_bytes(2, "big", signed=True), "arr": [1, 2, None, 4],
                             "d": 19782, "ts": 1709210096789012, "v": {"scale": 2, "value": b"\x00\x96"}, "v2": None,
-                            "by": b"\x00\xff", "j": '{"a": 1}'}
+                            "by": b"\x00\xff", "j": '{"a": 1}', "f": float("-inf")}
     assert raw["op"] == "c" and raw["source"]["position"] == "pos"
     read = converter(writer)(raw)["after"]
     assert (read["n"], read["d"], read["ts"], read["v"]) == \
