@@ -13,8 +13,9 @@ encoding, and finite values outside Python's datetime range (years > 9999),
 which stay the raw Avro number. bytes stay ``bytes``. Debezium's Connect-annotated Avro
 (envelope debezium, ``debezium.schemas``) reads the same way: decimals (``logicalType: decimal``) to
 Decimal, ``io.debezium.time.Date``/``MicroTime``/``MicroTimestamp`` (by ``connect.name``) as the
-date, time-micros and local-timestamp-micros logical types, VariableScaleDecimal to Decimal; its
-other semantic types keep Debezium's value (ZonedTimestamp text, MicroDuration µs, Json text).
+date, time-micros and local-timestamp-micros logical types, VariableScaleDecimal to Decimal,
+MicroDuration to the ISO 8601 duration of its µs (as from JSON); its other semantic types keep
+Debezium's value (ZonedTimestamp and ZonedTime text, Json text).
 
 JSON: the UTF-8 JSON object as written (WIRE.md's JSON column; bytea is a
 base64 string there), except json/jsonb values that travelled escaped
@@ -37,6 +38,7 @@ import fastavro
 from fastavro.logical_readers import LOGICAL_READERS
 
 from pgshovel2 import registryconf
+from pgshovel2.codec import temporal
 from pgshovel2.codec.jsonvalue import ESCAPE_KEY, unescape
 from pgshovel2.consumer.connectjson import ConnectReader, is_connect
 from pgshovel2.consumer.errors import ConsumerError
@@ -165,6 +167,8 @@ def _connect_converter(schema: dict[str, Any], named: dict[str, Convert | None])
     name = schema.get("connect.name")
     if name in _CONNECT_LOGICAL:
         return _logical(schema, *_CONNECT_LOGICAL[name])
+    if name == "io.debezium.time.MicroDuration":  # as the JSON form reads (connectjson): ISO 8601 of its µs
+        return lambda v: temporal.interval_to_iso([0, 0, v])
     if name == "io.debezium.data.VariableScaleDecimal":
         if "namespace" in schema:
             named[f"{schema['namespace']}.{schema['name']}"] = _variable_decimal

@@ -116,6 +116,8 @@ def test_event_values_are_debeziums_and_read_back():
            (Decimal("-1.5000"), date(2024, 2, 29), datetime(2024, 2, 29, 12, 34, 56, 789012), Decimal("1.50"))
 
 
-def test_microtime_reads_as_time():
+def test_microtime_and_microduration_read_back():
     schema = {"type": "long", "connect.version": 1, "connect.name": "io.debezium.time.MicroTime"}
     assert converter(schema)(45296500000) == time(12, 34, 56, 500000)
+    duration = {"type": "long", "connect.version": 1, "connect.name": "io.debezium.time.MicroDuration"}
+    assert converter({"type": "array", "items": ["null", duration]})([3_600_500_000, None]) == ["PT1H0.5S", None]
