@@ -17,8 +17,9 @@ A set config is a YAML mapping (see configs/pgbench.yaml)::
                                 # (stock servers); default: pgshovel2 where its extension is available
     encoding: avro              # avro | json
     envelope: row               # row (Bottled Water compatible) | debezium
-    debezium: {schemas: true}   # envelope debezium, encoding json: JsonConverter's schema + payload
-                                # (true, default) or the schemaless event in pgshovel2's JSON values;
+    debezium: {schemas: true}   # envelope debezium: Debezium's Connect schemas and value forms (true,
+                                # default; JSON: JsonConverter's schema + payload, Avro: as Connect's
+                                # AvroConverter registers them) or pgshovel2's own schemas and values;
                                 # skipped_operations: [t] (default, as Debezium) or [] (op t events);
                                 # unchanged_toast: placeholder (default: unavailable_value_placeholder,
                                 # __debezium_unavailable_value) | header (null)
@@ -63,6 +64,8 @@ _TOP_KEYS = {"database", "backend", "capture", "pgq", "decoder", "encoding", "en
 _DEBEZIUM_KEYS = {"schemas", "skipped_operations", "unchanged_toast", "unavailable_value_placeholder"}
 UNCHANGED_TOAST = ("placeholder", "header")  # debezium.unchanged_toast: Debezium's placeholder, or null + header
 UNAVAILABLE_VALUE_PLACEHOLDER = "__debezium_unavailable_value"  # Debezium's unavailable.value.placeholder
+# The stored record's ``debezium.form``: 2 when ``schemas`` covers Avro too (absent: 1, JSON only)
+STORED_FORM = 2
 SKIPPABLE = ("t",)  # Debezium's skipped.operations that pgshovel2 honours: only truncate events
 _OVERSIZED_KEYS = {"policy", "columns"}
 _DATABASE_KEYS = {"dsn", "relay_dsn"}
@@ -107,10 +110,12 @@ class OversizedConfig:
 class DebeziumConfig:
     """Options of ``envelope: debezium`` (docs/wire.rst, "Envelope debezium").
 
-    schemas: with encoding json, each key and value is Kafka Connect JsonConverter's
-    ``{"schema", "payload"}`` with Debezium's Connect schemas and value forms (as Connect's
-    ``schemas.enable=true``); False: the schemaless event with pgshovel2's JSON values. Sets stored
-    before the option existed keep False (their topics' form); new sets default to True.
+    schemas: keys and values carry Debezium's Connect schemas and value forms: with encoding json
+    each is Kafka Connect JsonConverter's ``{"schema", "payload"}`` (``schemas.enable=true``), with
+    avro the Connect schemas as Confluent's AvroConverter registers them (codec.connect_avro);
+    False: the schemaless JSON event with pgshovel2's JSON values, or pgshovel2's own Avro schemas.
+    Sets stored before the option existed keep False (their topics' form): JSON sets stored before
+    it, Avro sets stored before it covered Avro (:data:`STORED_FORM`); new sets default to True.
     skipped_operations: Debezium's ``skipped.operations``, as its default ``(t,)``: no ``op: t``
     events for TRUNCATE (the transactions topic's TRUNCATE record only); ``()`` writes one per
     truncated table. Data changes (c, u, d) are never skipped.
@@ -158,13 +163,15 @@ class SetConfig:
     debezium: DebeziumConfig = field(default_factory=DebeziumConfig)
 
     @property
-    def connect_json(self) -> bool:
-        """Debezium events in JSON with Connect schemas (envelope debezium, encoding json, schemas)."""
-        return self.envelope == "debezium" and self.encoding == "json" and self.debezium.schemas
+    def connect(self) -> bool:
+        """Debezium events with Debezium's Connect schemas (envelope debezium, debezium.schemas)."""
+        return self.envelope == "debezium" and self.debezium.schemas
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-able form, as stored in ZooKeeper."""
-        return asdict(self)
+        """JSON-able form, as stored in ZooKeeper (debezium with its :data:`STORED_FORM`)."""
+        out = asdict(self)
+        out["debezium"]["form"] = STORED_FORM
+        return out
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "SetConfig":
@@ -190,7 +197,7 @@ class SetConfig:
             relay_dsn=data.get("relay_dsn"),  # absent before it existed: the dsn serves both
             publication=data.get("publication"),
             # records before the option existed: their topics' schemaless form
-            debezium=_debezium_record(data.get("debezium")),
+            debezium=_debezium_record(data.get("debezium"), data["encoding"]),
         )
 
 
@@ -442,11 +449,14 @@ def _parse_unchanged_toast(value: dict, source: str) -> tuple[str, str]:
     return unchanged, placeholder
 
 
-def _debezium_record(stored: dict | None) -> DebeziumConfig:
-    """The DebeziumConfig of a stored record (to_dict); a record before the option: schemaless JSON."""
+def _debezium_record(stored: dict | None, encoding: str) -> DebeziumConfig:
+    """The DebeziumConfig of a stored record (to_dict): a record before the option has schemas
+    False (schemaless JSON), and so has an Avro record before :data:`STORED_FORM` 2 (its
+    ``schemas`` meant JSON only: its topics hold pgshovel2's own Avro schemas)."""
     if stored is None:
         return DebeziumConfig(schemas=False, unchanged_toast="header")
-    return DebeziumConfig(schemas=stored["schemas"],
+    schemas = stored["schemas"] and (encoding != "avro" or stored.get("form", 1) >= STORED_FORM)
+    return DebeziumConfig(schemas=schemas,
                           skipped_operations=tuple(stored.get("skipped_operations", ("t",))),
                           unchanged_toast=stored.get("unchanged_toast", "header"),
                           unavailable_value_placeholder=stored.get("unavailable_value_placeholder",

@@ -2,7 +2,8 @@
 and row values: every field of a primitive type (logical types included, as
 their values are already converted to the base type), a union of null and
 one primitive, or a record of such fields defined in place (or a union of null
-and one: the debezium envelope's source and transaction blocks). About twice as
+and one: the debezium envelope's source and transaction blocks), or referenced by
+its full name after its definition (the Connect form's ``after``). About twice as
 fast as a schemaless_writer call per record; records with arrays or named
 references return None here and use fastavro (the transactions topic's BEGIN and
 END records have templates of their own: pgshovel2.codec.rows.txn_record_avro).
@@ -52,8 +53,9 @@ _PRIMITIVES: dict[str, Encode] = {"int": write_long, "long": write_long, "string
 
 
 def _primitive(schema: Any) -> Encode | None:
+    # a primitive with attributes (logicalType: values come converted; connect.*: annotations only)
     if isinstance(schema, dict):
-        schema = schema.get("type") if "logicalType" in schema or len(schema) == 1 else None
+        schema = schema.get("type")
     return _PRIMITIVES.get(schema) if isinstance(schema, str) else None
 
 
@@ -73,24 +75,29 @@ def _is_record(schema: Any) -> bool:
     return isinstance(schema, dict) and schema.get("type") == "record"
 
 
-def _single(schema: Any) -> Encode | None:
-    return _record(schema) if _is_record(schema) else _primitive(schema)
+def _single(schema: Any, named: dict[str, Encode]) -> Encode | None:
+    if _is_record(schema):
+        return _record(schema, named)
+    if isinstance(schema, str) and schema in named:  # a record defined before, by full name
+        return named[schema]
+    return _primitive(schema)
 
 
-def _field_encoder(schema: Any) -> Encode | None:
+def _field_encoder(schema: Any, named: dict[str, Encode]) -> Encode | None:
     if isinstance(schema, list):
         if len(schema) != 2 or "null" not in schema:
             return None
         null_index = schema.index("null")
-        encode = _single(schema[1 - null_index])
+        encode = _single(schema[1 - null_index], named)
         return _nullable(null_index, encode) if encode else None
-    return _single(schema)
+    return _single(schema, named)
 
 
-def _record(schema: dict[str, Any]) -> Encode | None:
+def _record(schema: dict[str, Any], named: dict[str, Encode] | None = None) -> Encode | None:
+    named = {} if named is None else named
     fields = []
     for f in schema["fields"]:
-        encode = _field_encoder(f["type"])
+        encode = _field_encoder(f["type"], named)
         if encode is None:
             return None
         fields.append((f["name"], encode))
@@ -98,6 +105,8 @@ def _record(schema: dict[str, Any]) -> Encode | None:
     def write(datum: dict[str, Any], out: bytearray) -> None:
         for name, encode in fields:
             encode(datum[name], out)
+    if "namespace" in schema:
+        named[f"{schema['namespace']}.{schema['name']}"] = write
     return write
 
 

@@ -65,24 +65,37 @@ def _parse_decimal(text: str) -> Decimal | None:
     return d if d.is_finite() else None
 
 
-def _decimal(scale: int) -> Convert:
-    def convert(text: str) -> str | None:
+def _b64(b: bytes) -> str:
+    return base64.b64encode(b).decode("ascii")
+
+
+def _identity(b: bytes) -> bytes:
+    return b
+
+
+def _decimal(scale: int, raw: bool = False) -> Convert:
+    out = _identity if raw else _b64
+
+    def convert(text: str) -> str | bytes | None:
         d = _parse_decimal(text)
         if d is None:
             return None
-        return base64.b64encode(java_bytes(int(d.scaleb(scale, _EXACT)))).decode("ascii")
+        return out(java_bytes(int(d.scaleb(scale, _EXACT))))
     return convert
 
 
-def _variable_decimal(text: str) -> dict[str, Any] | None:
-    """An unconstrained numeric -> VariableScaleDecimal {scale, value}, the fraction's trailing zeros
-    dropped as Debezium drops them ("1.50": scale 1, "100.00": scale 0)."""
-    d = _parse_decimal(text)
-    if d is None:
-        return None
-    scale = max(0, -d.normalize().as_tuple().exponent) if d else 0
-    unscaled = int(d.scaleb(scale, _EXACT))
-    return {"scale": scale, "value": base64.b64encode(java_bytes(unscaled)).decode("ascii")}
+def _variable_decimal(raw: bool) -> Convert:
+    """An unconstrained numeric -> VariableScaleDecimal {scale, value (bytes raw, else base64)}, the
+    fraction's trailing zeros dropped as Debezium drops them ("1.50": scale 1, "100.00": scale 0)."""
+    out = _identity if raw else _b64
+
+    def convert(text: str) -> dict[str, Any] | None:
+        d = _parse_decimal(text)
+        if d is None:
+            return None
+        scale = max(0, -d.normalize().as_tuple().exponent) if d else 0
+        return {"scale": scale, "value": out(java_bytes(int(d.scaleb(scale, _EXACT))))}
+    return convert
 
 
 _VARIABLE_SCALE = {"type": "struct", "fields": [{"type": "int32", "optional": False, "field": "scale"},
@@ -155,28 +168,32 @@ def _millis(convert: Convert | None) -> Convert:
     return to_ms
 
 
+def _float(v: float | str) -> float:
+    return float(v) if isinstance(v, str) else v
+
+
 def _bytea(v: str) -> str:
     return base64.b64encode(bytes.fromhex(v)).decode("ascii")
 
 
-def _scalar(col: Column) -> ConnectType:
+def _scalar(col: Column, raw: bool = False) -> ConnectType:
     kind = col.kind
     simple = {"bool": "boolean", "int2": "int16", "int4": "int32", "int8": "int64", "oid": "int64",
               "float4": "float", "float8": "double"}  # JsonConverter's names of FLOAT32, FLOAT64
-    if kind in simple:
-        return ConnectType({"type": simple[kind]}, None)
+    if kind in simple:  # Avro floats hold NaN/±Infinity, the trigger's strings for them
+        return ConnectType({"type": simple[kind]}, _float if raw and kind in ("float4", "float8") else None)
     if kind == "numeric":
         precision, scale = _numeric(col)
         if precision is not None and 0 <= scale <= precision:
             return ConnectType(_named("bytes", "org.apache.kafka.connect.data.Decimal", parameters={
-                "scale": str(scale), "connect.decimal.precision": str(precision)}), _decimal(scale))
-        return ConnectType(dict(_VARIABLE_SCALE), _variable_decimal)
+                "scale": str(scale), "connect.decimal.precision": str(precision)}), _decimal(scale, raw))
+        return ConnectType(dict(_VARIABLE_SCALE), _variable_decimal(raw))
     if kind == "money":
-        to_decimal = _decimal(2)
+        to_decimal = _decimal(2, raw)
         return ConnectType(_named("bytes", "org.apache.kafka.connect.data.Decimal", parameters={"scale": "2"}),
                            lambda v: to_decimal(_money(v)))
     if kind == "bytea":
-        return ConnectType({"type": "bytes"}, _bytea)
+        return ConnectType({"type": "bytes"}, bytes.fromhex if raw else _bytea)
     if kind == "date":
         return ConnectType(_named("int32", "io.debezium.time.Date"), _date)
     if kind in ("time", "timestamp"):
@@ -192,7 +209,7 @@ def _scalar(col: Column) -> ConnectType:
                 "xml": "io.debezium.data.Xml", "ltree": "io.debezium.data.Ltree"}
     if kind in semantic:
         return ConnectType(_named("string", semantic[kind]), None)
-    return _other(col)
+    return _other(col, raw)
 
 
 def _adaptive(col: Column) -> ConnectType:
@@ -209,33 +226,41 @@ def _adaptive(col: Column) -> ConnectType:
     return ConnectType(_named("int64", "io.debezium.time.MicroTimestamp"), _micro_timestamp)
 
 
-def _other(col: Column) -> ConnectType:
-    """bit strings, point and hstore in Debezium's forms (pgshovel2.codec.dbztypes); any other type
-    as its text, as Debezium writes the types it has no form for."""
+def _other(col: Column, raw: bool) -> ConnectType:
+    """bit strings, point and hstore in Debezium's forms (pgshovel2.codec.dbztypes; raw: BYTES as
+    bytes, for Avro); any other type as its text, as Debezium writes the types it has no form for."""
     kind = col.kind
     if kind == "bit" and _typmod(col)[0] == 1:
         return ConnectType({"type": "boolean"}, dbztypes.bit_boolean)
     if kind in ("bit", "varbit"):
         length = _typmod(col)[0]
         params = {"parameters": {"length": str(length)}} if length is not None else {}
-        return ConnectType(_named("bytes", "io.debezium.data.Bits", **params), dbztypes.bits)
+        to_bits = dbztypes.bits_raw if raw else dbztypes.bits
+        return ConnectType(_named("bytes", "io.debezium.data.Bits", **params), to_bits)
     if kind == "point":
-        return ConnectType(dict(dbztypes.POINT_SCHEMA), dbztypes.point)
+        return ConnectType(dict(dbztypes.POINT_SCHEMA), dbztypes.point_raw if raw else dbztypes.point)
     if kind == "hstore":
         return ConnectType(_named("string", "io.debezium.data.Json"), dbztypes.hstore_json)
     return ConnectType({"type": "string"}, None)
 
 
-def _array(col: Column) -> ConnectType:
-    elem = _scalar(col)
+def flat_items(items: list, dims: int) -> list:
+    """Elements nested dims deep -> one flat list in PostgreSQL's storage (row-major) order."""
+    for _ in range(dims - 1):
+        items = [x for sub in items for x in sub]
+    return items
+
+
+def _array(col: Column, raw: bool) -> ConnectType:
+    elem = _scalar(col, raw)
     from_text = field_type(dataclasses.replace(col, is_array=False)).from_text
     convert = elem.to_value
 
     def convert_array(value: Any) -> list:
-        bounds, items, dims, text = from_capture(value)
-        if dims > 1 or (bounds is not None and any(b != 1 for b in bounds)):
-            raise EncodeError("Debezium's array form holds one dimension with lower bound 1; this value has "
-                              f"{dims} dimension(s) and lower bounds {bounds or [1] * dims}")
+        # Debezium's array is one dimension with lower bound 1: a value of more dimensions goes as
+        # its elements in storage order, other lower bounds are not written (docs/wire.rst)
+        _, items, dims, text = from_capture(value)
+        items = flat_items(items, dims)
         if text:
             items = [None if v is None else from_text(v) for v in items]
         return items if convert is None else [None if v is None else convert(v) for v in items]
@@ -243,9 +268,12 @@ def _array(col: Column) -> ConnectType:
     return ConnectType({"type": "array", "items": {**elem.schema, "optional": True}}, convert_array)
 
 
-def connect_type(col: Column) -> ConnectType:
-    """The ConnectType of a catalog column (arrays: a Connect array of optional elements)."""
-    return _array(col) if col.is_array else _scalar(col)
+def connect_type(col: Column, raw: bool = False) -> ConnectType:
+    """The ConnectType of a catalog column (arrays: a Connect array of optional elements).
+
+    raw: Connect BYTES values (decimals, bytea) as bytes (for Avro), else base64 text (JSON).
+    """
+    return _array(col, raw) if col.is_array else _scalar(col, raw)
 
 
 def field_schema(schema: dict[str, Any], optional: bool, name: str) -> dict[str, Any]:
@@ -309,12 +337,13 @@ def envelope_schema(topic: str, table: Table) -> dict[str, Any]:
     ], False, version=ENVELOPE_VERSION)
 
 
-def table_schemas(topic: str, table: Table) -> TableSchemas:
+def table_schemas(topic: str, table: Table, raw: bool = False) -> TableSchemas:
     """The Connect schemas of a table whose events go to topic (names: ``<topic>.Key``,
-    ``<topic>.Value``, ``<topic>.Envelope``, as Debezium's with topic = prefix.schema.table)."""
+    ``<topic>.Value``, ``<topic>.Envelope``, as Debezium's with topic = prefix.schema.table);
+    raw: types whose BYTES values are bytes (Avro), else base64 text (JSON)."""
     key = encode_json(row_struct(f"{topic}.Key", table.key_columns, False)) if table.key else None
     return TableSchemas(key, encode_json(envelope_schema(topic, table)),
-                        tuple(connect_type(c) for c in table.columns))
+                        tuple(connect_type(c, raw) for c in table.columns))
 
 
 def wrap(schema: bytes, payload: bytes) -> bytes:
@@ -330,16 +359,19 @@ def unwrap(message: Any) -> Any:
 
 
 class ConnectRowEncoder(RowEncoder):
-    """A RowEncoder (JSON) whose converted values are Debezium's Connect payload forms and whose
-    keys are JsonConverter messages with the key's schema (``{"schema", "payload"}``).
+    """A RowEncoder whose converted values are Debezium's Connect payload forms. In JSON (no
+    key_writer) keys are JsonConverter messages with the key's schema (``{"schema", "payload"}``);
+    in Avro (key_writer: the registered Connect-annotated key schema, codec.connect_avro; None for
+    an unkeyed table with avro) keys and values are Avro datums with Avro field names.
 
-    schemas: the table's :func:`table_schemas` (built once per table layout). No native codec:
-    rows are encoded in Python. Raises EncodeError naming table and column (RowEncoder.convert)
-    for a value with no Connect form here.
+    schemas: the table's :func:`table_schemas` (built once per table layout; raw for Avro). No
+    native codec: rows are encoded in Python. Raises EncodeError naming table and column
+    (RowEncoder.convert) for a value with no Connect form here.
     """
 
-    def __init__(self, table: Table, schemas: TableSchemas):
-        super().__init__(table, False)
+    def __init__(self, table: Table, schemas: TableSchemas, key_writer: Any = None, avro: bool = False):
+        super().__init__(table, avro or key_writer is not None, key_writer, None)
+        self._key_fits = []  # the key schema is the Connect key of Table.key_columns, values as converted
         self.schemas = schemas
         self._convs = [(i, t.to_value) for i, t in enumerate(schemas.types) if t.to_value is not None]
         self.native = None
@@ -349,6 +381,9 @@ class ConnectRowEncoder(RowEncoder):
         return None
 
     def key(self, converted: list) -> bytes | None:
-        """The key message: ``{"schema": <topic>.Key, "payload": {key columns}}``; None unkeyed."""
+        """The key message: JSON ``{"schema": <topic>.Key, "payload": {key columns}}``, Avro the key
+        record; None unkeyed."""
         payload = super().key(converted)
-        return None if payload is None else wrap(self.schemas.key, payload)
+        if self._avro or payload is None:
+            return payload
+        return wrap(self.schemas.key, payload)

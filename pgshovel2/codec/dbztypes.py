@@ -25,13 +25,18 @@ _PAIR = re.compile(r'\s*"((?:[^"\\]|\\.)*)"\s*=>\s*(?:"((?:[^"\\]|\\.)*)"|NULL)\
 _ESCAPED = re.compile(r"\\(.)")
 
 
-def bits(text: str) -> str:
+def bits_raw(text: str) -> bytes:
     """A bit string ("101", first character the highest bit) -> Debezium's Bits: Java's
-    BitSet.toByteArray() of its value (little-endian, no trailing zero bytes), base64."""
+    BitSet.toByteArray() of its value (little-endian, no trailing zero bytes)."""
     if text.strip("01"):
         raise EncodeError(f"cannot parse bit string {text!r}")
     value = int(text, 2) if text else 0
-    return base64.b64encode(value.to_bytes((value.bit_length() + 7) // 8, "little")).decode("ascii")
+    return value.to_bytes((value.bit_length() + 7) // 8, "little")
+
+
+def bits(text: str) -> str:
+    """:func:`bits_raw`, base64 (Connect's JSON form of bytes)."""
+    return base64.b64encode(bits_raw(text)).decode("ascii")
 
 
 def bit_boolean(text: str) -> bool:
@@ -41,15 +46,20 @@ def bit_boolean(text: str) -> bool:
     return text == "1"
 
 
-def point(text: str) -> dict[str, Any]:
-    """PostgreSQL point text "(x,y)" -> Debezium's Point struct {x, y, wkb (base64 of the OGC
-    well-known binary, little-endian), srid null}."""
+def point_raw(text: str) -> dict[str, Any]:
+    """PostgreSQL point text "(x,y)" -> Debezium's Point struct {x, y, wkb (the OGC well-known
+    binary, little-endian), srid null}."""
     try:
         x, y = (float(v) for v in text.strip().strip("()").split(","))
     except ValueError as exc:
         raise EncodeError(f"cannot parse point {text!r}") from exc
-    wkb = _WKB_POINT + struct.pack("<dd", x, y)
-    return {"x": x, "y": y, "wkb": base64.b64encode(wkb).decode("ascii"), "srid": None}
+    return {"x": x, "y": y, "wkb": _WKB_POINT + struct.pack("<dd", x, y), "srid": None}
+
+
+def point(text: str) -> dict[str, Any]:
+    """:func:`point_raw` with wkb in base64 (Connect's JSON form of bytes)."""
+    value = point_raw(text)
+    return {**value, "wkb": base64.b64encode(value["wkb"]).decode("ascii")}
 
 
 def hstore_json(text: str) -> str:

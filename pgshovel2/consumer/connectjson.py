@@ -156,3 +156,22 @@ class ConnectReader:
             conv = self._cache[schema_text] = reader(message["schema"], self._escapes)
         payload = message["payload"]
         return payload if payload is None else conv(payload)
+
+
+def _as_json(value: Any) -> Any:
+    """A raw Avro datum of Connect values as JsonConverter's payload: bytes as base64 text."""
+    if isinstance(value, bytes):
+        return base64.b64encode(value).decode("ascii")
+    if isinstance(value, list):
+        return [_as_json(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _as_json(v) for k, v in value.items()}
+    return value
+
+
+def avro_row_reader(schema: dict[str, Any], fields: dict[str, str]) -> Convert:
+    """Converter of a raw Avro row datum (Decoder raw=True) of the debezium envelope's Connect Avro
+    form to pgshovel2's JSON forms: schema is the row's Connect struct (codec.connect.row_struct);
+    fields maps Avro field names to column names (codec.connect_avro escapes names)."""
+    read = row_reader(schema)
+    return lambda row: read({fields.get(k, k): _as_json(v) for k, v in row.items()})

@@ -10,7 +10,12 @@ datetime.time, decimal -> decimal.Decimal, uuid -> uuid.UUID), except the
 ±infinity sentinels of WIRE.md (int/long min/max on date and timestamps),
 which become the strings ``"infinity"`` / ``"-infinity"`` as in the JSON
 encoding, and finite values outside Python's datetime range (years > 9999),
-which stay the raw Avro number. bytes stay ``bytes``.
+which stay the raw Avro number. bytes stay ``bytes``. Debezium's Connect-annotated Avro
+(envelope debezium, ``debezium.schemas``) reads the same way: decimals (``logicalType: decimal``) to
+Decimal, ``io.debezium.time.Date``/``MicroTime``/``MicroTimestamp`` (by ``connect.name``) as the
+date, time-micros and local-timestamp-micros logical types, VariableScaleDecimal to Decimal,
+MicroDuration to the ISO 8601 duration of its µs (as from JSON); its other semantic types keep
+Debezium's value (ZonedTimestamp and ZonedTime text, Json text).
 
 JSON: the UTF-8 JSON object as written (WIRE.md's JSON column; bytea is a
 base64 string there), except json/jsonb values that travelled escaped
@@ -26,12 +31,14 @@ import io
 import json
 import struct
 from collections.abc import Callable
+from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 import fastavro
 from fastavro.logical_readers import LOGICAL_READERS
 
 from pgshovel2 import registryconf
+from pgshovel2.codec import temporal
 from pgshovel2.codec.jsonvalue import ESCAPE_KEY, unescape
 from pgshovel2.consumer.connectjson import ConnectReader, is_connect
 from pgshovel2.consumer.errors import ConsumerError
@@ -121,6 +128,9 @@ def converter(schema: Any, named: dict[str, Convert | None] | None = None) -> Co
         return named.get(schema)
     if not isinstance(schema, dict):
         return None
+    connect = _connect_converter(schema, named)
+    if connect is not None:
+        return connect
     kind = schema["type"]
     if not isinstance(kind, str) or kind not in ("record", "array") and kind not in _PRIMITIVE_NAMES:
         return converter(kind, named)
@@ -140,6 +150,30 @@ def converter(schema: Any, named: dict[str, Convert | None] | None = None) -> Co
         return None if inner is None else (lambda v: [inner(x) for x in v])
     logical = schema.get("logicalType")
     return _logical(schema, kind, logical) if logical else None
+
+
+def _variable_decimal(value: dict[str, Any]) -> Decimal:
+    return Decimal(int.from_bytes(value["value"], "big", signed=True)).scaleb(-value["scale"])
+
+
+# Debezium's semantic types in Connect-annotated Avro (codec.connect_avro): as the Avro logical
+# type of the same value (days, µs since 1970), VariableScaleDecimal's {scale, value} as a Decimal
+_CONNECT_LOGICAL = {"io.debezium.time.Date": ("int", "date"), "io.debezium.time.MicroTime": ("long", "time-micros"),
+                    "io.debezium.time.MicroTimestamp": ("long", "local-timestamp-micros")}
+
+
+def _connect_converter(schema: dict[str, Any], named: dict[str, Convert | None]) -> Convert | None:
+    """Converter of a Debezium semantic type by its ``connect.name`` (None: not one of them)."""
+    name = schema.get("connect.name")
+    if name in _CONNECT_LOGICAL:
+        return _logical(schema, *_CONNECT_LOGICAL[name])
+    if name == "io.debezium.time.MicroDuration":  # as the JSON form reads (connectjson): ISO 8601 of its µs
+        return lambda v: temporal.interval_to_iso([0, 0, v])
+    if name == "io.debezium.data.VariableScaleDecimal":
+        if "namespace" in schema:
+            named[f"{schema['namespace']}.{schema['name']}"] = _variable_decimal
+        return _variable_decimal
+    return None
 
 
 def _unescape_columns(row: dict[str, Any]) -> dict[str, Any]:

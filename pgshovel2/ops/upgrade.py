@@ -177,7 +177,7 @@ def _check_immutable(old: SetConfig, new: SetConfig, source: str) -> None:
         if getattr(old, name) != getattr(new, name):
             raise ConfigError(source, name, getattr(new, name),
                               f"cannot change on upgrade (stored: {getattr(old, name)!r}); use {instead}")
-    if old.connect_json != new.connect_json:  # the topics' JSON form (Connect schema + payload or not)
+    if old.connect != new.connect:  # the topics' form (Debezium's Connect schemas or pgshovel2's)
         raise ConfigError(source, "debezium.schemas", new.debezium.schemas,
                           f"cannot change on upgrade (stored: {old.debezium.schemas}: the set's topics hold that "
                           "form; a set created before the option existed has false); write the stored value, or "

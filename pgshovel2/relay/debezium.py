@@ -53,10 +53,10 @@ class DebeziumEnvelope:
     clock: ns since the epoch, for the envelope's ``ts_ms``/``ts_us``/``ts_ns``
     (processing time, as Debezium's). truncate_events: a TRUNCATE of the table writes an
     ``op: t`` event (:meth:`truncate`; the set's ``debezium.skipped_operations`` lacks ``t``).
-    A :class:`~pgshovel2.codec.connect.ConnectRowEncoder` (JSON with Connect schemas) makes
-    every value JsonConverter's ``{"schema", "payload"}``. placeholders: column index -> the
-    capture form of Debezium's ``unavailable.value.placeholder`` for that column
-    (:func:`pgshovel2.relay.unavailable.placeholders`; empty: unchanged values stay null).
+    A :class:`~pgshovel2.codec.connect.ConnectRowEncoder` makes every JSON value JsonConverter's
+    ``{"schema", "payload"}`` (with Avro, writer's schema is codec.connect_avro's Envelope).
+    placeholders: column index -> the capture form of Debezium's ``unavailable.value.placeholder``
+    for that column (:func:`pgshovel2.relay.unavailable.placeholders`; empty: unchanged values stay null).
     """
 
     def __init__(self, encoder: RowEncoder, source: SourceInfo, collection: str,
@@ -66,7 +66,8 @@ class DebeziumEnvelope:
         self.truncate_events = truncate_events
         self.placeholders = placeholders or {}
         self._writer, self._clock = writer, clock
-        self._connect = encoder.schemas.envelope if isinstance(encoder, ConnectRowEncoder) else None
+        self._connect = encoder.schemas.envelope if isinstance(encoder, ConnectRowEncoder) and writer is None \
+            else None
         self.collection = collection
         self._raw_envelope = self._raw_value = None
         if writer is not None:

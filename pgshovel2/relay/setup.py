@@ -3,7 +3,7 @@
 from psycopg2.extensions import parse_dsn
 
 from pgshovel2.catalog import Table
-from pgshovel2.codec import avro
+from pgshovel2.codec import avro, connect_avro
 from pgshovel2.codec.avro import AvroWriter
 from pgshovel2.codec.connect import ConnectRowEncoder, table_schemas
 from pgshovel2.codec.rows import RowEncoder
@@ -90,11 +90,18 @@ def _route(record: SetRecord, table: Table, registry: SchemaRegistry | None, dat
     avro_registry = registry if use_avro else None
     envelope: Envelope
     if config.envelope == "debezium":
-        env_w = _writer(avro_registry, f"{topic}-value", avro.debezium_value_schema(set_name, table))
-        key_w = _writer(avro_registry, f"{topic}-key", avro.key_schema(set_name, table))
-        encoder = ConnectRowEncoder(table, table_schemas(topic, table)) if config.connect_json \
-            else RowEncoder(table, use_avro, key_w, None)
-        form = unavailable.CONNECT if config.connect_json else unavailable.AVRO if use_avro else unavailable.JSON
+        connect = config.debezium.schemas
+        env_w = _writer(avro_registry, f"{topic}-value", connect_avro.value_schema(topic, table) if connect
+                        else avro.debezium_value_schema(set_name, table))
+        key_w = _writer(avro_registry, f"{topic}-key", connect_avro.key_schema(topic, table) if connect
+                        else avro.key_schema(set_name, table))
+        if connect and use_avro:
+            encoder = connect_avro.encoder(table, topic, key_w)
+        elif connect:
+            encoder = ConnectRowEncoder(table, table_schemas(topic, table))
+        else:
+            encoder = RowEncoder(table, use_avro, key_w, None)
+        form = unavailable.CONNECT if connect else unavailable.AVRO if use_avro else unavailable.JSON
         envelope = DebeziumEnvelope(encoder, SourceInfo(set_name, database, table.schema, table.name),
                                     topic, env_w, truncate_events=config.debezium.truncate_events,
                                     placeholders=unavailable.placeholders(table, config.debezium.placeholder, form))

@@ -20,10 +20,12 @@ import json
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from pgshovel2 import wire
+from pgshovel2 import names, wire
 from pgshovel2.catalog import Table
 from pgshovel2.codec import jsonback
 from pgshovel2.codec import spark as spark_codec
+from pgshovel2.codec.connect import row_struct
+from pgshovel2.consumer import connectjson
 from pgshovel2.consumer.decode import Decoder
 from pgshovel2.consumer.errors import ConsumerError
 from pgshovel2.registryconf import Registry
@@ -43,7 +45,8 @@ def change_rows(table: Table, cols: list[spark_codec.SparkColumn], registry_url:
     topic -> physical rows of cols (spark_codec.columns of the table, or the batch's columns
     after DDL: pgshovel2.sparkjobs.evolve) + [op, position, offset, unchanged column names].
     copied: the ``schema.table`` names the bootstrap copied (None: every table). encoding
-    (avro, json) and envelope (row, debezium): the set's (docs/wire.rst); a JSON value is read
+    (avro, json, avro-connect: materialize.wire) and envelope (row, debezium): the set's
+    (docs/wire.rst); a JSON value is read
     back to its Avro datum by pgshovel2.codec.jsonback with table's columns (those of cols'
     set version). Raises ConsumerError naming a bad message."""
     name = f"{table.schema}.{table.name}"
@@ -94,11 +97,18 @@ def _old_unkeyed(table: Table, value: Any, op: str, envelope: str) -> Any:
 
 def _physical(table: Table, cols: list[spark_codec.SparkColumn], encoding: str):
     """(datum, fill) -> physical values of cols: datum a decoded row (fill: columns it lacks, added
-    later, get their defaults) or key; JSON forms read back first."""
-    if encoding != "json":
+    later, get their defaults) or key; JSON forms read back first. Encoding ``avro-connect`` (the
+    debezium envelope's Avro with Connect schemas, read as JSON is): the raw Connect datum is read
+    to pgshovel2's JSON forms first (consumer.connectjson.avro_row_reader)."""
+    if encoding == "avro":
         return lambda datum, fill: spark_codec.physical_row(cols, datum, fill)
     by_name = {c.name: c for c in table.columns}
-    read = jsonback.datum_reader_of([by_name[c.name] for c in cols])
+    columns = [by_name[c.name] for c in cols]
+    read = jsonback.datum_reader_of(columns)
+    if encoding == "avro-connect":
+        connect = connectjson.avro_row_reader(row_struct("Value", tuple(columns), True),
+                                              {names.avro_name(c.name): c.name for c in columns})
+        return lambda datum, fill: spark_codec.physical_row(cols, read(connect(datum), fill))
     return lambda datum, fill: spark_codec.physical_row(cols, read(datum, fill))
 
 

@@ -29,6 +29,7 @@ from pgshovel2.bootstrap.manifest import BootstrapError, Manifest
 from pgshovel2.catalog import Table
 from pgshovel2.cluster import ClusterStore
 from pgshovel2.codec import spark as spark_codec
+from pgshovel2.config import SetConfig
 from pgshovel2.consumer.decode import Decoder
 from pgshovel2.consumer.topics import SetTopics
 from pgshovel2.kafkaconf import Kafka
@@ -110,7 +111,7 @@ class _Job:
         self.tables.update({(t.schema, t.name): t for t in manifest.set_record.tables})
         self.copied = frozenset(f"{c.schema}.{c.name}" for c in manifest.tables)
         self.partitions = record.config.topics.partitions
-        self.wire = (record.config.encoding, record.config.envelope)
+        self.wire = wire_of(record.config)
         self.output = Path(options.output).absolute()
         self._versions = {manifest.set_version: manifest.set_record, record.version: record}
 
@@ -340,6 +341,14 @@ def _conform(base, stream, cols: list[spark_codec.SparkColumn]):
     return base, stream, names
 
 
+def wire_of(config: SetConfig) -> tuple[str, str]:
+    """(encoding, envelope) as the jobs read a set's messages: encoding ``avro-connect`` for the
+    debezium envelope's Avro with Connect schemas (read as JSON is: the columns of the set version,
+    values back to pgshovel2's forms: changes._physical)."""
+    encoding = "avro-connect" if config.encoding == "avro" and config.connect else config.encoding
+    return encoding, config.envelope
+
+
 class BatchShapes:
     """The columns each table's changes in one micro-batch carry. Avro: from the value schemas of
     the batch (pgshovel2.sparkjobs.evolve; a Debezium envelope's row record). JSON: the table as
@@ -348,7 +357,7 @@ class BatchShapes:
 
     def __init__(self, job: "_Job", batch):
         self.job, (self.encoding, self.envelope) = job, job.wire
-        if self.encoding == "json":
+        if self.encoding != "avro":
             self.versions = evolve.batch_versions(batch)
         else:
             self.schemas, self.decoder = evolve.batch_schemas(batch), Decoder(job.options.registry_url)
@@ -356,7 +365,7 @@ class BatchShapes:
     def of(self, table: Table, topic: str) -> tuple[Table, list]:
         """(table as its changes are read, their columns: spark_codec.SparkColumn, whose default
         is what rows written before the column was added hold)."""
-        if self.encoding != "json":
+        if self.encoding == "avro":
             return table, evolve.batch_columns(table, self.schemas.get(topic, []), self.decoder, self.envelope)
         if topic not in self.versions:  # deletes only: the key columns
             return table, [c for c in spark_codec.columns(table) if c.name in table.key]

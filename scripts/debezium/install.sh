@@ -5,6 +5,7 @@
 # plugin.path). bench/debezium.py calls it; DEBEZIUM_HOME defaults to .cache/debezium.
 #     scripts/debezium/install.sh            prints the DEBEZIUM_HOME it filled
 #     scripts/debezium/install.sh jdbc       also Debezium's JDBC sink connector (the sink tests)
+#     scripts/debezium/install.sh apicurio   also Apicurio's AvroConverter (apicurio-converter-pom.xml)
 set -euo pipefail
 source "$(dirname "$0")/../env.sh"
 DEBEZIUM_VERSION="${DEBEZIUM_VERSION:-3.4.3.Final}"
@@ -29,7 +30,17 @@ fi
 for extra in "$@"; do
   case "$extra" in
     jdbc) artifact="debezium-connector-jdbc" ;;
-    *) echo "install.sh: unknown plugin $extra (known: jdbc)" >&2; exit 2 ;;
+    apicurio)
+      conv_pom="$REPO/scripts/debezium/apicurio-converter-pom.xml"
+      conv_sum=$(sha256sum "$conv_pom" | cut -c1-12)
+      if [ ! -f "$plugins/.complete-apicurio-$conv_sum" ]; then
+        log "fetching Apicurio's AvroConverter from Maven Central into $plugins/apicurio-converter"
+        rm -rf "$plugins/apicurio-converter"
+        mvn -q -B -f "$conv_pom" dependency:copy-dependencies -DoutputDirectory="$plugins/apicurio-converter" >&2
+        touch "$plugins/.complete-apicurio-$conv_sum"
+      fi
+      continue ;;
+    *) echo "install.sh: unknown plugin $extra (known: jdbc, apicurio)" >&2; exit 2 ;;
   esac
   if [ ! -f "$plugins/.complete-$artifact-$DEBEZIUM_VERSION" ]; then
     log "fetching io.debezium:$artifact:$DEBEZIUM_VERSION:tar.gz:plugin from Maven Central into $plugins"

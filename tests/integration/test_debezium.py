@@ -17,7 +17,7 @@ from confluent_kafka.schema_registry import SchemaRegistryClient
 
 from pgshovel2 import __version__, names
 from pgshovel2.cluster import ClusterStore
-from pgshovel2.codec import avro
+from pgshovel2.codec import avro, connect_avro
 from pgshovel2.ops.verify import read_topics
 from pgshovel2.wire import Lsn
 from tests.helpers import assert_verified, caught_up, messages, pgshovel, verify, write_config
@@ -79,9 +79,11 @@ def wal_transactions(db, slot: str) -> dict[int, dict]:
     return out
 
 
-@pytest.mark.parametrize("encoding", ["avro", "json"])
+@pytest.mark.parametrize("encoding", ["avro", "avro-own", "json"])  # avro-own: debezium: {schemas: false}
 def test_debezium_envelope(stack, cluster, db, schema, tmp_path, relay_factory, backend, encoding):
-    prefix = f"dbz{encoding}{cluster}"
+    prefix = f"dbz{encoding.replace('-', '')}{cluster}"
+    own = encoding == "avro-own"
+    encoding = encoding.removesuffix("-own")
     with db.cursor() as cur:
         cur.execute(f'CREATE TABLE "{schema}".t (id int PRIMARY KEY, v text)')
         cur.execute(f'CREATE TABLE "{schema}".u (msg text)')
@@ -89,7 +91,8 @@ def test_debezium_envelope(stack, cluster, db, schema, tmp_path, relay_factory, 
         cur.execute(f'INSERT INTO "{schema}".u VALUES (\'old\')')
     cfg = write_config(tmp_path, stack, [{"schema": schema, "name": "t"},
                                          {"schema": schema, "name": "u", "allow_unkeyed": True}],
-                       encoding=encoding, backend=backend, envelope="debezium", topic_prefix=prefix)
+                       encoding=encoding, backend=backend, envelope="debezium", topic_prefix=prefix,
+                       **({"debezium": {"schemas": False}} if own else {}))
     pgshovel(stack, cluster, "set", "create", SET, str(cfg))
     started = int(time.time() * 1000)
     relay = relay_factory(SET, "--heartbeat-interval", "3600")  # no heartbeat moves sequence's first LSN
@@ -179,8 +182,10 @@ def test_debezium_envelope(stack, cluster, db, schema, tmp_path, relay_factory, 
     assert_verified(verify(stack, cluster, SET))
     assert relay.stop() == 0
 
-    if encoding == "avro":
+    if own:
         check_registered_schemas(stack, cluster, t_topic, u_topic)
+    elif encoding == "avro":
+        check_connect_avro(stack, cluster, t_topic, u_topic)
     else:
         check_connect_json(stack, t_topic, u_topic)
 
@@ -205,8 +210,28 @@ def check_connect_json(stack, t_topic: str, u_topic: str):
                 assert after["name"] == f"{topic}.Value" and after["optional"] is True
 
 
+def check_connect_avro(stack, cluster: str, t_topic: str, u_topic: str) -> None:
+    """Avro with Connect schemas: the subjects hold Debezium's Connect schemas as Confluent's
+    AvroConverter registers them (codec.connect_avro, checked in tests/unit/test_connect_avro.py),
+    named after the topic as Debezium names them."""
+    client = SchemaRegistryClient({"url": stack.registry})
+    with ClusterStore(stack.zk, cluster) as store:
+        record, _ = store.get_set(SET)
+    tables = {t.name: t for t in record.tables}
+    for topic, name in ((t_topic, "t"), (u_topic, "u")):
+        registered = json.loads(client.get_latest_version(f"{topic}-value").schema.schema_str)
+        assert registered == connect_avro.value_schema(topic, tables[name])
+        assert registered["connect.name"] == f"{topic}.Envelope" and registered["connect.version"] == 2
+        assert [f["name"] for f in registered["fields"]] == ENVELOPE_FIELDS
+        if name == "t":
+            key = json.loads(client.get_latest_version(f"{topic}-key").schema.schema_str)
+            assert key == connect_avro.key_schema(topic, tables[name])
+            assert key["connect.name"] == f"{topic}.Key"
+
+
 def check_registered_schemas(stack, cluster: str, t_topic: str, u_topic: str) -> None:
-    """The value subjects hold the Envelope record whose before/after is the row envelope's record."""
+    """debezium: {schemas: false}: the value subjects hold the Envelope record whose before/after is
+    the row envelope's record."""
     client = SchemaRegistryClient({"url": stack.registry})
     with ClusterStore(stack.zk, cluster) as store:
         record, _ = store.get_set(SET)

@@ -67,9 +67,9 @@ def relay_changes(stack, cluster, db, schema, tmp_path, relay_factory, backend: 
         cur.execute(f"CREATE TABLE {table} (id int PRIMARY KEY, v text, n numeric(10,2), ts timestamptz)")
         cur.execute(f"INSERT INTO {table} VALUES (1, 'one', 1.5, '2024-02-29 12:34:56.789012+03'), "
                     "(2, 'two', 2.5, NULL)")
-    # JSON: the schemaless form (debezium: {schemas: false}); Flink's JSON formats read no Connect
-    # Decimal bytes as DECIMAL (Debezium users set decimal.handling.mode=string for them)
-    extra = {"debezium": {"schemas": False}} if encoding == "json" and not connect else {}
+    # pgshovel2's own forms (debezium: {schemas: false}) unless connect: Flink's JSON formats read no
+    # Connect Decimal bytes as DECIMAL (Debezium users set decimal.handling.mode=string for them)
+    extra = {"debezium": {"schemas": False}} if not connect else {}
     cfg = write_config(tmp_path, stack, [{"schema": schema, "name": "t"}], encoding=encoding, backend=backend,
                        envelope="debezium", topic_prefix=prefix, **extra)
     pgshovel(stack, cluster, "set", "create", SET, str(cfg))

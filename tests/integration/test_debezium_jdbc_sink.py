@@ -1,12 +1,15 @@
-"""Debezium's own JDBC sink connector reads the debezium envelope's JSON topics unchanged (issue #68).
+"""Debezium's own JDBC sink connector reads the debezium envelope's JSON and Avro topics unchanged
+(issue #68).
 
 A Kafka Connect 4.1.1 distributed worker (bench/connect.py's, jars from Maven Central through
 scripts/debezium/install.sh) runs ``io.debezium:debezium-connector-jdbc:3.4.3.Final`` with Connect's
-JsonConverter (``schemas.enable=true``, Connect's default) and applies a set's topics into a second
-database: upsert, ``delete.enabled``, ``truncate.enabled``, ``primary.key.mode=record_key``,
+JsonConverter (``schemas.enable=true``, Connect's default), or for Avro topics with Apicurio's
+AvroConverter on the test stack's registry (Confluent framing: 4-byte ids, no headers), and applies a
+set's topics into a second database: upsert, ``delete.enabled``, ``truncate.enabled``, ``primary.key.mode=record_key``,
 ``schema.evolution=basic`` (the sink creates the tables from the events' Connect schemas). Snapshot
 rows, inserts, updates, a change of a composite key, deletes and a TRUNCATE (``op: t`` events,
-``debezium: {skipped_operations: []}``), on the trigger and pgoutput paths: the target tables end
+``debezium: {skipped_operations: []}``; JSON only: Avro has no null key for them, so the Avro run
+deletes those rows instead), on the trigger and pgoutput paths: the target tables end
 equal to the source, with the column types Debezium's Connect types make.
 """
 
@@ -45,12 +48,15 @@ COLUMNS = [
     # MicroDuration's µs without the fraction, as it does for Debezium's own events)
     ("iv", "interval", "'3 days 04:05:06'", "'-00:00:01'"),
     ("j", "jsonb", "'{\"a\": [1, null, \"x\"]}'", "'null'"),
+    ("ia", "integer[]", "'{1,NULL,3}'", "'{}'"),
+    ("ta", "text[]", "'{a,\"b c\",NULL}'", "NULL"),
 ]
 # The column types the sink makes of Debezium's Connect types (PostgreSQL dialect)
 SINK_TYPES = {"s": "smallint", "i": "integer", "bg": "bigint", "r": "real", "dp": "double precision",
               "n": "numeric(10,4)", "bo": "boolean", "tx": "text", "vc": "text", "by": "bytea", "u": "uuid",
               "dt": "date", "tm": "time(6) without time zone", "ts": "timestamp(6) without time zone",
-              "tz": "timestamp(6) with time zone", "iv": "interval", "j": "json"}
+              "tz": "timestamp(6) with time zone", "iv": "interval", "j": "json", "ia": "integer[]",
+              "ta": "text[]"}
 
 
 @pytest.fixture(scope="session")
@@ -59,7 +65,8 @@ def connect_worker(stack):
     TEST_CONNECT_PORT), read_committed (the relay writes in transactions); stopped at the end."""
     work = Path(stack.env["STACK_DIR"]) / "connect"
     worker = connect.Worker(False, stack.bootstrap, port_of("TEST_CONNECT_PORT"), work,
-                            plugins=("jdbc",), preexec=None, extra={"consumer.isolation.level": "read_committed"})
+                            plugins=("jdbc", "apicurio"), preexec=None,
+                            extra={"consumer.isolation.level": "read_committed"})
     yield worker
     worker.stop()
 
@@ -128,9 +135,26 @@ def _await_equal(worker, connector: str, pairs: list[tuple]) -> None:
         time.sleep(1)
 
 
-@pytest.mark.parametrize("path", ["trigger", "pgoutput"])
-def test_jdbc_sink_applies_the_json_topics(stack, cluster, db, schema, tmp_path, relay_factory, connect_worker,
-                                           target, path):
+def _converters(stack, encoding: str) -> dict[str, str]:
+    """The connector's key/value converter settings: the worker's JsonConverter for JSON; for Avro,
+    Apicurio's AvroConverter reading Confluent-framed messages (4-byte content id) from the registry."""
+    if encoding == "json":
+        return {}
+    url = stack.registry.replace("/apis/ccompat/v7", "/apis/registry/v2")
+    out = {}
+    for side in ("key", "value"):
+        out.update({f"{side}.converter": "io.apicurio.registry.utils.converter.AvroConverter",
+                    f"{side}.converter.apicurio.registry.url": url,
+                    f"{side}.converter.apicurio.registry.as-confluent": "true",
+                    f"{side}.converter.apicurio.registry.headers.enabled": "false",
+                    f"{side}.converter.apicurio.registry.use-id": "contentId"})
+    return out
+
+
+@pytest.mark.parametrize("encoding, path", [("json", "trigger"), ("json", "pgoutput"), ("avro", "trigger"),
+                                            ("avro", "pgoutput")])
+def test_jdbc_sink_applies_the_topics(stack, cluster, db, schema, tmp_path, relay_factory, connect_worker,
+                                      target, encoding, path):
     cols = ", ".join(f"{c} {t}" for c, t, _, _ in COLUMNS)
     with db.cursor() as cur:
         cur.execute(f'CREATE TABLE "{schema}".typed (id int PRIMARY KEY, {cols})')
@@ -140,10 +164,10 @@ def test_jdbc_sink_applies_the_json_topics(stack, cluster, db, schema, tmp_path,
             cur.execute(f'INSERT INTO "{schema}".typed VALUES ({rid}, {", ".join(c[pos] for c in COLUMNS)})')
         cur.execute(f"INSERT INTO \"{schema}\".pair VALUES (1, 'x', 'one'), (2, 'y', 'two')")
         cur.execute(f"INSERT INTO \"{schema}\".gone VALUES (1, 'a'), (2, 'b')")
-    prefix = f"sink{path[0]}{cluster}"
+    prefix = f"sink{encoding[0]}{path[0]}{cluster}"
     cfg = write_config(tmp_path, stack, [{"schema": schema, "name": n} for n in ("typed", "pair", "gone")],
-                       encoding="json", backend=path, envelope="debezium", topic_prefix=prefix,
-                       debezium={"skipped_operations": []})
+                       encoding=encoding, backend=path, envelope="debezium", topic_prefix=prefix,
+                       debezium={"skipped_operations": []} if encoding == "json" else {})
     pgshovel(stack, cluster, "set", "create", SET, str(cfg))
     relay = relay_factory(SET)
     relay.wait_for("snapshot done")
@@ -154,7 +178,7 @@ def test_jdbc_sink_applies_the_json_topics(stack, cluster, db, schema, tmp_path,
         cur.execute(f"UPDATE \"{schema}\".pair SET b = 'z', v = 'moved' WHERE a = 1")  # a key change
         cur.execute(f"DELETE FROM \"{schema}\".pair WHERE a = 2")
         cur.execute(f"INSERT INTO \"{schema}\".pair VALUES (3, 'w', 'three')")
-        cur.execute(f'TRUNCATE "{schema}".gone')
+        cur.execute(f'{"TRUNCATE" if encoding == "json" else "DELETE FROM"} "{schema}".gone')
         cur.execute(f"INSERT INTO \"{schema}\".gone VALUES (5, 'after truncate')")
     caught_up(stack, cluster, SET)
     topics = [names.table_topic(prefix, schema, n) for n in ("typed", "pair", "gone")]
@@ -166,7 +190,8 @@ def test_jdbc_sink_applies_the_json_topics(stack, cluster, db, schema, tmp_path,
         "connection.password": "", "insert.mode": "upsert", "delete.enabled": "true", "truncate.enabled": "true",
         "primary.key.mode": "record_key", "schema.evolution": "basic",
         "transforms": "table", "transforms.table.type": "org.apache.kafka.connect.transforms.RegexRouter",
-        "transforms.table.regex": r"[^.]+\.[^.]+\.(.*)", "transforms.table.replacement": "$1"}})
+        "transforms.table.regex": r"[^.]+\.[^.]+\.(.*)", "transforms.table.replacement": "$1",
+        **_converters(stack, encoding)}})
     assert status < 300, text
     try:
         _await_equal(connect_worker, name, [

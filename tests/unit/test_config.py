@@ -90,11 +90,11 @@ def test_capture_kind_is_kept_and_old_records_read_as_c():
 
 def test_debezium_schemas_option():
     cfg = parse_config({**GOOD, "envelope": "debezium", "encoding": "json"}, "f.yaml")
-    assert cfg.debezium.schemas is True and cfg.connect_json
+    assert cfg.debezium.schemas is True and cfg.connect
     off = parse_config({**GOOD, "envelope": "debezium", "encoding": "json", "debezium": {"schemas": False}}, "f.yaml")
-    assert off.debezium.schemas is False and not off.connect_json
+    assert off.debezium.schemas is False and not off.connect
     assert SetConfig.from_dict(off.to_dict()) == off and SetConfig.from_dict(cfg.to_dict()) == cfg
-    assert not parse_config({**GOOD, "envelope": "debezium"}, "f.yaml").connect_json  # Avro
+    assert parse_config({**GOOD, "envelope": "debezium"}, "f.yaml").connect  # Avro: the same switch
     # a set stored before the option existed keeps its topics' schemaless form
     old = {k: v for k, v in cfg.to_dict().items() if k != "debezium"}
     assert SetConfig.from_dict(old).debezium.schemas is False
@@ -161,3 +161,24 @@ def test_upgrade_keeps_the_topics_json_form():
                                         "debezium": {"schemas": False}}, "f.yaml"), "f.yaml")
     row = parse_config({**GOOD, "encoding": "json"}, "f.yaml")
     _check_immutable(SetConfig.from_dict({k: v for k, v in row.to_dict().items() if k != "debezium"}), row, "f.yaml")
+
+
+def test_debezium_schemas_covers_avro_and_stored_avro_sets_keep_their_form():
+    """debezium.schemas is one switch for both encodings: a new Avro debezium set defaults to
+    Debezium's Connect schemas; an Avro set stored before the option covered Avro (no
+    ``debezium.form``) keeps pgshovel2's own Avro, and set upgrade refuses to switch it."""
+    from pgshovel2.ops.upgrade import _check_immutable
+
+    new = parse_config({**GOOD, "envelope": "debezium"}, "f.yaml")
+    assert new.encoding == "avro" and new.connect and SetConfig.from_dict(new.to_dict()) == new
+    stored = new.to_dict()
+    del stored["debezium"]["form"]  # written by a version whose schemas meant JSON only
+    old = SetConfig.from_dict(stored)
+    assert old.debezium.schemas is False and not old.connect
+    with pytest.raises(ConfigError, match="debezium.schemas.*stored: False"):
+        _check_immutable(old, new, "f.yaml")
+    _check_immutable(old, parse_config({**GOOD, "envelope": "debezium", "debezium": {"schemas": False}}, "f.yaml"),
+                     "f.yaml")
+    json_set = parse_config({**GOOD, "envelope": "debezium", "encoding": "json"}, "f.yaml").to_dict()
+    del json_set["debezium"]["form"]
+    assert SetConfig.from_dict(json_set).debezium.schemas is True  # JSON's meaning never changed
