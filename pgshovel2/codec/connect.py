@@ -320,9 +320,29 @@ class TableSchemas:
     types: tuple[ConnectType, ...]
 
 
+# Connect schemas whose values are what pgshovel2's Avro writes for the same column (Column.default
+# is in that form): a default carries over as it is
+_SAME_AS_AVRO = {None, "io.debezium.time.Date", "io.debezium.time.MicroTime", "io.debezium.time.MicroTimestamp",
+                 "io.debezium.data.Uuid"}
+
+
+def _column_field(col: Column) -> dict[str, Any]:
+    """col's field in a row struct. A column added by ALTER TABLE with a DEFAULT (Column.default:
+    the value rows written before it get) has it as the field's default, as Debezium writes column
+    defaults, where the Connect value is the Avro form the default is kept in; any other such
+    column is optional, so that the new schema reads the older rows (a schema registry's BACKWARD
+    check: a new required field without a default is refused)."""
+    ct = connect_type(col)
+    schema = ct.schema
+    if col.default is not None and not col.is_array and schema["type"] != "bytes" and schema["type"] != "struct" \
+            and schema.get("name") in _SAME_AS_AVRO and (ct.to_value is None or "name" in schema):
+        return field_schema({**schema, "default": col.default}, col.nullable, col.name)
+    return field_schema(schema, col.nullable or col.default is not None, col.name)
+
+
 def row_struct(name: str, columns: tuple[Column, ...], optional: bool) -> dict[str, Any]:
     """The Connect struct of rows of columns (Debezium's ``<topic>.Value`` / ``<topic>.Key``)."""
-    return _struct(name, [field_schema(connect_type(c).schema, c.nullable, c.name) for c in columns], optional)
+    return _struct(name, [_column_field(c) for c in columns], optional)
 
 
 def envelope_schema(topic: str, table: Table) -> dict[str, Any]:

@@ -106,8 +106,18 @@ def key_schema(topic: str, table: Table) -> dict[str, Any] | None:
 
 
 def value_schema(topic: str, table: Table) -> dict[str, Any]:
-    """The Avro value schema (``<topic>.Envelope``, Debezium's Envelope version 2) of a table."""
-    return avro_schema(envelope_schema(topic, table))
+    """The Avro value schema (``<topic>.Envelope``, Debezium's Envelope version 2) of a table. A
+    column renamed while relayed (Column.aliases) has its former names as the field's Avro
+    ``aliases``, so a reader of this schema finds it in rows written before (Avro schema
+    resolution; Connect itself has no aliases and ignores them)."""
+    schema = avro_schema(envelope_schema(topic, table))
+    renamed = {names.avro_name(c.name): [names.avro_name(a) for a in c.aliases] for c in table.columns if c.aliases}
+    if renamed:
+        row = next(f for f in schema["fields"] if f["name"] == "before")["type"][1]
+        for field in row["fields"]:
+            if field["name"] in renamed:
+                field["aliases"] = renamed[field["name"]]
+    return schema
 
 
 def encoder(table: Table, topic: str, key_writer: AvroWriter | None) -> ConnectRowEncoder:

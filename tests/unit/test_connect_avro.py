@@ -13,6 +13,7 @@ import fastavro
 from pgshovel2.catalog import Column, Table
 from pgshovel2.codec import connect_avro
 from pgshovel2.codec.avro import AvroWriter
+from pgshovel2.codec.connect import row_struct
 from pgshovel2.consumer.decode import converter
 from pgshovel2.relay.debezium import DebeziumEnvelope, SourceInfo
 from pgshovel2.relay.envelopes import Context
@@ -121,3 +122,29 @@ def test_microtime_and_microduration_read_back():
     assert converter(schema)(45296500000) == time(12, 34, 56, 500000)
     duration = {"type": "long", "connect.version": 1, "connect.name": "io.debezium.time.MicroDuration"}
     assert converter({"type": "array", "items": ["null", duration]})([3_600_500_000, None]) == ["PT1H0.5S", None]
+
+
+def test_added_columns_keep_older_rows_readable():
+    """A column added with a DEFAULT (Column.default) carries it where the Connect value is the Avro
+    form it is kept in, else is optional: the new schema reads rows written before (a registry's
+    BACKWARD check refused the relay's schema of ADD COLUMN d int NOT NULL DEFAULT 7)."""
+    old_cols = (Column("id", 1, "integer", "int4", False, False),)
+    new_cols = old_cols + (Column("d", 2, "integer", "int4", False, False, default=7),
+                           Column("tz", 3, "timestamp with time zone", "timestamptz", False, False, default=0),
+                           Column("plain", 4, "text", "text", False, True))
+    old = Table("s", "t", old_cols, ("id",), "primary key")
+    new = Table("s", "t", new_cols, ("id",), "primary key")
+    fields = {f["field"]: f for f in row_struct("p.s.t.Value", new_cols, True)["fields"]}
+    assert fields["d"] == {"type": "int32", "optional": False, "default": 7, "field": "d"}
+    assert fields["tz"]["optional"] is True and "default" not in fields["tz"]
+    writer = fastavro.parse_schema(raw_schema(connect_avro.value_schema("p.s.t", old)))
+    reader = fastavro.parse_schema(raw_schema(connect_avro.value_schema("p.s.t", new)))
+    buf = io.BytesIO()
+    event = {"before": None, "after": {"id": 1}, "source": None, "transaction": None, "op": "c", "ts_ms": 1,
+             "ts_us": None, "ts_ns": None}
+    source = {"version": "v", "connector": "pgshovel", "name": "n", "ts_ms": 1, "snapshot": "false", "db": "d",
+              "sequence": None, "ts_us": None, "ts_ns": None, "schema": "s", "table": "t", "txId": None, "lsn": None,
+              "xmin": None, "position": "p"}
+    fastavro.schemaless_writer(buf, writer, {**event, "source": source})
+    read = fastavro.schemaless_reader(io.BytesIO(buf.getvalue()), writer, reader)
+    assert read["after"] == {"id": 1, "d": 7, "tz": None, "plain": None}
