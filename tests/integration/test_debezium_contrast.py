@@ -6,8 +6,13 @@ One Kafka Connect worker (test_debezium_jdbc_sink's) runs both sides on the same
   ``skipped.operations=none``, its defaults otherwise: ``decimal.handling.mode=precise``,
   ``time.precision.mode=adaptive``, ``interval.handling.mode=numeric``) -> its topics -> Debezium's
   JDBC sink -> target database A;
-- a pgshovel2 set (``envelope: debezium``, ``encoding: json``, Connect schemas,
-  ``skipped_operations: []``; trigger, pgoutput or logical path) -> its topics -> the same sink -> target B.
+- a pgshovel2 set (``envelope: debezium``, Connect schemas; JSON with ``skipped_operations: []`` on the
+  trigger, pgoutput and logical paths, Avro on the trigger and pgoutput paths) -> its topics -> the
+  same sink -> target B.
+
+In Avro both sides go through Apicurio's AvroConverter and the test registry (Debezium's connector
+registering its schemas, pgshovel2's relay registering its own), and the gone table is emptied by
+DELETE (pgshovel2 writes ``op: t`` events in JSON only).
 
 Both snapshot the source, then one workload runs on it: inserts, updates, deletes, a composite key's
 change, a key change, a TRUNCATE, an UPDATE that leaves a TOASTed text untouched. Every source table is
@@ -30,6 +35,7 @@ from tests.helpers import caught_up, pgshovel, write_config
 from tests.integration.test_debezium_jdbc_sink import (
     COLUMNS,
     SINK_TYPES,
+    _converters,
     _failed,
     _types,
     connect_worker,  # noqa: F401 -- a pytest fixture
@@ -99,8 +105,10 @@ def _source(db, schema: str) -> None:
         cur.execute("RESET search_path")
 
 
-def _workload(db, schema: str) -> None:
-    """The changes both sides capture, each statement its own transaction, then the marker rows."""
+def _workload(db, schema: str, truncate: bool = True) -> None:
+    """The changes both sides capture, each statement its own transaction, then the marker rows.
+    truncate: the gone table is emptied by TRUNCATE, else by DELETE (Avro: pgshovel2 writes op t
+    events in JSON only, docs/wire.rst)."""
     s = f'"{schema}"'
     with db.cursor() as cur:
         cur.execute(f'SET search_path = {s}, public')
@@ -125,7 +133,7 @@ def _workload(db, schema: str) -> None:
                 f"INSERT INTO {s}.pair VALUES (3, 'w', 'three')",
                 f"UPDATE {s}.rekey SET id = 10 WHERE id = 1",  # a key change
                 f"UPDATE {s}.rekey SET v = 'bb' WHERE id = 2",
-                f"TRUNCATE {s}.gone",
+                f"TRUNCATE {s}.gone" if truncate else f"DELETE FROM {s}.gone",
                 f"INSERT INTO {s}.gone VALUES (5, 'after truncate')",
                 f"UPDATE {s}.toasted SET small = 10 WHERE id = 1",  # big: unchanged, TOASTed
                 f"UPDATE {s}.toasted SET big = 'short now' WHERE id = 2"):
@@ -138,7 +146,7 @@ def _workload(db, schema: str) -> None:
         cur.execute("RESET search_path")
 
 
-def _debezium(stack, worker, schema: str, name: str) -> None:
+def _debezium(stack, worker, schema: str, name: str, converters: dict[str, str]) -> None:
     """Register Debezium's PostgresConnector ``name`` (slot, publication and topic prefix ``name``) on
     the source tables; returns once it streams (its slot is active: the snapshot is done)."""
     params = parse_dsn(stack.dsn)
@@ -162,7 +170,7 @@ def _debezium(stack, worker, schema: str, name: str) -> None:
         # default SimpleHeaderConverter writes as text the sink reads back as a schemaless map and fails
         # on ("No schema defined for value of map field: __debezium.newkey"); the sink uses no header
         "transforms": "keyheaders", "transforms.keyheaders.type": "org.apache.kafka.connect.transforms.DropHeaders",
-        "transforms.keyheaders.headers": "__debezium.oldkey,__debezium.newkey"}})
+        "transforms.keyheaders.headers": "__debezium.oldkey,__debezium.newkey", **converters}})
     assert status < 300, text
     deadline = time.monotonic() + 180
     with conn.cursor() as cur:
@@ -195,7 +203,7 @@ def _drop_debezium(stack, worker, name: str) -> None:
     conn.close()
 
 
-def _sink(worker, name: str, topics: list[str], target: tuple) -> None:
+def _sink(worker, name: str, topics: list[str], target: tuple, converters: dict[str, str]) -> None:
     """Register Debezium's JDBC sink with test_debezium_jdbc_sink's settings: topics -> target."""
     _, url, user = target
     status, text = worker.rest("POST", "/connectors", {"name": name, "config": {
@@ -204,7 +212,7 @@ def _sink(worker, name: str, topics: list[str], target: tuple) -> None:
         "connection.password": "", "insert.mode": "upsert", "delete.enabled": "true", "truncate.enabled": "true",
         "primary.key.mode": "record_key", "schema.evolution": "basic",
         "transforms": "table", "transforms.table.type": "org.apache.kafka.connect.transforms.RegexRouter",
-        "transforms.table.regex": r"[^.]+\.[^.]+\.(.*)", "transforms.table.replacement": "$1"}})
+        "transforms.table.regex": r"[^.]+\.[^.]+\.(.*)", "transforms.table.replacement": "$1", **converters}})
     assert status < 300, text
 
 
@@ -284,26 +292,31 @@ def _compare(source_dsn: str, schema: str, a: str, b: str) -> list[str]:
     return differences
 
 
-@pytest.mark.parametrize("path", ["trigger", "pgoutput", "logical"])
+@pytest.mark.parametrize("encoding, path", [("json", "trigger"), ("json", "pgoutput"), ("json", "logical"),
+                                            ("avro", "trigger"), ("avro", "pgoutput")])
 def test_debezium_and_pgshovel2_fed_sinks_agree(stack, cluster, db, schema, tmp_path, relay_factory,
-                                                connect_worker, targets, path):  # noqa: F811
+                                                connect_worker, targets, encoding, path):  # noqa: F811
     _source(db, schema)
-    dbz = f"dbz{path[0]}{cluster}"
-    prefix = f"pgs{path[0]}{cluster}"
-    cfg = write_config(tmp_path, stack, [{"schema": schema, "name": n} for n in TABLES], encoding="json",
-                       backend=path, envelope="debezium", topic_prefix=prefix, debezium={"skipped_operations": []})
+    dbz = f"dbz{encoding[0]}{path[0]}{cluster}"
+    prefix = f"pgs{encoding[0]}{path[0]}{cluster}"
+    extra = {"debezium": {"skipped_operations": []}} if encoding == "json" else {}
+    cfg = write_config(tmp_path, stack, [{"schema": schema, "name": n} for n in TABLES], encoding=encoding,
+                       backend=path, envelope="debezium", topic_prefix=prefix, **extra)
     pgshovel(stack, cluster, "set", "create", SET, str(cfg))
     relay = relay_factory(SET)
     sinks = [f"jdbc-{dbz}", f"jdbc-{prefix}"]
+    converters = _converters(stack, encoding)
     try:
-        _debezium(stack, connect_worker, schema, dbz)
+        # Debezium's side registers its schemas (Apicurio's converter as a serializer)
+        registering = {f"{side}.converter.apicurio.registry.auto-register": "true" for side in ("key", "value")}
+        _debezium(stack, connect_worker, schema, dbz, {**converters, **(registering if converters else {})})
         relay.wait_for("snapshot done")
-        _workload(db, schema)
+        _workload(db, schema, truncate=encoding == "json")
         caught_up(stack, cluster, SET)
         for sink, side, target in zip(sinks, (dbz, prefix), targets, strict=True):
-            _sink(connect_worker, sink, [names.table_topic(side, schema, t) for t in TABLES], target)
+            _sink(connect_worker, sink, [names.table_topic(side, schema, t) for t in TABLES], target, converters)
         _await_marked(connect_worker, sinks, [t[0] for t in targets])
-        print(f"\n{path}: Debezium-fed vs pgshovel2-fed target tables")
+        print(f"\n{encoding} {path}: Debezium-fed vs pgshovel2-fed target tables")
         assert _compare(stack.dsn, schema, targets[0][0], targets[1][0]) == []
         # test_debezium_jdbc_sink's SINK_TYPES are the types Debezium's own events make
         debezium_types = _types(targets[0][0], "typed")
