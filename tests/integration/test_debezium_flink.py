@@ -173,3 +173,21 @@ def test_flink_debezium_json_reads_the_connect_form(stack, cluster, db, schema, 
         change["row"][2] = None if n is None else decimal_text(
             int.from_bytes(base64.b64decode(n), "big", signed=True), 2)
     check_changelog(db, schema, changelog)
+
+
+@needs_pyflink
+@pytest.mark.skipif(not AVRO_JARS, reason="Flink's Kafka connector and avro-confluent format jars (scripts/install.sh "
+                                          "puts them in .cache/flink-jars, or set FLINK_JARS)")
+def test_flink_debezium_avro_confluent_reads_the_connect_form(stack, cluster, db, schema, tmp_path, relay_factory,
+                                                              backend):
+    """The default Avro form (Debezium's Connect schemas): the timestamptz column is Debezium's
+    ZonedTimestamp string, declared STRING as a Flink user of Debezium's defaults declares it."""
+    topic = relay_changes(stack, cluster, db, schema, tmp_path, relay_factory, backend, "avro", connect=True)
+    columns = [*AVRO_COLUMNS[:3], ["ts", "STRING"]]
+    changelog = flink_changelog(columns, {
+        "connector": "kafka", "topic": topic, "properties.bootstrap.servers": stack.bootstrap,
+        "properties.group.id": f"flink-{uuid.uuid4().hex[:8]}", "properties.isolation.level": "read_committed",
+        "scan.startup.mode": "earliest-offset", "scan.bounded.mode": "specific-offsets",
+        "scan.bounded.specific-offsets": stopping_offsets(stack.bootstrap, topic),
+        "format": "debezium-avro-confluent", "debezium-avro-confluent.url": stack.registry}, AVRO_JARS, tmp_path)
+    check_changelog(db, schema, changelog, "to_char(ts AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')")
