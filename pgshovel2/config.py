@@ -22,7 +22,9 @@ A set config is a YAML mapping (see configs/pgbench.yaml)::
                                 # AvroConverter registers them) or pgshovel2's own schemas and values;
                                 # skipped_operations: [t] (default, as Debezium) or [] (op t events);
                                 # unchanged_toast: placeholder (default: unavailable_value_placeholder,
-                                # __debezium_unavailable_value) | header (null)
+                                # __debezium_unavailable_value) | header (null); decimal_handling_mode:
+                                # precise | string | double, interval_handling_mode: numeric | string,
+                                # binary_handling_mode: bytes | base64 | base64-url-safe | hex
     topic_prefix: pgbench       # default: the set name
     topics: {create: true, partitions: 1, replication_factor: 1}
     oversized:                  # a change whose message Kafka cannot take (over max.message.bytes)
@@ -47,7 +49,8 @@ from typing import Any
 
 import yaml
 
-from pgshovel2 import redact
+from pgshovel2 import debeziumconf, redact
+from pgshovel2.debeziumconf import STORED_FORM, DebeziumConfig
 from pgshovel2.errors import ConfigError
 
 SET_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,39}")
@@ -61,12 +64,6 @@ DECODERS = ("pgshovel2", "pgoutput")
 OVERSIZED_POLICIES = ("fail", "dead-letter", "truncate")
 _TOP_KEYS = {"database", "backend", "capture", "pgq", "decoder", "encoding", "envelope", "topic_prefix", "topics",
              "tables", "oversized", "publication", "debezium"}
-_DEBEZIUM_KEYS = {"schemas", "skipped_operations", "unchanged_toast", "unavailable_value_placeholder"}
-UNCHANGED_TOAST = ("placeholder", "header")  # debezium.unchanged_toast: Debezium's placeholder, or null + header
-UNAVAILABLE_VALUE_PLACEHOLDER = "__debezium_unavailable_value"  # Debezium's unavailable.value.placeholder
-# The stored record's ``debezium.form``: 2 when ``schemas`` covers Avro too (absent: 1, JSON only)
-STORED_FORM = 2
-SKIPPABLE = ("t",)  # Debezium's skipped.operations that pgshovel2 honours: only truncate events
 _OVERSIZED_KEYS = {"policy", "columns"}
 _DATABASE_KEYS = {"dsn", "relay_dsn"}
 _PUBLICATION_KEYS = {"existing"}
@@ -104,43 +101,6 @@ class OversizedConfig:
 
     policy: str = "fail"
     columns: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class DebeziumConfig:
-    """Options of ``envelope: debezium`` (docs/wire.rst, "Envelope debezium").
-
-    schemas: keys and values carry Debezium's Connect schemas and value forms: with encoding json
-    each is Kafka Connect JsonConverter's ``{"schema", "payload"}`` (``schemas.enable=true``), with
-    avro the Connect schemas as Confluent's AvroConverter registers them (codec.connect_avro);
-    False: the schemaless JSON event with pgshovel2's JSON values, or pgshovel2's own Avro schemas.
-    Sets stored before the option existed keep False (their topics' form): JSON sets stored before
-    it, Avro sets stored before it covered Avro (:data:`STORED_FORM`); new sets default to True.
-    skipped_operations: Debezium's ``skipped.operations``, as its default ``(t,)``: no ``op: t``
-    events for TRUNCATE (the transactions topic's TRUNCATE record only); ``()`` writes one per
-    truncated table. Data changes (c, u, d) are never skipped.
-    unchanged_toast: what an UPDATE's unchanged TOASTed value, which the WAL does not log (replica
-    identity other than FULL), becomes in ``after``: ``placeholder`` (new sets), Debezium's
-    ``unavailable.value.placeholder`` (unavailable_value_placeholder, Debezium's default
-    ``__debezium_unavailable_value``) where the column's form can hold it (strings, bytes, text and
-    integer arrays, as Debezium), else null; ``header``: null (sets stored before the option). Either
-    way the message's ``pgshovel.unchanged`` header names the columns (docs/wire.rst).
-    """
-
-    schemas: bool = True
-    skipped_operations: tuple[str, ...] = ("t",)
-    unchanged_toast: str = "placeholder"
-    unavailable_value_placeholder: str = UNAVAILABLE_VALUE_PLACEHOLDER
-
-    @property
-    def placeholder(self) -> str | None:
-        """The text unchanged TOASTed values take in ``after``, or None (null)."""
-        return self.unavailable_value_placeholder if self.unchanged_toast == "placeholder" else None
-
-    @property
-    def truncate_events(self) -> bool:
-        """Whether a TRUNCATE writes Debezium ``op: t`` events to the table's topic."""
-        return "t" not in self.skipped_operations
 
 
 @dataclass(frozen=True)
@@ -197,7 +157,7 @@ class SetConfig:
             relay_dsn=data.get("relay_dsn"),  # absent before it existed: the dsn serves both
             publication=data.get("publication"),
             # records before the option existed: their topics' schemaless form
-            debezium=_debezium_record(data.get("debezium"), data["encoding"]),
+            debezium=debeziumconf.from_record(data.get("debezium"), data["encoding"]),
         )
 
 
@@ -282,7 +242,7 @@ def parse_config(data: Any, source: str) -> SetConfig:
                      topics=_parse_topics(data.get("topics", {}), source), capture=capture, pgq=pgq,
                      decoder=decoder, oversized=_parse_oversized(data.get("oversized", {}), source),
                      relay_dsn=relay_dsn, publication=_publication(data, backend, decoder, source),
-                     debezium=_parse_debezium(data, envelope, source))
+                     debezium=debeziumconf.parse(data, envelope, source))
 
 
 def _relay_dsn(value: Any, source: str) -> str | None:
@@ -400,67 +360,6 @@ def _parse_topics(data: Any, source: str) -> TopicsConfig:
             raise ConfigError(source, f"topics.{key}", value, "must be a positive integer")
         ints[key] = value
     return TopicsConfig(create=create, **ints)
-
-
-def _parse_debezium(data: dict, envelope: str, source: str) -> DebeziumConfig:
-    """The ``debezium`` mapping ({schemas: bool}), only with envelope debezium."""
-    if "debezium" not in data:
-        return DebeziumConfig()
-    value = data["debezium"]
-    if envelope != "debezium":
-        raise ConfigError(source, "debezium", value, "applies to envelope: debezium only")
-    if not isinstance(value, dict):
-        raise ConfigError(source, "debezium", value, "must be a mapping {schemas: true|false, "
-                          "skipped_operations: [t] or [], unchanged_toast: placeholder|header, "
-                          "unavailable_value_placeholder: TEXT}")
-    _no_unknown(value, _DEBEZIUM_KEYS, "debezium.", source)
-    schemas = value.get("schemas", True)
-    if not isinstance(schemas, bool):
-        raise ConfigError(source, "debezium.schemas", schemas, "must be true or false")
-    skipped = value.get("skipped_operations", ["t"])
-    if not isinstance(skipped, list) or any(op not in SKIPPABLE for op in skipped):
-        raise ConfigError(source, "debezium.skipped_operations", skipped,
-                          "must be a list of the operations Debezium's skipped.operations may name that pgshovel2 "
-                          "skips: [t] (no op t events for TRUNCATE, the default) or [] (c, u and d are never "
-                          "skipped: no change is dropped)")
-    if "t" not in skipped and data.get("encoding", ENCODINGS[0]) != "json":
-        raise ConfigError(source, "debezium.skipped_operations", skipped,
-                          "op t events need JSON (encoding: json): their key is Connect's null key, which Avro "
-                          "has no form for, and Kafka refuses a null key on a compacted table topic")
-    unchanged, placeholder = _parse_unchanged_toast(value, source)
-    return DebeziumConfig(schemas=schemas, skipped_operations=tuple(dict.fromkeys(skipped)),
-                          unchanged_toast=unchanged, unavailable_value_placeholder=placeholder)
-
-
-def _parse_unchanged_toast(value: dict, source: str) -> tuple[str, str]:
-    """(unchanged_toast, unavailable_value_placeholder) of the ``debezium`` mapping value."""
-    unchanged = value.get("unchanged_toast", UNCHANGED_TOAST[0])
-    if unchanged not in UNCHANGED_TOAST:
-        raise ConfigError(source, "debezium.unchanged_toast", unchanged,
-                          "must be placeholder (Debezium's unavailable.value.placeholder in the field, the default) "
-                          "or header (null in the field); the pgshovel.unchanged header names the column either way")
-    placeholder = value.get("unavailable_value_placeholder", UNAVAILABLE_VALUE_PLACEHOLDER)
-    if "unavailable_value_placeholder" in value and unchanged != "placeholder":
-        raise ConfigError(source, "debezium.unavailable_value_placeholder", placeholder,
-                          "applies to unchanged_toast: placeholder only (header writes null)")
-    if not isinstance(placeholder, str) or not placeholder:
-        raise ConfigError(source, "debezium.unavailable_value_placeholder", placeholder,
-                          f"must be a non-empty string (Debezium's default: {UNAVAILABLE_VALUE_PLACEHOLDER})")
-    return unchanged, placeholder
-
-
-def _debezium_record(stored: dict | None, encoding: str) -> DebeziumConfig:
-    """The DebeziumConfig of a stored record (to_dict): a record before the option has schemas
-    False (schemaless JSON), and so has an Avro record before :data:`STORED_FORM` 2 (its
-    ``schemas`` meant JSON only: its topics hold pgshovel2's own Avro schemas)."""
-    if stored is None:
-        return DebeziumConfig(schemas=False, unchanged_toast="header")
-    schemas = stored["schemas"] and (encoding != "avro" or stored.get("form", 1) >= STORED_FORM)
-    return DebeziumConfig(schemas=schemas,
-                          skipped_operations=tuple(stored.get("skipped_operations", ("t",))),
-                          unchanged_toast=stored.get("unchanged_toast", "header"),
-                          unavailable_value_placeholder=stored.get("unavailable_value_placeholder",
-                                                                   UNAVAILABLE_VALUE_PLACEHOLDER))
 
 
 def _parse_oversized(data: Any, source: str) -> OversizedConfig:

@@ -20,7 +20,8 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from pgshovel2.catalog import Column, Table
-from pgshovel2.codec import dbztypes, temporal
+from pgshovel2.codec import connect_modes, dbztypes, temporal
+from pgshovel2.codec.connect_modes import Modes
 from pgshovel2.codec.pgarray import from_capture
 from pgshovel2.codec.rows import RowEncoder, encode_json
 from pgshovel2.codec.types import _EXACT, _money, field_type
@@ -176,8 +177,14 @@ def _bytea(v: str) -> str:
     return base64.b64encode(bytes.fromhex(v)).decode("ascii")
 
 
-def _scalar(col: Column, raw: bool = False) -> ConnectType:
+def _scalar(col: Column, raw: bool = False, modes: Modes = connect_modes.DEFAULT) -> ConnectType:
     kind = col.kind
+    if kind in ("numeric", "money") and modes.decimal != "precise":
+        return ConnectType(*connect_modes.decimal(kind, modes.decimal, raw))
+    if kind == "interval" and modes.interval == "string":
+        return ConnectType(_named("string", "io.debezium.time.Interval"), connect_modes.interval_text)
+    if kind == "bytea" and modes.binary != "bytes":
+        return ConnectType({"type": "string"}, connect_modes.binary(modes.binary))
     simple = {"bool": "boolean", "int2": "int16", "int4": "int32", "int8": "int64", "oid": "int64",
               "float4": "float", "float8": "double"}  # JsonConverter's names of FLOAT32, FLOAT64
     if kind in simple:  # Avro floats hold NaN/±Infinity, the trigger's strings for them
@@ -251,8 +258,8 @@ def flat_items(items: list, dims: int) -> list:
     return items
 
 
-def _array(col: Column, raw: bool) -> ConnectType:
-    elem = _scalar(col, raw)
+def _array(col: Column, raw: bool, modes: Modes) -> ConnectType:
+    elem = _scalar(col, raw, modes)
     from_text = field_type(dataclasses.replace(col, is_array=False)).from_text
     convert = elem.to_value
 
@@ -268,12 +275,13 @@ def _array(col: Column, raw: bool) -> ConnectType:
     return ConnectType({"type": "array", "items": {**elem.schema, "optional": True}}, convert_array)
 
 
-def connect_type(col: Column, raw: bool = False) -> ConnectType:
+def connect_type(col: Column, raw: bool = False, modes: Modes = connect_modes.DEFAULT) -> ConnectType:
     """The ConnectType of a catalog column (arrays: a Connect array of optional elements).
 
-    raw: Connect BYTES values (decimals, bytea) as bytes (for Avro), else base64 text (JSON).
+    raw: Connect BYTES values (decimals, bytea) as bytes (for Avro), else base64 text (JSON);
+    modes: the set's Debezium value modes (codec.connect_modes).
     """
-    return _array(col, raw) if col.is_array else _scalar(col, raw)
+    return _array(col, raw, modes) if col.is_array else _scalar(col, raw, modes)
 
 
 def field_schema(schema: dict[str, Any], optional: bool, name: str) -> dict[str, Any]:
@@ -326,13 +334,13 @@ _SAME_AS_AVRO = {None, "io.debezium.time.Date", "io.debezium.time.MicroTime", "i
                  "io.debezium.data.Uuid"}
 
 
-def _column_field(col: Column) -> dict[str, Any]:
+def _column_field(col: Column, modes: Modes) -> dict[str, Any]:
     """col's field in a row struct. A column added by ALTER TABLE with a DEFAULT (Column.default:
     the value rows written before it get) has it as the field's default, as Debezium writes column
     defaults, where the Connect value is the Avro form the default is kept in; any other such
     column is optional, so that the new schema reads the older rows (a schema registry's BACKWARD
     check: a new required field without a default is refused)."""
-    ct = connect_type(col)
+    ct = connect_type(col, modes=modes)
     schema = ct.schema
     if col.default is not None and not col.is_array and schema["type"] != "bytes" and schema["type"] != "struct" \
             and schema.get("name") in _SAME_AS_AVRO and (ct.to_value is None or "name" in schema):
@@ -340,14 +348,15 @@ def _column_field(col: Column) -> dict[str, Any]:
     return field_schema(schema, col.nullable or col.default is not None, col.name)
 
 
-def row_struct(name: str, columns: tuple[Column, ...], optional: bool) -> dict[str, Any]:
+def row_struct(name: str, columns: tuple[Column, ...], optional: bool,
+               modes: Modes = connect_modes.DEFAULT) -> dict[str, Any]:
     """The Connect struct of rows of columns (Debezium's ``<topic>.Value`` / ``<topic>.Key``)."""
-    return _struct(name, [_column_field(c) for c in columns], optional)
+    return _struct(name, [_column_field(c, modes) for c in columns], optional)
 
 
-def envelope_schema(topic: str, table: Table) -> dict[str, Any]:
+def envelope_schema(topic: str, table: Table, modes: Modes = connect_modes.DEFAULT) -> dict[str, Any]:
     """Debezium's ``<topic>.Envelope`` Connect schema of a table (version 2)."""
-    value = row_struct(f"{topic}.Value", table.columns, True)
+    value = row_struct(f"{topic}.Value", table.columns, True, modes)
     return _struct(f"{topic}.Envelope", [
         {**value, "field": "before"}, {**value, "field": "after"},
         _struct("io.debezium.connector.postgresql.Source", SOURCE_FIELDS, False, version=1, field="source"),
@@ -357,13 +366,14 @@ def envelope_schema(topic: str, table: Table) -> dict[str, Any]:
     ], False, version=ENVELOPE_VERSION)
 
 
-def table_schemas(topic: str, table: Table, raw: bool = False) -> TableSchemas:
+def table_schemas(topic: str, table: Table, raw: bool = False, modes: Modes = connect_modes.DEFAULT) -> TableSchemas:
     """The Connect schemas of a table whose events go to topic (names: ``<topic>.Key``,
     ``<topic>.Value``, ``<topic>.Envelope``, as Debezium's with topic = prefix.schema.table);
-    raw: types whose BYTES values are bytes (Avro), else base64 text (JSON)."""
-    key = encode_json(row_struct(f"{topic}.Key", table.key_columns, False)) if table.key else None
-    return TableSchemas(key, encode_json(envelope_schema(topic, table)),
-                        tuple(connect_type(c, raw) for c in table.columns))
+    raw: types whose BYTES values are bytes (Avro), else base64 text (JSON); modes: the set's
+    Debezium value modes."""
+    key = encode_json(row_struct(f"{topic}.Key", table.key_columns, False, modes)) if table.key else None
+    return TableSchemas(key, encode_json(envelope_schema(topic, table, modes)),
+                        tuple(connect_type(c, raw, modes) for c in table.columns))
 
 
 def wrap(schema: bytes, payload: bytes) -> bytes:

@@ -24,6 +24,7 @@ from pgshovel2 import names
 from pgshovel2.catalog import Table
 from pgshovel2.codec.avro import AvroWriter
 from pgshovel2.codec.connect import ConnectRowEncoder, TableSchemas, envelope_schema, row_struct, table_schemas
+from pgshovel2.codec.connect_modes import DEFAULT, Modes
 
 DECIMAL = "org.apache.kafka.connect.data.Decimal"
 DEFAULT_PRECISION = 64  # AvroData's precision of a Decimal without connect.decimal.precision
@@ -98,19 +99,19 @@ def avro_field(schema: dict[str, Any], defined: set[str]) -> dict[str, Any]:
     return out
 
 
-def key_schema(topic: str, table: Table) -> dict[str, Any] | None:
+def key_schema(topic: str, table: Table, modes: Modes = DEFAULT) -> dict[str, Any] | None:
     """The Avro key schema (``<topic>.Key``) of a table; None for an unkeyed table."""
     if not table.key:
         return None
-    return avro_schema(row_struct(f"{topic}.Key", table.key_columns, False))
+    return avro_schema(row_struct(f"{topic}.Key", table.key_columns, False, modes))
 
 
-def value_schema(topic: str, table: Table) -> dict[str, Any]:
+def value_schema(topic: str, table: Table, modes: Modes = DEFAULT) -> dict[str, Any]:
     """The Avro value schema (``<topic>.Envelope``, Debezium's Envelope version 2) of a table. A
     column renamed while relayed (Column.aliases) has its former names as the field's Avro
     ``aliases``, so a reader of this schema finds it in rows written before (Avro schema
     resolution; Connect itself has no aliases and ignores them)."""
-    schema = avro_schema(envelope_schema(topic, table))
+    schema = avro_schema(envelope_schema(topic, table, modes))
     renamed = {names.avro_name(c.name): [names.avro_name(a) for a in c.aliases] for c in table.columns if c.aliases}
     if renamed:
         row = next(f for f in schema["fields"] if f["name"] == "before")["type"][1]
@@ -120,8 +121,8 @@ def value_schema(topic: str, table: Table) -> dict[str, Any]:
     return schema
 
 
-def encoder(table: Table, topic: str, key_writer: AvroWriter | None) -> ConnectRowEncoder:
+def encoder(table: Table, topic: str, key_writer: AvroWriter | None, modes: Modes = DEFAULT) -> ConnectRowEncoder:
     """A ConnectRowEncoder writing Avro (raw bytes for Connect BYTES) with the registered key
     writer of :func:`key_schema` (None: unkeyed)."""
-    schemas: TableSchemas = table_schemas(topic, table, raw=True)
+    schemas: TableSchemas = table_schemas(topic, table, raw=True, modes=modes)
     return ConnectRowEncoder(table, schemas, key_writer, avro=True)

@@ -182,6 +182,11 @@ def _check_immutable(old: SetConfig, new: SetConfig, source: str) -> None:
                           f"cannot change on upgrade (stored: {old.debezium.schemas}: the set's topics hold that "
                           "form; a set created before the option existed has false); write the stored value, or "
                           "use a new set")
+    for mode in ("decimal_handling_mode", "interval_handling_mode", "binary_handling_mode"):
+        if getattr(old.debezium, mode) != getattr(new.debezium, mode):  # the types of the topics' fields
+            raise ConfigError(source, f"debezium.{mode}", getattr(new.debezium, mode),
+                              f"cannot change on upgrade (stored: {getattr(old.debezium, mode)}: the set's "
+                              "topics hold values of that form); write the stored value, or use a new set")
 
 
 def plan(store: ClusterStore, name: str, config_path: str) -> UpgradePlan:

@@ -6,6 +6,7 @@ from pgshovel2.catalog import Table
 from pgshovel2.codec import avro, connect_avro
 from pgshovel2.codec.avro import AvroWriter
 from pgshovel2.codec.connect import ConnectRowEncoder, table_schemas
+from pgshovel2.codec.connect_modes import Modes
 from pgshovel2.codec.rows import RowEncoder
 from pgshovel2.db import connect
 from pgshovel2.errors import RelayError
@@ -90,21 +91,23 @@ def _route(record: SetRecord, table: Table, registry: SchemaRegistry | None, dat
     avro_registry = registry if use_avro else None
     envelope: Envelope
     if config.envelope == "debezium":
-        connect = config.debezium.schemas
-        env_w = _writer(avro_registry, f"{topic}-value", connect_avro.value_schema(topic, table) if connect
+        dbz = config.debezium
+        connect, modes = dbz.schemas, Modes(dbz.decimal_handling_mode, dbz.interval_handling_mode,
+                                            dbz.binary_handling_mode)
+        env_w = _writer(avro_registry, f"{topic}-value", connect_avro.value_schema(topic, table, modes) if connect
                         else avro.debezium_value_schema(set_name, table))
-        key_w = _writer(avro_registry, f"{topic}-key", connect_avro.key_schema(topic, table) if connect
+        key_w = _writer(avro_registry, f"{topic}-key", connect_avro.key_schema(topic, table, modes) if connect
                         else avro.key_schema(set_name, table))
         if connect and use_avro:
-            encoder = connect_avro.encoder(table, topic, key_w)
+            encoder = connect_avro.encoder(table, topic, key_w, modes)
         elif connect:
-            encoder = ConnectRowEncoder(table, table_schemas(topic, table))
+            encoder = ConnectRowEncoder(table, table_schemas(topic, table, modes=modes))
         else:
             encoder = RowEncoder(table, use_avro, key_w, None)
         form = unavailable.CONNECT if connect else unavailable.AVRO if use_avro else unavailable.JSON
         envelope = DebeziumEnvelope(encoder, SourceInfo(set_name, database, table.schema, table.name),
-                                    topic, env_w, truncate_events=config.debezium.truncate_events,
-                                    placeholders=unavailable.placeholders(table, config.debezium.placeholder, form))
+                                    topic, env_w, truncate_events=dbz.truncate_events,
+                                    placeholders=unavailable.placeholders(table, dbz.placeholder, form, modes))
     else:
         value_w = _writer(avro_registry, f"{topic}-value", avro.value_schema(set_name, table))
         key_w = _writer(avro_registry, f"{topic}-key", avro.key_schema(set_name, table))

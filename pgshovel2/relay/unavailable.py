@@ -25,6 +25,7 @@ from typing import Any
 
 from pgshovel2.catalog import Column, Table
 from pgshovel2.codec.connect import connect_type
+from pgshovel2.codec.connect_modes import DEFAULT, Modes
 from pgshovel2.codec.rows import as_values
 from pgshovel2.codec.types import field_type
 
@@ -32,10 +33,11 @@ CONNECT, AVRO, JSON = "connect", "avro", "json"  # the set's form of the events
 _INT_ARRAYS = ("int2", "int4", "int8")
 
 
-def _is_string(col: Column, form: str) -> bool:
-    """Whether col (not an array) travels as a plain string in form, its capture form as it is."""
+def _is_string(col: Column, form: str, modes: Modes = DEFAULT) -> bool:
+    """Whether col (not an array) travels as a plain string in form (modes: the Connect form's value
+    modes), its capture form as it is."""
     if form == CONNECT:
-        ct = connect_type(col)
+        ct = connect_type(col, modes=modes)
         return ct.to_value is None and ct.schema["type"] == "string"
     ft = field_type(col)
     return ft.avro == "string" and (ft.to_avro if form == AVRO else ft.to_json) is None
@@ -49,20 +51,20 @@ def name_uuid(data: bytes) -> str:
     return str(uuid.UUID(bytes=bytes(digest)))
 
 
-def _placeholder(col: Column, text: str, form: str) -> Any:
+def _placeholder(col: Column, text: str, form: str, modes: Modes) -> Any:
     """The capture form of col's placeholder value, or None (col keeps null)."""
     if col.is_array:
         if col.kind in _INT_ARRAYS:
             return list(text.encode("utf-8"))
         if col.kind == "uuid":
             return [name_uuid(text.encode("utf-8"))]
-        return [text] if _is_string(dataclasses.replace(col, is_array=False), form) else None
+        return [text] if _is_string(dataclasses.replace(col, is_array=False), form, modes) else None
     if col.kind == "bytea":
         return text.encode("utf-8").hex()
-    return text if _is_string(col, form) else None
+    return text if _is_string(col, form, modes) else None
 
 
-def placeholders(table: Table, text: str | None, form: str) -> dict[int, Any]:
+def placeholders(table: Table, text: str | None, form: str, modes: Modes = DEFAULT) -> dict[int, Any]:
     """Column index (in table.columns) -> the capture form of its placeholder value, for the
     columns whose form can hold text (the placeholder, Debezium's
     ``unavailable.value.placeholder``) in form (CONNECT, AVRO or JSON). Empty when text is None
@@ -71,7 +73,7 @@ def placeholders(table: Table, text: str | None, form: str) -> dict[int, Any]:
         return {}
     out = {}
     for i, col in enumerate(table.columns):
-        value = None if col.name in table.key else _placeholder(col, text, form)
+        value = None if col.name in table.key else _placeholder(col, text, form, modes)
         if value is not None:
             out[i] = value
     return out

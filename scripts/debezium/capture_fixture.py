@@ -170,7 +170,8 @@ def typed_changes() -> list[str]:
             f"UPDATE {SCHEMA}.typed SET {', '.join(f'{c[0]} = {c[4]}' for c in TYPED)} WHERE id = 1"]
 
 
-def worker_files(work: Path, dsn: dict, bootstrap: str, port: int, plugins: Path) -> tuple[Path, Path, Path]:
+def worker_files(work: Path, dsn: dict, bootstrap: str, port: int, plugins: Path,
+                 modes: list[str] = ()) -> tuple[Path, Path, Path]:
     run = work / "run"
     run.mkdir(parents=True, exist_ok=True)
     (run / "offsets").unlink(missing_ok=True)
@@ -190,7 +191,7 @@ def worker_files(work: Path, dsn: dict, bootstrap: str, port: int, plugins: Path
         f"database.dbname={dsn['dbname']}", f"topic.prefix={PREFIX}",
         f"table.include.list={SCHEMA}.a,{SCHEMA}.b,{SCHEMA}.typed", f"slot.name={SLOT}", f"publication.name={SLOT}",
         "publication.autocreate.mode=filtered", "provide.transaction.metadata=true", "snapshot.mode=initial",
-        "topic.creation.default.replication.factor=1", "topic.creation.default.partitions=1", ""]))
+        "topic.creation.default.replication.factor=1", "topic.creation.default.partitions=1", *modes, ""]))
     log4j = run / "log4j2.properties"
     log4j.write_text("\n".join([
         "rootLogger.level=INFO", "rootLogger.appenderRef.out.ref=out", "appender.out.type=Console",
@@ -278,6 +279,9 @@ def main() -> None:
     parser.add_argument("--out", required=True, type=Path)
     parser.add_argument("--work", type=Path, default=REPO / ".cache" / "debezium")
     parser.add_argument("--connect-port", type=int, default=int(os.environ.get("DEBEZIUM_CONNECT_PORT", 28084)))
+    parser.add_argument("--mode", action="append", default=[], metavar="PROPERTY=VALUE",
+                        help="a connector setting other than Debezium's default (e.g. decimal.handling.mode=string); "
+                             "recorded in the fixture's 'modes'")
     args = parser.parse_args()
     libs, plugins = fetch(args.work)
     dsn = psycopg2.extensions.parse_dsn(args.dsn)
@@ -290,7 +294,7 @@ def main() -> None:
         f"INSERT INTO {SCHEMA}.a VALUES (1, 'one'), (2, 'two'), (3, 'three')",
         f"INSERT INTO {SCHEMA}.b VALUES (1, 'b one'), (2, 'b two')",
         *typed_setup())
-    worker, connector, log4j = worker_files(args.work, dsn, args.bootstrap, args.connect_port, plugins)
+    worker, connector, log4j = worker_files(args.work, dsn, args.bootstrap, args.connect_port, plugins, args.mode)
     logfile = args.work / "run" / "connect.log"
     topics = [f"{PREFIX}.{SCHEMA}.a", f"{PREFIX}.{SCHEMA}.b", f"{PREFIX}.transaction"]
     typed_topic = f"{PREFIX}.{SCHEMA}.typed"
@@ -339,7 +343,7 @@ def main() -> None:
                  "messages), whose transaction records are left out of the transaction topic's.",
         "debezium": DEBEZIUM, "transactions": [s for s, _ in TRANSACTIONS], "xids": [str(x) for x in xids],
         "wal": [{"lsn": lsn, "xid": xid, "data": data} for lsn, xid, data in wal],
-        "topics": messages,
+        "topics": messages, "modes": args.mode,
         "typed": {"columns": [list(c) for c in TYPED], "setup": typed_setup(), "changes": typed_changes(),
                   "messages": typed_messages}}
     args.out.parent.mkdir(parents=True, exist_ok=True)

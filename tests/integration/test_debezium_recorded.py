@@ -7,7 +7,9 @@ table's columns, the SQL of its rows and changes, and Debezium's messages: two s
 INSERT and an UPDATE. The same table and statements run through a set on each capture path; every
 event of ours must equal Debezium's, byte for byte after JSON parsing, in the key (schema and payload),
 the row schema of ``before``/``after`` (each field: type, optional, name, version, parameters) and the
-row values, except the difference docs/wire.rst documents (enum: WITHOUT), asserted here as such.
+row values, except the difference docs/wire.rst documents (enum: WITHOUT), asserted here as such. The
+table recorded with other value modes (decimal string, interval string, binary hex: the ``-modes``
+fixture) is compared with a set given the same modes (``debezium: {decimal_handling_mode: ...}``).
 """
 
 import json
@@ -20,8 +22,10 @@ from pgshovel2 import names
 from pgshovel2.ops.verify import read_topics
 from tests.helpers import caught_up, pgshovel, write_config
 
-FIXTURE = json.loads((Path(__file__).parents[1] / "fixtures" / "debezium-3.4.3.Final-postgres.json")
-                     .read_text(encoding="utf-8"))["typed"]
+FIXTURES = Path(__file__).parents[1] / "fixtures"
+FIXTURE = json.loads((FIXTURES / "debezium-3.4.3.Final-postgres.json").read_text(encoding="utf-8"))["typed"]
+# the same table recorded with other value modes (scripts/debezium/capture_fixture.py --mode ...)
+MODES = json.loads((FIXTURES / "debezium-3.4.3.Final-postgres-modes.json").read_text(encoding="utf-8"))
 RECORDED_SCHEMA = "dbzfix"
 SET = "recorded"
 # column -> the keys of Debezium's field schema ours lacks, as docs/wire.rst says: an enum is a plain
@@ -51,24 +55,33 @@ def _row_schema(event: dict) -> list[dict]:
     return next(f for f in event["schema"]["fields"] if f["field"] == "after")["fields"]
 
 
-@pytest.mark.parametrize("path", ["trigger", "logical", "pgoutput"])
-def test_events_equal_debeziums_recorded_ones(stack, cluster, db, schema, tmp_path, relay_factory, path):
+def _option(setting: str) -> tuple[str, str]:
+    """A connector setting ("decimal.handling.mode=string") as the set's debezium option."""
+    name, _, value = setting.partition("=")
+    return name.replace(".", "_"), value
+
+
+@pytest.mark.parametrize(("path", "recorded"), [("trigger", FIXTURE), ("logical", FIXTURE), ("pgoutput", FIXTURE),
+                                                ("trigger", MODES["typed"])], ids=["trigger", "logical", "pgoutput",
+                                                                                   "trigger-modes"])
+def test_events_equal_debeziums_recorded_ones(stack, cluster, db, schema, tmp_path, relay_factory, path, recorded):
+    modes = dict(map(_option, MODES["modes"])) if recorded is MODES["typed"] else {}
     with db.cursor() as cur:
-        for statement in _sql(FIXTURE["setup"], schema):
+        for statement in _sql(recorded["setup"], schema):
             cur.execute(statement)
-    prefix = f"rec{path[0]}{cluster}"
+    prefix = f"rec{path[0]}{len(modes)}{cluster}"
     cfg = write_config(tmp_path, stack, [{"schema": schema, "name": "typed"}], encoding="json", backend=path,
-                       envelope="debezium", topic_prefix=prefix)
+                       envelope="debezium", topic_prefix=prefix, **({"debezium": modes} if modes else {}))
     pgshovel(stack, cluster, "set", "create", SET, str(cfg))
     relay = relay_factory(SET)
     relay.wait_for("snapshot done")
     with db.cursor() as cur:
-        for statement in _sql(FIXTURE["changes"], schema):
+        for statement in _sql(recorded["changes"], schema):
             cur.execute(statement)
     caught_up(stack, cluster, SET)
     topic = names.table_topic(prefix, schema, "typed")
     ours = _events([(k, v) for k, v, _ in read_topics(stack.bootstrap, [topic])[topic]])
-    renamed = json.dumps([(m["key"], m["value"]) for m in FIXTURE["messages"]]).replace(
+    renamed = json.dumps([(m["key"], m["value"]) for m in recorded["messages"]]).replace(
         f"{RECORDED_SCHEMA}.{RECORDED_SCHEMA}.typed", f"{prefix}.{schema}.typed")
     theirs = _events(json.loads(renamed))
     assert sorted(ours) == sorted(theirs) == [("c", 3), ("r", 1), ("r", 2), ("u", 1)]

@@ -124,6 +124,27 @@ def test_debezium_skipped_operations():
         parse_config({**base, "encoding": "avro", "debezium": {"skipped_operations": []}}, "f.yaml")
 
 
+def test_debezium_value_modes():
+    """Debezium's decimal/interval/binary handling modes: its defaults, the others on request (kept in
+    the stored record), a bad value named with the choices, refused without the Connect form, and
+    records stored before the options read as the defaults."""
+    base = {**GOOD, "envelope": "debezium", "encoding": "json"}
+    cfg = parse_config(base, "f.yaml").debezium
+    assert (cfg.decimal_handling_mode, cfg.interval_handling_mode, cfg.binary_handling_mode) == \
+        ("precise", "numeric", "bytes")
+    modes = {"decimal_handling_mode": "string", "interval_handling_mode": "string", "binary_handling_mode": "hex"}
+    cfg = parse_config({**base, "debezium": modes}, "f.yaml")
+    assert SetConfig.from_dict(cfg.to_dict()) == cfg and cfg.debezium.decimal_handling_mode == "string"
+    with pytest.raises(ConfigError, match="debezium.decimal_handling_mode.*precise, string, double"):
+        parse_config({**base, "debezium": {"decimal_handling_mode": "exact"}}, "f.yaml")
+    with pytest.raises(ConfigError, match="debezium.binary_handling_mode.*schemas: true"):
+        parse_config({**base, "debezium": {"schemas": False, "binary_handling_mode": "hex"}}, "f.yaml")
+    stored = cfg.to_dict()
+    for key in modes:
+        del stored["debezium"][key]
+    assert SetConfig.from_dict(stored).debezium.interval_handling_mode == "numeric"
+
+
 def test_debezium_unchanged_toast():
     """debezium.unchanged_toast: Debezium's placeholder by default (its default text, or the one
     given), header (null) on request; bad values name the key; a stored record before the option
