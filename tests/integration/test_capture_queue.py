@@ -22,8 +22,14 @@ def queue(db, schema):
     with db.cursor() as cur:
         capture_into(cur, name, table, "id int PRIMARY KEY, v text", "1,2")
     yield name, table
-    with db.cursor() as cur:
-        cur.execute("SELECT pgq.drop_queue(%s, true)", (name,))
+    for attempt in range(5):  # pgqd's maintenance may lock the event tables the other way round
+        try:
+            with db.cursor() as cur:
+                cur.execute("SELECT pgq.drop_queue(%s, true)", (name,))
+            return
+        except psycopg2.errors.DeadlockDetected:
+            if attempt == 4:
+                raise
 
 
 def _current_table(cur, queue: str) -> str:

@@ -169,8 +169,10 @@ def test_status_marks_an_error_recovered_from(stack, cluster, db, schema, tmp_pa
 
 def test_every_table_needing_replica_identity_is_named_at_once(stack, cluster, db, schema, tmp_path):
     tables = [_table(db, schema, name) for name in ("a", "b", "c")]
-    # the debezium envelope needs every UPDATE's before-image: REPLICA IDENTITY FULL on every table
-    cfg = write_config(tmp_path, stack, tables, backend="trigger", envelope="debezium")  # identity DEFAULT
+    with db.cursor() as cur:  # an identity that logs no old key: no UPDATE or DELETE could be relayed
+        for name in "abc":
+            cur.execute(f'ALTER TABLE "{schema}".{name} REPLICA IDENTITY NOTHING')
+    cfg = write_config(tmp_path, stack, tables, backend="trigger", envelope="debezium")  # identity kept
     text = cfg.read_text().replace("backend: trigger", "backend: logical")
     cfg.write_text(text)
     proc = pgshovel(stack, cluster, "set", "create", "ri", str(cfg), check=False)

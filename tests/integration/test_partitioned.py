@@ -268,14 +268,16 @@ def test_attach_detach_and_drop_of_partitions(stack, cluster, db, schema, tmp_pa
 
 @pytest.mark.parametrize("backend", ["logical", "pgoutput"])
 def test_partitions_replica_identity_is_checked(stack, cluster, db, schema, tmp_path, backend):
-    """The WAL logs a partition's old rows by the partition's own replica identity: a logical set
-    whose envelope needs FULL is refused naming each partition without it."""
+    """The WAL logs a partition's old rows by the partition's own replica identity: a logical set is
+    refused naming each partition whose identity does not log the key (here NOTHING), whatever the
+    table's own (FULL)."""
     with db.cursor() as cur:
         make_orders(cur, schema)
+        cur.execute(f'ALTER TABLE "{schema}".orders_2026_lo REPLICA IDENTITY NOTHING')
     cfg = write_config(tmp_path, stack, [{"schema": schema, "name": "orders"}], backend=backend,
                        envelope="debezium", topic_prefix=f"ri{cluster}")  # FULL on the table only
     err = refused(stack, cluster, "ri", cfg)
-    assert f"its partition {schema}.orders_2026_lo: the debezium envelope needs every old row" in err, err
+    assert f"its partition {schema}.orders_2026_lo: its key" in err and "replica identity NOTHING" in err, err
     with db.cursor() as cur:
         cur.execute("SELECT p.relid::regclass::text FROM pg_partition_tree(%s::regclass) p WHERE p.isleaf",
                     (f'"{schema}".orders',))

@@ -218,9 +218,9 @@ def test_special_values_round_trip(stack, cluster, db, schema, tmp_path, encodin
                 cur.execute(f'INSERT INTO "{schema}".vk VALUES ({ARRAY_KEYS[row][0]}, {row + 1})')
             cur.execute(f'INSERT INTO "{schema}".vals (id) VALUES (5)')
 
-    # JSON debezium: the schemaless form, exact for every value (Debezium's Connect forms have no
-    # multi-dimensional arrays or NaN numerics: docs/wire.rst)
-    extra = {"debezium": {"schemas": False}} if (encoding, envelope) == ("json", "debezium") else {}
+    # debezium: the schemaless form (pgshovel2's own values), exact for every value (Debezium's
+    # Connect forms have no multi-dimensional arrays or NaN numerics: docs/wire.rst)
+    extra = {"debezium": {"schemas": False}} if envelope == "debezium" else {}
     relay_rows(stack, cluster, db, tmp_path, "vals", [{"schema": schema, "name": "vals"},
                                                       {"schema": schema, "name": "vk"}],
                write, encoding=encoding, backend=backend, envelope=envelope, topic_prefix=f"vals{cluster}", **extra)
