@@ -210,22 +210,27 @@ def check_connect_json(stack, t_topic: str, u_topic: str):
                 assert after["name"] == f"{topic}.Value" and after["optional"] is True
 
 
+def _registered_values(stack, cluster: str, client, t_topic: str, u_topic: str) -> list[tuple]:
+    """(topic, table name, Table, latest registered value schema) of the set's tables t and u."""
+    with ClusterStore(stack.zk, cluster) as store:
+        record, _ = store.get_set(SET)
+    tables = {t.name: t for t in record.tables}
+    return [(topic, name, tables[name], json.loads(client.get_latest_version(f"{topic}-value").schema.schema_str))
+            for topic, name in ((t_topic, "t"), (u_topic, "u"))]
+
+
 def check_connect_avro(stack, cluster: str, t_topic: str, u_topic: str) -> None:
     """Avro with Connect schemas: the subjects hold Debezium's Connect schemas as Confluent's
     AvroConverter registers them (codec.connect_avro, checked in tests/unit/test_connect_avro.py),
     named after the topic as Debezium names them."""
     client = SchemaRegistryClient({"url": stack.registry})
-    with ClusterStore(stack.zk, cluster) as store:
-        record, _ = store.get_set(SET)
-    tables = {t.name: t for t in record.tables}
-    for topic, name in ((t_topic, "t"), (u_topic, "u")):
-        registered = json.loads(client.get_latest_version(f"{topic}-value").schema.schema_str)
-        assert registered == connect_avro.value_schema(topic, tables[name])
+    for topic, name, table, registered in _registered_values(stack, cluster, client, t_topic, u_topic):
+        assert registered == connect_avro.value_schema(topic, table)
         assert registered["connect.name"] == f"{topic}.Envelope" and registered["connect.version"] == 2
         assert [f["name"] for f in registered["fields"]] == ENVELOPE_FIELDS
         if name == "t":
             key = json.loads(client.get_latest_version(f"{topic}-key").schema.schema_str)
-            assert key == connect_avro.key_schema(topic, tables[name])
+            assert key == connect_avro.key_schema(topic, table)
             assert key["connect.name"] == f"{topic}.Key"
 
 
@@ -233,16 +238,12 @@ def check_registered_schemas(stack, cluster: str, t_topic: str, u_topic: str) ->
     """debezium: {schemas: false}: the value subjects hold the Envelope record whose before/after is
     the row envelope's record."""
     client = SchemaRegistryClient({"url": stack.registry})
-    with ClusterStore(stack.zk, cluster) as store:
-        record, _ = store.get_set(SET)
-    tables = {t.name: t for t in record.tables}
-    for topic, name in ((t_topic, "t"), (u_topic, "u")):
-        registered = json.loads(client.get_latest_version(f"{topic}-value").schema.schema_str)
+    for topic, name, table, registered in _registered_values(stack, cluster, client, t_topic, u_topic):
         assert registered["name"] == "Envelope"
-        assert registered["namespace"] == f"pgshovel.{SET}.{names.avro_name(tables[name].schema)}.{name}"
+        assert registered["namespace"] == f"pgshovel.{SET}.{names.avro_name(table.schema)}.{name}"
         fields = {f["name"]: f for f in registered["fields"]}
         assert list(fields) == ENVELOPE_FIELDS
-        row_schema = avro.value_schema(SET, tables[name])
+        row_schema = avro.value_schema(SET, table)
         assert fields["before"]["type"] == ["null", row_schema] and fields["before"]["default"] is None
         assert fields["after"]["type"] == ["null", f"{row_schema['namespace']}.{row_schema['name']}"]
         assert fields["after"]["default"] is None
@@ -261,4 +262,4 @@ def check_registered_schemas(stack, cluster: str, t_topic: str, u_topic: str) ->
             ("id", "string"), ("total_order", "long"), ("data_collection_order", "long")]
         key = client.get_latest_version(f"{topic}-key").schema if name == "t" else None
         if key is not None:
-            assert json.loads(key.schema_str) == avro.key_schema(SET, tables[name])
+            assert json.loads(key.schema_str) == avro.key_schema(SET, table)

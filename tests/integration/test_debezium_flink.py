@@ -140,17 +140,22 @@ def test_flink_debezium_json_reads_the_topic(stack, cluster, db, schema, tmp_pat
     check_changelog(db, schema, changelog)
 
 
+def avro_source(stack, topic: str) -> dict:
+    """The WITH options of a Flink source reading topic with debezium-avro-confluent (Flink's Kafka
+    connector, read_committed, bounded just past the last committed message)."""
+    return {"connector": "kafka", "topic": topic, "properties.bootstrap.servers": stack.bootstrap,
+            "properties.group.id": f"flink-{uuid.uuid4().hex[:8]}", "properties.isolation.level": "read_committed",
+            "scan.startup.mode": "earliest-offset", "scan.bounded.mode": "specific-offsets",
+            "scan.bounded.specific-offsets": stopping_offsets(stack.bootstrap, topic),
+            "format": "debezium-avro-confluent", "debezium-avro-confluent.url": stack.registry}
+
+
 @needs_pyflink
 @pytest.mark.skipif(not AVRO_JARS, reason="Flink's Kafka connector and avro-confluent format jars (scripts/install.sh "
                                           "puts them in .cache/flink-jars, or set FLINK_JARS)")
 def test_flink_debezium_avro_confluent_reads_the_topic(stack, cluster, db, schema, tmp_path, relay_factory, backend):
     topic = relay_changes(stack, cluster, db, schema, tmp_path, relay_factory, backend, "avro")
-    changelog = flink_changelog(AVRO_COLUMNS, {
-        "connector": "kafka", "topic": topic, "properties.bootstrap.servers": stack.bootstrap,
-        "properties.group.id": f"flink-{uuid.uuid4().hex[:8]}", "properties.isolation.level": "read_committed",
-        "scan.startup.mode": "earliest-offset", "scan.bounded.mode": "specific-offsets",
-        "scan.bounded.specific-offsets": stopping_offsets(stack.bootstrap, topic),
-        "format": "debezium-avro-confluent", "debezium-avro-confluent.url": stack.registry}, AVRO_JARS, tmp_path)
+    changelog = flink_changelog(AVRO_COLUMNS, avro_source(stack, topic), AVRO_JARS, tmp_path)
     check_changelog(db, schema, changelog, TS_MICROS)
 
 
@@ -184,10 +189,5 @@ def test_flink_debezium_avro_confluent_reads_the_connect_form(stack, cluster, db
     ZonedTimestamp string, declared STRING as a Flink user of Debezium's defaults declares it."""
     topic = relay_changes(stack, cluster, db, schema, tmp_path, relay_factory, backend, "avro", connect=True)
     columns = [*AVRO_COLUMNS[:3], ["ts", "STRING"]]
-    changelog = flink_changelog(columns, {
-        "connector": "kafka", "topic": topic, "properties.bootstrap.servers": stack.bootstrap,
-        "properties.group.id": f"flink-{uuid.uuid4().hex[:8]}", "properties.isolation.level": "read_committed",
-        "scan.startup.mode": "earliest-offset", "scan.bounded.mode": "specific-offsets",
-        "scan.bounded.specific-offsets": stopping_offsets(stack.bootstrap, topic),
-        "format": "debezium-avro-confluent", "debezium-avro-confluent.url": stack.registry}, AVRO_JARS, tmp_path)
+    changelog = flink_changelog(columns, avro_source(stack, topic), AVRO_JARS, tmp_path)
     check_changelog(db, schema, changelog, "to_char(ts AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')")
