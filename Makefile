@@ -2,7 +2,7 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: install stack-up stack-down stack-status spark-up spark-down demo test test-spark test-matrix chaos unit lint bench clean
+.PHONY: install stack-up stack-down stack-status spark-up spark-down demo test test-spark test-matrix chaos test-compose unit lint bench clean
 
 install:
 	scripts/install.sh
@@ -53,6 +53,12 @@ chaos: install
 # section fetches Kafka Connect and Debezium with Maven (scripts/debezium/install.sh) on first use.
 bench: stack-up
 	$(PY) -m bench.run $(if $(QUICK),--quick) $(if $(ONLY),--only $(ONLY))
+
+# The images of docker-compose.yml built with podman from a debootstrap'd Debian bookworm base, the
+# stack brought up with podman-compose, the demo flow run inside it, the stack taken down (root; ~15 min
+# on a first build, layers cached after).
+test-compose:
+	scripts/containers/test.sh
 
 unit: install
 	$(PY) -m pytest -ra tests/unit

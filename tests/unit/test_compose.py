@@ -1,4 +1,4 @@
-"""docker-compose.yml cannot run here (no Docker engine): check its shape."""
+"""docker-compose.yml's shape; ``make test-compose`` (scripts/containers/test.sh) builds and runs it."""
 
 import fnmatch
 from pathlib import Path
@@ -23,6 +23,23 @@ def test_built_images_have_dockerfiles():
     for service in COMPOSE["services"].values():
         if "build" in service:
             assert (ROOT / service["build"]["dockerfile"]).is_file()
+
+
+def test_every_image_is_built_here_from_debian_bookworm():
+    """No service pulls an image from a registry: each names an image one of docker/*.Dockerfile builds,
+    and every stage of every Dockerfile starts from Debian bookworm (the base the users' distribution
+    ships security fixes for) or an earlier stage of its own."""
+    built = {s["image"] for s in COMPOSE["services"].values() if "build" in s}
+    for name, service in COMPOSE["services"].items():
+        assert service["image"] in built, f"{name} uses {service['image']}, which no Dockerfile here builds"
+    for dockerfile in (ROOT / "docker").glob("*.Dockerfile"):
+        stages: set[str] = set()
+        for line in dockerfile.read_text().splitlines():
+            words = line.split()
+            if words[:1] == ["FROM"]:
+                assert words[1] in stages | {"debian:bookworm"}, f"{dockerfile.name}: FROM {words[1]}"
+                if len(words) == 4 and words[2].upper() == "AS":
+                    stages.add(words[3])
 
 
 def test_relay_command_parses_with_the_real_cli():
