@@ -20,6 +20,7 @@ import time
 
 from bench import (
     bootstrap,
+    capacity,
     capture_overhead,
     debezium,
     debezium_report,
@@ -39,11 +40,11 @@ from bench.common import RESULTS
 FULL = {"capture": (3, 15, 10), "relay": (1_000_000, 3), "latency": (2000, 30), "memory": 1_000_000,
         "values": ((10, 50), value_memory.BACKENDS, ("json", "avro")),
         "profile": 300_000, "bootstrap": (50, 1), "replica": (100_000, 10), "logical": (3, 15, 10, 1_000_000),
-        "debezium": (1_000_000, 3, 60, debezium.PGSHOVEL2), "iceberg": (10, 1, 100, 180, 5)}
+        "debezium": (1_000_000, 3, 60, debezium.PGSHOVEL2), "iceberg": (10, 1, 100, 180, 5), "capacity": (1000, 20)}
 QUICK = {"capture": (3, 5, 10), "relay": (100_000, 3), "latency": (2000, 10), "memory": 200_000,
          "values": ((10,), value_memory.BACKENDS, ("json",)),
          "profile": 100_000, "bootstrap": (5, 1), "replica": (20_000, 10), "logical": (3, 5, 10, 100_000),
-         "debezium": (100_000, 1, 15, debezium.QUICK), "iceberg": (2, 1, 100, 60, 5)}
+         "debezium": (100_000, 1, 15, debezium.QUICK), "iceberg": (2, 1, 100, 60, 5), "capacity": (1000, 5)}
 # section -> (progress line, function of its parameters), in the order they run: Debezium's comparison
 # (the longest section) first, so a run stopped midway has it
 SECTIONS = {
@@ -59,6 +60,7 @@ SECTIONS = {
     "replica": ("replica apply vs relay", replica.measure),
     "profile": ("profile", profile.measure),
     "logical": ("logical backend (tps, drain, plugin cost)", logical.measure),
+    "capacity": ("capacity per set (docs/capacity.rst)", capacity.measure),
     "iceberg": ("Spark cluster: bootstrap vs COPY, Iceberg materialize changes/s and lag", iceberg.measure),
 }
 OPTIONAL = {"iceberg"}  # 15-25 min on 2 cores: only with --only
@@ -135,6 +137,8 @@ def main() -> None:
         lines += debezium_report.table(result["debezium"])
     if "iceberg" in result:
         lines += iceberg.lines(result["iceberg"])
+    if "capacity" in result:
+        lines += capacity.lines(result["capacity"])
     print("\n".join(lines))
     print(f"results: {stem.with_suffix('.json')}; plots: {', '.join(p.name for p in pngs)}")
 

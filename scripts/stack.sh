@@ -133,7 +133,7 @@ dataDir=$dir/data
 clientPort=$ZK_PORT
 clientPortAddress=127.0.0.1
 admin.enableServer=false
-4lw.commands.whitelist=ruok,stat,srvr
+4lw.commands.whitelist=ruok,stat,srvr,wchs
 maxSessionTimeout=60000
 CFG
   nohup java -Xmx256m -Dzookeeper.jmx.log4j.disable=true \
