@@ -45,6 +45,8 @@ from pgshovel2.config import SetConfig
 WRITERS = ("-- the roles that write these tables need no grant for pgshovel2: their own privileges on the "
            "tables are enough (never grant them pgq_writer or EXECUTE on pgq.insert_event: they could append "
            "events no change made)")
+# Amazon RDS/Aurora grant replication by membership, not by the attribute (backends.privileges.REPLICATES)
+_RDS = " (Amazon RDS/Aurora: GRANT rds_replication TO {} instead)"
 # The PgQ functions the relay calls, and those they call in turn (pgq_ticker, pgq_source, chunks)
 RELAY_PGQ_FUNCTIONS = (
     "pgq.next_batch_info(text, text)", "pgq.next_batch(text, text)",
@@ -112,7 +114,7 @@ def _admin(config: SetConfig, role: str, db: str, transfer: bool) -> list[str]:
                   "EXCLUSIVE MODE), which PostgreSQL allows with UPDATE, DELETE or TRUNCATE (PostgreSQL 17+: "
                   "MAINTAIN, which writes nothing: GRANT MAINTAIN instead)",
                   *(f"GRANT UPDATE ON TABLE {t} TO {role};" for t in tables),
-                  f"ALTER ROLE {role} REPLICATION;  -- set drop drops the set's replication slot",
+                  f"ALTER ROLE {role} REPLICATION;  -- set drop drops the set's replication slot{_RDS.format(role)}",
                   *_messages(config)]
         return lines + (_admin_pgoutput(config, role, db, transfer) if config.decoder == "pgoutput"
                         else _admin_decoder(role))
@@ -189,7 +191,7 @@ def _relay(config: SetConfig, role: str, db: str) -> list[str]:
              *(f"GRANT USAGE ON SCHEMA {s} TO {role};" for s in _schemas(config)),
              *(f"GRANT SELECT ON TABLE {t} TO {role};" for t in _tables(config))]
     if config.backend == "logical":
-        lines.append(f"ALTER ROLE {role} REPLICATION;  -- the set's replication slot and its stream")
+        lines.append(f"ALTER ROLE {role} REPLICATION;  -- the set's replication slot and its stream{_RDS.format(role)}")
         if config.decoder != "pgoutput":
             lines.append(f"GRANT USAGE ON SCHEMA pgshovel2_decoder TO {role};  -- encode_row, heartbeat")
         return lines

@@ -10,8 +10,11 @@ PostgreSQL the REPLICATION attribute is not inherited through membership, the se
 role a replication connection, and ``set create`` refuses before it changes anything, naming the
 attribute. With the attribute on the role itself (``ALTER ROLE cdc REPLICATION``, what Cloud SQL,
 Azure, Supabase, Neon and Crunchy Bridge have their admin run) and the same grants, the logical
-pgoutput set runs end to end; membership in the owner role is enough for its publication."""
+pgoutput set runs end to end; membership in the owner role is enough for its publication.
+Amazon RDS/Aurora honour membership in rds_replication instead (rolreplication stays false there):
+pgshovel2's checks accept a member of a role of that name; the stock server then refuses it."""
 
+import re
 import uuid
 from pathlib import Path
 
@@ -23,6 +26,8 @@ from psycopg2.extras import LogicalReplicationConnection
 from tests.helpers import assert_verified, caught_up, pgshovel, verify
 
 pytestmark = pytest.mark.stock
+# The server's refusal of a replication connection to a role without the attribute (PG 14 | PG 17)
+REFUSAL = "replication role to start walsender|permission denied to start WAL sender"
 
 
 @pytest.fixture
@@ -95,8 +100,7 @@ def test_logical_pgoutput_set_needs_the_attribute_on_the_role_itself(stack, clus
     grants = _grant(stack, server, cluster, cfg, skip="REPLICATION;")  # membership instead of the attribute
     assert f'ALTER ROLE "cdc_{s}" REPLICATION;' in grants, grants
     cdc_dsn = server.dsn.replace("user=app", f"user=cdc_{s}")
-    refusal = "replication role to start walsender|permission denied to start WAL sender"  # PG 14 | PG 17 wording
-    with pytest.raises(psycopg2.OperationalError, match=refusal):
+    with pytest.raises(psycopg2.OperationalError, match=REFUSAL):
         psycopg2.connect(cdc_dsn, connection_factory=LogicalReplicationConnection)
     refused = pgshovel(stack, cluster, "set", "create", "mlg", cfg, check=False)
     assert refused.returncode != 0 and f"role cdc_{s} lacks the REPLICATION attribute" in refused.stderr, \
@@ -111,3 +115,27 @@ def test_logical_pgoutput_set_needs_the_attribute_on_the_role_itself(stack, clus
     _write_and_verify(stack, server, cluster, s, "mlg", relay_factory)
     pgshovel(stack, cluster, "set", "drop", "mlg")
     assert server.query("SELECT count(*) FROM pg_replication_slots") == [(0,)]
+
+
+def test_rds_replication_membership_passes_the_privilege_check(stack, cluster, roles, tmp_path, relay_factory):
+    """RDS's way -- a member of rds_replication, its rolreplication false -- passes the privilege
+    checks of set create and of the relay (they refused such a role before). Stock PostgreSQL does
+    not honour the membership: the server itself then refuses the relay's replication connection,
+    and the relay's error names the refusal."""
+    server, s = roles
+    cfg = _config(tmp_path, server, s, "mrds", cluster, backend="logical", decoder="pgoutput")
+    server.query(f"ALTER TABLE public.orders_{s} REPLICA IDENTITY FULL", admin=True)
+    _grant(stack, server, cluster, cfg, skip="REPLICATION;")
+    server.query(f"CREATE ROLE rds_replication NOLOGIN; GRANT rds_replication TO cdc_{s}", admin=True)
+    try:
+        out = pgshovel(stack, cluster, "set", "create", "mrds", cfg).stdout
+        assert "decoder: pgoutput" in out, out
+        relay = relay_factory("mrds")
+        relay.wait_for("cannot open a replication connection")
+        log = relay.log()
+        assert "lacks" not in log and re.search(REFUSAL, log), log
+        relay.stop()
+        pgshovel(stack, cluster, "set", "drop", "mrds")
+    finally:
+        server.query("DROP ROLE rds_replication", admin=True)
+    assert server.query("SELECT count(*) FROM pg_publication") == [(0,)]
