@@ -10,9 +10,10 @@
   consumer functions it calls (next_batch_info, next_batch_custom, batch_event_sql,
   finish_batch, force_tick; pgq.ticker(text) to tick its queue, pgq.insert_event(text, text,
   text) for an online snapshot's watermarks) and SELECT on the event tables; for the logical
-  backend the REPLICATION attribute. Logical sets: ``pg_logical_emit_message`` (every role's by
-  default) is left to the two roles, since the set's markers are such messages. PgQ's
-  maintenance (event table rotation) stays with pgqd or a role holding pgq_admin.
+  backend the REPLICATION attribute (Amazon RDS/Aurora: membership in rds_replication). Logical
+  sets: ``pg_logical_emit_message`` (every role's by default) is left to the two roles, since the
+  set's markers are such messages. PgQ's maintenance (event table rotation) stays with pgqd or a
+  role holding pgq_admin.
 - The **writers** of the tables need nothing: never grant them pgq_writer or EXECUTE on
   pgq.insert_event (they could append events no change made).
 
