@@ -2,7 +2,7 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: install stack-up stack-down stack-status spark-up spark-down demo test test-spark test-matrix chaos test-compose unit lint bench clean
+.PHONY: install stack-up stack-down stack-status spark-up spark-down demo test test-spark test-matrix chaos test-compose unit lint docs bench clean
 
 install:
 	scripts/install.sh
@@ -67,6 +67,13 @@ unit: install
 lint: install
 	$(VENV)/bin/ruff check pgshovel2 tests scripts bench spark
 	$(VENV)/bin/lint-imports
+
+# The docs site (docs/_build/html: README.rst and docs/*.rst) with Sphinx, every warning an error
+# (-n: every reference resolves), then the internal link check (scripts/docs_check.py: the paths and
+# sections the pages name exist; no link leaves the repository). External URLs are not fetched.
+docs: install
+	$(VENV)/bin/sphinx-build -W --keep-going -n -q -b html docs docs/_build/html
+	$(PY) scripts/docs_check.py
 
 requirements.txt: setup.py
 	scripts/requirements.sh > requirements.txt.new && mv requirements.txt.new requirements.txt

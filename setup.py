@@ -30,6 +30,8 @@ setup(
         "spark": ["pyspark>=4.0,<4.1", "pyarrow>=15", "pandas>=2.0,<3"],
         # PyIceberg: the second engine reading the Iceberg tables materialize writes (tests, audit).
         "iceberg": ["pyiceberg>=0.9,<1"],
+        # The docs site (make docs).
+        "docs": ["sphinx>=8,<10"],
     },
     entry_points={
         "console_scripts": [

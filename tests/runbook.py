@@ -9,14 +9,16 @@ from pathlib import Path
 from tests.helpers import BIN
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "runbooks.rst"
-BLOCK = re.compile(r"\.\. code-block:: bash\n\n((?:[ \t]+.*\n|\n)+)")
+# The block's lines: those indented deeper than its directive (a block inside a list item is
+# followed by the item's own paragraphs, indented like the directive).
+BLOCK = re.compile(r"^([ \t]*)\.\. code-block:: bash\n\n((?:\1[ \t]+.*\n|\n)+)", re.MULTILINE)
 
 
 def steps() -> dict[str, str]:
     """step name -> its shell text, from the doc."""
     out = {}
     for match in BLOCK.finditer(DOC.read_text(encoding="utf-8")):
-        lines = [ln.strip() for ln in match.group(1).strip("\n").splitlines()]
+        lines = [ln.strip() for ln in match.group(2).strip("\n").splitlines()]
         if lines and lines[0].startswith("# step: "):
             out[lines[0][len("# step: "):]] = "\n".join(ln for ln in lines[1:] if ln)
     return out

@@ -10,9 +10,10 @@
   consumer functions it calls (next_batch_info, next_batch_custom, batch_event_sql,
   finish_batch, force_tick; pgq.ticker(text) to tick its queue, pgq.insert_event(text, text,
   text) for an online snapshot's watermarks) and SELECT on the event tables; for the logical
-  backend the REPLICATION attribute. Logical sets: ``pg_logical_emit_message`` (every role's by
-  default) is left to the two roles, since the set's markers are such messages. PgQ's
-  maintenance (event table rotation) stays with pgqd or a role holding pgq_admin.
+  backend the REPLICATION attribute (Amazon RDS/Aurora: membership in rds_replication). Logical
+  sets: ``pg_logical_emit_message`` (every role's by default) is left to the two roles, since the
+  set's markers are such messages. PgQ's maintenance (event table rotation) stays with pgqd or a
+  role holding pgq_admin.
 - The **writers** of the tables need nothing: never grant them pgq_writer or EXECUTE on
   pgq.insert_event (they could append events no change made).
 
@@ -45,6 +46,8 @@ from pgshovel2.config import SetConfig
 WRITERS = ("-- the roles that write these tables need no grant for pgshovel2: their own privileges on the "
            "tables are enough (never grant them pgq_writer or EXECUTE on pgq.insert_event: they could append "
            "events no change made)")
+# Amazon RDS/Aurora grant replication by membership, not by the attribute (backends.privileges.REPLICATES)
+_RDS = " (Amazon RDS/Aurora: GRANT rds_replication TO {} instead)"
 # The PgQ functions the relay calls, and those they call in turn (pgq_ticker, pgq_source, chunks)
 RELAY_PGQ_FUNCTIONS = (
     "pgq.next_batch_info(text, text)", "pgq.next_batch(text, text)",
@@ -112,7 +115,7 @@ def _admin(config: SetConfig, role: str, db: str, transfer: bool) -> list[str]:
                   "EXCLUSIVE MODE), which PostgreSQL allows with UPDATE, DELETE or TRUNCATE (PostgreSQL 17+: "
                   "MAINTAIN, which writes nothing: GRANT MAINTAIN instead)",
                   *(f"GRANT UPDATE ON TABLE {t} TO {role};" for t in tables),
-                  f"ALTER ROLE {role} REPLICATION;  -- set drop drops the set's replication slot",
+                  f"ALTER ROLE {role} REPLICATION;  -- set drop drops the set's replication slot{_RDS.format(role)}",
                   *_messages(config)]
         return lines + (_admin_pgoutput(config, role, db, transfer) if config.decoder == "pgoutput"
                         else _admin_decoder(role))
@@ -189,7 +192,7 @@ def _relay(config: SetConfig, role: str, db: str) -> list[str]:
              *(f"GRANT USAGE ON SCHEMA {s} TO {role};" for s in _schemas(config)),
              *(f"GRANT SELECT ON TABLE {t} TO {role};" for t in _tables(config))]
     if config.backend == "logical":
-        lines.append(f"ALTER ROLE {role} REPLICATION;  -- the set's replication slot and its stream")
+        lines.append(f"ALTER ROLE {role} REPLICATION;  -- the set's replication slot and its stream{_RDS.format(role)}")
         if config.decoder != "pgoutput":
             lines.append(f"GRANT USAGE ON SCHEMA pgshovel2_decoder TO {role};  -- encode_row, heartbeat")
         return lines

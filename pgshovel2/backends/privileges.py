@@ -12,12 +12,19 @@ from psycopg2 import sql
 from pgshovel2.backends.grants import RELAY_PGQ_FUNCTIONS, capture_kind, roles
 from pgshovel2.config import SetConfig
 
+# Whether the pg_roles row's role may open a replication connection: its own REPLICATION attribute
+# (not inherited by members of a role that has it), or on Amazon RDS and Aurora membership in
+# rds_replication, which AWS's PostgreSQL honours while leaving the member's rolreplication false.
+REPLICATES = ("rolreplication OR CASE WHEN pg_catalog.to_regrole('rds_replication') IS NULL THEN false "
+              "ELSE pg_catalog.pg_has_role(oid, 'rds_replication', 'MEMBER') END")
+REPLICATION = "the REPLICATION attribute (ALTER ROLE ... REPLICATION; Amazon RDS/Aurora: GRANT rds_replication TO ...)"
+
 
 def missing(cur, config: SetConfig, plugin: str | None = None) -> list[str]:
     """Every privilege the set of config needs that its admin role (cur's) or its relay role lacks, by
     name (empty when none is missing); plugin: a logical set's output plugin (``pgoutput`` needs a
     publication). Tables that do not exist are left to the catalog checks."""
-    cur.execute("SELECT current_database(), current_user, rolsuper, rolreplication FROM pg_roles "
+    cur.execute(f"SELECT current_database(), current_user, rolsuper, {REPLICATES} FROM pg_catalog.pg_roles "
                 "WHERE rolname = current_user")
     db, role, superuser, replication = cur.fetchone()
     problems = [] if superuser else [f"role {role} lacks {p}" for p in _admin(cur, config, plugin, db, replication)]
@@ -36,7 +43,7 @@ def relay_missing(cur, config: SetConfig) -> list[str]:
 
 def _admin(cur, config: SetConfig, plugin: str | None, db: str, replication: bool) -> list[str]:
     if config.backend == "logical":
-        problems = [] if replication else ["the REPLICATION attribute (ALTER ROLE ... REPLICATION)"]
+        problems = [] if replication else [REPLICATION]
         problems += _messages(cur, "current_user")
         owned = plugin == "pgoutput" and not config.publication
         problems += _table_problems(cur, config, "current_user", ("SELECT", LOCK), owner=owned)
@@ -60,7 +67,7 @@ def _admin(cur, config: SetConfig, plugin: str | None, db: str, replication: boo
 
 def _relay_problems(cur, config: SetConfig, role: str) -> list[str]:
     """What role lacks to relay the set (each an "lacks ..." or "does not exist")."""
-    cur.execute("SELECT rolsuper, rolreplication FROM pg_roles WHERE rolname = %s", (role,))
+    cur.execute(f"SELECT rolsuper, {REPLICATES} FROM pg_catalog.pg_roles WHERE rolname = %s", (role,))
     row = cur.fetchone()
     if row is None:
         return ["does not exist"]
@@ -70,7 +77,7 @@ def _relay_problems(cur, config: SetConfig, role: str) -> list[str]:
     problems = _table_problems(cur, config, role, ("SELECT",), owner=False)
     if config.backend == "logical":
         if not replication:
-            problems.append("the REPLICATION attribute (ALTER ROLE ... REPLICATION)")
+            problems.append(REPLICATION)
         problems += _messages(cur, role)
         if config.decoder != "pgoutput":
             problems += _schema_usage(cur, role, "pgshovel2_decoder")

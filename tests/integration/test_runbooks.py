@@ -3,6 +3,7 @@ a primary and its streaming replica (pg_basebackup) on extra ports for the promo
 the session stack for the others."""
 
 import os
+import re
 import signal
 import subprocess
 import time
@@ -245,3 +246,35 @@ def test_relay_stopped_on_ddl(stack, cluster, db, schema, tmp_path, relay_factor
     assert "accepted" in run_step("ddl/confirm", env)
     assert_same(rebuild(stack, [topics["t"]])[0], source_rows(db, f'"{schema}".t'))
     assert relay.stop() == 0
+
+
+def test_relay_stopped_on_value(stack, cluster, db, schema, tmp_path, relay_factory):
+    """The runbook 'A relay stopped on a value': a NaN in a numeric(10,2) column of an Avro set stops
+    the relay (exit 1, the position and the skip command in its last line); the step skips exactly
+    that change, a new relay relays the rest, and status records what was left out."""
+    from tests.integration.ddl_paths import assert_same, make_set, rebuild, source_rows
+
+    topics = make_set(stack, cluster, db, schema, tmp_path, "rbval", "c",
+                      {"t": "id int PRIMARY KEY, amount numeric(10,2)"})
+    relay = relay_factory("rbval")
+    relay.wait_for("snapshot done")
+    with db.cursor() as cur:
+        cur.execute(f'INSERT INTO "{schema}".t SELECT g, g FROM generate_series(1, 3) g')
+        cur.execute(f"INSERT INTO \"{schema}\".t VALUES (4, 'NaN')")
+        cur.execute(f'INSERT INTO "{schema}".t VALUES (5, 5.25)')
+    assert relay.proc.wait(120) == 1, relay.log()
+    error = relay.log().strip().splitlines()[-1]
+    assert error.startswith("error: ") and "numeric value NaN has no Avro decimal form" in error, error
+    position = re.search(r"set skip rbval --position (\S+)", error).group(1)
+    env = {**cli_env(stack, cluster), "SET": "rbval", "POSITION": position,
+           "RELAY_LOG": str(tmp_path / "relay2.log"), "RELAY_PID": str(tmp_path / "relay2.pid")}
+    try:
+        out = run_step("value/skip", env)
+        assert f"skip {position}: left out: I of txid" in out, out
+        assert "(recovered, the relay committed since)" in out, out
+    finally:
+        if (tmp_path / "relay2.pid").exists():
+            os.kill(int((tmp_path / "relay2.pid").read_text()), signal.SIGKILL)
+    rows = source_rows(db, f'"{schema}".t')
+    del rows[(("id", 4),)]
+    assert_same(rebuild(stack, [topics["t"]])[0], rows)
