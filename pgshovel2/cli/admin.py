@@ -252,7 +252,8 @@ def set_skip(ctx: click.Context, name: str, position: str, reason: str) -> None:
 @click.pass_context
 @reports_errors
 def set_accept_ddl(ctx: click.Context, name: str, table: str, new_topic: bool, reason: str) -> None:
-    """Let set NAME's relay go on past the DDL of TABLE (schema.table) it waits at.
+    """Let set NAME's relay go on past the DDL of TABLE (schema.table, or a table name unique in the set) it
+    waits at.
 
     Default: the new value schema is registered regardless of compatibility, in the same topic
     (a SCHEMA_CHANGED record marks the place; refused for a change of the key). --new-topic: the
@@ -308,8 +309,8 @@ def set_verify(ctx: click.Context, name: str, kafka: KafkaSettings, registry: Re
 
 @set_group.command("snapshot")
 @click.argument("name")
-@click.option("--table", "tables", multiple=True, help="A table to snapshot, as in 'set inspect' (e.g. "
-              "public.orders); repeat it; all of the set's tables when none is given.")
+@click.option("--table", "tables", multiple=True, help="A table to snapshot: schema.table, or a table name unique "
+              "in the set (docs/config.rst, 'Table names'); repeat it; all of the set's tables when none is given.")
 @click.option("--where", default=None, help="An SQL condition: only rows matching it are snapshotted.")
 @click.option("--chunk-size", default=DEFAULT_CHUNK_SIZE, show_default=True, help="Rows per chunk.")
 @click.option("--pause", "action", flag_value="pause", help="Pause the running request.")
