@@ -6,6 +6,8 @@ a config, short names where unique in the set, the candidates listed where not).
 import json
 import time
 
+import pytest
+
 from pgshovel2.cluster import ClusterStore
 from tests.helpers import caught_up, pgshovel, write_config
 from tests.integration.ddl_paths import wait_stopped
@@ -17,11 +19,12 @@ def utc(seconds: float) -> str:
     return time.strftime(FMT, time.gmtime(seconds)) + " UTC"
 
 
-def test_history_times_and_upgrade_diff(stack, cluster, db, schema, tmp_path, relay_factory):
+@pytest.mark.parametrize("backend", ["trigger", "logical"])
+def test_history_times_and_upgrade_diff(stack, cluster, db, schema, tmp_path, relay_factory, backend):
     with db.cursor() as cur:
         cur.execute(f'CREATE TABLE "{schema}".products (id int PRIMARY KEY, name text, n int, note text)')
         cur.execute(f'CREATE TABLE "{schema}".orders (id int PRIMARY KEY)')
-    v1 = write_config(tmp_path, stack, [{"name": f"{schema}.products", "columns": ["name", "n"]}])
+    v1 = write_config(tmp_path, stack, [{"name": f"{schema}.products", "columns": ["name", "n"]}], backend=backend)
     pgshovel(stack, cluster, "set", "create", "hist", str(v1))
     relay = relay_factory("hist")
     relay.wait_for("snapshot done")
@@ -29,8 +32,9 @@ def test_history_times_and_upgrade_diff(stack, cluster, db, schema, tmp_path, re
     assert relay.stop() == 0
     with db.cursor() as cur:  # while no relay runs: the stored version still has n integer
         cur.execute(f'ALTER TABLE "{schema}".products ALTER COLUMN n TYPE bigint')
+        cur.execute(f"INSERT INTO \"{schema}\".products VALUES (1, 'a', 2, 'b')")  # a logical set sees it here
     v2 = write_config(tmp_path, stack, [{"name": f"{schema}.products", "columns": ["n", "note"]},
-                                        f"{schema}.orders"])
+                                        f"{schema}.orders"], backend=backend)
     dry = pgshovel(stack, cluster, "set", "upgrade", "hist", str(v2), "--dry-run").stdout
     products = f'"{schema}"."products"'
     assert (f"changed table {products}; columns added: note; columns removed: name; "
