@@ -9,6 +9,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from pgshovel2.catalog import Column, Table
+from pgshovel2.config import SetConfig
 
 
 @dataclass
@@ -66,6 +67,28 @@ class TableChange:
             if f.name not in out and value:
                 out[f.name] = list(value) if isinstance(value, tuple) else value
         return out
+
+
+def settings(before: SetConfig, after: SetConfig) -> list[str]:
+    """The config fields other than tables and oversized (which the table changes and the plan name)
+    that differ, each ``path: old -> new`` (a DSN's values are not shown: ``path: changed``)."""
+    old, new = _flat(before.to_dict()), _flat(after.to_dict())
+    out = []
+    for path in sorted(old.keys() | new.keys()):
+        if path.startswith(("tables", "oversized")) or old.get(path) == new.get(path):
+            continue
+        out.append(f"{path}: changed" if "dsn" in path else f"{path}: {old.get(path)!r} -> {new.get(path)!r}")
+    return out
+
+
+def _flat(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        if isinstance(value, dict):
+            out.update(_flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = list(value) if isinstance(value, tuple) else value
+    return out
 
 
 def table_changes(before: tuple[Table, ...], after: tuple[Table, ...], topic_before: Callable[[Table], str],

@@ -16,7 +16,7 @@ their existing rows come as the online snapshot the CLI requests after the upgra
 (:mod:`pgshovel2.ops.resnapshot`), unless ``--no-snapshot``.
 """
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pgshovel2 import catalog
@@ -49,6 +49,7 @@ class UpgradePlan:
     triggers: list[str]
     logical: bool = False
     oversized: str | None = None  # the oversized policy's change ("fail -> dead-letter"), None: unchanged
+    settings: list[str] = field(default_factory=list)  # other config fields that differ (setdiff.settings)
 
     @property
     def changes(self) -> bool:
@@ -57,19 +58,26 @@ class UpgradePlan:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form (``set upgrade --json``): set, from_version, to_version, changes (bool),
-        tables (TableChange.to_dict each), oversized, triggers (trigger sets), topics_created."""
+        tables (TableChange.to_dict each), oversized, settings, triggers (trigger sets), topics_created."""
         return {"set": self.set_name, "from_version": self.from_version, "to_version": self.to_version,
                 "changes": self.changes, "tables": [t.to_dict() for t in self.tables], "oversized": self.oversized,
+                "settings": self.settings,
                 "triggers": [] if self.logical else self.triggers, "topics_created": self.topics_created}
 
     def lines(self) -> list[str]:
         """The diff as printable lines."""
         if not self.changes:
-            return [f"set {self.set_name!r}: version {self.from_version} already matches the config"]
+            out = [f"set {self.set_name!r}: version {self.from_version} already matches the config"]
+            if self.settings:
+                out[0] += "'s tables and oversized policy"
+                out += [f"  not applied: {s} (an upgrade stores other settings only with a change of tables or "
+                        "of the oversized policy)" for s in self.settings]
+            return out
         out = [f"set {self.set_name!r}: version {self.from_version} -> {self.to_version}"]
         out += [f"  {t.describe()}" for t in self.tables]
         if self.oversized is not None:
             out.append(f"  oversized messages: {self.oversized} (from the version's place in the stream on)")
+        out += [f"  setting stored with the version: {s}" for s in self.settings]
         if self.logical:
             out.append("  switch: a pgshovel2.version message (and the publication's tables, decoder pgoutput) "
                        "in the upgrade's transaction")
@@ -137,7 +145,7 @@ def diff(set_name: str, record: SetRecord, config: SetConfig, tables: tuple[Tabl
             return o.policy + (f" [{', '.join(o.columns)}]" if o.columns else "")
         policy = f"{text(record.config.oversized)} -> {text(config.oversized)}"
     return UpgradePlan(set_name, record.version, record.version + 1, changes, topics, triggers,
-                       isinstance(record.capture, SlotCapture), policy)
+                       isinstance(record.capture, SlotCapture), policy, setdiff.settings(record.config, config))
 
 
 def _check_immutable(old: SetConfig, new: SetConfig, source: str) -> None:

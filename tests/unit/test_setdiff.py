@@ -54,3 +54,20 @@ def test_a_change_nothing_else_names_is_still_named():
 
 def test_same_tables_no_change():
     assert diff((PRODUCTS, ORDERS), (ORDERS, PRODUCTS)) == []
+
+
+def test_other_settings_are_named_never_dropped_silently():
+    from pgshovel2.config import parse_config
+    from pgshovel2.ops.setdiff import settings
+    from pgshovel2.ops.upgrade import UpgradePlan
+
+    before = parse_config({"database": {"dsn": "dbname=x"}, "tables": ["t"]}, "f.yaml")
+    after = parse_config({"database": {"dsn": "dbname=x", "relay_dsn": "user=r password=env:P"}, "tables": ["t"],
+                          "topics": {"partitions": 3}}, "f.yaml")
+    found = settings(before, after)
+    assert found == ["relay_dsn: changed", "topics.partitions: 1 -> 3"]
+    idle = UpgradePlan("s", 4, 5, [], [], [], settings=found)
+    assert not idle.changes and idle.lines()[1].startswith("  not applied: relay_dsn: changed")
+    with_table = UpgradePlan("s", 4, 5, [TableChange('"public"."t"', "added")], [], [], settings=found)
+    assert "  setting stored with the version: topics.partitions: 1 -> 3" in with_table.lines()
+    assert with_table.to_dict()["settings"] == found
