@@ -163,8 +163,6 @@ def field(path: str) -> Field:
     return found
 
 
-TOP_KEYS = {f.name for f in FIELDS}
-
 
 def unknown_fields(data: Any, source: str) -> list[ConfigError]:
     """Every field of data (a parsed set config) the model does not have, in document order, each
