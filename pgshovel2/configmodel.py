@@ -163,7 +163,6 @@ def field(path: str) -> Field:
     return found
 
 
-
 def unknown_fields(data: Any, source: str) -> list[ConfigError]:
     """Every field of data (a parsed set config) the model does not have, in document order, each
     as a ConfigError naming source and the field's path (``tables[2].colums``)."""
