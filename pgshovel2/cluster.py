@@ -230,6 +230,16 @@ class ClusterStore(IntentStore):
             raise ClusterError(f"set {name!r} has no version {version}") from exc
         return SetRecord.from_node(data)
 
+    def version_written(self, name: str, version: int) -> tuple[SetRecord, float]:
+        """The set record of one version and when its ``history/<n>`` znode was created (ZooKeeper's
+        ctime, seconds since the epoch): the version's own time where its record has none (records
+        before upgraded_at was set on every version). Raises ClusterError if there is none."""
+        try:
+            data, stat = self.zk.get(self._history_path(name, version))
+        except NoNodeError as exc:
+            raise ClusterError(f"set {name!r} has no version {version}") from exc
+        return SetRecord.from_node(data), stat.ctime / 1000
+
     def history(self, name: str) -> list[int]:
         """Versions of the set kept in its history, ascending."""
         try:

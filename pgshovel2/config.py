@@ -31,8 +31,8 @@ A set config is a YAML mapping (see configs/pgbench.yaml)::
       policy: fail              # fail (default) | dead-letter | truncate
       columns: [body]           # truncate only: the text/varchar/bytea columns that may be cut
     tables:
-      - name: pgbench_accounts  # exact identifier, no quoting
-        schema: public          # default public
+      - name: public.pgbench_accounts  # schema.table, or a table of schema public; a part holding
+                                # a dot in double quotes (docs/config.rst, pgshovel2.tablenames)
         columns: [aid, abalance]   # optional subset; key columns are always captured
         key: [aid]              # optional key override
         allow_unkeyed: false
@@ -49,26 +49,13 @@ from typing import Any
 
 import yaml
 
-from pgshovel2 import debeziumconf, redact
+from pgshovel2 import configmodel, debeziumconf, redact, tablenames
+from pgshovel2.configmodel import BACKENDS, CAPTURES, DECODERS, ENCODINGS, ENVELOPES, OVERSIZED_POLICIES, PGQ_MODES
 from pgshovel2.debeziumconf import STORED_FORM, DebeziumConfig
-from pgshovel2.errors import ConfigError
+from pgshovel2.errors import ConfigError, ConfigProblemsError
 
 SET_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,39}")
 CLUSTER_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}")
-ENCODINGS = ("avro", "json")
-BACKENDS = ("trigger", "logical")
-PGQ_MODES = ("auto", "extension", "pl")
-ENVELOPES = ("row", "debezium")
-CAPTURES = ("c", "plpgsql")  # trigger backend: C extension pgshovel2 or PL/pgSQL pgshovel2_pl
-DECODERS = ("pgshovel2", "pgoutput")
-OVERSIZED_POLICIES = ("fail", "dead-letter", "truncate")
-_TOP_KEYS = {"database", "backend", "capture", "pgq", "decoder", "encoding", "envelope", "topic_prefix", "topics",
-             "tables", "oversized", "publication", "debezium"}
-_OVERSIZED_KEYS = {"policy", "columns"}
-_DATABASE_KEYS = {"dsn", "relay_dsn"}
-_PUBLICATION_KEYS = {"existing"}
-_TABLE_KEYS = {"name", "schema", "columns", "key", "allow_unkeyed"}
-_TOPIC_KEYS = {"create", "partitions", "replication_factor"}
 
 
 @dataclass(frozen=True)
@@ -206,12 +193,12 @@ def parse_config(data: Any, source: str) -> SetConfig:
     """Validate a parsed YAML document; source names it in errors."""
     if not isinstance(data, dict):
         raise ConfigError(source, "(document)", data, "must be a mapping")
-    _no_unknown(data, _TOP_KEYS, "", source)
+    if unknown := configmodel.unknown_fields(data, source):
+        raise unknown[0] if len(unknown) == 1 else ConfigProblemsError(unknown)
     db = data.get("database")
     if not isinstance(db, dict) or not isinstance(db.get("dsn"), str) or not db["dsn"].strip():
         raise ConfigError(source, "database.dsn", redact.deep(db), "must be a non-empty libpq DSN string")
     no_secret(db["dsn"], source, "database.dsn")
-    _no_unknown(db, _DATABASE_KEYS, "database.", source)
     relay_dsn = _relay_dsn(db.get("relay_dsn"), source)
     backend = _choice(data, "backend", BACKENDS, source)
     pgq = _choice(data, "pgq", PGQ_MODES, source)
@@ -260,7 +247,7 @@ def _publication(data: dict, backend: str, decoder: str | None, source: str) -> 
     if "publication" not in data:
         return None
     value = data["publication"]
-    if not isinstance(value, dict) or set(value) != _PUBLICATION_KEYS:
+    if not isinstance(value, dict) or set(value) != configmodel.field("publication").keys():
         raise ConfigError(source, "publication", value, "must be a mapping {existing: <publication name>}")
     if backend != "logical" or decoder != "pgoutput":
         raise ConfigError(source, "publication", value, "applies to backend: logical with decoder: pgoutput only")
@@ -279,13 +266,6 @@ def no_secret(dsn: str, source: str, field: str = "dsn") -> str:
                           "stored in ZooKeeper: write password=env:VAR or password=file:PATH (read where each "
                           "command and relay runs), or leave it out and use ~/.pgpass, PGPASSWORD or a service file")
     return dsn
-
-
-def _no_unknown(data: dict, allowed: set[str], where: str, source: str) -> None:
-    for key in data:
-        if key not in allowed:
-            raise ConfigError(source, f"{where}{key}", key,
-                              f"unknown field; allowed: {', '.join(sorted(allowed))}")
 
 
 def _choice(data: dict, key: str, choices: tuple[str, ...], source: str) -> str:
@@ -333,23 +313,35 @@ def _parse_table(entry: Any, where: str, source: str) -> TableConfig:
         entry = {"name": entry}
     if not isinstance(entry, dict):
         raise ConfigError(source, where, entry, "must be a table name or a mapping")
-    _no_unknown(entry, _TABLE_KEYS, f"{where}.", source)
     unkeyed = entry.get("allow_unkeyed", False)
     if not isinstance(unkeyed, bool):
         raise ConfigError(source, f"{where}.allow_unkeyed", unkeyed, "must be true or false")
+    schema, name = _table_name(entry, where, source)
     return TableConfig(
-        schema=_ident(entry.get("schema", "public"), f"{where}.schema", source),
-        name=_ident(entry.get("name"), f"{where}.name", source),
+        schema=_ident(schema, f"{where}.schema", source),
+        name=_ident(name, f"{where}.name", source),
         columns=_ident_list(entry.get("columns"), f"{where}.columns", source),
         key=_ident_list(entry.get("key"), f"{where}.key", source),
         allow_unkeyed=unkeyed,
     )
 
 
+def _table_name(entry: dict, where: str, source: str) -> tuple[Any, Any]:
+    """(schema, name) of a table entry: with ``schema`` given, name is the exact identifier; else
+    name is ``schema.table`` or a table of schema public (pgshovel2.tablenames.split)."""
+    name = entry.get("name")
+    if "schema" in entry or not isinstance(name, str) or not name:
+        return entry.get("schema", "public"), name
+    try:
+        schema, table = tablenames.split(name)
+    except tablenames.TableNameError as exc:
+        raise ConfigError(source, f"{where}.name", name, str(exc)) from exc
+    return schema or "public", table
+
+
 def _parse_topics(data: Any, source: str) -> TopicsConfig:
     if not isinstance(data, dict):
         raise ConfigError(source, "topics", data, "must be a mapping")
-    _no_unknown(data, _TOPIC_KEYS, "topics.", source)
     create = data.get("create", True)
     if not isinstance(create, bool):
         raise ConfigError(source, "topics.create", create, "must be true or false")
@@ -367,7 +359,6 @@ def _parse_oversized(data: Any, source: str) -> OversizedConfig:
     column names) with policy truncate only, and required by it."""
     if not isinstance(data, dict):
         raise ConfigError(source, "oversized", data, "must be a mapping {policy: ..., columns: [...]}")
-    _no_unknown(data, _OVERSIZED_KEYS, "oversized.", source)
     policy = data.get("policy", OVERSIZED_POLICIES[0])
     if policy not in OVERSIZED_POLICIES:
         raise ConfigError(source, "oversized.policy", policy, f"must be one of {', '.join(OVERSIZED_POLICIES)}")

@@ -5,19 +5,18 @@ of Debezium's forms the set's events take (docs/wire.rst, "Envelope debezium"). 
 
 from dataclasses import dataclass
 
+from pgshovel2.configmodel import (
+    BINARY_MODES,
+    DECIMAL_MODES,
+    INTERVAL_MODES,
+    SKIPPABLE,
+    UNAVAILABLE_VALUE_PLACEHOLDER,
+    UNCHANGED_TOAST,
+)
 from pgshovel2.errors import ConfigError
 
-_KEYS = {"schemas", "skipped_operations", "unchanged_toast", "unavailable_value_placeholder",
-         "decimal_handling_mode", "interval_handling_mode", "binary_handling_mode"}
-# Debezium's value modes pgshovel2 offers (codec.connect_modes); the first of each is Debezium's default
-DECIMAL_MODES = ("precise", "string", "double")
-INTERVAL_MODES = ("numeric", "string")
-BINARY_MODES = ("bytes", "base64", "base64-url-safe", "hex")
-UNCHANGED_TOAST = ("placeholder", "header")  # debezium.unchanged_toast: Debezium's placeholder, or null + header
-UNAVAILABLE_VALUE_PLACEHOLDER = "__debezium_unavailable_value"  # Debezium's unavailable.value.placeholder
 # The stored record's ``debezium.form``: 2 when ``schemas`` covers Avro too (absent: 1, JSON only)
 STORED_FORM = 2
-SKIPPABLE = ("t",)  # Debezium's skipped.operations that pgshovel2 honours: only truncate events
 
 
 @dataclass(frozen=True)
@@ -75,10 +74,7 @@ def parse(data: dict, envelope: str, source: str) -> DebeziumConfig:
         raise ConfigError(source, "debezium", value, "must be a mapping {schemas: true|false, "
                           "skipped_operations: [t] or [], unchanged_toast: placeholder|header, "
                           "unavailable_value_placeholder: TEXT}")
-    unknown = sorted(k for k in value if k not in _KEYS)
-    if unknown:
-        raise ConfigError(source, f"debezium.{unknown[0]}", unknown[0],
-                          f"unknown field; allowed: {', '.join(sorted(_KEYS))}")
+    # unknown fields: configmodel.unknown_fields, before any field is parsed
     schemas = value.get("schemas", True)
     if not isinstance(schemas, bool):
         raise ConfigError(source, "debezium.schemas", schemas, "must be true or false")

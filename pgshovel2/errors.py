@@ -21,6 +21,18 @@ class ConfigError(PgshovelError):
         super().__init__(f"{source}: {field}: {message} (got {value!r})")
 
 
+class ConfigProblemsError(ConfigError):
+    """Several problems of one config found at once (every unknown field, say): errors, each a
+    ConfigError naming the file and its field; source, field and value are the first's."""
+
+    def __init__(self, errors: list[ConfigError]):
+        self.errors = list(errors)
+        first = self.errors[0]
+        self.source, self.field, self.value = first.source, first.field, first.value
+        PgshovelError.__init__(self, f"{first.source}: {len(self.errors)} problems:\n  "
+                               + "\n  ".join(str(e) for e in self.errors))
+
+
 class ClusterError(PgshovelError):
     """The ZooKeeper state is missing, conflicting or unreachable."""
 

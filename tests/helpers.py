@@ -16,7 +16,7 @@ import yaml
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 from confluent_kafka.schema_registry import SchemaRegistryClient
 
-from pgshovel2 import names
+from pgshovel2 import names, tablenames
 from pgshovel2.cluster import ClusterStore
 from pgshovel2.codec.connect import unwrap
 from pgshovel2.ops import status
@@ -48,13 +48,14 @@ def write_config(tmp_path: Path, stack, tables: list, encoding: str = "avro", ba
 
 
 def replica_identity_full(stack, tables: list) -> None:
-    """ALTER TABLE ... REPLICA IDENTITY FULL on each table entry (name or {schema, name})."""
+    """ALTER TABLE ... REPLICA IDENTITY FULL on each table entry (a name as a config takes it, or {schema, name})."""
     conn = psycopg2.connect(stack.dsn)
     conn.autocommit = True
     with conn.cursor() as cur:
         for t in tables:
             entry = {"name": t} if isinstance(t, str) else t
-            cur.execute(f"ALTER TABLE {names.qualified(entry.get('schema', 'public'), entry['name'])} "
+            schema, name = (entry["schema"], entry["name"]) if "schema" in entry else tablenames.split(entry["name"])
+            cur.execute(f"ALTER TABLE {names.qualified(schema or 'public', name)} "
                         "REPLICA IDENTITY FULL")
     conn.close()
 

@@ -114,7 +114,9 @@ def set_inspect(ctx: click.Context, name: str, as_json: bool, version: int | Non
     """Show set NAME: config, tables, columns, keys, snapshot state (or one version, or the history)."""
     with _store(ctx) as store:
         if history:
-            for line in admin.history_lines(store, name):
+            if as_json:
+                click.echo(json.dumps(admin.history(store, name), indent=2, sort_keys=True))
+            for line in [] if as_json else admin.history_lines(store, name):
                 click.echo(line)
             return
         info = admin.inspect_set(store, name, version)
@@ -153,9 +155,10 @@ def set_inspect(ctx: click.Context, name: str, as_json: bool, version: int | Non
 @click.argument("config", type=click.Path(dir_okay=False))
 @click.option("--dry-run", is_flag=True, help="Print the diff (tables, columns, triggers, topics); change nothing.")
 @click.option("--no-snapshot", is_flag=True, help="Do not request an online snapshot of the tables added.")
+@click.option("--json", "as_json", is_flag=True, help="Print the diff as JSON (what changed per table).")
 @click.pass_context
 @reports_errors
-def set_upgrade(ctx: click.Context, name: str, config: str, dry_run: bool, no_snapshot: bool) -> None:
+def set_upgrade(ctx: click.Context, name: str, config: str, dry_run: bool, no_snapshot: bool, as_json: bool) -> None:
     """Apply CONFIG to set NAME as its next version, while writes and relays go on.
 
     Atomic across the database and ZooKeeper (two-phase commit); if someone
@@ -165,6 +168,10 @@ def set_upgrade(ctx: click.Context, name: str, config: str, dry_run: bool, no_sn
         result = (upgrade.plan if dry_run else upgrade.upgrade_set)(store, name, config)
         added = [t.table for t in result.tables if t.kind == "added"]
         req, notes = (None, []) if dry_run or no_snapshot or not added else resnapshot.after_upgrade(store, name, added)
+    if as_json:
+        click.echo(json.dumps({**result.to_dict(), "dry_run": dry_run, "notes": notes,
+                               "snapshot_request": None if req is None else req.id}, indent=2, sort_keys=True))
+        return
     for line in result.lines() + notes:
         click.echo(line)
     if req is not None:
@@ -252,7 +259,8 @@ def set_skip(ctx: click.Context, name: str, position: str, reason: str) -> None:
 @click.pass_context
 @reports_errors
 def set_accept_ddl(ctx: click.Context, name: str, table: str, new_topic: bool, reason: str) -> None:
-    """Let set NAME's relay go on past the DDL of TABLE (schema.table) it waits at.
+    """Let set NAME's relay go on past the DDL of TABLE (schema.table, or a table name unique in the set) it
+    waits at.
 
     Default: the new value schema is registered regardless of compatibility, in the same topic
     (a SCHEMA_CHANGED record marks the place; refused for a change of the key). --new-topic: the
@@ -308,8 +316,8 @@ def set_verify(ctx: click.Context, name: str, kafka: KafkaSettings, registry: Re
 
 @set_group.command("snapshot")
 @click.argument("name")
-@click.option("--table", "tables", multiple=True, help="A table to snapshot, as in 'set inspect' (e.g. "
-              "public.orders); repeat it; all of the set's tables when none is given.")
+@click.option("--table", "tables", multiple=True, help="A table to snapshot: schema.table, or a table name unique "
+              "in the set (docs/config.rst, 'Table names'); repeat it; all of the set's tables when none is given.")
 @click.option("--where", default=None, help="An SQL condition: only rows matching it are snapshotted.")
 @click.option("--chunk-size", default=DEFAULT_CHUNK_SIZE, show_default=True, help="Rows per chunk.")
 @click.option("--pause", "action", flag_value="pause", help="Pause the running request.")

@@ -26,7 +26,8 @@ PREFETCH = {"queued.max.messages.kbytes": 4096, "fetch.max.bytes": 4 * 1024 * 10
 @click.option("--from-beginning", is_flag=True,
               help="Start at the oldest retained messages; default: only transactions relayed from now on.")
 @click.option("--table", "tables", multiple=True, metavar="TABLE",
-              help="Only this table (schema.table, or a name unique in the set); repeatable.")
+              help="Only this table (schema.table, or a table name unique in the set; docs/config.rst, "
+                   "'Table names'); repeatable.")
 @click.option("--format", "fmt", type=click.Choice(["pretty", "json"]), default="pretty", show_default=True,
               help="pretty: a block per transaction; json: one JSON object per change per line "
                    "(bytes as base64).")

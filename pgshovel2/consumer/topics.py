@@ -4,6 +4,7 @@ ZooKeeper (config + tables) with the relay's naming rules (pgshovel2.names)."""
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from pgshovel2 import tablenames
 from pgshovel2.cluster import ClusterStore
 from pgshovel2.consumer.errors import ConsumerError
 from pgshovel2.setrecord import SetRecord
@@ -62,21 +63,23 @@ class SetTopics:
         return {t.topic: t for t in self.tables}
 
     def select(self, tables: Iterable[str] | None) -> "SetTopics":
-        """Only the given tables (``schema.table``, or a bare table name if unique in the set).
+        """Only the given tables (named as pgshovel2.tablenames reads them: ``schema.table``, or a
+        bare table name if unique in the set).
 
         None or empty selects every table. Raises ConsumerError naming a
-        table that is not in the set, or a bare name found in two schemas.
+        table that is not in the set (and the set's tables), or a bare name found in two schemas
+        (and those).
         """
         wanted = list(tables or ())
         if not wanted:
             return self
         chosen: list[TableTopic] = []
+        every = [(t.schema, t.name) for t in self.tables]
         for name in wanted:
-            matches = [t for t in self.tables if t.table == name] or [t for t in self.tables if t.name == name]
-            if len({t.table for t in matches}) != 1:  # one table (its topic generations: several topics)
-                problem = "is not a table of" if not matches else "is ambiguous in"
-                raise ConsumerError(f"table {name!r} {problem} set {self.set_name!r}; its tables: "
-                                    f"{', '.join(sorted({t.table for t in self.tables}))}")
-            chosen += [t for t in matches if t not in chosen]
+            try:  # one table (its topic generations, a dropped table's: several topics)
+                found = tablenames.find(name, every, self.set_name)
+            except tablenames.TableNameError as exc:
+                raise ConsumerError(str(exc)) from exc
+            chosen += [t for t in self.tables if (t.schema, t.name) == found and t not in chosen]
         rest = frozenset(t.topic for t in self.tables if t not in chosen) | self.unselected
         return SetTopics(self.set_name, self.encoding, self.transactions, tuple(chosen), rest)

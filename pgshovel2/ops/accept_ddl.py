@@ -26,6 +26,7 @@ import socket
 import time
 from dataclasses import replace
 
+from pgshovel2 import tablenames
 from pgshovel2.catalog import Table
 from pgshovel2.cluster import ClusterStore
 from pgshovel2.db import connect
@@ -44,14 +45,19 @@ GROUP BY x.indexrelid, x.indisprimary ORDER BY x.indisprimary DESC LIMIT 1
 
 
 def _matches(table: str, tag: str, record: SetRecord) -> bool:
-    """Whether the operator's table names the table of tag: ``schema.table``, the quoted tag, or a
-    table name alone when no other table of the set has it."""
+    """Whether the operator's table names the table of tag, as pgshovel2.tablenames reads names:
+    ``schema.table``, the quoted tag, or a table name alone when no other table of the set has it.
+    Raises RequestError for a name that is ambiguous in the set (listing the candidates)."""
     found = record.table(tag)
     if found is None:
         return table == tag
-    if table in (tag, f"{found.schema}.{found.name}"):
-        return True
-    return table == found.name and sum(t.name == found.name for t in record.tables) == 1
+    try:
+        return tablenames.find(table, [(t.schema, t.name) for t in record.tables], record.name) == (
+            found.schema, found.name)
+    except tablenames.TableNameError as exc:
+        if exc.ambiguous:
+            raise RequestError(f"{exc}; nothing written") from exc
+        return False
 
 
 def _current_key(record: SetRecord, table: Table) -> list[str] | None:

@@ -20,7 +20,7 @@ from pgshovel2.cluster import ClusterStore
 from pgshovel2.config import SetConfig, load_config, validate_set_name
 from pgshovel2.db import connect
 from pgshovel2.errors import CaptureError, ClusterError
-from pgshovel2.ops import twophase
+from pgshovel2.ops import setdiff, twophase
 from pgshovel2.ops.twophase import Intent
 from pgshovel2.setrecord import PLUGIN, SetRecord, SlotCapture
 
@@ -199,19 +199,57 @@ def inspect_set(store: ClusterStore, name: str, version: int | None = None) -> d
             "snapshot": store.get_relay_record(name, "snapshot")}
 
 
-def history_lines(store: ClusterStore, name: str) -> list[str]:
-    """One line per stored version of the set: version, when, what changed, tables."""
-    lines = []
+def history(store: ClusterStore, name: str) -> list[dict[str, Any]]:
+    """The set's stored versions, oldest first, each {version, at (seconds since the epoch), at_from,
+    kind, what, changes (setdiff.TableChange.to_dict of each table against the version before; [] for
+    the first), tables (schema.table(n columns))}.
+
+    at is the version's own time: the set's created_at for the first, the record's upgraded_at for
+    later ones (written with every version); a later record without its own (written before every
+    writer set it, or carrying its predecessor's) takes its ``history/<n>`` znode's ctime (at_from
+    says which). Raises ClusterError for no such set."""
+    out, before, before_at = [], None, None
     for version in store.history(name):
-        record = store.get_version(name, version)
-        change = record.change or {}
-        when = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(record.upgraded_at or record.created_at))
-        what = change.get("kind", "create")
-        if change.get("statement"):
-            what += f" ({change['statement']})"
-        if accepted := change.get("accepted"):
-            why = accepted.get("reason") or "no reason"
-            what += f" accepted by {accepted.get('by')} ({accepted.get('mode')}: {why})"
-        tables = ", ".join(f"{t.schema}.{t.name}({len(t.columns)})" for t in record.tables)
-        lines.append(f"version {version}  {when} UTC  {what}  tables: {tables}")
+        record, ctime = store.version_written(name, version)
+        at, at_from = _version_time(record, before, before_at, ctime)
+        changes = [] if before is None else [c.to_dict() for c in setdiff.table_changes(
+            before.tables, record.tables, before.topic, record.topic)]
+        out.append({"version": version, "at": at, "at_from": at_from, "kind": (record.change or {}).get(
+            "kind", "create"), "what": _what(record.change or {}), "changes": changes,
+            "tables": [f"{t.schema}.{t.name}({len(t.columns)})" for t in record.tables]})
+        before, before_at = record, at
+    return out
+
+
+def _version_time(record: SetRecord, before: SetRecord | None, before_at: float | None,
+                  ctime: float) -> tuple[float, str]:
+    """(time, where it came from) of a version (see :func:`history`)."""
+    if before is None:
+        return record.created_at, "created_at"
+    if record.upgraded_at is not None and record.upgraded_at != before_at:
+        return record.upgraded_at, "upgraded_at"
+    return ctime, "znode ctime"
+
+
+def _what(change: dict[str, Any]) -> str:
+    what = change.get("kind", "create")
+    if change.get("statement"):
+        what += f" ({change['statement']})"
+    if accepted := change.get("accepted"):
+        why = accepted.get("reason") or "no reason"
+        what += f" accepted by {accepted.get('by')} ({accepted.get('mode')}: {why})"
+    return what
+
+
+def history_lines(store: ClusterStore, name: str) -> list[str]:
+    """One line per stored version of the set (:func:`history`): version, its own time (UTC; marked
+    when it comes from the znode), what made it, what changed per table, tables."""
+    lines = []
+    for v in history(store, name):
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(v["at"])) + " UTC"
+        if v["at_from"] == "znode ctime":
+            when += " (znode)"
+        changed = "; ".join(setdiff.TableChange(**c).describe() for c in v["changes"]) or "-"
+        lines.append(f"version {v['version']}  {when}  {v['what']}  changes: {changed}  "
+                     f"tables: {', '.join(v['tables'])}")
     return lines

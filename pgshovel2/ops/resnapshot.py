@@ -9,6 +9,7 @@ import time
 
 import psycopg2
 
+from pgshovel2 import tablenames
 from pgshovel2.backends import chunks
 from pgshovel2.catalog import Table
 from pgshovel2.cluster import ClusterStore
@@ -20,11 +21,13 @@ from pgshovel2.setrecord import SetRecord
 
 
 def _table(record: SetRecord, name: str) -> Table:
-    for table in record.tables:
-        if name in (table.qualified, f"{table.schema}.{table.name}"):
-            return table
-    names = ", ".join(f"{t.schema}.{t.name}" for t in record.tables)
-    raise RequestError(f"--table {name}: no such table in set {record.name!r} (its tables: {names})")
+    """The set's table that name names (pgshovel2.tablenames: ``schema.table``, the quoted tag, or a
+    name unique in the set). Raises RequestError naming the set and its tables, or the candidates."""
+    try:
+        schema, table = tablenames.find(name, [(t.schema, t.name) for t in record.tables], record.name)
+    except tablenames.TableNameError as exc:
+        raise RequestError(f"--table {name}: {exc}") from exc
+    return next(t for t in record.tables if (t.schema, t.name) == (schema, table))
 
 
 def validate(record: SetRecord, tables: list[Table], where: str | None) -> dict[str, int]:

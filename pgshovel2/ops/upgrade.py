@@ -17,6 +17,7 @@ their existing rows come as the online snapshot the CLI requests after the upgra
 """
 
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from pgshovel2 import catalog
 from pgshovel2.backends import logical, logical_version, partition_checks, partitions, pgoutput, privileges, trigger
@@ -25,7 +26,8 @@ from pgshovel2.cluster import ClusterStore
 from pgshovel2.config import SetConfig, load_config
 from pgshovel2.db import connect
 from pgshovel2.errors import CaptureError, ConfigError, RequestError
-from pgshovel2.ops import twophase
+from pgshovel2.ops import setdiff, twophase
+from pgshovel2.ops.setdiff import TableChange
 from pgshovel2.ops.twophase import Intent
 from pgshovel2.relay import ddl_gate
 from pgshovel2.setrecord import SetRecord, SlotCapture, TriggerCapture
@@ -33,34 +35,6 @@ from pgshovel2.setrecord import SetRecord, SlotCapture, TriggerCapture
 # Changing these would change what existing topics mean: a new set is the way.
 IMMUTABLE = {"dsn": "set repoint", "backend": "a new set", "encoding": "a new set",
              "envelope": "a new set", "topic_prefix": "a new set", "capture": "a new set", "publication": "a new set"}
-
-
-@dataclass
-class TableChange:
-    """How one table differs between two set versions (kind: added, removed, changed)."""
-
-    table: str
-    kind: str
-    columns_added: list[str] = field(default_factory=list)
-    columns_removed: list[str] = field(default_factory=list)
-    columns_retyped: list[str] = field(default_factory=list)
-    key: tuple[tuple[str, ...], tuple[str, ...]] | None = None
-    old_rows: bool = False  # an unkeyed table whose capture trigger starts writing every UPDATE's old row
-
-    def describe(self) -> str:
-        """One line for the operator."""
-        parts = [f"{self.kind} table {self.table}"]
-        if self.old_rows:
-            parts.append("unkeyed: its capture trigger (from an older pgshovel2) will capture every UPDATE's old row")
-        if self.columns_added:
-            parts.append("columns added: " + ", ".join(self.columns_added))
-        if self.columns_removed:
-            parts.append("columns removed: " + ", ".join(self.columns_removed))
-        if self.columns_retyped:
-            parts.append("columns retyped: " + ", ".join(self.columns_retyped))
-        if self.key:
-            parts.append(f"key ({', '.join(self.key[0])}) -> ({', '.join(self.key[1])})")
-        return "; ".join(parts)
 
 
 @dataclass
@@ -75,20 +49,35 @@ class UpgradePlan:
     triggers: list[str]
     logical: bool = False
     oversized: str | None = None  # the oversized policy's change ("fail -> dead-letter"), None: unchanged
+    settings: list[str] = field(default_factory=list)  # other config fields that differ (setdiff.settings)
 
     @property
     def changes(self) -> bool:
         """True when the upgrade changes something (tables or the oversized policy)."""
         return bool(self.tables) or self.oversized is not None
 
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able form (``set upgrade --json``): set, from_version, to_version, changes (bool),
+        tables (TableChange.to_dict each), oversized, settings, triggers (trigger sets), topics_created."""
+        return {"set": self.set_name, "from_version": self.from_version, "to_version": self.to_version,
+                "changes": self.changes, "tables": [t.to_dict() for t in self.tables], "oversized": self.oversized,
+                "settings": self.settings,
+                "triggers": [] if self.logical else self.triggers, "topics_created": self.topics_created}
+
     def lines(self) -> list[str]:
         """The diff as printable lines."""
         if not self.changes:
-            return [f"set {self.set_name!r}: version {self.from_version} already matches the config"]
+            out = [f"set {self.set_name!r}: version {self.from_version} already matches the config"]
+            if self.settings:
+                out[0] += "'s tables and oversized policy"
+                out += [f"  not applied: {s} (an upgrade stores other settings only with a change of tables or "
+                        "of the oversized policy)" for s in self.settings]
+            return out
         out = [f"set {self.set_name!r}: version {self.from_version} -> {self.to_version}"]
         out += [f"  {t.describe()}" for t in self.tables]
         if self.oversized is not None:
             out.append(f"  oversized messages: {self.oversized} (from the version's place in the stream on)")
+        out += [f"  setting stored with the version: {s}" for s in self.settings]
         if self.logical:
             out.append("  switch: a pgshovel2.version message (and the publication's tables, decoder pgoutput) "
                        "in the upgrade's transaction")
@@ -140,36 +129,23 @@ def diff(set_name: str, record: SetRecord, config: SetConfig, tables: tuple[Tabl
     old_rows: tables (qualified names) whose capture trigger must be replaced even when the table is
     unchanged (:func:`pgshovel2.backends.trigger.without_old_rows`)."""
     tables = carried(record, tables)
-    old = {t.qualified: t for t in record.tables}
-    new = {t.qualified: t for t in tables}
-    changes, triggers, topics = [], [], []
-    for name in sorted(old.keys() | new.keys()):
-        before, after = old.get(name), new.get(name)
-        if before is None:
-            changes.append(TableChange(after.qualified, "added"))
-            triggers.append(f"create on {after.qualified}")
-            topics.append(record.topic(after))
-        elif after is None:
-            changes.append(TableChange(before.qualified, "removed"))
-            triggers.append(f"drop on {before.qualified} (its topic stays)")
-        elif before != after or name in old_rows:
-            changes.append(_table_change(before, after, name in old_rows))
-            triggers.append(f"replace on {after.qualified}")
+    changes = setdiff.table_changes(record.tables, tables, record.topic, record.topic, old_rows)
+    triggers, topics = [], []
+    for change in changes:
+        if change.kind == "added":
+            triggers.append(f"create on {change.table}")
+            topics.append(record.topic(next(t for t in tables if t.qualified == change.table)))
+        elif change.kind == "removed":
+            triggers.append(f"drop on {change.table} (its topic stays)")
+        else:
+            triggers.append(f"replace on {change.table}")
     policy = None
     if config.oversized != record.config.oversized:
         def text(o):
             return o.policy + (f" [{', '.join(o.columns)}]" if o.columns else "")
         policy = f"{text(record.config.oversized)} -> {text(config.oversized)}"
     return UpgradePlan(set_name, record.version, record.version + 1, changes, topics, triggers,
-                       isinstance(record.capture, SlotCapture), policy)
-
-
-def _table_change(before: Table, after: Table, old_rows: bool = False) -> TableChange:
-    b = {c.name: c for c in before.columns}
-    a = {c.name: c for c in after.columns}
-    retyped = [n for n in b.keys() & a.keys() if (b[n].pg_type, b[n].nullable) != (a[n].pg_type, a[n].nullable)]
-    return TableChange(after.qualified, "changed", sorted(a.keys() - b.keys()), sorted(b.keys() - a.keys()),
-                       sorted(retyped), (before.key, after.key) if before.key != after.key else None, old_rows)
+                       isinstance(record.capture, SlotCapture), policy, setdiff.settings(record.config, config))
 
 
 def _check_immutable(old: SetConfig, new: SetConfig, source: str) -> None:

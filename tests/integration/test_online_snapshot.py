@@ -77,11 +77,11 @@ def test_refused_requests_change_nothing(stack, cluster, db, schema, tmp_path):
     make_set(stack, cluster, db, schema, tmp_path, "bad", "trigger")
     with db.cursor() as cur:
         cur.execute(f'CREATE TABLE "{schema}".nokey (a int)')
-    cases = [(["--table", f"{schema}.nope"], "no such table"),
+    cases = [(["--table", f"{schema}.nope"], "is not a table of set 'bad'"),
              (["--where", "no_such_column > 1"], "no_such_column"),
              (["--where", "true; DROP TABLE " + f'"{schema}".bad'], "';'"),
              (["--chunk-size", "0"], "chunk-size"),
-             (["--table", f"{schema}.nokey"], "no such table")]
+             (["--table", f"{schema}.nokey"], "is not a table of set 'bad'")]
     with db.cursor() as cur:  # a keyless table of the set is refused by name
         cur.execute(f'CREATE TABLE "{schema}".nokey2 (a int)')
     cfg = write_config(tmp_path, stack, [{"schema": schema, "name": "nokey2", "allow_unkeyed": True}],
