@@ -55,6 +55,31 @@ class SchemaRegistry:
         regardless of compatibility, :mod:`pgshovel2.relay.control`; then BACKWARD again).
         Retries and raises as require_backward."""
         self._call(lambda: self._client.set_compatibility(subject, level), f"compatibility {level} on {subject!r}")
+        if level == "NONE":
+            self._call(lambda: self._apicurio_rule(subject, level), f"Apicurio's compatibility rule on {subject!r}")
+
+    def _apicurio_rule(self, subject: str, level: str) -> None:
+        """On Apicurio Registry (a base URL under ``/apis/ccompat/``), level as the subject's own
+        COMPATIBILITY rule through Apicurio's native API: its Confluent API takes ``NONE`` as "no rule
+        of the subject", so the global rule (BACKWARD) still applies and refuses the schema an
+        operator accepted. The Confluent client's HTTP session is used for its auth and TLS settings.
+        Raises SchemaRegistryError on an HTTP error; does nothing on other registries."""
+        from urllib.parse import quote
+
+        from confluent_kafka.schema_registry.error import SchemaRegistryError
+
+        rest = self._client._rest_client
+        base = rest.base_urls[0]
+        if "/apis/ccompat/" not in base:
+            return
+        rules = (f"{base.split('/apis/ccompat/')[0]}/apis/registry/v2/groups/default/artifacts/"
+                 f"{quote(subject, safe='')}/rules")
+        body = {"type": "COMPATIBILITY", "config": level}
+        response = rest.session.post(rules, json=body)
+        if response.status_code == 409:  # the subject has a rule: replace it
+            response = rest.session.put(f"{rules}/COMPATIBILITY", json=body)
+        if response.status_code >= 300:
+            raise SchemaRegistryError(response.status_code, -1, response.text[:300])
 
     def require_backward(self, subject: str) -> None:
         """Set subject's compatibility level to BACKWARD (a new version must read the data of

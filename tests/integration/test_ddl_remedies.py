@@ -128,6 +128,31 @@ def test_incompatible_change_waits_then_accept_registers_the_schema(stack, clust
     assert relay.stop() == 0
 
 
+def test_accept_registers_a_schema_the_registry_refuses_as_incompatible(stack, cluster, db, schema, tmp_path,
+                                                                          relay_factory):
+    """integer -> text on a value column (no Avro promotion reads an int as a string, so the registry's
+    BACKWARD rule refuses the new schema): ``accept-ddl`` still registers it -- on Apicurio too, whose
+    Confluent API takes NONE as "no rule of the subject" and applies its global BACKWARD rule -- and
+    the set goes on at the change with every row. The registry, not the capture, is what this is about:
+    one path."""
+    topics = make_set(stack, cluster, db, schema, tmp_path, "inc", PATHS[0], {"t": "id int PRIMARY KEY, n int"})
+    t = f'"{schema}".t'
+    relay = relay_factory("inc")
+    relay.wait_for("snapshot done")
+    with db.cursor() as cur:
+        cur.execute(f"INSERT INTO {t} SELECT g, g FROM generate_series(1, 5) g")
+        cur.execute(f"ALTER TABLE {t} ALTER COLUMN n TYPE text")
+        cur.execute(f"INSERT INTO {t} VALUES (6, 'six')")
+    stop = wait_stopped(stack, cluster, "inc", relay)
+    assert "'n'" in stop["reason"] and not stop["key_change"], stop
+    pgshovel(stack, cluster, "set", "accept-ddl", "inc", f"{schema}.t")
+    caught_up(stack, cluster, "inc")
+    assert relay.proc.poll() is None, relay.log()
+    assert_same(rebuild(stack, [topics["t"]])[0], source_rows(db, t))
+    assert SchemaRegistryClient({"url": stack.registry}).get_compatibility(f"{topics['t']}-value") == "BACKWARD"
+    assert relay.stop() == 0
+
+
 @pytest.mark.parametrize("path", PATHS)
 def test_key_change_needs_a_new_topic_which_a_snapshot_fills(stack, cluster, db, schema, tmp_path, relay_factory,
                                                              path):
