@@ -49,9 +49,10 @@ from typing import Any
 
 import yaml
 
-from pgshovel2 import debeziumconf, redact
+from pgshovel2 import debeziumconf, heartbeatconf, redact
 from pgshovel2.debeziumconf import STORED_FORM, DebeziumConfig
 from pgshovel2.errors import ConfigError
+from pgshovel2.heartbeatconf import HeartbeatConfig
 
 SET_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,39}")
 CLUSTER_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}")
@@ -63,7 +64,7 @@ CAPTURES = ("c", "plpgsql")  # trigger backend: C extension pgshovel2 or PL/pgSQ
 DECODERS = ("pgshovel2", "pgoutput")
 OVERSIZED_POLICIES = ("fail", "dead-letter", "truncate")
 _TOP_KEYS = {"database", "backend", "capture", "pgq", "decoder", "encoding", "envelope", "topic_prefix", "topics",
-             "tables", "oversized", "publication", "debezium"}
+             "tables", "oversized", "publication", "debezium", "heartbeat"}
 _OVERSIZED_KEYS = {"policy", "columns"}
 _DATABASE_KEYS = {"dsn", "relay_dsn"}
 _PUBLICATION_KEYS = {"existing"}
@@ -121,6 +122,7 @@ class SetConfig:
     relay_dsn: str | None = None  # libpq keywords laid over dsn for the relay role (SetRecord.relay_dsn)
     publication: str | None = None  # pgoutput: the DBA's existing publication (None: the set's own)
     debezium: DebeziumConfig = field(default_factory=DebeziumConfig)
+    heartbeat: HeartbeatConfig = field(default_factory=HeartbeatConfig)  # logical: the action query
 
     @property
     def connect(self) -> bool:
@@ -158,6 +160,7 @@ class SetConfig:
             publication=data.get("publication"),
             # records before the option existed: their topics' schemaless form
             debezium=debeziumconf.from_record(data.get("debezium"), data["encoding"]),
+            heartbeat=heartbeatconf.from_record(data.get("heartbeat")),
         )
 
 
@@ -242,7 +245,8 @@ def parse_config(data: Any, source: str) -> SetConfig:
                      topics=_parse_topics(data.get("topics", {}), source), capture=capture, pgq=pgq,
                      decoder=decoder, oversized=_parse_oversized(data.get("oversized", {}), source),
                      relay_dsn=relay_dsn, publication=_publication(data, backend, decoder, source),
-                     debezium=debeziumconf.parse(data, envelope, source))
+                     debezium=debeziumconf.parse(data, envelope, source),
+                     heartbeat=heartbeatconf.parse(data, backend, source))
 
 
 def _relay_dsn(value: Any, source: str) -> str | None:

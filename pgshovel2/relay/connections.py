@@ -1,6 +1,7 @@
 """The relay's connection state to the services it depends on: Kafka, PostgreSQL and the schema
 registry, for ``set status`` (ZooKeeper ``relay/connections``) and Prometheus
-(``pgshovel2_relay_connection_up{dependency}``).
+(``pgshovel2_relay_connection_up{dependency}``); and, as ``heartbeat``, whether a logical set's
+heartbeat action query succeeds (pgshovel2.relay.heartbeat_action).
 
 A dependency is up or down since a time, with the last error seen on it and when. The state is
 fed by those who see it: the Kafka producer's error events (librdkafka's broker state: all
@@ -23,7 +24,8 @@ from pgshovel2.relay import metrics
 log = logging.getLogger(__name__)
 
 KAFKA, POSTGRESQL, REGISTRY = "kafka", "postgresql", "registry"
-DEPENDENCIES = (KAFKA, POSTGRESQL, REGISTRY)
+HEARTBEAT = "heartbeat"  # a logical set's heartbeat action query (pgshovel2.relay.heartbeat_action)
+DEPENDENCIES = (KAFKA, POSTGRESQL, REGISTRY, HEARTBEAT)
 RECORD = "connections"  # the relay record (ZooKeeper /pgshovel2/<cluster>/sets/<set>/relay/connections)
 
 
@@ -112,7 +114,8 @@ def lines(record: dict[str, Any] | None, active: str | None, now: float | None =
         if state is None:
             continue
         since = f"since {_when(state['since'])} ({max(now - state['since'], 0):.0f}s)"
-        text = f"up {since}" if state["up"] else f"DOWN {since}: {state['error']}"
+        ok, failed = ("succeeds", "FAILS") if dependency == HEARTBEAT else ("up", "DOWN")
+        text = f"{ok} {since}" if state["up"] else f"{failed} {since}: {state['error']}"
         if state["up"] and state.get("error"):
             text += f"; last error at {_when(state['error_at'])}: {state['error'][:200]}"
         out.append(f"  {'relay-' + dependency + ':':17} {text}{stale}")

@@ -20,7 +20,8 @@ Every metric has the label ``set``. Scrape ``http://<address>:<port>/metrics``:
 - ``pgshovel2_relay_connection_up{dependency}``: 1 while the relay's connection to ``kafka``,
   ``postgresql`` or ``registry`` is up, 0 while down: the state ``set status`` shows
   (pgshovel2/relay/connections.py: librdkafka's error events and successful commits, database
-  outages and rebuilt relays, registry requests).
+  outages and rebuilt relays, registry requests); ``heartbeat``: 1 while a logical set's heartbeat
+  action query succeeds, 0 while it fails (pgshovel2/relay/heartbeat_action.py).
 
 The endpoint listens on 127.0.0.1 unless ``--metrics-address`` says otherwise; it can serve
 HTTPS (``--metrics-tls-cert``/``--metrics-tls-key``) and ask for basic auth
@@ -53,7 +54,8 @@ ERRORS = Counter("pgshovel2_relay_errors", "Relay interruptions and failures by 
 ACTIVE = Gauge("pgshovel2_relay_active", "1 while this relay is the set's active relay", ["set"])
 CONNECTION_UP = Gauge("pgshovel2_relay_connection_up",
                       "1 while the relay's connection to a dependency (kafka, postgresql, registry) is up, 0 while "
-                      "down (absent before the relay first used it)", ["set", "dependency"])
+                      "down; heartbeat: 1 while the set's heartbeat action query succeeds (absent before first "
+                      "used)", ["set", "dependency"])
 
 
 REALM = "pgshovel2 relay metrics"

@@ -25,6 +25,7 @@ from pgshovel2.relay import connections, metrics
 from pgshovel2.relay.build import build
 from pgshovel2.relay.connections import Connections
 from pgshovel2.relay.election import Leadership, LeadershipLostError, SetDroppedError, identity
+from pgshovel2.relay.heartbeat_action import HeartbeatAction
 from pgshovel2.relay.options import RelayOptions
 
 log = logging.getLogger(__name__)
@@ -129,6 +130,19 @@ def supervise(store: ClusterStore, set_name: str, options: RelayOptions, stop: t
     return totals
 
 
+def heartbeat_action(store: ClusterStore, set_name: str, states: Connections) -> HeartbeatAction | None:
+    """The set's heartbeat action query (pgshovel2.relay.heartbeat_action), started; None when its
+    config has none. Its config is read when this relay becomes active."""
+    record, _ = store.get_set(set_name)
+    config = record.config.heartbeat
+    if config.action_query is None:
+        return None
+    action = HeartbeatAction(set_name, record.relay_dsn, config, states)
+    action.start()
+    log.info("running the heartbeat action query of set %r every %gs", set_name, config.interval)
+    return action
+
+
 def dependency_of(exc: BaseException) -> str | None:
     """The dependency whose outage exc is (connections.POSTGRESQL for a database error in its chain
     of causes, connections.KAFKA for a Kafka one), None when it tells no such thing (e.g. ZooKeeper's,
@@ -176,7 +190,12 @@ def run_elected(store: ClusterStore, set_name: str, options: RelayOptions, stop:
             if not leadership.acquire(stop):
                 break
             metrics.ACTIVE.labels(set_name).set(1)
-            supervise(store, set_name, options, stop, leadership, totals, states=states)
+            action = heartbeat_action(store, set_name, states)
+            try:
+                supervise(store, set_name, options, stop, leadership, totals, states=states)
+            finally:
+                if action is not None:
+                    action.stop()
         except LeadershipLostError as exc:
             metrics.error(set_name, exc)
             record_error(store, set_name, exc)
