@@ -118,6 +118,9 @@ def error(set_name: str, exc: BaseException) -> None:
 SNAPSHOT_ROWS = Counter("pgshovel2_relay_online_snapshot_rows", "Online snapshot: rows emitted as op r",
                         ["set", "table"])
 SNAPSHOT_CHUNKS = Counter("pgshovel2_relay_online_snapshot_chunks", "Online snapshot: chunks emitted", ["set", "table"])
+SNAPSHOT_ESTIMATED = Gauge("pgshovel2_relay_online_snapshot_rows_estimated",
+                           "Online snapshot: the table's estimated rows (pg_class.reltuples, 0 when never analyzed) "
+                           "when the relay started reading it: rows done / this is the progress", ["set", "table"])
 SNAPSHOT_DROPPED = Counter("pgshovel2_relay_online_snapshot_dropped_rows",
                            "Online snapshot: chunk rows left out because the stream changed their key meanwhile",
                            ["set", "table"])

@@ -139,6 +139,7 @@ def test_online_snapshot_rows_metric_equals_snapshot_end(stack, cluster, db, sch
     with db.cursor() as cur:
         cur.execute(f"CREATE TABLE {table} (id int PRIMARY KEY, n int, s text)")
         cur.execute(f"INSERT INTO {table} SELECT g, 0, 'x' FROM generate_series(1, 3000) g")
+        cur.execute(f"ANALYZE {table}")  # reltuples: the estimate of the table's rows
     pgshovel(stack, cluster, "set", "create", "mos", str(write_config(
         tmp_path, stack, [{"schema": schema, "name": "mos"}], topic_prefix=f"mos{cluster}")))
     port = _free_port()
@@ -158,6 +159,9 @@ def test_online_snapshot_rows_metric_equals_snapshot_end(stack, cluster, db, sch
     assert len(ends) == 1 and ends[0]["table"] == names.table_topic(f"mos{cluster}", schema, "mos"), ends
     assert after == ends[0]["event_count"] > 1000, (after, ends)
     assert during <= after, (during, after)
+    estimated = [v for k, v in _scrape(port).items()
+                 if k.startswith("pgshovel2_relay_online_snapshot_rows_estimated{") and 'set="mos"' in k]
+    assert len(estimated) == 1 and 1000 < estimated[0] < 10000, estimated  # the writers move it a little
     assert relay.stop() == 0
 
 
