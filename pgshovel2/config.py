@@ -49,10 +49,11 @@ from typing import Any
 
 import yaml
 
-from pgshovel2 import configmodel, debeziumconf, redact, tablenames
+from pgshovel2 import configmodel, debeziumconf, heartbeatconf, redact, tablenames
 from pgshovel2.configmodel import BACKENDS, CAPTURES, DECODERS, ENCODINGS, ENVELOPES, OVERSIZED_POLICIES, PGQ_MODES
 from pgshovel2.debeziumconf import STORED_FORM, DebeziumConfig
 from pgshovel2.errors import ConfigError, ConfigProblemsError
+from pgshovel2.heartbeatconf import HeartbeatConfig
 
 SET_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,39}")
 CLUSTER_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}")
@@ -108,6 +109,7 @@ class SetConfig:
     relay_dsn: str | None = None  # libpq keywords laid over dsn for the relay role (SetRecord.relay_dsn)
     publication: str | None = None  # pgoutput: the DBA's existing publication (None: the set's own)
     debezium: DebeziumConfig = field(default_factory=DebeziumConfig)
+    heartbeat: HeartbeatConfig = field(default_factory=HeartbeatConfig)  # logical: the action query
 
     @property
     def connect(self) -> bool:
@@ -145,6 +147,7 @@ class SetConfig:
             publication=data.get("publication"),
             # records before the option existed: their topics' schemaless form
             debezium=debeziumconf.from_record(data.get("debezium"), data["encoding"]),
+            heartbeat=heartbeatconf.from_record(data.get("heartbeat")),
         )
 
 
@@ -229,7 +232,8 @@ def parse_config(data: Any, source: str) -> SetConfig:
                      topics=_parse_topics(data.get("topics", {}), source), capture=capture, pgq=pgq,
                      decoder=decoder, oversized=_parse_oversized(data.get("oversized", {}), source),
                      relay_dsn=relay_dsn, publication=_publication(data, backend, decoder, source),
-                     debezium=debeziumconf.parse(data, envelope, source))
+                     debezium=debeziumconf.parse(data, envelope, source),
+                     heartbeat=heartbeatconf.parse(data, backend, source))
 
 
 def _relay_dsn(value: Any, source: str) -> str | None:

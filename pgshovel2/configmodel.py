@@ -117,6 +117,15 @@ _TABLE = (
     Field("allow_unkeyed", "boolean", "false", "Accept a table without a key: its changes go with a null key.",
           "allow_unkeyed: true"),
 )
+_HEARTBEAT = (
+    Field("interval", "duration", "10s", "Time between two runs of action_query: seconds, or a number with ms, s, "
+          "m or h.", "interval: 30s"),
+    Field("action_query", "string", None, "The SQL statement the active relay runs in the set's database, in a "
+          "connection of its own with search_path pg_catalog, pg_temp (qualify every name), e.g. an upsert into "
+          "a captured heartbeat table. A failure is shown in set status, never fatal.",
+          "action_query: \"INSERT INTO ops.heartbeat (id, at) VALUES (1, now()) "
+          "ON CONFLICT (id) DO UPDATE SET at = now()\""),
+)
 FIELDS: tuple[Field, ...] = (
     Field("database", "mapping", None, "Where the set's tables are.", "database:\n  dsn: \"dbname=shop\"",
           fields=_DATABASE),
@@ -138,6 +147,11 @@ FIELDS: tuple[Field, ...] = (
           "(docs/wire.rst). Cannot change on upgrade.", "envelope: debezium", ENVELOPES),
     Field("debezium", "mapping", "(the defaults below)", "envelope debezium only: which of Debezium's forms the "
           "events take.", "debezium:\n  schemas: true", fields=_DEBEZIUM),
+    Field("heartbeat", "mapping", "(none)", "logical backend only: Debezium's heartbeat.action.query, a statement "
+          "the relay runs every interval so a database whose captured tables see no writes still shows the set "
+          "alive in Kafka (the relay's own heartbeat keeps the slot moving without it).",
+          "heartbeat:\n  interval: 10s\n  action_query: \"UPDATE ops.heartbeat SET at = now()\"",
+          fields=_HEARTBEAT),
     Field("topic_prefix", "string", "(the set name)", "First part of every topic of the set "
           "({prefix}.{schema}.{table}, {prefix}.transactions, ...). Cannot change on upgrade.",
           "topic_prefix: shop"),

@@ -32,7 +32,7 @@ def _samples(metric: MetricWrapperBase) -> str:
 
 def _unit(name: str) -> str:
     return next((unit for suffix, unit in (("_seconds", "seconds"), ("_bytes", "bytes")) if name.endswith(suffix)),
-                "count" if not name.endswith("_active") else "0 or 1")
+                "0 or 1" if name.endswith(("_active", "_up")) else "count")
 
 
 def reference() -> str:

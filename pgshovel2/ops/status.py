@@ -8,6 +8,9 @@
 - the last committed position: the set's positions topic (pgshovel2.wire.read_position);
 - the relay's last error (ZooKeeper ``relay/last_error``), marked recovered when the relay
   committed after it;
+- the relay's connection state to Kafka, PostgreSQL and the schema registry: up or down since
+  when, with the last error and its time (ZooKeeper ``relay/connections``, written by the relay
+  on each change of state: pgshovel2.relay.connections);
 - read_committed end offsets of the set's topics (Kafka);
 - a logical set's slot: whether it survives a failover (pgshovel2.backends.slot_failover:
   a failover slot on PostgreSQL 17+, synced to the standby given with ``--standby``);
@@ -29,7 +32,7 @@ from pgshovel2.db import connect
 from pgshovel2.errors import PgshovelError, RelayError, UnavailableError
 from pgshovel2.kafkaconf import Kafka
 from pgshovel2.ops import resnapshot
-from pgshovel2.relay import ddl_gate, election, partition_moves
+from pgshovel2.relay import connections, ddl_gate, election, partition_moves
 from pgshovel2.setrecord import SetRecord, SlotCapture
 from pgshovel2.wire import Position
 from pgshovel2.wire.positions import read_position
@@ -116,6 +119,7 @@ def set_status(store: ClusterStore, set_name: str, bootstrap: Kafka, standby_dsn
         committed_ms = (out["position"] or {}).get("committed_at_ms", 0)
         error["recovered"] = committed_ms > error["at"] * 1000
     out["last_error"] = error
+    out["connections"] = store.get_relay_record(set_name, connections.RECORD)
     out["ddl_stop"] = store.get_relay_record(set_name, ddl_gate.STOP)
     out["ended_tables"] = [r for r in record.retired if r.get("why") == "dropped"]
     out["skips"] = store.get_relay_record(set_name, "skips")
@@ -158,6 +162,7 @@ def lines(info: dict[str, Any]) -> list[str]:
         out.append(f"  failover:         {failover_text(info['failover'])}")
     if kafka.get("error"):
         out.append(f"  kafka:            {kafka['error']}")
+    out += connections.lines(info.get("connections"), (info["relays"]["active"] or {}).get("identity"))
     if err := info.get("last_error"):
         when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(err["at"]))
         state = "recovered, the relay committed since" if err.get("recovered") else "not recovered"

@@ -3,6 +3,7 @@
 import logging
 import threading
 import time
+from collections.abc import Callable
 
 from pgshovel2 import backends
 from pgshovel2.backends import chunks, privileges
@@ -12,6 +13,7 @@ from pgshovel2.codec import native
 from pgshovel2.codec.rows import as_values
 from pgshovel2.db import connect
 from pgshovel2.errors import RelayError, UnavailableError
+from pgshovel2.relay.connections import KAFKA, POSTGRESQL, REGISTRY, Connections
 from pgshovel2.relay.control import ControlEvents
 from pgshovel2.relay.ddl_gate import DdlGate
 from pgshovel2.relay.drop_watch import DropWatch
@@ -62,15 +64,17 @@ def open_source(record: SetRecord, options: RelayOptions) -> Source:
 
 
 def build(store: ClusterStore, set_name: str, options: RelayOptions, leadership: Leadership | None = None,
-          stop: threading.Event | None = None) -> Relay:
+          stop: threading.Event | None = None, connections: Connections | None = None) -> Relay:
     """The relay of set_name with its latest record; stop (the relay's stop request) also ends
-    its waits on Kafka and the registry. Raises ClusterError (no such set), UnavailableError
-    (database or Kafka unreachable)."""
+    its waits on Kafka and the registry; connections: told the state of the Kafka producer's and
+    the registry client's connections (and the database's: up once built), None to keep it
+    nowhere. Raises ClusterError (no such set), UnavailableError (database or Kafka unreachable)."""
     record, _ = store.get_set(set_name)
     check_privileges(record)
     sink = KafkaSink(options.bootstrap, transactional_id(store.cluster, set_name) if options.transactional else None,
-                     stop=stop)
-    registry = SchemaRegistry(options.registry_url, stop=stop) if options.registry_url else None
+                     stop=stop, on_connection=_feed(connections, KAFKA))
+    registry = (SchemaRegistry(options.registry_url, stop=stop, on_connection=_feed(connections, REGISTRY))
+                if options.registry_url else None)
     emitter = Emitter(set_name, {}, record.topics.transactions, None, sink)
     topics = record.topics
 
@@ -82,6 +86,8 @@ def build(store: ClusterStore, set_name: str, options: RelayOptions, leadership:
     layout = Layout(record, emitter, registry, lambda version: store.get_version(set_name, version), ensure_topics)
     key = f"{store.cluster}/{set_name}"
     source = open_source(record, options)
+    if connections is not None:
+        connections.up(POSTGRESQL)
     drops = DropWatch(record, lambda: {t.qualified for t in store.get_set(set_name)[0].tables})
     return Relay(set_name, source, sink, layout, ControlEvents(store, set_name, registry), options,
                  lambda: read_position(options.bootstrap, topics.positions, key, stop=stop), topics.positions,
@@ -93,6 +99,13 @@ def build(store: ClusterStore, set_name: str, options: RelayOptions, leadership:
                           lambda position, what: _stopped(store, set_name, position, what)),
                  online_snapshot(store, record, emitter), partition_watch(store, record),
                  DdlGate(store, set_name, stop, leadership), drops)
+
+
+def _feed(connections: Connections | None, dependency: str) -> Callable[[bool, str], None] | None:
+    """The on_connection callback of a client of dependency, feeding connections (None: none)."""
+    if connections is None:
+        return None
+    return lambda up, error: connections.up(dependency) if up else connections.down(dependency, error)
 
 
 def check_privileges(record: SetRecord) -> None:

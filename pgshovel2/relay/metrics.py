@@ -16,7 +16,12 @@ Every metric has the label ``set``. Scrape ``http://<address>:<port>/metrics``:
 - ``pgshovel2_relay_kafka_commit_seconds``: time of each Kafka transaction commit (histogram);
 - ``pgshovel2_relay_errors_total{kind}``: interruptions and failures by error class
   (``OperationalError``, ``KafkaException``, ``FencedError``, ``LeadershipLostError``, ...);
-- ``pgshovel2_relay_active``: 1 while this process is the set's active relay, 0 on standby.
+- ``pgshovel2_relay_active``: 1 while this process is the set's active relay, 0 on standby;
+- ``pgshovel2_relay_connection_up{dependency}``: 1 while the relay's connection to ``kafka``,
+  ``postgresql`` or ``registry`` is up, 0 while down: the state ``set status`` shows
+  (pgshovel2/relay/connections.py: librdkafka's error events and successful commits, database
+  outages and rebuilt relays, registry requests); ``heartbeat``: 1 while a logical set's heartbeat
+  action query succeeds, 0 while it fails (pgshovel2/relay/heartbeat_action.py).
 
 The endpoint listens on 127.0.0.1 unless ``--metrics-address`` says otherwise; it can serve
 HTTPS (``--metrics-tls-cert``/``--metrics-tls-key``) and ask for basic auth
@@ -47,6 +52,10 @@ SLOT_RETAINED_BYTES = Gauge("pgshovel2_relay_slot_retained_bytes",
                             "Logical backend: WAL bytes the slot keeps from removal (from its restart_lsn)", ["set"])
 ERRORS = Counter("pgshovel2_relay_errors", "Relay interruptions and failures by kind", ["set", "kind"])
 ACTIVE = Gauge("pgshovel2_relay_active", "1 while this relay is the set's active relay", ["set"])
+CONNECTION_UP = Gauge("pgshovel2_relay_connection_up",
+                      "1 while the relay's connection to a dependency (kafka, postgresql, registry) is up, 0 while "
+                      "down; heartbeat: 1 while the set's heartbeat action query succeeds (absent before first "
+                      "used)", ["set", "dependency"])
 
 
 REALM = "pgshovel2 relay metrics"
@@ -109,6 +118,9 @@ def error(set_name: str, exc: BaseException) -> None:
 SNAPSHOT_ROWS = Counter("pgshovel2_relay_online_snapshot_rows", "Online snapshot: rows emitted as op r",
                         ["set", "table"])
 SNAPSHOT_CHUNKS = Counter("pgshovel2_relay_online_snapshot_chunks", "Online snapshot: chunks emitted", ["set", "table"])
+SNAPSHOT_ESTIMATED = Gauge("pgshovel2_relay_online_snapshot_rows_estimated",
+                           "Online snapshot: the table's estimated rows (pg_class.reltuples, 0 when never analyzed) "
+                           "when the relay started reading it: rows done / this is the progress", ["set", "table"])
 SNAPSHOT_DROPPED = Counter("pgshovel2_relay_online_snapshot_dropped_rows",
                            "Online snapshot: chunk rows left out because the stream changed their key meanwhile",
                            ["set", "table"])

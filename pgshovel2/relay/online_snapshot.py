@@ -204,9 +204,11 @@ class OnlineSnapshot:
         mark = {"id": request.id, "chunk": progress["chunk"], "token": token}
         opening = progress["chunk"] == 0
         self.chunk = _Chunk(token, table, [], progress["last_key"], self.key_of(table), progress["last_key"], opening)
-        if opening:
+        if opening or self._stats.get("table") != table.qualified:  # resumed mid-table: estimated anew
             self._stats = {"id": request.id, "table": table.qualified, "started": time.time(),
                            "estimate": self.reader.estimate(table), "rows": 0, "chunks": 0, "dropped": 0}
+            metrics.SNAPSHOT_ESTIMATED.labels(self.set_name, table.qualified).set(self._stats["estimate"])
+        if opening:
             log.info("online snapshot %s: reading %s in chunks of %d rows", request.id, table.qualified,
                      request.chunk_size)
         self.reader.watermark({**mark, "mark": "low"})
@@ -349,9 +351,6 @@ class OnlineSnapshot:
 
     def _count(self, tag: str, sent: int, dropped: int, last: bool) -> None:
         stats = self._stats
-        if stats.get("table") != tag:  # resumed mid-table after a restart
-            stats.update({"table": tag, "started": time.time(), "rows": 0, "chunks": 0, "dropped": 0,
-                          "estimate": None})
         stats["rows"] += sent
         stats["chunks"] += 1
         stats["dropped"] = stats.get("dropped", 0) + dropped

@@ -19,10 +19,13 @@ from kazoo.handlers.threading import KazooTimeoutError
 
 from pgshovel2 import redact
 from pgshovel2.cluster import ClusterStore
+from pgshovel2.db import outage
 from pgshovel2.errors import FencedError, RelayError, StopRequestedError, UnavailableError
-from pgshovel2.relay import metrics
+from pgshovel2.relay import connections, metrics
 from pgshovel2.relay.build import build
+from pgshovel2.relay.connections import Connections
 from pgshovel2.relay.election import Leadership, LeadershipLostError, SetDroppedError, identity
+from pgshovel2.relay.heartbeat_action import HeartbeatAction
 from pgshovel2.relay.options import RelayOptions
 
 log = logging.getLogger(__name__)
@@ -65,23 +68,32 @@ def dropped(store: ClusterStore, set_name: str, exc: BaseException) -> SetDroppe
     return SetDroppedError(f"set {set_name!r} was dropped: its relay stops ({str(exc).strip()[:200]})")
 
 
+def connections_of(store: ClusterStore, set_name: str) -> Connections:
+    """The connection states of this process's relay of set_name, kept in ZooKeeper
+    (``relay/connections``, best effort) for ``set status``."""
+    put = lambda record: store.put_relay_record(set_name, connections.RECORD, record)  # noqa: E731
+    return Connections(set_name, identity(), connections.zookeeper_publisher(put))
+
+
 def supervise(store: ClusterStore, set_name: str, options: RelayOptions, stop: threading.Event,
               leadership: Leadership | None = None, totals: Totals | None = None,
-              max_backoff: float = 30.0) -> Totals:
+              max_backoff: float = 30.0, states: Connections | None = None) -> Totals:
     """Run the set's relay until stop is set, rebuilding it after retryable errors.
 
     leadership: the relay's election claim (checked before batches and
     commits), None to run without an election. Backoff starts at 1 s, doubles
     up to max_backoff (s), and resets after a minute of uninterrupted work.
-    Non-retryable errors propagate (LeadershipLostError among them).
+    states: the relay's connection states (pgshovel2.relay.connections; a new one kept in ZooKeeper
+    when None). Non-retryable errors propagate (LeadershipLostError among them).
     """
     totals, delay = totals or Totals(), 1.0
+    states = states or connections_of(store, set_name)
     while not stop.is_set():
         relay, started = None, time.monotonic()
         try:
             if leadership is not None:
                 leadership.check()
-            relay = build(store, set_name, options, leadership, stop)
+            relay = build(store, set_name, options, leadership, stop, states)
             log.info("relaying set %r (version %d) from %s to %s", set_name, relay.layout.version,
                      relay.source.describe(), options.bootstrap)
             relay.run(stop)
@@ -102,6 +114,8 @@ def supervise(store: ClusterStore, set_name: str, options: RelayOptions, stop: t
                 raise RelayError(f"the Kafka producer failed fatally: {exc}") from exc
             metrics.error(set_name, exc)
             record_error(store, set_name, exc)
+            if (dependency := dependency_of(exc)) is not None:
+                states.down(dependency, str(exc))
             if time.monotonic() - started > 60:
                 delay = 1.0
             totals.restarts += 1
@@ -114,6 +128,33 @@ def supervise(store: ClusterStore, set_name: str, options: RelayOptions, stop: t
                 totals.changes += relay.changes
                 totals.batches += relay.batches
     return totals
+
+
+def heartbeat_action(store: ClusterStore, set_name: str, states: Connections) -> HeartbeatAction | None:
+    """The set's heartbeat action query (pgshovel2.relay.heartbeat_action), started; None when its
+    config has none. Its config is read when this relay becomes active."""
+    record, _ = store.get_set(set_name)
+    config = record.config.heartbeat
+    if config.action_query is None:
+        return None
+    action = HeartbeatAction(set_name, record.relay_dsn, config, states)
+    action.start()
+    log.info("running the heartbeat action query of set %r every %gs", set_name, config.interval)
+    return action
+
+
+def dependency_of(exc: BaseException) -> str | None:
+    """The dependency whose outage exc is (connections.POSTGRESQL for a database error in its chain
+    of causes, connections.KAFKA for a Kafka one), None when it tells no such thing (e.g. ZooKeeper's,
+    or a registry's, which its client reports itself)."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, psycopg2.Error):
+            return connections.POSTGRESQL if outage(seen) else None
+        if isinstance(seen, KafkaException):
+            return connections.KAFKA
+        seen = seen.__cause__ or seen.__context__
+    return None
 
 
 def _fenced_while_active(store: ClusterStore, set_name: str, exc: Exception, leadership: Leadership | None) -> bool:
@@ -142,14 +183,19 @@ def run_elected(store: ClusterStore, set_name: str, options: RelayOptions, stop:
     A relay whose ZooKeeper session ended stops producing and contends again.
     Raises what :func:`supervise` cannot retry (fenced by an active relay, bad config, set dropped).
     """
-    totals = Totals()
+    totals, states = Totals(), connections_of(store, set_name)
     while not stop.is_set():
         leadership = Leadership(store, set_name)
         try:
             if not leadership.acquire(stop):
                 break
             metrics.ACTIVE.labels(set_name).set(1)
-            supervise(store, set_name, options, stop, leadership, totals)
+            action = heartbeat_action(store, set_name, states)
+            try:
+                supervise(store, set_name, options, stop, leadership, totals, states=states)
+            finally:
+                if action is not None:
+                    action.stop()
         except LeadershipLostError as exc:
             metrics.error(set_name, exc)
             record_error(store, set_name, exc)

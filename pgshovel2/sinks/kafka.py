@@ -68,6 +68,10 @@ PRODUCER_DEFAULTS = {
 
 ROOM_WAIT = 0.002  # s: the longest wait for room in a full queue before producing again
 Headers = list[tuple[str, str]]
+OnConnection = Callable[[bool, str], None]  # (up, error): KafkaSink's connection state changes
+# librdkafka's error events that mean the producer cannot reach its brokers
+CONNECTION_ERRORS = frozenset((KafkaError._ALL_BROKERS_DOWN, KafkaError._TRANSPORT, KafkaError._RESOLVE,
+                               KafkaError._AUTHENTICATION, KafkaError._SSL))
 # Delivery reports are requested for failures only; serving them every message costs more than
 # the produce call itself.
 POLL_EVERY = 512
@@ -93,18 +97,22 @@ class KafkaSink:
     the bootstrap servers with this process's; transactional_id: the set's Kafka
     transactional id, or None for the idempotent-only producer; config:
     librdkafka overrides of pgshovel2's defaults (ValueError for another ``partitioner`` than
-    :data:`PARTITIONER`: the partitioning is part of the wire contract). Raises
+    :data:`PARTITIONER`: the partitioning is part of the wire contract). on_connection(up, error):
+    told the connection went down (an error event saying the brokers cannot be reached: refused,
+    all brokers down, name resolution, authentication, TLS; or a Kafka call given up on, error its
+    text) and that it is up (a transactional call or flush that succeeded, error ""). Raises
     KafkaSettingsError for settings librdkafka refuses, naming where they came from.
     """
 
     def __init__(self, kafka: Kafka, transactional_id: str | None = None, config: dict | None = None,
-                 stop: threading.Event | None = None):
+                 stop: threading.Event | None = None, on_connection: OnConnection | None = None):
         if (config or {}).get("partitioner", PARTITIONER) != PARTITIONER:
             raise ValueError(f"Kafka producer setting partitioner={config['partitioner']!r}: set topics are "
                              f"partitioned with {PARTITIONER!r} (Kafka's murmur2), see WIRE.md")
         kafka = kafkaconf.settings(kafka)
         self.kafka, self.bootstrap, self.transactional_id = kafka, kafka.bootstrap, transactional_id
         self._stop = stop or threading.Event()
+        self._connection: OnConnection = on_connection or (lambda up, error: None)
         defaults = {**PRODUCER_DEFAULTS, **({"transaction.timeout.ms": TRANSACTION_TIMEOUT_MS} if transactional_id
                                             else {})}
         ours = {**(config or {}), **({"transactional.id": transactional_id} if transactional_id else {})}
@@ -153,6 +161,8 @@ class KafkaSink:
         # Keep the first fatal error (e.g. fenced): later calls fail with a generic "Local: Fatal
         # error" and _error reports this cause instead.
         self._credentials(err)
+        if err.code() in CONNECTION_ERRORS:
+            self._connection(False, f"Kafka at {self.bootstrap}: {err.str()}")
         if err.fatal():
             self._fatal = err
         elif (line := self._fold.admit(f"Kafka: {err.str()}")) is not None:
@@ -177,13 +187,17 @@ class KafkaSink:
         while True:
             try:
                 call(max(0.1, min(STEP, deadline - time.monotonic())))
+                self._connection(True, "")
                 return
             except KafkaException as failed:
                 exc = self._poll_cause() or failed  # the events that tell why, or the fatal error
                 err = exc.args[0]
                 self._refused_as_too_large()  # waiting on would not help: that transaction must be aborted
                 if not err.retriable() or time.monotonic() >= deadline or self._credentials.last is not None:
-                    raise self._error(exc, what) from exc
+                    failed = self._error(exc, what)
+                    if isinstance(failed, UnavailableError) or self._credentials.last is not None:
+                        self._connection(False, str(failed))
+                    raise failed from exc
                 if self._stop.is_set():
                     raise StopRequestedError(f"stopped while waiting for Kafka at {self.bootstrap} ({what})") from exc
 
@@ -193,7 +207,13 @@ class KafkaSink:
         :func:`pgshovel2.sinks.topics.create_missing_topics` with this sink's admin client, its bootstrap
         and its stop request."""
         self._topics.update(topics)
-        return create_missing_topics(self._admin, self.bootstrap, topics, settings, single_partition, self._stop)
+        try:
+            created = create_missing_topics(self._admin, self.bootstrap, topics, settings, single_partition, self._stop)
+        except UnavailableError as exc:
+            self._connection(False, str(exc))
+            raise
+        self._connection(True, "")
+        return created
 
     def message_limit(self, topic: str) -> tuple[int, str]:
         """(bytes, why): the largest message topic takes -- the smaller of the topic's
@@ -388,6 +408,7 @@ class KafkaSink:
         if remaining:
             raise UnavailableError(f"{remaining} message(s) still unacknowledged by Kafka at "
                                    f"{self.bootstrap} after {timeout:g}s")
+        self._connection(True, "")
 
     def close(self) -> None:
         """Abort an open transaction; idempotent-only, flush pending messages (best effort).

@@ -21,17 +21,19 @@ log = logging.getLogger(__name__)
 class SchemaRegistry:
     """url: the registry's settings (pgshovel2.registryconf.RegistrySettings: its Confluent-compatible
     base URL, basic auth, TLS), or its URL completed from this process's PGSHOVEL_SCHEMA_REGISTRY_*
-    variables. self.url is the URL without credentials. Raises RegistrySettingsError for
-    settings the client refuses."""
+    variables. self.url is the URL without credentials. on_connection(up, error): told after each
+    request whether the registry answered (up, error "": a refusal is an answer too) or could not be
+    reached (error: why). Raises RegistrySettingsError for settings the client refuses."""
 
     def __init__(self, url: Registry, retry_seconds: float = 2.0, max_wait: float | None = None,
-                 stop: threading.Event | None = None):
+                 stop: threading.Event | None = None, on_connection: Callable[[bool, str], None] | None = None):
         settings = registryconf.settings(url)
         self.settings, self.url = settings, str(settings)
         # confluent_kafka.schema_registry takes ~0.3 s to import (httpx, authlib): only processes
         # that make a SchemaRegistry pay for it, not every CLI call
         self._client = settings.client()
         self._retry, self._max_wait, self._stop = retry_seconds, max_wait, stop or threading.Event()
+        self._connection = on_connection or (lambda up, error: None)
 
     def register(self, subject: str, schema: dict[str, Any]) -> int:
         """Register an Avro schema under subject; returns its schema id.
@@ -98,8 +100,12 @@ class SchemaRegistry:
         started = time.monotonic()
         while True:
             try:
-                return request()
+                answer = request()
+                self._connection(True, "")
+                return answer
             except SchemaRegistryError as exc:
+                if exc.http_status_code and exc.http_status_code < 500:
+                    self._connection(True, "")
                 if exc.http_status_code in (401, 403):
                     raise RelayError(f"schema registry {self.url} refused {what}: "
                                      f"{registryconf.failure(exc, self.settings)}") from exc
@@ -110,6 +116,7 @@ class SchemaRegistry:
             except Exception as exc:  # connection errors come from httpx
                 error = exc
             why = registryconf.failure(error, self.settings)
+            self._connection(False, f"schema registry {self.url}: {why}")
             if "CERTIFICATE_VERIFY_FAILED" in str(error):  # a wrong CA: retrying does not help
                 raise RelayError(f"schema registry {self.url}: {why}")
             if self._max_wait is not None and time.monotonic() - started > self._max_wait:

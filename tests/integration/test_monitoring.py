@@ -139,6 +139,7 @@ def test_online_snapshot_rows_metric_equals_snapshot_end(stack, cluster, db, sch
     with db.cursor() as cur:
         cur.execute(f"CREATE TABLE {table} (id int PRIMARY KEY, n int, s text)")
         cur.execute(f"INSERT INTO {table} SELECT g, 0, 'x' FROM generate_series(1, 3000) g")
+        cur.execute(f"ANALYZE {table}")  # reltuples: the estimate of the table's rows
     pgshovel(stack, cluster, "set", "create", "mos", str(write_config(
         tmp_path, stack, [{"schema": schema, "name": "mos"}], topic_prefix=f"mos{cluster}")))
     port = _free_port()
@@ -158,6 +159,9 @@ def test_online_snapshot_rows_metric_equals_snapshot_end(stack, cluster, db, sch
     assert len(ends) == 1 and ends[0]["table"] == names.table_topic(f"mos{cluster}", schema, "mos"), ends
     assert after == ends[0]["event_count"] > 1000, (after, ends)
     assert during <= after, (during, after)
+    estimated = [v for k, v in _scrape(port).items()
+                 if k.startswith("pgshovel2_relay_online_snapshot_rows_estimated{") and 'set="mos"' in k]
+    assert len(estimated) == 1 and 1000 < estimated[0] < 10000, estimated  # the writers move it a little
     assert relay.stop() == 0
 
 
@@ -180,3 +184,60 @@ def test_unreachable_kafka_logs_a_few_lines(stack, cluster, table_set, tmp_path)
     refused = [line for line in lines if "Connection refused" in line]
     down = [line for line in lines if "brokers are down" in line]
     assert 1 <= len(refused) <= 4 and len(down) <= 2, "\n".join(refused + down)
+
+
+def _status_until(stack, cluster: str, set_name: str, done, timeout: float = 90) -> dict:
+    """`set status --json` of set_name, asked again until done(status) holds (AssertionError after timeout s)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        status = json.loads(pgshovel(stack, cluster, "set", "status", set_name, "--json").stdout)
+        if done(status):
+            return status
+        if time.monotonic() > deadline:
+            raise AssertionError(f"set status never showed it: {json.dumps(status, indent=1)[:3000]}")
+        time.sleep(0.5)
+
+
+def test_set_status_shows_kafka_down_while_the_relay_is_active(stack, cluster, table_set, tmp_path):
+    """A relay whose broker refuses connections is still the active relay; set status must say its
+    Kafka connection is down, since when and why (the relay's error events, relay/connections)."""
+    started = time.time()
+    relay = RelayProcess(stack, cluster, "mon", "--bootstrap-servers", f"127.0.0.1:{_free_port()}",
+                         "--metrics-port", str(port := _free_port()), log_path=tmp_path / "unreachable.log")
+    status = _status_until(stack, cluster, "mon", lambda s: s["relays"]["active"] is not None
+                           and ((s.get("connections") or {}).get("kafka") or {}).get("up") is False)
+    kafka = status["connections"]["kafka"]
+    assert status["connections"]["relay"] == status["relays"]["active"]["identity"]
+    assert "Connection refused" in kafka["error"] or "brokers are down" in kafka["error"], kafka
+    assert started - 1 <= kafka["since"] <= kafka["error_at"] <= time.time(), (started, kafka)
+    assert status["connections"]["postgresql"]["up"] is True, status["connections"]
+    text = pgshovel(stack, cluster, "set", "status", "mon").stdout
+    down = [line for line in text.splitlines() if line.strip().startswith("relay-kafka:")]
+    assert len(down) == 1 and "DOWN since" in down[0] and "UTC" in down[0], text
+    assert "not active now" not in down[0], text
+    samples = _scrape(port)
+    assert samples['pgshovel2_relay_connection_up{dependency="kafka",set="mon"}'] == 0, samples
+    assert samples['pgshovel2_relay_connection_up{dependency="postgresql",set="mon"}'] == 1, samples
+    assert relay.stop() == 0
+
+
+def test_set_status_shows_a_healthy_relay_connected(stack, cluster, db, table_set, relay_factory):
+    port = _free_port()
+    relay = relay_factory("mon", "--metrics-port", str(port))
+    relay.wait_for("snapshot done")
+    with db.cursor() as cur:
+        cur.execute(f'INSERT INTO "{table_set}".t VALUES (1, \'x\')')
+    caught_up(stack, cluster, "mon")
+    status = json.loads(pgshovel(stack, cluster, "set", "status", "mon", "--json").stdout)
+    states = status["connections"]
+    assert states["relay"] == status["relays"]["active"]["identity"]
+    assert {d: states[d]["up"] for d in ("kafka", "postgresql", "registry")} == \
+        {"kafka": True, "postgresql": True, "registry": True}, states
+    assert all(states[d]["error"] is None for d in ("kafka", "postgresql", "registry")), states
+    text = pgshovel(stack, cluster, "set", "status", "mon").stdout
+    for dependency in ("kafka", "postgresql", "registry"):
+        assert f"relay-{dependency}:" in text and "DOWN" not in text, text
+    samples = _scrape(port)
+    assert all(samples[f'pgshovel2_relay_connection_up{{dependency="{d}",set="mon"}}'] == 1
+               for d in ("kafka", "postgresql", "registry")), samples
+    assert relay.stop() == 0

@@ -38,7 +38,8 @@ def test_the_model_is_what_the_parser_accepts():
     cfg = parse_config(base, "f.yaml")
     debezium = parse_config({**base, "envelope": "debezium"}, "f.yaml").debezium
     parsed = {"": cfg, "topics": cfg.topics, "oversized": cfg.oversized, "debezium": debezium,
-              "tables": cfg.tables[0], "database": None, "publication": None}
+              "tables": cfg.tables[0], "database": None, "publication": None,
+              "heartbeat": None}
     for top in FIELDS:
         for fld, owner in [(top, "")] + [(f, top.name) for f in top.fields]:
             if fld.default is None or fld.default.startswith("(") or parsed[owner] is None:
