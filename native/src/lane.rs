@@ -67,8 +67,12 @@ impl Body<'_> {
 /// data_collection_order).
 type TxnArg = (i64, i64, i64, Option<i64>, i64, Vec<i64>);
 
-/// Lane.encode's result: (messages, or the number produced, done, counts, events).
-type Encoded = (PyObject, usize, Vec<usize>, Vec<i64>);
+/// Lane.encode's result: (messages, or the number produced, done, counts, events, tally).
+type Encoded = (PyObject, usize, Vec<usize>, Vec<i64>, Tally);
+
+/// Per table index, the changes the lane relayed by op (c, u, d) and their messages' key and value
+/// bytes: [creates, updates, deletes, bytes] (the relay's per-table metrics).
+pub(crate) type Tally = Vec<[u64; 4]>;
 
 /// How a lane table's messages are written.
 enum Writer {
@@ -137,14 +141,15 @@ impl Lane {
         Ok(Lane { writers, topics, topic_names, plain_topics, indexes, limit: limit.unwrap_or(usize::MAX) })
     }
 
-    /// (messages, done, counts, events) for records[start:], a run of one transaction's changes:
+    /// (messages, done, counts, events, tally) for records[start:], a run of one transaction's changes:
     /// change records of our plugin (bytes); pgoutput changes (PgoutputRows of the relation,
     /// table index, the I/U/D message (bytes), its XLogData start LSN, anything: the
     /// relation for Python); or PgQ event rows (txid, ts_ms, op, data, table,
     /// extra) of the trigger backend (data and extra: the row and the old row, str). messages, [(topic, key, value or None, headers)] to produce in order; done, how
     /// many records they are (records[start + done] is left to Python); counts, per table index
     /// the messages made; events, per table index the debezium events numbered (tombstones are
-    /// not). headers: (op c, op u, op d, txid, ts_ms, set, version) header tuples and the position
+    /// not); tally, per table index [creates, updates, deletes, key and value bytes] of the
+    /// changes taken. headers: (op c, op u, op d, txid, ts_ms, set, version) header tuples and the position
     /// header's name; a message's headers are [op, txid, (name, prefix + 10-digit ordinal),
     /// ts_ms, set, version]; ordinal: the position ordinal of records[start]. txn (needed by a
     /// debezium table, else None): (txid, ts_ms, ts_us, last_lsn or None, total_order so far,
@@ -160,6 +165,7 @@ impl Lane {
                    position_name: &Bound<'py, PyString>, txn: Option<TxnArg>,
                    producer: Option<Bound<'py, Producer>>, wait: Option<Bound<'py, PyAny>>) -> PyResult<Encoded> {
         let mut counts = vec![0usize; self.writers.len()];
+        let mut tally = vec![[0u64; 4]; self.writers.len()];
         let mut txn = txn.map(|(txid, ts_ms, ts_us, last_lsn, total, per)| {
             Txn { txid, ts_ms, ts_us, last_lsn, total, per, events: vec![0; self.writers.len()] }
         });
@@ -174,7 +180,7 @@ impl Lane {
             let Some(rec) = held.rec() else { break };
             let text = crate::json::position(prefix, ordinal + n as u64);
             let before = out.len();
-            if !self.push_change(py, &rec, &text, txn.as_mut(), &mut counts, &mut out)? {
+            if !self.push_change(py, &rec, &text, txn.as_mut(), &mut counts, &mut tally, &mut out)? {
                 break;
             }
             done += 1;
@@ -186,10 +192,10 @@ impl Lane {
         }
         target.put(py, out, &heads, &self.topics, None)?;
         let events = txn.map_or_else(|| vec![0; self.writers.len()], |t| t.events);
-        Ok((target.result(py)?, done, counts, events))
+        Ok((target.result(py)?, done, counts, events, tally))
     }
 
-    /// (messages, done) for the whole transactions txns[first:] of records: per transaction its
+    /// (messages, done, tally) for the whole transactions txns[first:] of records: per transaction its
     /// BEGIN record, its data messages as encode gives them (a debezium table's events numbered
     /// from 1 in it) and its END record (per-topic counts), what the loop writes for its Begin,
     /// ChangeRuns and Commit. txns: per transaction (start, stop, txid, ts_ms, ts_us, last_lsn or
@@ -200,7 +206,8 @@ impl Lane {
     /// lane does not take). names: the headers' names (position, txid, ts_ms); ops: encode's;
     /// shared: the (set, version) header tuples every message has; txn_topic: the transactions
     /// topic; avro_header: the registry prefix of its Avro writer, None for JSON records;
-    /// producer and wait: as encode's (messages is then the number produced).
+    /// producer and wait: as encode's (messages is then the number produced); tally: encode's, of
+    /// the transactions taken.
     #[allow(clippy::too_many_arguments)]
     #[pyo3(signature = (records, txns, first, ops, names, shared, txn_topic, avro_header=None, producer=None, wait=None))]
     fn encode_txns<'py>(&self, py: Python<'py>, records: &Bound<'py, PyList>, txns: &Bound<'py, PyList>, first: usize,
@@ -208,12 +215,13 @@ impl Lane {
                         names: (Bound<'py, PyString>, Bound<'py, PyString>, Bound<'py, PyString>),
                         shared: (Bound<'py, PyAny>, Bound<'py, PyAny>), txn_topic: PyObject,
                         avro_header: Option<Vec<u8>>, producer: Option<Bound<'py, Producer>>,
-                        wait: Option<Bound<'py, PyAny>>) -> PyResult<(PyObject, usize)> {
+                        wait: Option<Bound<'py, PyAny>>) -> PyResult<(PyObject, usize, Tally)> {
         let mut target = self.target(py, producer.as_ref(), wait, Some(&txn_topic))?;
         let frame = txns::Frame { position: names.0, txid: names.1, ts_ms: names.2, ops: [ops.0, ops.1, ops.2],
                                   set: shared.0, version: shared.1, txn_topic, avro: avro_header };
-        let done = self.txns(py, records, txns, first, &frame, &mut target)?;
-        Ok((target.result(py)?, done))
+        let mut tally = vec![[0u64; 4]; self.writers.len()];
+        let done = self.txns(py, records, txns, first, &frame, &mut target, &mut tally)?;
+        Ok((target.result(py)?, done, tally))
     }
 }
 
@@ -255,11 +263,12 @@ impl Lane {
         self.trigger_row(record).map(Held::Trigger)
     }
 
-    /// Appends the messages of one change to out and counts them per table index in counts;
-    /// false (nothing appended): the change is Python's. position: its pgshovel.position.
+    /// Appends the messages of one change to out, counts them per table index in counts and the
+    /// change by op with its bytes in tally; false (nothing appended): the change is Python's.
+    /// position: its pgshovel.position.
     /// A change with a message over the lane's limit is Python's too (its numbering undone).
     fn push_change(&self, py: Python<'_>, rec: &Rec<'_>, position: &str, mut txn: Option<&mut Txn>,
-                   counts: &mut [usize], out: &mut Vec<Msg>) -> PyResult<bool> {
+                   counts: &mut [usize], tally: &mut [[u64; 4]], out: &mut Vec<Msg>) -> PyResult<bool> {
         let numbered = txn.as_deref().map(|t| (t.total, t.per.get(rec.table).copied(), t.events.get(rec.table).copied()));
         let Some(outs) = self.change(py, rec, position, txn.as_deref_mut())? else { return Ok(false) };
         let size = |o: &Out| o.1.as_ref().map_or(0, Vec::len) + o.2.as_ref().map_or(0, Vec::len);
@@ -273,7 +282,10 @@ impl Lane {
             }
             return Ok(false);
         }
+        let op = match rec.kind { b'I' => 0, b'U' => 1, _ => 2 };
+        tally[rec.table][op] += 1;
         for (table, key, value, op) in outs {
+            tally[table][3] += (key.as_ref().map_or(0, Vec::len) + value.as_ref().map_or(0, Vec::len)) as u64;
             out.push(Msg { topic: Some(table), key, value, data: Some((op, position.to_string())) });
             counts[table] += 1;
         }

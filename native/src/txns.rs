@@ -7,7 +7,7 @@
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyString, PyTuple};
 
-use super::{Heads, Lane, Msg, Target, Txn};
+use super::{Heads, Lane, Msg, Tally, Target, Txn};
 use crate::kinds::write_long;
 
 /// Lane.encode_txns's header names and shared headers: the position, txid and ts_ms headers'
@@ -32,11 +32,17 @@ impl Lane {
     /// Hands the messages of the whole transactions txns[first:] (Lane.encode_txns) to target
     /// as far as the lane takes every record of a transaction: the transactions taken.
     pub(super) fn txns<'py>(&self, py: Python<'py>, records: &Bound<'py, PyList>, txns: &Bound<'py, PyList>,
-                            first: usize, frame: &Frame<'py>, target: &mut Target<'_, 'py>) -> PyResult<usize> {
+                            first: usize, frame: &Frame<'py>, target: &mut Target<'_, 'py>,
+                            tally: &mut [[u64; 4]]) -> PyResult<usize> {
         let mut done = 0;
         for bounds in txns.iter().skip(first) {
             let bounds: Bounds = bounds.extract()?;
-            let Some(msgs) = self.txn(py, records, &bounds, frame)? else { break };
+            let Some((msgs, taken)) = self.txn(py, records, &bounds, frame)? else { break };
+            for (sum, add) in tally.iter_mut().zip(taken) {
+                for (s, a) in sum.iter_mut().zip(add) {
+                    *s += a;
+                }
+            }
             let text = |name: &Bound<'py, PyString>, value: i64| {
                 PyTuple::new(py, [name.clone().into_any(), PyString::new(py, &value.to_string()).into_any()])
                     .map(Bound::into_any)
@@ -50,10 +56,10 @@ impl Lane {
         Ok(done)
     }
 
-    /// One transaction's messages, BEGIN first and END last, or None (a record the lane does not
-    /// take: Python's).
+    /// One transaction's messages, BEGIN first and END last, with its tally (Lane.encode's), or
+    /// None (a record the lane does not take: Python's).
     fn txn(&self, py: Python<'_>, records: &Bound<'_, PyList>, bounds: &Bounds, frame: &Frame<'_>)
-           -> PyResult<Option<Vec<Msg>>> {
+           -> PyResult<Option<(Vec<Msg>, Tally)>> {
         let (start, stop, txid, ts_ms, ts_us, last_lsn, prefix, ordinal, _) = bounds;
         let (txid, ts_ms, ordinal) = (*txid, *ts_ms, *ordinal);
         let tables = self.writers.len();
@@ -61,6 +67,7 @@ impl Lane {
                             events: vec![0; tables] };
         let mut out = Vec::with_capacity(2 + stop.saturating_sub(*start));
         let mut counts = vec![0usize; tables];
+        let mut tally = vec![[0u64; 4]; tables];
         let first = crate::json::position(prefix, ordinal);
         let mut last = first.clone();
         out.push(txn_record(b"BEGIN", txid, &first, ts_ms, None, frame));
@@ -69,7 +76,7 @@ impl Lane {
             let Some(held) = self.held(&record) else { return Ok(None) };
             let Some(rec) = held.rec() else { return Ok(None) };
             last = crate::json::position(prefix, ordinal + n as u64);
-            if !self.push_change(py, &rec, &last, Some(&mut txn), &mut counts, &mut out)? {
+            if !self.push_change(py, &rec, &last, Some(&mut txn), &mut counts, &mut tally, &mut out)? {
                 return Ok(None);
             }
         }
@@ -82,7 +89,7 @@ impl Lane {
         }
         per_topic.sort();
         out.push(txn_record(b"END", txid, &last, ts_ms, Some(&per_topic), frame));
-        Ok(Some(out))
+        Ok(Some((out, tally)))
     }
 }
 

@@ -25,9 +25,10 @@ from pgshovel2.codec.rows import RowEncoder, encode_record, txn_record_avro, txn
 from pgshovel2.config import OversizedConfig
 from pgshovel2.errors import EncodeError, RelayError
 from pgshovel2.relay.envelopes import SNAPSHOT_TRUE, Context, Envelope, Message, RowEnvelope, TxnOrder
-from pgshovel2.relay.lane import NAMES, OPS, TableLanes
+from pgshovel2.relay.lane import NAMES, OPS, TableLanes, table_label
 from pgshovel2.relay.oversized import Guard, Headers
 from pgshovel2.relay.source import Change, ChangeRun, TxnRun
+from pgshovel2.relay.table_tally import TableTally
 from pgshovel2.sinks.kafka import KafkaSink
 
 
@@ -53,6 +54,7 @@ class Emitter:
         self.set_name, self.routes, self.sink = set_name, routes, sink
         self.txn_topic, self._txn_writer = txn_topic, txn_writer
         self._counts: Counter[str] = Counter()
+        self.tally = TableTally()  # per-table metrics, published at each Kafka commit
         self._order = TxnOrder()
         self._txn_ts_us: int | None = None  # the open source transaction's commit time (logical)
         self._txn_last_lsn: int | None = None  # LSN completely processed before it (logical)
@@ -110,10 +112,11 @@ class Emitter:
             ts_us = self._txn_ts_us if self._txn_ts_us is not None else run.ts_ms * 1000
             txn = (run.txid, run.ts_ms, ts_us, self._txn_last_lsn, self._order.total,
                    [self._order.at(c) if c is not None else 0 for c in lanes.collections])
-        _, done, counts, events = self._lane_call(
+        _, done, counts, events, tally = self._lane_call(
             lambda producer, wait: lanes.lane.encode(run.records, start, prefix, run.ordinal + start, OPS,
                                                      self._fixed, wire.POSITION, txn, producer, wait))
         if done:
+            self.tally.add_lane(lanes.labels, tally)
             for topic, n in zip(lanes.topics, counts, strict=True):
                 if n:
                     self._counts[topic] += n
@@ -132,9 +135,11 @@ class Emitter:
             return 0
         avro = self._txn_writer.header if self._txn_writer is not None else None
         shared = self._shared_headers()
-        _, done = self._lane_call(
+        _, done, tally = self._lane_call(
             lambda producer, wait: lanes.lane.encode_txns(run.records, run.txns, first, OPS, NAMES, shared,
                                                           self.txn_topic, avro, producer, wait))
+        if done:
+            self.tally.add_lane(lanes.labels, tally)
         return done
 
     def _lane_call(self, encode: Callable[[Any, Any], tuple]) -> tuple:
@@ -312,6 +317,8 @@ class Emitter:
             self._send(route, msg, ev.txid, position, ev.ts_ms, unchanged, extra)
         if msgs:
             self._counts[route.topic] += len(msgs)
+            if not self.replaying:
+                self.tally.add(table_label(route), ev.op, sum(len(m[0] or b"") + len(m[1] or b"") for m in msgs))
 
 
 def _unkeyed_without_old_row(set_name: str, ev: Change) -> EncodeError:

@@ -34,7 +34,8 @@ class TableLanes:
     their table); lane is None when no table takes it.
 
     topics: per table index, the data topic of a lane table (else None); collections: per table
-    index, the data collection a debezium lane table numbers its events in (else None).
+    index, the data collection a debezium lane table numbers its events in (else None); labels: per
+    table index, a lane table's metrics label (table_label, else None).
     lane_limit(topics): the most key and value bytes one message of the lane may take
     (Guard.lane_limit; a change with a larger one goes the Python way, where the set's oversized
     policy applies), None: no limit.
@@ -53,6 +54,8 @@ class TableLanes:
             writers = [w if c is None else None for w, c in zip(writers, collections, strict=True)]
             collections = [None] * len(tags)
         self.topics = [routes[tag].topic if w is not None else None for tag, w in zip(tags, writers, strict=True)]
+        self.labels = [table_label(routes[tag]) if w is not None else None
+                       for tag, w in zip(tags, writers, strict=True)]
         self.collections = collections
         self.debezium = any(c is not None for c in collections)
         mod = native.module()
@@ -63,6 +66,11 @@ class TableLanes:
     def of(self, routes: dict[str, "TableRoute"], tags: list[str] | None) -> bool:
         """True when this was built from these routes and tags (the same objects)."""
         return routes is self.routes and tags is self.run_tags
+
+
+def table_label(route: "TableRoute") -> str:
+    """The per-table metrics' label of route's table: ``schema.table`` of its identity."""
+    return f"{route.table.schema}.{route.table.name}"
 
 
 def _writer(route: Optional["TableRoute"]) -> Any:

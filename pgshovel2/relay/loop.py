@@ -374,6 +374,7 @@ class Relay(LaneRelaying, DdlRelaying):
         metrics.BATCHES.labels(self.set_name).inc()
         metrics.CHANGES.labels(self.set_name).inc(self.changes - self._counted)
         self._counted = self.changes
+        self.emitter.tally.publish(self.set_name, time.time())
         return position
 
     def _check_leadership(self) -> None:

@@ -21,7 +21,11 @@ Every metric has the label ``set``. Scrape ``http://<address>:<port>/metrics``:
   ``postgresql`` or ``registry`` is up, 0 while down: the state ``set status`` shows
   (pgshovel2/relay/connections.py: librdkafka's error events and successful commits, database
   outages and rebuilt relays, registry requests); ``heartbeat``: 1 while a logical set's heartbeat
-  action query succeeds, 0 while it fails (pgshovel2/relay/heartbeat_action.py).
+  action query succeeds, 0 while it fails (pgshovel2/relay/heartbeat_action.py);
+- ``pgshovel2_relay_table_changes_total{table,op}``, ``pgshovel2_relay_table_bytes_total{table}``,
+  ``pgshovel2_relay_table_last_relayed_timestamp_seconds{table}``: per table (``schema.table``)
+  its changes by op, their messages' bytes and when a Kafka commit last carried one
+  (pgshovel2/relay/table_tally.py).
 
 The endpoint listens on 127.0.0.1 unless ``--metrics-address`` says otherwise; it can serve
 HTTPS (``--metrics-tls-cert``/``--metrics-tls-key``) and ask for basic auth
@@ -56,6 +60,14 @@ CONNECTION_UP = Gauge("pgshovel2_relay_connection_up",
                       "1 while the relay's connection to a dependency (kafka, postgresql, registry) is up, 0 while "
                       "down; heartbeat: 1 while the set's heartbeat action query succeeds (absent before first "
                       "used)", ["set", "dependency"])
+
+
+TABLE_CHANGES = Counter("pgshovel2_relay_table_changes", "Changes of a table relayed to Kafka by op (c, u, d; "
+                        "snapshot reads and TRUNCATEs not counted), added at each Kafka commit", ["set", "table", "op"])
+TABLE_BYTES = Counter("pgshovel2_relay_table_bytes", "Key and value bytes of a table's change messages relayed to "
+                      "Kafka, added at each Kafka commit", ["set", "table"])
+TABLE_LAST_RELAYED = Gauge("pgshovel2_relay_table_last_relayed_timestamp_seconds", "Unix time (s) of the Kafka "
+                           "commit that last carried a change of the table", ["set", "table"])
 
 
 REALM = "pgshovel2 relay metrics"

@@ -143,7 +143,7 @@ def test_the_native_lane_leaves_an_oversized_change_to_python():
     lanes = TableLanes(em.routes, None, em.guard.lane_limit)
     rows = [(7, 1000, "I", json.dumps([1, "small", None, None]), TABLE.qualified, None),
             (7, 1000, "I", json.dumps([2, "x" * LIMIT, None, None]), TABLE.qualified, None)]
-    messages, done, _, _ = lanes.lane.encode(rows, 0, "00000000000000000005:", 0, (("o", "c"),) * 3,
+    messages, done, _, _, _ = lanes.lane.encode(rows, 0, "00000000000000000005:", 0, (("o", "c"),) * 3,
                                              (("t", "7"), ("m", "1"), ("s", "s"), ("v", "1")), "pos")
     assert done == 1 and len(messages) == 1
 
