@@ -242,12 +242,21 @@ def export(dsn: str, capture: TriggerCapture, error: type[PgshovelError]) -> Exp
 
 
 def queue_lag(dsn: str, capture: TriggerCapture) -> dict[str, Any]:
-    """{lag_seconds, pending_events, last_tick} of the relay's consumer, or {error} when the
-    database does not answer or has no such consumer (for ``set status``)."""
+    """{lag_seconds, pending_events, last_tick, unticked_events} of the relay's consumer, or {error}
+    when the database does not answer or has no such consumer (for ``set status``).
+    pending_events: events of the ticks the consumer has not finished (PgQ's count, up to the
+    queue's last tick); unticked_events: events queued after the last tick (pgq.get_queue_info's
+    ev_new), which no batch holds until a ticker (pgqd or the relay) ticks -- with neither running
+    they wait there while pending_events says 0 (None: the queue's info could not be read)."""
     row = one_row(dsn, "SELECT extract(epoch FROM lag)::float8, pending_events, last_tick "
                   "FROM pgq.get_consumer_info(%s, %s)", (capture.queue, capture.consumer),
                   ("lag_seconds", "pending_events", "last_tick"))
-    return row or {"error": f"no consumer {capture.consumer} on queue {capture.queue}"}
+    if not row:
+        return {"error": f"no consumer {capture.consumer} on queue {capture.queue}"}
+    if "error" not in row:
+        new = one_row(dsn, "SELECT ev_new FROM pgq.get_queue_info(%s)", (capture.queue,), ("unticked_events",))
+        row["unticked_events"] = new.get("unticked_events") if new else None
+    return row
 
 
 def wait_caught_up(dsn: str, queue: str, consumer: str = CONSUMER, timeout: float = 120.0) -> int:

@@ -141,9 +141,13 @@ def _lag_text(lag: dict[str, Any]) -> str:
             since = f" since {lag['inactive_since']}" if lag.get("inactive_since") else ""
             return f"no relay streaming from the slot{since}: lag unknown; {retained}"
         return f"{retained}, flush lag {lag['lag_seconds'] or 0:.1f}s"
-    if not lag["pending_events"]:
+    unticked, pending = lag.get("unticked_events") or 0, lag["pending_events"]
+    if not pending and not unticked:
         return f"caught up (0 events queued; last tick {lag['last_tick']})"
-    return f"{lag['pending_events']} events, {lag['lag_seconds'] or 0:.1f}s behind (tick {lag['last_tick']})"
+    if not pending:  # a batch holds them only once a ticker ticks: the ticks line says who and when
+        return f"not caught up: {unticked} events queued since the last tick (tick {lag['last_tick']})"
+    text = f"{pending} events, {lag['lag_seconds'] or 0:.1f}s behind (tick {lag['last_tick']})"
+    return text + (f"; {unticked} more since the last tick" if unticked else "")
 
 
 def lines(info: dict[str, Any]) -> list[str]:

@@ -13,6 +13,7 @@ import pytest
 
 from pgshovel2 import names
 from pgshovel2.cluster import ClusterStore
+from pgshovel2.setrecord import queue_name
 from tests.helpers import RelayProcess, caught_up, messages, pgshovel, write_config
 
 
@@ -144,6 +145,28 @@ def test_status_of_idle_sets_of_both_backends(stack, cluster, db, schema, tmp_pa
     if backend == "logical":  # no walsender: its lag is unknown, not 0
         text, info = _status(stack, cluster, "st")
         assert "no relay streaming from the slot" in text and "lag unknown" in text, text
+
+
+def test_status_counts_events_no_tick_holds_yet(stack, cluster, db, schema, tmp_path):
+    """With no ticker ticking the queue (pgqd's ticks paused, no relay), PgQ's pending_events says 0
+    for changes queued after the last tick: set status counts them and does not say caught up."""
+    table = _table(db, schema)
+    pgshovel(stack, cluster, "set", "create", "un", str(write_config(tmp_path, stack, [table], encoding="json")))
+    queue = queue_name(cluster, "un")
+    with db.cursor() as cur:
+        cur.execute("UPDATE pgq.queue SET queue_ticker_paused = true WHERE queue_name = %s", (queue,))
+        cur.execute(f'INSERT INTO "{schema}".t SELECT g, \'new\' FROM generate_series(11, 13) g')
+    text, info = _status(stack, cluster, "un")
+    assert info["lag"]["pending_events"] == 0 and info["lag"]["unticked_events"] == 3, info["lag"]
+    assert "not caught up: 3 events queued since the last tick" in text and "caught up (" not in text, text
+    with db.cursor() as cur:
+        cur.execute("UPDATE pgq.queue SET queue_ticker_paused = false WHERE queue_name = %s", (queue,))
+    relay = RelayProcess(stack, cluster, "un", log_path=tmp_path / "un.log")
+    relay.wait_for("snapshot done")
+    caught_up(stack, cluster, "un")
+    text, info = _status(stack, cluster, "un")
+    assert info["lag"]["unticked_events"] == 0 and "caught up (0 events queued" in text, text
+    relay.stop()
 
 
 def test_status_marks_an_error_recovered_from(stack, cluster, db, schema, tmp_path):
