@@ -153,16 +153,21 @@ def test_status_counts_events_no_tick_holds_yet(stack, cluster, db, schema, tmp_
     table = _table(db, schema)
     pgshovel(stack, cluster, "set", "create", "un", str(write_config(tmp_path, stack, [table], encoding="json")))
     queue = queue_name(cluster, "un")
+    relay = RelayProcess(stack, cluster, "un", log_path=tmp_path / "un.log")
+    relay.wait_for("snapshot done")
+    with db.cursor() as cur:  # a first event relayed: the queue's event sequence has been used
+        cur.execute(f'INSERT INTO "{schema}".t VALUES (11, \'first\')')
+    caught_up(stack, cluster, "un")
+    relay.stop()
     with db.cursor() as cur:
         cur.execute("UPDATE pgq.queue SET queue_ticker_paused = true WHERE queue_name = %s", (queue,))
-        cur.execute(f'INSERT INTO "{schema}".t SELECT g, \'new\' FROM generate_series(11, 13) g')
+        cur.execute(f'INSERT INTO "{schema}".t SELECT g, \'new\' FROM generate_series(12, 14) g')
     text, info = _status(stack, cluster, "un")
     assert info["lag"]["pending_events"] == 0 and info["lag"]["unticked_events"] == 3, info["lag"]
     assert "not caught up: 3 events queued since the last tick" in text and "caught up (" not in text, text
     with db.cursor() as cur:
         cur.execute("UPDATE pgq.queue SET queue_ticker_paused = false WHERE queue_name = %s", (queue,))
-    relay = RelayProcess(stack, cluster, "un", log_path=tmp_path / "un.log")
-    relay.wait_for("snapshot done")
+    relay = RelayProcess(stack, cluster, "un", log_path=tmp_path / "un2.log")
     caught_up(stack, cluster, "un")
     text, info = _status(stack, cluster, "un")
     assert info["lag"]["unticked_events"] == 0 and "caught up (0 events queued" in text, text
