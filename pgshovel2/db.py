@@ -51,6 +51,15 @@ def connect(dsn: str, what: str, error: type[PgshovelError] = CaptureError, **kw
         raise error(f"cannot connect to the database of {what}: {str(exc).strip()}") from exc
 
 
+def close_quietly(conn) -> None:
+    """Close a psycopg2 connection (None: nothing), ignoring the errors of one already broken."""
+    if conn is not None:
+        try:
+            conn.close()
+        except psycopg2.Error:
+            pass
+
+
 # SQLSTATE classes of a server or connection going away: connection exception (08), operator
 # intervention (57: admin shutdown, crash shutdown, cannot connect now), insufficient resources (53).
 _OUTAGE_CLASSES = ("08", "57", "53")

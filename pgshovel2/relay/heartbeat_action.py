@@ -15,7 +15,7 @@ import threading
 
 import psycopg2
 
-from pgshovel2.db import open_connection
+from pgshovel2.db import close_quietly, open_connection
 from pgshovel2.errors import UnavailableError
 from pgshovel2.heartbeatconf import HeartbeatConfig
 from pgshovel2.relay.connections import HEARTBEAT, Connections
@@ -83,9 +83,5 @@ class HeartbeatAction:
             self._close()  # a failed or broken connection: a new one at the next run
 
     def _close(self) -> None:
-        if self._conn is not None:
-            try:
-                self._conn.close()
-            except psycopg2.Error:
-                pass
-            self._conn = None
+        close_quietly(self._conn)
+        self._conn = None

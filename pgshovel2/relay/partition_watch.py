@@ -23,7 +23,7 @@ from kazoo.exceptions import KazooException
 from psycopg2 import sql
 
 from pgshovel2.backends import partitions
-from pgshovel2.db import connect
+from pgshovel2.db import close_quietly, connect
 from pgshovel2.errors import ClusterError, UnavailableError
 from pgshovel2.relay.partition_moves import PartitionMoves
 from pgshovel2.setrecord import SetRecord
@@ -110,12 +110,8 @@ class PartitionWatch:
 
     def close(self) -> None:
         """Close the watch's connection (never raises)."""
-        if self._conn is not None:
-            try:
-                self._conn.close()
-            except psycopg2.Error:
-                pass
-            self._conn = None
+        close_quietly(self._conn)
+        self._conn = None
 
 
 def _lacking(cur, triggers: partitions.TruncateTriggers, table) -> list[tuple[str, sql.Composed]]:
