@@ -15,16 +15,8 @@ controller.listener.names=CONTROLLER
 inter.broker.listener.name=PLAINTEXT
 listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
 log.dirs=$dir/data
-num.partitions=1
-offsets.topic.replication.factor=1
-transaction.state.log.replication.factor=1
-transaction.state.log.min.isr=1
-share.coordinator.state.topic.replication.factor=1
-share.coordinator.state.topic.min.isr=1
-group.initial.rebalance.delay.ms=0
-auto.create.topics.enable=false
-message.max.bytes=67108864
 PROPS
+cat /opt/kafka/single-node.properties >> "$dir/server.properties"
 cat > "$dir/log4j2.properties" <<L4J
 rootLogger.level=WARN
 rootLogger.appenderRef.out.ref=out

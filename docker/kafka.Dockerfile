@@ -11,6 +11,7 @@ RUN apt-get update && apt-get install -y --no-install-recommends openjdk-17-jre-
     && rm -rf /var/lib/apt/lists/* \
     && useradd --system --create-home --home-dir /var/lib/kafka kafka
 COPY --from=jars /opt/kafka/libs /opt/kafka/libs
+COPY scripts/kafka/single-node.properties /opt/kafka/single-node.properties
 COPY docker/kafka-entrypoint.sh /usr/local/bin/kafka-entrypoint
 USER kafka
 VOLUME /var/lib/kafka
