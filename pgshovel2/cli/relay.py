@@ -124,6 +124,9 @@ def main(set_name: str, zookeeper_hosts: str, cluster: str, kafka: KafkaSettings
     if click.get_current_context().find_root().obj == EXEC_ALLOCATOR:
         reexec(allocator)
     setup_logging(log_level)
+    # the relay's database sessions named in pg_stat_activity where neither the DSN nor the operator
+    # (PGAPPNAME) names them (libpq: a DSN's application_name wins over PGAPPNAME)
+    os.environ.setdefault("PGAPPNAME", f"pgshovel2 relay {set_name}"[:63])
     log.info("memory allocator: %s", describe(allocator, os.environ))
     _tune_gc()
     if metrics_port is not None:

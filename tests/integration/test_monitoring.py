@@ -240,4 +240,7 @@ def test_set_status_shows_a_healthy_relay_connected(stack, cluster, db, table_se
     samples = _scrape(port)
     assert all(samples[f'pgshovel2_relay_connection_up{{dependency="{d}",set="mon"}}'] == 1
                for d in ("kafka", "postgresql", "registry")), samples
+    with db.cursor() as cur:  # a DBA tells the relay's sessions in pg_stat_activity
+        cur.execute("SELECT count(*) FROM pg_stat_activity WHERE application_name = 'pgshovel2 relay mon'")
+        assert cur.fetchone()[0] >= 1
     assert relay.stop() == 0
