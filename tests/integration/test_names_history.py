@@ -114,7 +114,8 @@ def names_in_every_command(stack, cluster, db, schema, other, tmp_path, relay_fa
     out = pgshovel(stack, cluster, "set", "snapshot", "nm", "--table", "my.items", "--table",
                    f"{other}.orders").stdout
     assert f'requested: "{schema}"."my.items", "{other}"."orders"' in out, out
-    pgshovel(stack, cluster, "set", "snapshot", "nm", "--cancel")
+    cancel = pgshovel(stack, cluster, "set", "snapshot", "nm", "--cancel", check=False)  # two empty tables:
+    assert cancel.returncode == 0 or "is done already" in cancel.stderr, cancel.stderr  # it may be done already
 
     err = refused("tail", "nm", "--table", "orders")
     assert f"it could be {both}" in err, err
