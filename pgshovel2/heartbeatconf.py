@@ -16,7 +16,6 @@ from typing import Any
 
 from pgshovel2.errors import ConfigError
 
-_KEYS = {"interval", "action_query"}
 DEFAULT_INTERVAL = 10.0  # s, as Debezium's heartbeat.interval.ms examples
 MIN_INTERVAL = 0.1  # s
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*(ms|s|m|h)?")
@@ -51,16 +50,14 @@ def duration(value: Any, field: str, source: str) -> float:
 
 def parse(data: dict[str, Any], backend: str, source: str) -> HeartbeatConfig:
     """The config's ``heartbeat`` mapping (absent: none). Raises ConfigError naming the field: not a
-    mapping, an unknown key, a bad interval, an empty action_query, or a set of another backend
+    mapping, a bad interval, an empty action_query, or a set of another backend
     than logical (a trigger set's queue advances with PgQ's ticks)."""
     raw = data.get("heartbeat")
     if raw is None:
         return HeartbeatConfig()
     if not isinstance(raw, dict):
         raise ConfigError(source, "heartbeat", raw, "must be a mapping {interval: 10s, action_query: \"...\"}")
-    for key in raw:
-        if key not in _KEYS:
-            raise ConfigError(source, f"heartbeat.{key}", key, f"unknown field; allowed: {', '.join(sorted(_KEYS))}")
+    # unknown fields: configmodel.unknown_fields, before any field is parsed
     if backend != "logical":
         raise ConfigError(source, "heartbeat", raw, "only a logical set has a heartbeat action query (a trigger "
                           "set's queue advances with PgQ's ticks)")
