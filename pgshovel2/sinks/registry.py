@@ -90,8 +90,7 @@ class SchemaRegistry:
         Retries while the registry is unreachable, as register does. Raises
         SchemaRejectedError when the registry refuses.
         """
-        self._call(lambda: self._client.set_compatibility(subject, "BACKWARD"),
-                   f"compatibility BACKWARD on {subject!r}")
+        self.set_compatibility(subject, "BACKWARD")
 
     def _call(self, request: Callable[[], Any], what: str) -> Any:
         """request(), retried while the registry is unreachable; a 4xx is SchemaRejectedError naming what."""
