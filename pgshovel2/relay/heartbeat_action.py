@@ -68,9 +68,15 @@ class HeartbeatAction:
     def _connect(self):
         timeout_ms = int(max(self.config.interval, 60.0) * 1000)
         conn = open_connection(self.dsn, f"set {self.set_name!r} (heartbeat)", UnavailableError,
-                               application_name=f"pgshovel2 relay heartbeat {self.set_name}"[:63],
-                               options=f"-c search_path=pg_catalog,pg_temp -c statement_timeout={timeout_ms}")
+                               application_name=f"pgshovel2 relay heartbeat {self.set_name}"[:63])
         conn.autocommit = True
+        try:  # SET, not libpq's options: those would replace the DSN's own (a pooler's endpoint=...)
+            with conn.cursor() as cur:
+                cur.execute("SET search_path = pg_catalog, pg_temp")
+                cur.execute("SET statement_timeout = %s", (timeout_ms,))
+        except psycopg2.Error:
+            close_quietly(conn)
+            raise
         return conn
 
     def _failed(self, exc: Exception) -> None:
