@@ -16,7 +16,7 @@ writer (DebeziumEvents).
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Optional
 
-from pgshovel2 import wire
+from pgshovel2 import tablenames, wire
 from pgshovel2.codec import native
 from pgshovel2.relay.debezium import DebeziumEnvelope
 from pgshovel2.relay.envelopes import RowEnvelope
@@ -69,8 +69,9 @@ class TableLanes:
 
 
 def table_label(route: "TableRoute") -> str:
-    """The per-table metrics' label of route's table: ``schema.table`` of its identity."""
-    return f"{route.table.schema}.{route.table.name}"
+    """The per-table metrics' label of route's table: ``schema.table`` of its identity, as the
+    operator writes it (tablenames.display)."""
+    return tablenames.display(route.table.schema, route.table.name)
 
 
 def _writer(route: Optional["TableRoute"]) -> Any:
