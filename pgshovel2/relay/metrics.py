@@ -23,9 +23,9 @@ Every metric has the label ``set``. Scrape ``http://<address>:<port>/metrics``:
   outages and rebuilt relays, registry requests); ``heartbeat``: 1 while a logical set's heartbeat
   action query succeeds, 0 while it fails (pgshovel2/relay/heartbeat_action.py);
 - ``pgshovel2_relay_table_changes_total{table,op}``, ``pgshovel2_relay_table_bytes_total{table}``,
-  ``pgshovel2_relay_table_last_relayed_timestamp_seconds{table}``: per table (``schema.table``, a part quoted when it holds a dot or a quote)
-  its changes by op, their messages' bytes and when a Kafka commit last carried one
-  (pgshovel2/relay/table_tally.py).
+  ``pgshovel2_relay_table_last_relayed_timestamp_seconds{table}``: per table (``schema.table``,
+  a part quoted when it holds a dot or a quote) its changes by op, their messages' bytes and
+  when a Kafka commit last carried one (pgshovel2/relay/table_tally.py).
 
 The endpoint listens on 127.0.0.1 unless ``--metrics-address`` says otherwise; it can serve
 HTTPS (``--metrics-tls-cert``/``--metrics-tls-key``) and ask for basic auth
