@@ -14,8 +14,8 @@ import time
 from pgshovel2.catalog import Column, Table
 from pgshovel2.codec import avro
 from pgshovel2.codec.rows import RowEncoder
-from pgshovel2.relay.debezium import DebeziumEnvelope, SourceInfo
-from pgshovel2.relay.envelopes import Context, RowEnvelope, TxnOrder
+from pgshovel2.relay.emit.debezium import DebeziumEnvelope, SourceInfo
+from pgshovel2.relay.emit.envelopes import Context, RowEnvelope, TxnOrder
 
 COLUMNS = [("id", "bigint", "int8", None, None), ("qty", "integer", "int4", None, None),
            ("name", "text", "text", None, None), ("code", "character varying(32)", "varchar", None, None),

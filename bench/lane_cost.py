@@ -26,8 +26,9 @@ import time
 from bench.codec_cost import ROW, TABLE, envelope
 from bench.common import BOOTSTRAP, save_result
 from pgshovel2.codec import native, textforms
-from pgshovel2.relay.emitter import Emitter, TableRoute
-from pgshovel2.relay.record_decoder import RecordDecoder
+from pgshovel2.relay.emit.emitter import Emitter
+from pgshovel2.relay.emit.routes import TableRoute
+from pgshovel2.relay.logical.records import RecordDecoder
 from pgshovel2.relay.source import ChangeRun
 from pgshovel2.sinks.kafka import KafkaSink
 from pgshovel2.wire import LOGICAL, position_prefix

@@ -23,8 +23,8 @@ from pgshovel2.catalog import Column, Table
 from pgshovel2.codec import avro
 from pgshovel2.codec.avro import AvroWriter
 from pgshovel2.codec.rows import RowEncoder
-from pgshovel2.relay.logical_source import RECORD_FORMAT, RecordDecoder
-from pgshovel2.relay.record_decoder import records
+from pgshovel2.relay.logical.records import records
+from pgshovel2.relay.logical.source import RECORD_FORMAT, RecordDecoder
 
 _TD_COLUMN = re.compile(r"(\w+)\[[^\]]+\]:('(?:[^']|'')*'|\S+)")
 

@@ -14,9 +14,9 @@ from bench.common import save_result
 from pgshovel2.catalog import Column, Table
 from pgshovel2.codec import textforms
 from pgshovel2.codec.rows import RowEncoder
-from pgshovel2.relay import pgoutput_relations
-from pgshovel2.relay.pgoutput_decoder import PgoutputDecoder, SetTable
-from pgshovel2.relay.relation_layout import RelationLayout
+from pgshovel2.relay.logical.pgoutput import relations as pgoutput_relations
+from pgshovel2.relay.logical.pgoutput.decoder import PgoutputDecoder, SetTable
+from pgshovel2.relay.logical.relation_layout import RelationLayout
 
 # (name, pg_type, kind, type OID, output text): bench/workloads.py's mixed table, one typical row
 COLUMNS = [("id", "bigint", "int8", 20, b"123456"), ("n", "integer", "int4", 23, b"42"),

@@ -24,7 +24,7 @@ import psycopg2.extras
 
 from bench import workloads
 from bench.common import DSN, prepare, save_result
-from pgshovel2.relay.stream_reader import stream_reader
+from pgshovel2.relay.logical.stream_reader import stream_reader
 
 SLOT, PUBLICATION, TABLE = "bench_read_slot", "bench_read_pub", "public.bench_read"
 
@@ -46,7 +46,7 @@ def teardown(cur) -> None:
 
 
 def read(messages: int, reader: str) -> dict:
-    """Reads messages messages of the slot with reader (``native``: relay/stream_reader.py's;
+    """Reads messages messages of the slot with reader (``native``: relay/logical/stream_reader.py's;
     ``psycopg2``: read_message): this thread's CPU µs per message, bytes per message."""
     conn = psycopg2.connect(DSN, connection_factory=psycopg2.extras.LogicalReplicationConnection)
     try:

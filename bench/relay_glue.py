@@ -22,7 +22,8 @@ from bench.common import BOOTSTRAP
 from bench.pgoutput_decode import INSERT, TABLE, decoder
 from pgshovel2.codec import avro
 from pgshovel2.codec.rows import RowEncoder
-from pgshovel2.relay.emitter import Emitter, TableRoute
+from pgshovel2.relay.emit.emitter import Emitter
+from pgshovel2.relay.emit.routes import TableRoute
 from pgshovel2.relay.source import Change
 from pgshovel2.sinks.kafka import KafkaSink
 from pgshovel2.wire import LOGICAL, change_header_at, position_prefix

@@ -16,7 +16,7 @@ import re
 import subprocess
 
 from bench.common import BIN, DSN, ENV, create_set, drop_set, prepare, relay_running, unique
-from pgshovel2.relay.pgq_source import wait_caught_up
+from pgshovel2.relay.pgq.source import wait_caught_up
 
 COLUMNS = ('id int PRIMARY KEY, "person.name/sur" text, flag bool, r real, d float8, n numeric(12,4), '
            "nu numeric, ts timestamp, tz timestamptz, dt date, b bytea, j jsonb, ia int[], u uuid")

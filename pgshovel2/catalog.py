@@ -21,7 +21,7 @@ class Column:
     precision/scale: numeric type modifier, None when unconstrained.
     default: the Avro default of a column added by ALTER TABLE with a DEFAULT (the
     value PostgreSQL gives the rows that existed before, as JSON; see
-    pgshovel2.relay.schema_change), else None.
+    pgshovel2.relay.ddl.schema_change), else None.
     aliases: former column names (RENAME COLUMN while relayed), oldest first.
     """
 

@@ -4,7 +4,7 @@ the set's database every ``interval``, in a connection of its own, so a database
 tables see no writes still gets some the slot decodes (e.g. an upsert into a captured heartbeat
 table: its change reaches Kafka and consumers see the set alive). Parsed by :func:`parse` for
 :func:`pgshovel2.config.parse_config`, read back by :func:`from_record`; run by
-:mod:`pgshovel2.relay.heartbeat_action`.
+:mod:`pgshovel2.relay.monitor.heartbeat`.
 
 The relay's own heartbeat (a logical decoding message every ``--heartbeat-interval`` while idle)
 needs no configuration and keeps running alongside.

@@ -1,5 +1,5 @@
 """Write docs/metrics.rst, the reference of every Prometheus metric the relay exports, from the
-metric objects themselves (pgshovel2.relay.metrics), so the page cannot drift from the code
+metric objects themselves (pgshovel2.relay.monitor.metrics), so the page cannot drift from the code
 (tests/unit/test_metrics_doc.py fails when it does): ``python scripts/metrics_doc.py``."""
 
 import sys
@@ -15,7 +15,7 @@ HEADER = """Relay metrics
 
 ``pgshovel-kafka-relay --metrics-port N`` serves these at ``/metrics`` (Prometheus text format;
 HTTPS and basic auth: docs/security.rst). Every one carries the label ``set``. How each is
-measured: the docstring of ``pgshovel2/relay/metrics.py``. This page is generated from the metric
+measured: the docstring of ``pgshovel2/relay/monitor/metrics.py``. This page is generated from the metric
 objects by ``python scripts/metrics_doc.py``; a unit test fails when it is out of date.
 
 """
@@ -36,7 +36,7 @@ def _unit(name: str) -> str:
 
 
 def reference() -> str:
-    """The page's text: one table row per metric of pgshovel2.relay.metrics, in name order."""
+    """The page's text: one table row per metric of pgshovel2.relay.monitor.metrics, in name order."""
     found = sorted((m for m in vars(metrics).values() if isinstance(m, MetricWrapperBase)), key=lambda m: m._name)
     rows = [(_samples(m), m._type, _unit(m._name), ", ".join(f"``{label}``" for label in m._labelnames),
              m._documentation) for m in found]

@@ -30,8 +30,8 @@ from confluent_kafka import Producer
 from pgshovel2.catalog import Table
 from pgshovel2.cluster import ClusterStore
 from pgshovel2.ops.verify import read_topics, verify_set
-from pgshovel2.relay.logical_source import RECORD_FORMAT, RecordDecoder
-from pgshovel2.relay.record_decoder import records
+from pgshovel2.relay.logical.records import records
+from pgshovel2.relay.logical.source import RECORD_FORMAT, RecordDecoder
 from pgshovel2.relay.source import Change
 from pgshovel2.setrecord import SetRecord
 from pgshovel2.sinks.kafka import PARTITIONER

@@ -18,7 +18,7 @@ from pgshovel2 import backends
 from pgshovel2.cluster import ClusterStore
 from pgshovel2.errors import RelayError
 from pgshovel2.ops.verify import compare, rebuild
-from pgshovel2.relay import setup
+from pgshovel2.relay.emit import routes as setup
 from pgshovel2.sinks.registry import SchemaRegistry
 from pgshovel2.wire import OP
 from tests.helpers import Decoder

@@ -4,7 +4,7 @@ them in the set's stream at a place after every change of theirs.
 The C capture's event trigger writes a table's end into the queue in the DROP TABLE's own
 transaction (``S`` with ``"dropped": true``, sql/capture). The PL/pgSQL capture (no event
 triggers without superuser) and logical decoding (nothing of a DROP in the change stream) have
-no such event: the relay finds dropped tables itself (:mod:`pgshovel2.relay.drop_watch`) and
+no such event: the relay finds dropped tables itself (:mod:`pgshovel2.relay.ddl.drop_watch`) and
 writes the marker here, in a transaction of its own that starts after the DROP committed, so it
 commits after every change of the table:
 

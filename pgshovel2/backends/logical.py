@@ -26,7 +26,7 @@ the identity's columns only, the others null, so every NOT NULL column that is n
 key is nullable in such a table's schemas too (docs/wire.rst, "Envelope debezium").
 
 Functions taking a cursor run in the caller's transaction and never commit. The relay
-streams the slot through :class:`pgshovel2.relay.logical_source.LogicalSource`.
+streams the slot through :class:`pgshovel2.relay.logical.source.LogicalSource`.
 """
 
 import dataclasses

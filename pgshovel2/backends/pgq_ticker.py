@@ -2,7 +2,7 @@
 
 pgqd (PgQ's daemon) ticks every queue (``pgq.ticker()``) and runs ``pgq.maint_operations()``
 (table rotation, vacuum of PgQ's tables, extra maintenance) every ``maint_period``. Managed
-databases have no pgqd, so the relay's source (pgshovel2.relay.pgq_source) ticks its own
+databases have no pgqd, so the relay's source (pgshovel2.relay.pgq.source) ticks its own
 queue once its last tick is older than the queue's ``ticker_max_lag`` plus
 :data:`TICK_MARGIN` seconds (none: the tick bounds the trigger backend's latency; where pgqd
 also ticks, ``pgq.ticker`` makes one tick of the two calls): each poll (:data:`POLL_SQL`) says

@@ -5,7 +5,7 @@ the caller decides atomicity. Triggers run ``pgshovel2.capture`` (our C trigger,
 sql/capture), or a PL/pgSQL function generated per table (:mod:`.plcapture`; TRUNCATE: ``pgshovel2_pl.capture``) when
 the set's capture kind is ``plpgsql``: one ROW trigger for INSERT/UPDATE/DELETE and one
 STATEMENT trigger for TRUNCATE per table. The relay reads the queue through
-:class:`pgshovel2.relay.pgq_source.PgqSource`.
+:class:`pgshovel2.relay.pgq.source.PgqSource`.
 """
 
 import json

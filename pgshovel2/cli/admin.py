@@ -19,7 +19,7 @@ from pgshovel2.cluster import ClusterStore
 from pgshovel2.kafkaconf import KafkaSettings
 from pgshovel2.ops import accept_ddl, admin, repoint, resnapshot, skip, status, upgrade, verify
 from pgshovel2.registryconf import RegistrySettings
-from pgshovel2.relay.online_request import DEFAULT_CHUNK_SIZE
+from pgshovel2.relay import DEFAULT_CHUNK_SIZE
 from pgshovel2.setrecord import SetRecord, TriggerCapture
 
 _LAZY = {"audit": "pgshovel2.cli.audit:audit", "bootstrap": "pgshovel2.cli.bootstrap:bootstrap",

@@ -27,10 +27,7 @@ from pgshovel2.cluster import ClusterStore
 from pgshovel2.errors import RelayError
 from pgshovel2.kafkaconf import KafkaSettings
 from pgshovel2.registryconf import RegistrySettings
-from pgshovel2.relay import metrics
-from pgshovel2.relay.logical_source import COMMIT_DELAY
-from pgshovel2.relay.options import RelayOptions
-from pgshovel2.relay.supervisor import run_elected
+from pgshovel2.relay import COMMIT_DELAY, RelayOptions, metrics, run_elected
 
 log = logging.getLogger("pgshovel2.relay")
 EXEC_ALLOCATOR = "exec-allocator"  # main's context object when it may re-execute the process
@@ -151,7 +148,7 @@ def main(set_name: str, zookeeper_hosts: str, cluster: str, kafka: KafkaSettings
 
 
 def _serve_metrics(port: int, address: str, cert: str | None, key: str | None, basic_auth: str | None) -> None:
-    """Start the metrics endpoint (pgshovel2.relay.metrics.serve). Raises click.BadParameter for a
+    """Start the metrics endpoint (pgshovel2.relay.monitor.metrics.serve). Raises click.BadParameter for a
     certificate without key or a literal password on the command line, RelayError when it cannot
     listen or load the certificate, SecretReferenceError for an unresolvable reference."""
     if (cert is None) != (key is None):

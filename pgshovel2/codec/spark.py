@@ -52,7 +52,7 @@ class SparkColumn:
     aliases: the Avro field names of the column's former names (RENAME COLUMN while relayed),
     under which datums written before the rename carry its value;
     default: the value of rows written before the column was added (its Avro field's default;
-    pgshovel2.relay.schema_change), None when they read as null.
+    pgshovel2.relay.ddl.schema_change), None when they read as null.
     """
 
     name: str

@@ -3,7 +3,7 @@ relay cannot follow compatibly.
 
 The relay stops at such a change (docs/wire.rst, "DDL on captured tables"): everything before it
 is in Kafka, and it waits there, recording where in ZooKeeper (``relay/ddl_stop``,
-:mod:`pgshovel2.relay.ddl_gate`). This command checks that the relay waits at a DDL of TABLE and
+:mod:`pgshovel2.relay.ddl.gate`). This command checks that the relay waits at a DDL of TABLE and
 that the decision covers it, then records the decision (``relay/ddl_decision``: table, position,
 mode, who, when, why). The waiting relay (or the next one to start) applies it exactly at the
 change:
@@ -31,8 +31,7 @@ from pgshovel2.catalog import Table
 from pgshovel2.cluster import ClusterStore
 from pgshovel2.db import connect
 from pgshovel2.errors import RequestError
-from pgshovel2.relay import ddl_gate
-from pgshovel2.relay.schema_change import NEW_TOPIC, SCHEMA
+from pgshovel2.relay import NEW_TOPIC, SCHEMA, ddl_gate
 from pgshovel2.setrecord import SetRecord
 
 _KEY_SQL = """

@@ -39,7 +39,7 @@ from pgshovel2.kafkaconf import Kafka
 from pgshovel2.ops import status, verify
 from pgshovel2.ops.audit import AuditError, TableDrift, differing_keys, in_rounds
 from pgshovel2.registryconf import Registry
-from pgshovel2.relay import setup
+from pgshovel2.relay import table_routes
 from pgshovel2.setrecord import SetRecord, SlotCapture
 from pgshovel2.sinks.registry import SchemaRegistry
 from pgshovel2.txids import TxidSnapshot
@@ -80,7 +80,7 @@ def audit(store: ClusterStore, record: SetRecord, bootstrap: Kafka, registry_url
     unreachable), ConsumerError (an undecodable key).
     """
     registry = SchemaRegistry(registry_url, max_wait=30) if registry_url else None
-    routes, _ = setup.routes(record, registry)
+    routes, _ = table_routes(record, registry)
     decoder = Decoder(registry_url)
     return in_rounds(lambda: _round(store, record, routes, decoder, bootstrap, timeout), rounds, pause)
 

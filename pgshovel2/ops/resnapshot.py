@@ -1,7 +1,7 @@
 """``pgshovel set snapshot``: request, pause, resume, cancel and show a set's online snapshot.
 
-The request is a versioned znode of the set (:mod:`pgshovel2.relay.online_request`); the set's
-active relay carries it out (:mod:`pgshovel2.relay.online_snapshot`) and records its progress in
+The request is a versioned znode of the set (:mod:`pgshovel2.relay.snapshot.request`); the set's
+active relay carries it out (:mod:`pgshovel2.relay.snapshot.online`) and records its progress in
 its committed position and, for ``set status``, in its ``online_snapshot`` relay record.
 """
 
@@ -15,8 +15,7 @@ from pgshovel2.catalog import Table
 from pgshovel2.cluster import ClusterStore
 from pgshovel2.db import connect
 from pgshovel2.errors import RequestError
-from pgshovel2.relay import online_request
-from pgshovel2.relay.online_request import ACTIVE, CANCELLED, DONE, FAILED, PAUSED, SnapshotRequest
+from pgshovel2.relay import ACTIVE, CANCELLED, DONE, FAILED, PAUSED, SnapshotRequest, online_request
 from pgshovel2.setrecord import SetRecord
 
 

@@ -10,14 +10,14 @@
   committed after it;
 - the relay's connection state to Kafka, PostgreSQL and the schema registry: up or down since
   when, with the last error and its time (ZooKeeper ``relay/connections``, written by the relay
-  on each change of state: pgshovel2.relay.connections);
+  on each change of state: pgshovel2.relay.monitor.connections);
 - read_committed end offsets of the set's topics (Kafka);
 - a logical set's slot: whether it survives a failover (pgshovel2.backends.slot_failover:
   a failover slot on PostgreSQL 17+, synced to the standby given with ``--standby``);
 - partitioned tables: the partitions (and tables) lacking the set's TRUNCATE trigger
   (pgshovel2.backends.partitions.lacking), whose TRUNCATE would not reach Kafka, and the
   partitions that joined or left without their rows relayed where no event trigger does it
-  (ZooKeeper ``relay/partitions``, pgshovel2.relay.partition_moves).
+  (ZooKeeper ``relay/partitions``, pgshovel2.relay.ddl.partition_moves).
 """
 
 import shlex

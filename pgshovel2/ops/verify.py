@@ -32,8 +32,7 @@ from pgshovel2.errors import RelayError
 from pgshovel2.kafkaconf import Kafka
 from pgshovel2.ops.verify_forms import CurrentForm, describe
 from pgshovel2.registryconf import Registry
-from pgshovel2.relay import setup
-from pgshovel2.relay.envelopes import Envelope
+from pgshovel2.relay import Envelope, table_routes
 from pgshovel2.setrecord import SetRecord
 from pgshovel2.sinks.registry import SchemaRegistry
 
@@ -282,7 +281,7 @@ def verify_set(record: SetRecord, bootstrap: Kafka, registry_url: Registry | Non
     The source must be quiescent and the relay caught up for the comparison to be meaningful.
     """
     registry = SchemaRegistry(registry_url, max_wait=30) if registry_url else None
-    routes, _ = setup.routes(record, registry)
+    routes, _ = table_routes(record, registry)
     txn_topic = record.topics.transactions
     txn_decode = txn_decoder(record)
     topics = [r.topic for r in routes.values()]

@@ -13,22 +13,22 @@ from pgshovel2.codec import native
 from pgshovel2.codec.rows import as_values
 from pgshovel2.db import connect
 from pgshovel2.errors import RelayError, UnavailableError
-from pgshovel2.relay.connections import KAFKA, POSTGRESQL, REGISTRY, Connections
 from pgshovel2.relay.control import ControlEvents
-from pgshovel2.relay.ddl_gate import DdlGate
-from pgshovel2.relay.drop_watch import DropWatch
+from pgshovel2.relay.ddl.drop_watch import DropWatch
+from pgshovel2.relay.ddl.gate import DdlGate
+from pgshovel2.relay.ddl.partition_moves import PartitionMoves
+from pgshovel2.relay.ddl.partition_watch import PartitionWatch
 from pgshovel2.relay.election import Leadership
-from pgshovel2.relay.emitter import Emitter
+from pgshovel2.relay.emit.emitter import Emitter
 from pgshovel2.relay.layout import Layout
-from pgshovel2.relay.logical_source import LogicalSource
+from pgshovel2.relay.logical.relation_layout import all_mode_tags
+from pgshovel2.relay.logical.source import LogicalSource
 from pgshovel2.relay.loop import Relay
-from pgshovel2.relay.online_snapshot import OnlineSnapshot
+from pgshovel2.relay.monitor.connections import KAFKA, POSTGRESQL, REGISTRY, Connections
 from pgshovel2.relay.options import RelayOptions
-from pgshovel2.relay.partition_moves import PartitionMoves
-from pgshovel2.relay.partition_watch import PartitionWatch
-from pgshovel2.relay.pgq_source import PgqSource
-from pgshovel2.relay.relation_layout import all_mode_tags
+from pgshovel2.relay.pgq.source import PgqSource
 from pgshovel2.relay.skips import Skips
+from pgshovel2.relay.snapshot.online import OnlineSnapshot
 from pgshovel2.relay.source import Source
 from pgshovel2.setrecord import SetRecord, SlotCapture
 from pgshovel2.sinks.kafka import KafkaSink
@@ -124,7 +124,7 @@ def check_privileges(record: SetRecord) -> None:
 
 
 def partition_watch(store: ClusterStore, record: SetRecord) -> PartitionWatch:
-    """The watch over the set's partitions (pgshovel2.relay.partition_watch), keeping what it saw in
+    """The watch over the set's partitions (pgshovel2.relay.ddl.partition_watch), keeping what it saw in
     the relay record ``partitions``."""
     name = record.name
     return PartitionWatch(record.relay_dsn, PartitionMoves(lambda: store.get_relay_record(name, "partitions"),
@@ -142,7 +142,7 @@ def _stopped(store: ClusterStore, set_name: str, position: str, what: dict) -> N
 
 
 def online_snapshot(store: ClusterStore, record: SetRecord, emitter: Emitter) -> OnlineSnapshot:
-    """The set's online snapshots (pgshovel2.relay.online_snapshot): request in ZooKeeper, chunks and
+    """The set's online snapshots (pgshovel2.relay.snapshot.online): request in ZooKeeper, chunks and
     watermarks on connections of their own, keys by the emitter's routes in effect. Raises
     UnavailableError when the database cannot be reached."""
     name = record.name

@@ -4,8 +4,8 @@
     Written by the capture extension's event trigger in the transaction of an
     ALTER TABLE / DROP TABLE of a captured table (sql/capture, ``pgshovel2.recapture``),
     by the PL/pgSQL capture at the first write after a layout change, or made by a logical
-    source from a new layout in the stream (:mod:`pgshovel2.relay.relation_layout`): row the
-    table's new captured layout (see :mod:`pgshovel2.relay.schema_change`), table the table tag,
+    source from a new layout in the stream (:mod:`pgshovel2.relay.logical.relation_layout`): row the
+    table's new captured layout (see :mod:`pgshovel2.relay.ddl.schema_change`), table the table tag,
     before the statement. The relay registers the table's new schemas and stores the result
     as the set's next version in ZooKeeper, with a ``change`` field ``{"kind": "ddl", "table",
     "statement", "txid", "tick", "ordinal"}`` (tick: the unit of the event's position, the PgQ
@@ -17,12 +17,12 @@
     in the transaction that replaces the triggers: ev_data ``{"version": N}``; the record
     of version N is in the set's ZooKeeper history before the event is visible. Logical sets
     also carry the relay's own marker of a dropped table as one (``{"dropped": tag, ...}``:
-    :mod:`pgshovel2.relay.drop_watch`).
+    :mod:`pgshovel2.relay.ddl.drop_watch`).
 
 Both switch the relay's routes exactly at the event: events before it were captured
 in the old layout, events after it in the new one. A change the rules cannot follow raises
 SchemaChangeError; the loop then waits for the operator's decision
-(:mod:`pgshovel2.relay.ddl_gate`) and calls :meth:`ControlEvents.accept` with it.
+(:mod:`pgshovel2.relay.ddl.gate`) and calls :meth:`ControlEvents.accept` with it.
 """
 
 import logging
@@ -33,8 +33,9 @@ from pgshovel2 import failpoints
 from pgshovel2.catalog import Table
 from pgshovel2.cluster import ClusterStore
 from pgshovel2.errors import ClusterError, SchemaChangeError, SchemaRejectedError, UnavailableError
-from pgshovel2.relay import schema_change, setup
-from pgshovel2.relay.emitter import TableRoute
+from pgshovel2.relay.ddl import schema_change
+from pgshovel2.relay.emit import routes as emit_routes
+from pgshovel2.relay.emit.routes import TableRoute
 from pgshovel2.relay.source import SET_VERSION, Control
 from pgshovel2.setrecord import SetRecord
 from pgshovel2.sinks.registry import SchemaRegistry
@@ -142,7 +143,7 @@ class ControlEvents:
 
     def accept(self, record: SetRecord, ev: Control, decision: dict) -> Switch:
         """The switch of an incompatible ``S`` event an operator accepted (decision:
-        :mod:`pgshovel2.relay.ddl_gate`, mode ``schema`` or ``new-topic``). Raises
+        :mod:`pgshovel2.relay.ddl.gate`, mode ``schema`` or ``new-topic``). Raises
         SchemaChangeError when the decision does not cover the change (a key change accepted
         without a new topic)."""
         statement = str(ev.before or "")
@@ -189,7 +190,7 @@ class ControlEvents:
         table = stored.table(tag)
         if table is None:
             return Switch(stored, None, _mark(TABLE_DROPPED, record.topic(record.table(tag))), dropped=tag)
-        route = setup.table_route(stored, table, self.registry)
+        route = emit_routes.table_route(stored, table, self.registry)
         return self._switch(record, stored, tag, route)
 
     def _switch(self, record: SetRecord, new: SetRecord, tag: str, route: TableRoute) -> Switch:
@@ -232,7 +233,7 @@ class ControlEvents:
         new = self._stored(record, change) or self._store(record, new_record, change)
         log.info("table %s is %s.%s now: set %r at version %d", tag, relation[0], relation[1], self.set_name,
                  new.version)
-        return Switch(new, setup.table_route(new, table, self.registry))
+        return Switch(new, emit_routes.table_route(new, table, self.registry))
 
     def _route(self, record: SetRecord, table: Table, statement: str, forced: bool = False) -> TableRoute:
         """table's route in record, its schemas registered: under BACKWARD compatibility, or (forced:
@@ -243,12 +244,12 @@ class ControlEvents:
             if avro and forced:
                 self.registry.set_compatibility(subject, "NONE")
                 try:
-                    return setup.table_route(record, table, self.registry)
+                    return emit_routes.table_route(record, table, self.registry)
                 finally:
                     self.registry.require_backward(subject)
             if avro:
                 self.registry.require_backward(subject)
-            return setup.table_route(record, table, self.registry)
+            return emit_routes.table_route(record, table, self.registry)
         except SchemaRejectedError as exc:
             reason = f"the schema registry refused the new schema: {exc}"
             raise SchemaChangeError(schema_change.stop_message(self.set_name, table, statement, reason),

@@ -9,8 +9,9 @@ A relay starts in the layout of the set version its committed position was relay
 import logging
 from collections.abc import Callable
 
-from pgshovel2.relay import setup
-from pgshovel2.relay.emitter import Emitter, TableRoute
+from pgshovel2.relay.emit import routes as emit_routes
+from pgshovel2.relay.emit.emitter import Emitter
+from pgshovel2.relay.emit.routes import TableRoute
 from pgshovel2.setrecord import SetRecord
 from pgshovel2.sinks.registry import SchemaRegistry
 
@@ -36,7 +37,7 @@ class Layout:
 
     def create_topics(self) -> None:
         """Create the missing topics of the latest record (the positions topic among them)."""
-        self._ensure_topics(setup.topics(self._latest), self._latest)
+        self._ensure_topics(emit_routes.topics(self._latest), self._latest)
 
     def resume(self, version: int) -> None:
         """Use the layout of set version (0: the latest), building every route."""
@@ -58,7 +59,7 @@ class Layout:
         if route is not None:
             self.emitter.switch_table(route, record.version)
             return
-        self._ensure_topics(setup.topics(record), record)
-        routes, txn_writer = setup.routes(record, self.registry)
+        self._ensure_topics(emit_routes.topics(record), record)
+        routes, txn_writer = emit_routes.routes(record, self.registry)
         self.emitter.switch(routes, record.version, txn_writer)
         self.emitter.use_policy(record.config.oversized, record.topics.dead_letter)

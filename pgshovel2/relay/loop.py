@@ -28,22 +28,22 @@ from dataclasses import replace
 
 from pgshovel2 import failpoints
 from pgshovel2.errors import EncodeError, KeyLayoutError, RelayError, StopRequestedError
-from pgshovel2.relay import metrics
 from pgshovel2.relay.commit_clock import CommitClock
 from pgshovel2.relay.control import ControlEvents
-from pgshovel2.relay.ddl_gate import DdlGate
-from pgshovel2.relay.ddl_relay import DdlRelaying
-from pgshovel2.relay.drop_watch import DropWatch
+from pgshovel2.relay.ddl.drop_watch import DropWatch
+from pgshovel2.relay.ddl.gate import DdlGate
+from pgshovel2.relay.ddl.partition_watch import PartitionWatch
+from pgshovel2.relay.ddl.relaying import DdlRelaying
 from pgshovel2.relay.election import Leadership
-from pgshovel2.relay.initial_snapshot import emit_initial_snapshot
-from pgshovel2.relay.lane_relay import LaneRelaying
+from pgshovel2.relay.emit.oversized import readable_key
 from pgshovel2.relay.layout import Layout
-from pgshovel2.relay.online_snapshot import Emission, OnlineSnapshot, emit_chunk
+from pgshovel2.relay.monitor import metrics
+from pgshovel2.relay.monitor.progress import LagClock, Progress
 from pgshovel2.relay.options import RelayOptions
-from pgshovel2.relay.oversized import readable_key
-from pgshovel2.relay.partition_watch import PartitionWatch
-from pgshovel2.relay.progress import LagClock, Progress
+from pgshovel2.relay.runs import LaneRelaying
 from pgshovel2.relay.skips import Skips
+from pgshovel2.relay.snapshot.initial import emit_initial_snapshot
+from pgshovel2.relay.snapshot.online import Emission, OnlineSnapshot, emit_chunk
 from pgshovel2.relay.source import Begin, Change, ChangeRun, Commit, Control, Idle, Item, Source, TxnRun
 from pgshovel2.sinks.kafka import KafkaSink
 from pgshovel2.wire import Position, change_header_at, position_prefix
@@ -374,7 +374,7 @@ class Relay(LaneRelaying, DdlRelaying):
         metrics.BATCHES.labels(self.set_name).inc()
         metrics.CHANGES.labels(self.set_name).inc(self.changes - self._counted)
         self._counted = self.changes
-        self.emitter.tally.publish(self.set_name, time.time())
+        metrics.add_table_counts(self.set_name, self.emitter.tally.take(), time.time())
         return position
 
     def _check_leadership(self) -> None:

@@ -29,7 +29,7 @@ class RelayOptions:
     commit_delay (logical: 10 ms), so latency while the relay keeps up does not grow. Values
     below commit_delay count as commit_delay. commit_delay: logical backend, seconds from a
     transaction's end to its Kafka commit while changes keep coming (None: the source's, 10 ms;
-    pgshovel2.relay.logical_source.COMMIT_DELAY); a trigger set's Kafka transactions follow its
+    pgshovel2.relay.logical.source.COMMIT_DELAY); a trigger set's Kafka transactions follow its
     PgQ batches (the queue's ticker_max_lag) and ignore it.
     """
 

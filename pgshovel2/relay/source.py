@@ -5,12 +5,12 @@ A source turns a set's capture into one stream of items, in commit order:
 - :class:`Begin` -- a source transaction starts;
 - :class:`Change` -- one captured change (I/U/D/T) of that transaction;
 - :class:`ChangeRun` -- consecutive changes of that transaction in the source's raw form, for
-  the relay's native lane (:mod:`pgshovel2.relay.lane`); ``expand`` gives them as Changes;
+  the relay's native lane (:mod:`pgshovel2.relay.emit.lane`); ``expand`` gives them as Changes;
 - :class:`TxnRun` -- whole small transactions in the source's raw form, for the native lane;
   ``expand`` gives them as the items above;
 - :class:`Control` -- a control event in the stream (a set-version marker ``V`` or a
   schema change ``S``, :mod:`pgshovel2.relay.control`): no data, switches the layout; or an
-  online snapshot's watermark (``W``, or a ``V`` whose row has no version: :mod:`pgshovel2.relay.online_snapshot`);
+  online snapshot's watermark (``W``, or a ``V`` whose row has no version: :mod:`pgshovel2.relay.snapshot.online`);
 - :class:`Commit` -- the transaction ends (txid None: a point with no transaction of its
   own, e.g. an empty PgQ batch or a heartbeat of the slot);
 - :class:`Idle` -- nothing to read now.
@@ -24,7 +24,6 @@ calls :meth:`Source.ack` with it and the source may forget the unit.
 Sources never know Kafka; the loop never knows PgQ or slots.
 """
 
-from collections import deque
 from collections.abc import Callable, Iterator
 from typing import NamedTuple, Protocol
 
@@ -34,7 +33,7 @@ from pgshovel2.setrecord import SetRecord
 from pgshovel2.wire import Position
 
 SCHEMA_CHANGE, SET_VERSION = "S", "V"  # the control events' ops (pgshovel2.relay.control)
-# W: an online snapshot's watermark in a PgQ queue (pgshovel2.relay.online_snapshot)
+# W: an online snapshot's watermark in a PgQ queue (pgshovel2.relay.snapshot.online)
 CONTROL_OPS = frozenset({SCHEMA_CHANGE, SET_VERSION, WATERMARK_EVENT})
 RUN_MAX = 512  # records in one ChangeRun or TxnRun: how far a source reads ahead for the lane
 
@@ -96,70 +95,6 @@ class ChangeRun(NamedTuple):
     records: list
     tags: list[str] | None
     expand: Callable[["ChangeRun", int, int], list[Change]]
-
-
-class RunMaker:
-    """What a logical decoder (RecordDecoder, PgoutputDecoder) shares for ChangeRuns: its open
-    transaction (``_txid``, ``_ts_ms``, ``_unit``, ``_ordinal``: the next change's), its table
-    tags by record index (``tags``) and ``_expand`` (ChangeRun.expand)."""
-
-    _txid: int
-    _ts_ms: int
-    _unit: int
-    _ordinal: int
-    tags: list[str]
-    ends: deque[tuple[int, int]]  # (unit, LSN to confirm) of each transaction end and heartbeat read
-    last_lsn: int | None
-
-    def run(self, records: list) -> ChangeRun:
-        """The ChangeRun of records (each one the decoder's ``lane_record`` gave), the open
-        transaction's next changes."""
-        ordinal = self._ordinal
-        self._ordinal += len(records)
-        return ChangeRun(self._txid, self._ts_ms, self._unit, ordinal, records, self.tags, self._expand)
-
-    def whole_txns(self, records: list, txns: list["TxnBounds"]) -> "TxnRun | None":
-        """The TxnRun of the whole transactions txns over records (their change records, each one
-        ``lane_record`` gave); None when there is no transaction."""
-        return TxnRun(records, txns, True, self.tags, self.expand_txns) if txns else None
-
-    def scanned(self, result: tuple) -> "TxnReads":  # noqa: F821 (lane_reads imports this module)
-        """The TxnReads of a native scan's result (native/src/scan.rs: records, txns, ends, last_lsn,
-        partial, begin, msg, last): its ends and last_lsn taken on, then ended as txn_run ends,
-        through the decoder's ``_unfinished`` when begin opened a transaction the scan could not
-        finish, else ``_whole``."""
-        records, txns, ends, self.last_lsn, partial, begin, msg, last = result
-        self.ends.extend(ends)
-        if begin is not None:
-            return self._unfinished(records + partial, txns, len(records), begin, msg, last)
-        return self._whole(records, txns, msg, last)
-
-    def opening(self) -> list["Item"]:
-        """Items to give before the next run (the Begin of a transaction its first lane record
-        opened); none here: a decoder that opens transactions at their first change says so."""
-        return []
-
-    def feed(self, data: bytes, wal_start: int) -> list["Item"]:
-        """The items of one message of the stream; wal_start: its XLogData start LSN."""
-        raise NotImplementedError
-
-    def lane_record(self, data: bytes, lsn: int) -> object | None:
-        """The ChangeRun record of a message the native lane may take, else None."""
-        raise NotImplementedError
-
-    def expand_txns(self, run: "TxnRun", start: int, stop: int) -> list["Item"]:
-        """TxnRun.expand of a logical TxnRun: the items the source gives without TxnRuns for the
-        transactions run.txns[start:stop] (each its own unit): Begin, a ChangeRun, Commit."""
-        items: list[Item] = []
-        for txn in run.txns[start:stop]:
-            records = run.records[txn.start:txn.stop]
-            items += (Begin(txn.txid, txn.ts_ms, txn.unit, 0, txn.ts_us, txn.last_lsn),
-                      ChangeRun(txn.txid, txn.ts_ms, txn.unit, 0, records, run.tags, self._expand),
-                      Commit(txn.txid, txn.ts_ms, txn.unit, len(records), True))
-        return items
-
-    def _expand(self, run: ChangeRun, start: int, stop: int) -> list[Change]:
-        raise NotImplementedError
 
 
 class TxnBounds(NamedTuple):

@@ -21,11 +21,11 @@ from pgshovel2 import redact
 from pgshovel2.cluster import ClusterStore
 from pgshovel2.db import outage
 from pgshovel2.errors import FencedError, RelayError, StopRequestedError, UnavailableError
-from pgshovel2.relay import connections, metrics
 from pgshovel2.relay.build import build
-from pgshovel2.relay.connections import Connections
 from pgshovel2.relay.election import Leadership, LeadershipLostError, SetDroppedError, identity
-from pgshovel2.relay.heartbeat_action import HeartbeatAction
+from pgshovel2.relay.monitor import connections, metrics
+from pgshovel2.relay.monitor.connections import Connections
+from pgshovel2.relay.monitor.heartbeat import HeartbeatAction
 from pgshovel2.relay.options import RelayOptions
 
 log = logging.getLogger(__name__)
@@ -83,7 +83,7 @@ def supervise(store: ClusterStore, set_name: str, options: RelayOptions, stop: t
     leadership: the relay's election claim (checked before batches and
     commits), None to run without an election. Backoff starts at 1 s, doubles
     up to max_backoff (s), and resets after a minute of uninterrupted work.
-    states: the relay's connection states (pgshovel2.relay.connections; a new one kept in ZooKeeper
+    states: the relay's connection states (pgshovel2.relay.monitor.connections; a new one kept in ZooKeeper
     when None). Non-retryable errors propagate (LeadershipLostError among them).
     """
     totals, delay = totals or Totals(), 1.0
@@ -131,7 +131,7 @@ def supervise(store: ClusterStore, set_name: str, options: RelayOptions, stop: t
 
 
 def heartbeat_action(store: ClusterStore, set_name: str, states: Connections) -> HeartbeatAction | None:
-    """The set's heartbeat action query (pgshovel2.relay.heartbeat_action), started; None when its
+    """The set's heartbeat action query (pgshovel2.relay.monitor.heartbeat), started; None when its
     config has none. Its config is read when this relay becomes active."""
     record, _ = store.get_set(set_name)
     config = record.config.heartbeat

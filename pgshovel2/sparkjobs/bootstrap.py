@@ -273,14 +273,12 @@ class _KafkaWriter:
     backend), for the debezium envelope's source.lsn; None for the trigger backend."""
 
     def __init__(self, record: SetRecord, snap: ExportedSnapshot, options: BootstrapOptions):
-        from pgshovel2.relay import setup
-        from pgshovel2.relay.emitter import Emitter
-        from pgshovel2.relay.envelopes import SnapshotMarks
+        from pgshovel2.relay import Emitter, SnapshotMarks, table_routes
         from pgshovel2.sinks.kafka import KafkaSink
         from pgshovel2.sinks.registry import SchemaRegistry
 
         registry = SchemaRegistry(options.registry_url, max_wait=60) if options.registry_url else None
-        routes, txn_writer = setup.routes(record, registry)
+        routes, txn_writer = table_routes(record, registry)
         self.sink = KafkaSink(options.bootstrap_servers,
                               f"pgshovel2.bootstrap.{record.name}.{uuid.uuid4().hex[:8]}")
         self.sink.start()

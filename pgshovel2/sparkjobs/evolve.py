@@ -11,7 +11,7 @@ values still arrive in the batch's earlier rows). Against the Iceberg table:
   carry any more: ``RENAME COLUMN`` (the relay records a rename by attnum, both backends);
 - any other new field: ``ADD COLUMN`` (nullable in Iceberg). The rows already there get the
   field's default (the value PostgreSQL gives them; a column added with a DEFAULT, see
-  pgshovel2.relay.schema_change) by an ``UPDATE ... WHERE c IS NULL``, recorded first in the
+  pgshovel2.relay.ddl.schema_change) by an ``UPDATE ... WHERE c IS NULL``, recorded first in the
   table property ``pgshovel.fill`` so that a restart between the two commits still makes it;
   a batch's own rows written before the ADD read the default too (spark_codec.physical_row);
 - a dropped column stays in the Iceberg table: rows written by later changes have null in it.

@@ -136,7 +136,7 @@ class Position:
     skipped (and always for logical). set_version: the set version in effect at this
     position (0: unknown); batch_version: the one in effect at the start of unit, from which
     a restart replays a partly committed unit (0: as set_version). snapshot: the progress of
-    the online snapshot committed with this position (:mod:`pgshovel2.relay.online_snapshot`:
+    the online snapshot committed with this position (:mod:`pgshovel2.relay.snapshot.online`:
     ``{id, table, last_key, chunk, rows, done}``), None when none ran (records written before
     online snapshots have no such field and decode as None).
     """

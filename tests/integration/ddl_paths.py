@@ -95,7 +95,7 @@ def wait_stopped(stack, cluster: str, set_name: str, relay, timeout: float = 60)
     deadline = time.monotonic() + timeout
     with ClusterStore(stack.zk, cluster) as store:
         while True:
-            stop = store.get_relay_record(set_name, "ddl_stop")  # relay/ddl_gate.py STOP
+            stop = store.get_relay_record(set_name, "ddl_stop")  # relay/ddl/gate.py STOP
             if stop is not None:
                 return stop
             assert relay.proc.poll() is None, relay.log()

@@ -165,7 +165,7 @@ def test_debezium_refuses_what_cannot_work(stack, cluster, db, schema, tmp_path,
 @pytest.mark.parametrize("decoder", ["pgshovel2", "pgoutput"])
 def test_debezium_default_identity_added_column(stack, cluster, db, schema, tmp_path, relay_factory, decoder):
     """A NOT NULL fixed-length column added while relayed is optional in the new value schema too
-    (pgshovel2.relay.relation_layout): a DELETE's before holds it as null, and the relay goes on.
+    (pgshovel2.relay.logical.relation_layout): a DELETE's before holds it as null, and the relay goes on.
     (No set verify here: it decodes a debezium Avro topic with the last layout's schema only.)"""
     t = f'"{schema}".t'
     with db.cursor() as cur:

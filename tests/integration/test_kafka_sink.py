@@ -140,7 +140,7 @@ def test_a_relay_fenced_before_its_commit_is_told_so_by_the_commit(stack, produc
 
 def test_an_undelivered_message_fails_the_commit_naming_it(stack, producer_kind):
     """Kafka refused the message as too large (the sink's own produce does not check sizes: the
-    relay's emitter does, pgshovel2.relay.oversized): an error that is not retried, naming it."""
+    relay's emitter does, pgshovel2.relay.emit.oversized): an error that is not retried, naming it."""
     topic = new_topic(stack, {"max.message.bytes": "2000"}, partitions=1)
     sink = KafkaSink(stack.bootstrap)  # idempotent-only: the delivery report is what tells
     try:

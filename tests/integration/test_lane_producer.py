@@ -13,7 +13,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
 from pgshovel2.codec import avro
 from pgshovel2.config import TopicsConfig
-from pgshovel2.relay.emitter import Emitter
+from pgshovel2.relay.emit.emitter import Emitter
 from pgshovel2.sinks.kafka import KafkaSink
 from pgshovel2.wire import LOGICAL, change_header_at, position_prefix
 from tests.unit.test_lane import TXID, UNIT, UNKEYED, ListSink, decoder, route, trigger_rows, workload

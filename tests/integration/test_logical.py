@@ -20,8 +20,8 @@ import pytest
 from pgshovel2 import names
 from pgshovel2.cluster import ClusterStore
 from pgshovel2.ops.verify import read_topics
-from pgshovel2.relay.logical_source import RECORD_FORMAT, LogicalSource
-from pgshovel2.relay.record_decoder import records
+from pgshovel2.relay.logical.records import records
+from pgshovel2.relay.logical.source import RECORD_FORMAT, LogicalSource
 from pgshovel2.relay.source import Change, Commit, Idle
 from pgshovel2.setrecord import slot_name
 from pgshovel2.wire import LOGICAL, Position
@@ -132,7 +132,7 @@ def test_waiting_for_a_relay_that_has_not_started_yet(stack, cluster, db, schema
 
 def test_a_keepalive_mid_transaction_confirms_nothing_unrelayed(stack, cluster, db, schema, tmp_path, relay):
     """psycopg2 moves its flush position to a keepalive's WAL end once the position confirmed has
-    reached the start of the last message read (relay/feedback_keeper.py). T2 began before T1,
+    reached the start of the last message read (relay/logical/feedback.py). T2 began before T1,
     which is confirmed; T3 is received and not acknowledged (not in Kafka yet); then the reader
     stalls inside T2 past wal_sender_timeout / 2 (as the loop does while Kafka takes no more
     messages), so the walsender asks with a keepalive carrying a WAL end past T3 unless the source

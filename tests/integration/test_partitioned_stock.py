@@ -1,7 +1,7 @@
 """Partitioned tables on stock servers (tests/stock.py: PGSHOVEL2_TEST_STOCK, default 14 and 17;
 ``make test-matrix``: 14, 16, 17, 18), as the non-superuser app role: the paths that run there,
 trigger with PL/pgSQL capture and logical with pgoutput. No event triggers there: the relay gives
-partitions created or attached later their TRUNCATE trigger (pgshovel2.relay.partition_watch)."""
+partitions created or attached later their TRUNCATE trigger (pgshovel2.relay.ddl.partition_watch)."""
 
 import pytest
 

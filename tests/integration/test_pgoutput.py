@@ -17,8 +17,8 @@ from pgshovel2.catalog import Column, Table
 from pgshovel2.codec.rows import as_values
 from pgshovel2.errors import RelayError
 from pgshovel2.ops.verify import read_topics
-from pgshovel2.relay.pgoutput_decoder import PgoutputDecoder, SetTable
-from pgshovel2.relay.relation_layout import Redo, RelationLayout
+from pgshovel2.relay.logical.pgoutput.decoder import PgoutputDecoder, SetTable
+from pgshovel2.relay.logical.relation_layout import Redo, RelationLayout
 from pgshovel2.relay.source import Change
 from tests.helpers import RelayProcess, caught_up, pgshovel, write_config
 from tests.integration.sweep_types import OWN_TYPES, sweep_columns

@@ -1,4 +1,4 @@
-"""Reading the next PgQ batch ahead (pgshovel2.relay.pgq_ahead) against a real PgQ: the predicted
+"""Reading the next PgQ batch ahead (pgshovel2.relay.pgq.ahead) against a real PgQ: the predicted
 batch is the one PgQ then opens, with the very text of pgq.batch_event_sql, over merged and
 single-tick batches, a transaction that stayed open over many ticks and a table rotation; and a
 source that reads ahead relays a backlog of interleaved transactions exactly as one that does not,
@@ -11,8 +11,8 @@ from contextlib import contextmanager
 import psycopg2
 
 from pgshovel2.backends import pgq_ticker
-from pgshovel2.relay.pgq_ahead import predict
-from pgshovel2.relay.pgq_source import PgqSource
+from pgshovel2.relay.pgq.ahead import predict
+from pgshovel2.relay.pgq.source import PgqSource
 from pgshovel2.relay.source import Commit, Idle
 from pgshovel2.setrecord import TriggerCapture
 from pgshovel2.wire import TRIGGER, Position

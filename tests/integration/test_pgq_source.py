@@ -14,7 +14,7 @@ import pytest
 
 from pgshovel2.backends import pgq_ticker
 from pgshovel2.errors import FencedError
-from pgshovel2.relay.pgq_source import Batch, PgqSource, batch_gone
+from pgshovel2.relay.pgq.source import Batch, PgqSource, batch_gone
 from pgshovel2.relay.source import Change, Commit, Idle
 from pgshovel2.setrecord import TriggerCapture
 from pgshovel2.wire import TRIGGER, Position

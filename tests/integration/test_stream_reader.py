@@ -1,4 +1,4 @@
-"""The native reader of a replication stream (native/src/copy.rs, relay/stream_reader.py) on a
+"""The native reader of a replication stream (native/src/copy.rs, relay/logical/stream_reader.py) on a
 real slot: the same messages as psycopg2's read_message, keepalives that ask for a reply
 answered (and the connection dropped by the walsender when they are not), nothing confirmed by
 reading, and an error -- not None forever -- when the connection is closed or the stream ends."""
@@ -12,7 +12,7 @@ import pytest
 from psycopg2.extras import LogicalReplicationConnection
 
 from pgshovel2.codec import native
-from pgshovel2.relay.stream_reader import stream_reader
+from pgshovel2.relay.logical.stream_reader import stream_reader
 from tests.helpers import drop_slot
 
 pytestmark = pytest.mark.skipif(getattr(native.module(), "CopyReader", None) is None,

@@ -17,8 +17,8 @@ from pgshovel2.catalog import Column, Table
 from pgshovel2.codec import avro
 from pgshovel2.errors import SchemaRejectedError
 from pgshovel2.ops.verify import read_topics
-from pgshovel2.relay.logical_source import RECORD_FORMAT
-from pgshovel2.relay.record_decoder import records
+from pgshovel2.relay.logical.records import records
+from pgshovel2.relay.logical.source import RECORD_FORMAT
 from pgshovel2.setrecord import queue_name
 from pgshovel2.sinks.registry import SchemaRegistry
 from tests.helpers import RelayProcess, caught_up, pgshovel, write_config

@@ -8,7 +8,7 @@ import uuid
 import pytest
 
 from pgshovel2.cluster import ClusterStore
-from pgshovel2.relay.online_request import SnapshotRequest
+from pgshovel2.relay.snapshot.request import SnapshotRequest
 from tests.helpers import pgshovel, write_config
 from tests.online import wait_state
 

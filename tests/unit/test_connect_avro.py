@@ -15,8 +15,8 @@ from pgshovel2.codec import connect_avro
 from pgshovel2.codec.avro import AvroWriter
 from pgshovel2.codec.connect import row_struct
 from pgshovel2.consumer.decode import converter
-from pgshovel2.relay.debezium import DebeziumEnvelope, SourceInfo
-from pgshovel2.relay.envelopes import Context
+from pgshovel2.relay.emit.debezium import DebeziumEnvelope, SourceInfo
+from pgshovel2.relay.emit.envelopes import Context
 from pgshovel2.wire import raw_schema
 
 FIXTURE = Path(__file__).parent.parent / "fixtures" / "debezium-3.4.3.Final-postgres.json"

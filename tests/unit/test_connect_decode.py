@@ -10,8 +10,8 @@ from pgshovel2.codec.connect import ConnectRowEncoder, table_schemas
 from pgshovel2.codec.jsonvalue import JsonValue
 from pgshovel2.codec.rows import RowEncoder
 from pgshovel2.consumer.decode import Decoder
-from pgshovel2.relay.debezium import DebeziumEnvelope, SourceInfo
-from pgshovel2.relay.envelopes import Context
+from pgshovel2.relay.emit.debezium import DebeziumEnvelope, SourceInfo
+from pgshovel2.relay.emit.envelopes import Context
 from tests.unit.test_connect_values import CASES
 
 # iv: 1 mon 2 days 3.5 s is (730.5 + 48) h 3.5 s; bit strings come without leading zeros, unconstrained

@@ -1,6 +1,6 @@
-"""The relay's connection states (pgshovel2.relay.connections): published on a change only."""
+"""The relay's connection states (pgshovel2.relay.monitor.connections): published on a change only."""
 
-from pgshovel2.relay.connections import KAFKA, POSTGRESQL, Connections, lines
+from pgshovel2.relay.monitor.connections import KAFKA, POSTGRESQL, Connections, lines
 
 
 def test_published_on_change_only():

@@ -1,5 +1,5 @@
 """The reassembly state machine fed message data shaped like the relay's
-(pgshovel2.relay.emitter): no Kafka involved, so every ordering case can be
+(pgshovel2.relay.emit.emitter): no Kafka involved, so every ordering case can be
 built exactly."""
 
 import pytest

@@ -15,8 +15,8 @@ from pgshovel2.codec.rows import RowEncoder
 from pgshovel2.config import SetConfig, TableConfig
 from pgshovel2.consumer import Change, ConsumerError, Decoder, Transaction
 from pgshovel2.consumer.render import Pretty, change_json, ident, iso_ms, jsonable, literal
-from pgshovel2.relay.debezium import DebeziumEnvelope, SourceInfo
-from pgshovel2.relay.envelopes import Context, RowEnvelope, TxnOrder
+from pgshovel2.relay.emit.debezium import DebeziumEnvelope, SourceInfo
+from pgshovel2.relay.emit.envelopes import Context, RowEnvelope, TxnOrder
 from pgshovel2.setrecord import SetRecord
 from tests.unit.test_consumer_decode import RAW, Schemas, decoder
 from tests.unit.test_consumer_decode import avro as avro_value

@@ -1,4 +1,4 @@
-"""The relay's wait for the operator's decision on a DDL (pgshovel2.relay.ddl_gate), with a store
+"""The relay's wait for the operator's decision on a DDL (pgshovel2.relay.ddl.gate), with a store
 that keeps the relay records in a dict (the ZooKeeper side is tested in test_ddl_remedies.py)."""
 
 import threading
@@ -6,7 +6,7 @@ import threading
 import pytest
 
 from pgshovel2.errors import StopRequestedError
-from pgshovel2.relay.ddl_gate import DECISION, STOP, DdlGate, matches, stop_record
+from pgshovel2.relay.ddl.gate import DECISION, STOP, DdlGate, matches, stop_record
 
 
 class Records:

@@ -26,9 +26,10 @@ from pgshovel2.codec import avro
 from pgshovel2.codec.avro import AvroWriter
 from pgshovel2.codec.connect import ConnectRowEncoder, table_schemas
 from pgshovel2.codec.rows import RowEncoder
-from pgshovel2.relay.debezium import DebeziumEnvelope, SourceInfo
-from pgshovel2.relay.emitter import Emitter, TableRoute
-from pgshovel2.relay.envelopes import SnapshotMarks
+from pgshovel2.relay.emit.debezium import DebeziumEnvelope, SourceInfo
+from pgshovel2.relay.emit.emitter import Emitter
+from pgshovel2.relay.emit.envelopes import SnapshotMarks
+from pgshovel2.relay.emit.routes import TableRoute
 from pgshovel2.relay.source import Change
 from pgshovel2.wire import Lsn
 

@@ -17,8 +17,15 @@ import pytest
 from pgshovel2.catalog import Column, Table
 from pgshovel2.codec import avro, native
 from pgshovel2.codec.rows import RowEncoder
-from pgshovel2.relay.debezium import DebeziumEnvelope, SourceInfo, native_events
-from pgshovel2.relay.envelopes import SNAPSHOT_FALSE, SNAPSHOT_FIRST, SNAPSHOT_LAST, SNAPSHOT_TRUE, Context, TxnOrder
+from pgshovel2.relay.emit.debezium import DebeziumEnvelope, SourceInfo, native_events
+from pgshovel2.relay.emit.envelopes import (
+    SNAPSHOT_FALSE,
+    SNAPSHOT_FIRST,
+    SNAPSHOT_LAST,
+    SNAPSHOT_TRUE,
+    Context,
+    TxnOrder,
+)
 from tests.unit.test_native_codec import ARRAYS, TYPES, table, value
 
 UNKEYED = Table("s", "log é", (Column("msg", 1, "text", "text", False, True),

@@ -10,8 +10,9 @@ from pgshovel2.catalog import Column, Table
 from pgshovel2.codec.connect import ConnectRowEncoder, table_schemas
 from pgshovel2.codec.rows import RowEncoder
 from pgshovel2.consumer.decode import Decoder
-from pgshovel2.relay.debezium import DebeziumEnvelope, SourceInfo
-from pgshovel2.relay.emitter import Emitter, TableRoute
+from pgshovel2.relay.emit.debezium import DebeziumEnvelope, SourceInfo
+from pgshovel2.relay.emit.emitter import Emitter
+from pgshovel2.relay.emit.routes import TableRoute
 from pgshovel2.relay.source import Change
 
 TABLE = Table("s", "t", (Column("id", 1, "integer", "int4", False, False),), ("id",), "primary key")

@@ -1,4 +1,4 @@
-"""Debezium's unavailable.value.placeholder for unchanged TOASTed values (pgshovel2.relay.unavailable):
+"""Debezium's unavailable.value.placeholder for unchanged TOASTed values (pgshovel2.relay.emit.unavailable):
 which columns take it in each form, and the values an UPDATE's event carries in Connect JSON,
 schemaless JSON and Avro (the same capture-form values through every codec path)."""
 
@@ -13,9 +13,9 @@ from pgshovel2.codec import avro
 from pgshovel2.codec.avro import AvroWriter
 from pgshovel2.codec.connect import ConnectRowEncoder, table_schemas, unwrap
 from pgshovel2.codec.rows import RowEncoder
-from pgshovel2.relay import unavailable
-from pgshovel2.relay.debezium import DebeziumEnvelope, SourceInfo
-from pgshovel2.relay.envelopes import Context, TxnOrder
+from pgshovel2.relay.emit import unavailable
+from pgshovel2.relay.emit.debezium import DebeziumEnvelope, SourceInfo
+from pgshovel2.relay.emit.envelopes import Context, TxnOrder
 from pgshovel2.wire import raw_schema
 
 P = "__debezium_unavailable_value"

@@ -13,8 +13,8 @@ import pytest
 from pgshovel2.catalog import Column, Table
 from pgshovel2.codec import avro, jsonvalue, native
 from pgshovel2.consumer import Decoder, JsonValue
-from pgshovel2.relay.debezium import DebeziumEnvelope, SourceInfo
-from pgshovel2.relay.envelopes import Context, RowEnvelope, TxnOrder
+from pgshovel2.relay.emit.debezium import DebeziumEnvelope, SourceInfo
+from pgshovel2.relay.emit.envelopes import Context, RowEnvelope, TxnOrder
 from tests.unit.test_consumer_decode import Schemas
 from tests.unit.test_native_codec import encoders
 

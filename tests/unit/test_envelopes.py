@@ -14,10 +14,10 @@ from pgshovel2.codec import avro
 from pgshovel2.codec.avro import AvroWriter
 from pgshovel2.codec.rows import RowEncoder
 from pgshovel2.errors import EncodeError
-from pgshovel2.relay.debezium import DebeziumEnvelope, SourceInfo
-from pgshovel2.relay.emitter import Emitter, TableRoute
-from pgshovel2.relay.envelopes import Context, RowEnvelope, SnapshotMarks, TxnOrder
-from pgshovel2.relay.setup import database_name
+from pgshovel2.relay.emit.debezium import DebeziumEnvelope, SourceInfo
+from pgshovel2.relay.emit.emitter import Emitter
+from pgshovel2.relay.emit.envelopes import Context, RowEnvelope, SnapshotMarks, TxnOrder
+from pgshovel2.relay.emit.routes import TableRoute, database_name
 from pgshovel2.relay.source import Change
 
 # Trigger forms: ints as numbers, numeric as text, timestamptz as µs since 2000-01-01 UTC.

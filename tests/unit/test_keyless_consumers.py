@@ -13,8 +13,8 @@ from pgshovel2.codec.avro import AvroWriter
 from pgshovel2.codec.rows import RowEncoder
 from pgshovel2.consumer import Change, RowState, Transaction
 from pgshovel2.ops import verify
-from pgshovel2.relay.debezium import DebeziumEnvelope, SourceInfo
-from pgshovel2.relay.envelopes import Context, RowEnvelope, TxnOrder
+from pgshovel2.relay.emit.debezium import DebeziumEnvelope, SourceInfo
+from pgshovel2.relay.emit.envelopes import Context, RowEnvelope, TxnOrder
 
 LOG = Table("s", "log", (Column("msg", 1, "text", "text", False, True), Column("n", 2, "integer", "int4", False, True)),
             (), "none")

@@ -1,4 +1,4 @@
-"""The relay's native lane (pgshovel2.relay.lane) against the per-change path: the same change
+"""The relay's native lane (pgshovel2.relay.emit.lane) against the per-change path: the same change
 records of our output plugin give the same messages, headers (in order) and END counts whether
 they are taken one Change at a time (RecordDecoder.decode, Emitter.change) or as ChangeRuns
 (RecordDecoder.run, Emitter.change_run, with the records the lane leaves taken one at a time as
@@ -19,10 +19,11 @@ import pytest
 from pgshovel2.catalog import Column, Table
 from pgshovel2.codec import avro, native
 from pgshovel2.errors import EncodeError
-from pgshovel2.relay import pgq_runs
-from pgshovel2.relay.debezium import DebeziumEnvelope, SourceInfo
-from pgshovel2.relay.emitter import Emitter, TableRoute
-from pgshovel2.relay.record_decoder import RecordDecoder
+from pgshovel2.relay.emit.debezium import DebeziumEnvelope, SourceInfo
+from pgshovel2.relay.emit.emitter import Emitter
+from pgshovel2.relay.emit.routes import TableRoute
+from pgshovel2.relay.logical.records import RecordDecoder
+from pgshovel2.relay.pgq import runs as pgq_runs
 from pgshovel2.relay.source import Change, ChangeRun
 from pgshovel2.wire import LOGICAL, TRIGGER, change_header_at, position_prefix
 from tests.unit.test_debezium_native import Clock

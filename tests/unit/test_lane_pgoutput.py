@@ -1,4 +1,4 @@
-"""The relay's native lane for pgoutput (PgoutputDecoder.lane_record / run, pgshovel2.relay.lane)
+"""The relay's native lane for pgoutput (PgoutputDecoder.lane_record / run, pgshovel2.relay.emit.lane)
 against the per-change path: the same Insert/Update/Delete messages give the same messages,
 headers (in order), END counts and debezium event numbering whether each is fed to the decoder
 and relayed as a Change (Emitter.change) or gathered into ChangeRuns as the logical source
@@ -14,8 +14,8 @@ import random
 import struct
 
 from pgshovel2.codec import native
-from pgshovel2.relay.lane_reads import PG_EPOCH_US
-from pgshovel2.relay.pgoutput_decoder import PgoutputDecoder
+from pgshovel2.relay.logical.pgoutput.decoder import PgoutputDecoder
+from pgshovel2.relay.logical.runs import PG_EPOCH_US
 from pgshovel2.relay.source import Begin, Change
 from pgshovel2.wire import LOGICAL, position_prefix
 from tests.unit.test_lane import TXID, UNIT, emitter, every_form, relay_change, relay_run, route

@@ -11,8 +11,8 @@ from pgshovel2.catalog import Column, Table
 from pgshovel2.codec import native
 from pgshovel2.config import SetConfig, TableConfig
 from pgshovel2.errors import RelayError
-from pgshovel2.relay.lane_reads import PG_EPOCH_US
-from pgshovel2.relay.record_decoder import PackReader, RecordDecoder, records
+from pgshovel2.relay.logical.records import PackReader, RecordDecoder, records
+from pgshovel2.relay.logical.runs import PG_EPOCH_US
 from pgshovel2.relay.source import Begin, Change, Commit
 from pgshovel2.setrecord import slot_name
 from pgshovel2.wire import LOGICAL, Lsn, change_header, parse_header, snapshot_header

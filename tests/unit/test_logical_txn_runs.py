@@ -20,10 +20,10 @@ from typing import NamedTuple
 import pytest
 
 from pgshovel2.codec import native
-from pgshovel2.relay.lane_reads import PG_EPOCH_US
-from pgshovel2.relay.logical_source import LogicalSource
-from pgshovel2.relay.pgoutput_decoder import PgoutputDecoder
-from pgshovel2.relay.record_decoder import BEGIN_FIELDS, COMMIT_FIELDS, RecordDecoder, pack_reader
+from pgshovel2.relay.logical.pgoutput.decoder import PgoutputDecoder
+from pgshovel2.relay.logical.records import BEGIN_FIELDS, COMMIT_FIELDS, RecordDecoder, pack_reader
+from pgshovel2.relay.logical.runs import PG_EPOCH_US
+from pgshovel2.relay.logical.source import LogicalSource
 from pgshovel2.relay.source import Change, ChangeRun, Idle, Lag, TxnRun
 from pgshovel2.wire import LOGICAL, Position, position_prefix
 from tests.unit.test_lane import TXID, UNIT, UNKEYED, every_form, record, workload

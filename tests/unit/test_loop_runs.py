@@ -16,7 +16,7 @@ from collections import defaultdict
 import pytest
 
 from pgshovel2.codec import native
-from pgshovel2.relay.record_decoder import RecordDecoder
+from pgshovel2.relay.logical.records import RecordDecoder
 from pgshovel2.relay.source import Change, Idle
 from pgshovel2.wire import Position
 from tests.unit.test_lane import record

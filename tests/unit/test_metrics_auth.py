@@ -1,4 +1,4 @@
-"""The relay's metrics endpoint with TLS and basic auth (pgshovel2.relay.metrics.serve, issue #67
+"""The relay's metrics endpoint with TLS and basic auth (pgshovel2.relay.monitor.metrics.serve, issue #67
 item 8): it answers only with the credentials, and only over TLS when given a certificate."""
 
 import http.client
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from pgshovel2.relay import metrics
+from pgshovel2.relay.monitor import metrics
 
 REPO = Path(__file__).resolve().parent.parent.parent
 

@@ -15,8 +15,8 @@ import pytest
 from pgshovel2.catalog import Column, Table
 from pgshovel2.codec import avro, native
 from pgshovel2.codec.rows import RowEncoder, loads_row
-from pgshovel2.relay.debezium import DebeziumEnvelope, SourceInfo
-from pgshovel2.relay.envelopes import Context, RowEnvelope, TxnOrder
+from pgshovel2.relay.emit.debezium import DebeziumEnvelope, SourceInfo
+from pgshovel2.relay.emit.envelopes import Context, RowEnvelope, TxnOrder
 
 I32, I64 = 2**31 - 1, 2**63 - 1
 UNICODE = "é€😀\u2028\x00\x1f\"\\/\n\t ÿ中"

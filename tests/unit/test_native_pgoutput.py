@@ -20,11 +20,11 @@ from pgshovel2.catalog import Column, Table
 from pgshovel2.codec import avro, native, textforms
 from pgshovel2.codec.rows import as_values
 from pgshovel2.consumer.pgtext import date_text, float4_text, float8_text, timestamp_text
-from pgshovel2.relay import pgoutput_relations
-from pgshovel2.relay.debezium import DebeziumEnvelope, SourceInfo
-from pgshovel2.relay.envelopes import RowEnvelope
-from pgshovel2.relay.pgoutput_decoder import PgoutputDecoder, SetTable
-from pgshovel2.relay.relation_layout import RelationLayout
+from pgshovel2.relay.emit.debezium import DebeziumEnvelope, SourceInfo
+from pgshovel2.relay.emit.envelopes import RowEnvelope
+from pgshovel2.relay.logical.pgoutput import relations as pgoutput_relations
+from pgshovel2.relay.logical.pgoutput.decoder import PgoutputDecoder, SetTable
+from pgshovel2.relay.logical.relation_layout import RelationLayout
 from pgshovel2.relay.source import Change
 from tests.unit.pgoutput_bytes import tuple_data
 from tests.unit.test_native_codec import ARRAYS, TYPES, UNICODE, _json_text, encoders, native_messages, python_messages

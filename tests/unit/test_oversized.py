@@ -1,4 +1,4 @@
-"""The oversized policy (pgshovel2.relay.oversized) through the Emitter, with a sink that keeps what
+"""The oversized policy (pgshovel2.relay.emit.oversized) through the Emitter, with a sink that keeps what
 it is given and a small limit: every message of a change is checked before any is produced; fail
 names set, table, key, size and limit; dead-letter chunks the message and leaves a placeholder;
 truncate cuts the named columns until the message fits; the native lane leaves an oversized
@@ -13,10 +13,11 @@ from pgshovel2.catalog import Column, Table
 from pgshovel2.codec import avro, native, temporal
 from pgshovel2.config import OversizedConfig, parse_config
 from pgshovel2.errors import ConfigError, EncodeError
-from pgshovel2.relay.debezium import DebeziumEnvelope, SourceInfo
-from pgshovel2.relay.emitter import Emitter, TableRoute
-from pgshovel2.relay.lane import TableLanes
-from pgshovel2.relay.oversized import OversizedError, usable
+from pgshovel2.relay.emit.debezium import DebeziumEnvelope, SourceInfo
+from pgshovel2.relay.emit.emitter import Emitter
+from pgshovel2.relay.emit.lane import TableLanes
+from pgshovel2.relay.emit.oversized import OversizedError, usable
+from pgshovel2.relay.emit.routes import TableRoute
 from pgshovel2.relay.source import Change
 from tests.unit.test_native_codec import encoders
 

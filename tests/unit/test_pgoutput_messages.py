@@ -5,7 +5,7 @@ import struct
 import pytest
 
 from pgshovel2.errors import RelayError
-from pgshovel2.relay import pgoutput_messages as pm
+from pgshovel2.relay.logical.pgoutput import messages as pm
 from tests.unit.pgoutput_bytes import tuple_data
 
 

@@ -6,7 +6,7 @@ import struct
 import pytest
 
 from pgshovel2.errors import RelayError
-from pgshovel2.relay.pgoutput_stream import StreamAssembler, protocol_version
+from pgshovel2.relay.logical.pgoutput.stream import StreamAssembler, protocol_version
 
 TOP, SUB_A, SUB_B = 700, 701, 702
 

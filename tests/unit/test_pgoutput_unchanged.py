@@ -9,9 +9,9 @@ import pytest
 from pgshovel2.catalog import Column, Table
 from pgshovel2.codec.rows import as_values
 from pgshovel2.codec.textforms import converter
-from pgshovel2.relay import pgoutput_relations
-from pgshovel2.relay.pgoutput_decoder import PgoutputDecoder, Redo, SetTable
-from pgshovel2.relay.relation_layout import RelationLayout
+from pgshovel2.relay.logical.pgoutput import relations as pgoutput_relations
+from pgshovel2.relay.logical.pgoutput.decoder import PgoutputDecoder, Redo, SetTable
+from pgshovel2.relay.logical.relation_layout import RelationLayout
 from tests.unit.pgoutput_bytes import tuple_data
 
 TABLE = Table("s", "t", (Column("id", 1, "integer", "int4", False, False),

@@ -1,9 +1,9 @@
-"""PgQ's choice of a batch's last tick and its batch SQL, as pgshovel2.relay.pgq_ahead predicts them
+"""PgQ's choice of a batch's last tick and its batch SQL, as pgshovel2.relay.pgq.ahead predicts them
 (tests/integration/test_pgq_ahead.py compares them with PgQ's own)."""
 
 import pytest
 
-from pgshovel2.relay.pgq_ahead import batch_sql, choose_tick, event_tables
+from pgshovel2.relay.pgq.ahead import batch_sql, choose_tick, event_tables
 
 
 @pytest.mark.parametrize(("merged", "latest_events", "expected"), [

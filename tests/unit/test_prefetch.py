@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from pgshovel2.relay.prefetch import prefetch
+from pgshovel2.relay.pgq.prefetch import prefetch
 
 
 def test_items_arrive_in_order_from_another_thread():

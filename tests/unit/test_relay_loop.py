@@ -18,11 +18,11 @@ from pgshovel2.catalog import Column, Table
 from pgshovel2.config import SetConfig, TableConfig
 from pgshovel2.errors import UnavailableError
 from pgshovel2.relay.control import Switch
-from pgshovel2.relay.emitter import Emitter
+from pgshovel2.relay.emit.emitter import Emitter
 from pgshovel2.relay.layout import Layout
 from pgshovel2.relay.loop import Relay
-from pgshovel2.relay.online_snapshot import OnlineSnapshot
 from pgshovel2.relay.options import RelayOptions
+from pgshovel2.relay.snapshot.online import OnlineSnapshot
 from pgshovel2.relay.source import Begin, Change, Commit, Control, Idle, Lag
 from pgshovel2.setrecord import SetRecord
 from pgshovel2.wire import LOGICAL, TRIGGER, Position, parse_header

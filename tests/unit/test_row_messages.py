@@ -9,8 +9,8 @@ import pytest
 from pgshovel2.catalog import Column, Table
 from pgshovel2.codec import textforms
 from pgshovel2.errors import RelayError
-from pgshovel2.relay.pgoutput_relations import SetTable
-from pgshovel2.relay.row_messages import rows
+from pgshovel2.relay.logical.pgoutput.relations import SetTable
+from pgshovel2.relay.logical.pgoutput.rows import rows
 
 TABLE = Table("s", "orders", (Column("id", 1, "integer", "int4", False, False),
                               Column("day", 3, "date", "date", False, False),

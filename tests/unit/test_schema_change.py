@@ -5,7 +5,7 @@ import pytest
 from pgshovel2.catalog import Column, Table, column_from_row
 from pgshovel2.codec import avro
 from pgshovel2.errors import SchemaChangeError
-from pgshovel2.relay.schema_change import new_table
+from pgshovel2.relay.ddl.schema_change import new_table
 
 # Catalog rows as pgshovel2.table_columns() writes them.
 ID = ["id", 1, "integer", False, "int4", "b", False, None, None, -1, None]

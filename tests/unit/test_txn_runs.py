@@ -18,9 +18,9 @@ import pytest
 
 from pgshovel2.catalog import Table
 from pgshovel2.codec import avro, native
-from pgshovel2.relay import pgq_runs
-from pgshovel2.relay.emitter import Emitter
-from pgshovel2.relay.pgq_source import PgqSource
+from pgshovel2.relay.emit.emitter import Emitter
+from pgshovel2.relay.pgq import runs as pgq_runs
+from pgshovel2.relay.pgq.source import PgqSource
 from pgshovel2.relay.source import RUN_MAX, Begin, Change, ChangeRun, Commit, Control, Idle, TxnBounds, TxnRun
 from pgshovel2.wire import TRIGGER, Position, change_header_at, position_prefix
 from tests.unit.test_lane import (

@@ -141,7 +141,7 @@ $$;
 -- ``pgoutput``): transactional logical messages with prefix "pgshovel2.rows", at most 1,000
 -- rows or about 4 MB each, in the caller's transaction (so at its place in the stream). The
 -- slot's reader turns each row into an INSERT or DELETE of root (our plugin, in C:
--- sql/decoder/rows.c; pgoutput: the relay, pgshovel2.relay.row_messages), picking root's
+-- sql/decoder/rows.c; pgoutput: the relay, pgshovel2.relay.logical.pgoutput.rows), picking root's
 -- columns by name. Content:
 --   pgshovel2: <slot> \n <op> \n <root OID> \n <leaf OID> \n <attnum>,... \n <row> [\n <row> ...],
 --              each row pgshovel2_decoder.encode_row(<row>, '{<the attnums>}') (the leaf's live
