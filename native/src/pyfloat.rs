@@ -1,4 +1,8 @@
-//! Python's `repr` of a float (what `json` writes for it), from zmij's shortest digits.
+//! Python's `repr` of a float (what `json` writes for it), from zmij's shortest digits, rounded
+//! half to even where Python's repr differs from them. json.rs writes floats through it; it uses
+//! only digits.rs.
+
+use crate::digits::push_uint;
 
 /// Appends Python's `repr(f)` (json writes it so; NaN and the infinities as its literals).
 pub fn write_float(f: f64, out: &mut Vec<u8>) {
@@ -41,7 +45,7 @@ pub fn write_float(f: f64, out: &mut Vec<u8>) {
             out.extend_from_slice(&d[1..]);
         }
         out.extend_from_slice(if exp < 0 { b"e-" } else { b"e+" });
-        crate::json::push_uint(exp.unsigned_abs() as u64, 2, out);
+        push_uint(exp.unsigned_abs() as u64, 2, out);
     }
 }
 

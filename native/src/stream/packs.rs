@@ -1,23 +1,16 @@
 //! Packs of our output plugin's records (record format 4, sql/decoder/README.rst): a message
 //! `P` holding a transaction's records, each after its length (4 bytes, big-endian). The
 //! native twin of pgshovel2.relay.record_decoder.PackReader (same messages, same errors), with
-//! RecordDecoder.txn_run's scan of whole small transactions over it (txn_scan, crate::scan).
+//! RecordDecoder.txn_run's scan of whole small transactions over it (txn_scan: scan.rs with
+//! `Plugin`, our plugin's form of BEGIN, change and COMMIT records).
 
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
-use crate::scan::{scan, Limits, Plugin, Reads, Scanned, Seen};
+use super::message::{be_u64, Reads, Seen, BEGIN, COMMIT};
+use super::scan::{scan, Form, Limits, Scanned};
 
 const PACK: u8 = b'P';
-
-/// One record of a pack as a message: payload, the record; data_start, the pack's XLogData start.
-#[pyclass(frozen)]
-pub struct Unpacked {
-    #[pyo3(get)]
-    pub payload: Py<PyBytes>,
-    #[pyo3(get)]
-    pub data_start: u64,
-}
 
 /// Reads a replication stream of our plugin one record at a time: read() gives the next message
 /// of read_message() (None: the stream holds nothing now), a pack opened into its records first.
@@ -50,7 +43,7 @@ impl PackReader {
 
     /// RecordDecoder.txn_run's reads, for a decoder that holds no layout, from first (a message
     /// read, a BEGIN record) within (committed, run_max, confirmed, last_lsn, bounds) as
-    /// scan::Limits says; a change record is a lane record when it is an I/U/D record without
+    /// scan::Limits says; a change record is a run record when it is an I/U/D record without
     /// unchanged values of a table whose index is not in exclude. Gives scan::Scanned's (records,
     /// txns, ends, last_lsn, partial, begin, next, last). Raises error when a pack ends inside a
     /// record.
@@ -70,8 +63,7 @@ impl Reads for PackReader {
             if let Some(pack) = &self.pack {
                 let bytes = pack.bind(py).as_bytes();
                 if self.pos < bytes.len() {
-                    let start = self.pos + 4;
-                    let end = start + u32::from_be_bytes(bytes[self.pos..start].try_into().unwrap()) as usize;
+                    let (start, end) = record_at(bytes, self.pos);
                     self.pos = end;
                     return Ok(Some(Seen { buf: pack.clone_ref(py), start, end, data_start: self.data_start, msg: None }));
                 }
@@ -95,16 +87,8 @@ impl PackReader {
     /// is whole (the Python reader raises before giving any record of a pack cut short).
     fn open(&mut self, py: Python<'_>, pack: Py<PyBytes>, data_start: u64) -> PyResult<()> {
         let bytes = pack.bind(py).as_bytes();
-        let mut pos = 1;
-        while pos < bytes.len() {
-            let start = pos + 4;
-            if start > bytes.len() {
-                return Err(self.cut(py, bytes.len()));
-            }
-            pos = start + u32::from_be_bytes(bytes[pos..start].try_into().unwrap()) as usize;
-            if pos > bytes.len() {
-                return Err(self.cut(py, bytes.len()));
-            }
+        if !whole(bytes) {
+            return Err(self.cut(py, bytes.len()));
         }
         (self.pack, self.data_start, self.pos) = (Some(pack), data_start, 1);
         Ok(())
@@ -117,5 +101,61 @@ impl PackReader {
             Ok(exc) => PyErr::from_value(exc.into_bound(py)),
             Err(err) => err,
         }
+    }
+}
+
+/// (start, end) of the record whose length is at pos of a pack checked by whole.
+fn record_at(pack: &[u8], pos: usize) -> (usize, usize) {
+    let start = pos + 4;
+    (start, start + u32::from_be_bytes(pack[pos..start].try_into().unwrap()) as usize)
+}
+
+/// Whether every record of a pack (its P byte first) is whole: its length and its bytes inside
+/// the pack.
+fn whole(pack: &[u8]) -> bool {
+    let mut pos = 1;
+    while pos < pack.len() {
+        if pos + 4 > pack.len() {
+            return false;
+        }
+        pos = record_at(pack, pos).1;
+        if pos > pack.len() {
+            return false;
+        }
+    }
+    true
+}
+
+/// Our plugin's records (record format 4): a change is a run record (the record's bytes) when
+/// it is an I/U/D record without unchanged values of a table whose index is not in exclude.
+pub struct Plugin {
+    pub exclude: Vec<u16>,
+}
+
+/// A change record's flag: values left out of its row (unchanged TOASTed values).
+const FLAG_UNCHANGED: u8 = 4;
+
+impl Plugin {
+    /// Whether a change record is a run record: I/U/D, without unchanged values, of a table
+    /// outside exclude.
+    fn takes(&self, data: &[u8]) -> bool {
+        data.len() >= 16 && matches!(data[0], b'I' | b'U' | b'D') && data[11] & FLAG_UNCHANGED == 0
+            && !self.exclude.contains(&u16::from_be_bytes([data[9], data[10]]))
+    }
+}
+
+impl Form for Plugin {
+    fn begin(&self, data: &[u8]) -> Option<(u64, u64, i64)> {
+        (data.len() >= 25 && data[0] == BEGIN)
+            .then(|| (be_u64(&data[1..9]), be_u64(&data[9..17]), be_u64(&data[17..25]) as i64))
+    }
+
+    fn record(&mut self, py: Python<'_>, seen: &Seen) -> PyResult<Option<PyObject>> {
+        let data = seen.bytes(py);
+        Ok(self.takes(data).then(|| PyBytes::new(py, data).into_any().unbind()))
+    }
+
+    fn commit(&self, data: &[u8], unit: u64) -> Option<(u64, u64)> {
+        (data.len() >= 21 && data[0] == COMMIT).then(|| (unit, be_u64(&data[9..17])))
     }
 }
