@@ -378,3 +378,6 @@ pub fn write(v: &Value, out: &mut Vec<u8>) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -165,3 +165,49 @@ fn plugin_record(data: &[u8]) -> Option<Rec<'_>> {
         lsn: Some(i64::try_from(u64::from_be_bytes(data[1..9].try_into().ok()?)).ok()?),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A change record (format 3): kind, change LSN, table index, flags, row length, row, old row.
+    fn record(kind: u8, lsn: u64, table: u16, flags: u8, row: &[u8], old: &[u8]) -> Vec<u8> {
+        let mut out = vec![kind];
+        out.extend_from_slice(&lsn.to_be_bytes());
+        out.extend_from_slice(&table.to_be_bytes());
+        out.push(flags);
+        out.extend_from_slice(&(row.len() as u32).to_be_bytes());
+        out.extend_from_slice(row);
+        out.extend_from_slice(old);
+        out
+    }
+
+    fn texts(rec: &Rec<'_>) -> (u8, usize, Option<i64>, Vec<u8>, Option<Vec<u8>>) {
+        let text = |body: &Body<'_>| match body {
+            Body::Text(t) => t.to_vec(),
+            Body::Values(..) => panic!("a plugin record's rows are text"),
+        };
+        (rec.kind, rec.table, rec.lsn, text(&rec.row), rec.old.as_ref().map(text))
+    }
+
+    #[test]
+    fn plugin_records() {
+        let row = "[1,\"日本\"]".as_bytes();
+        let data = record(b'I', 0x1_0000_0028, 7, 0, row, b"");
+        assert_eq!(plugin_record(&data).map(|r| texts(&r)), Some((b'I', 7, Some(0x1_0000_0028), row.to_vec(), None)));
+        let data = record(b'U', 5, 0, FLAG_OLD, b"[2]", b"[1]");
+        assert_eq!(plugin_record(&data).map(|r| texts(&r)), Some((b'U', 0, Some(5), b"[2]".to_vec(), Some(b"[1]".to_vec()))));
+    }
+
+    #[test]
+    fn plugin_records_the_lane_leaves() {
+        assert!(plugin_record(&record(b'D', 5, 0, FLAG_NO_ROW, b"", b"")).is_none(), "no row");
+        assert!(plugin_record(&record(b'U', 5, 0, FLAG_UNCHANGED, b"[1]", b"")).is_none(), "unchanged values");
+        assert!(plugin_record(&record(b'B', 5, 0, 0, b"[1]", b"")).is_none(), "not I/U/D");
+        assert!(plugin_record(&record(b'I', u64::MAX, 0, 0, b"[1]", b"")).is_none(), "an LSN beyond i64");
+        let data = record(b'I', 5, 0, 0, b"[1,2]", b"");
+        for end in 0..data.len() {
+            assert!(plugin_record(&data[..end]).is_none(), "cut at {end}");
+        }
+    }
+}

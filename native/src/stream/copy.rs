@@ -255,3 +255,49 @@ impl Reads for CopyReader {
         }))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn xlog(start: u64, wal_end: u64, data: &[u8]) -> Vec<u8> {
+        let mut out = vec![b'w'];
+        out.extend_from_slice(&start.to_be_bytes());
+        out.extend_from_slice(&wal_end.to_be_bytes());
+        out.extend_from_slice(&7u64.to_be_bytes()); // send time
+        out.extend_from_slice(data);
+        out
+    }
+
+    fn keepalive(wal_end: u64, reply: u8) -> Vec<u8> {
+        let mut out = vec![b'k'];
+        out.extend_from_slice(&wal_end.to_be_bytes());
+        out.extend_from_slice(&7u64.to_be_bytes());
+        out.push(reply);
+        out
+    }
+
+    #[test]
+    fn xlog_data() {
+        let msg = xlog(0x1_0000_0028, 0x1_0000_0100, b"B\x00\x01");
+        assert_eq!(copy_data(&msg), CopyData::XLogData { start: 0x1_0000_0028, wal_end: 0x1_0000_0100, data: b"B\x00\x01" });
+    }
+
+    #[test]
+    fn keepalives() {
+        assert_eq!(copy_data(&keepalive(0x2_0000_0000, 1)), CopyData::Keepalive { wal_end: 0x2_0000_0000, reply: true });
+        assert_eq!(copy_data(&keepalive(5, 0)), CopyData::Keepalive { wal_end: 5, reply: false });
+    }
+
+    #[test]
+    fn short_or_unknown_messages() {
+        let empty_data = xlog(1, 2, b"");
+        assert_eq!(copy_data(&empty_data), CopyData::Other { kind: b'w', size: XLOG_DATA_HEADER });
+        let cut = keepalive(5, 1);
+        for end in 1..cut.len() {
+            assert_eq!(copy_data(&cut[..end]), CopyData::Other { kind: b'k', size: end });
+        }
+        assert_eq!(copy_data(b"x123"), CopyData::Other { kind: b'x', size: 4 });
+        assert_eq!(copy_data(b""), CopyData::Other { kind: 0, size: 0 });
+    }
+}

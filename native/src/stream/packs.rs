@@ -159,3 +159,78 @@ impl Form for Plugin {
         (data.len() >= 21 && data[0] == COMMIT).then(|| (unit, be_u64(&data[9..17])))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A pack of records: P, then each record after its length.
+    fn pack(records: &[&[u8]]) -> Vec<u8> {
+        let mut out = vec![PACK];
+        for r in records {
+            out.extend_from_slice(&(r.len() as u32).to_be_bytes());
+            out.extend_from_slice(r);
+        }
+        out
+    }
+
+    /// A change record (format 4's head: kind, LSN, table index, flags, row length) with its row.
+    fn change(kind: u8, table: u16, flags: u8, row: &[u8]) -> Vec<u8> {
+        let mut out = vec![kind];
+        out.extend_from_slice(&0x1_0000_0028u64.to_be_bytes());
+        out.extend_from_slice(&table.to_be_bytes());
+        out.push(flags);
+        out.extend_from_slice(&(row.len() as u32).to_be_bytes());
+        out.extend_from_slice(row);
+        out
+    }
+
+    #[test]
+    fn records_of_a_pack() {
+        let data = pack(&[b"first", b"", "日本".as_bytes()]);
+        assert!(whole(&data));
+        let mut pos = 1;
+        let mut got = Vec::new();
+        while pos < data.len() {
+            let (start, end) = record_at(&data, pos);
+            got.push(&data[start..end]);
+            pos = end;
+        }
+        assert_eq!(got, [&b"first"[..], b"", "日本".as_bytes()]);
+        assert!(whole(&pack(&[])));
+    }
+
+    #[test]
+    fn a_pack_cut_inside_a_record_is_not_whole() {
+        let data = pack(&[b"first", b"second"]);
+        let ends = [1, 1 + 4 + 5, data.len()]; // between records
+        for end in 1..=data.len() {
+            assert_eq!(whole(&data[..end]), ends.contains(&end), "cut at {end}");
+        }
+    }
+
+    #[test]
+    fn plugin_form() {
+        let plugin = Plugin { exclude: vec![3] };
+        let mut begin = vec![BEGIN];
+        for n in [0x1_0000_0028u64, 77, 820454400000000] {
+            begin.extend_from_slice(&n.to_be_bytes());
+        }
+        assert_eq!(plugin.begin(&begin), Some((0x1_0000_0028, 77, 820454400000000)));
+        assert_eq!(plugin.begin(&begin[..24]), None);
+        let mut commit = vec![COMMIT];
+        for n in [0x1_0000_0028u64, 0x1_0000_0100] {
+            commit.extend_from_slice(&n.to_be_bytes());
+        }
+        commit.extend_from_slice(&[0; 4]);
+        assert_eq!(plugin.commit(&commit, 9), Some((9, 0x1_0000_0100)));
+        assert_eq!(plugin.commit(&commit[..20], 9), None);
+        assert_eq!(plugin.commit(&begin, 9), None);
+        assert!(plugin.takes(&change(b'I', 0, 0, b"[1]")));
+        assert!(plugin.takes(&change(b'D', 2, 1, b"[1]")));
+        assert!(!plugin.takes(&change(b'U', 0, FLAG_UNCHANGED, b"[1]")), "unchanged values");
+        assert!(!plugin.takes(&change(b'I', 3, 0, b"[1]")), "an excluded table");
+        assert!(!plugin.takes(&change(b'T', 0, 0, b"")), "not I/U/D");
+        assert!(!plugin.takes(&change(b'I', 0, 0, b"")[..15]), "cut inside its head");
+    }
+}

@@ -108,3 +108,41 @@ pub fn pgoutput_scan<'py>(py: Python<'py>, read_message: Bound<'py, PyAny>, firs
     }
     scan(py, &mut Cursor(read_message.as_unbound()), &mut form, first, limits)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn begin_msg(final_lsn: u64, ts: i64, xid: u32) -> Vec<u8> {
+        let mut out = vec![BEGIN];
+        out.extend_from_slice(&final_lsn.to_be_bytes());
+        out.extend_from_slice(&ts.to_be_bytes());
+        out.extend_from_slice(&xid.to_be_bytes());
+        out
+    }
+
+    #[test]
+    fn begin_widens_the_xid() {
+        let reference = (3i64 << 32) | 100;
+        assert_eq!(begin(&begin_msg(0x1_0000_0028, 820454400000000, 105), reference),
+                   Some((0x1_0000_0028, (3 << 32) | 105, 820454400000000)));
+        // an xid just below the reference, and across the 32-bit wraparound either way
+        assert_eq!(begin(&begin_msg(1, 0, 99), reference).map(|b| b.1), Some((3 << 32) | 99));
+        assert_eq!(begin(&begin_msg(1, 0, 5), (3 << 32) | 0xFFFF_FFF0).map(|b| b.1), Some((4 << 32) | 5));
+        assert_eq!(begin(&begin_msg(1, 0, 0xFFFF_FFF0), (4 << 32) | 5).map(|b| b.1), Some((3 << 32) | 0xFFFF_FFF0));
+        assert_eq!(begin(&begin_msg(1, 0, 5)[..20], reference), None);
+        assert_eq!(begin(b"C", reference), None);
+    }
+
+    #[test]
+    fn commit_lsns() {
+        let mut msg = vec![COMMIT, 0];
+        for n in [0x1_0000_0028u64, 0x1_0000_0100, 820454400000000] {
+            msg.extend_from_slice(&n.to_be_bytes());
+        }
+        assert_eq!(commit(&msg), Some((0x1_0000_0028, 0x1_0000_0100)));
+        assert_eq!(commit(&msg[..25]), None);
+        msg[0] = BEGIN;
+        assert_eq!(commit(&msg), None);
+    }
+}
