@@ -2,7 +2,7 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: install stack-up stack-down stack-status spark-up spark-down demo test test-spark test-matrix chaos test-compose unit lint docs bench clean
+.PHONY: install stack-up stack-down stack-status spark-up spark-down demo test test-spark test-matrix chaos test-compose unit native-test lint docs bench clean
 
 install:
 	scripts/install.sh
@@ -62,6 +62,11 @@ test-compose:
 
 unit: install
 	$(PY) -m pytest -ra tests/unit
+
+# The native module's Rust unit tests (native/src: its parsers), with the toolchain scripts/install.sh
+# builds the module with (rustup's ~/.cargo/bin first); after make install (.ci/run: after make lint).
+native-test:
+	PATH="$$HOME/.cargo/bin:$$PATH" cargo test -q --manifest-path native/Cargo.toml
 
 # ruff, and the layer contracts of .importlinter (every import points down).
 lint: install

@@ -9,7 +9,7 @@ source "$(dirname "$0")/env.sh"
 
 APT_PACKAGES="postgresql-15 postgresql-15-pgq3 pgqd postgresql-server-dev-15 libpq-dev
   postgresql-contrib zookeeper kcat netcat-openbsd maven openjdk-17-jre-headless libpostgresql-jdbc-java
-  unzip xz-utils build-essential pkg-config libssl-dev libjemalloc2 curl ca-certificates nginx"
+  unzip xz-utils build-essential pkg-config libssl-dev libpython3-dev libjemalloc2 curl ca-certificates nginx"
 
 missing=""
 for p in $APT_PACKAGES; do
@@ -54,6 +54,8 @@ fi
 # It needs the Rust of native/Cargo.toml's rust-version, newer than Debian 12's cargo (rustc 1.63):
 # rustup's toolchain (~/.cargo/bin) where the machine has it, even when the caller's PATH lacks it;
 # else the machine's cargo when it is new enough; else rustup installs one into ~/.cargo.
+# maturin turns on pyo3's extension-module feature (native/pyproject.toml); make native-test's
+# cargo test builds without it and links libpython (libpython3-dev).
 RUST_MIN=$(sed -n 's/^rust-version = "\(.*\)"$/\1/p' "$REPO/native/Cargo.toml")
 [ -x "$HOME/.cargo/bin/cargo" ] && PATH="$HOME/.cargo/bin:$PATH"
 rust_ok() {

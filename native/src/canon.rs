@@ -214,3 +214,63 @@ impl<'a> Canon<'a, '_> {
         Some(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn embedded(text: &str, element: bool) -> Option<String> {
+        let mut out = b"<".to_vec(); // embed appends: what is there stays, whatever it gives
+        let got = embed(text, element, &mut out);
+        assert!(out.starts_with(b"<"));
+        got.map(|()| String::from_utf8(out[1..].to_vec()).unwrap())
+    }
+
+    #[test]
+    fn canonical_text() {
+        let text = "{ \"b\" : [1, 1.0, 2e3, -0, 1E-7, \"x\"],\n \"a\": {\"n\": null, \"t\": true} }";
+        assert_eq!(embedded(text, false).as_deref(),
+                   Some(r#"{"b":[1,1.0,2000.0,0,1e-07,"x"],"a":{"n":null,"t":true}}"#));
+        assert_eq!(embedded("  \"s\"  ", false).as_deref(), Some(r#""s""#));
+        assert_eq!(embedded("12345678901234567890123", false).as_deref(), Some("12345678901234567890123"));
+    }
+
+    #[test]
+    fn strings_re_escaped() {
+        // \u escapes decode (written as the characters), \/ loses its backslash, multi-byte stays
+        assert_eq!(embedded(r#"["\u00e9\u65e5", "a\/b", "日本", "\ud83d\ude00", "tab\there"]"#, false).as_deref(),
+                   Some(r#"["é日","a/b","日本","😀","tab\there"]"#));
+    }
+
+    #[test]
+    fn escaped_forms() {
+        // JSON null, an array element that is an array, and an object like the escape itself
+        assert_eq!(embedded("null", false).as_deref(), Some(r#"{"pgshovel.json":"null"}"#));
+        assert_eq!(embedded("[1, 2]", true).as_deref(), Some(r#"{"pgshovel.json":"[1, 2]"}"#));
+        assert_eq!(embedded("[1, 2]", false).as_deref(), Some("[1,2]"));
+        assert_eq!(embedded(r#"[{"pgshovel.json": 1}]"#, false).as_deref(),
+                   Some(r#"{"pgshovel.json":"[{\"pgshovel.json\": 1}]"}"#));
+        assert_eq!(embedded(r#"{"pgshovel.json": 1, "b": 2}"#, false).as_deref(),
+                   Some(r#"{"pgshovel.json":1,"b":2}"#));
+    }
+
+    #[test]
+    fn refused() {
+        for text in [r#"{"a": 1, "a": 2}"#, "1e400", "-1e400", "NaN", r#""\udc00""#, "[1,", "{\"a\":", "\"abc", "[1] 2", ""] {
+            assert_eq!(embedded(text, false), None, "{text:?}");
+        }
+        // the same key in two objects is no duplicate
+        assert_eq!(embedded(r#"[{"a": 1}, {"a": 2}]"#, false).as_deref(), Some(r#"[{"a":1},{"a":2}]"#));
+    }
+
+    #[test]
+    fn too_deep_is_escaped_as_it_stands() {
+        let deep = "[".repeat(MAX_EMBED_DEPTH + 1) + &"]".repeat(MAX_EMBED_DEPTH + 1);
+        assert_eq!(embedded(&deep, false), Some(format!("{{\"pgshovel.json\":\"{deep}\"}}")));
+        let limit = "[".repeat(MAX_EMBED_DEPTH) + &"]".repeat(MAX_EMBED_DEPTH);
+        assert_eq!(embedded(&limit, false), Some(limit.clone()));
+        // brackets inside strings (and after an escaped quote) do not count
+        assert!(!too_deep(br#"["[[[", "\"{{{"]"#, 1));
+        assert!(too_deep(br#"[["x"]]"#, 1));
+    }
+}

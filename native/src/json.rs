@@ -10,6 +10,7 @@
 
 use std::borrow::Cow;
 
+use crate::digits;
 use crate::pyfloat;
 
 /// A parsed JSON value; `BigInt` keeps an integer token beyond i64 as its digits. A string
@@ -313,39 +314,6 @@ pub(crate) fn next_special(s: &[u8], from: usize) -> usize {
     s[i..].iter().position(|&b| SPECIAL[b as usize]).map_or(s.len(), |n| i + n)
 }
 
-/// Appends n in decimal, zero-padded to at least width digits (format's `{:0width$}` of an
-/// unsigned value, without its allocation: this runs for every integer and temporal value; itoa
-/// writes two digits a step).
-pub fn push_uint(n: u64, width: usize, out: &mut Vec<u8>) {
-    if width == 2 && n < 100 {
-        out.extend_from_slice(&[b'0' + (n / 10) as u8, b'0' + (n % 10) as u8]); // a date's or a clock's part
-        return;
-    }
-    let mut buf = itoa::Buffer::new();
-    let digits = buf.format(n).as_bytes();
-    out.resize(out.len() + width.saturating_sub(digits.len()), b'0');
-    out.extend_from_slice(digits);
-}
-
-/// A pgshovel.position (wire.change_header_at): prefix (wire.position_prefix) and the ordinal in
-/// at least 10 digits.
-pub fn position(prefix: &str, ordinal: u64) -> String {
-    let mut out = Vec::with_capacity(prefix.len() + 10);
-    out.extend_from_slice(prefix.as_bytes());
-    push_uint(ordinal, 10, &mut out);
-    String::from_utf8(out).expect("a str and ASCII digits")
-}
-
-/// The position prefix of a logical unit (wire.position_prefix): its commit LSN in 16 upper-case
-/// hex digits and a colon, as `format!("{unit:016X}:")` writes it, without the formatter.
-pub fn lsn_prefix(unit: u64) -> String {
-    const HEX: &[u8; 16] = b"0123456789ABCDEF";
-    let mut out = Vec::with_capacity(17);
-    out.extend((0..16).rev().map(|i| HEX[(unit >> (4 * i)) as usize & 15]));
-    out.push(b':');
-    String::from_utf8(out).expect("ASCII hex digits")
-}
-
 /// Appends s as a JSON string, escaped as Python's encoder does with ensure_ascii=False.
 pub fn write_str(s: &str, out: &mut Vec<u8>) {
     out.push(b'"');
@@ -382,12 +350,7 @@ pub fn write(v: &Value, out: &mut Vec<u8>) {
     match v {
         Value::Null => out.extend_from_slice(b"null"),
         Value::Bool(b) => out.extend_from_slice(if *b { b"true" } else { b"false" }),
-        Value::Int(i) => {
-            if *i < 0 {
-                out.push(b'-');
-            }
-            push_uint(i.unsigned_abs(), 0, out)
-        }
+        Value::Int(i) => digits::push_int(*i, out),
         Value::BigInt(t) => out.extend_from_slice(t.as_bytes()),
         Value::Float(f) => pyfloat::write_float(*f, out),
         Value::Str(s) => write_str(s, out),
@@ -415,3 +378,6 @@ pub fn write(v: &Value, out: &mut Vec<u8>) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -5,6 +5,7 @@
 //! as Python would (the Python codec then encodes the row, or names the error).
 
 use crate::canon;
+use crate::digits::push_uint;
 use crate::json::{self, Value};
 
 const DAYS_2000: i64 = 10957;
@@ -290,11 +291,11 @@ fn civil_from_days(days: i64) -> (i64, i64, i64) {
 fn push_date(days_1970: i64, out: &mut Vec<u8>) -> bool {
     let (y, m, d) = civil_from_days(days_1970);
     let bc = y <= 0;
-    json::push_uint(if bc { 1 - y } else { y } as u64, 4, out);
+    push_uint(if bc { 1 - y } else { y } as u64, 4, out);
     out.push(b'-');
-    json::push_uint(m as u64, 2, out);
+    push_uint(m as u64, 2, out);
     out.push(b'-');
-    json::push_uint(d as u64, 2, out);
+    push_uint(d as u64, 2, out);
     bc
 }
 
@@ -319,13 +320,13 @@ fn push_time(us: i64, out: &mut Vec<u8>) -> Option<()> {
         return None;
     }
     let (s, frac) = ((us / 1_000_000) as u64, (us % 1_000_000) as u64);
-    json::push_uint(s / 3600, 2, out);
+    push_uint(s / 3600, 2, out);
     out.push(b':');
-    json::push_uint(s / 60 % 60, 2, out);
+    push_uint(s / 60 % 60, 2, out);
     out.push(b':');
-    json::push_uint(s % 60, 2, out);
+    push_uint(s % 60, 2, out);
     out.push(b'.');
-    json::push_uint(frac, 6, out);
+    push_uint(frac, 6, out);
     Some(())
 }
 

@@ -256,3 +256,6 @@ fn tuple(data: &[u8], mut pos: usize) -> Option<(Vec<Col<'_>>, usize)> {
     }
     Some((cols, pos))
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,4 +1,8 @@
-//! Python's `repr` of a float (what `json` writes for it), from zmij's shortest digits.
+//! Python's `repr` of a float (what `json` writes for it), from zmij's shortest digits, rounded
+//! half to even where Python's repr differs from them. json.rs writes floats through it; it uses
+//! only digits.rs.
+
+use crate::digits::push_uint;
 
 /// Appends Python's `repr(f)` (json writes it so; NaN and the infinities as its literals).
 pub fn write_float(f: f64, out: &mut Vec<u8>) {
@@ -41,7 +45,7 @@ pub fn write_float(f: f64, out: &mut Vec<u8>) {
             out.extend_from_slice(&d[1..]);
         }
         out.extend_from_slice(if exp < 0 { b"e-" } else { b"e+" });
-        crate::json::push_uint(exp.unsigned_abs() as u64, 2, out);
+        push_uint(exp.unsigned_abs() as u64, 2, out);
     }
 }
 
@@ -150,4 +154,68 @@ fn exact_digits(f: f64) -> Option<String> {
         text
     };
     Some(text.trim_end_matches('0').to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn repr(f: f64) -> String {
+        let mut out = Vec::new();
+        write_float(f, &mut out);
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn writes_python_repr() {
+        // (value, Python's repr of it)
+        let cases = [
+            (0.1, "0.1"), (100.0, "100.0"), (1234.5678, "1234.5678"), (-0.0, "-0.0"), (0.0, "0.0"),
+            (1.0 / 3.0, "0.3333333333333333"), (123456789.0, "123456789.0"),
+            (9007199254740993.0, "9007199254740992.0"), (1e15, "1000000000000000.0"), (0.0001, "0.0001"),
+        ];
+        for (f, want) in cases {
+            assert_eq!(repr(f), want, "repr of {f:e}");
+        }
+    }
+
+    #[test]
+    fn exponent_forms() {
+        // Python switches to the exponent form at 1e16 and below 1e-4, with at least two exponent digits
+        let cases = [
+            (1e16, "1e+16"), (1e22, "1e+22"), (1e-5, "1e-05"), (2.5e-7, "2.5e-07"), (-1.25e-7, "-1.25e-07"),
+            (5e-324, "5e-324"), (1.7976931348623157e308, "1.7976931348623157e+308"), (1.5e300, "1.5e+300"),
+        ];
+        for (f, want) in cases {
+            assert_eq!(repr(f), want, "repr of {f:e}");
+        }
+    }
+
+    #[test]
+    fn non_finite_literals() {
+        assert_eq!(repr(f64::NAN), "NaN");
+        assert_eq!(repr(f64::INFINITY), "Infinity");
+        assert_eq!(repr(f64::NEG_INFINITY), "-Infinity");
+    }
+
+    #[test]
+    fn shortest_reads_zmij_text() {
+        let (neg, digits, len, exp) = shortest(b"-1.25e-7");
+        assert_eq!((neg, &digits[..len], exp), (true, &b"125"[..], -7));
+        let (neg, digits, len, exp) = shortest(b"0.001");
+        assert_eq!((neg, &digits[..len], exp), (false, &b"1"[..], -3));
+        let (_, digits, len, exp) = shortest(b"1230.0");
+        assert_eq!((&digits[..len], exp), (&b"123"[..], 3));
+        let (_, digits, len, exp) = shortest(b"0.0");
+        assert_eq!((&digits[..len], exp), (&b"0"[..], 0));
+    }
+
+    #[test]
+    fn exact_decimal_digits() {
+        assert_eq!(exact_digits(0.5).as_deref(), Some("5"));
+        assert_eq!(exact_digits(3.0).as_deref(), Some("3"));
+        assert_eq!(exact_digits(1e23).as_deref(), Some("99999999999999991611392"));
+        assert_eq!(exact_digits(2f64.powi(70)).as_deref(), Some("1180591620717411303424"));
+        assert_eq!(exact_digits(0.1), None); // too many digits to be a tie at 17
+    }
 }

@@ -1,4 +1,4 @@
-"""The native reader of a replication stream (native/src/copy.rs, relay/logical/stream_reader.py) on a
+"""The native reader of a replication stream (native/src/stream/copy.rs, relay/logical/stream_reader.py) on a
 real slot: the same messages as psycopg2's read_message, keepalives that ask for a reply
 answered (and the connection dropped by the walsender when they are not), nothing confirmed by
 reading, and an error -- not None forever -- when the connection is closed or the stream ends."""

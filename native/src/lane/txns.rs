@@ -8,6 +8,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyList, PyString, PyTuple};
 
 use super::{Heads, Lane, Msg, Tally, Target, Txn};
+use crate::digits::position;
 use crate::kinds::write_long;
 
 /// Lane.encode_txns's header names and shared headers: the position, txid and ts_ms headers'
@@ -68,14 +69,14 @@ impl Lane {
         let mut out = Vec::with_capacity(2 + stop.saturating_sub(*start));
         let mut counts = vec![0usize; tables];
         let mut tally = vec![[0u64; 4]; tables];
-        let first = crate::json::position(prefix, ordinal);
+        let first = position(prefix, ordinal);
         let mut last = first.clone();
         out.push(txn_record(b"BEGIN", txid, &first, ts_ms, None, frame));
         for n in 0..stop.saturating_sub(*start) {
             let record = records.get_item(start + n)?;
             let Some(held) = self.held(&record) else { return Ok(None) };
             let Some(rec) = held.rec() else { return Ok(None) };
-            last = crate::json::position(prefix, ordinal + n as u64);
+            last = position(prefix, ordinal + n as u64);
             if !self.push_change(py, &rec, &last, Some(&mut txn), &mut counts, &mut tally, &mut out)? {
                 return Ok(None);
             }

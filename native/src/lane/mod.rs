@@ -1,67 +1,40 @@
-//! The relay's native lane: a run of one transaction's changes -- our output plugin's change
-//! records (sql/decoder/README.rst, record format 3), pgoutput's Insert/Update/Delete messages,
-//! or the trigger backend's PgQ event rows -- turned into Kafka messages with their headers, in
-//! one call (pgshovel2.relay.lane). For a table of the row envelope it does what RecordDecoder.decode
-//! (or PgoutputDecoder.feed),
-//! RowEnvelope.change and Emitter._headers do for each record; for one of the debezium envelope,
-//! what DebeziumEnvelope.change does through DebeziumEvents, numbering events as the
-//! transaction's TxnOrder would. Byte for byte; it stops at the first record it would not
-//! handle exactly so (a table without a lane, a row its codec leaves to Python, a record with no
-//! row or with unchanged values): the caller takes that record the Python way.
+//! The relay's native lane (`Lane`): a run of one transaction's changes -- our output plugin's
+//! change records (sql/decoder/README.rst, record format 3), pgoutput's Insert/Update/Delete
+//! messages, or the trigger backend's PgQ event rows -- turned into Kafka messages with their
+//! headers, in one call (pgshovel2.relay.lane). For a table of the row envelope it does what
+//! RecordDecoder.decode (or PgoutputDecoder.feed), RowEnvelope.change and Emitter._headers do for
+//! each record; for one of the debezium envelope, what DebeziumEnvelope.change does through
+//! DebeziumEvents, numbering events as the transaction's TxnOrder would. Byte for byte; it stops
+//! at the first record it would not handle exactly so (a table it has no writer for, a row its
+//! codec leaves to Python, a record with no row or with unchanged values): the caller takes that
+//! record the Python way.
+//!
+//! Here: `Lane` and its calls. `records`: a run record read as a change; `messages`: a change's
+//! messages by its table's envelope; `out`: where the messages go (a list, or the native
+//! producer); `txns`: `Lane.encode_txns`, whole transactions with their BEGIN and END records.
 
 use std::collections::HashMap;
 
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyList, PyString, PyTuple};
+use pyo3::types::{PyList, PyString};
 
-use crate::debezium::{DebeziumEvents, Meta};
-
-#[path = "lane_out.rs"]
+mod messages;
 mod out;
-#[path = "txns.rs"]
+mod records;
 mod txns;
-use out::{Direct, Heads, Msg, Target};
-use crate::producer::Producer;
-use crate::json::Value;
-use crate::pgoutput::PgoutputRows;
-use crate::{Row, RowCodec};
 
-const FLAG_OLD: u8 = 1;
-const FLAG_NO_ROW: u8 = 2;
-const FLAG_UNCHANGED: u8 = 4;
-const HEAD: usize = 16; // kind, change LSN (8), table index (2), flags (1), row length (4)
+use messages::{debezium_messages, row_messages, Out};
+use out::{Direct, Heads, Msg, Target};
+use records::Rec;
+use crate::debezium::DebeziumEvents;
+use crate::digits::position;
+use crate::producer::Producer;
+use crate::row_codec::RowCodec;
+
 /// bytes of encoded values an encode call holds before it hands them over (a run of large rows
 /// is not all in memory at once)
 const FLUSH_BYTES: usize = 16 << 20;
 
-/// A data message: (table index, key or None for an unkeyed table, value or None for a tombstone, op).
-type Out = (usize, Option<Vec<u8>>, Option<Vec<u8>>, u8);
-
-/// One change as the lane reads it: kind (b'I', b'U', b'D'), table index, the row and the old
-/// row, and its own LSN (logical backend).
-struct Rec<'a> {
-    kind: u8,
-    table: usize,
-    row: Body<'a>,
-    old: Option<Body<'a>>,
-    lsn: Option<i64>,
-}
-
-/// A row of a Rec: capture JSON text (our plugin's records, trigger rows), or capture values
-/// (a pgoutput change's, decoded from its texts without that JSON).
-enum Body<'a> {
-    Text(&'a [u8]),
-    Values(Vec<Value<'a>>, usize),
-}
-
-impl Body<'_> {
-    fn row(&self) -> Row<'_> {
-        match self {
-            Body::Text(text) => Row::Text(text),
-            Body::Values(values, size) => Row::Values(values, *size),
-        }
-    }
-}
 
 /// Lane.encode's txn argument: (txid, ts_ms, ts_us, last_lsn, total_order, per table index
 /// data_collection_order).
@@ -178,7 +151,7 @@ impl Lane {
         for (n, record) in records.iter().skip(start).enumerate() {
             let Some(held) = self.held(&record) else { break };
             let Some(rec) = held.rec() else { break };
-            let text = crate::json::position(prefix, ordinal + n as u64);
+            let text = position(prefix, ordinal + n as u64);
             let before = out.len();
             if !self.push_change(py, &rec, &text, txn.as_mut(), &mut counts, &mut tally, &mut out)? {
                 break;
@@ -251,18 +224,6 @@ impl Lane {
         })
     }
 
-    /// A run record as the lane reads it: our plugin's change record (bytes), a pgoutput change
-    /// (pgoutput_change) or a trigger row (trigger_row); None: not one the lane takes.
-    fn held<'py>(&self, record: &Bound<'py, PyAny>) -> Option<Held<'py>> {
-        if let Ok(bytes) = record.downcast::<PyBytes>() {
-            return Some(Held::Plugin(bytes.clone()));
-        }
-        if let Some(change) = pgoutput_change(record) {
-            return Some(Held::Pgoutput(change));
-        }
-        self.trigger_row(record).map(Held::Trigger)
-    }
-
     /// Appends the messages of one change to out, counts them per table index in counts and the
     /// change by op with its bytes in tally; false (nothing appended): the change is Python's.
     /// position: its pgshovel.position.
@@ -291,171 +252,4 @@ impl Lane {
         }
         Ok(true)
     }
-
-    /// A trigger row (txid, ts_ms, op, data, table, extra) with an I/U/D op, its row and a table
-    /// of this lane; else None.
-    fn trigger_row<'py>(&self, item: &Bound<'py, PyAny>) -> Option<TriggerRow<'py>> {
-        let item = item.downcast::<PyTuple>().ok()?;
-        if item.len() != 6 {
-            return None;
-        }
-        let text = |i: usize| item.get_item(i).ok()?.downcast_into::<PyString>().ok();
-        let kind = match text(2)?.to_str().ok()? { "I" => b'I', "U" => b'U', "D" => b'D', _ => return None };
-        let table = *self.indexes.get(text(4)?.to_str().ok()?)?;
-        let extra = item.get_item(5).ok()?;
-        let old = if extra.is_none() || !extra.is_truthy().ok()? { None } else { Some(text(5)?) }; // as `if extra`
-        Some(TriggerRow { kind, table, row: text(3)?, old })
-    }
-}
-
-/// A run record the lane takes, held while its Rec is read (Lane::held).
-enum Held<'py> {
-    Plugin(Bound<'py, PyBytes>),
-    Pgoutput(PgoutputChange<'py>),
-    Trigger(TriggerRow<'py>),
-}
-
-impl Held<'_> {
-    fn rec(&self) -> Option<Rec<'_>> {
-        match self {
-            Held::Plugin(bytes) => plugin_record(bytes.as_bytes()),
-            Held::Pgoutput(change) => change.rec(),
-            Held::Trigger(row) => row.rec(),
-        }
-    }
-}
-
-/// The parts of a trigger row the lane reads (Lane::trigger_row).
-struct TriggerRow<'py> {
-    kind: u8,
-    table: usize,
-    row: Bound<'py, PyString>,
-    old: Option<Bound<'py, PyString>>,
-}
-
-impl TriggerRow<'_> {
-    fn rec(&self) -> Option<Rec<'_>> {
-        let old = match &self.old {
-            Some(old) => Some(old.to_str().ok()?.as_bytes()),
-            None => None,
-        };
-        let row = Body::Text(self.row.to_str().ok()?.as_bytes());
-        Some(Rec { kind: self.kind, table: self.table, row, old: old.map(Body::Text), lsn: None })
-    }
-}
-
-/// A pgoutput run record (pgoutput_change): its relation's decoder, table index, message and
-/// WAL start.
-struct PgoutputChange<'py> {
-    rows: Bound<'py, PgoutputRows>,
-    table: usize,
-    data: Bound<'py, PyBytes>,
-    lsn: i64,
-}
-
-impl PgoutputChange<'_> {
-    /// The change with its rows as capture values (what PgoutputDecoder's native decoding gives,
-    /// without its JSON text), or None (a change the native decoder leaves to Python, or one
-    /// with unchanged values: Python's).
-    fn rec(&self) -> Option<Rec<'_>> {
-        let data = self.data.as_bytes();
-        let (kind, row, old, unchanged) = self.rows.get().values(data)?;
-        if !unchanged.is_empty() {
-            return None;
-        }
-        let size = data.len() + 64; // a value is seldom longer than its message's texts and names
-        Some(Rec { kind, table: self.table, row: Body::Values(row?, size), old: old.map(|v| Body::Values(v, size)),
-                   lsn: Some(self.lsn) })
-    }
-}
-
-/// A pgoutput run record (PgoutputRows, table index, message, WAL start, relation), or None.
-fn pgoutput_change<'py>(item: &Bound<'py, PyAny>) -> Option<PgoutputChange<'py>> {
-    let item = item.downcast::<PyTuple>().ok()?;
-    if item.len() != 5 {
-        return None;
-    }
-    Some(PgoutputChange {
-        rows: item.get_item(0).ok()?.downcast_into::<PgoutputRows>().ok()?,
-        table: item.get_item(1).ok()?.extract().ok()?,
-        data: item.get_item(2).ok()?.downcast_into::<PyBytes>().ok()?,
-        lsn: item.get_item(3).ok()?.extract().ok()?,
-    })
-}
-
-/// A plugin change record as a Rec, or None (not an I/U/D record with its row and without
-/// unchanged values).
-fn plugin_record(data: &[u8]) -> Option<Rec<'_>> {
-    if data.len() < HEAD || !matches!(data[0], b'I' | b'U' | b'D') {
-        return None;
-    }
-    let flags = data[11];
-    let size = u32::from_be_bytes([data[12], data[13], data[14], data[15]]) as usize;
-    if flags & (FLAG_NO_ROW | FLAG_UNCHANGED) != 0 || data.len() < HEAD + size {
-        return None;
-    }
-    Some(Rec {
-        kind: data[0],
-        table: u16::from_be_bytes([data[9], data[10]]) as usize,
-        row: Body::Text(&data[HEAD..HEAD + size]),
-        old: (flags & FLAG_OLD != 0).then(|| Body::Text(&data[HEAD + size..])),
-        lsn: Some(i64::try_from(u64::from_be_bytes(data[1..9].try_into().ok()?)).ok()?),
-    })
-}
-
-/// The row envelope's messages of a change (RowEnvelope.change), or None (Python's). The key is
-/// None for an unkeyed table (its codec has no key columns): its DELETE is (None, the row, d), its
-/// UPDATE (None, the old row, d) then (None, the row, u); one without its old row is left to Python,
-/// whose Emitter.change refuses it.
-fn row_messages(codec: &RowCodec, rec: &Rec<'_>) -> Option<Vec<Out>> {
-    let (table, kind) = (rec.table, rec.kind);
-    let (key, value) = codec.encode_row(rec.row.row(), true)?;
-    if kind == b'D' {
-        return Some(match key {
-            Some(key) => vec![(table, Some(key), None, b'd')],
-            None => vec![(table, None, Some(value?), b'd')],
-        });
-    }
-    let op = if kind == b'I' { b'c' } else { b'u' };
-    let Some(old) = &rec.old else {
-        return (key.is_some() || kind == b'I').then(|| vec![(table, key, value, op)]);
-    };
-    let (old_key, old_value) = codec.encode_row(old.row(), true)?;
-    if old_key.is_none() {
-        return Some(vec![(table, None, Some(old_value?), b'd'), (table, None, value, op)]);
-    }
-    if old_key != key {
-        return Some(vec![(table, old_key, None, b'd'), (table, key, value, b'c')]);
-    }
-    Some(vec![(table, key, value, op)])
-}
-
-/// The debezium envelope's messages of a change (DebeziumEnvelope.change through DebeziumEvents),
-/// numbered in txn, or None (Python's: nothing numbered).
-fn debezium_messages(py: Python<'_>, events: &DebeziumEvents, rec: &Rec<'_>, position: &str, txn: &mut Txn)
-                     -> PyResult<Option<Vec<Out>>> {
-    let (table, kind) = (rec.table, rec.kind);
-    let rows = events.rows();
-    let Some((Some(key), Some(body))) = rows.encode_row(rec.row.row(), true) else { return Ok(None) };
-    let old = match &rec.old {
-        None => None,
-        Some(old) => match rows.encode_row(old.row(), true) {
-            Some((Some(k), Some(b))) => Some((Some(k), b)),
-            _ => return Ok(None),
-        },
-    };
-    let Some(meta) = Meta::change(txn.txid, position.to_string(), txn.ts_ms, rec.lsn, txn.last_lsn, txn.ts_us) else {
-        return Ok(None);
-    };
-    if table >= txn.per.len() {
-        return Ok(None);
-    }
-    let msgs = events.change_messages(py, kind, Some(key), body, old, &meta, &mut || {
-        txn.total += 1;
-        txn.per[table] += 1;
-        txn.events[table] += 1;
-        Ok(Some((txn.total, txn.per[table])))
-    })?;
-    Ok(Some(msgs.into_iter().map(|(key, value, op)| (table, Some(key.unwrap_or_default()), value, op.as_bytes()[0]))
-        .collect()))
 }

@@ -18,8 +18,7 @@ use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
-use crate::packs::Unpacked;
-use crate::scan::{be_u64, Reads, Seen};
+use super::message::{be_u64, Reads, Seen, Unpacked};
 
 type GetCopyData = unsafe extern "C" fn(*mut c_void, *mut *mut c_char, c_int) -> c_int;
 type ConnFn = unsafe extern "C" fn(*mut c_void) -> c_int;
@@ -204,27 +203,47 @@ impl CopyReader {
             }
             consumed = true;
             let copied = Copied { pq: &self.pq, ptr, len: len as usize };
-            let data = copied.bytes();
-            match data[0] {
-                b'w' if data.len() > XLOG_DATA_HEADER => {
-                    self.wal_end = be_u64(&data[9..17]);
-                    let payload = PyBytes::new(py, &data[XLOG_DATA_HEADER..]).unbind();
-                    return Ok(Some((payload, be_u64(&data[1..9]))));
+            match copy_data(copied.bytes()) {
+                CopyData::XLogData { start, wal_end, data } => {
+                    self.wal_end = wal_end;
+                    let payload = PyBytes::new(py, data).unbind();
+                    return Ok(Some((payload, start)));
                 }
-                b'k' if data.len() >= KEEPALIVE_SIZE => {
-                    self.wal_end = be_u64(&data[1..9]);
-                    let reply = data[KEEPALIVE_SIZE - 1] != 0;
+                CopyData::Keepalive { wal_end, reply } => {
+                    self.wal_end = wal_end;
                     drop(copied);
                     if reply {
                         self.feedback.call0(py)?;
                     }
                 }
-                kind => {
+                CopyData::Other { kind, size } => {
                     return Err(self.failure(py, format!(
-                        "unrecognized replication message: type {:?}, {} bytes", kind as char, data.len())));
+                        "unrecognized replication message: type {:?}, {} bytes", kind as char, size)));
                 }
             }
         }
+    }
+}
+
+/// A CopyData message of a replication stream (PostgreSQL's streaming replication protocol).
+#[derive(Debug, PartialEq)]
+enum CopyData<'a> {
+    /// XLogData ('w'): the start LSN of its data, the server's WAL end, and the data (not empty).
+    XLogData { start: u64, wal_end: u64, data: &'a [u8] },
+    /// A primary keepalive ('k'): the server's WAL end, and whether it asks for a reply now.
+    Keepalive { wal_end: u64, reply: bool },
+    /// Anything else (another type, or one too short): its type byte and its size.
+    Other { kind: u8, size: usize },
+}
+
+/// What a message of PQgetCopyData is.
+fn copy_data(data: &[u8]) -> CopyData<'_> {
+    match data.first() {
+        Some(b'w') if data.len() > XLOG_DATA_HEADER => CopyData::XLogData {
+            start: be_u64(&data[1..9]), wal_end: be_u64(&data[9..17]), data: &data[XLOG_DATA_HEADER..] },
+        Some(b'k') if data.len() >= KEEPALIVE_SIZE => CopyData::Keepalive {
+            wal_end: be_u64(&data[1..9]), reply: data[KEEPALIVE_SIZE - 1] != 0 },
+        kind => CopyData::Other { kind: kind.copied().unwrap_or(0), size: data.len() },
     }
 }
 
@@ -234,5 +253,51 @@ impl Reads for CopyReader {
             let end = buf.bind(py).as_bytes().len();
             Seen { buf, start: 0, end, data_start, msg: None }
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn xlog(start: u64, wal_end: u64, data: &[u8]) -> Vec<u8> {
+        let mut out = vec![b'w'];
+        out.extend_from_slice(&start.to_be_bytes());
+        out.extend_from_slice(&wal_end.to_be_bytes());
+        out.extend_from_slice(&7u64.to_be_bytes()); // send time
+        out.extend_from_slice(data);
+        out
+    }
+
+    fn keepalive(wal_end: u64, reply: u8) -> Vec<u8> {
+        let mut out = vec![b'k'];
+        out.extend_from_slice(&wal_end.to_be_bytes());
+        out.extend_from_slice(&7u64.to_be_bytes());
+        out.push(reply);
+        out
+    }
+
+    #[test]
+    fn xlog_data() {
+        let msg = xlog(0x1_0000_0028, 0x1_0000_0100, b"B\x00\x01");
+        assert_eq!(copy_data(&msg), CopyData::XLogData { start: 0x1_0000_0028, wal_end: 0x1_0000_0100, data: b"B\x00\x01" });
+    }
+
+    #[test]
+    fn keepalives() {
+        assert_eq!(copy_data(&keepalive(0x2_0000_0000, 1)), CopyData::Keepalive { wal_end: 0x2_0000_0000, reply: true });
+        assert_eq!(copy_data(&keepalive(5, 0)), CopyData::Keepalive { wal_end: 5, reply: false });
+    }
+
+    #[test]
+    fn short_or_unknown_messages() {
+        let empty_data = xlog(1, 2, b"");
+        assert_eq!(copy_data(&empty_data), CopyData::Other { kind: b'w', size: XLOG_DATA_HEADER });
+        let cut = keepalive(5, 1);
+        for end in 1..cut.len() {
+            assert_eq!(copy_data(&cut[..end]), CopyData::Other { kind: b'k', size: end });
+        }
+        assert_eq!(copy_data(b"x123"), CopyData::Other { kind: b'x', size: 4 });
+        assert_eq!(copy_data(b""), CopyData::Other { kind: 0, size: 0 });
     }
 }

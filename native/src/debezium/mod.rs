@@ -11,36 +11,11 @@ use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyInt, PyList, PyString, PyTuple};
 
-use crate::json;
-use crate::kinds::write_long;
-use crate::{from_py, Row, RowCodec};
+mod event;
 
-const XID_MASK: i64 = 0xFFFF_FFFF;
-const SNAPSHOT_FALSE: &str = "false";
-
-/// The Context fields an event reads (pgshovel2.relay.envelopes.Context, by position).
-pub(crate) struct Meta {
-    txid: i64,
-    position: String,
-    ts_ms: i64,
-    snapshot: Option<String>,
-    lsn: Option<i64>,
-    last_lsn: Option<i64>,
-    ts_us: i64,
-    ts_ns: i64,
-}
-
-impl Meta {
-    /// A captured change's Context (snapshot "false"): txid, 64-bit; position, its
-    /// pgshovel.position; ts_ms and ts_us, the commit time; lsn, the change's own LSN (logical); last_lsn,
-    /// the LSN completely processed before its transaction. None when ts_us has no ns form in 64 bits.
-    pub(crate) fn change(txid: i64, position: String, ts_ms: i64, lsn: Option<i64>, last_lsn: Option<i64>, ts_us: i64)
-                         -> Option<Meta> {
-        let ts_ns = ts_us.checked_mul(1000)?;
-        Some(Meta { txid, position, ts_ms, snapshot: Some(SNAPSHOT_FALSE.to_string()), lsn, last_lsn,
-                    ts_us, ts_ns })
-    }
-}
+pub(crate) use event::Meta;
+use event::Stamp;
+use crate::row_codec::{from_py, Row, RowCodec};
 
 /// A message of a change: key, value (None: a tombstone) and op.
 pub(crate) type Msg = (Key, Option<Vec<u8>>, &'static str);
@@ -48,12 +23,6 @@ pub(crate) type Msg = (Key, Option<Vec<u8>>, &'static str);
 /// Numbers the next event of a transaction: its (total_order, data_collection_order), or None
 /// (no transaction block).
 pub(crate) type Order<'a> = dyn FnMut() -> PyResult<Option<(i64, i64)>> + 'a;
-
-/// One event's processing time and transaction block numbers.
-struct Stamp {
-    now_ns: i64,
-    order: Option<(i64, i64)>,
-}
 
 /// A table's debezium envelope events: `change(op, row, before, ctx)` and `read(row, ctx)` give
 /// the list of Messages DebeziumEnvelope.change/read give (events and tombstones), or None.
@@ -198,109 +167,6 @@ impl DebeziumEvents {
         let op = PyString::intern(py, op);
         self.message.call1(py, (bytes(key.as_ref()), bytes(value), op))
     }
-
-    fn json_event(&self, before: Option<&Vec<u8>>, after: Option<&Vec<u8>>, op: &str, m: &Meta, s: &Stamp,
-                  out: &mut Vec<u8>) {
-        out.extend_from_slice(b"{\"before\":");
-        out.extend_from_slice(before.map_or(&b"null"[..], |b| b));
-        out.extend_from_slice(b",\"after\":");
-        out.extend_from_slice(after.map_or(&b"null"[..], |b| b));
-        out.extend_from_slice(b",\"source\":{\"version\":");
-        json::write_str(&self.version, out);
-        out.extend_from_slice(b",\"connector\":");
-        json::write_str(&self.connector, out);
-        out.extend_from_slice(b",\"name\":");
-        json::write_str(&self.name, out);
-        json_int(b",\"ts_ms\":", Some(m.ts_ms), out);
-        out.extend_from_slice(b",\"snapshot\":");
-        json_opt_str(m.snapshot.as_deref(), out);
-        out.extend_from_slice(b",\"db\":");
-        json::write_str(&self.db, out);
-        out.extend_from_slice(b",\"sequence\":");
-        json_sequence(m, out);
-        json_int(b",\"ts_us\":", Some(m.ts_us), out);
-        json_int(b",\"ts_ns\":", Some(m.ts_ns), out);
-        out.extend_from_slice(b",\"schema\":");
-        json::write_str(&self.schema, out);
-        out.extend_from_slice(b",\"table\":");
-        json::write_str(&self.table, out);
-        json_int(b",\"txId\":", tx_id(m), out);
-        json_int(b",\"lsn\":", m.lsn, out);
-        out.extend_from_slice(b",\"xmin\":null,\"position\":");
-        json::write_str(&m.position, out);
-        out.extend_from_slice(b"},\"transaction\":");
-        match s.order {
-            None => out.extend_from_slice(b"null"),
-            Some((total, in_collection)) => {
-                out.extend_from_slice(b"{\"id\":\"");
-                push_transaction_id(m, out);
-                out.push(b'"');
-                json_int(b",\"total_order\":", Some(total), out);
-                json_int(b",\"data_collection_order\":", Some(in_collection), out);
-                out.push(b'}');
-            }
-        }
-        out.extend_from_slice(b",\"op\":");
-        json::write_str(op, out);
-        json_int(b",\"ts_ms\":", Some(s.now_ns.div_euclid(1_000_000)), out);
-        json_int(b",\"ts_us\":", Some(s.now_ns.div_euclid(1_000)), out);
-        json_int(b",\"ts_ns\":", Some(s.now_ns), out);
-        out.push(b'}');
-    }
-
-    fn avro_event(&self, before: Option<&Vec<u8>>, after: Option<&Vec<u8>>, op: &str, m: &Meta, s: &Stamp,
-                  out: &mut Vec<u8>) {
-        out.extend_from_slice(&self.header);
-        for body in [before, after] {
-            match body {
-                None => out.push(0),
-                Some(b) => {
-                    out.push(2);
-                    out.extend_from_slice(b);
-                }
-            }
-        }
-        for s in [&self.version, &self.connector, &self.name] {
-            avro_str(s, out);
-        }
-        write_long(m.ts_ms, out);
-        match &m.snapshot {  // ["string", "null"]
-            Some(snapshot) => {
-                out.push(0);
-                avro_str(snapshot, out);
-            }
-            None => out.push(2),
-        }
-        avro_str(&self.db, out);
-        match sequence(m) {
-            Some(seq) => {
-                out.push(2);
-                avro_str(&seq, out);
-            }
-            None => out.push(0),
-        }
-        avro_opt_long(Some(m.ts_us), out);
-        avro_opt_long(Some(m.ts_ns), out);
-        avro_str(&self.schema, out);
-        avro_str(&self.table, out);
-        avro_opt_long(tx_id(m), out);
-        avro_opt_long(m.lsn, out);
-        out.push(0); // xmin
-        avro_str(&m.position, out);
-        match s.order {
-            None => out.push(0),
-            Some((total, in_collection)) => {
-                out.push(2);
-                avro_str(&transaction_id(m), out);
-                write_long(total, out);
-                write_long(in_collection, out);
-            }
-        }
-        avro_str(op, out);
-        avro_opt_long(Some(s.now_ns.div_euclid(1_000_000)), out);
-        avro_opt_long(Some(s.now_ns.div_euclid(1_000)), out);
-        avro_opt_long(Some(s.now_ns), out);
-    }
 }
 
 /// (key, before/after body) of a row by the RowCodec; None: left to Python.
@@ -352,92 +218,4 @@ fn meta_of(ctx: &Bound<'_, PyTuple>) -> Option<Meta> {
     };
     let ts_ns = ts_us.checked_mul(1000)?;
     Some(Meta { txid, position, ts_ms, snapshot, lsn, last_lsn, ts_us, ts_ns })
-}
-
-/// source.sequence: Debezium's ``["<last LSN>","<LSN>"]`` (debezium.sequence), None without an LSN.
-fn sequence(m: &Meta) -> Option<String> {
-    let lsn = m.lsn?;
-    Some(match m.last_lsn {
-        Some(last) => format!("[\"{last}\",\"{lsn}\"]"),
-        None => format!("[null,\"{lsn}\"]"),
-    })
-}
-
-/// source.txId: the 32-bit xid of a change (snapshot "false"), else None.
-fn tx_id(m: &Meta) -> Option<i64> {
-    (m.snapshot.as_deref() == Some(SNAPSHOT_FALSE)).then_some(m.txid & XID_MASK)
-}
-
-/// source.sequence as a JSON string (sequence's text, its quotes escaped), or null.
-fn json_sequence(m: &Meta, out: &mut Vec<u8>) {
-    let Some(lsn) = m.lsn else { return out.extend_from_slice(b"null") };
-    out.extend_from_slice(b"\"[");
-    match m.last_lsn {
-        Some(last) => {
-            out.extend_from_slice(b"\\\"");
-            push_int(last, out);
-            out.extend_from_slice(b"\\\"");
-        }
-        None => out.extend_from_slice(b"null"),
-    }
-    out.extend_from_slice(b",\\\"");
-    push_int(lsn, out);
-    out.extend_from_slice(b"\\\"]\"");
-}
-
-/// transaction.id (debezium.transaction_id).
-fn transaction_id(m: &Meta) -> String {
-    let mut out = Vec::with_capacity(32);
-    push_transaction_id(m, &mut out);
-    String::from_utf8(out).unwrap_or_default()
-}
-
-/// Appends transaction.id: ``<32-bit xid>:<LSN>``, or the txid without an LSN.
-fn push_transaction_id(m: &Meta, out: &mut Vec<u8>) {
-    match m.lsn {
-        Some(lsn) => {
-            push_int(m.txid & XID_MASK, out);
-            out.push(b':');
-            push_int(lsn, out);
-        }
-        None => push_int(m.txid, out),
-    }
-}
-
-/// Appends n in decimal (its Display, without the String).
-fn push_int(n: i64, out: &mut Vec<u8>) {
-    if n < 0 {
-        out.push(b'-');
-    }
-    json::push_uint(n.unsigned_abs(), 0, out);
-}
-
-fn json_int(name: &[u8], v: Option<i64>, out: &mut Vec<u8>) {
-    out.extend_from_slice(name);
-    match v {
-        Some(n) => push_int(n, out),
-        None => out.extend_from_slice(b"null"),
-    }
-}
-
-fn json_opt_str(s: Option<&str>, out: &mut Vec<u8>) {
-    match s {
-        Some(s) => json::write_str(s, out),
-        None => out.extend_from_slice(b"null"),
-    }
-}
-
-fn avro_str(s: &str, out: &mut Vec<u8>) {
-    write_long(s.len() as i64, out);
-    out.extend_from_slice(s.as_bytes());
-}
-
-fn avro_opt_long(v: Option<i64>, out: &mut Vec<u8>) {
-    match v {
-        Some(n) => {
-            out.push(2);
-            write_long(n, out);
-        }
-        None => out.push(0),
-    }
 }
