@@ -199,7 +199,7 @@ class RecordDecoder(RunMaker):
         return self._whole(records, txns, msg, last)
 
     def txn_scan(self, reader, msg, committed: int, confirmed: int) -> TxnReads | None:
-        """:meth:`txn_run` made by the native reader of packs (its ``txn_scan``, native/src/scan.rs)
+        """:meth:`txn_run` made by the native reader of packs (its ``txn_scan``, native/src/stream/scan.rs)
         over reader's records, without a Python object per BEGIN, COMMIT or pack record; None when
         it cannot stand for txn_run (a Python reader, or a layout held). confirmed: the slot's
         confirmed position; the stream is not read on after a COMMIT message that starts at or below

@@ -69,7 +69,7 @@ class RunMaker:
         return TxnRun(records, txns, True, self.tags, self.expand_txns) if txns else None
 
     def scanned(self, result: tuple) -> TxnReads:
-        """The TxnReads of a native scan's result (native/src/scan.rs: records, txns, ends, last_lsn,
+        """The TxnReads of a native scan's result (native/src/stream/scan.rs: records, txns, ends, last_lsn,
         partial, begin, msg, last): its ends and last_lsn taken on, then ended as txn_run ends,
         through the decoder's ``_unfinished`` when begin opened a transaction the scan could not
         finish, else ``_whole``."""

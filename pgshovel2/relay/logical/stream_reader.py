@@ -1,4 +1,4 @@
-"""The reader of a started replication stream: the native ``CopyReader`` (native/src/copy.rs) on
+"""The reader of a started replication stream: the native ``CopyReader`` (native/src/stream/copy.rs) on
 psycopg2's own connection and libpq, or the cursor's ``read_message`` without the native module.
 
 Both give messages with ``payload`` (the XLogData's data) and ``data_start`` (its start LSN), or

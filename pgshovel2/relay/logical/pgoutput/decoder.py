@@ -293,7 +293,7 @@ class PgoutputDecoder(RunMaker):
         return self._whole(records, txns, msg, last)
 
     def txn_scan(self, read: Callable[[], object | None], msg, committed: int, confirmed: int) -> TxnReads | None:
-        """:meth:`txn_run` made natively (``pgoutput_scan``, native/src/scan.rs) over read (a
+        """:meth:`txn_run` made natively (``pgoutput_scan``, native/src/stream/scan.rs) over read (a
         replication cursor's read_message), without a Python object per Begin and Commit; None when
         the native module does not have it. confirmed: as RecordDecoder.txn_scan's."""
         scan = getattr(native.module(), "pgoutput_scan", None)

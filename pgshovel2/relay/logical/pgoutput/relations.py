@@ -27,7 +27,7 @@ class SetTable:
 
 @dataclass
 class MappedRelation:
-    """A relation mapped onto a set table. The native scan (native/src/scan.rs) reads its
+    """A relation mapped onto a set table. The native scan (native/src/stream/scan.rs) reads its
     ``native``, ``index`` and ``tag`` by name."""
 
     tag: str
