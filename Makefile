@@ -52,7 +52,7 @@ chaos: install
 # QUICK=1 for a short run; ONLY=debezium (comma-separated sections) runs those alone. The debezium
 # section fetches Kafka Connect and Debezium with Maven (scripts/debezium/install.sh) on first use.
 bench: stack-up
-	$(PY) -m bench.run $(if $(QUICK),--quick) $(if $(ONLY),--only $(ONLY))
+	$(PY) -m bench.peer.run $(if $(QUICK),--quick) $(if $(ONLY),--only $(ONLY))
 
 # The images of docker-compose.yml built with podman from a debootstrap'd Debian bookworm base, the
 # stack brought up with podman-compose, the demo flow run inside it, the stack taken down (root; ~15 min

@@ -9,7 +9,7 @@ ZK_PORT="${ZK_PORT:-22181}"
 KAFKA_PORT="${KAFKA_PORT:-29092}"
 KAFKA_CONTROLLER_PORT="${KAFKA_CONTROLLER_PORT:-29093}"
 REGISTRY_PORT="${REGISTRY_PORT:-28081}"
-CONNECT_PORT="${CONNECT_PORT:-28083}"  # the Kafka Connect worker of make bench (bench/connect.py)
+CONNECT_PORT="${CONNECT_PORT:-28083}"  # the Kafka Connect worker of make bench (bench/peer/connect.py)
 # The secured PostgreSQL (scripts/secure/postgres.sh): ssl, hostssl + scram-sha-256 only.
 SECURE_PG_PORT="${SECURE_PG_PORT:-55433}"
 # The secured ZooKeeper (scripts/secure/zookeeper.sh): SASL on the first port, TLS + SASL on the second.

@@ -2,7 +2,7 @@
 # Fetches the benchmark's reference peer from Maven Central, idempotently: Kafka Connect (runtime,
 # json, transforms at the broker's version, scripts/debezium/pom.xml) into $DEBEZIUM_HOME/libs and
 # Debezium's PostgreSQL connector plugin archive unpacked into $DEBEZIUM_HOME/plugins (Connect's
-# plugin.path). bench/debezium.py calls it; DEBEZIUM_HOME defaults to .cache/debezium.
+# plugin.path). bench/peer/debezium.py calls it; DEBEZIUM_HOME defaults to .cache/debezium.
 #     scripts/debezium/install.sh            prints the DEBEZIUM_HOME it filled
 #     scripts/debezium/install.sh jdbc       also Debezium's JDBC sink connector (the sink tests)
 #     scripts/debezium/install.sh apicurio   also Apicurio's AvroConverter (apicurio-converter-pom.xml)

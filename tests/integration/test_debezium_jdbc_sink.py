@@ -1,7 +1,7 @@
 """Debezium's own JDBC sink connector reads the debezium envelope's JSON and Avro topics unchanged
 (issue #68).
 
-A Kafka Connect 4.1.1 distributed worker (bench/connect.py's, jars from Maven Central through
+A Kafka Connect 4.1.1 distributed worker (bench/peer/connect.py's, jars from Maven Central through
 scripts/debezium/install.sh) runs ``io.debezium:debezium-connector-jdbc:3.4.3.Final`` with Connect's
 JsonConverter (``schemas.enable=true``, Connect's default), or for Avro topics with Apicurio's
 AvroConverter on the test stack's registry (Confluent framing: 4-byte ids, no headers), and applies a
@@ -21,7 +21,7 @@ import psycopg2
 import pytest
 from psycopg2.extensions import parse_dsn
 
-from bench import connect
+from bench.peer import connect
 from pgshovel2 import names
 from tests.helpers import caught_up, pgshovel, write_config
 from tests.workers import port_of
