@@ -5,8 +5,11 @@ past it (``.importlinter``, contract "relay rooms").
 The rooms, each a layer that points down only (``.importlinter``):
 
 - the loop and its collaborators here: :mod:`~pgshovel2.relay.loop` (``Relay``: items -> Kafka
-  transactions -> ``Source.ack``), :mod:`~pgshovel2.relay.runs` (the native lane's items in the
-  loop), :mod:`~pgshovel2.relay.commit_clock`, :mod:`~pgshovel2.relay.control` and
+  transactions -> ``Source.ack``), :mod:`~pgshovel2.relay.commits` (``Commits``: the Kafka
+  transactions' bookkeeping; ``Cursor``: where the loop is in the stream),
+  :mod:`~pgshovel2.relay.runs` (``RunRelay``: the native lane's items),
+  ``ddl/relaying`` (``ControlRelay``: control events), :mod:`~pgshovel2.relay.commit_clock`,
+  :mod:`~pgshovel2.relay.control` and
   :mod:`~pgshovel2.relay.layout` (the set layout in effect), :mod:`~pgshovel2.relay.skips`,
   :mod:`~pgshovel2.relay.build` (a relay from its set record), :mod:`~pgshovel2.relay.supervisor`
   and :mod:`~pgshovel2.relay.election` (one active relay per set), :mod:`~pgshovel2.relay.options`;

@@ -28,40 +28,31 @@ from dataclasses import replace
 
 from pgshovel2 import failpoints
 from pgshovel2.errors import EncodeError, KeyLayoutError, RelayError, StopRequestedError
-from pgshovel2.relay.commit_clock import CommitClock
+from pgshovel2.relay.commits import Commits, Cursor, OpenTxn
 from pgshovel2.relay.control import ControlEvents
 from pgshovel2.relay.ddl.drop_watch import DropWatch
 from pgshovel2.relay.ddl.gate import DdlGate
 from pgshovel2.relay.ddl.partition_watch import PartitionWatch
-from pgshovel2.relay.ddl.relaying import DdlRelaying
+from pgshovel2.relay.ddl.relaying import ControlRelay
 from pgshovel2.relay.election import Leadership
 from pgshovel2.relay.emit.oversized import readable_key
 from pgshovel2.relay.layout import Layout
 from pgshovel2.relay.monitor import metrics
 from pgshovel2.relay.monitor.progress import LagClock, Progress
 from pgshovel2.relay.options import RelayOptions
-from pgshovel2.relay.runs import LaneRelaying
+from pgshovel2.relay.runs import RunRelay
 from pgshovel2.relay.skips import Skips
 from pgshovel2.relay.snapshot.initial import emit_initial_snapshot
 from pgshovel2.relay.snapshot.online import Emission, OnlineSnapshot, emit_chunk
 from pgshovel2.relay.source import Begin, Change, ChangeRun, Commit, Control, Idle, Item, Source, TxnRun
 from pgshovel2.sinks.kafka import KafkaSink
-from pgshovel2.wire import Position, change_header_at, position_prefix
+from pgshovel2.wire import Position
 
 log = logging.getLogger(__name__)
 NO_SKIPS = Skips()
 
 
-class _Txn:
-    """The source transaction being relayed: BEGIN is written at its first change."""
-
-    __slots__ = ("begin", "begun", "last_header", "last_covered")
-
-    def __init__(self, begin: Begin):
-        self.begin, self.begun, self.last_header, self.last_covered = begin, False, "", False
-
-
-class Relay(LaneRelaying, DdlRelaying):
+class Relay:
     """Relays one set from source to sink until stop is set.
 
     layout: the set layout in effect (its emitter produces to sink); control: applies
@@ -95,24 +86,29 @@ class Relay(LaneRelaying, DdlRelaying):
         self.leadership, self.on_handoff = leadership, on_handoff
         self.skips, self.online, self.watch = skips, online, watch
         self.gate, self.drops = gate, drops
-        self.soft = options.max_transaction_messages
-        self.hard = 10 * self.soft
-        self._clock = CommitClock(source.commit_delay, options.busy_commit_delay)
-        self.committed: Position | None = None
-        self.changes = self.batches = 0
-        self._counted = 0  # changes already added to the metric
-        self._committed_produced = 0
-        self._ready: Position | None = None  # the latest point a Kafka transaction may end at, uncommitted
-        self._txn: _Txn | None = None
-        self._unit: int | None = None
-        self._unit_version = 0  # set version at the start of the unit being relayed
-        self._prefix_unit, self._prefix = -1, ""  # wire.position_prefix of that unit
-        self._m_commit = metrics.COMMIT_SECONDS.labels(set_name)
+        self.commits = Commits(set_name, sink, source.backend, source.commit_delay, options, position_topic,
+                               position_key)
+        self.cursor = Cursor(source.backend)
         self.lag = LagClock()
+        self.controls = ControlRelay(set_name, source, layout, control, self.cursor, self.commits, self._commit_at,
+                                     gate, drops, online)
+        self.runs = RunRelay(self.cursor, self.commits, self.emitter, self.lag, self._item, self._change,
+                             self._in_chunk, self._commit_ready, lambda: self.layout.version)
         self.progress = Progress(set_name, source, options.progress_interval, options.slot_lag_warn_bytes, self.lag)
         self._handlers: dict[type, Callable] = {
-            Change: self._change, ChangeRun: self._run, TxnRun: self._txn_run, Begin: self._begin, Commit: self._end,
-            Control: self._control, Idle: self._idle}
+            Change: self._change, ChangeRun: self.runs.change_run, TxnRun: self.runs.txn_run, Begin: self._begin,
+            Commit: self._end,
+            Control: self.controls.relay, Idle: self._idle}
+
+    @property
+    def changes(self) -> int:
+        """Changes relayed to Kafka by this relay (committed or in the open Kafka transaction)."""
+        return self.commits.changes
+
+    @property
+    def batches(self) -> int:
+        """Kafka transactions this relay committed."""
+        return self.commits.batches
 
     def run(self, stop: threading.Event) -> None:
         """Fence older relays, hand off (snapshot) if needed, then relay until stop is set."""
@@ -131,12 +127,12 @@ class Relay(LaneRelaying, DdlRelaying):
             self.layout.resume(committed.start_version() if committed is not None and not force else 0)
             self.source.switch(self.layout.record)
             try:
-                self.committed = self._handoff(stop, committed, mode, resumed)
+                self.commits.committed = self._handoff(stop, committed, mode, resumed)
             except StopRequestedError:
                 log.info("stopped during the snapshot; nothing of it is visible, it restarts on the next start")
                 return
             if self.online is not None:
-                self.online.resume(self.committed.snapshot)
+                self.online.resume(self.commits.committed.snapshot)
             self._stream(stop)
         finally:
             if self.drops is not None:
@@ -206,10 +202,10 @@ class Relay(LaneRelaying, DdlRelaying):
     # -- the stream -------------------------------------------------------------------------
 
     def _stream(self, stop: threading.Event) -> None:
-        for item in self.source.items(self.committed):
+        for item in self.source.items(self.commits.committed):
             self._item(item)
             if stop.is_set():
-                if self._ready is not None and self._txn is None:
+                if self.commits.ready is not None and self.cursor.txn is None:
                     self._commit_ready()
                 return
 
@@ -217,28 +213,30 @@ class Relay(LaneRelaying, DdlRelaying):
         self._handlers[type(item)](item)
 
     def _at_unit(self, unit: int) -> None:
-        if unit != self._unit:
-            self._unit, self._unit_version = unit, self.layout.version
+        self.cursor.at_unit(unit, self.layout.version)
+
+    def _in_chunk(self) -> bool:
+        """Whether an online snapshot's chunk is open (its window sees every change)."""
+        return self.online is not None and self.online.chunk is not None
 
     def _begin(self, item: Begin) -> None:
-        self._at_unit(item.unit)
-        self._txn = _Txn(item)
+        self.cursor.at_unit(item.unit, self.layout.version)
+        self.cursor.txn = OpenTxn(item)
         self.lag.read(item.ts_ms)
 
     def _change(self, item: Change) -> None:
-        committed, unit = self.committed, item.unit
+        commits, unit = self.commits, item.unit
+        committed = commits.committed
         past = unit > committed.unit  # the usual case, neither reached nor covered: skip both checks
         if not past and committed.reaches(unit, 0, True):
             return  # its whole unit is in Kafka (streamed again after a restart): nothing to rebuild
         if self.online is not None and self.online.chunk is not None:
             self.online.touch(item)
         covered = not past and committed.covers(unit, item.ordinal)
-        if not covered and item.ordinal and self.sink.produced - self._committed_produced >= self.hard:
-            self._commit_at(self._point(unit, item.ordinal, False))  # inside one huge transaction
-        txn, emitter = self._txn, self.emitter
-        if unit != self._prefix_unit:
-            self._prefix_unit, self._prefix = unit, position_prefix(self.source.backend, unit)
-        header = change_header_at(self._prefix, item.ordinal)
+        if not covered and item.ordinal and commits.pending() >= commits.hard:
+            self._commit_at(commits.point(unit, item.ordinal, False))  # inside one huge transaction
+        txn, emitter = self.cursor.txn, self.emitter
+        header = self.cursor.header(unit, item.ordinal)
         emitter.replaying = covered
         if not txn.begun:
             begin = txn.begin
@@ -247,14 +245,14 @@ class Relay(LaneRelaying, DdlRelaying):
         try:
             emitter.change(item, header)
         except KeyLayoutError as exc:
-            self._key_layout_stop(item, exc)
+            self.controls.key_layout_stop(item, exc)
             self.emitter.change(item, header)  # in the table's new topic generation
         except EncodeError as exc:
             self._unencodable(exc, header, {"table": item.table, "op": item.op, "txid": item.txid,
                                             "key": self._key_of(item)})
         txn.last_header, txn.last_covered = header, covered
         if not covered:
-            self.changes += 1
+            commits.changes += 1
 
     def _key_of(self, item: Change) -> str:
         """The readable key of a change's row (its old row for a DELETE), for errors and skips."""
@@ -278,73 +276,65 @@ class Relay(LaneRelaying, DdlRelaying):
         self.skips.on_skip(header, what)
 
     def _end(self, item: Commit) -> None:
-        txn, self._txn = self._txn, None
-        self._at_unit(item.unit)
+        cursor, commits = self.cursor, self.commits
+        txn, cursor.txn = cursor.txn, None
+        cursor.at_unit(item.unit, self.layout.version)
         if txn is not None and txn.begun:
             self.emitter.replaying = txn.last_covered
             self.emitter.end(txn.begin.txid, txn.last_header, item.ts_ms)
         self.emitter.replaying = False
-        point = self._point(item.unit, item.ordinal, item.complete)
-        if self.committed.reaches(item.unit, item.ordinal, item.complete):
-            if item.complete and self._ready is None:
+        point = commits.point(item.unit, item.ordinal, item.complete)
+        if commits.committed.reaches(item.unit, item.ordinal, item.complete):
+            if item.complete and commits.ready is None:
                 self.source.ack(point)  # in Kafka before a restart: only the acknowledgement was missing
             return
         if self.online is not None and self.online.chunk is not None:
             self._online_emit(self.online.at_commit(item), item.unit)
-        self._ready = point
-        if item.complete:
-            self._clock.complete_point()
-        if self._pending() >= self.soft or (item.complete and self._clock.due(item.ts_ms)):
+        commits.hold(point)
+        if commits.due(item.complete, item.ts_ms):
             self._commit_ready()
 
     def _idle(self, item: Idle) -> None:
-        wait = item.wait
-        # Not while a source transaction is half produced: the commit would be at _ready, before it
-        if self._ready is not None and (self._txn is None or not self._txn.begun):
-            left = self._clock.delay_left()
-            if left <= 0 or not self._ready.complete:
+        wait, ready, txn, clock = item.wait, self.commits.ready, self.cursor.txn, self.commits.clock
+        # Not while a source transaction is half produced: the commit would be at ready, before it
+        if ready is not None and (txn is None or not txn.begun):
+            left = clock.delay_left()
+            if left <= 0 or not ready.complete:
                 self._commit_ready()
             else:
                 # Sleep, not source.wait: waking at every source transaction (a select, a read and
                 # an Idle each) cost the relay more CPU than relaying it. What came meanwhile is
                 # read next, into this Kafka transaction, which ends once the source has no more.
                 time.sleep(left)
-                self._clock.slept, wait = True, 0.0
-        elif self._ready is not None and self._clock.slept:
-            self._clock.drained = True  # the source has no more: the Kafka transaction ends with this one (due)
-        elif self._ready is None and self.online is not None:
+                clock.slept, wait = True, 0.0
+        elif ready is not None and clock.slept:
+            clock.drained = True  # the source has no more: the Kafka transaction ends with this one (due)
+        elif ready is None and self.online is not None:
             self.online.step(self.layout.record)
-        if self._ready is None and self._txn is None:
+        if self.commits.ready is None and self.cursor.txn is None:
             self.lag.idle()
-            self._watch_drops()
+            self.controls.watch_drops()
         self._check_leadership()
         self._progress()
         self.source.wait(wait)
 
     # -- commits ----------------------------------------------------------------------------
 
-    def _point(self, unit: int, ordinal: int, complete: bool) -> Position:
-        return Position(unit, ordinal, complete, self.committed.txid_snapshot, self.source.backend)
-
-    def _pending(self) -> int:
-        """Messages produced since the last commit."""
-        return self.sink.produced - self._committed_produced
-
     def _commit_ready(self) -> None:
-        self._commit_at(self._ready)
+        self._commit_at(self.commits.ready)
 
     def _commit_at(self, position: Position) -> None:
         """Commit the open Kafka transaction at position, then acknowledge the source up to the
         last complete point it holds."""
-        ready = self._ready
+        ready = self.commits.ready
         self._commit(position)
         done = position if position.complete else (ready if ready is not None and ready.complete else None)
-        self._ready = None
-        self._clock.reset()
+        self.commits.next_transaction()
         if done is not None:
             failpoints.hit("before_finish")
             self.source.ack(done)
-            self.lag.acknowledged(self._txn.begin.ts_ms if self._txn is not None else None)
+            txn = self.cursor.txn
+            self.lag.acknowledged(txn.begin.ts_ms if txn is not None else None)
         if self.online is not None:
             self.online.step(self.layout.record)
         self._progress()
@@ -359,21 +349,9 @@ class Relay(LaneRelaying, DdlRelaying):
 
     def _commit(self, position: Position) -> Position:
         """Commit the open Kafka transaction with position as its last record."""
-        position = replace(position, set_version=self.layout.version, batch_version=self._unit_version,
+        position = replace(position, set_version=self.layout.version, batch_version=self.cursor.unit_version,
                            snapshot=self.online.progress if self.online is not None else position.snapshot)
-        self.sink.produce(self.position_topic, self.position_key, position.encode(), [])
-        self._check_leadership()
-        failpoints.hit("before_commit")
-        started = time.perf_counter()
-        self.sink.commit()
-        self._m_commit.observe(time.perf_counter() - started)
-        failpoints.hit("after_commit")
-        self._committed_produced = self.sink.produced
-        self.committed = position
-        self.batches += 1
-        metrics.BATCHES.labels(self.set_name).inc()
-        metrics.CHANGES.labels(self.set_name).inc(self.changes - self._counted)
-        self._counted = self.changes
+        self.commits.commit(position, self._check_leadership)
         metrics.add_table_counts(self.set_name, self.emitter.tally.take(), time.time())
         return position
 
@@ -382,6 +360,6 @@ class Relay(LaneRelaying, DdlRelaying):
             self.leadership.check()
 
     def _progress(self) -> None:
-        self.progress.report(self.changes, self.batches)
+        self.progress.report(self.commits.changes, self.commits.batches)
         if self.watch is not None:
             self.watch.check(self.layout.record)

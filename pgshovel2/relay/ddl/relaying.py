@@ -1,4 +1,4 @@
-"""The relay loop's control-event path (:class:`DdlRelaying`, a base of
+"""The relay loop's control-event path (:class:`ControlRelay`, a collaborator of
 :class:`pgshovel2.relay.loop.Relay`): set versions and DDL switched exactly at their event, the
 transactions-topic record that marks a table's layout or topic changing or its end, a stop at a
 change the rules cannot follow until the operator decides (:mod:`pgshovel2.relay.ddl.gate`),
@@ -6,25 +6,46 @@ and the watch for tables dropped where no event says so (:mod:`pgshovel2.relay.d
 
 import logging
 import time
+from collections.abc import Callable
 
 from pgshovel2.errors import KeyLayoutError, SchemaChangeError
-from pgshovel2.relay.control import Switch
-from pgshovel2.relay.ddl.gate import stop_record
+from pgshovel2.relay.commits import Commits, Cursor
+from pgshovel2.relay.control import ControlEvents, Switch
+from pgshovel2.relay.ddl.drop_watch import DropWatch
+from pgshovel2.relay.ddl.gate import DdlGate, stop_record
 from pgshovel2.relay.ddl.schema_change import NEW_TOPIC
-from pgshovel2.relay.source import Change, Control
-from pgshovel2.wire import change_header
+from pgshovel2.relay.emit.emitter import Emitter
+from pgshovel2.relay.layout import Layout
+from pgshovel2.relay.snapshot.online import OnlineSnapshot
+from pgshovel2.relay.source import Change, Control, Source
+from pgshovel2.wire import Position, change_header
 
 log = logging.getLogger(__name__)
 
 
-class DdlRelaying:
-    """The Relay methods for Control items and key values a kept key layout cannot hold. They share
-    the relay's state (``layout``, ``control``, ``gate``, ``drops``, ``online``, ``_txn``,
-    ``committed``) and its commit path."""
+class ControlRelay:
+    """Relays Control items and key values a kept key layout cannot hold, for the loop.
 
-    def _control(self, item: Control) -> None:
+    It shares the loop's layout (the set layout in effect), control events, cursor (the open
+    source transaction), commits and emitter; commit_at(position) is the loop's commit (and
+    acknowledgement) at a point. gate: where it waits for the operator's decision on a DDL it
+    cannot follow compatibly (None: SchemaChangeError is raised there); drops: the watch for tables
+    dropped without an event; online: the set's online snapshots (None: none)."""
+
+    def __init__(self, set_name: str, source: Source, layout: Layout, control: ControlEvents, cursor: Cursor,
+                 commits: Commits, commit_at: Callable[[Position], None], gate: DdlGate | None = None,
+                 drops: DropWatch | None = None, online: OnlineSnapshot | None = None):
+        self.set_name, self.source, self.layout, self.control = set_name, source, layout, control
+        self.cursor, self.commits, self._commit_at = cursor, commits, commit_at
+        self.gate, self.drops, self.online = gate, drops, online
+
+    @property
+    def emitter(self) -> Emitter:
+        return self.layout.emitter
+
+    def relay(self, item: Control) -> None:
         """Apply a control event (also when replayed below the committed position: idempotent)."""
-        self._at_unit(item.unit)
+        self.cursor.at_unit(item.unit, self.layout.version)
         if self.online is not None and self.online.control(item):
             return  # a watermark of an online snapshot
         started = time.monotonic()
@@ -41,7 +62,7 @@ class DdlRelaying:
         log.info("control event %s handled in %.1f ms (set version %d)", item.op,
                  (time.monotonic() - started) * 1000, self.layout.version)
 
-    def _key_layout_stop(self, item: Change, exc: KeyLayoutError) -> None:
+    def key_layout_stop(self, item: Change, exc: KeyLayoutError) -> None:
         """A key value of item's table does not fit the key layout the table kept: switch the table
         to its next topic generation right before item (a stored version of that, on a replay, else
         the operator's decision, waited for), so item and what follows go there."""
@@ -68,8 +89,8 @@ class DdlRelaying:
     def _stop_at(self, unit: int, ordinal: int, exc: Exception, stop: dict) -> dict:
         """Commit everything before the change at (unit, ordinal), then the operator's decision on it
         (waited for); without a gate (tests) exc is raised there."""
-        if not self.committed.covers(unit, ordinal):
-            self._commit_at(self._point(unit, ordinal, False))
+        if not self.commits.committed.covers(unit, ordinal):
+            self._commit_at(self.commits.point(unit, ordinal, False))
         if self.gate is None:
             raise exc
         decision = self.gate.decide(stop)
@@ -83,7 +104,7 @@ class DdlRelaying:
         yet) and, for a new topic generation, an online snapshot of the table requested."""
         header = self._header(unit, ordinal)
         log.info("switching to set version %d at %s", switch.record.version, header)
-        covered = self.committed.covers(unit, ordinal)
+        covered = self.commits.committed.covers(unit, ordinal)
         if switch.dropped is not None:
             self.layout.drop(switch.record, switch.dropped)
         else:
@@ -101,7 +122,7 @@ class DdlRelaying:
 
     def _mark(self, mark: dict, txid: int, header: str, ts_ms: int, covered: bool) -> None:
         """Write mark at header in the open source transaction (its BEGIN first, if not written yet)."""
-        txn, emitter = self._txn, self.emitter
+        txn, emitter = self.cursor.txn, self.emitter
         emitter.replaying = covered
         if txn is not None and not txn.begun:
             begin = txn.begin
@@ -115,7 +136,7 @@ class DdlRelaying:
     def _header(self, unit: int, ordinal: int) -> str:
         return change_header(self.source.backend, unit, ordinal)
 
-    def _watch_drops(self) -> None:
+    def watch_drops(self) -> None:
         """Between transactions: let the drop watch check the tables (when it is due)."""
         if self.drops is not None:
             self.drops.step(self.layout.record)
