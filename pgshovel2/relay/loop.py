@@ -46,7 +46,7 @@ from pgshovel2.relay.snapshot.initial import emit_initial_snapshot
 from pgshovel2.relay.snapshot.online import Emission, OnlineSnapshot, emit_chunk
 from pgshovel2.relay.source import Begin, Change, ChangeRun, Commit, Control, Idle, Item, Source, TxnRun
 from pgshovel2.sinks.kafka import KafkaSink
-from pgshovel2.wire import Position
+from pgshovel2.wire import Position, change_header_at
 
 log = logging.getLogger(__name__)
 NO_SKIPS = Skips()
@@ -235,8 +235,11 @@ class Relay:
         covered = not past and committed.covers(unit, item.ordinal)
         if not covered and item.ordinal and commits.pending() >= commits.hard:
             self._commit_at(commits.point(unit, item.ordinal, False))  # inside one huge transaction
-        txn, emitter = self.cursor.txn, self.emitter
-        header = self.cursor.header(unit, item.ordinal)
+        cursor, emitter = self.cursor, self.emitter
+        txn = cursor.txn
+        if unit != cursor.prefix_unit:
+            cursor.header(unit, 0)  # caches the unit's position prefix
+        header = change_header_at(cursor.prefix, item.ordinal)  # cursor.header, without a call per change
         emitter.replaying = covered
         if not txn.begun:
             begin = txn.begin
