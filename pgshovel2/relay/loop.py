@@ -42,8 +42,10 @@ from pgshovel2.relay.monitor.progress import LagClock, Progress
 from pgshovel2.relay.options import RelayOptions
 from pgshovel2.relay.runs import RunRelay
 from pgshovel2.relay.skips import Skips
+from pgshovel2.relay.snapshot.emission import Emission, emit_chunk
 from pgshovel2.relay.snapshot.initial import emit_initial_snapshot
-from pgshovel2.relay.snapshot.online import Emission, OnlineSnapshot, emit_chunk
+from pgshovel2.relay.snapshot.none import NoOnlineSnapshot
+from pgshovel2.relay.snapshot.online import OnlineSnapshot
 from pgshovel2.relay.source import Begin, Change, ChangeRun, Commit, Control, Idle, Item, Source, TxnRun
 from pgshovel2.sinks.kafka import KafkaSink
 from pgshovel2.wire import Position, change_header_at
@@ -84,14 +86,15 @@ class Relay:
         self.emitter, self.control, self.options = layout.emitter, control, options
         self.read_position, self.position_topic, self.position_key = read_position, position_topic, position_key
         self.leadership, self.on_handoff = leadership, on_handoff
-        self.skips, self.online, self.watch = skips, online, watch
+        self.skips, self.watch = skips, watch
+        self.online: OnlineSnapshot | NoOnlineSnapshot = online if online is not None else NoOnlineSnapshot()
         self.gate, self.drops = gate, drops
         self.commits = Commits(set_name, sink, source.backend, source.commit_delay, options, position_topic,
                                position_key)
         self.cursor = Cursor(source.backend)
         self.lag = LagClock()
         self.controls = ControlRelay(set_name, source, layout, control, self.cursor, self.commits, self._commit_at,
-                                     gate, drops, online)
+                                     gate, drops, self.online)
         self.runs = RunRelay(self.cursor, self.commits, self.emitter, self.lag, self._item, self._change,
                              self._in_chunk, self._commit_ready, lambda: self.layout.version)
         self.progress = Progress(set_name, source, options.progress_interval, options.slot_lag_warn_bytes, self.lag)
@@ -131,14 +134,12 @@ class Relay:
             except StopRequestedError:
                 log.info("stopped during the snapshot; nothing of it is visible, it restarts on the next start")
                 return
-            if self.online is not None:
-                self.online.resume(self.commits.committed.snapshot)
+            self.online.resume(self.commits.committed.snapshot)
             self._stream(stop)
         finally:
             if self.drops is not None:
                 self.drops.close()
-            if self.online is not None:
-                self.online.reader.close()
+            self.online.close()
             if self.watch is not None:
                 self.watch.close()
             self.source.close()
@@ -152,7 +153,7 @@ class Relay:
         then. False (the old path: a new handoff, every table re-sent in one Kafka transaction)
         when there is no position, the source cannot resume from it (a logical set whose slot
         was lost) or a table has no key (online snapshots need one)."""
-        if committed is None or self.online is None:
+        if committed is None or not self.online.enabled:
             return False
         try:
             self.source.resume(committed)
@@ -217,7 +218,7 @@ class Relay:
 
     def _in_chunk(self) -> bool:
         """Whether an online snapshot's chunk is open (its window sees every change)."""
-        return self.online is not None and self.online.chunk is not None
+        return self.online.chunk is not None
 
     def _begin(self, item: Begin) -> None:
         self.cursor.at_unit(item.unit, self.layout.version)
@@ -230,7 +231,7 @@ class Relay:
         past = unit > committed.unit  # the usual case, neither reached nor covered: skip both checks
         if not past and committed.reaches(unit, 0, True):
             return  # its whole unit is in Kafka (streamed again after a restart): nothing to rebuild
-        if self.online is not None and self.online.chunk is not None:
+        if self.online.chunk is not None:
             self.online.touch(item)
         covered = not past and committed.covers(unit, item.ordinal)
         if not covered and item.ordinal and commits.pending() >= commits.hard:
@@ -291,7 +292,7 @@ class Relay:
             if item.complete and commits.ready is None:
                 self.source.ack(point)  # in Kafka before a restart: only the acknowledgement was missing
             return
-        if self.online is not None and self.online.chunk is not None:
+        if self.online.chunk is not None:
             self._online_emit(self.online.at_commit(item), item.unit)
         commits.hold(point)
         if commits.due(item.complete, item.ts_ms):
@@ -312,7 +313,7 @@ class Relay:
                 clock.slept, wait = True, 0.0
         elif ready is not None and clock.slept:
             clock.drained = True  # the source has no more: the Kafka transaction ends with this one (due)
-        elif ready is None and self.online is not None:
+        elif ready is None:
             self.online.step(self.layout.record)
         if self.commits.ready is None and self.cursor.txn is None:
             self.lag.idle()
@@ -338,8 +339,7 @@ class Relay:
             self.source.ack(done)
             txn = self.cursor.txn
             self.lag.acknowledged(txn.begin.ts_ms if txn is not None else None)
-        if self.online is not None:
-            self.online.step(self.layout.record)
+        self.online.step(self.layout.record)
         self._progress()
 
     def _online_emit(self, emission: Emission | None, unit: int) -> None:
@@ -353,7 +353,7 @@ class Relay:
     def _commit(self, position: Position) -> Position:
         """Commit the open Kafka transaction with position as its last record."""
         position = replace(position, set_version=self.layout.version, batch_version=self.cursor.unit_version,
-                           snapshot=self.online.progress if self.online is not None else position.snapshot)
+                           snapshot=self.online.progress_of(position))
         self.commits.commit(position, self._check_leadership)
         metrics.add_table_counts(self.set_name, self.emitter.tally.take(), time.time())
         return position

@@ -16,6 +16,7 @@ from pgshovel2.relay.ddl.gate import DdlGate, stop_record
 from pgshovel2.relay.ddl.schema_change import NEW_TOPIC
 from pgshovel2.relay.emit.emitter import Emitter
 from pgshovel2.relay.layout import Layout
+from pgshovel2.relay.snapshot.none import NoOnlineSnapshot
 from pgshovel2.relay.snapshot.online import OnlineSnapshot
 from pgshovel2.relay.source import Change, Control, Source
 from pgshovel2.wire import Position, change_header
@@ -34,10 +35,12 @@ class ControlRelay:
 
     def __init__(self, set_name: str, source: Source, layout: Layout, control: ControlEvents, cursor: Cursor,
                  commits: Commits, commit_at: Callable[[Position], None], gate: DdlGate | None = None,
-                 drops: DropWatch | None = None, online: OnlineSnapshot | None = None):
+                 drops: DropWatch | None = None,
+                 online: OnlineSnapshot | NoOnlineSnapshot | None = None):
         self.set_name, self.source, self.layout, self.control = set_name, source, layout, control
         self.cursor, self.commits, self._commit_at = cursor, commits, commit_at
-        self.gate, self.drops, self.online = gate, drops, online
+        self.gate, self.drops = gate, drops
+        self.online = online if online is not None else NoOnlineSnapshot()
 
     @property
     def emitter(self) -> Emitter:
@@ -46,7 +49,7 @@ class ControlRelay:
     def relay(self, item: Control) -> None:
         """Apply a control event (also when replayed below the committed position: idempotent)."""
         self.cursor.at_unit(item.unit, self.layout.version)
-        if self.online is not None and self.online.control(item):
+        if self.online.control(item):
             return  # a watermark of an online snapshot
         started = time.monotonic()
         try:
@@ -114,7 +117,7 @@ class ControlRelay:
             self.drops.ended(switch.dropped)
         if switch.mark is not None:
             self._mark(switch.mark, txid, header, ts_ms, covered)
-        if switch.snapshot is not None and not covered and self.online is not None:
+        if switch.snapshot is not None and not covered and self.online.enabled:
             request = self.online.request_more(switch.snapshot)
             topic = switch.mark.get("new_topic") if switch.mark is not None else None
             log.info("online snapshot %s of %s requested: %s", request, switch.snapshot.qualified,

@@ -26,7 +26,6 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import NamedTuple
 
 import psycopg2
 
@@ -35,14 +34,13 @@ from pgshovel2.backends import chunks, where_expr
 from pgshovel2.catalog import Table
 from pgshovel2.codec.rows import as_values
 from pgshovel2.db import outage
-from pgshovel2.errors import EncodeError, KeyLayoutError, UnavailableError
-from pgshovel2.relay.emit.emitter import Emitter
-from pgshovel2.relay.emit.envelopes import SNAPSHOT_INCREMENTAL
+from pgshovel2.errors import KeyLayoutError, UnavailableError
 from pgshovel2.relay.monitor import metrics
+from pgshovel2.relay.snapshot.emission import Emission
 from pgshovel2.relay.snapshot.request import ACTIVE, DEFAULT_CHUNK_SIZE, DONE, FAILED, PAUSED, SnapshotRequest
 from pgshovel2.relay.source import SET_VERSION, Change, Commit, Control
 from pgshovel2.setrecord import SetRecord
-from pgshovel2.wire import LOGICAL, snapshot_header
+from pgshovel2.wire import Position
 
 log = logging.getLogger(__name__)
 POLL_INTERVAL = 0.5  # seconds between reads of the request while no chunk is due
@@ -67,18 +65,6 @@ class _Chunk:
     partial: dict[bytes, list] = field(default_factory=dict)
     high_seen: bool = False
     started: float = field(default_factory=time.monotonic)
-
-
-class Emission(NamedTuple):
-    """What a chunk emits: rows of table (op r), whether it is the table's first chunk (a
-    SNAPSHOT_BEGIN record goes before them) and its last (a SNAPSHOT_END record after them, with
-    total, the table's rows emitted by the request)."""
-
-    table: Table
-    rows: list[list]
-    first: bool
-    last: bool
-    total: int
 
 
 class OnlineSnapshot:
@@ -109,9 +95,19 @@ class OnlineSnapshot:
         self._stats: dict = {}
         self._last_report = self._last_wait_log = 0.0
 
+    enabled = True  # False: NoOnlineSnapshot
+
     def resume(self, progress: dict | None) -> None:
         """Start from the committed position's progress (None: none)."""
         self.progress = progress
+
+    def progress_of(self, position: Position) -> dict | None:
+        """The online snapshot progress a Kafka commit at position carries: this relay's."""
+        return self.progress
+
+    def close(self) -> None:
+        """Close the chunk reader's connection."""
+        self.reader.close()
 
     def request_all(self, tables: tuple[Table, ...]) -> SnapshotRequest | None:
         """Write a new active request (default chunk size) for tables, replacing any previous
@@ -377,24 +373,3 @@ def _watermark(item: Control) -> dict | None:
             and not {"dropped", "renamed"} & item.row.keys():  # the drop watch's markers (relay/ddl/drop_watch.py)
         return item.row.get("watermark") or {}
     return None
-
-
-def emit_chunk(emitter: Emitter, emission: Emission, backend: str, unit: int,
-               unencodable: Callable[[EncodeError, str, list], None]) -> None:
-    """Produce emission's rows as op r at the snapshot positions ``<unit>:s<i>`` (unit: where the
-    chunk is emitted, a tick or commit LSN by backend), framed by the table's SNAPSHOT_BEGIN /
-    SNAPSHOT_END records on its first and last chunk; a row that cannot be encoded goes to
-    unencodable(error, position, row) (which raises unless the operator asked to skip it)."""
-    table, now_ms = emission.table, int(time.time() * 1000)
-    topic = emitter.routes[table.qualified].topic
-    if emission.first:
-        emitter.snapshot_mark("SNAPSHOT_BEGIN", topic, snapshot_header(backend, unit, 0), now_ms)
-    for index, row in enumerate(emission.rows):
-        header = snapshot_header(backend, unit, index)
-        try:
-            emitter.snapshot_row(table, row, header, now_ms, SNAPSHOT_INCREMENTAL, unit if backend == LOGICAL else None)
-        except EncodeError as exc:
-            unencodable(exc, header, row)
-    if emission.last:
-        emitter.snapshot_mark("SNAPSHOT_END", topic, snapshot_header(backend, unit, len(emission.rows)), now_ms,
-                              emission.total)
