@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 from pgshovel2 import failpoints
 from pgshovel2.relay.commit_clock import CommitClock
+from pgshovel2.relay.emit.tally import TableTally
 from pgshovel2.relay.monitor import metrics
 from pgshovel2.relay.options import RelayOptions
 from pgshovel2.relay.source import Begin
@@ -50,11 +51,15 @@ class Cursor:
         if unit != self.unit:
             self.unit, self.unit_version = unit, version
 
-    def header(self, unit: int, ordinal: int) -> str:
-        """The change header (wire.change_header) of event ordinal of unit."""
+    def prefix_of(self, unit: int) -> str:
+        """The position prefix (wire.position_prefix) of unit, kept for the next call."""
         if unit != self.prefix_unit:
             self.prefix_unit, self.prefix = unit, position_prefix(self.backend, unit)
-        return change_header_at(self.prefix, ordinal)
+        return self.prefix
+
+    def header(self, unit: int, ordinal: int) -> str:
+        """The change header (wire.change_header) of event ordinal of unit."""
+        return change_header_at(self.prefix_of(unit), ordinal)
 
 
 class Commits:
@@ -62,11 +67,12 @@ class Commits:
     one may end at (``ready``), when it ends (``clock``: a CommitClock; ``soft``: at a transaction
     boundary once it holds that many messages, ``hard``: inside one source transaction at ten times
     that), and the counts (``changes`` relayed, ``batches``: Kafka transactions committed) with their
-    metrics. sink: the set's transactional producer; backend: the source's."""
+    metrics. sink: the set's transactional producer; backend: the source's; tally: the emitter's
+    per-table counts, published with the other metrics at each commit."""
 
     def __init__(self, set_name: str, sink: KafkaSink, backend: str, commit_delay: float, options: RelayOptions,
-                 position_topic: str, position_key: bytes):
-        self.set_name, self.sink, self.backend = set_name, sink, backend
+                 position_topic: str, position_key: bytes, tally: TableTally):
+        self.set_name, self.sink, self.backend, self.tally = set_name, sink, backend, tally
         self.position_topic, self.position_key = position_topic, position_key
         self.soft = options.max_transaction_messages
         self.hard = 10 * self.soft
@@ -114,6 +120,7 @@ class Commits:
         metrics.BATCHES.labels(self.set_name).inc()
         metrics.CHANGES.labels(self.set_name).inc(self.changes - self._counted)
         self._counted = self.changes
+        metrics.add_table_counts(self.set_name, self.tally.take(), time.time())
         return position
 
     def next_transaction(self) -> None:

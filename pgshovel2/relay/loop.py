@@ -37,7 +37,6 @@ from pgshovel2.relay.ddl.relaying import ControlRelay
 from pgshovel2.relay.election import Leadership
 from pgshovel2.relay.emit.oversized import readable_key
 from pgshovel2.relay.layout import Layout
-from pgshovel2.relay.monitor import metrics
 from pgshovel2.relay.monitor.progress import LagClock, Progress
 from pgshovel2.relay.options import RelayOptions
 from pgshovel2.relay.runs import RunRelay
@@ -84,17 +83,17 @@ class Relay:
                  drops: DropWatch | None = None):
         self.set_name, self.source, self.sink, self.layout = set_name, source, sink, layout
         self.emitter, self.control, self.options = layout.emitter, control, options
-        self.read_position, self.position_topic, self.position_key = read_position, position_topic, position_key
+        self.read_position = read_position
         self.leadership, self.on_handoff = leadership, on_handoff
         self.skips, self.watch = skips, watch
         self.online: OnlineSnapshot | NoOnlineSnapshot = online if online is not None else NoOnlineSnapshot()
-        self.gate, self.drops = gate, drops
+        self.drops = drops
         self.commits = Commits(set_name, sink, source.backend, source.commit_delay, options, position_topic,
-                               position_key)
+                               position_key, self.emitter.tally)
         self.cursor = Cursor(source.backend)
         self.lag = LagClock()
         self.controls = ControlRelay(set_name, source, layout, control, self.cursor, self.commits, self._commit_at,
-                                     gate, drops, self.online)
+                                     self.online, gate, drops)
         self.runs = RunRelay(self.cursor, self.commits, self.emitter, self.lag, self._item, self._change,
                              self._in_chunk, self._commit_ready, lambda: self.layout.version)
         self.progress = Progress(set_name, source, options.progress_interval, options.slot_lag_warn_bytes, self.lag)
@@ -213,9 +212,6 @@ class Relay:
     def _item(self, item: Item) -> None:
         self._handlers[type(item)](item)
 
-    def _at_unit(self, unit: int) -> None:
-        self.cursor.at_unit(unit, self.layout.version)
-
     def _in_chunk(self) -> bool:
         """Whether an online snapshot's chunk is open (its window sees every change)."""
         return self.online.chunk is not None
@@ -238,9 +234,8 @@ class Relay:
             self._commit_at(commits.point(unit, item.ordinal, False))  # inside one huge transaction
         cursor, emitter = self.cursor, self.emitter
         txn = cursor.txn
-        if unit != cursor.prefix_unit:
-            cursor.header(unit, 0)  # caches the unit's position prefix
-        header = change_header_at(cursor.prefix, item.ordinal)  # cursor.header, without a call per change
+        prefix = cursor.prefix if unit == cursor.prefix_unit else cursor.prefix_of(unit)
+        header = change_header_at(prefix, item.ordinal)  # cursor.header, without a call per change
         emitter.replaying = covered
         if not txn.begun:
             begin = txn.begin
@@ -354,9 +349,7 @@ class Relay:
         """Commit the open Kafka transaction with position as its last record."""
         position = replace(position, set_version=self.layout.version, batch_version=self.cursor.unit_version,
                            snapshot=self.online.progress_of(position))
-        self.commits.commit(position, self._check_leadership)
-        metrics.add_table_counts(self.set_name, self.emitter.tally.take(), time.time())
-        return position
+        return self.commits.commit(position, self._check_leadership)
 
     def _check_leadership(self) -> None:
         if self.leadership is not None:

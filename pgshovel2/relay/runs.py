@@ -104,14 +104,12 @@ class RunRelay:
     def _lane(self, run: ChangeRun, start: int) -> int:
         """emitter.change_run of run.records[start:] with the item path's bookkeeping; returns how
         many records it relayed."""
-        cursor = self.cursor
-        if run.unit != cursor.prefix_unit:
-            cursor.header(run.unit, 0)  # caches the unit's prefix
+        prefix = self.cursor.prefix_of(run.unit)
         self.emitter.replaying = False
-        done = self.emitter.change_run(run, start, cursor.prefix)
+        done = self.emitter.change_run(run, start, prefix)
         if done:
-            txn = cursor.txn
-            txn.last_header = change_header_at(cursor.prefix, run.ordinal + start + done - 1)
+            txn = self.cursor.txn
+            txn.last_header = change_header_at(prefix, run.ordinal + start + done - 1)
             txn.last_covered = False
             self.commits.changes += done
         return done

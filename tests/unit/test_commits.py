@@ -3,6 +3,7 @@ for both backends across unit switches, and Commits holds, times and commits poi
 relies on (a fake of our own sink interface: produce / commit, counted)."""
 
 from pgshovel2.relay.commits import Commits, Cursor
+from pgshovel2.relay.emit.tally import TableTally
 from pgshovel2.relay.options import RelayOptions
 from pgshovel2.wire import LOGICAL, TRIGGER, Position, change_header
 
@@ -43,7 +44,7 @@ def test_cursor_keeps_the_version_a_unit_started_in():
 def _commits(soft: int = 3) -> tuple[Commits, CountingSink]:
     sink = CountingSink()
     options = RelayOptions("kafka", max_transaction_messages=soft, busy_commit_delay=60.0)
-    commits = Commits("s", sink, TRIGGER, 60.0, options, "c.positions", b"c/s")
+    commits = Commits("s", sink, TRIGGER, 60.0, options, "c.positions", b"c/s", TableTally())
     commits.committed = Position(1, 0, True, None, TRIGGER)
     return commits, sink
 

@@ -19,7 +19,7 @@ from pgshovel2.relay.layout import Layout
 from pgshovel2.relay.snapshot.none import NoOnlineSnapshot
 from pgshovel2.relay.snapshot.online import OnlineSnapshot
 from pgshovel2.relay.source import Change, Control, Source
-from pgshovel2.wire import Position, change_header
+from pgshovel2.wire import Position
 
 log = logging.getLogger(__name__)
 
@@ -31,16 +31,14 @@ class ControlRelay:
     source transaction), commits and emitter; commit_at(position) is the loop's commit (and
     acknowledgement) at a point. gate: where it waits for the operator's decision on a DDL it
     cannot follow compatibly (None: SchemaChangeError is raised there); drops: the watch for tables
-    dropped without an event; online: the set's online snapshots (None: none)."""
+    dropped without an event; online: the set's online snapshots (NoOnlineSnapshot: none)."""
 
     def __init__(self, set_name: str, source: Source, layout: Layout, control: ControlEvents, cursor: Cursor,
-                 commits: Commits, commit_at: Callable[[Position], None], gate: DdlGate | None = None,
-                 drops: DropWatch | None = None,
-                 online: OnlineSnapshot | NoOnlineSnapshot | None = None):
+                 commits: Commits, commit_at: Callable[[Position], None], online: OnlineSnapshot | NoOnlineSnapshot,
+                 gate: DdlGate | None = None, drops: DropWatch | None = None):
         self.set_name, self.source, self.layout, self.control = set_name, source, layout, control
         self.cursor, self.commits, self._commit_at = cursor, commits, commit_at
-        self.gate, self.drops = gate, drops
-        self.online = online if online is not None else NoOnlineSnapshot()
+        self.gate, self.drops, self.online = gate, drops, online
 
     @property
     def emitter(self) -> Emitter:
@@ -137,7 +135,7 @@ class ControlRelay:
         emitter.replaying = False
 
     def _header(self, unit: int, ordinal: int) -> str:
-        return change_header(self.source.backend, unit, ordinal)
+        return self.cursor.header(unit, ordinal)
 
     def watch_drops(self) -> None:
         """Between transactions: let the drop watch check the tables (when it is due)."""
