@@ -29,6 +29,7 @@ where no change of the table follows the rename to carry its new layout.
 import json
 
 from pgshovel2.catalog import Table
+from pgshovel2.setrecord import SetRecord, SlotCapture
 
 VERSION_PREFIX = "pgshovel2.version"  # as backends.logical_version (its importers are not needed here)
 
@@ -94,3 +95,33 @@ def mark_logical_rename(cur, table: Table, relation: tuple[str, str]) -> None:
     """Write a rename marker of table (now at relation: schema, name) into the WAL (commit it)."""
     cur.execute("SELECT pg_catalog.pg_logical_emit_message(true, %s, %s)",
                 (VERSION_PREFIX, _rename_payload(table, relation)))
+
+
+def tables_there(cur, record: SetRecord, tables: list[Table], oids: dict[str, int]) -> dict[str, tuple[str, str]]:
+    """Tag -> (schema, name) now of record's tables still there: a trigger set's by its triggers,
+    a logical set's by OID (oids: tag -> OID, filled here for tables found; a table whose OID is not
+    known yet counts as there, as it is)."""
+    if not isinstance(record.capture, SlotCapture):
+        return trigger_captured(cur, record.capture.trigger)
+    for t in tables:
+        if t.qualified not in oids and (oid := oid_of(cur, t)) is not None:
+            oids[t.qualified] = oid
+    there = existing_oids(cur, [oids[t.qualified] for t in tables if t.qualified in oids])
+    return {t.qualified: there[oids[t.qualified]] if t.qualified in oids else t.relation
+            for t in tables if t.qualified not in oids or oids[t.qualified] in there}
+
+
+def mark_drop(cur, record: SetRecord, table: Table, why: str) -> None:
+    """Write the marker that ends table in record's stream (the set's backend's kind of marker)."""
+    if isinstance(record.capture, SlotCapture):
+        mark_logical_drop(cur, table, why)
+    else:
+        mark_trigger_drop(cur, record.capture.queue, table, why)
+
+
+def mark_rename(cur, record: SetRecord, table: Table, relation: tuple[str, str]) -> None:
+    """Write the marker that records table's name now, relation (schema, name), in record's stream."""
+    if isinstance(record.capture, SlotCapture):
+        mark_logical_rename(cur, table, relation)
+    else:
+        mark_trigger_rename(cur, record.capture.queue, table, relation)

@@ -30,7 +30,7 @@ from pgshovel2.relay.pgq.source import PgqSource
 from pgshovel2.relay.skips import Skips
 from pgshovel2.relay.snapshot.online import OnlineSnapshot
 from pgshovel2.relay.source import Source
-from pgshovel2.setrecord import SetRecord, SlotCapture
+from pgshovel2.setrecord import SetRecord
 from pgshovel2.sinks.kafka import KafkaSink
 from pgshovel2.sinks.registry import SchemaRegistry
 from pgshovel2.wire.positions import read_position
@@ -48,19 +48,28 @@ def transactional_id(cluster: str, set_name: str) -> str:
 
 
 def open_source(record: SetRecord, options: RelayOptions) -> Source:
-    """The source of the set's backend, connected. Raises UnavailableError when the database
-    cannot be reached."""
-    if isinstance(record.capture, SlotCapture):
-        return LogicalSource(record.relay_dsn, record.capture.slot, record.tables, options.heartbeat_interval,
-                             publication=record.publication,
-                             plugin=record.capture.plugin, mode_all=all_mode_tags(record),
-                             spill_dir=options.spill_dir, decoding_work_mem=options.logical_decoding_work_mem,
-                             raw_rows=native.module() is not None, runs=True, commit_delay=options.commit_delay)
+    """The source of the set's backend (record.backend: its config's), connected. Raises
+    UnavailableError when the database cannot be reached."""
+    return _SOURCES[record.backend](record, options)
+
+
+def _logical_source(record: SetRecord, options: RelayOptions) -> Source:
+    return LogicalSource(record.relay_dsn, record.capture.slot, record.tables, options.heartbeat_interval,
+                         publication=record.publication,
+                         plugin=record.capture.plugin, mode_all=all_mode_tags(record),
+                         spill_dir=options.spill_dir, decoding_work_mem=options.logical_decoding_work_mem,
+                         raw_rows=native.module() is not None, runs=True, commit_delay=options.commit_delay)
+
+
+def _pgq_source(record: SetRecord, options: RelayOptions) -> Source:
     if options.commit_delay is not None:
         log.warning("--commit-delay applies to logical sets: the Kafka transactions of a trigger set follow its PgQ "
                     "batches (queue %s, its ticker_max_lag; docs/operations.rst)", record.capture.queue)
     return PgqSource(record.relay_dsn, record.capture, options.poll_interval, maint_interval=options.pgq_maint_interval,
                      raw_rows=native.module() is not None, runs=True)
+
+
+_SOURCES = {"logical": _logical_source, "trigger": _pgq_source}  # the source of each backend (SetConfig.backend)
 
 
 def build(store: ClusterStore, set_name: str, options: RelayOptions, leadership: Leadership | None = None,

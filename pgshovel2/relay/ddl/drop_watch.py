@@ -24,7 +24,7 @@ from pgshovel2.backends import dropped
 from pgshovel2.catalog import Table
 from pgshovel2.db import connect, outage
 from pgshovel2.errors import UnavailableError
-from pgshovel2.setrecord import SetRecord, SlotCapture
+from pgshovel2.setrecord import SetRecord
 
 log = logging.getLogger(__name__)
 INTERVAL = 10.0
@@ -87,30 +87,17 @@ class DropWatch:
 
     def _where(self, cur, tables: list[Table]) -> dict[str, tuple[str, str]]:
         """Tag -> (schema, name) now of the tables still there (a table whose OID is not known: as it is)."""
-        if not isinstance(self.record.capture, SlotCapture):
-            return dropped.trigger_captured(cur, self.record.capture.trigger)
-        for t in tables:
-            if t.qualified not in self._oids and (oid := dropped.oid_of(cur, t)) is not None:
-                self._oids[t.qualified] = oid
-        there = dropped.existing_oids(cur, [self._oids[t.qualified] for t in tables if t.qualified in self._oids])
-        return {t.qualified: there[self._oids[t.qualified]] if t.qualified in self._oids else t.relation
-                for t in tables if t.qualified not in self._oids or self._oids[t.qualified] in there}
+        return dropped.tables_there(cur, self.record, tables, self._oids)
 
     def _rename(self, cur, table: Table, relation: tuple[str, str]) -> None:
-        if isinstance(self.record.capture, SlotCapture):
-            dropped.mark_logical_rename(cur, table, relation)
-        else:
-            dropped.mark_trigger_rename(cur, self.record.capture.queue, table, relation)
+        dropped.mark_rename(cur, self.record, table, relation)
         self._renames[table.qualified] = relation
         log.info("table %s of set %r is %s.%s now: rename marker written", table.qualified, self.record.name,
                  *relation)
 
     def _mark(self, cur, table: Table) -> None:
         why = "noticed by the relay: the table is gone"
-        if isinstance(self.record.capture, SlotCapture):
-            dropped.mark_logical_drop(cur, table, why)
-        else:
-            dropped.mark_trigger_drop(cur, self.record.capture.queue, table, why)
+        dropped.mark_drop(cur, self.record, table, why)
         self._marked.add(table.qualified)
         log.warning("table %s of set %r was dropped (%s): marker written; the table ends in the set there",
                     table.qualified, self.record.name, why)
