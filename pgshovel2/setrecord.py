@@ -61,6 +61,10 @@ class TriggerCapture:
         """``queue <name>, capture <kind>`` for operators."""
         return f"queue {self.queue}, capture {self.kind}"
 
+    def chosen(self) -> str:
+        """``capture <kind>: <why>`` when set create chose the capture just now, else ""."""
+        return f"capture {self.kind}: {self.why}" if self.why else ""
+
 
 @dataclass(frozen=True)
 class SlotCapture:
@@ -73,6 +77,10 @@ class SlotCapture:
     def describe(self) -> str:
         """``slot <name>`` for operators."""
         return f"slot {self.slot}"
+
+    def chosen(self) -> str:
+        """"": a slot's plugin choice is in the record's change["decoder"]."""
+        return ""
 
 
 Capture = TriggerCapture | SlotCapture
@@ -149,6 +157,16 @@ class SetRecord:
     def backend(self) -> str:
         """``trigger`` or ``logical``."""
         return self.config.backend
+
+    @property
+    def logical(self) -> bool:
+        """True for a logical set (it reads a replication slot), False for a trigger set."""
+        return isinstance(self.capture, SlotCapture)
+
+    @property
+    def plugin(self) -> str | None:
+        """A logical set's output plugin (PLUGIN or PGOUTPUT); None for a trigger set."""
+        return self.capture.plugin if isinstance(self.capture, SlotCapture) else None
 
     @property
     def dsn(self) -> str:

@@ -20,7 +20,7 @@ from pgshovel2.kafkaconf import KafkaSettings
 from pgshovel2.ops import accept_ddl, admin, repoint, resnapshot, skip, status, upgrade, verify
 from pgshovel2.registryconf import RegistrySettings
 from pgshovel2.relay import DEFAULT_CHUNK_SIZE
-from pgshovel2.setrecord import SetRecord, TriggerCapture
+from pgshovel2.setrecord import SetRecord
 
 _LAZY = {"audit": "pgshovel2.cli.audit:audit", "bootstrap": "pgshovel2.cli.bootstrap:bootstrap",
          "cluster": "pgshovel2.cli.cluster:cluster_group", "relay": "pgshovel2.cli.cluster:relay_group",
@@ -74,8 +74,8 @@ def set_create(ctx: click.Context, name: str, config: str | None, dry_run: bool,
     verb = "would create" if dry_run else "created"
     click.echo(f"{verb} set {name!r} (version {record.version}, {record.backend}, {record.capture.describe()}): "
                f"{tables}")
-    if isinstance(record.capture, TriggerCapture) and record.capture.why:
-        click.echo(f"  capture {record.capture.kind}: {record.capture.why}")
+    if chosen := record.capture.chosen():
+        click.echo(f"  {chosen}")
     if record.change and record.change.get("decoder"):
         click.echo(f"decoder: {record.change['decoder']}")
     for note in (record.change or {}).get("notes", []):

@@ -8,13 +8,12 @@ back; if the command dies half-way, ``pgshovel cluster recover`` finishes or
 undoes it. Upgrades are in :mod:`pgshovel2.upgrade`.
 """
 
-import dataclasses
 import logging
 import time
 from typing import Any
 
 from pgshovel2 import catalog, redact
-from pgshovel2.backends import logical, partition_checks, partitions, pgoutput, privileges, trigger
+from pgshovel2.backends import lifecycle, partition_checks, partitions, privileges
 from pgshovel2.backends.grants import grants_sql
 from pgshovel2.cluster import ClusterStore
 from pgshovel2.config import SetConfig, load_config, validate_set_name
@@ -22,7 +21,7 @@ from pgshovel2.db import connect
 from pgshovel2.errors import CaptureError, ClusterError
 from pgshovel2.ops import setdiff, twophase
 from pgshovel2.ops.twophase import Intent
-from pgshovel2.setrecord import PLUGIN, SetRecord, SlotCapture
+from pgshovel2.setrecord import PLUGIN, SetRecord
 
 log = logging.getLogger(__name__)
 
@@ -48,52 +47,28 @@ def create_set(store: ClusterStore, name: str, config_path: str, dry_run: bool =
     what = f"create set {name!r}"
     with twophase.prepared_command(store, intent, config.dsn, what) as (conn, cur):
         change: dict[str, Any] = {"kind": "create", "gid": intent.gid}
-        plugin = _decoder(cur, config, change)
-        tables = _resolve(conn, cur, name, config, config_path, plugin, change)
+        plugin = lifecycle.decoder(cur, config, change)
+        tables = _resolve(conn, name, config, config_path, plugin, change)
         _check_privileges(cur, config, config_path, plugin)
-        record = _with_capture(cur, SetRecord.new(store.cluster, name, config, tables, change, plugin))
+        record = SetRecord.new(store.cluster, name, config, tables, change, plugin or PLUGIN)
+        record = lifecycle.with_capture(cur, record)
         store.check_prefix(record)
         check_partitions(cur, record, config_path)
-        record = _install(cur, record, config_path)
+        record = lifecycle.install(cur, record, config_path)
         twophase.plan(store, intent, {"op": "create", "record": record.to_dict()})
     twophase.finish(store, intent, config.dsn, lambda: store.create_set(record), what)
     return record
 
 
-def _decoder(cur, config: SetConfig, change: dict[str, Any]) -> str:
-    """A logical set's output plugin (logical.choose_decoder); its reason goes into change, and what
-    the server's slot limits mean for the set into change["notes"] (logical.slot_limit_notes)."""
-    if config.backend != "logical":
-        return PLUGIN
-    plugin, why = logical.choose_decoder(cur, config.decoder)
-    change["decoder"] = f"{plugin} ({why})"
-    if limits := logical.slot_limit_notes(cur):
-        change.setdefault("notes", []).extend(limits)
-    return plugin
-
-
-def _resolve(conn, cur, name: str, config: SetConfig, config_path: str, plugin: str,
+def _resolve(conn, name: str, config: SetConfig, config_path: str, plugin: str | None,
              change: dict[str, Any]) -> tuple[catalog.Table, ...]:
-    """The config's tables resolved against the catalog (catalog.resolve_set), without the generated
-    columns the set's path cannot carry, and for a logical set with the columns an UPDATE may
-    leave unlogged made nullable (logical.unlogged_nullable); what that changed goes into
-    change["notes"]."""
+    """The config's tables as the set's path carries them (backends.lifecycle.resolve_tables); what that
+    changed goes into change["notes"]."""
     notes: list[str] = []
-    stored = not (config.backend == "logical" and plugin == pgoutput.NAME and not pgoutput.sends_generated(cur))
-    tables = catalog.resolve_set(conn, name, config, config_path, stored_generated=stored, notes=notes)
-    if config.backend == "logical":
-        tables = logical.unlogged_nullable(cur, tables, notes, config.envelope == "debezium")
+    tables = lifecycle.resolve_tables(conn, name, config, config_path, plugin, notes)
     if notes:
         change.setdefault("notes", []).extend(notes)
     return tables
-
-
-def _with_capture(cur, record: SetRecord) -> SetRecord:
-    """A trigger set's record with its capture kind chosen (and why); others as they are."""
-    if isinstance(record.capture, SlotCapture):
-        return record
-    kind, why = trigger.choose_capture(cur, record.config.capture, record.config.pgq)
-    return record.replace(capture=dataclasses.replace(record.capture, kind=kind, why=why))
 
 
 def grants(config_path: str, transfer_ownership: bool = False) -> str:
@@ -103,10 +78,10 @@ def grants(config_path: str, transfer_ownership: bool = False) -> str:
     return grants_sql(load_config(config_path), transfer_ownership)
 
 
-def _check_privileges(cur, config: SetConfig, config_path: str, plugin: str) -> None:
+def _check_privileges(cur, config: SetConfig, config_path: str, plugin: str | None) -> None:
     """Raise CaptureError naming every privilege the set lacks (nothing changed yet); plugin: a
-    logical set's output plugin."""
-    problems = privileges.missing(cur, config, plugin if config.backend == "logical" else None)
+    logical set's output plugin, None for a trigger set."""
+    problems = privileges.missing(cur, config, plugin)
     if problems:
         raise CaptureError(f"{config_path}: {len(problems)} missing privilege(s) in the set's database (see "
                            "'pgshovel set create --print-grants CONFIG'):\n  " + "\n  ".join(problems))
@@ -119,21 +94,6 @@ def check_partitions(cur, record: SetRecord, config_path: str) -> None:
                            config_path)
 
 
-def _install(cur, record: SetRecord, config_path: str) -> SetRecord:
-    """The backend's capture objects of a new set, in the command's transaction; returns the
-    record with what install chose (the kind of PgQ)."""
-    if isinstance(record.capture, SlotCapture):
-        logical.check_tables(cur, record.config, record.tables, config_path, record.capture.plugin)
-        logical.install(cur, record.capture.slot, record.capture.plugin, record.tables,
-                        existing=record.config.publication)
-        partitions.install_logical(cur, record, record.tables)
-        return record
-    counts = trigger.column_counts(cur, record.tables)
-    kind = trigger.install(cur, record.capture, record.tables, counts,
-                           before_images=record.config.envelope == "debezium", pgq=record.config.pgq)
-    return record.replace(capture=dataclasses.replace(record.capture, pgq=kind))
-
-
 def _preview(store: ClusterStore, name: str, config: SetConfig, config_path: str) -> SetRecord:
     """The record create would store, checked as create checks it, in a read-only transaction."""
     conn = connect(config.dsn, f"set {name!r}")
@@ -141,15 +101,14 @@ def _preview(store: ClusterStore, name: str, config: SetConfig, config_path: str
         conn.set_session(readonly=True)
         change: dict[str, Any] = {"kind": "create"}
         with conn.cursor() as cur:
-            plugin = _decoder(cur, config, change)
-            tables = _resolve(conn, cur, name, config, config_path, plugin, change)
-            record = _with_capture(cur, SetRecord.new(store.cluster, name, config, tables, change, plugin))
+            plugin = lifecycle.decoder(cur, config, change)
+            tables = _resolve(conn, name, config, config_path, plugin, change)
+            record = lifecycle.with_capture(cur, SetRecord.new(store.cluster, name, config, tables, change,
+                                                          plugin or PLUGIN))
             check_partitions(cur, record, config_path)
         store.check_prefix(record)
-        if isinstance(record.capture, SlotCapture):
-            with conn.cursor() as cur:
-                logical.check_server(cur, plugin)
-                logical.check_tables(cur, config, tables, config_path, plugin)
+        with conn.cursor() as cur:
+            lifecycle.check_new(cur, record, config_path)
         return record
     finally:
         conn.rollback()
@@ -169,18 +128,11 @@ def drop_set(store: ClusterStore, name: str) -> list[str]:
     intent = Intent.new(store.cluster, name, "drop", record.version)
     what = f"drop set {name!r}"
     with twophase.prepared_command(store, intent, record.dsn, what) as (_conn, cur):
-        if isinstance(record.capture, SlotCapture):
-            logical.check_droppable(cur, record.capture.slot)
-            done = partitions.uninstall(cur, partitions.for_record(record), record.tables, everywhere=True)
-            if record.owns_publication and logical.drop_publication(cur, record.capture.slot):
-                done.append(f"publication {record.capture.slot}")
-        else:
-            done = trigger.uninstall(cur, record.capture, record.tables)
+        done = lifecycle.uninstall(cur, record)
         twophase.plan(store, intent, {"op": "delete", "name": name, "version": version, "prefix": record.prefix})
     twophase.finish(store, intent, record.dsn, lambda: store.delete_set(name, version, record.prefix), what)
     done.append(f"znode {store.set_path(name)}")
-    if isinstance(record.capture, SlotCapture) and logical.drop_slot(record.dsn, record.capture.slot):
-        done.append(f"replication slot {record.capture.slot}")
+    done += lifecycle.release(record)
     return done
 
 

@@ -31,6 +31,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from pgshovel2 import backends, wire
+from pgshovel2.backends import lifecycle
 from pgshovel2.backends.snapshot import TableReader
 from pgshovel2.cluster import ClusterStore
 from pgshovel2.consumer.decode import Decoder
@@ -40,10 +41,9 @@ from pgshovel2.ops import status, verify
 from pgshovel2.ops.audit import AuditError, TableDrift, differing_keys, in_rounds
 from pgshovel2.registryconf import Registry
 from pgshovel2.relay import table_routes
-from pgshovel2.setrecord import SetRecord, SlotCapture
+from pgshovel2.setrecord import SetRecord
 from pgshovel2.sinks.registry import SchemaRegistry
 from pgshovel2.txids import TxidSnapshot
-from pgshovel2.wire import Lsn
 
 
 @dataclass(frozen=True)
@@ -132,16 +132,11 @@ def _read_source(record: SetRecord, routes: dict) -> tuple[AuditPoint, dict[str,
 def take_point(record: SetRecord, snap: TableReader) -> AuditPoint:
     """The point of snap (a reader of the set's database, backends.reader): its txid snapshot and
     the bound of snapshot rows (AuditPoint). Raises AuditError for a standby (logical sets)."""
-    logical = isinstance(record.capture, SlotCapture)
-    if logical:
-        if snap.wal_insert_lsn is None:
-            raise AuditError(f"the database of set {record.name!r} is a standby: audit its primary")
-        bound = Lsn.parse(snap.wal_insert_lsn)
-    else:
-        with snap.conn.cursor() as cur:
-            cur.execute("SELECT last_tick_id FROM pgq.get_queue_info(%s)", (record.capture.queue,))
-            bound = cur.fetchone()[0] or 0
-    return AuditPoint(TxidSnapshot.parse(snap.txid_snapshot), logical, bound)
+    with snap.conn.cursor() as cur:
+        bound = lifecycle.stream_bound(cur, record, snap.wal_insert_lsn)
+    if bound is None:
+        raise AuditError(f"the database of set {record.name!r} is a standby: audit its primary")
+    return AuditPoint(TxidSnapshot.parse(snap.txid_snapshot), record.logical, bound)
 
 
 def _shown(decoder: Decoder, key: bytes, topic: str) -> tuple:

@@ -22,14 +22,14 @@ import psycopg2
 from psycopg2.extensions import make_dsn, parse_dsn
 
 from pgshovel2 import __version__
-from pgshovel2.backends import partitions, pgq_install, plcapture
+from pgshovel2.backends import lifecycle, partitions, pgq_install, plcapture
 from pgshovel2.backends.trigger import EXTENSION_VERSION
 from pgshovel2.cluster import ClusterStore
 from pgshovel2.db import connect
 from pgshovel2.errors import CaptureError, ClusterError
 from pgshovel2.ops import cluster_secure
 from pgshovel2.relay import election
-from pgshovel2.setrecord import SetRecord, SlotCapture
+from pgshovel2.setrecord import SetRecord
 
 EXTENSION = "pgshovel2"
 
@@ -176,9 +176,7 @@ def _partitions_update(record: SetRecord) -> list[str]:
     try:
         with conn.cursor() as cur:
             tables = partitions.partitioned(cur, record.tables)
-            capture = record.capture
-            uses_pl = bool(tables) if isinstance(capture, SlotCapture) else capture.kind == "plpgsql"
-            if uses_pl:
+            if lifecycle.uses_plcapture(record, bool(tables)):
                 before = plcapture.installed_version(cur)
                 plcapture.ensure(cur)
                 if before != plcapture.VERSION:

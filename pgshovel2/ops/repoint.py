@@ -22,12 +22,12 @@ from typing import Any
 import psycopg2
 
 from pgshovel2 import redact
-from pgshovel2.backends import pgoutput
+from pgshovel2.backends import lifecycle
 from pgshovel2.cluster import ClusterStore
 from pgshovel2.config import no_secret
 from pgshovel2.db import open_connection
 from pgshovel2.errors import ClusterError, PgshovelError
-from pgshovel2.setrecord import PGOUTPUT, SetRecord, SlotCapture, TriggerCapture
+from pgshovel2.setrecord import SetRecord
 
 _SLOT_SQL = ("SELECT to_jsonb(s) ->> 'synced', s.confirmed_flush_lsn::text FROM pg_replication_slots s "
              "WHERE s.slot_name = %s AND s.slot_type = 'logical'")
@@ -43,54 +43,36 @@ def _facts(dsn: str, record: SetRecord, timeout: int) -> dict[str, Any]:
             cur.execute("SELECT system_identifier::text, pg_is_in_recovery() FROM pg_control_system()")
             ident, recovery = cur.fetchone()
             out = {"system_identifier": ident, "in_recovery": recovery, "slot": None}
-            if isinstance(record.capture, TriggerCapture):
-                out["holds"] = _has_consumer(cur, record.capture)
-                return out
-            cur.execute(_SLOT_SQL, (record.capture.slot,))
-            row = cur.fetchone()
-            out["slot"] = None if row is None else {"synced": row[0] == "true", "confirmed_flush_lsn": row[1]}
-            out["holds"] = (record.capture.plugin != PGOUTPUT
-                            or pgoutput.publication_exists(cur, record.publication))
+            out["holds"] = lifecycle.holds(cur, record)
+            if record.logical:
+                cur.execute(_SLOT_SQL, (record.slot,))
+                row = cur.fetchone()
+                out["slot"] = None if row is None else {"synced": row[0] == "true", "confirmed_flush_lsn": row[1]}
         return out
     finally:
         conn.close()
 
 
-def _has_consumer(cur, capture: TriggerCapture) -> bool:
-    cur.execute("SELECT to_regprocedure('pgq.get_consumer_info(text,text)') IS NOT NULL")
-    if not cur.fetchone()[0]:
-        return False
-    cur.execute("SELECT count(*) FROM pgq.get_consumer_info() WHERE queue_name = %s AND consumer_name = %s",
-                (capture.queue, capture.consumer))
-    return cur.fetchone()[0] == 1
-
-
-def _what(capture: TriggerCapture | SlotCapture) -> str:
-    if isinstance(capture, TriggerCapture):
-        return f"queue {capture.queue} with consumer {capture.consumer}"
-    return f"publication of slot {capture.slot}" if capture.plugin == PGOUTPUT else f"slot {capture.slot}"
-
-
-def _slot_lines(name: str, capture: SlotCapture, new: dict[str, Any], new_dsn: str, rebootstrap: bool) -> list[str]:
+def _slot_lines(name: str, slot_name: str, new: dict[str, Any], new_dsn: str, rebootstrap: bool) -> list[str]:
     """What the new database's copy of the set's slot allows; raises ClusterError when the relay
     could not continue and rebootstrap was not asked for."""
     slot = new["slot"]
     if slot is not None:
         origin = "synced from the old primary" if slot["synced"] else "NOT synced from the old primary"
-        return [f"slot {capture.slot} is on {redact.dsn(new_dsn)} ({origin}, confirmed up to "
+        return [f"slot {slot_name} is on {redact.dsn(new_dsn)} ({origin}, confirmed up to "
                 f"{slot['confirmed_flush_lsn']}): the relay continues from it"]
     if not rebootstrap:
         raise ClusterError(f"cannot repoint set {name!r}: {redact.dsn(new_dsn)} has no replication slot "
-                           f"{capture.slot}: it did not fail over (PostgreSQL before 17, or not synced to this "
+                           f"{slot_name}: it did not fail over (PostgreSQL before 17, or not synced to this "
                            "standby), so the relay cannot continue the set's stream. Repoint with --rebootstrap, "
                            "then run the relay once with --snapshot and re-bootstrap consumers (docs/runbooks.rst)")
-    return [f"no slot {capture.slot} on {redact.dsn(new_dsn)} (--rebootstrap): run the relay once with --snapshot "
+    return [f"no slot {slot_name} on {redact.dsn(new_dsn)} (--rebootstrap): run the relay once with --snapshot "
             "(a new slot and snapshot), then re-bootstrap every consumer (docs/runbooks.rst)"]
 
 
 def check_target(name: str, record: SetRecord, new_dsn: str, force: bool, rebootstrap: bool = False) -> list[str]:
     """Raise ClusterError unless new_dsn can take over set name; returns what was checked."""
-    capture = record.capture
+    what = lifecycle.reads_from(record)
     try:
         new = _facts(new_dsn, record, 10)
     except psycopg2.Error as exc:
@@ -100,11 +82,11 @@ def check_target(name: str, record: SetRecord, new_dsn: str, force: bool, reboot
         raise ClusterError(f"cannot repoint set {name!r}: {redact.dsn(new_dsn)} is still a standby "
                            "(in recovery): promote it first")
     if not new["holds"]:
-        raise ClusterError(f"cannot repoint set {name!r}: {redact.dsn(new_dsn)} has no {_what(capture)}: "
+        raise ClusterError(f"cannot repoint set {name!r}: {redact.dsn(new_dsn)} has no {what}: "
                            "it is not a copy of the set's database")
-    done = [f"{redact.dsn(new_dsn)} is a primary with {_what(capture)}"]
-    if isinstance(capture, SlotCapture):
-        done += _slot_lines(name, capture, new, new_dsn, rebootstrap)
+    done = [f"{redact.dsn(new_dsn)} is a primary with {what}"]
+    if record.logical:
+        done += _slot_lines(name, record.slot, new, new_dsn, rebootstrap)
     try:
         old = _facts(record.dsn, record, 3)
     except (psycopg2.Error, PgshovelError):
@@ -112,7 +94,7 @@ def check_target(name: str, record: SetRecord, new_dsn: str, force: bool, reboot
     if old["system_identifier"] != new["system_identifier"] and not force:
         raise ClusterError(f"cannot repoint set {name!r}: {redact.dsn(new_dsn)} has system identifier "
                            f"{new['system_identifier']}, the current database {old['system_identifier']}: "
-                           f"not a physical copy (use --force if it really holds the same {_what(capture)})")
+                           f"not a physical copy (use --force if it really holds the same {what})")
     return done + [f"same system identifier {new['system_identifier']} as the old database"]
 
 

@@ -33,7 +33,7 @@ from pgshovel2.errors import PgshovelError, RelayError, UnavailableError
 from pgshovel2.kafkaconf import Kafka
 from pgshovel2.ops import resnapshot
 from pgshovel2.relay import connections, ddl_gate, election, partition_moves
-from pgshovel2.setrecord import SetRecord, SlotCapture
+from pgshovel2.setrecord import SetRecord
 from pgshovel2.wire import Position
 from pgshovel2.wire.positions import read_position
 
@@ -48,14 +48,14 @@ def wait_caught_up(store: ClusterStore, set_name: str, bootstrap: Kafka, timeout
     its snapshot is committed. Raises RelayError after timeout seconds, ClusterError for no set.
     """
     record, _ = store.get_set(set_name)
-    if not isinstance(record.capture, SlotCapture):
-        trigger.wait_caught_up(record.dsn, record.capture.queue, record.capture.consumer, timeout)
+    if not record.logical:
+        trigger.wait_caught_up(record.dsn, record.queue, record.capture.consumer, timeout)
         return
     conn = connect(record.dsn, f"set {set_name!r}", RelayError)
     conn.autocommit = True
     try:
         with conn.cursor() as cur:
-            target = logical.emit_heartbeat(cur, record.capture.slot)
+            target = logical.emit_heartbeat(cur, record.slot)
     finally:
         conn.close()
     deadline, key = time.monotonic() + timeout, f"{store.cluster}/{set_name}"
@@ -107,8 +107,8 @@ def set_status(store: ClusterStore, set_name: str, bootstrap: Kafka, standby_dsn
                            "lag": backends.lag(record), "relays": election.status(store, set_name)}
     out["kafka"] = kafka_status(record, bootstrap)
     out["failover"] = None
-    if isinstance(record.capture, SlotCapture):
-        out["failover"] = slot_failover.slot_failover(record.dsn, record.capture.slot, standby_dsn)
+    if record.logical:
+        out["failover"] = slot_failover.slot_failover(record.dsn, record.slot, standby_dsn)
     try:
         position = read_position(bootstrap, record.topics.positions, f"{store.cluster}/{set_name}", timeout=10)
         out["position"] = None if position is None else {**position.__dict__, "text": position.describe()}

@@ -19,8 +19,7 @@ their existing rows come as the online snapshot the CLI requests after the upgra
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from pgshovel2 import catalog
-from pgshovel2.backends import logical, logical_version, partition_checks, partitions, pgoutput, privileges, trigger
+from pgshovel2.backends import lifecycle, partition_checks, partitions, pgoutput
 from pgshovel2.catalog import Table
 from pgshovel2.cluster import ClusterStore
 from pgshovel2.config import SetConfig, load_config
@@ -30,7 +29,7 @@ from pgshovel2.ops import setdiff, twophase
 from pgshovel2.ops.setdiff import TableChange
 from pgshovel2.ops.twophase import Intent
 from pgshovel2.relay import ddl_gate
-from pgshovel2.setrecord import SetRecord, SlotCapture, TriggerCapture
+from pgshovel2.setrecord import SetRecord
 
 # Changing these would change what existing topics mean: a new set is the way.
 IMMUTABLE = {"dsn": "set repoint", "backend": "a new set", "encoding": "a new set",
@@ -145,7 +144,7 @@ def diff(set_name: str, record: SetRecord, config: SetConfig, tables: tuple[Tabl
             return o.policy + (f" [{', '.join(o.columns)}]" if o.columns else "")
         policy = f"{text(record.config.oversized)} -> {text(config.oversized)}"
     return UpgradePlan(set_name, record.version, record.version + 1, changes, topics, triggers,
-                       isinstance(record.capture, SlotCapture), policy, setdiff.settings(record.config, config))
+                       record.logical, policy, setdiff.settings(record.config, config))
 
 
 def _check_immutable(old: SetConfig, new: SetConfig, source: str) -> None:
@@ -197,11 +196,7 @@ def _check_roles(cur, record: SetRecord, config: SetConfig, tables: tuple[Table,
     """Raise CaptureError naming every privilege the admin role (cur's) or the relay role lacks for
     the new version (pgshovel2.backends.privileges.missing, as set create), and every way a DBA's
     publication (publication.existing) does not cover its tables."""
-    capture = record.capture
-    plugin = capture.plugin if isinstance(capture, SlotCapture) else None
-    if isinstance(capture, TriggerCapture) and config.capture is None:
-        config = replace(config, capture=capture.kind)  # what set create chose
-    problems = privileges.missing(cur, config, plugin)
+    problems = lifecycle.missing_privileges(cur, record, config)
     if problems:
         raise CaptureError(f"{config_path}: {len(problems)} missing privilege(s) in the set's database (see "
                            "'pgshovel set create --print-grants CONFIG'):\n  " + "\n  ".join(problems))
@@ -210,26 +205,14 @@ def _check_roles(cur, record: SetRecord, config: SetConfig, tables: tuple[Table,
 
 
 def _resolve(conn, name: str, record: SetRecord, config: SetConfig, config_path: str) -> tuple[Table, ...]:
-    """config's tables resolved against the catalog, without the generated columns the set's
-    path cannot carry (pgoutput before PostgreSQL 18: stored ones; every path: virtual ones), a
-    logical set's with the columns an UPDATE may leave unlogged nullable (logical.unlogged_nullable)."""
-    logical_set = isinstance(record.capture, SlotCapture)
-    with conn.cursor() as cur:
-        stored = not (logical_set and record.capture.plugin == pgoutput.NAME and not pgoutput.sends_generated(cur))
-        tables = catalog.resolve_set(conn, name, config, config_path, stored_generated=stored)
-        return logical.unlogged_nullable(cur, tables, debezium=config.envelope == "debezium") \
-            if logical_set else tables
+    """config's tables as record's set's path carries them (backends.lifecycle.resolve_tables)."""
+    return lifecycle.resolve_tables(conn, name, config, config_path, record.plugin)
 
 
 def _old_rows(conn, record: SetRecord, tables: tuple[Table, ...]) -> frozenset[str]:
-    """The unkeyed tables of a trigger set, kept by the upgrade, whose capture trigger does not write
-    every UPDATE's old row (installed by an older pgshovel2): the upgrade replaces their triggers.
-    Empty for a logical set."""
-    if not isinstance(record.capture, TriggerCapture):
-        return frozenset()
-    kept = {t.qualified for t in record.tables}
-    with conn.cursor() as cur:
-        return trigger.without_old_rows(cur, record.capture, tuple(t for t in tables if t.qualified in kept))
+    """The unkeyed tables of a trigger set, kept by the upgrade, whose triggers the upgrade replaces
+    (backends.lifecycle.without_old_rows). Empty for a logical set."""
+    return lifecycle.without_old_rows(conn, record, tables)
 
 
 @twophase.retry_on_deadlock
@@ -253,10 +236,7 @@ def upgrade_set(store: ClusterStore, name: str, config_path: str) -> UpgradePlan
         tables = carried(record, _resolve(conn, name, record, config, config_path))
         _check_partitions(cur, record, tables, config_path)
         result = diff(name, record, config, tables, _old_rows(conn, record, tables))
-        if isinstance(record.capture, SlotCapture):
-            _switch_logical(cur, record, result, config, tables, config_path)
-        else:
-            _replace_triggers(cur, record, result, config, tables)
+        lifecycle.upgrade(cur, record, config, tables, {c.table for c in result.tables}, result.to_version, config_path)
         new_record = record.next(config=config, tables=tables, change={"kind": "upgrade", "gid": intent.gid})
         twophase.plan(store, intent, {"op": "update", "record": new_record.to_dict(), "znode_version": znode_version})
     twophase.finish(store, intent, config.dsn, lambda: store.update_set(new_record, znode_version), what)
@@ -267,33 +247,3 @@ def _check_partitions(cur, record: SetRecord, tables: tuple[Table, ...], source:
     """Raise ConfigError for tables of the new version that overlap through partitions
     (pgshovel2.backends.partition_checks)."""
     partition_checks.check(cur, tables, partitions.base_name(record), partitions.publication(record), source)
-
-
-def _switch_logical(cur, record: SetRecord, result: UpgradePlan, config: SetConfig, tables: tuple[Table, ...],
-                    source: str) -> None:
-    """Lock the touched tables, replace their partitions' TRUNCATE triggers (backends.partitions), then
-    the publication and the version message (logical_version)."""
-    capture = record.capture
-    touched = {c.table for c in result.tables}
-    logical.check_tables(cur, config, tables, source, capture.plugin)
-    logical_version.lock_tables(cur, [t for t in (*record.tables, *tables) if t.qualified in touched])
-    triggers = partitions.for_record(record)
-    partitions.uninstall(cur, triggers, tuple(t for t in record.tables if t.qualified in touched))
-    partitions.install_logical(cur, record, tuple(t for t in tables if t.qualified in touched))
-    modes = {(tc.schema, tc.name): tc.columns is None for tc in config.tables}
-    mode_all = frozenset(t.qualified for t in tables if modes.get((t.schema, t.name), False))
-    logical_version.mark_version(cur, capture.slot, capture.plugin, result.to_version, tables, mode_all,
-                                 existing=config.publication)
-
-
-def _replace_triggers(cur, record: SetRecord, result: UpgradePlan, config: SetConfig,
-                      tables: tuple[Table, ...]) -> None:
-    capture = record.capture
-    assert isinstance(capture, TriggerCapture)  # _check_immutable refuses logical sets
-    touched = {c.table for c in result.tables}
-    old = tuple(t for t in record.tables if t.qualified in touched)
-    new = tuple(t for t in tables if t.qualified in touched)
-    trigger.drop_triggers(cur, capture, old)
-    trigger.install_triggers(cur, capture, new, trigger.column_counts(cur, new),
-                             before_images=config.envelope == "debezium")
-    trigger.mark_version(cur, capture, result.to_version)
