@@ -21,7 +21,6 @@ from pgshovel2.backends.snapshot import ExportedSnapshot
 from pgshovel2.catalog import Table
 from pgshovel2.db import connect, outage
 from pgshovel2.errors import RelayError, UnavailableError
-from pgshovel2.relay.logical import relation_layout
 from pgshovel2.relay.logical import runs as logical_runs
 from pgshovel2.relay.logical.feedback import FeedbackKeeper
 from pgshovel2.relay.logical.pgoutput import stream as pgoutput_stream
@@ -32,7 +31,7 @@ from pgshovel2.relay.logical.relation_layout import Redo, RelationLayout
 from pgshovel2.relay.logical.stream_reader import stream_reader
 from pgshovel2.relay.logical.tables import LogicalTables
 from pgshovel2.relay.source import Begin, Change, Commit, Idle, Item, Lag
-from pgshovel2.setrecord import PLUGIN
+from pgshovel2.setrecord import PLUGIN, SetRecord
 from pgshovel2.wire import LOGICAL, Lsn, Position
 
 log = logging.getLogger(__name__)
@@ -42,7 +41,7 @@ log = logging.getLogger(__name__)
 COMMIT_DELAY = 0.01
 
 
-class LogicalSource(LogicalTables):
+class LogicalSource:
     """A set's slot on its database (dsn), for tables (the set's, in record order), read
     through plugin (``pgshovel2_decoder`` or ``pgoutput``).
 
@@ -74,12 +73,9 @@ class LogicalSource(LogicalTables):
         if commit_delay is not None:
             self.commit_delay = commit_delay
         self.heartbeat_interval, self.wait_cap = heartbeat_interval, wait_cap
-        self._tags = [t.qualified for t in tables]
-        self._tables = tables
-        self._mode_all = mode_all
-        self._resolved: dict[str, relation_layout.Resolved] = {}  # the last layout resolved per table
         self._ctl = connect(dsn, f"slot {slot}", UnavailableError)
         self._ctl.autocommit = True
+        self.tables = LogicalTables(self._ctl, slot, self._sql, tables, mode_all)
         try:
             self._repl = logical.replication_connection(dsn, f"slot {slot}", UnavailableError, plugin,
                                                         decoding_work_mem)
@@ -88,7 +84,7 @@ class LogicalSource(LogicalTables):
             raise
         self._cur = self._repl.cursor()
         self._keeper = FeedbackKeeper(self._cur)  # no keepalive mid-transaction (relay/logical/feedback.py)
-        self._decoder: RecordDecoder | PgoutputDecoder = RecordDecoder(self._tags, slot, raw_rows)
+        self._decoder: RecordDecoder | PgoutputDecoder = RecordDecoder(self.tables.tags, slot, raw_rows)
         self.runs = runs and raw_rows  # ChangeRuns of change messages (the decoder's lane_record)
         self.txn_runs = self.runs and txn_runs  # ... and small whole transactions as TxnRuns
         self.stream: StreamAssembler | None = None  # pgoutput's streamed transactions
@@ -134,10 +130,7 @@ class LogicalSource(LogicalTables):
         large in-progress transactions from 2 on (PostgreSQL 14+); makes the decoder from the
         catalog's column types and the assembler of streamed transactions.
         Raises RelayError when a table or captured column of the set no longer exists."""
-        tables = {table.qualified: self._set_table(table) for table in self._tables}
-        decoder = PgoutputDecoder(tables, self.slot, others=self.publication != pgoutput.publication_name(self.slot))
-        decoder.tag_of = self._oids()
-        decoder.subset_tags = self._subset_tags()
+        decoder = self.tables.pgoutput_decoder(others=self.publication != pgoutput.publication_name(self.slot))
         decoder.set_xid_reference(self._sql("SELECT txid_snapshot_xmax(txid_current_snapshot())", ())[0])
         self._decoder = decoder
         version = pgoutput_stream.protocol_version(self._repl.server_version)
@@ -146,6 +139,11 @@ class LogicalSource(LogicalTables):
             options.update(messages="true", streaming="on")
             self.stream = pgoutput_stream.StreamAssembler(self.spill_dir, self.slot)
         return options
+
+    def switch(self, record: SetRecord) -> None:
+        """The set version in effect from the next item on (the loop calls it at every switch and
+        before streaming): LogicalTables.switch with the decoder now."""
+        self.tables.switch(record, self._decoder)
 
     def _messages(self, msg) -> Iterable[tuple[bytes, int]]:
         """The (message, WAL start) pairs a received message gives the decoder."""
@@ -159,7 +157,7 @@ class LogicalSource(LogicalTables):
         if self.plugin == pgoutput.NAME:
             options = self.pgoutput_options()
         else:
-            options = {"format": RECORD_FORMAT, "tables": self.tables_option()}
+            options = {"format": RECORD_FORMAT, "tables": self.tables.tables_option(self._decoder)}
         row = self._sql("SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = %s", (self.slot,))
         self._decoder.last_lsn = Lsn.parse(row[0]) if row and row[0] else None
         self._decoder.skip_through = position
@@ -284,11 +282,11 @@ class LogicalSource(LogicalTables):
         for item in items:
             kind = type(item)
             if kind is RelationLayout:
-                control = self._layout(item)
+                control = self.tables.layout(item)
                 if control is not None:
                     yield control  # the loop switches (and calls switch()) before this goes on
                 elif isinstance(self._decoder, PgoutputDecoder):
-                    self._in_effect(item.tag)
+                    self.tables.in_effect(item.tag, self._decoder)
                 self._decoder.settle(item)
                 continue
             if kind is Redo:

@@ -1,7 +1,9 @@
-"""A logical source's tables (:class:`LogicalTables`, a base of
+"""A logical source's tables (:class:`LogicalTables`, held by
 :class:`pgshovel2.relay.logical.source.LogicalSource`): our plugin's ``tables`` option, the decoders'
 tables of the set version in effect (switched at every set version), and the layouts the stream
 reports, resolved against the catalog into schema-change controls."""
+
+from collections.abc import Callable
 
 import psycopg2
 
@@ -10,20 +12,36 @@ from pgshovel2.catalog import Table
 from pgshovel2.db import outage
 from pgshovel2.errors import RelayError, UnavailableError
 from pgshovel2.relay.logical import relation_layout
-from pgshovel2.relay.logical.pgoutput.decoder import SetTable
+from pgshovel2.relay.logical.pgoutput.decoder import PgoutputDecoder, SetTable
 from pgshovel2.relay.logical.records import RecordDecoder
 from pgshovel2.relay.logical.relation_layout import RelationLayout
 from pgshovel2.relay.source import Control
 from pgshovel2.setrecord import SetRecord
 
+Decoder = RecordDecoder | PgoutputDecoder
+
 
 class LogicalTables:
-    """The LogicalSource methods for its tables. They share the source's state: ``_ctl`` (control
-    connection), ``_tables``/``_tags``/``_mode_all``/``_before_partial`` (the set version in effect; _tags: our
-    plugin's table indexes), ``_resolved`` (the last layout resolved per table), ``_decoder``,
-    ``slot`` and ``_sql``."""
+    """The tables of a logical source's slot: the set version in effect (tables, in record order;
+    mode_all: tags of tables captured with every column; before_partial: a Debezium set's), our plugin's
+    table indexes (tags), the last layout resolved per table. ctl: the source's control connection
+    (autocommit); sql: the source's one-row query on it (UnavailableError when the database went
+    away). The source's decoder is passed to the methods that set it up: it changes at the start."""
 
-    def tables_option(self) -> str:
+    def __init__(self, ctl, slot: str, sql: Callable[[str, tuple], tuple | None], tables: tuple[Table, ...],
+                 mode_all: frozenset[str]):
+        self._ctl, self.slot, self._sql = ctl, slot, sql
+        self._tables, self._mode_all = tables, mode_all
+        self._tags = [t.qualified for t in tables]
+        self._before_partial = False
+        self._resolved: dict[str, relation_layout.Resolved] = {}
+
+    @property
+    def tags(self) -> list[str]:
+        """Our plugin's table indexes: the tags of the tables of the last ``tables`` option."""
+        return self._tags
+
+    def tables_option(self, decoder: RecordDecoder) -> str:
         """The plugin's ``tables`` option (:func:`pgshovel2.backends.logical.tables_spec`).
 
         Also fills the decoder's tags and subset_tags. Raises RelayError when a table of the set is not
@@ -32,11 +50,11 @@ class LogicalTables:
         with self._ctl.cursor() as cur:
             spec, subset = logical_version.tables_spec(cur, self._tables, self._mode_all)
         self._tags = [t.qualified for t in self._tables]  # the spec's order: the plugin's table indexes
-        self._decoder.tags = list(self._tags)
-        self._decoder.subset_tags = subset
+        decoder.tags = list(self._tags)
+        decoder.subset_tags = subset
         return spec
 
-    def switch(self, record: SetRecord) -> None:
+    def switch(self, record: SetRecord, decoder: Decoder) -> None:
         """The set version in effect from the next item on (the loop calls it at every switch
         and before streaming): the decoder reads the record's tables from there on. A table that
         ended (dropped) keeps its index in our plugin's records until the plugin gets a new
@@ -47,15 +65,23 @@ class LogicalTables:
         tags = [t.qualified for t in self._tables]
         if upgrade or not set(tags) <= set(self._tags):
             self._tags = tags
-        decoder = self._decoder
         if isinstance(decoder, RecordDecoder):
             decoder.tags = list(self._tags)
             decoder.subset_tags = self._subset_tags()
         elif decoder.tables:
             decoder.subset_tags = self._subset_tags()
-            decoder.update({t.qualified: self._set_table(t) for t in self._tables})
+            decoder.update({t.qualified: self.set_table(t) for t in self._tables})
 
-    def _set_table(self, table: Table) -> SetTable:
+    def pgoutput_decoder(self, others: bool) -> PgoutputDecoder:
+        """A pgoutput decoder of the set's tables (types of their last resolved layouts, else the
+        catalog's; others: the publication has tables outside the set). Raises RelayError when a table
+        or captured column of the set no longer exists."""
+        decoder = PgoutputDecoder({t.qualified: self.set_table(t) for t in self._tables}, self.slot, others=others)
+        decoder.tag_of = self._oids()
+        decoder.subset_tags = self._subset_tags()
+        return decoder
+
+    def set_table(self, table: Table) -> SetTable:
         """The pgoutput decoder's entry for table: types of its last resolved layout, else the catalog's."""
         resolved = self._resolved.get(table.qualified)
         if resolved is not None and all(c.attnum in resolved.type_oids for c in table.columns):
@@ -67,7 +93,7 @@ class LogicalTables:
                              "do not exist any more")
         return SetTable(table, types.type_oids, types.converters)
 
-    def _layout(self, layout: RelationLayout) -> Control | None:
+    def layout(self, layout: RelationLayout) -> Control | None:
         """The schema-change Control a table's reported layout makes (None: the layout in effect)."""
         current = next((t for t in self._tables if t.qualified == layout.tag), None)
         if current is None:
@@ -75,7 +101,7 @@ class LogicalTables:
         try:
             with self._ctl.cursor() as cur:
                 resolved = relation_layout.resolve(cur, layout, current, layout.tag in self._mode_all,
-                                                   getattr(self, "_before_partial", False))
+                                                   self._before_partial)
         except psycopg2.Error as exc:
             if outage(exc, self._ctl):
                 raise UnavailableError(f"slot {self.slot}: the database went away: {str(exc).strip()}") from exc
@@ -105,10 +131,10 @@ class LogicalTables:
                 subset.add(table.qualified)
         return subset
 
-    def _in_effect(self, tag: str) -> None:
+    def in_effect(self, tag: str, decoder: PgoutputDecoder) -> None:
         """pgoutput's layout of table tag is the one in effect: its types, as the stream has them, are
         what the table's rows are decoded with (the live catalog, read at the start, may already be
         at a later DDL: a relay restarted before it)."""
         table = next((t for t in self._tables if t.qualified == tag), None)
         if table is not None:
-            self._decoder.tables[tag] = self._set_table(table)
+            decoder.tables[tag] = self.set_table(table)
