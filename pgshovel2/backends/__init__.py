@@ -1,9 +1,11 @@
 """Capture backends in the database: ``trigger`` (PgQ queue + capture triggers) and ``logical``
 (a replication slot read through our output plugin). Each module owns its install and
 uninstall, its queue or slot lifecycle, its ``encode_row`` function, its lag and its
-exported-snapshot handoff; the functions here pick the module of a set record. (A drain wait
-that only the database can answer is in each module; pgshovel2.ops.status.wait_caught_up is
-the one that also holds when a relay re-creates its slot.)
+exported-snapshot handoff; the functions here pick the module of a set record, as
+:mod:`pgshovel2.backends.lifecycle` does for set create, upgrade, drop, repoint and audit, and
+:mod:`pgshovel2.backends.dropped` for the relay's drop watch: nothing outside this package tests
+which capture a set has. (A drain wait that only the database can answer is in each module;
+pgshovel2.ops.status.wait_caught_up is the one that also holds when a relay re-creates its slot.)
 """
 
 from typing import Any
