@@ -7,7 +7,7 @@ bad config fails with a ConfigError naming the file, field and value.
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from pgshovel2 import names
+from pgshovel2 import controlsconf, names
 from pgshovel2.config import SetConfig, TableConfig
 from pgshovel2.errors import ConfigError
 
@@ -213,9 +213,34 @@ def resolve_table(cur, tc: TableConfig, where: str, source: str, stored_generate
         raise ConfigError(source, f"{where}.name", tc.name,
                           f"table {names.qualified(tc.schema, tc.name)} has no primary key or "
                           "replica identity index; declare 'key' or set 'allow_unkeyed: true'")
-    wanted_cols = set(tc.columns or by_name) | set(key)
+    _check_controls(tc, key, by_name, where, source)
+    wanted_cols = (set(tc.columns or by_name) - controlsconf.excluded(tc.controls)) | set(key)
     columns = tuple(c for c in all_columns if c.name in wanted_cols)
     return Table(tc.schema, tc.name, columns, key, key_source, oid=oid)
+
+
+CONTROL_TRUNCATABLE = ("text", "varchar", "bpchar", "citext")  # column kinds a truncate control may cut
+
+
+def _check_controls(tc: TableConfig, key: tuple[str, ...], by_name: dict[str, Column], where: str,
+                    source: str) -> None:
+    """Raise ConfigError for a control (config.controls) on a column the table does not have (or
+    does not capture), exclude, mask or truncate on a key column, truncate on a column that is not
+    text, varchar, char or citext (or is an array)."""
+    for control in tc.controls:
+        field_name, col = f"{where}.controls.{control.column}", by_name.get(control.column)
+        table = names.qualified(tc.schema, tc.name)
+        if col is None or (tc.columns is not None and col.name not in tc.columns and col.name not in key):
+            raise ConfigError(source, field_name, control.column,
+                              f"table {table} has no captured column {names.quote_ident(control.column)}")
+        if control.action != "hash" and col.name in key:
+            raise ConfigError(source, field_name, control.action,
+                              f"column {names.quote_ident(col.name)} is in the key of {table}: only hash may "
+                              "control a key column (a key must stay a key)")
+        if control.action == "truncate" and (col.kind not in CONTROL_TRUNCATABLE or col.is_array):
+            raise ConfigError(source, field_name, control.action,
+                              f"column {names.quote_ident(col.name)} of {table} is {col.pg_type}: truncate cuts "
+                              "text, varchar, char and citext values only")
 
 
 def uncarried_generated(cur, oid: int, stored_generated: bool) -> dict[str, str]:

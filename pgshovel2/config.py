@@ -36,6 +36,7 @@ A set config is a YAML mapping (see configs/pgbench.yaml)::
         columns: [aid, abalance]   # optional subset; key columns are always captured
         key: [aid]              # optional key override
         allow_unkeyed: false
+        controls: {email: {hash: env:PII_SALT}, ssn: {mask: 4}}  # pgshovel2.controlsconf
 
 This module checks structure only; checks against the live catalog are in
 :mod:`pgshovel2.catalog`. Every failure is a :class:`ConfigError` naming the
@@ -49,8 +50,9 @@ from typing import Any
 
 import yaml
 
-from pgshovel2 import configmodel, debeziumconf, heartbeatconf, redact, tablenames
+from pgshovel2 import configmodel, controlsconf, debeziumconf, heartbeatconf, redact, tablenames
 from pgshovel2.configmodel import BACKENDS, CAPTURES, DECODERS, ENCODINGS, ENVELOPES, OVERSIZED_POLICIES, PGQ_MODES
+from pgshovel2.controlsconf import ColumnControl
 from pgshovel2.debeziumconf import STORED_FORM, DebeziumConfig
 from pgshovel2.errors import ConfigError, ConfigProblemsError
 from pgshovel2.heartbeatconf import HeartbeatConfig
@@ -68,6 +70,13 @@ class TableConfig:
     columns: tuple[str, ...] | None = None
     key: tuple[str, ...] | None = None
     allow_unkeyed: bool = False
+    controls: tuple[ColumnControl, ...] = ()  # pgshovel2.controlsconf
+
+    @property
+    def all_columns(self) -> bool:
+        """True when every column is captured, also those added later (no columns list, no column
+        excluded)."""
+        return self.columns is None and not controlsconf.excluded(self.controls)
 
 
 @dataclass(frozen=True)
@@ -131,6 +140,7 @@ class SetConfig:
                 columns=tuple(t["columns"]) if t["columns"] is not None else None,
                 key=tuple(t["key"]) if t["key"] is not None else None,
                 allow_unkeyed=t["allow_unkeyed"],
+                controls=controlsconf.from_record(t.get("controls")),
             )
             for t in data["tables"]
         )
@@ -321,12 +331,17 @@ def _parse_table(entry: Any, where: str, source: str) -> TableConfig:
     if not isinstance(unkeyed, bool):
         raise ConfigError(source, f"{where}.allow_unkeyed", unkeyed, "must be true or false")
     schema, name = _table_name(entry, where, source)
+    controls = controlsconf.parse(entry.get("controls"), where, source)
+    if entry.get("columns") is not None and controlsconf.excluded(controls):
+        raise ConfigError(source, f"{where}.controls", sorted(controlsconf.excluded(controls)),
+                          "exclude with a columns list: leave the column out of columns instead")
     return TableConfig(
         schema=_ident(schema, f"{where}.schema", source),
         name=_ident(name, f"{where}.name", source),
         columns=_ident_list(entry.get("columns"), f"{where}.columns", source),
         key=_ident_list(entry.get("key"), f"{where}.key", source),
         allow_unkeyed=unkeyed,
+        controls=controls,
     )
 
 

@@ -116,6 +116,17 @@ _TABLE = (
           "(or replica identity index).", "key: [order_no]"),
     Field("allow_unkeyed", "boolean", "false", "Accept a table without a key: its changes go with a null key.",
           "allow_unkeyed: true"),
+    Field("controls", "mapping", "(none)", "What becomes of a column's values before they leave the relay, one "
+          "control per column (as Debezium's column.exclude.list, column.mask.with.N.chars, "
+          "column.mask.hash.v2.SHA-256.with.salt and column.truncate.to.N.chars): ``exclude`` (never captured; "
+          "columns added later join only by set upgrade), ``{mask: N}`` (every non-null value becomes N ``*``, a "
+          "string), ``{hash: env:VAR | file:PATH}`` (the lowercase hex SHA-256 of the salt followed by the value's "
+          "text: equal values hash equal, so joins still work; the column becomes a string; allowed on key "
+          "columns) or ``{truncate: N}`` (text, varchar and char values cut to N characters). Exclude, mask and "
+          "truncate are refused on key columns. Applied on every path: changes, snapshots, online snapshots and "
+          "bootstraps, in the values and in the schemas.",
+          "controls:\n  password_hash: exclude\n  ssn: {mask: 4}\n  email: {hash: env:PII_SALT}\n"
+          "  bio: {truncate: 100}"),
 )
 _HEARTBEAT = (
     Field("interval", "duration", "10s", "Time between two runs of action_query: seconds, or a number with ms, s, "

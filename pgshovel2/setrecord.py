@@ -28,6 +28,7 @@ from psycopg2.extensions import make_dsn, parse_dsn
 from pgshovel2 import __version__, names
 from pgshovel2.catalog import Table
 from pgshovel2.config import SetConfig
+from pgshovel2.controlsconf import ColumnControl
 from pgshovel2.errors import ClusterError
 
 CONSUMER = "pgshovel2_relay"  # the relay's PgQ consumer name on a trigger set's queue
@@ -230,6 +231,11 @@ class SetRecord:
         if not isinstance(self.capture, SlotCapture):
             raise ClusterError(f"set {self.name!r} is a {self.backend} set: it has no replication slot")
         return self.capture.slot
+
+    def controls_of(self, table: Table) -> tuple[ColumnControl, ...]:
+        """The column controls the config gives table (by its schema and name as configured)."""
+        return next((tc.controls for tc in self.config.tables if (tc.schema, tc.name) == (table.schema, table.name)),
+                    ())
 
     def table(self, tag: str) -> Table | None:
         """The table whose tag (Table.qualified) is tag, None if not in the set."""

@@ -399,8 +399,9 @@ class ConnectRowEncoder(RowEncoder):
     (RowEncoder.convert) for a value with no Connect form here.
     """
 
-    def __init__(self, table: Table, schemas: TableSchemas, key_writer: Any = None, avro: bool = False):
-        super().__init__(table, avro or key_writer is not None, key_writer, None)
+    def __init__(self, table: Table, schemas: TableSchemas, key_writer: Any = None, avro: bool = False,
+                 controls: Any = None):
+        super().__init__(table, avro or key_writer is not None, key_writer, None, controls)
         self._key_fits = []  # the key schema is the Connect key of Table.key_columns, values as converted
         self.schemas = schemas
         self._convs = [(i, t.to_value) for i, t in enumerate(schemas.types) if t.to_value is not None]

@@ -121,8 +121,10 @@ def value_schema(topic: str, table: Table, modes: Modes = DEFAULT) -> dict[str, 
     return schema
 
 
-def encoder(table: Table, topic: str, key_writer: AvroWriter | None, modes: Modes = DEFAULT) -> ConnectRowEncoder:
+def encoder(table: Table, topic: str, key_writer: AvroWriter | None, modes: Modes = DEFAULT,
+            controls: Any = None) -> ConnectRowEncoder:
     """A ConnectRowEncoder writing Avro (raw bytes for Connect BYTES) with the registered key
-    writer of :func:`key_schema` (None: unkeyed)."""
+    writer of :func:`key_schema` (None: unkeyed); controls: the table's (codec.controls; table is
+    then the controlled one)."""
     schemas: TableSchemas = table_schemas(topic, table, raw=True, modes=modes)
-    return ConnectRowEncoder(table, schemas, key_writer, avro=True)
+    return ConnectRowEncoder(table, schemas, key_writer, avro=True, controls=controls)

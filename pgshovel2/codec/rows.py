@@ -10,6 +10,7 @@ from pgshovel2.catalog import Column, Table
 from pgshovel2.codec.avro import AvroWriter
 from pgshovel2.codec.avro_fast import write_long as _avro_long
 from pgshovel2.codec.avro_fast import write_string as _avro_string
+from pgshovel2.codec.controls import ColumnControls
 from pgshovel2.codec.native import row_codec
 from pgshovel2.codec.types import field_type
 from pgshovel2.errors import EncodeError, KeyLayoutError
@@ -67,10 +68,15 @@ class RowEncoder:
     Rows are lists of trigger-form values in the order of ``table.columns``.
     ``key(row)`` is None for an unkeyed table. Raises EncodeError naming the
     table and column for a value the encoding cannot represent.
+
+    controls: the table's column controls (codec.controls), applied to every row :meth:`convert`
+    is given; table is then the controlled table (controls.table), and there is no native codec
+    (it would read the rows as captured).
     """
 
     def __init__(self, table: Table, avro: bool, key_writer: AvroWriter | None = None,
-                 value_writer: AvroWriter | None = None):
+                 value_writer: AvroWriter | None = None, controls: ColumnControls | None = None):
+        self.controls = controls
         self.table = table
         types = [field_type(c) for c in table.columns]
         attr = "to_avro" if avro else "to_json"
@@ -96,8 +102,8 @@ class RowEncoder:
         """A native codec (pgshovel2_native.RowCodec, or None: see codec/native.py) of this table's keys
         and of values of value_schema (Avro: a record of this table's value fields; None with JSON)
         prefixed with value_header."""
-        if self._key_fits or self.table.key_layout is not None:
-            return None  # a key kept in an older layout: Python checks that each value fits it
+        if self._key_fits or self.table.key_layout is not None or self.controls is not None:
+            return None  # a key kept in an older layout (Python checks that each value fits it); controls
         key = (self._key_writer.schema, self._key_writer.header) if self._key_writer else None
         value = (value_schema, value_header) if value_schema is not None else None
         return row_codec(self._types, self._names, [c.name for c in self.table.columns], self._key_idx,
@@ -112,7 +118,7 @@ class RowEncoder:
     def convert(self, row: list) -> list:
         """Apply the column converters to a row (copy; SQL NULL stays None). Raises EncodeError
         naming table, column and type for a value that cannot be converted."""
-        out = list(row)
+        out = list(row) if self.controls is None else self.controls.apply(row)
         for i, conv in self._convs:
             v = out[i]
             if v is not None:

@@ -26,12 +26,13 @@ from pathlib import Path
 
 from psycopg2.extensions import parse_dsn
 
-from pgshovel2 import backends, kafkaconf, names, redact
+from pgshovel2 import backends, controlsconf, kafkaconf, names, redact
 from pgshovel2.backends.snapshot import ExportedSnapshot
 from pgshovel2.bootstrap.manifest import BootstrapError, Manifest, TableCopy
 from pgshovel2.catalog import Table
 from pgshovel2.cluster import ClusterStore
 from pgshovel2.codec import spark as spark_codec
+from pgshovel2.codec.controls import ColumnControls, controlled
 from pgshovel2.codec.rows import RowEncoder
 from pgshovel2.consumer.errors import ConsumerError
 from pgshovel2.consumer.offsets import end_offsets, partition_counts
@@ -148,8 +149,7 @@ def _copy(spark, record: SetRecord, topics: SetTopics, tmp: Path, options: Boots
         sslpassword = parse_dsn(libpq_dsn(record.relay_dsn, f"set {record.name!r}", BootstrapError))
         url, props = jdbc_source(snap.conn, sslpassword.get("sslpassword") or "")
         native = options.native and not options.to_kafka
-        plans = [readplan.plan(snap, t, options.partition_rows, options.max_partitions, native)
-                 for t in record.tables]
+        plans = [_plan(record, snap, t, options, native) for t in record.tables]
         writer = _KafkaWriter(record, snap, options) if options.to_kafka else None
         copies = []
         try:
@@ -191,6 +191,16 @@ def _read_error(exc: Exception, table: Table, snap: ExportedSnapshot) -> Bootstr
     return BootstrapError(f"reading {table.qualified} failed: {first.strip()}")
 
 
+def _plan(record: SetRecord, snap: ExportedSnapshot, table: Table, options: "BootstrapOptions",
+          native: bool) -> ReadPlan:
+    """table's read plan, with its column controls (read as encoded rows then: plain columns would
+    carry the values as they are). Raises BootstrapError, SecretReferenceError (a hash's salt)."""
+    configured = record.controls_of(table)
+    controls = controlled(table, configured, controlsconf.salts(configured, table.qualified))
+    plan = readplan.plan(snap, table, options.partition_rows, options.max_partitions, native and controls is None)
+    return plan if controls is None else replace(plan, table=controls.table, controls=controls)
+
+
 def _read(spark, plan: ReadPlan, url: str, props: dict[str, str], snapshot_id: str, fetch_size: int):
     """A DataFrame (__pgshovel_pk, __pgshovel_row) of one table, every partition in the exported snapshot."""
     reader = (spark.read.format("jdbc").option("url", url).option("driver", "org.postgresql.Driver")
@@ -205,15 +215,16 @@ def _read(spark, plan: ReadPlan, url: str, props: dict[str, str], snapshot_id: s
     return reader.load()
 
 
-def physical_converter(table: Table, arrow_schema):
+def physical_converter(table: Table, arrow_schema, controls: ColumnControls | None = None):
     """mapInArrow function: batches of __pgshovel_row (trigger-form JSON, the relay's own row form)
-    -> Arrow batches of physical columns, converted by the relay's codec (RowEncoder, Avro)."""
+    -> Arrow batches of physical columns, converted by the relay's codec (RowEncoder, Avro) with
+    the table's column controls (table: the controlled one)."""
     cols = spark_codec.columns(table)
 
     def convert(batches):
         import pyarrow as pa
 
-        encoder = RowEncoder(table, avro=True)
+        encoder = RowEncoder(table, avro=True, controls=controls)
         for batch in batches:
             rows = [spark_codec.physical_row(cols, encoder.convert(json.loads(text)))
                     for text in batch.column(0).to_pylist()]
@@ -238,7 +249,8 @@ def logical_frame(plan: ReadPlan, raw):
     if plan.native:  # JDBC already gives the codec's values; only the Spark types are aligned
         df = raw.select(*[raw[spark_codec.quote(c.name)].cast(c.physical).alias(c.name) for c in cols])
     else:
-        df = raw.select(ROW_ALIAS).mapInArrow(physical_converter(plan.table, to_arrow_schema(physical)), physical)
+        df = raw.select(ROW_ALIAS).mapInArrow(physical_converter(plan.table, to_arrow_schema(physical),
+                                                                 plan.controls), physical)
     return df.selectExpr(*spark_codec.logical_exprs(cols))
 
 

@@ -15,6 +15,7 @@ from psycopg2 import sql
 from pgshovel2 import names
 from pgshovel2.backends.snapshot import ExportedSnapshot
 from pgshovel2.catalog import Table
+from pgshovel2.codec.controls import ColumnControls
 
 log = logging.getLogger(__name__)
 INTEGER_KINDS = ("int2", "int4", "int8")
@@ -34,7 +35,9 @@ class ReadPlan:
     form, JSON text, from pgshovel2.encode_row: exactly what the relay encodes)
     or, when native, the captured columns themselves under their own names.
     column: the partition column (None: one partition); lower/upper: min and
-    max of the first key column in the snapshot; partitions: how many.
+    max of the first key column in the snapshot; partitions: how many. controls: the table's column
+    controls (codec.controls; table is then the controlled one, and the rows are read encoded: the
+    controls apply to them in Spark before any value is written).
     """
 
     table: Table
@@ -44,6 +47,7 @@ class ReadPlan:
     upper: int
     partitions: int
     native: bool = False
+    controls: ColumnControls | None = None
 
 
 def is_native(table: Table) -> bool:

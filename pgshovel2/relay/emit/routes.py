@@ -5,11 +5,13 @@ from dataclasses import dataclass, field
 
 from psycopg2.extensions import parse_dsn
 
+from pgshovel2 import controlsconf
 from pgshovel2.catalog import Table
 from pgshovel2.codec import avro, connect_avro
 from pgshovel2.codec.avro import AvroWriter
 from pgshovel2.codec.connect import ConnectRowEncoder, table_schemas
 from pgshovel2.codec.connect_modes import Modes
+from pgshovel2.codec.controls import ColumnControls, controlled
 from pgshovel2.codec.rows import RowEncoder
 from pgshovel2.db import connect
 from pgshovel2.errors import RelayError
@@ -99,9 +101,19 @@ def _writer(registry: SchemaRegistry | None, subject: str, schema: dict | None) 
     return AvroWriter(schema, registry.register(subject, schema))
 
 
+def table_controls(record: SetRecord, table: Table) -> ColumnControls | None:
+    """The column controls of record's table (codec.controls.controlled), its hash salts read here
+    (where the relay or verify runs). Raises SecretReferenceError naming the column and the salt's
+    reference."""
+    configured = record.controls_of(table)
+    return controlled(table, configured, controlsconf.salts(configured, table.qualified))
+
+
 def _route(record: SetRecord, table: Table, registry: SchemaRegistry | None, database: str) -> TableRoute:
     """One table's route: its encoder and envelope, value schema registered before the key's."""
     set_name, config, topic = record.name, record.config, record.topic(table)
+    controls = table_controls(record, table)
+    table = controls.table if controls is not None else table  # what the schemas describe
     use_avro = config.encoding == "avro"
     avro_registry = registry if use_avro else None
     envelope: Envelope
@@ -114,11 +126,11 @@ def _route(record: SetRecord, table: Table, registry: SchemaRegistry | None, dat
         key_w = _writer(avro_registry, f"{topic}-key", connect_avro.key_schema(topic, table, modes) if connect
                         else avro.key_schema(set_name, table))
         if connect and use_avro:
-            encoder = connect_avro.encoder(table, topic, key_w, modes)
+            encoder = connect_avro.encoder(table, topic, key_w, modes, controls)
         elif connect:
-            encoder = ConnectRowEncoder(table, table_schemas(topic, table, modes=modes))
+            encoder = ConnectRowEncoder(table, table_schemas(topic, table, modes=modes), controls=controls)
         else:
-            encoder = RowEncoder(table, use_avro, key_w, None)
+            encoder = RowEncoder(table, use_avro, key_w, None, controls)
         form = unavailable.CONNECT if connect else unavailable.AVRO if use_avro else unavailable.JSON
         envelope = DebeziumEnvelope(encoder, SourceInfo(set_name, database, table.schema, table.name),
                                     topic, env_w, truncate_events=dbz.truncate_events,
@@ -126,6 +138,6 @@ def _route(record: SetRecord, table: Table, registry: SchemaRegistry | None, dat
     else:
         value_w = _writer(avro_registry, f"{topic}-value", avro.value_schema(set_name, table))
         key_w = _writer(avro_registry, f"{topic}-key", avro.key_schema(set_name, table))
-        encoder = RowEncoder(table, use_avro, key_w, value_w)
+        encoder = RowEncoder(table, use_avro, key_w, value_w, controls)
         envelope = RowEnvelope(encoder)
     return TableRoute(table, topic, encoder, envelope)

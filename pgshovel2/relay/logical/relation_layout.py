@@ -238,5 +238,5 @@ def to_control(resolved: Resolved, layout: RelationLayout, current: Table) -> Co
 def all_mode_tags(record: SetRecord) -> frozenset[str]:
     """Tags of the record's tables configured without a column list (mode all: added columns are
     captured)."""
-    modes = {(tc.schema, tc.name): tc.columns is None for tc in record.config.tables}
+    modes = {(tc.schema, tc.name): tc.all_columns for tc in record.config.tables}
     return frozenset(t.qualified for t in record.tables if modes.get((t.schema, t.name), False))

@@ -1,0 +1,102 @@
+"""Column controls applied (config: :mod:`pgshovel2.controlsconf`): a table's rows as they leave the
+relay, and the table as its schemas describe it.
+
+A row here is a list of trigger-form values in the order of the table's columns, as every path
+hands it to the codec (captured changes of both backends, snapshots, online snapshots,
+bootstraps); the controlled row has the same columns. Excluded columns are not here: they are
+never captured (:func:`pgshovel2.catalog.resolve_table`).
+
+- mask N: a non-null value becomes N ``*`` (the column is ``text``);
+- hash: a non-null value becomes the lowercase hex SHA-256 of the salt's UTF-8 bytes followed by the
+  value's text (a string's characters; another value's compact JSON text, as the capture forms
+  write it: for text, varchar, integer and boolean columns the same as PostgreSQL's
+  ``encode(sha256(convert_to(salt || value::text, 'UTF8')), 'hex')``); the column is ``text``;
+- truncate N: a string longer than N characters is cut to its first N (the type stays).
+
+NULL stays NULL. Pure: the salts come read (:func:`pgshovel2.controlsconf.salts`).
+"""
+
+import hashlib
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from typing import Any
+
+from pgshovel2.catalog import Column, Table
+from pgshovel2.controlsconf import ColumnControl
+
+Rule = Callable[[Any], Any]
+
+
+class ColumnControls:
+    """The controls of one table (its columns' in table order: rules by column index).
+
+    table: the table as resolved (the catalog's types); controls: its config's; salts: column name ->
+    the salt of each hashed column (controlsconf.salts). Raises KeyError for a hashed column
+    without its salt.
+    """
+
+    def __init__(self, table: Table, controls: tuple[ColumnControl, ...], salts: Mapping[str, bytes]):
+        index = {c.name: i for i, c in enumerate(table.columns)}
+        self._rules: list[tuple[int, Rule]] = []
+        retyped = set()
+        for control in controls:
+            i = index.get(control.column)
+            if i is None or control.action == "exclude":
+                continue  # excluded: not captured; a column a DDL dropped: nothing to control
+            self._rules.append((i, _rule(control, salts)))
+            if control.action in ("mask", "hash"):
+                retyped.add(i)
+        self.table = replace(table, columns=tuple(_as_text(c) if i in retyped else c
+                                                  for i, c in enumerate(table.columns)),
+                             key_layout=_key_layout(table, retyped))
+
+    def __bool__(self) -> bool:
+        return bool(self._rules)
+
+    def apply(self, row: list) -> list:
+        """The controlled row (a copy; row unchanged)."""
+        out = list(row)
+        for i, rule in self._rules:
+            value = out[i]
+            if value is not None:
+                out[i] = rule(value)
+        return out
+
+
+def controlled(table: Table, controls: tuple[ColumnControl, ...], salts: Mapping[str, bytes]) -> ColumnControls | None:
+    """table's ColumnControls (see the class), None when no control changes a value of table."""
+    if not any(c.action != "exclude" for c in controls):
+        return None
+    made = ColumnControls(table, controls, salts)
+    return made if made else None
+
+
+def _rule(control: ColumnControl, salts: Mapping[str, bytes]) -> Rule:
+    if control.action == "mask":
+        mask = "*" * (control.length or 0)
+        return lambda _value: mask
+    if control.action == "truncate":
+        n = control.length or 0
+        return lambda value: value[:n] if isinstance(value, str) else value
+    salt = salts[control.column]
+    return lambda value: _digest(salt, value)
+
+
+def _digest(salt: bytes, value: Any) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(salt + text.encode("utf-8")).hexdigest()
+
+
+def _as_text(column: Column) -> Column:
+    """column as a masked or hashed value describes it: a string (nullable as before; an added
+    column's default is left out: an Avro reader fills no string from the original type's)."""
+    return replace(column, pg_type="text", kind="text", is_array=False, precision=None, scale=None, default=None)
+
+
+def _key_layout(table: Table, retyped: set[int]) -> tuple[Column, ...] | None:
+    """The key layout of the controlled table: a hashed key column is text in it too."""
+    if table.key_layout is None:
+        return None
+    hashed = {table.columns[i].name for i in retyped}
+    return tuple(_as_text(c) if c.name in hashed else c for c in table.key_layout)
