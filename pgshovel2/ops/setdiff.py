@@ -23,6 +23,7 @@ class TableChange:
     key and key_source: (old, new) when they changed; topic: (old, new) topic names; other: the
     names of the stored table's other fields that changed (renamed, key_layout).
     old_rows: an unkeyed table whose capture trigger starts writing every UPDATE's old row.
+    controls: ``column: old -> new`` for each column whose control (config controls) changed.
     """
 
     table: str
@@ -38,6 +39,7 @@ class TableChange:
     topic: tuple[str, str] | None = None
     other: list[str] = field(default_factory=list)
     old_rows: bool = False
+    controls: list[str] = field(default_factory=list)
 
     def describe(self) -> str:
         """One line for the operator."""
@@ -57,6 +59,8 @@ class TableChange:
             parts.append(f"topic {self.topic[0]} -> {self.topic[1]}")
         if self.other:
             parts.append("changed: " + ", ".join(self.other))
+        if self.controls:
+            parts.append("controls: " + ", ".join(self.controls))
         return "; ".join(parts)
 
     def to_dict(self) -> dict[str, Any]:
@@ -92,10 +96,13 @@ def _flat(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def table_changes(before: tuple[Table, ...], after: tuple[Table, ...], topic_before: Callable[[Table], str],
-                  topic_after: Callable[[Table], str], old_rows: frozenset[str] = frozenset()) -> list[TableChange]:
+                  topic_after: Callable[[Table], str], old_rows: frozenset[str] = frozenset(),
+                  controls: dict[str, list[str]] | None = None) -> list[TableChange]:
     """The changes from the tables before to the tables after, by tag, in tag order; topic_before and
     topic_after give a table's topic in each version. old_rows: tags whose capture trigger must be
-    replaced even when the table is unchanged."""
+    replaced even when the table is unchanged; controls: tag -> its column controls' changes
+    (:func:`control_changes`), a change of the table too."""
+    controls = controls or {}
     old = {t.qualified: t for t in before}
     new = {t.qualified: t for t in after}
     out = []
@@ -105,9 +112,33 @@ def table_changes(before: tuple[Table, ...], after: tuple[Table, ...], topic_bef
             out.append(TableChange(tag, "added"))
         elif a is None:
             out.append(TableChange(tag, "removed"))
-        elif b != a or tag in old_rows or topic_before(b) != topic_after(a):
-            out.append(changed(b, a, topic_before(b), topic_after(a), tag in old_rows))
+        elif b != a or tag in old_rows or topic_before(b) != topic_after(a) or controls.get(tag):
+            change = changed(b, a, topic_before(b), topic_after(a), tag in old_rows)
+            change.controls = controls.get(tag, [])
+            out.append(change)
     return out
+
+
+def control_changes(before: SetConfig, after: SetConfig, tags: dict[tuple[str, str], str]) -> dict[str, list[str]]:
+    """Tag -> ``column: old -> new`` for every column whose control differs between the configs (tags:
+    (schema, name) as configured -> the table's tag); tables without a change are left out."""
+    old = {(tc.schema, tc.name): {c.column: c for c in tc.controls} for tc in before.tables}
+    out: dict[str, list[str]] = {}
+    for tc in after.tables:
+        was, now = old.get((tc.schema, tc.name), {}), {c.column: c for c in tc.controls}
+        lines = [f"{col}: {_control(was.get(col))} -> {_control(now.get(col))}"
+                 for col in sorted(was.keys() | now.keys()) if was.get(col) != now.get(col)]
+        if lines and (tc.schema, tc.name) in tags:
+            out[tags[(tc.schema, tc.name)]] = lines
+    return out
+
+
+def _control(control: Any) -> str:
+    """A control as the plan shows it (a hash's salt reference, never a salt)."""
+    if control is None:
+        return "none"
+    return {"exclude": "exclude", "mask": f"mask {control.length}", "truncate": f"truncate {control.length}",
+            "hash": f"hash ({control.salt})"}[control.action]
 
 
 def changed(before: Table, after: Table, topic_before: str, topic_after: str, old_rows: bool = False) -> TableChange:

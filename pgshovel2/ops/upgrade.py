@@ -128,7 +128,9 @@ def diff(set_name: str, record: SetRecord, config: SetConfig, tables: tuple[Tabl
     old_rows: tables (qualified names) whose capture trigger must be replaced even when the table is
     unchanged (:func:`pgshovel2.backends.trigger.without_old_rows`)."""
     tables = carried(record, tables)
-    changes = setdiff.table_changes(record.tables, tables, record.topic, record.topic, old_rows)
+    tags = {(t.schema, t.name): t.qualified for t in tables}
+    controls = setdiff.control_changes(record.config, config, tags)
+    changes = setdiff.table_changes(record.tables, tables, record.topic, record.topic, old_rows, controls)
     triggers, topics = [], []
     for change in changes:
         if change.kind == "added":

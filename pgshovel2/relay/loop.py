@@ -25,8 +25,10 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import replace
+from typing import Any
 
 from pgshovel2 import failpoints
+from pgshovel2.catalog import Table
 from pgshovel2.errors import EncodeError, KeyLayoutError, RelayError, StopRequestedError
 from pgshovel2.relay.commits import Commits, Cursor, OpenTxn
 from pgshovel2.relay.control import ControlEvents
@@ -179,7 +181,8 @@ class Relay:
                 rows, ts_ms, seconds = emit_initial_snapshot(
                     stop, snap, self.source.backend, position, self.layout.record.tables, self.emitter,
                     lambda exc, header, table, row: self._unencodable(
-                        exc, header, {"table": table.qualified, "op": "r", "txid": 0, "key": readable_key(table, row)}))
+                        exc, header, {"table": table.qualified, "op": "r", "txid": 0,
+                                      "key": self._snapshot_key(table, row)}))
             except BaseException:
                 self.sink.abort()
                 raise
@@ -257,7 +260,13 @@ class Relay:
         """The readable key of a change's row (its old row for a DELETE), for errors and skips."""
         route = self.emitter.routes.get(item.table)
         row = item.row if item.row is not None else item.before
-        return readable_key(route.table, row) if route is not None and row is not None else "(none)"
+        return readable_key(route.table, row, route.encoder.controls) if route is not None and row is not None \
+            else "(none)"
+
+    def _snapshot_key(self, table: Table, row: Any) -> str:
+        """The readable key of a snapshot row of table, with its column controls (oversized.readable_key)."""
+        route = self.emitter.routes.get(table.qualified)
+        return readable_key(table, row, route.encoder.controls if route is not None else None)
 
     def _unencodable(self, exc: EncodeError, header: str, what: dict) -> None:
         """The operator's choice for a change at header that cannot be relayed: stop, naming the
@@ -343,7 +352,7 @@ class Relay:
             emit_chunk(self.emitter, emission, self.source.backend, unit,
                        lambda exc, header, row: self._unencodable(
                            exc, header, {"table": emission.table.qualified, "op": "r", "txid": 0,
-                                         "key": readable_key(emission.table, row)}))
+                                         "key": self._snapshot_key(emission.table, row)}))
 
     def _commit(self, position: Position) -> Position:
         """Commit the open Kafka transaction with position as its last record."""

@@ -133,3 +133,24 @@ def test_an_encoder_with_controls_writes_no_value_as_captured(use_avro):
     for raw in (b"ann@example.com", b"123-45-6789", b"biography"):
         assert raw not in value
     assert b"****" in value
+
+
+def test_upgrade_plan_names_each_control_change_without_a_salt():
+    from pgshovel2.ops.setdiff import control_changes
+
+    before = _config({"ssn": {"mask": 4}, "email": {"hash": "env:PII_SALT"}})
+    after = _config({"ssn": {"mask": 6}, "bio": {"truncate": 5}, "email": {"hash": "env:PII_SALT"}})
+    tags = {("app", "users"): TABLE.qualified}
+    assert control_changes(before, after, tags) == {
+        TABLE.qualified: ["bio: none -> truncate 5", "ssn: mask 4 -> mask 6"]}
+    assert control_changes(after, after, tags) == {}
+
+
+def test_a_readable_key_shows_a_hashed_key_hashed():
+    from pgshovel2.relay.emit.oversized import readable_key
+
+    configured = (ColumnControl("id", "hash", salt="env:S"),)
+    controls = controlled(TABLE, configured, controlsconf.salts(configured, "t", {"S": "s"}))
+    text = readable_key(TABLE, [12345, None, None, None, None], controls)
+    assert "12345" not in text and hashlib.sha256(b"s12345").hexdigest()[:20] in text
+    assert "12345" in readable_key(TABLE, [12345, None, None, None, None])

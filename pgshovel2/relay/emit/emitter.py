@@ -186,7 +186,8 @@ class Emitter:
                     return self._message_headers(op, txid, position, ts_ms, unchanged, True)
 
                 if guard.over(route.topic, msgs, headers):
-                    return guard.handle(route.table, route.topic, msgs, headers, redo, row, before, self.replaying)
+                    return guard.handle(route.table, route.topic, msgs, headers, redo, row, before, self.replaying,
+                                        route.encoder.controls)
         return [(m, []) for m in msgs]
 
     def snapshot_row(self, table: Table, row: list, position: str, ts_ms: int, snapshot: str = SNAPSHOT_TRUE,

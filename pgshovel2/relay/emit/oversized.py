@@ -26,6 +26,7 @@ from typing import Any
 
 from pgshovel2 import wire
 from pgshovel2.catalog import TRUNCATABLE, Table
+from pgshovel2.codec.controls import ColumnControls
 from pgshovel2.codec.rows import as_values
 from pgshovel2.config import OversizedConfig
 from pgshovel2.errors import EncodeError
@@ -55,12 +56,14 @@ def message_size(key: bytes | None, value: bytes | None, headers: Headers) -> in
             + sum(len(n.encode()) + len(v.encode()) for n, v in headers))
 
 
-def readable_key(table: Table, row: Any) -> str:
+def readable_key(table: Table, row: Any, controls: ColumnControls | None = None) -> str:
     """The key columns of a row (capture form, JSON text or list) as JSON text, cut at KEY_TEXT
-    characters; ``(unkeyed)`` for a table without a key."""
+    characters, with the table's column controls applied (a hashed key column shows its hash: the
+    text goes into errors, the relay's last error in ZooKeeper and skip records); ``(unkeyed)`` for a
+    table without a key."""
     if not table.key:
         return "(unkeyed)"
-    values = as_values(row)
+    values = as_values(row) if controls is None else controls.apply(as_values(row))
     index = {c.name: i for i, c in enumerate(table.columns)}
     try:
         text = json.dumps({k: values[index[k]] for k in table.key}, ensure_ascii=False, default=str)
@@ -102,26 +105,27 @@ class Guard:
         return any(message_size(m.key, m.value, headers(m.op)) > room for m in msgs)
 
     def handle(self, table: Table, topic: str, msgs: list[Message], headers: Callable[[str], Headers],
-               redo: Callable[[Any, Any], list[Message]], row: Any, before: Any, replaying: bool
-               ) -> list[tuple[Message, Headers]]:
+               redo: Callable[[Any, Any], list[Message]], row: Any, before: Any, replaying: bool,
+               controls: ColumnControls | None = None) -> list[tuple[Message, Headers]]:
         """msgs (some of which do not fit topic) as the policy places them: [(message, extra
         headers)] to produce on topic instead. redo(row, before): the change's messages again from
-        other rows (truncate); replaying: produce nothing (dead-letter chunks included).
-        Raises OversizedError (policy fail, or truncation not enough)."""
+        other rows (truncate); replaying: produce nothing (dead-letter chunks included); controls:
+        the table's column controls (for the key an error names). Raises OversizedError (policy
+        fail, or truncation not enough)."""
         policy = self.config.policy
         if policy == "dead-letter":
             return [self._dead_letter(topic, m, headers(m.op), replaying) for m in msgs]
         if policy == "truncate":
-            return self._truncate(table, topic, msgs, headers, redo, row, before)
-        raise self._error(table, topic, msgs, headers, row, "")
+            return self._truncate(table, topic, msgs, headers, redo, row, before, readable_key(table, row, controls))
+        raise self._error(table, topic, msgs, headers, readable_key(table, row, controls), "")
 
-    def _error(self, table: Table, topic: str, msgs: list[Message], headers: Callable[[str], Headers], row: Any,
+    def _error(self, table: Table, topic: str, msgs: list[Message], headers: Callable[[str], Headers], key: str,
                note: str) -> OversizedError:
         limit, why = self._limit(topic)
         biggest = max(msgs, key=lambda m: message_size(m.key, m.value, headers(m.op)))
         size = message_size(biggest.key, biggest.value, headers(biggest.op))
         return OversizedError(
-            f"set {self.set_name!r}, table {table.qualified}, key {readable_key(table, row)}: its message to topic "
+            f"set {self.set_name!r}, table {table.qualified}, key {key}: its message to topic "
             f"{topic!r} (op {biggest.op}) takes {size} bytes, more than the {usable(limit)} a message may take there "
             f"({why}; less LZ4's worst-case growth and framing); oversized policy {self.config.policy!r}{note}")
 
@@ -147,15 +151,17 @@ class Guard:
         return Message(msg.key, b"", msg.op), [(wire.DEAD_LETTER, note)]
 
     def _truncate(self, table: Table, topic: str, msgs: list[Message], headers: Callable[[str], Headers],
-                  redo: Callable[[Any, Any], list[Message]], row: Any, before: Any) -> list[tuple[Message, Headers]]:
-        """The change's messages again with the named columns cut until they fit topic: every named
+                  redo: Callable[[Any, Any], list[Message]], row: Any, before: Any, key: str
+                  ) -> list[tuple[Message, Headers]]:
+        """The change's messages again with the named columns cut until they fit topic (key: the
+        row's readable key, for the error when they do not): every named
         value longer than a cap is cut to it (characters; bytea: bytes), shorter ones stay whole;
         the cap is found by re-encoding (the encoded size grows with it; escapes and base64 make it
         uneven), aiming at 90-100 % of the room."""
         cols = [i for i, c in enumerate(table.columns) if c.name in self.config.columns
                 and c.kind in TRUNCATABLE and not c.is_array and c.name not in table.key]
         if not cols:
-            raise self._error(table, topic, msgs, headers, row, " (no column of oversized.columns in this table)")
+            raise self._error(table, topic, msgs, headers, key, " (no column of oversized.columns in this table)")
         room = usable(self._limit(topic)[0])
         new, old = list(as_values(row)), list(as_values(before)) if before is not None else None
         lengths = {table.columns[i].name: _length(table.columns[i].kind, new[i]) for i in cols
@@ -188,7 +194,7 @@ class Guard:
             out = cut(0)
             if size_of(out) > room:
                 names = ", ".join(table.columns[i].name for i in cols)
-                raise self._error(table, topic, out, headers, row, f" (even with {names} cut to nothing)")
+                raise self._error(table, topic, out, headers, key, f" (even with {names} cut to nothing)")
             best = (out, 0)
         out, cap = best
         cut_cols = {c: n for c, n in lengths.items() if n > cap}
