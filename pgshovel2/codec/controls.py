@@ -34,9 +34,13 @@ class ColumnControls:
     table: the table as resolved (the catalog's types); controls: its config's; salts: column name ->
     the salt of each hashed column (controlsconf.salts). Raises KeyError for a hashed column
     without its salt.
+
+    source: the table as resolved, whose rows are read (a pgoutput set's text forms are converted by
+    its column types); table: as the controls make it, for schemas and encoders.
     """
 
     def __init__(self, table: Table, controls: tuple[ColumnControl, ...], salts: Mapping[str, bytes]):
+        self.source = table
         index = {c.name: i for i, c in enumerate(table.columns)}
         self._rules: list[tuple[int, Rule]] = []
         retyped = set()

@@ -209,7 +209,8 @@ def source_images(table: Table, envelope: Envelope, snap: TableReader) -> tuple[
     keyed: dict = {}
     unkeyed: Counter = Counter()
     encoder = envelope.encoder
-    for row in snap.rows(table):
+    controls = encoder.controls  # with column controls, table is the controlled one
+    for row in snap.rows(table if controls is None else controls.source):
         conv = encoder.convert(row)
         key, value = encoder.key(conv), envelope.row_image(conv)
         if key is None:
