@@ -102,3 +102,39 @@ def test_controls_refused_against_the_catalog(stack, cluster, db, schema, tmp_pa
     assert out.returncode != 0 and field in out.stderr and words in out.stderr, out.stderr
     with ClusterStore(stack.zk, cluster) as store:
         assert not store.exists("refused")
+
+
+@pytest.mark.parametrize("to_kafka", [False, True])
+def test_bootstrap_writes_controlled_values_only(stack, cluster, db, schema, tmp_path, relay_factory, spark,
+                                                 monkeypatch, to_kafka):
+    """The Spark bootstrap (Parquet, plain columns where it can read them so; or op r messages to Kafka)
+    applies the controls as the relay does: no value as captured in its files or messages."""
+    import pyarrow.parquet as pq
+
+    from pgshovel2.sparkjobs import bootstrap
+
+    monkeypatch.setenv("PGSHOVEL2_TEST_SALT", SALT)
+    name, table = f"ctlboot{int(to_kafka)}", "users"
+    with db.cursor() as cur:
+        cur.execute(f"CREATE TABLE {names.qualified(schema, table)} (id int PRIMARY KEY, email text, "
+                    "ssn varchar(11), age int, bio text, secret text, born date)")
+        cur.executemany(f"INSERT INTO {names.qualified(schema, table)} VALUES (%s, %s, %s, %s, %s, %s, %s)", ROWS)
+    cfg = write_config(tmp_path, stack, [{"schema": schema, "name": table, "controls": CONTROLS}],
+                       topic_prefix=f"{name}{cluster}")
+    pgshovel(stack, cluster, "set", "create", name, str(cfg))
+    relay_factory(name).wait_for("snapshot done")
+    opts = bootstrap.BootstrapOptions(str(tmp_path / "out"), stack.bootstrap, stack.registry, to_kafka=to_kafka)
+    with ClusterStore(stack.zk, cluster) as store:
+        manifest = bootstrap.run(spark, store, name, opts)
+    if to_kafka:
+        topic = names.table_topic(f"{name}{cluster}", schema, table)
+        blobs = [(k or b"") + (v or b"") for k, v, _ in read_topics(stack.bootstrap, [topic])[topic]]
+        assert len(blobs) == 2 * len(ROWS)  # the relay's snapshot and the bootstrap's
+    else:
+        files = sorted((tmp_path / "out").rglob("*.parquet"))
+        blobs = [f.read_bytes() for f in files]
+        got = {r["id"]: r for r in pq.read_table(manifest.table_path(tmp_path / "out", manifest.tables[0])).to_pylist()}
+        assert got[1]["email"] == _hash("ann@example.com") and got[1]["ssn"] == "****" and got[1]["age"] == "**"
+        assert got[1]["bio"] == "Ann's" and "secret" not in got[1] and got[2]["born"] == _hash("1974-11-30")
+    for blob in blobs:
+        assert not [r for r in RAW if r in blob], blob[:300]
