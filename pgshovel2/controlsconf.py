@@ -84,6 +84,14 @@ def from_record(data: Any) -> tuple[ColumnControl, ...]:
     return tuple(ColumnControl(**c) for c in data or ())
 
 
+def describe(control: ColumnControl) -> str:
+    """``<column> <control>`` as a plan or report shows it: ``ssn mask 4``, ``email hash (env:SALT)``
+    (the salt's reference, never a salt)."""
+    what = {"exclude": "exclude", "mask": f"mask {control.length}", "truncate": f"truncate {control.length}",
+            "hash": f"hash ({control.salt})"}[control.action]
+    return f"{control.column} {what}"
+
+
 def excluded(controls: tuple[ColumnControl, ...]) -> frozenset[str]:
     """The names of the columns controls exclude."""
     return frozenset(c.column for c in controls if c.action == "exclude")

@@ -4,6 +4,7 @@ import json
 
 import click
 
+from pgshovel2 import controlsconf, names
 from pgshovel2.cli.clientopts import kafka_options, registry_options
 from pgshovel2.cli.common import (
     LazyGroup,
@@ -80,10 +81,18 @@ def set_create(ctx: click.Context, name: str, config: str | None, dry_run: bool,
         click.echo(f"decoder: {record.change['decoder']}")
     for note in (record.change or {}).get("notes", []):
         click.echo(f"  note: {note}")
-    for line in _topic_lines(record):
+    for line in _topic_lines(record) + _control_lines(record):
         click.echo(line)
     if dry_run:
         click.echo("dry run: nothing was changed")
+
+
+def _control_lines(record: SetRecord) -> list[str]:
+    """``  controls of <table>: <column> <control>, ...`` per table with column controls (a hash
+    shows its salt's reference, never a salt)."""
+    return [f"  controls of {names.qualified(tc.schema, tc.name)}: " + ", ".join(controlsconf.describe(c)
+                                                                              for c in tc.controls)
+            for tc in record.config.tables if tc.controls]
 
 
 def _topic_lines(record: SetRecord) -> list[str]:

@@ -8,8 +8,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from pgshovel2 import controlsconf
 from pgshovel2.catalog import Column, Table
 from pgshovel2.config import SetConfig
+from pgshovel2.controlsconf import ColumnControl
 
 
 @dataclass
@@ -133,12 +135,9 @@ def control_changes(before: SetConfig, after: SetConfig, tags: dict[tuple[str, s
     return out
 
 
-def _control(control: Any) -> str:
-    """A control as the plan shows it (a hash's salt reference, never a salt)."""
-    if control is None:
-        return "none"
-    return {"exclude": "exclude", "mask": f"mask {control.length}", "truncate": f"truncate {control.length}",
-            "hash": f"hash ({control.salt})"}[control.action]
+def _control(control: ColumnControl | None) -> str:
+    """A control as the plan shows it (controlsconf.describe without the column; none: no control)."""
+    return "none" if control is None else controlsconf.describe(control).split(" ", 1)[1]
 
 
 def changed(before: Table, after: Table, topic_before: str, topic_after: str, old_rows: bool = False) -> TableChange:
