@@ -50,7 +50,8 @@ def test_controls_on_every_path(stack, cluster, db, schema, tmp_path, relay_fact
     extra = dict(extra)
     cfg = write_config(tmp_path, stack, [{"schema": schema, "name": table, "controls": CONTROLS}], backend=path,
                        encoding=extra.pop("encoding"), topic_prefix=f"{name}{cluster}", **extra)
-    pgshovel(stack, cluster, "set", "create", name, str(cfg))
+    created = pgshovel(stack, cluster, "set", "create", name, str(cfg)).stdout
+    assert "email hash (env:PGSHOVEL2_TEST_SALT)" in created and "ssn mask 4" in created and SALT not in created
     with ClusterStore(stack.zk, cluster) as store:
         columns = [c.name for c in store.get_set(name)[0].tables[0].columns]
     assert columns == ["id", "email", "ssn", "age", "bio", "born"]  # secret: never captured
