@@ -8,9 +8,11 @@ never captured (:func:`pgshovel2.catalog.resolve_table`).
 
 - mask N: a non-null value becomes N ``*`` (the column is ``text``);
 - hash: a non-null value becomes the lowercase hex SHA-256 of the salt's UTF-8 bytes followed by the
-  value's text (a string's characters; another value's compact JSON text, as the capture forms
-  write it: for text, varchar, integer and boolean columns the same as PostgreSQL's
-  ``encode(sha256(convert_to(salt || value::text, 'UTF8')), 'hex')``); the column is ``text``;
+  value's text as the JSON encoding writes it (docs/wire.rst): a string's characters (text, dates
+  ``1985-03-01``, timestamps, numerics, uuids, ...), another value's compact JSON (integers,
+  floats, booleans ``true``/``false``, arrays, json objects). For text, varchar, date and integer
+  columns that is PostgreSQL's ``encode(sha256(convert_to(salt || value::text, 'UTF8')), 'hex')``;
+  the column is ``text``;
 - truncate N: a string longer than N characters is cut to its first N (the type stays).
 
 NULL stays NULL. Pure: the salts come read (:func:`pgshovel2.controlsconf.salts`).
@@ -23,6 +25,7 @@ from dataclasses import replace
 from typing import Any
 
 from pgshovel2.catalog import Column, Table
+from pgshovel2.codec.types import field_type
 from pgshovel2.controlsconf import ColumnControl
 
 Rule = Callable[[Any], Any]
@@ -48,7 +51,7 @@ class ColumnControls:
             i = index.get(control.column)
             if i is None or control.action == "exclude":
                 continue  # excluded: not captured; a column a DDL dropped: nothing to control
-            self._rules.append((i, _rule(control, salts)))
+            self._rules.append((i, _rule(control, table.columns[i], salts)))
             if control.action in ("mask", "hash"):
                 retyped.add(i)
         self.table = replace(table, columns=tuple(_as_text(c) if i in retyped else c
@@ -76,7 +79,7 @@ def controlled(table: Table, controls: tuple[ColumnControl, ...], salts: Mapping
     return made if made else None
 
 
-def _rule(control: ColumnControl, salts: Mapping[str, bytes]) -> Rule:
+def _rule(control: ColumnControl, column: Column, salts: Mapping[str, bytes]) -> Rule:
     if control.action == "mask":
         mask = "*" * (control.length or 0)
         return lambda _value: mask
@@ -84,7 +87,10 @@ def _rule(control: ColumnControl, salts: Mapping[str, bytes]) -> Rule:
         n = control.length or 0
         return lambda value: value[:n] if isinstance(value, str) else value
     salt = salts[control.column]
-    return lambda value: _digest(salt, value)
+    to_json = field_type(column).to_json  # the value as the JSON encoding writes it (None: as captured)
+    if to_json is None:
+        return lambda value: _digest(salt, value)
+    return lambda value: _digest(salt, to_json(value))
 
 
 def _digest(salt: bytes, value: Any) -> str:

@@ -154,3 +154,12 @@ def test_a_readable_key_shows_a_hashed_key_hashed():
     text = readable_key(TABLE, [12345, None, None, None, None], controls)
     assert "12345" not in text and hashlib.sha256(b"s12345").hexdigest()[:20] in text
     assert "12345" in readable_key(TABLE, [12345, None, None, None, None])
+
+
+def test_a_hashed_date_hashes_its_json_text_not_its_capture_form():
+    born = Column("born", 6, "date", "date", False, True)
+    table = Table("app", "users", (*COLS, born), ("id",), "primary key")
+    configured = (ColumnControl("born", "hash", salt="env:S"),)
+    controls = controlled(table, configured, controlsconf.salts(configured, "t", {"S": "s"}))
+    days_2000 = -5419  # 1985-03-01 as the capture forms have it (days since 2000-01-01)
+    assert controls.apply([1, None, None, None, None, days_2000])[5] == hashlib.sha256(b"s1985-03-01").hexdigest()
