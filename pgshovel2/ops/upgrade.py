@@ -188,10 +188,39 @@ def _preview(name: str, record: SetRecord, config: SetConfig, config_path: str) 
         with conn.cursor() as cur:
             _check_partitions(cur, record, tables, config_path)
             _check_roles(cur, record, config, tables, config_path)
+        _check_control_types(record, config, tables, config_path)
         return diff(name, record, config, tables, _old_rows(conn, record, tables))
     finally:
         conn.rollback()
         conn.close()
+
+
+STRING_KINDS = ("text", "varchar", "bpchar", "citext")  # columns whose values are strings with or without a mask
+
+
+def _check_control_types(record: SetRecord, config: SetConfig, tables: tuple[Table, ...], source: str) -> None:
+    """Raise ConfigError for a mask or hash added to or taken from a column of a kept table of an Avro
+    set whose values are not strings: its field's type in the registered schema would change
+    (a string instead of its type, or back), which BACKWARD compatibility refuses."""
+    if config.encoding != "avro":
+        return
+    kept = {t.qualified for t in record.tables}
+    for i, tc in enumerate(config.tables):
+        table = next((t for t in tables if (t.schema, t.name) == (tc.schema, tc.name)), None)
+        if table is None or table.qualified not in kept:
+            continue
+        old, new = _retyped(record.controls_of(table)), _retyped(tc.controls)
+        for col in table.columns:
+            if (col.name in old) != (col.name in new) and (col.kind not in STRING_KINDS or col.is_array):
+                raise ConfigError(source, f"tables[{i}].controls.{col.name}", sorted(new & {col.name}) or "none",
+                                  f"column {col.name!r} of {table.qualified} is {col.pg_type}: a mask or hash "
+                                  f"{'added' if col.name in new else 'taken away'} changes its type in the "
+                                  "topic's Avro schema, which BACKWARD compatibility refuses: relay the table "
+                                  "with this control in a new set")
+
+
+def _retyped(controls) -> set[str]:
+    return {c.column for c in controls if c.action in ("mask", "hash")}
 
 
 def _check_roles(cur, record: SetRecord, config: SetConfig, tables: tuple[Table, ...], config_path: str) -> None:

@@ -105,3 +105,17 @@ def test_an_upgrade_adding_a_control_applies_it_from_its_position(stack, cluster
            if v is not None]
     assert got == [(1, "111-11-1111"), (2, "222-22-2222"), (3, "****"), (1, "****")], got
     assert relay.stop() == 0
+
+
+def test_an_avro_upgrade_that_would_retype_a_column_is_refused(stack, cluster, db, schema, tmp_path):
+    qualified = names.qualified(schema, "av")
+    with db.cursor() as cur:
+        cur.execute(f"CREATE TABLE {qualified} (id int PRIMARY KEY, age int, note text)")
+    table = {"schema": schema, "name": "av"}
+    cfg = write_config(tmp_path, stack, [table], topic_prefix=f"av{cluster}")
+    pgshovel(stack, cluster, "set", "create", "av", str(cfg))
+    retype = write_config(tmp_path, stack, [{**table, "controls": {"age": {"mask": 2}}}], topic_prefix=f"av{cluster}")
+    out = pgshovel(stack, cluster, "set", "upgrade", "av", str(retype), check=False)
+    assert out.returncode != 0 and "tables[0].controls.age" in out.stderr and "BACKWARD" in out.stderr, out.stderr
+    text = write_config(tmp_path, stack, [{**table, "controls": {"note": {"mask": 2}}}], topic_prefix=f"av{cluster}")
+    assert "note: none -> mask 2" in pgshovel(stack, cluster, "set", "upgrade", "av", str(text)).stdout
