@@ -44,7 +44,10 @@ class ColumnControls:
 
     def __init__(self, table: Table, controls: tuple[ColumnControl, ...], salts: Mapping[str, bytes]):
         self.source = table
-        index = {c.name: i for i, c in enumerate(table.columns)}
+        # a control follows its column through a RENAME COLUMN (Column.aliases: its former names); a
+        # column's name now comes before another's former name
+        index = {alias: i for i, c in enumerate(table.columns) for alias in c.aliases}
+        index.update({c.name: i for i, c in enumerate(table.columns)})
         self._rules: list[tuple[int, Rule]] = []
         retyped = set()
         for control in controls:

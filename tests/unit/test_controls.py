@@ -3,6 +3,7 @@ them, and an encoder's output with them (no value as captured left in the bytes)
 
 import hashlib
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -163,3 +164,11 @@ def test_a_hashed_date_hashes_its_json_text_not_its_capture_form():
     controls = controlled(table, configured, controlsconf.salts(configured, "t", {"S": "s"}))
     days_2000 = -5419  # 1985-03-01 as the capture forms have it (days since 2000-01-01)
     assert controls.apply([1, None, None, None, None, days_2000])[5] == hashlib.sha256(b"s1985-03-01").hexdigest()
+
+
+def test_a_control_follows_its_column_through_a_rename():
+    renamed = tuple(replace(c, name="social", aliases=("ssn",)) if c.name == "ssn" else c for c in COLS)
+    table = Table("app", "users", renamed, ("id",), "primary key")
+    controls = controlled(table, (ColumnControl("ssn", "mask", 4),), {})
+    assert controls.apply([1, None, "123-45-6789", None, None])[2] == "****"
+    assert controls.table.columns[2].name == "social" and controls.table.columns[2].kind == "text"
