@@ -10,6 +10,7 @@ import json
 import pytest
 
 from pgshovel2 import names
+from pgshovel2.ops.verify import read_topics
 from tests.helpers import caught_up, messages, pgshovel, until, write_config
 
 SALT = "salt-per-type"
@@ -119,3 +120,26 @@ def test_an_avro_upgrade_that_would_retype_a_column_is_refused(stack, cluster, d
     assert out.returncode != 0 and "tables[0].controls.age" in out.stderr and "BACKWARD" in out.stderr, out.stderr
     text = write_config(tmp_path, stack, [{**table, "controls": {"note": {"mask": 2}}}], topic_prefix=f"av{cluster}")
     assert "note: none -> mask 2" in pgshovel(stack, cluster, "set", "upgrade", "av", str(text)).stdout
+
+
+@pytest.mark.parametrize("path", ["trigger", "pgoutput"])
+def test_a_control_follows_a_renamed_column(stack, cluster, db, schema, tmp_path, relay_factory, path):
+    qualified = names.qualified(schema, f"rn{path[0]}")
+    with db.cursor() as cur:
+        cur.execute(f"CREATE TABLE {qualified} (id int PRIMARY KEY, ssn text)")
+        cur.execute(f"INSERT INTO {qualified} VALUES (1, '111-11-1111')")
+    name = f"rn{path[0]}"
+    cfg = write_config(tmp_path, stack, [{"schema": schema, "name": name, "controls": {"ssn": {"mask": 4}}}],
+                       backend=path, encoding="json", topic_prefix=f"{name}{cluster}")
+    pgshovel(stack, cluster, "set", "create", name, str(cfg))
+    relay = relay_factory(name)
+    relay.wait_for("snapshot done")
+    with db.cursor() as cur:
+        cur.execute(f"ALTER TABLE {qualified} RENAME COLUMN ssn TO social")
+        cur.execute(f"INSERT INTO {qualified} VALUES (2, '222-22-2222')")
+    caught_up(stack, cluster, name)
+    got = [v for _, v, _ in messages(stack, names.table_topic(f"{name}{cluster}", schema, name)) if v is not None]
+    assert [(v["id"], v.get("social", v.get("ssn"))) for v in got] == [(1, "****"), (2, "****")], got
+    raw = read_topics(stack.bootstrap, [names.table_topic(f"{name}{cluster}", schema, name)])
+    assert not [v for msgs in raw.values() for _, v, _ in msgs if v and b"-22-" in v]
+    assert relay.stop() == 0
