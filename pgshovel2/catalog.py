@@ -4,11 +4,12 @@ Every lookup runs against the live database before anything is written, so a
 bad config fails with a ConfigError naming the file, field and value.
 """
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from pgshovel2 import controlsconf, names
 from pgshovel2.config import SetConfig, TableConfig
+from pgshovel2.controlsconf import ColumnControl
 from pgshovel2.errors import ConfigError
 
 
@@ -241,6 +242,33 @@ def _check_controls(tc: TableConfig, key: tuple[str, ...], by_name: dict[str, Co
             raise ConfigError(source, field_name, control.action,
                               f"column {names.quote_ident(col.name)} of {table} is {col.pg_type}: truncate cuts "
                               "text, varchar, char and citext values only")
+
+
+def column_index(table: Table) -> dict[str, int]:
+    """Column name -> its index in table.columns, by its name now and by its former names
+    (Column.aliases: a RENAME COLUMN while relayed); a name now comes before another's former name."""
+    index = {alias: i for i, c in enumerate(table.columns) for alias in c.aliases}
+    index.update({c.name: i for i, c in enumerate(table.columns)})
+    return index
+
+
+def wire_table(table: Table, controls: tuple[ColumnControl, ...]) -> Table:
+    """table as its messages carry it under its column controls (config controls): a masked or
+    hashed column is ``text`` (nullable as before; an added column's Avro default left out, as no
+    string default follows from the original type's), in the key layout too; table itself without one."""
+    index = column_index(table)
+    retyped = {index[c.column] for c in controls if c.action in ("mask", "hash") and c.column in index}
+    if not retyped:
+        return table
+    names_ = {table.columns[i].name for i in retyped}
+    layout = None if table.key_layout is None else tuple(_as_text(c) if c.name in names_ else c
+                                                          for c in table.key_layout)
+    return replace(table, columns=tuple(_as_text(c) if i in retyped else c for i, c in enumerate(table.columns)),
+                   key_layout=layout)
+
+
+def _as_text(column: Column) -> Column:
+    return replace(column, pg_type="text", kind="text", is_array=False, precision=None, scale=None, default=None)
 
 
 def uncarried_generated(cur, oid: int, stored_generated: bool) -> dict[str, str]:

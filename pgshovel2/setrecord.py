@@ -26,7 +26,7 @@ from typing import Any
 from psycopg2.extensions import make_dsn, parse_dsn
 
 from pgshovel2 import __version__, names
-from pgshovel2.catalog import Table
+from pgshovel2.catalog import Table, wire_table
 from pgshovel2.config import SetConfig
 from pgshovel2.controlsconf import ColumnControl
 from pgshovel2.errors import ClusterError
@@ -236,6 +236,13 @@ class SetRecord:
         """The column controls the config gives table (by its schema and name as configured)."""
         return next((tc.controls for tc in self.config.tables if (tc.schema, tc.name) == (table.schema, table.name)),
                     ())
+
+    @property
+    def wire_tables(self) -> tuple[Table, ...]:
+        """The set's tables as its messages carry them: a masked or hashed column (config controls)
+        is text (catalog.wire_table). What reads the topics (tail, replicate, materialize) types
+        values by these; what reads the database, by :attr:`tables`."""
+        return tuple(wire_table(t, self.controls_of(t)) for t in self.tables)
 
     def table(self, tag: str) -> Table | None:
         """The table whose tag (Table.qualified) is tag, None if not in the set."""

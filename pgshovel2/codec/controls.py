@@ -21,10 +21,9 @@ NULL stays NULL. Pure: the salts come read (:func:`pgshovel2.controlsconf.salts`
 import hashlib
 import json
 from collections.abc import Callable, Mapping
-from dataclasses import replace
 from typing import Any
 
-from pgshovel2.catalog import Column, Table
+from pgshovel2.catalog import Column, Table, column_index, wire_table
 from pgshovel2.codec.types import field_type
 from pgshovel2.controlsconf import ColumnControl
 
@@ -44,22 +43,14 @@ class ColumnControls:
 
     def __init__(self, table: Table, controls: tuple[ColumnControl, ...], salts: Mapping[str, bytes]):
         self.source = table
-        # a control follows its column through a RENAME COLUMN (Column.aliases: its former names); a
-        # column's name now comes before another's former name
-        index = {alias: i for i, c in enumerate(table.columns) for alias in c.aliases}
-        index.update({c.name: i for i, c in enumerate(table.columns)})
+        index = column_index(table)  # a control follows its column through a RENAME COLUMN
         self._rules: list[tuple[int, Rule]] = []
-        retyped = set()
         for control in controls:
             i = index.get(control.column)
             if i is None or control.action == "exclude":
                 continue  # excluded: not captured; a column a DDL dropped: nothing to control
             self._rules.append((i, _rule(control, table.columns[i], salts)))
-            if control.action in ("mask", "hash"):
-                retyped.add(i)
-        self.table = replace(table, columns=tuple(_as_text(c) if i in retyped else c
-                                                  for i, c in enumerate(table.columns)),
-                             key_layout=_key_layout(table, retyped))
+        self.table = wire_table(table, controls)
 
     def __bool__(self) -> bool:
         return bool(self._rules)
@@ -99,17 +90,3 @@ def _rule(control: ColumnControl, column: Column, salts: Mapping[str, bytes]) ->
 def _digest(salt: bytes, value: Any) -> str:
     text = value if isinstance(value, str) else json.dumps(value, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(salt + text.encode("utf-8")).hexdigest()
-
-
-def _as_text(column: Column) -> Column:
-    """column as a masked or hashed value describes it: a string (nullable as before; an added
-    column's default is left out: an Avro reader fills no string from the original type's)."""
-    return replace(column, pg_type="text", kind="text", is_array=False, precision=None, scale=None, default=None)
-
-
-def _key_layout(table: Table, retyped: set[int]) -> tuple[Column, ...] | None:
-    """The key layout of the controlled table: a hashed key column is text in it too."""
-    if table.key_layout is None:
-        return None
-    hashed = {table.columns[i].name for i in retyped}
-    return tuple(_as_text(c) if c.name in hashed else c for c in table.key_layout)

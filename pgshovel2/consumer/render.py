@@ -164,7 +164,7 @@ class Pretty:
         self._connect = ConnectReader(escapes=True)  # raw JSON messages, escape objects as they are
         self._columns: dict[str, dict[str, Column]] = {}
         self._by_table: dict[str, dict[str, Column]] = {}
-        for table in record.tables:
+        for table in record.wire_tables:
             cols = {a: c for c in table.columns for a in (*c.aliases, c.name)}
             self._by_table[f"{table.schema}.{table.name}"] = cols
             self._columns[record.topic(table)] = cols

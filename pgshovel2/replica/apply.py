@@ -252,7 +252,7 @@ class Replicator:
     def _tables_at(self, version: int) -> dict[str, TableMap]:
         record = self.store.get_version(self.set_name, version)
         json_encoding = record.config.encoding == "json"
-        return {f"{t.schema}.{t.name}": TableMap.of(t, json_encoding) for t in record.tables}
+        return {f"{t.schema}.{t.name}": TableMap.of(t, json_encoding) for t in record.wire_tables}
 
     def _flush(self) -> None:
         """Commit the open batch and the position in one target transaction."""

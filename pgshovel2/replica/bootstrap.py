@@ -25,7 +25,7 @@ import tempfile
 import psycopg2
 from psycopg2 import sql
 
-from pgshovel2 import backends, kafkaconf
+from pgshovel2 import backends, controlsconf, kafkaconf, names
 from pgshovel2.bootstrap.manifest import Manifest
 from pgshovel2.catalog import Table
 from pgshovel2.consumer.offsets import end_offsets, partition_counts
@@ -41,10 +41,11 @@ MODES = ("copy", "kafka", "parquet")
 
 
 def tables_of(record: SetRecord) -> tuple[Table, ...]:
-    """The set record's tables, each checked to be replicable (TableMap.of raises ReplicaError)."""
-    for t in record.tables:
+    """The set record's tables as its messages carry them (SetRecord.wire_tables), each checked to be
+    replicable (TableMap.of raises ReplicaError)."""
+    for t in record.wire_tables:
         TableMap.of(t)
-    return record.tables
+    return record.wire_tables
 
 
 def source_offsets(set_name: str, record: SetRecord, bootstrap: Kafka) -> dict[tuple[str, int], int]:
@@ -65,6 +66,9 @@ def bootstrap(target, cluster: str, set_name: str, record: SetRecord, mode: str,
     (it resumes instead) or the copy fails; the
     target is unchanged then (one transaction).
     """
+    if mode == "copy" and (controlled := _value_controls(record)):
+        raise ReplicaError(f"set {set_name!r} changes values before they leave the relay ({', '.join(controlled)}): "
+                           "mode copy would copy them as the database stores them; use mode kafka or parquet")
     manifest = None
     if mode == "parquet":  # the tables as the bootstrap copied them (its set version)
         manifest = Manifest.load(manifest_dir or "")
@@ -99,6 +103,13 @@ def bootstrap(target, cluster: str, set_name: str, record: SetRecord, mode: str,
     log.info("bootstrapped the target from %s at set version %d (handoff txid snapshot %s)",
              mode, record.version, snapshot)
     return st
+
+
+def _value_controls(record: SetRecord) -> list[str]:
+    """``table: column control`` of each column control of record that changes values (not exclude:
+    an excluded column is not among the set's columns, so copy leaves it out too)."""
+    return [f"{names.qualified(tc.schema, tc.name)}: {controlsconf.describe(c)}" for tc in record.config.tables
+            for c in tc.controls if c.action != "exclude"]
 
 
 def _copy(target, set_name: str, record: SetRecord, tables: tuple[Table, ...],

@@ -107,8 +107,8 @@ class _Job:
         self.record = record = self._record(manifest.set, manifest.set_record)
         self.topics = SetTopics.from_record(record)
         # a copied table keeps the columns of its copy; an added one has the current record's
-        self.tables = {(t.schema, t.name): t for t in record.tables}
-        self.tables.update({(t.schema, t.name): t for t in manifest.set_record.tables})
+        self.tables = {(t.schema, t.name): t for t in record.wire_tables}
+        self.tables.update({(t.schema, t.name): t for t in manifest.set_record.wire_tables})
         self.copied = frozenset(f"{c.schema}.{c.name}" for c in manifest.tables)
         self.partitions = record.config.topics.partitions
         self.wire = wire_of(record.config)
@@ -134,7 +134,7 @@ class _Job:
             with self._store() as store:
                 record = records[version] = store.get_version(self.manifest.set, version)
         found = None if record is None else next(
-            (t for t in record.tables if (t.schema, t.name) == (table.schema, table.name)), None)
+            (t for t in record.wire_tables if (t.schema, t.name) == (table.schema, table.name)), None)
         if found is None:
             raise BootstrapError(f"{table.qualified}: set version {version} of set {self.manifest.set!r} is "
                                  f"{'not known here: pass --zookeeper-hosts' if record is None else 'without it'}")
@@ -217,7 +217,7 @@ class _Job:
         """Take the set's current record (ZooKeeper): its tables not read yet join the job."""
         self.record = record = self._record(self.manifest.set, self.manifest.set_record)
         self.topics = SetTopics.from_record(record)
-        for t in record.tables:  # a table read before keeps its definition
+        for t in record.wire_tables:  # a table read before keeps its definition
             self.tables.setdefault((t.schema, t.name), t)
         self._versions[record.version] = record
 
