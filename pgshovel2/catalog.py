@@ -220,7 +220,17 @@ def resolve_table(cur, tc: TableConfig, where: str, source: str, stored_generate
     return Table(tc.schema, tc.name, columns, key, key_source, oid=oid)
 
 
-CONTROL_TRUNCATABLE = ("text", "varchar", "bpchar", "citext")  # column kinds a truncate control may cut
+
+
+TRUNCATABLE = ("text", "varchar", "bpchar", "bytea", "citext")  # column kinds oversized truncate may cut
+CONTROL_TRUNCATABLE = tuple(k for k in TRUNCATABLE if k != "bytea")  # a truncate control cuts characters
+
+
+def all_column_tags(config: SetConfig, tables: tuple[Table, ...]) -> frozenset[str]:
+    """Tags of tables (resolved from config) whose config captures every column, also those added
+    later (TableConfig.all_columns)."""
+    modes = {(tc.schema, tc.name): tc.all_columns for tc in config.tables}
+    return frozenset(t.qualified for t in tables if modes.get((t.schema, t.name), False))
 
 
 def _check_controls(tc: TableConfig, key: tuple[str, ...], by_name: dict[str, Column], where: str,
@@ -355,7 +365,6 @@ def resolve_set(conn, set_name: str, config: SetConfig, source: str, stored_gene
     return tables
 
 
-TRUNCATABLE = ("text", "varchar", "bpchar", "bytea", "citext")  # column kinds oversized truncate may cut
 
 
 def _check_truncatable(tables: tuple[Table, ...], columns: tuple[str, ...], source: str) -> None:

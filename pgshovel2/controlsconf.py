@@ -13,7 +13,7 @@ before they leave the relay, as Debezium's ``column.exclude.list``, ``column.mas
 
 One control per column. This module checks the structure; the checks against the catalog (the
 column exists and is captured; no exclude, mask or truncate on a key column; truncate on text
-types only) are :func:`pgshovel2.codec.controls.check`'s, at set create and upgrade.
+types only) are :func:`pgshovel2.catalog.resolve_table`'s, at set create and upgrade.
 """
 
 from collections.abc import Mapping

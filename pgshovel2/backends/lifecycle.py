@@ -144,8 +144,7 @@ def upgrade(cur, record: SetRecord, config: SetConfig, tables: tuple[Table, ...]
     logical_version.lock_tables(cur, [t for t in (*record.tables, *tables) if t.qualified in touched])
     partitions.uninstall(cur, partitions.for_record(record), tuple(t for t in record.tables if t.qualified in touched))
     partitions.install_logical(cur, record, tuple(t for t in tables if t.qualified in touched))
-    modes = {(tc.schema, tc.name): tc.all_columns for tc in config.tables}
-    mode_all = frozenset(t.qualified for t in tables if modes.get((t.schema, t.name), False))
+    mode_all = catalog.all_column_tags(config, tables)
     logical_version.mark_version(cur, capture.slot, capture.plugin, to_version, tables, mode_all,
                                  existing=config.publication)
 

@@ -67,8 +67,6 @@ class ColumnControls:
 
 def controlled(table: Table, controls: tuple[ColumnControl, ...], salts: Mapping[str, bytes]) -> ColumnControls | None:
     """table's ColumnControls (see the class), None when no control changes a value of table."""
-    if not any(c.action != "exclude" for c in controls):
-        return None
     made = ColumnControls(table, controls, salts)
     return made if made else None
 

@@ -18,7 +18,7 @@ import struct
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from pgshovel2.catalog import Table, column_from_row
+from pgshovel2.catalog import Table, all_column_tags, column_from_row
 from pgshovel2.codec.textforms import converter
 from pgshovel2.names import qualified
 from pgshovel2.relay.source import SCHEMA_CHANGE, Control
@@ -238,5 +238,4 @@ def to_control(resolved: Resolved, layout: RelationLayout, current: Table) -> Co
 def all_mode_tags(record: SetRecord) -> frozenset[str]:
     """Tags of the record's tables configured without a column list (mode all: added columns are
     captured)."""
-    modes = {(tc.schema, tc.name): tc.all_columns for tc in record.config.tables}
-    return frozenset(t.qualified for t in record.tables if modes.get((t.schema, t.name), False))
+    return all_column_tags(record.config, record.tables)
